@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of natserver against the Go nats-server (see README.md)."""

@@ -1,0 +1,621 @@
+"""The conformance cases: named byte scripts.
+
+Conventions
+-----------
+* Connections are named by short strings; ``c`` is a lone client, ``s`` a subscriber, ``p`` a
+  publisher.  A connection opens on first use and the harness waits for the server's INFO.
+* ``Flush(conn)`` sends ``PING`` and waits for the ``PONG``; it orders events across
+  connections (the subscriber's SUB is registered before the publisher publishes).  The
+  PING/PONG is part of the transcript.
+* Without CONNECT a connection is verbose and pedantic (nats-server's defaults), so telnet-style
+  cases see ``+OK`` after every PUB/SUB/UNSUB.  ``Q`` (quiet) turns both off.
+* Nothing is asserted here: the expected bytes are whatever nats-server v2.9.10 answers
+  (``python -m conformance record`` writes them to ``expected/``).
+"""
+
+from __future__ import annotations
+
+from .harness import Case, Close, Flush, Open, Send, Sleep, WaitFor
+
+# Common CONNECT lines ----------------------------------------------------------------------
+
+Q = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+QH = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+QNOH = b'CONNECT {"verbose":false,"pedantic":false,"headers":false}\r\n'
+QNR = b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n'
+QP = b'CONNECT {"verbose":false,"pedantic":true}\r\n'
+V = b'CONNECT {"verbose":true,"pedantic":false}\r\n'
+VH = b'CONNECT {"verbose":true,"pedantic":false,"headers":true}\r\n'
+
+# Small server configs (written to a file passed with -c).
+LIMITS = (("max_payload", 64), ("max_control_line", 64))
+MAXSUBS = (("max_subscriptions", 3),)
+
+CASES: list[Case] = []
+
+
+def case(name: str, *steps, doc: str = "", config=(), quiet=None, mask_sids: bool = False) -> None:
+    kwargs = {}
+    if quiet is not None:
+        kwargs["quiet"] = quiet
+    CASES.append(Case(name=name, steps=tuple(steps), doc=doc, config=config, mask_sids=mask_sids, **kwargs))
+
+
+def S(conn: str, data: bytes, splits=(), delay: float = 0.01) -> Send:
+    return Send(conn, data, splits, delay)
+
+
+def hdrs(*lines: str) -> bytes:
+    """A header block: NATS/1.0 line, header lines, blank line."""
+    return ("NATS/1.0\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode()
+
+
+def hpub(subject: str, header: bytes, payload: bytes, reply: str | None = None) -> bytes:
+    args = subject if reply is None else f"{subject} {reply}"
+    return f"HPUB {args} {len(header)} {len(header) + len(payload)}\r\n".encode() + header + payload + b"\r\n"
+
+
+# ------------------------------------------------------------------------------------------
+# INFO, PING/PONG
+# ------------------------------------------------------------------------------------------
+
+case("info_on_connect", Open("c"), doc="INFO is sent first, before the client says anything")
+case("info_two_connections", Open("a"), Open("b"), doc="every connection gets its own INFO")
+case("ping_upper", S("c", b"PING\r\n"))
+case("ping_lower", S("c", b"ping\r\n"))
+case("ping_mixed_case", S("c", b"pInG\r\n"))
+case("ping_lf_only", S("c", b"PING\n"), doc="CR is optional before LF")
+case("ping_with_argument", S("c", b"PING foo\r\n"), doc="everything after PING up to LF is ignored")
+case("ping_spaces_cr_spaces", S("c", b"PING  \r  \n"), doc="parser_test TestParsePing tolerates this")
+case("ping_trailing_garbage", S("c", b"PINGx\r\n"))
+case("ping_long_garbage", S("c", b"PING " + b"x" * 5000 + b"\r\n"), doc="no control-line limit in the PING state")
+case("ping_pipelined", S("c", b"PING\r\nPING\r\nping\r\n"))
+case("ping_split_bytes", S("c", b"PING\r\nPING\r\n", splits="bytes"))
+case("ping_split_cr_lf", S("c", b"PING\r\n", splits=(5,)))
+case("pong_from_client", S("c", b"PONG\r\npong\r\nPING\r\n"), doc="client PONG is accepted silently")
+case("ping_before_and_after_connect", S("c", b"PING\r\n" + Q + b"PING\r\n"))
+
+# ------------------------------------------------------------------------------------------
+# CONNECT
+# ------------------------------------------------------------------------------------------
+
+case("connect_empty_object", S("c", b"CONNECT {}\r\nPING\r\n"), doc="absent keys keep verbose=true: +OK")
+case("connect_verbose_false", S("c", b'CONNECT {"verbose":false}\r\nPING\r\n'))
+case("connect_verbose_true", S("c", b'CONNECT {"verbose":true}\r\nPING\r\n'))
+case("connect_lower_case", S("c", b'connect {"verbose":false}\r\nping\r\n'))
+case("connect_mixed_case_tab", S("c", b'CoNnEcT\t{"verbose":false}\r\nPING\r\n'))
+case("connect_lf_only", S("c", b'CONNECT {"verbose":false}\nPING\n'))
+case(
+    "connect_full_options",
+    S(
+        "c",
+        b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"conf","lang":"python",'
+        b'"version":"1.0","protocol":1,"echo":true,"headers":true,"no_responders":true}\r\nPING\r\n',
+    ),
+)
+case("connect_unknown_keys", S("c", b'CONNECT {"verbose":false,"zzz":[1,2,{"a":null}]}\r\nPING\r\n'))
+case("connect_protocol_0", S("c", b'CONNECT {"verbose":false,"protocol":0}\r\nPING\r\n'))
+case("connect_protocol_1", S("c", b'CONNECT {"verbose":false,"protocol":1}\r\nPING\r\n'))
+case("connect_protocol_2", S("c", b'CONNECT {"verbose":false,"protocol":2}\r\nPING\r\n'))
+case("connect_protocol_negative", S("c", b'CONNECT {"verbose":false,"protocol":-1}\r\nPING\r\n'))
+case(
+    "connect_no_responders_without_headers",
+    S("c", b'CONNECT {"verbose":false,"no_responders":true}\r\nPING\r\n'),
+)
+case(
+    "connect_no_responders_headers_false",
+    S("c", b'CONNECT {"verbose":false,"headers":false,"no_responders":true}\r\nPING\r\n'),
+)
+case("connect_bad_json", S("c", b"CONNECT {bad json}\r\nPING\r\n"), doc="silent close")
+case("connect_json_array", S("c", b"CONNECT [1,2]\r\nPING\r\n"))
+case("connect_json_null", S("c", b"CONNECT null\r\nPING\r\n"))
+case("connect_wrong_type", S("c", b'CONNECT {"verbose":"yes"}\r\nPING\r\n'))
+case("connect_no_argument", S("c", b"CONNECT \r\nPING\r\n"), doc="parser_test TestShouldFail")
+case("connect_no_space", S("c", b"CONNECT\r\nPING\r\n"))
+case("connect_twice", S("c", b'CONNECT {"verbose":true}\r\n' + Q + b"PING\r\nSUB foo 1\r\n" + V + b"SUB bar 2\r\n"))
+case("connect_split_bytes", S("c", Q + b"PING\r\n", splits="bytes", delay=0.002))
+case("connect_split_in_json", S("c", Q + b"PING\r\n", splits=(12, 20, len(Q) - 1)))
+
+# ------------------------------------------------------------------------------------------
+# PUB / SUB basics (one connection)
+# ------------------------------------------------------------------------------------------
+
+case("telnet_demo", S("c", b"sub foo.* 90\r\n"), Flush("c"), S("c", b"pub foo.bar 5\r\nhello\r\n"), Flush("c"),
+     doc="the docs' telnet demo: verbose and pedantic by default")
+case("pub_sub_upper", S("c", Q + b"SUB foo 1\r\nPUB foo 5\r\nhello\r\n"), Flush("c"))
+case("pub_sub_lower", S("c", Q + b"sub foo 1\r\npub foo 5\r\nhello\r\n"), Flush("c"))
+case("pub_sub_mixed_case", S("c", Q + b"sUb foo 1\r\nPuB foo 5\r\nhello\r\n"), Flush("c"))
+case("pub_with_reply", S("c", Q + b"SUB foo 1\r\nPUB foo bar.baz 5\r\nhello\r\n"), Flush("c"))
+case("pub_zero_payload", S("c", Q + b"SUB foo 1\r\nPUB foo 0\r\n\r\nPUB foo r 0\r\n\r\n"), Flush("c"))
+case("pub_payload_with_crlf_inside", S("c", Q + b"SUB foo 1\r\nPUB foo 6\r\na\r\nb\r\n\r\n"), Flush("c"))
+case("pub_binary_payload", S("c", Q + b"SUB foo 1\r\nPUB foo 256\r\n" + bytes(range(256)) + b"\r\n"), Flush("c"))
+case("pub_payload_looks_like_ops", S("c", Q + b"SUB foo 1\r\nPUB foo 12\r\nPING\r\nPONG\r\n\r\n"), Flush("c"))
+case(
+    "separators_tabs_and_spaces",
+    S("c", Q + b"SUB\tfoo \t 1\r\nPUB \t foo\t\tbar \t5\r\nhello\r\nSUB  baz\t\tq  2 \r\nPUB baz 0 \t\r\n\r\n"),
+    Flush("c"),
+)
+case("leading_and_trailing_blanks_in_args", S("c", Q + b"SUB   foo   1   \r\nPUB   foo   2   \r\nhi\r\n"), Flush("c"))
+case("ops_lf_only", S("c", Q + b"SUB foo 1\nPUB foo 2\nhi\r\nPING\n"))
+case("pub_payload_end_lf_only", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhi\nPING\r\n"), doc="payload must end in CRLF")
+case("no_interest", S("c", Q + b"SUB foo 1\r\nPUB bar 2\r\nhi\r\nPUB foo.bar 2\r\nhi\r\nPUB fo 2\r\nhi\r\n"), Flush("c"))
+case("subject_case_sensitive", S("c", Q + b"SUB foo 1\r\nPUB FOO 2\r\nhi\r\nPUB foo 2\r\nhi\r\n"), Flush("c"))
+case("sid_alphanumeric", S("c", Q + b"SUB foo abc-DEF_1\r\nPUB foo 2\r\nhi\r\n"), Flush("c"))
+case("subject_utf8", S("c", Q + "SUB caf\u00e9.\u2603 1\r\nPUB caf\u00e9.\u2603 2\r\nhi\r\n".encode()), Flush("c"))
+case("pub_long_subject", S("c", Q + b"SUB " + b"a" * 1000 + b" 1\r\nPUB " + b"a" * 1000 + b" 1\r\nx\r\n"), Flush("c"))
+
+case(
+    "pub_sub_two_connections",
+    S("s", Q + b"SUB foo 1\r\nSUB foo.bar 2\r\n"),
+    Flush("s"),
+    S("p", Q + b"PUB foo 5\r\nhello\r\nPUB foo.bar reply 3\r\nabc\r\n"),
+    Flush("p"),
+)
+case(
+    "fanout_three_subscribers",
+    S("a", Q + b"SUB foo 1\r\n"),
+    Flush("a"),
+    S("b", Q + b"SUB foo 7\r\n"),
+    Flush("b"),
+    S("c", Q + b"SUB > 9\r\n"),
+    Flush("c"),
+    S("p", Q + b"PUB foo 2\r\nhi\r\n"),
+    Flush("p"),
+)
+case(
+    "message_order_preserved",
+    S("s", Q + b"SUB foo 1\r\n"),
+    Flush("s"),
+    S("p", Q + b"".join(b"PUB foo %d\r\n%s\r\n" % (len(b"m%d" % i), b"m%d" % i) for i in range(50))),
+    Flush("p"),
+)
+
+# ------------------------------------------------------------------------------------------
+# Wildcards and subjects
+# ------------------------------------------------------------------------------------------
+
+_pubs = b"".join(
+    b"PUB %s 1\r\nx\r\n" % s for s in (b"foo", b"foo.bar", b"foo.bar.baz", b"foo.baz.baz", b"bar.foo", b"foo.bar.qux")
+)
+case("wildcard_star", S("c", Q + b"SUB foo.* 1\r\n" + _pubs), Flush("c"))
+case("wildcard_gt", S("c", Q + b"SUB foo.> 1\r\n" + _pubs), Flush("c"))
+case("wildcard_star_middle", S("c", Q + b"SUB foo.*.baz 1\r\n" + _pubs), Flush("c"))
+case("wildcard_gt_alone", S("c", Q + b"SUB > 1\r\n" + _pubs), Flush("c"))
+case("wildcard_star_star", S("c", Q + b"SUB *.* 1\r\n" + _pubs), Flush("c"))
+case("wildcard_literal_in_token", S("c", Q + b"SUB foo* 1\r\nSUB b>r 2\r\nPUB foox 1\r\nx\r\nPUB foo* 1\r\nx\r\nPUB b>r 1\r\nx\r\n"), Flush("c"),
+     doc="'*' and '>' are wildcards only as whole tokens")
+case(
+    "wildcard_publish_non_pedantic",
+    S("c", Q + b"SUB foo.* 1\r\nSUB foo.bar 2\r\nPUB foo.* 1\r\nx\r\nPUB foo.> 1\r\nx\r\n"),
+    Flush("c"),
+    doc="non-pedantic: a wildcard publish subject is matched as if literal",
+)
+case("sub_invalid_subjects", S("c", Q + b"SUB foo. 1\r\nSUB .foo 2\r\nSUB foo..bar 3\r\nSUB foo.>.bar 4\r\nSUB > 5\r\n"), Flush("c"),
+     doc="-ERR 'Invalid Subject' keeps the connection")
+case("sub_invalid_subject_verbose", S("c", b"SUB foo..bar 1\r\nSUB foo 2\r\n"), Flush("c"))
+case("pub_invalid_subject_non_pedantic", S("c", Q + b"SUB > 1\r\nPUB foo..bar 1\r\nx\r\nPUB .foo 1\r\nx\r\n"), Flush("c"))
+case("pub_wildcard_pedantic", S("c", QP + b"SUB > 1\r\nPUB foo.* 1\r\nx\r\nPUB foo.> 1\r\nx\r\nPUB foo 1\r\nx\r\n"), Flush("c"),
+     doc="-ERR 'Invalid Publish Subject' keeps the connection and (2.9.10) still delivers")
+case("pub_invalid_subject_pedantic", S("c", QP + b"SUB > 1\r\nPUB foo..bar 1\r\nx\r\nPUB foo. 1\r\nx\r\n"), Flush("c"))
+case("pub_wildcard_telnet_defaults", S("c", b"PUB foo.* 1\r\nx\r\n"), Flush("c"), doc="pedantic is on before CONNECT")
+
+# ------------------------------------------------------------------------------------------
+# Queue groups (the Go server picks members at random: only one member, or sids masked)
+# ------------------------------------------------------------------------------------------
+
+case("queue_single_member", S("c", Q + b"SUB foo q 1\r\nPUB foo 2\r\nhi\r\n"), Flush("c"))
+case(
+    "queue_two_members_one_delivery",
+    S("c", Q + b"SUB foo q 1\r\nSUB foo q 2\r\n" + b"PUB foo 2\r\nhi\r\n" * 10),
+    Flush("c"),
+    mask_sids=True,
+    doc="exactly one member per message (sids masked: the pick is random)",
+)
+case(
+    "queue_plus_plain",
+    S("s", Q + b"SUB foo 5\r\nSUB foo q 6\r\n"),
+    Flush("s"),
+    S("p", Q + b"PUB foo 2\r\nhi\r\n"),
+    Flush("p"),
+    doc="plain subscriber and one queue member each get the message",
+)
+case(
+    "queue_two_groups",
+    S("s", Q + b"SUB foo g1 1\r\nSUB foo g2 2\r\n"),
+    Flush("s"),
+    S("p", Q + b"PUB foo 2\r\nhi\r\n"),
+    Flush("p"),
+    mask_sids=True,
+    doc="one delivery per group",
+)
+case("queue_wildcard", S("c", Q + b"SUB foo.> q 1\r\nPUB foo.bar 1\r\nx\r\n"), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# UNSUB / sids
+# ------------------------------------------------------------------------------------------
+
+case("unsub_basic", S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\na\r\nUNSUB 1\r\nPUB foo 1\r\nb\r\n"), Flush("c"))
+case("unsub_lower_case", S("c", Q + b"sub foo 1\r\nunsub 1\r\npub foo 1\r\nb\r\n"), Flush("c"))
+case("unsub_max", S("c", Q + b"SUB foo 1\r\nUNSUB 1 2\r\n" + b"PUB foo 1\r\nx\r\n" * 4), Flush("c"))
+case(
+    "unsub_max_already_reached",
+    S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\na\r\nPUB foo 1\r\nb\r\nUNSUB 1 2\r\nPUB foo 1\r\nc\r\n"),
+    Flush("c"),
+    doc="max <= delivered unsubscribes at once",
+)
+case("unsub_max_zero", S("c", Q + b"SUB foo 1\r\nUNSUB 1 0\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("unsub_unknown_sid", S("c", b"UNSUB 99\r\nUNSUB 99 5\r\n"), Flush("c"), doc="not an error (verbose: +OK)")
+case("unsub_twice", S("c", Q + b"SUB foo 1\r\nUNSUB 1\r\nUNSUB 1\r\n"), Flush("c"))
+case(
+    "unsub_max_across_connections",
+    S("s", Q + b"SUB foo.* 1\r\nUNSUB 1 3\r\n"),
+    Flush("s"),
+    S("p", Q + b"".join(b"PUB foo.%d 1\r\nx\r\n" % i for i in range(6))),
+    Flush("p"),
+    Flush("s"),
+)
+case("unsub_then_resub_same_sid", S("c", Q + b"SUB foo 1\r\nUNSUB 1\r\nSUB bar 1\r\nPUB foo 1\r\nx\r\nPUB bar 1\r\ny\r\n"), Flush("c"))
+case(
+    "sub_reused_sid",
+    S("c", Q + b"SUB foo 1\r\nSUB bar 1\r\nPUB bar 1\r\nx\r\nPUB foo 1\r\ny\r\n"),
+    Flush("c"),
+    doc="a re-used sid keeps the original subscription",
+)
+case("sub_reused_sid_verbose", S("c", b"SUB foo 1\r\nSUB bar 1\r\n"), Flush("c"))
+case(
+    "two_sids_same_subject_plus_wildcard",
+    S("c", Q + b"SUB foo.bar 1\r\nSUB foo.* 2\r\nSUB foo.> 3\r\nPUB foo.bar 1\r\nx\r\n"),
+    Flush("c"),
+    mask_sids=True,
+    doc="three deliveries to one connection (order between subs is not specified)",
+)
+
+# ------------------------------------------------------------------------------------------
+# Verbose +OK
+# ------------------------------------------------------------------------------------------
+
+case(
+    "verbose_ok_every_op",
+    S("c", V + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\nUNSUB 1\r\nPING\r\nPONG\r\n"),
+    Flush("c"),
+    doc="+OK after CONNECT, SUB, PUB, UNSUB; not after PING/PONG",
+)
+case(
+    "verbose_hpub",
+    S("c", VH + b"SUB foo 1\r\n" + hpub("foo", hdrs("A: b"), b"hi")),
+    Flush("c"),
+)
+case("verbose_on_error_op", S("c", V + b"SUB foo. 1\r\nPUB foo.* 1\r\nx\r\n"), Flush("c"))
+case("verbose_pedantic_error", S("c", b'CONNECT {"verbose":true,"pedantic":true}\r\nPUB foo.* 1\r\nx\r\n'), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# Echo
+# ------------------------------------------------------------------------------------------
+
+case("echo_default_true", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n"), Flush("c"))
+case(
+    "echo_false",
+    S("c", b'CONNECT {"verbose":false,"pedantic":false,"echo":false}\r\nSUB foo 1\r\nPUB foo 2\r\nhi\r\n'),
+    Flush("c"),
+    doc="own messages are not delivered",
+)
+case(
+    "echo_false_other_publisher",
+    S("s", b'CONNECT {"verbose":false,"pedantic":false,"echo":false}\r\nSUB foo 1\r\n'),
+    Flush("s"),
+    S("p", Q + b"PUB foo 2\r\nhi\r\n"),
+    Flush("p"),
+    doc="echo:false does not affect messages from others",
+)
+case(
+    "echo_false_queue",
+    S("c", b'CONNECT {"verbose":false,"pedantic":false,"echo":false}\r\nSUB foo q 1\r\nPUB foo 2\r\nhi\r\n'),
+    Flush("c"),
+)
+
+# ------------------------------------------------------------------------------------------
+# Headers: HPUB / HMSG
+# ------------------------------------------------------------------------------------------
+
+H1 = hdrs("Foo: bar")
+case("hpub_basic", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"hello")), Flush("c"))
+case("hpub_with_reply", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"hello", reply="rep.ly")), Flush("c"))
+case("hpub_empty_payload", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"")), Flush("c"))
+case("hpub_lower_case", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"x").replace(b"HPUB", b"hpub")), Flush("c"))
+case("hpub_minimal_header", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", b"NATS/1.0\r\n\r\n", b"x")), Flush("c"))
+case("hpub_header_not_validated", S("c", QH + b"SUB foo 1\r\nHPUB foo 5 7\r\nXXXXXhi\r\n"), Flush("c"))
+case(
+    "hpub_to_non_header_subscriber",
+    S("s", QNOH + b"SUB foo 1\r\n"),
+    Flush("s"),
+    S("p", QH + hpub("foo", H1, b"hello") + hpub("foo", H1, b"", reply="r")),
+    Flush("p"),
+    doc="headers stripped: MSG with size - hdr",
+)
+case(
+    "hpub_to_telnet_subscriber",
+    S("s", b"SUB foo 1\r\n"),
+    Flush("s"),
+    S("p", QH + hpub("foo", H1, b"hello")),
+    Flush("p"),
+    doc="no CONNECT at all: headers off",
+)
+case(
+    "hpub_mixed_subscribers",
+    S("h", QH + b"SUB foo 1\r\n"),
+    Flush("h"),
+    S("n", QNOH + b"SUB foo 2\r\n"),
+    Flush("n"),
+    S("p", QH + hpub("foo", hdrs("A: 1", "B: 2"), b"body", reply="rr")),
+    Flush("p"),
+)
+case("pub_to_header_subscriber", S("s", QH + b"SUB foo 1\r\n"), Flush("s"), S("p", Q + b"PUB foo 2\r\nhi\r\n"), Flush("p"),
+     doc="a plain PUB arrives as MSG even for header-capable subscribers")
+case("hpub_without_headers_connect", S("c", Q + b"SUB foo 1\r\n" + hpub("foo", H1, b"x") + b"PING\r\n"), doc="silent close")
+case("hpub_telnet_no_connect", S("c", hpub("foo", H1, b"x") + b"PING\r\n"))
+case("hpub_hdr_greater_than_total", S("c", QH + b"HPUB foo 12 10\r\nNATS/1.0\r\n\r\n\r\nPING\r\n"))
+case("hpub_bad_arity", S("c", QH + b"HPUB foo 12\r\nNATS/1.0\r\n\r\n\r\nPING\r\n"))
+case("hpub_too_many_args", S("c", QH + b"HPUB foo a b 12 12\r\nNATS/1.0\r\n\r\n\r\nPING\r\n"))
+case("hpub_non_numeric", S("c", QH + b"HPUB foo x 12\r\nNATS/1.0\r\n\r\n\r\nPING\r\n"))
+case("hpub_split_in_header", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"hello"), splits=(len(QH) + 14, len(QH) + 30, len(QH) + 40)), Flush("c"))
+case("hpub_pedantic_wildcard", S("c", b'CONNECT {"verbose":false,"pedantic":true,"headers":true}\r\n' + hpub("foo.*", H1, b"x")), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# No responders
+# ------------------------------------------------------------------------------------------
+
+case("no_responders_basic", S("c", QNR + b"SUB r 1\r\nPUB foo r 0\r\n\r\n"), Flush("c"), doc="503 status HMSG")
+case("no_responders_with_payload", S("c", QNR + b"SUB r.* 7\r\nPUB foo.bar r.x 5\r\nhello\r\n"), Flush("c"))
+case("no_responders_hpub", S("c", QNR + b"SUB r 1\r\n" + hpub("foo", H1, b"x", reply="r")), Flush("c"))
+case("no_responders_no_reply", S("c", QNR + b"SUB r 1\r\nPUB foo 0\r\n\r\n"), Flush("c"))
+case("no_responders_no_reply_sub", S("c", QNR + b"PUB foo r 0\r\n\r\n"), Flush("c"), doc="no sub for the reply: nothing")
+case("no_responders_not_requested", S("c", QH + b"SUB r 1\r\nPUB foo r 0\r\n\r\n"), Flush("c"))
+case(
+    "no_responders_with_responder",
+    S("s", Q + b"SUB foo 1\r\n"),
+    Flush("s"),
+    S("p", QNR + b"SUB r 1\r\nPUB foo r 0\r\n\r\n"),
+    Flush("p"),
+)
+case("no_responders_queue_reply_sub", S("c", QNR + b"SUB r q 1\r\nPUB foo r 0\r\n\r\n"), Flush("c"), doc="reply sub in a queue group")
+case(
+    "no_responders_echo_false",
+    S("c", b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"echo":false}\r\n'
+           b"SUB r 1\r\nSUB foo 2\r\nPUB foo r 0\r\n\r\n"),
+    Flush("c"),
+    doc="own subscription suppressed by echo:false: counts as no responder?",
+)
+
+# ------------------------------------------------------------------------------------------
+# Protocol errors that close (port of parser_test.go TestShouldFail + friends)
+# ------------------------------------------------------------------------------------------
+
+_SHOULD_FAIL = [
+    "xxx", "Px", "PIx", "PINx", " PING", "POx", "PONx", "+x", "+Ox", "-x", "-Ex", "-ERx", "-ERRx",
+    "Cx", "COx", "CONx", "CONNx", "CONNEx", "CONNECx", "CONNECT \r\n",
+    "PUx", "PUB foo\r\n", "PUB  \r\n", "PUB foo bar       \r\n", "PUB foo 2\r\nok \r\n", "PUB foo 2\r\nok\r \n",
+    "Sx", "SUx", "SUB\r\n", "SUB  \r\n", "SUB foo\r\n", "SUB foo bar baz 22\r\n",
+    "Ux", "UNx", "UNSx", "UNSUx", "UNSUBx", "UNSUBUNSUB 1\r\n", "UNSUB_2\r\n", "UNSUB_UNSUB_UNSUB 2\r\n",
+    "UNSUB_\t2\r\n", "UNSUB\r\n", "UNSUB \r\n", "UNSUB          \t       \r\n",
+    "Ix", "INx", "INFx", "INFO  \r\n",
+    "Mx", "MSx", "MSGx", "MSG  \r\n",
+]
+
+
+def _fail_name(proto: str) -> str:
+    out = []
+    for ch in proto:
+        if ch.isalnum():
+            out.append(ch)
+        else:
+            out.append({" ": "_", "\r": "R", "\n": "N", "\t": "T", "+": "plus", "-": "minus"}.get(ch, "x"))
+    return "shouldfail_" + "".join(out)
+
+
+for _proto in _SHOULD_FAIL:
+    case(_fail_name(_proto), S("c", _proto.encode()), doc=f"parser_test.go TestShouldFail: {_proto!r}")
+
+case("unknown_verb", S("c", b"FOO bar\r\n"))
+case("unknown_verb_after_valid_ops", S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\nx\r\nBAD\r\nPING\r\n"), doc="ops before the bad one are processed")
+case("empty_line", S("c", b"\r\nPING\r\n"))
+case("lone_lf", S("c", b"\nPING\r\n"))
+case("msg_from_client", S("c", b"MSG foo 1 2\r\nhi\r\n"))
+case("hmsg_from_client", S("c", b"HMSG foo 1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"))
+case("info_from_client", S("c", b'INFO {"server_id":"x"}\r\nPING\r\n'))
+case("plus_ok_from_client", S("c", b"+OK\r\nPING\r\n"))
+case("minus_err_from_client", S("c", b"-ERR 'foo'\r\nPING\r\n"))
+case("route_verb_from_client", S("c", b"RS+ foo\r\nPING\r\n"))
+case("leaf_verb_from_client", S("c", b"LS+ foo\r\nPING\r\n"))
+case("account_verb_from_client", S("c", b"A+ foo\r\nPING\r\n"))
+case("verb_with_nul", S("c", b"PI\x00NG\r\n"))
+case("control_line_cr_without_lf", S("c", b"SUB foo 1\rPING\r\n"))
+
+# Silent closes on bad arguments
+case("pub_too_many_args", S("c", b"PUB a b c 1\r\nx\r\nPING\r\n"))
+case("pub_negative_size", S("c", b"PUB foo -1\r\nPING\r\n"))
+case("pub_non_numeric_size", S("c", b"PUB foo abc\r\nPING\r\n"))
+case("pub_size_trailing_junk", S("c", b"PUB foo 1x\r\nx\r\nPING\r\n"))
+case("pub_size_huge_digits", S("c", b"PUB foo 99999999999999999999\r\nPING\r\n"))
+case("pub_payload_too_long", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhix\r\nPING\r\n"))
+case("pub_payload_too_short_then_ping", S("c", Q + b"SUB foo 1\r\nPUB foo 5\r\nhi\r\nPING\r\n"), doc="PING is eaten as payload")
+case("pub_payload_bad_terminator", S("c", Q + b"PUB foo 2\r\nhiXY\r\nPING\r\n"))
+case("sub_too_many_args", S("c", b"SUB a b c d\r\nPING\r\n"))
+case("unsub_too_many_args", S("c", b"UNSUB 1 2 3\r\nPING\r\n"))
+case("unsub_non_numeric_max", S("c", b"UNSUB 1 x\r\nPING\r\n"))
+case("unsub_negative_max", S("c", Q + b"SUB foo 1\r\nUNSUB 1 -1\r\nPUB foo 1\r\nx\r\nPING\r\n"))
+
+# ------------------------------------------------------------------------------------------
+# Limits
+# ------------------------------------------------------------------------------------------
+
+_MP = 1048576
+case(
+    "max_payload_exact_default",
+    S("c", Q + b"SUB foo 1\r\nPUB foo %d\r\n" % _MP + b"a" * _MP + b"\r\n"),
+    Flush("c"),
+    quiet=0.3,
+)
+case("max_payload_over_default", S("c", Q + b"PUB foo %d\r\n" % (_MP + 1)), doc="checked at the control line")
+case("max_payload_hpub_over_default", S("c", QH + b"HPUB foo 12 %d\r\n" % (_MP + 1)))
+case("limits_info", Open("c"), config=LIMITS, doc="INFO advertises the configured max_payload")
+case("limits_payload_exact", S("c", Q + b"SUB foo 1\r\nPUB foo 64\r\n" + b"p" * 64 + b"\r\n"), Flush("c"), config=LIMITS)
+case("limits_payload_over", S("c", Q + b"SUB foo 1\r\nPUB foo 65\r\n" + b"p" * 65 + b"\r\n"), Flush("c"), config=LIMITS)
+case("limits_payload_over_verbose", S("c", b"PUB foo 65\r\n"), config=LIMITS)
+case("limits_hpub_total_exact", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"h" * (64 - len(H1)))), Flush("c"), config=LIMITS)
+case("limits_hpub_total_over", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"h" * (65 - len(H1)))), Flush("c"), config=LIMITS)
+
+
+def _sub_line(arg_len: int) -> bytes:
+    """``SUB <subject> 1\\r\\n`` whose argument (after ``SUB ``) is ``arg_len`` bytes."""
+    return b"SUB " + b"s" * (arg_len - 2) + b" 1\r\n"
+
+
+def _pub_line(arg_len: int) -> bytes:
+    return b"PUB " + b"s" * (arg_len - 2) + b" 0\r\n\r\n"
+
+
+case("limits_control_line_sub_exact", S("c", _sub_line(64)), Flush("c"), config=LIMITS)
+case("limits_control_line_sub_over", S("c", _sub_line(65)), Flush("c"), config=LIMITS)
+case("limits_control_line_pub_exact", S("c", _pub_line(64)), Flush("c"), config=LIMITS)
+case("limits_control_line_pub_over", S("c", _pub_line(65)), Flush("c"), config=LIMITS)
+case("limits_control_line_connect_over", S("c", b'CONNECT {"verbose":false,"name":"' + b"n" * 60 + b'"}\r\nPING\r\n'), config=LIMITS)
+case("limits_control_line_ping_long", S("c", b"PING " + b"x" * 200 + b"\r\n"), config=LIMITS)
+case("control_line_4096_exact", S("c", _sub_line(4096)), Flush("c"))
+case("control_line_4097", S("c", _sub_line(4097)), Flush("c"))
+case("control_line_pub_4097", S("c", _pub_line(4097)), Flush("c"))
+case("control_line_no_newline_over", S("c", b"SUB " + b"s" * 6000), doc="limit enforced before the line ends")
+case("control_line_split_over", S("c", _sub_line(5000), splits=(1000, 2500, 4000)))
+
+case(
+    "max_subscriptions",
+    S("c", b"SUB a 1\r\nSUB b 2\r\nSUB c 3\r\nSUB d 4\r\nPUB d 1\r\nx\r\nPUB a 1\r\ny\r\n"),
+    Flush("c"),
+    config=MAXSUBS,
+    doc="-ERR 'maximum subscriptions exceeded' keeps the connection",
+)
+case(
+    "max_subscriptions_after_unsub",
+    S("c", Q + b"SUB a 1\r\nSUB b 2\r\nSUB c 3\r\nUNSUB 2\r\nSUB d 4\r\nSUB e 5\r\nPUB d 1\r\nx\r\n"),
+    Flush("c"),
+    config=MAXSUBS,
+)
+case("max_subscriptions_info", Open("c"), config=MAXSUBS)
+
+# ------------------------------------------------------------------------------------------
+# Splits and pipelining
+# ------------------------------------------------------------------------------------------
+
+_OPS = Q + b"SUB foo 1\r\nPUB foo bar 5\r\nhello\r\nUNSUB 1\r\nPUB foo 1\r\nx\r\nPING\r\n"
+case("split_everything_byte_by_byte", S("c", _OPS, splits="bytes", delay=0.002))
+case("split_control_line_byte_by_byte", S("c", Q + b"SUB foo 1\r\n"), S("c", b"PUB foo.bar.baz reply.to 5\r\n", splits="bytes", delay=0.002),
+     S("c", b"hello\r\nPING\r\n"), doc="the subscription does not match: only checks parsing")
+case("split_payload", S("c", Q + b"SUB foo 1\r\nPUB foo 10\r\n0123456789\r\n", splits=(len(Q) + 21, len(Q) + 25)), Flush("c"))
+case("split_payload_before_crlf", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n", splits=(len(Q) + 22,)), Flush("c"))
+case("split_payload_between_cr_lf", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n", splits=(len(Q) + 23,)), Flush("c"))
+case("split_control_line_between_cr_lf", S("c", Q + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n", splits=(len(Q) + 10, len(Q) + 20)), Flush("c"))
+case(
+    "split_large_payload",
+    S("c", Q + b"SUB foo 1\r\nPUB foo 100000\r\n" + b"z" * 100000 + b"\r\n", splits=(100, 5000, 70000, 100020)),
+    Flush("c"),
+)
+case("split_verb", S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\nx\r\n", splits=(len(Q) + 1, len(Q) + 2, len(Q) + 11)), Flush("c"))
+case("pipelined_100_pubs", S("c", Q + b"SUB foo 1\r\n" + b"PUB foo 3\r\nabc\r\n" * 100 + b"PING\r\n"))
+case("pipelined_mixed_verbose", S("c", b"SUB foo 1\r\nPUB foo 1\r\na\r\nPING\r\nUNSUB 1\r\nPUB foo 1\r\nb\r\nPING\r\n"))
+case(
+    "pipelined_subscriber_and_publisher",
+    S("s", Q + b"SUB a 1\r\nSUB b 2\r\nSUB c 3\r\n"),
+    Flush("s"),
+    S("p", Q + b"PUB a 1\r\n1\r\nPUB b 1\r\n2\r\nPUB c 1\r\n3\r\nPUB d 1\r\n4\r\n" * 5, splits=(7, 33, 60)),
+    Flush("p"),
+)
+case("error_after_split_payload", S("c", Q + b"PUB foo 3\r\nabcX\r\n", splits=(len(Q) + 12,)))
+
+# ------------------------------------------------------------------------------------------
+# Connection lifecycle
+# ------------------------------------------------------------------------------------------
+
+case(
+    "subscriber_closes_then_publish",
+    S("s", Q + b"SUB foo 1\r\n"),
+    Flush("s"),
+    Close("s"),
+    Sleep(0.05),
+    S("p", Q + b"PUB foo 1\r\nx\r\n"),
+    Flush("p"),
+)
+case(
+    "request_reply_between_connections",
+    S("r", Q + b"SUB svc 1\r\n"),
+    Flush("r"),
+    S("q", Q + b"SUB inbox.1 9\r\nPUB svc inbox.1 4\r\nping\r\n"),
+    WaitFor("r", b"ping\r\n"),
+    S("r", b"PUB inbox.1 4\r\npong\r\n"),
+    Flush("r"),
+    Flush("q"),
+)
+
+# ------------------------------------------------------------------------------------------
+# More parser quirks
+# ------------------------------------------------------------------------------------------
+
+case("pub_no_args", S("c", b"PUB\r\nPING\r\n"))
+case("hpub_no_args", S("c", QH + b"HPUB\r\nPING\r\n"))
+case("hpub_space_no_args", S("c", QH + b"HPUB \r\nPING\r\n"))
+case("sub_no_space_sid", S("c", b"SUB foo\r\nPING\r\n"))
+case("pong_with_argument", S("c", b"PONG foo\r\nPING\r\n"))
+case("ping_cr_only_then_lf_later", S("c", b"PING\r"), Sleep(0.05), S("c", b"\n"))
+case("ping_no_newline", S("c", b"PING"), doc="no PONG until the line ends")
+case("sub_queue_name_wildcard", S("c", Q + b"SUB foo * 1\r\nSUB foo q.> 2\r\nPUB foo 1\r\nx\r\n"), Flush("c"), mask_sids=True)
+case("sub_queue_name_invalid_chars", S("c", b"SUB foo q..q 1\r\n"), Flush("c"))
+case("connect_verbose_number", S("c", b'CONNECT {"verbose":1}\r\nPING\r\n'))
+case("connect_pedantic_then_pub", S("c", b'CONNECT {"verbose":false}\r\nPUB foo.* 1\r\nx\r\n'), Flush("c"),
+     doc="absent pedantic stays true")
+case("connect_headers_only_no_connect_sub", S("c", QH + b"SUB foo 1\r\nPUB foo 2\r\nhi\r\n"), Flush("c"))
+case("pub_size_leading_plus", S("c", b"PUB foo +1\r\nx\r\nPING\r\n"))
+case("pub_size_leading_zeros", S("c", Q + b"SUB foo 1\r\nPUB foo 002\r\nhi\r\n"), Flush("c"))
+case("sub_sid_with_dot", S("c", Q + b"SUB foo a.b\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("unsub_max_leading_zeros", S("c", Q + b"SUB foo 1\r\nUNSUB 1 01\r\n" + b"PUB foo 1\r\nx\r\n" * 2), Flush("c"))
+case("hpub_payload_bad_terminator", S("c", QH + b"HPUB foo 12 14\r\nNATS/1.0\r\n\r\nhiXX\r\n"))
+case("error_then_more_data", S("c", b"BAD\r\n" + b"PING\r\n" * 200))
+
+# ------------------------------------------------------------------------------------------
+# Server PINGs, stale connections, max connections (timing based; kept short)
+# ------------------------------------------------------------------------------------------
+
+PINGCFG = (("ping_interval", "100ms"), ("ping_max", 2))
+case(
+    "first_ping_after_connect",
+    S("c", Q),
+    WaitFor("c", b"PING\r\n", timeout=3.5),
+    S("c", b"PONG\r\n"),
+    Flush("c"),
+    doc="the first PING comes ~2 s (up to +20%) after CONNECT",
+)
+case("stale_connection", S("c", Q), WaitFor("c", b"Stale", timeout=3.0), config=PINGCFG,
+     doc="server PINGs every 100ms; no PONGs -> -ERR 'Stale Connection'")
+case("stale_connection_telnet", Open("c"), WaitFor("c", b"Stale", timeout=3.0), config=PINGCFG,
+     doc="no CONNECT: the ping timer still runs")
+case(
+    "max_connections",
+    Sleep(0.1),
+    Open("a"),
+    Open("b"),
+    Sleep(0.05),
+    S("a", b"PING\r\n"),
+    config=(("max_connections", 1),),
+    doc="the extra connection gets INFO, then -ERR and EOF",
+)
+
+# ------------------------------------------------------------------------------------------
+# Authorization (user/password in the config file)
+# ------------------------------------------------------------------------------------------
+
+AUTH = (("authorization", (("user", "u"), ("password", "p"), ("timeout", 0.5))),)
+case("auth_info", Open("c"), config=AUTH, doc="INFO has auth_required")
+case("auth_ok", S("c", b'CONNECT {"verbose":false,"user":"u","pass":"p"}\r\nPING\r\n'), config=AUTH)
+case("auth_ok_verbose", S("c", b'CONNECT {"user":"u","pass":"p"}\r\nPING\r\n'), config=AUTH)
+case("auth_bad_password", S("c", b'CONNECT {"verbose":false,"user":"u","pass":"x"}\r\nPING\r\n'), config=AUTH)
+case("auth_no_credentials", S("c", b'CONNECT {"verbose":false}\r\nPING\r\n'), config=AUTH)
+case("auth_ping_before_connect", S("c", b"PING\r\n"), config=AUTH, doc="first op must be CONNECT")
+case("auth_sub_before_connect", S("c", b"SUB foo 1\r\n"), config=AUTH)
+case("auth_timeout", Open("c"), WaitFor("c", b"Timeout", timeout=2.0), config=AUTH, doc="auth timeout 0.5 s")

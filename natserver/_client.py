@@ -1,0 +1,591 @@
+"""One client connection: its reader, its writer, its subscriptions and message delivery.
+
+Each connection runs in its own trio nursery with three tasks: the reader (this file's
+``_read_loop``, which parses whole receive chunks and routes every op in them synchronously),
+one writer that drains the outbound buffer with coalesced sends, and the keepalive timer.
+
+Delivery never blocks the publisher: a message is appended to the subscriber's outbound list
+and the subscriber is marked "touched"; after the publisher's whole chunk is processed every
+touched writer is woken once (nats-server's pcd/flushClients). A subscriber whose pending
+bytes exceed max_pending, or whose send stalls past write_deadline, is a slow consumer and is
+closed without a word, as nats-server does, while everyone else carries on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from . import _errors as errors
+from ._const import (
+    DEFAULT_RTT_MEASUREMENT_INTERVAL,
+    FIRST_PING_INTERVAL,
+    FIRST_PING_JITTER,
+    READ_SIZE,
+    STALL_FRACTION,
+    STALL_MAX_WAIT,
+)
+from ._errors import ProtocolError, ServerError
+from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, Sub, Unsub
+from ._parser import Parser
+from ._sublist import is_valid_literal_subject, is_valid_subject
+
+if TYPE_CHECKING:
+    from ._server import Server
+
+log = logging.getLogger("natserver")
+
+CRLF = b"\r\n"
+OK = b"+OK\r\n"
+PING_PROTO = b"PING\r\n"
+PONG_PROTO = b"PONG\r\n"
+MSG_ = b"MSG "
+HMSG_ = b"HMSG "
+# client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
+NO_RESPONDERS_HEADER = b" 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
+
+# CONNECT fields nats-server decodes into typed Go fields: a JSON value of another type makes
+# json.Unmarshal fail, which closes the connection silently. Go matches keys case-insensitively.
+_BOOL_FIELDS = ("verbose", "pedantic", "tls_required", "echo", "headers", "no_responders")
+_INT_FIELDS = ("protocol",)
+_STR_FIELDS = ("name", "lang", "version", "user", "pass", "auth_token", "jwt", "sig", "nkey")
+
+
+class Subscription:
+    """A client's interest in a subject. ``sid_part`` is ``b"<sid> "``, pre-encoded once
+    because it goes into every MSG line this subscription receives."""
+
+    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered")
+
+    def __init__(self, client: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
+        self.client = client
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.sid_part = sid + b" "
+        self.max_msgs = 0  # 0: no auto-unsubscribe
+        self.delivered = 0
+
+    def __repr__(self) -> str:
+        return f"<Subscription cid={self.client.cid} sid={self.sid!r} subject={self.subject!r}>"
+
+
+def _check_connect_types(options: dict) -> dict:
+    """Lower-case the keys and enforce the types nats-server's decoder enforces."""
+    opts = {}
+    for key, value in options.items():
+        opts[key.lower() if isinstance(key, str) else key] = value
+    for key in _BOOL_FIELDS:
+        value = opts.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not a boolean")
+    for key in _INT_FIELDS:
+        value = opts.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not an integer")
+    for key in _STR_FIELDS:
+        value = opts.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not a string")
+    return opts
+
+
+class Client:
+    """Server-side state of one client connection."""
+
+    def __init__(self, server: Server, stream: trio.abc.Stream, cid: int, ip: str, port: int) -> None:
+        options = server.options
+        self.server = server
+        self.stream = stream
+        self.cid = cid
+        self.ip = ip
+        self.port = port
+        self.parser = Parser(
+            max_control_line=options.max_control_line,
+            max_payload=options.max_payload,
+            headers=False,  # until CONNECT says the client supports them
+            auth_pending=server.auth_required,
+        )
+        # nats-server's defaultOpts: verbose, pedantic and echo are on until CONNECT says
+        # otherwise, which is why a telnet user gets +OK.
+        self.verbose = True
+        self.pedantic = True
+        self.echo = True
+        self.headers = False
+        self.no_responders = False
+        self.protocol = 0
+        self.connect_received = False
+        self.name = ""
+        self.lang = ""
+        self.version = ""
+        self.user = ""
+        self.subs: dict[bytes, Subscription] = {}
+        # Outbound: pieces waiting for the writer, and their byte count plus whatever the
+        # writer is sending right now (nats-server's pb), bounded by max_pending.
+        self.out: list = []
+        self.pending = 0
+        self.max_pending = options.max_pending
+        self._stall_at = int(options.max_pending * STALL_FRACTION)
+        self._drained: trio.Event | None = None
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self.closed = False
+        self.close_reason = ""
+        self._flush_before_close = False
+        self._scope: trio.CancelScope | None = None
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.start = time.time()
+        self.stop: float | None = None
+        self.last_activity = self.start
+        self.last_ping_in = 0.0
+        self.pings_out = 0
+        self.rtt: float | None = None
+        self._rtt_start = 0.0  # when the PING we time the round trip of was sent
+        self._rtt_measured_at = 0.0
+        self._ping_scope: trio.CancelScope | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def run(self, info: bytes) -> None:
+        """Serve the connection until it closes. Never raises (but trio.Cancelled)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                if self.closed:  # closed before it started (e.g. server shutting down)
+                    nursery.cancel_scope.cancel()
+                self.queue(info)
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._ping_loop)
+                if self.server.auth_required:
+                    nursery.start_soon(self._auth_timer)
+                await self._read_loop()
+        except Exception:
+            log.exception("cid:%d - internal error; closing this client", self.cid)
+            self.close("Internal Server Error", flush=False)
+        finally:
+            self.close("Client Closed", flush=False)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def close(self, reason: str, flush: bool = False) -> None:
+        """Close the connection; with ``flush`` the writer sends what is queued first."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        self.stop = time.time()
+        self.server.client_closed(self)
+        for sub in self.subs.values():
+            self.server.sublist.remove(sub)
+        if flush and self._scope is not None:
+            # The writer drains what is queued (bounded by write_deadline), then cancels us.
+            self._flush_before_close = True
+            self._writer_lot.unpark_all()
+        else:
+            self.out = []
+            if self._scope is not None:
+                self._scope.cancel()
+
+    def protocol_error(self, error: ServerError) -> None:
+        if error.wire:
+            self.queue(error.wire)
+        if error.closes:
+            self.close(error.close_reason, flush=True)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        receive_some = self.stream.receive_some
+        server = self.server
+        feed = self.parser.feed
+        while not self.closed:
+            try:
+                data = await receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if not data:
+                self.close("Client Closed")
+                return
+            self.last_activity = time.time()
+            feed(data)
+            try:
+                self._process_ops()
+            except ProtocolError as exc:
+                if exc.error.text is None:
+                    log.debug("cid:%d - closing: %s", self.cid, exc)
+                self.protocol_error(exc.error)
+            stalled = server.flush_touched()
+            if stalled is not None and not self.closed:
+                # A subscriber is above 75 % of max_pending: give its writer a moment to
+                # drain before parsing more (nats-server's fast-producer stall gate).
+                with trio.move_on_after(STALL_MAX_WAIT):
+                    await stalled.wait()
+
+    def _process_ops(self) -> None:
+        """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint."""
+        next_op = self.parser.next_op
+        sublist_match = self.server.sublist.match
+        touched = self.server.touched
+        n_msgs = 0
+        n_bytes = 0
+        try:
+            while not self.closed:
+                op = next_op()
+                cls = op.__class__
+                if cls is Pub:
+                    subject, reply, header_size, sizes, payload = op
+                    size = len(payload)
+                    n_msgs += 1
+                    n_bytes += size
+                    if self.pedantic and not is_valid_literal_subject(subject):
+                        self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
+                    if self.verbose:
+                        self.queue(OK)
+                    result = sublist_match(subject)
+                    if not result.psubs and not result.qsubs:
+                        if reply is not None and self.no_responders:
+                            self._no_responders(reply)
+                        continue
+                    if header_size > 0:
+                        delivered = self._deliver_with_headers(result, subject, reply, header_size, sizes, payload)
+                    else:
+                        # Built once per message, shared by every subscription it goes to.
+                        prefix = MSG_ + subject + b" "
+                        if reply is None:
+                            suffix = sizes + CRLF + payload + CRLF if size < 4096 else (sizes + CRLF, payload, CRLF)
+                        else:
+                            suffix = b"".join((reply, b" ", sizes, CRLF, payload, CRLF)) if size < 4096 else (
+                                reply + b" " + sizes + CRLF, payload, CRLF)
+                        delivered = self._deliver(result, prefix, suffix, size)
+                    if not delivered and reply is not None and self.no_responders:
+                        self._no_responders(reply)
+                elif op is NEED_DATA:
+                    return
+                elif cls is Sub:
+                    self._process_sub(op)
+                elif cls is Unsub:
+                    self._process_unsub(op)
+                elif cls is Ping:
+                    self.last_ping_in = time.time()
+                    self.queue(PONG_PROTO)
+                elif cls is Pong:
+                    self.pings_out = 0
+                    if self._rtt_start:
+                        self._rtt_measured_at = time.monotonic()
+                        self.rtt = self._rtt_measured_at - self._rtt_start
+                        self._rtt_start = 0.0
+                elif cls is Connect:
+                    self._process_connect(op.options)
+        finally:
+            self.in_msgs += n_msgs
+            self.in_bytes += n_bytes
+            server = self.server
+            server.in_msgs += n_msgs
+            server.in_bytes += n_bytes
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def _deliver(self, result, prefix: bytes, suffix, size: int) -> int:
+        """Queue a header-less message to every match; returns how many got it."""
+        msg_len = len(prefix) + (len(suffix) if suffix.__class__ is bytes else size + len(suffix[0]) + 2)
+        many = suffix.__class__ is not bytes
+        touched = self.server.touched
+        delivered = 0
+        for sub in result.psubs:
+            client = sub.client
+            if client is self and not self.echo:
+                continue
+            if sub.max_msgs and not self._count_toward_max(sub):
+                continue
+            if many:
+                client.out.extend((prefix, sub.sid_part, *suffix))
+            else:
+                client.out.extend((prefix, sub.sid_part, suffix))
+            n = msg_len + len(sub.sid_part)
+            client.pending += n
+            client.out_msgs += 1
+            client.out_bytes += size
+            touched.add(client)
+            delivered += 1
+            if client.pending > client.max_pending:
+                client.slow_consumer()
+        if result.qsubs:
+            for index, group in enumerate(result.qsubs):
+                sub = self._pick_member(result, index, group)
+                if sub is None:
+                    continue
+                client = sub.client
+                if many:
+                    client.out.extend((prefix, sub.sid_part, *suffix))
+                else:
+                    client.out.extend((prefix, sub.sid_part, suffix))
+                client.pending += msg_len + len(sub.sid_part)
+                client.out_msgs += 1
+                client.out_bytes += size
+                touched.add(client)
+                delivered += 1
+                if client.pending > client.max_pending:
+                    client.slow_consumer()
+        if delivered:
+            server = self.server
+            server.out_msgs += delivered
+            server.out_bytes += delivered * size
+        return delivered
+
+    def _deliver_with_headers(self, result, subject, reply, header_size, sizes, payload) -> bool:
+        """HPUB: HMSG to header-aware subscribers, MSG without the headers to the others."""
+        size = len(payload)
+        reply_part = b"" if reply is None else reply + b" "
+        with_headers = (b"".join((HMSG_, subject, b" ")), reply_part + sizes + CRLF, payload, CRLF)
+        body = payload[header_size:]
+        without = (b"".join((MSG_, subject, b" ")), reply_part + str(size - header_size).encode() + CRLF, body, CRLF)
+        len_with = sum(len(p) for p in with_headers)
+        len_without = sum(len(p) for p in without)
+        touched = self.server.touched
+        delivered = False
+        targets = []
+        for sub in result.psubs:
+            if sub.client is self and not self.echo:
+                continue
+            if sub.max_msgs and not self._count_toward_max(sub):
+                continue
+            targets.append(sub)
+        for index, group in enumerate(result.qsubs):
+            sub = self._pick_member(result, index, group)
+            if sub is not None:
+                targets.append(sub)
+        for sub in targets:
+            client = sub.client
+            if client.headers:
+                head, tail, data, end = with_headers
+                n = len_with
+                client.out_bytes += size
+            else:
+                head, tail, data, end = without
+                n = len_without
+                client.out_bytes += len(body)
+            client.out.extend((head, sub.sid_part, tail, data, end))
+            client.pending += n + len(sub.sid_part)
+            client.out_msgs += 1
+            touched.add(client)
+            delivered = True
+            if client.pending > client.max_pending:
+                client.slow_consumer()
+        server = self.server
+        server.out_msgs += len(targets)
+        server.out_bytes += len(targets) * size
+        return delivered
+
+    def _pick_member(self, result, index: int, group: list) -> Subscription | None:
+        """Round robin within a queue group, skipping members that cannot take it."""
+        n = len(group)
+        start = result.next_member[index]
+        for step in range(n):
+            sub = group[(start + step) % n]
+            if sub.client is self and not self.echo:
+                continue
+            if sub.max_msgs and not self._count_toward_max(sub):
+                continue
+            result.next_member[index] = start + step + 1
+            return sub
+        return None
+
+    def _count_toward_max(self, sub: Subscription) -> bool:
+        """Auto-unsubscribe (UNSUB sid max): count a delivery; False when over the limit."""
+        sub.delivered += 1
+        if sub.delivered >= sub.max_msgs:
+            sub.client.remove_subscription(sub)
+            return sub.delivered == sub.max_msgs
+        return True
+
+    def _no_responders(self, reply: bytes) -> None:
+        """nats-server 2.9.10: a 503 HMSG to the requester's own subscription on ``reply``."""
+        for sub in self.server.sublist.match(reply).psubs:
+            if sub.client is self:
+                self.queue(HMSG_ + reply + b" " + sub.sid + NO_RESPONDERS_HEADER)
+                return
+
+    def queue(self, data: bytes) -> None:
+        """Queue protocol bytes for this client (flushed after the current chunk)."""
+        self.out.append(data)
+        self.pending += len(data)
+        self.server.touched.add(self)
+
+    def slow_consumer(self) -> None:
+        """Over max_pending: nats-server counts it, logs it and closes without flushing."""
+        if self.closed:
+            return
+        self.server.note_slow_consumer(self, f"MaxPending of {self.max_pending} Exceeded")
+        self.close("Slow Consumer (Pending Bytes)", flush=False)
+
+    # -- other ops ----------------------------------------------------------------------------
+
+    def _process_connect(self, options: dict) -> None:
+        opts = _check_connect_types(options)
+        server = self.server
+        if server.auth_required or self.parser.auth_pending:
+            if not server.authenticate(self, opts):
+                raise ProtocolError(errors.AUTH_VIOLATION, "authentication failed")
+            self.parser.auth_pending = False
+        for key in ("verbose", "pedantic", "echo", "headers", "no_responders"):
+            value = opts.get(key)
+            if value is not None:
+                setattr(self, key, value)
+        self.name = opts.get("name") or self.name
+        self.lang = opts.get("lang") or self.lang
+        self.version = opts.get("version") or self.version
+        protocol = opts.get("protocol")
+        if protocol is not None:
+            self.protocol = protocol
+        if self.protocol < 0 or self.protocol > 1:
+            raise ProtocolError(errors.INVALID_PROTOCOL, f"protocol {self.protocol}")
+        self.headers = bool(self.headers) and server.options.headers
+        self.parser.headers = self.headers
+        if self.no_responders and not self.headers:
+            raise ProtocolError(errors.NO_RESPONDERS_NEEDS_HEADERS, "no_responders without headers")
+        self.connect_received = True
+        if self.verbose:
+            self.queue(OK)
+        # server.go firstClientPingInterval: the first PING comes soon after CONNECT.
+        if self._ping_scope is not None:
+            interval = min(server.options.ping_interval, FIRST_PING_INTERVAL)
+            interval += interval * FIRST_PING_JITTER * random.random()
+            self._ping_scope.deadline = trio.current_time() + interval
+
+    def _process_sub(self, op: Sub) -> None:
+        subject, queue, sid = op
+        if not is_valid_subject(subject) or (queue is not None and not _valid_queue(queue)):
+            self.queue(errors.INVALID_SUBJECT.wire)
+            return
+        max_subs = self.server.options.max_subscriptions
+        if max_subs > 0 and len(self.subs) >= max_subs:
+            self.queue(errors.MAX_SUBSCRIPTIONS.wire)
+            return
+        if sid not in self.subs:  # a reused sid keeps the first subscription (client.go)
+            sub = Subscription(self, subject, queue, sid)
+            self.subs[sid] = sub
+            self.server.sublist.insert(sub)
+        if self.verbose:
+            self.queue(OK)
+
+    def _process_unsub(self, op: Unsub) -> None:
+        sid, max_msgs = op
+        sub = self.subs.get(sid)
+        if sub is not None:
+            if max_msgs > 0 and max_msgs > sub.delivered:
+                sub.max_msgs = max_msgs
+            else:
+                self.remove_subscription(sub)
+        if self.verbose:
+            self.queue(OK)
+
+    def remove_subscription(self, sub: Subscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+            self.server.sublist.remove(sub)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def wake_writer(self) -> None:
+        if self._writer_lot:
+            self._writer_lot.unpark()
+
+    async def _write_loop(self) -> None:
+        """The only task that writes to the socket: coalesces everything queued into one send."""
+        send_all = self.stream.send_all
+        deadline = self.server.options.write_deadline
+        lot = self._writer_lot
+        try:
+            while True:
+                if not self.out:
+                    if self._flush_before_close:
+                        break
+                    await lot.park()
+                    continue
+                out = self.out
+                self.out = []
+                data = b"".join(out)
+                with trio.move_on_after(deadline) as timer:
+                    await send_all(data)
+                if timer.cancelled_caught:
+                    self._write_deadline_exceeded(len(out), len(data))
+                    return
+                self.pending -= len(data)
+                if self._drained is not None and self.pending <= self._stall_at:
+                    self._drained.set()
+                    self._drained = None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close("Write Error" if not self.closed else self.close_reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _write_deadline_exceeded(self, chunks: int, size: int) -> None:
+        self.server.note_slow_consumer(
+            self, f"WriteDeadline of {_go_duration(self.server.options.write_deadline)} exceeded with {chunks} chunks of {size} total bytes."
+        )
+        if not self.closed:
+            self.close("Slow Consumer (Write Deadline)", flush=False)
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def stall_event(self) -> trio.Event | None:
+        """An event set when this client drains below the stall mark; None if not stalled."""
+        if self.pending <= self._stall_at or self.closed:
+            return None
+        if self._drained is None:
+            self._drained = trio.Event()
+        return self._drained
+
+    # -- timers -------------------------------------------------------------------------------
+
+    async def _ping_loop(self) -> None:
+        options = self.server.options
+        with trio.CancelScope(deadline=trio.current_time() + options.ping_interval) as scope:
+            self._ping_scope = scope
+            await trio.sleep_forever()
+        while not self.closed:
+            now = time.time()
+            need_rtt = self.rtt is None or time.monotonic() - self._rtt_measured_at > DEFAULT_RTT_MEASUREMENT_INTERVAL
+            recently_active = now - self.last_activity < options.ping_interval or now - self.last_ping_in < options.ping_interval
+            if need_rtt or not recently_active:
+                if self.pings_out + 1 > options.ping_max:
+                    self.queue(errors.STALE_CONNECTION.wire)
+                    self.close(errors.STALE_CONNECTION.close_reason, flush=True)
+                    self.server.flush_touched()
+                    return
+                self.pings_out += 1
+                if not self._rtt_start:
+                    self._rtt_start = time.monotonic()
+                self.queue(PING_PROTO)
+                self.server.flush_touched()
+            await trio.sleep(options.ping_interval)
+
+    async def _auth_timer(self) -> None:
+        await trio.sleep(self.server.options.auth_timeout)
+        if not self.connect_received and not self.closed:
+            self.queue(errors.AUTH_TIMEOUT.wire)
+            self.close(errors.AUTH_TIMEOUT.close_reason, flush=True)
+            self.server.flush_touched()
+
+
+def _valid_queue(queue: bytes) -> bool:
+    # nats-server rejects queue names containing whitespace (isValidQueue in later versions).
+    return not any(c in queue for c in (b" ", b"\t", b"\r", b"\n", b"\f"))
+
+
+def _go_duration(seconds: float) -> str:
+    """Format seconds the way Go prints a time.Duration (10s, 2m0s, 250ms)."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    minutes, secs = divmod(seconds, 60)
+    if minutes:
+        hours, minutes = divmod(int(minutes), 60)
+        text = f"{minutes}m{secs:g}s"
+        return f"{hours}h{text}" if hours else text
+    return f"{secs:g}s"

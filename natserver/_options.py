@@ -1,0 +1,64 @@
+"""Server options: every setting with nats-server's name and default (see _const.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import _const as const
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["Options"]
+
+
+@dataclass
+class Options:
+    """Settings of one server. Field names follow nats-server's config keys."""
+
+    host: str = const.DEFAULT_HOST
+    port: int = const.DEFAULT_PORT  # -1: a random free port (nats-server RANDOM_PORT)
+    server_name: str = ""  # empty: the server id, as nats-server does
+    max_payload: int = const.MAX_PAYLOAD_SIZE
+    max_control_line: int = const.MAX_CONTROL_LINE_SIZE
+    max_pending: int = const.MAX_PENDING_SIZE
+    max_connections: int = const.DEFAULT_MAX_CONNECTIONS
+    max_subscriptions: int = const.DEFAULT_MAX_SUBSCRIPTIONS  # 0: unlimited
+    ping_interval: float = const.DEFAULT_PING_INTERVAL  # seconds
+    ping_max: int = const.DEFAULT_PING_MAX_OUT
+    write_deadline: float = const.DEFAULT_WRITE_DEADLINE  # seconds
+    auth_timeout: float = const.DEFAULT_AUTH_TIMEOUT  # seconds
+    headers: bool = True  # config: no_header_support (inverted)
+    lame_duck_duration: float = const.DEFAULT_LAME_DUCK_DURATION
+    lame_duck_grace_period: float = const.DEFAULT_LAME_DUCK_GRACE_PERIOD
+    max_closed_clients: int = const.DEFAULT_MAX_CLOSED_CLIENTS
+    # Monitoring HTTP (0 = off; -1 = random port)
+    http_host: str = ""
+    http_port: int = 0
+    # Authentication (single user or token; the security work extends this)
+    username: str = ""
+    password: str = ""
+    authorization: str = ""  # token
+    # Logging
+    debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    log_file: str = ""
+    quiet: bool = False  # no log output at all (in-process test servers)
+    pid_file: str = ""
+    ports_file_dir: str = ""
+    config_file: str = ""
+    extra: dict = field(default_factory=dict)  # config keys we accept but do not act on
+
+    def copy(self, **changes) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        """Startup checks nats-server makes (server.go validateOptions)."""
+        if self.max_payload > self.max_pending:
+            raise ValueError(
+                f"max_payload ({self.max_payload}) cannot be higher than max_pending ({self.max_pending})"
+            )
+        if self.port < -1 or self.port > 65535:
+            raise ValueError(f"invalid port {self.port}")
+        if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
+            raise ValueError("lame duck grace period must be less than lame duck duration")

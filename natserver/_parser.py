@@ -1,0 +1,337 @@
+"""Sans-IO parser for the NATS client protocol, in the shape of h11.
+
+``feed(data)`` hands over received bytes; ``next_op()`` returns the next complete op
+(:mod:`natserver._ops`) or ``NEED_DATA``, and raises :class:`ProtocolError` carrying
+nats-server's answer for bad input. No I/O and no trio here.
+
+How it stays fast in Python (nats-server's parser is a per-byte state machine, which would be
+far too slow here):
+
+* whole receive chunks are scanned with ``bytes.find(b"\\n")``, one C call per control line;
+* the upper-case ``PUB `` every client library sends is recognised with one ``startswith``;
+  anything else goes through a small verb table, case-insensitively;
+* after a PUB/HPUB control line the parser jumps over the payload (it knows its size) and
+  only checks the two bytes after it, exactly like nats-server's jump-ahead;
+* large payloads are memoryview slices of the chunk (no copy); a payload that straddles chunks
+  is joined once when all of it has arrived, never re-copied per chunk.
+
+Quirks kept from nats-server (server/parser.go, client.go), because clients and tests see them:
+
+* verbs are case-insensitive; PUB/SUB/UNSUB/HPUB/-ERR need a space or tab after the verb,
+  CONNECT/INFO do not; after PING, PONG and +OK everything up to the newline is ignored;
+* CR before LF is optional; once a CR is seen in the arguments the last byte is dropped;
+* PUB/HPUB arguments split on spaces and tabs only, SUB/UNSUB also on CR;
+* sizes are at most 9 ASCII digits (``parseSize``), anything else closes silently;
+* max_payload is checked at the control line, before the payload arrives;
+* the two bytes after a payload must be CR LF;
+* a client's INFO and +OK are ignored, its -ERR closes the connection silently, MSG is unknown.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from . import _errors as errors
+from ._const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
+from ._errors import ProtocolError
+from ._ops import NEED_DATA, PING, PONG, Connect, Pub, Sub, Unsub
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["Parser"]
+
+# Payloads at least this long are handed out as memoryview slices of the received chunk.
+# Below it, copying the bytes is cheaper than building a view (measured: a 16 B bytes slice
+# costs about half of a memoryview slice), and a small copy does not pin a 64 KiB chunk.
+ZERO_COPY_MIN = 512
+
+# parser.go parseSize: at most 9 digits ("999M"); longer sizes count as bad sizes.
+MAX_SIZE_DIGITS = 9
+
+# Lines of ignored verbs (PING foo...) are not bounded by nats-server, which discards their
+# bytes as they come; we keep only this much of a long one while waiting for its newline.
+_IGNORED_LINE_KEEP = 16
+
+_new = tuple.__new__
+
+# How a verb's arguments start: nats-server's OP_<VERB>/OP_<VERB>_SPC states.
+_NEEDS_SPACE = 0  # PUB foo: one or more spaces/tabs are required
+_SPACE_OPTIONAL = 1  # CONNECT{...}: spaces are skipped, none required
+_IGNORES_REST = 2  # PING anything: the rest of the line is ignored
+
+_VERBS = (
+    (b"PUB", _NEEDS_SPACE),
+    (b"PING", _IGNORES_REST),
+    (b"PONG", _IGNORES_REST),
+    (b"SUB", _NEEDS_SPACE),
+    (b"UNSUB", _NEEDS_SPACE),
+    (b"HPUB", _NEEDS_SPACE),
+    (b"CONNECT", _SPACE_OPTIONAL),
+    (b"INFO", _SPACE_OPTIONAL),
+    (b"+OK", _IGNORES_REST),
+    (b"-ERR", _NEEDS_SPACE),
+)
+_LONGEST_VERB = max(len(v) for v, _ in _VERBS)
+
+_SPACE_TAB = re.compile(rb"[ \t]+")
+_SPACE_TAB_CR_LF = re.compile(rb"[ \t\r\n]+")
+
+
+def _match_verb(line: bytes, complete: bool) -> tuple[bytes, int] | None:
+    """Find the verb at the start of ``line`` and where its arguments begin.
+
+    ``line`` has no LF (it may end in CR). Returns ``None`` when an incomplete ``line`` is
+    still a valid beginning of some op; raises ``UNKNOWN_OP`` when it cannot be one.
+    """
+    head = line[:_LONGEST_VERB].upper()
+    n_line = len(line)
+    for verb, rule in _VERBS:
+        n = len(verb)
+        if head[:n] != verb:
+            continue
+        if rule == _IGNORES_REST:
+            return verb, n
+        i = n
+        if rule == _NEEDS_SPACE:
+            if i == n_line:
+                if complete:
+                    break
+                return None
+            if line[i] not in (32, 9):
+                break
+        while i < n_line and line[i] in (32, 9):
+            i += 1
+        return verb, i
+    else:
+        if not complete and any(verb.startswith(head) for verb, _ in _VERBS):
+            return None
+    raise ProtocolError(errors.UNKNOWN_OP, f"unknown op {line[:16]!r}")
+
+
+def _parse_size(digits: bytes) -> int:
+    """nats-server's parseSize: ASCII digits only, at most 9 of them, else -1."""
+    if not digits.isdigit() or len(digits) > MAX_SIZE_DIGITS:
+        return -1
+    return int(digits)
+
+
+class Parser:
+    """Incremental parser for one client connection.
+
+    Attributes the connection may change between ops (they take effect for the next op):
+    ``max_payload``, ``max_control_line``, ``headers`` (HPUB allowed: server and client both
+    support headers) and ``auth_pending`` (the next op must be CONNECT, as when nats-server
+    requires authentication).
+    """
+
+    __slots__ = (
+        "max_control_line",
+        "max_payload",
+        "headers",
+        "auth_pending",
+        "_buf",
+        "_view",
+        "_pos",
+        "_extra",
+        "_extra_len",
+        "_need",
+        "_odd_space",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_control_line: int = MAX_CONTROL_LINE_SIZE,
+        max_payload: int = MAX_PAYLOAD_SIZE,
+        headers: bool = True,
+        auth_pending: bool = False,
+    ) -> None:
+        self.max_control_line = max_control_line
+        self.max_payload = max_payload
+        self.headers = headers
+        self.auth_pending = auth_pending
+        self._buf = b""  # the bytes being parsed; _pos is where the next op starts
+        self._view = memoryview(b"")
+        self._pos = 0
+        # Chunks that arrived while an op was incomplete. They are joined only once the op can
+        # complete (_need bytes from _pos), so a 1 MiB payload in 64 KiB reads costs one copy.
+        self._extra: list[bytes] = []
+        self._extra_len = 0
+        self._need = 0
+        # True when the buffer holds a vertical tab or form feed: bytes.split() treats those
+        # as spaces and nats-server does not, so such buffers use the exact (slower) split.
+        self._odd_space = False
+
+    def feed(self, data: bytes) -> None:
+        """Add received bytes. ``data`` must not be mutated afterwards (it may be sliced)."""
+        if not data:
+            return
+        if not self._extra and self._pos >= len(self._buf):
+            self._set_buffer(data)
+        else:
+            self._extra.append(data)
+            self._extra_len += len(data)
+
+    def _set_buffer(self, data: bytes) -> None:
+        self._buf = data
+        self._view = memoryview(data)
+        self._pos = 0
+        self._odd_space = b"\x0b" in data or b"\x0c" in data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as ops."""
+        return len(self._buf) - self._pos + self._extra_len
+
+    def next_op(self):
+        """Return the next op, or ``NEED_DATA``. Raises ``ProtocolError``."""
+        if self._extra:
+            if len(self._buf) - self._pos + self._extra_len < self._need:
+                return NEED_DATA
+            self._set_buffer(b"".join([self._view[self._pos :], *self._extra]))
+            self._extra.clear()
+            self._extra_len = 0
+        while True:
+            buf = self._buf
+            pos = self._pos
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if pos < len(buf):
+                    self._partial_line(buf, pos)
+                return NEED_DATA
+
+            if self.auth_pending and buf[pos] not in (67, 99):  # nats-server: first op must be C/c
+                raise ProtocolError(errors.AUTH_VIOLATION, "expected CONNECT")
+
+            if buf.startswith(b"PUB ", pos):
+                verb = b"PUB"
+                arg_start = pos + 4
+            else:
+                verb, arg_start = _match_verb(buf[pos:nl], True)
+                arg_start += pos
+                if verb == b"PING":
+                    self._pos = nl + 1
+                    return PING
+                if verb == b"PONG":
+                    self._pos = nl + 1
+                    return PONG
+                if verb == b"+OK":
+                    self._pos = nl + 1
+                    continue
+
+            # The arguments: up to the LF, minus a CR before it. nats-server drops the last byte
+            # once it has seen any CR, and keeps inner CRs: the slow path below reproduces that.
+            end = nl - 1 if buf[nl - 1] == 13 else nl
+            arg = buf[arg_start:end]
+            exact = self._odd_space
+            if b"\r" in arg:
+                arg = buf[arg_start : nl - 1]
+                exact = True
+            if len(arg) > self.max_control_line:
+                raise ProtocolError(errors.MAX_CONTROL_LINE, f"control line of {len(arg)} bytes")
+
+            if verb == b"PUB" or verb == b"HPUB":
+                if exact:
+                    args = [a for a in _SPACE_TAB.split(arg) if a]
+                else:
+                    args = arg.split()
+                return self._pub(verb, args, nl + 1, pos)
+
+            self._pos = nl + 1
+            if verb == b"SUB" or verb == b"UNSUB":
+                args = [a for a in _SPACE_TAB_CR_LF.split(arg) if a] if exact else arg.split()
+                if verb == b"SUB":
+                    if len(args) == 2:
+                        return _new(Sub, (args[0], None, args[1]))
+                    if len(args) == 3:
+                        return _new(Sub, (args[0], args[1], args[2]))
+                    raise ProtocolError(errors.SILENT_CLOSE, "SUB needs 2 or 3 arguments")
+                if len(args) == 1:
+                    return _new(Unsub, (args[0], -1))
+                if len(args) == 2:
+                    return _new(Unsub, (args[0], _parse_size(args[1])))
+                raise ProtocolError(errors.SILENT_CLOSE, "UNSUB needs 1 or 2 arguments")
+            if verb == b"CONNECT":
+                return Connect(self._json_object(arg))
+            if verb == b"INFO":
+                self._json_object(arg)  # nats-server decodes a client's INFO, then ignores it
+                continue
+            # -ERR from a client: nats-server logs it and closes without answering.
+            raise ProtocolError(errors.CLIENT_ERROR, f"client sent -ERR {arg[:64]!r}")
+
+    def _pub(self, verb: bytes, args: list, start: int, pos: int):
+        """The payload part of PUB/HPUB; ``start`` is the index just after the control line."""
+        n_args = len(args)
+        if verb == b"PUB":
+            if n_args == 2:
+                subject, size_digits = args
+                reply = None
+            elif n_args == 3:
+                subject, reply, size_digits = args
+            else:
+                raise ProtocolError(errors.SILENT_CLOSE, "PUB needs 2 or 3 arguments")
+            header_size = -1
+            size = _parse_size(size_digits)
+            if size < 0:
+                raise ProtocolError(errors.SILENT_CLOSE, "PUB has a bad size")
+        else:
+            if not self.headers:
+                raise ProtocolError(errors.SILENT_CLOSE, "HPUB without header support")
+            if n_args == 3:
+                subject, header_digits, size_digits = args
+                reply = None
+            elif n_args == 4:
+                subject, reply, header_digits, size_digits = args
+            else:
+                raise ProtocolError(errors.SILENT_CLOSE, "HPUB needs 3 or 4 arguments")
+            header_size = _parse_size(header_digits)
+            size = _parse_size(size_digits)
+            if header_size < 0 or size < 0 or header_size > size:
+                raise ProtocolError(errors.SILENT_CLOSE, "HPUB has bad sizes")
+            size_digits = header_digits + b" " + size_digits
+        if size > self.max_payload:
+            raise ProtocolError(errors.MAX_PAYLOAD, f"payload of {size} bytes")
+
+        buf = self._buf
+        end = start + size
+        if end + 2 > len(buf):
+            if len(buf) > end and buf[end] != 13:  # fail as soon as the terminator is wrong
+                raise ProtocolError(errors.UNKNOWN_OP, "payload not followed by CRLF")
+            self._need = end + 2 - pos
+            return NEED_DATA
+        if buf[end] != 13 or buf[end + 1] != 10:
+            raise ProtocolError(errors.UNKNOWN_OP, "payload not followed by CRLF")
+        self._pos = end + 2
+        payload = buf[start:end] if size < ZERO_COPY_MIN else self._view[start:end]
+        return _new(Pub, (subject, reply, header_size, size_digits, payload))
+
+    def _partial_line(self, buf: bytes, pos: int) -> None:
+        """Check an incomplete control line now, as nats-server does at the end of a read."""
+        line = buf[pos:]
+        if self.auth_pending and line[0] not in (67, 99):
+            raise ProtocolError(errors.AUTH_VIOLATION, "expected CONNECT")
+        matched = _match_verb(line, False)
+        if matched is not None:
+            verb, arg_start = matched
+            if verb in (b"PING", b"PONG", b"+OK"):
+                # The rest of this line will be ignored: do not buffer it.
+                if len(line) > _IGNORED_LINE_KEEP:
+                    self._set_buffer(line[: len(verb)])
+                    line = self._buf
+            elif len(line) - arg_start > self.max_control_line:
+                raise ProtocolError(errors.MAX_CONTROL_LINE, "partial control line too long")
+        self._need = len(line) + 1
+
+    @staticmethod
+    def _json_object(arg: bytes) -> dict:
+        """CONNECT/INFO JSON; nats-server closes silently when it does not decode."""
+        try:
+            value = orjson.loads(arg)
+        except orjson.JSONDecodeError:
+            raise ProtocolError(errors.SILENT_CLOSE, "bad JSON") from None
+        if value is None:  # Go's json.Unmarshal accepts null and changes nothing
+            return {}
+        if not isinstance(value, dict):
+            raise ProtocolError(errors.SILENT_CLOSE, "JSON is not an object")
+        return value

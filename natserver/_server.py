@@ -1,0 +1,299 @@
+"""The server: listeners, the client registry, INFO, counters, authentication and shutdown.
+
+Use it the trio way::
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(natserver.serve, natserver.Options(port=-1))
+        print(server.port)
+        ...
+        await server.shutdown()
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import errno
+import hmac
+import logging
+import os
+import sys
+import time
+
+import orjson
+import trio
+
+from . import _const as const
+from . import _errors as errors
+from ._client import Client
+from ._log import configure_logging
+from ._options import Options
+from ._sublist import Sublist
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["Server", "serve"]
+
+log = logging.getLogger("natserver")
+
+# trio's serve_listeners and nats-server (ACCEPT_MIN_SLEEP/ACCEPT_MAX_SLEEP, const.go:141/144)
+# both back off when accept fails for lack of resources instead of spinning.
+_ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+ACCEPT_MIN_SLEEP = 0.010
+ACCEPT_MAX_SLEEP = 1.0
+
+
+def _crc16_xmodem(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+def make_server_id() -> str:
+    """A server id shaped like nats-server's: an nkey server public key (56 chars, "N...")."""
+    raw = bytes([13 << 3]) + os.urandom(32)  # nkeys PrefixByteServer
+    raw += _crc16_xmodem(raw).to_bytes(2, "little")
+    return base64.b32encode(raw).decode().rstrip("=")
+
+
+class Server:
+    """A running (or about to run) natserver. Create with options, then ``await run()``."""
+
+    def __init__(self, options: Options | None = None, **changes) -> None:
+        options = (options or Options()).copy(**changes) if changes else (options or Options())
+        options.validate()
+        self.options = options
+        self.server_id = make_server_id()
+        self.server_name = options.server_name or self.server_id
+        self.sublist = Sublist()
+        self.clients: dict[int, Client] = {}
+        self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
+        # Clients given output while the current chunk was processed; flushed once after it.
+        self.touched: set[Client] = set()
+        self.start_time = time.time()
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.slow_consumers = 0
+        self.total_connections = 0
+        self._next_cid = 0
+        self.listeners: list[trio.SocketListener] = []
+        self.port: int | None = None
+        self.host = options.host
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+        self.shutting_down = False
+        self.lame_duck = False
+        self._info_base: dict = {}
+
+    # -- properties used by clients ----------------------------------------------------------
+
+    @property
+    def auth_required(self) -> bool:
+        o = self.options
+        return bool(o.username or o.authorization)
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"nats://{host}:{self.port}"
+
+    @property
+    def subscriptions(self) -> int:
+        return self.sublist.count
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until ``shutdown()``; ``task_status.started(self)`` when ready."""
+        options = self.options
+        if not getattr(self, "_logging_configured", False):
+            configure_logging(options)
+        log.info("Starting natserver (nats-server %s compatible)", const.SERVER_VERSION)
+        log.info("  Version:  %s", const.SERVER_VERSION)
+        log.info("  Name:     %s", self.server_name)
+        log.info("  ID:       %s", self.server_id)
+        port = 0 if options.port == const.RANDOM_PORT else options.port
+        host = None if options.host in ("", "0.0.0.0") else options.host
+        try:
+            self.listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            log.error("Error listening on port: %s:%d, %r", options.host, options.port, exc)
+            raise
+        self.port = self.listeners[0].socket.getsockname()[1]
+        self._info_base = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": options.host,
+            "port": self.port,
+            "headers": options.headers,
+            "max_payload": options.max_payload,
+        }
+        if self.auth_required:
+            self._info_base["auth_required"] = True
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for listener in self.listeners:
+                    nursery.start_soon(self._accept_loop, listener)
+                log.info("Listening for client connections on %s:%d", options.host, self.port)
+                log.info("Server is ready")
+                task_status.started(self)
+                await self._stopped.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            for listener in self.listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            log.info("Server Exiting..")
+
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        sleep = ACCEPT_MIN_SLEEP
+        while not self.lame_duck:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in _ACCEPT_RESOURCE_ERRORS:
+                    log.error("Temporary Client Accept Error(%r), sleeping %dms", exc, sleep * 1000)
+                    await trio.sleep(sleep)
+                    sleep = min(sleep * 2, ACCEPT_MAX_SLEEP)
+                    continue
+                if self.shutting_down or self.lame_duck:
+                    return
+                raise
+            except trio.ClosedResourceError:
+                return
+            sleep = ACCEPT_MIN_SLEEP
+            self._nursery.start_soon(self._handle_connection, stream)
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        self._next_cid += 1
+        cid = self._next_cid
+        try:
+            peer = stream.socket.getpeername()
+            ip, port = peer[0], peer[1]
+        except OSError:
+            ip, port = "", 0
+        client = Client(self, stream, cid, ip, port)
+        info = self.info_for(client)
+        self.total_connections += 1
+        if len(self.clients) >= self.options.max_connections or self.shutting_down:
+            # server.go: INFO first, then the error, then close.
+            log.error("%s:%d - cid:%d - Maximum Connections Exceeded", ip, port, cid)
+            with trio.move_on_after(self.options.write_deadline):
+                try:
+                    await stream.send_all(info + errors.MAX_CONNECTIONS.wire)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            await trio.aclose_forcefully(stream)
+            return
+        self.clients[cid] = client
+        log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
+        await client.run(info)
+
+    def info_for(self, client: Client) -> bytes:
+        info = dict(self._info_base)
+        info["client_id"] = client.cid
+        info["client_ip"] = client.ip
+        if self.lame_duck:
+            info["ldm"] = True
+        return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    # -- hooks the clients call ---------------------------------------------------------------
+
+    def flush_touched(self):
+        """Wake the writer of every client given output; return a stall event if one of them
+        is so far behind that the current producer should wait for it."""
+        touched = self.touched
+        stalled = None
+        for client in touched:
+            if client.out:
+                client.wake_writer()
+            if client.pending > client._stall_at:
+                stalled = client.stall_event() or stalled
+        touched.clear()
+        return stalled
+
+    def client_closed(self, client: Client) -> None:
+        if self.clients.pop(client.cid, None) is None:
+            return
+        self.touched.discard(client)
+        self.closed_clients.append(connection_record(client))
+        log.debug("%s:%d - cid:%d - Client connection closed: %s", client.ip, client.port, client.cid, client.close_reason)
+
+    def note_slow_consumer(self, client: Client, detail: str) -> None:
+        self.slow_consumers += 1
+        log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
+
+    def authenticate(self, client: Client, opts: dict) -> bool:
+        """Check CONNECT credentials in constant time; secrets are never logged."""
+        o = self.options
+        if o.authorization:
+            token = opts.get("auth_token") or ""
+            return hmac.compare_digest(token.encode(), o.authorization.encode())
+        if o.username:
+            user = (opts.get("user") or "").encode()
+            password = (opts.get("pass") or "").encode()
+            ok_user = hmac.compare_digest(user, o.username.encode())
+            ok_pass = hmac.compare_digest(password, o.password.encode())
+            if ok_user and ok_pass:
+                client.user = o.username
+                return True
+            return False
+        return True
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Close every client ("Server Shutdown") and stop listening; returns when stopped."""
+        self.stop()
+        # Let client tasks observe their cancellation before we return.
+        await trio.lowlevel.checkpoint()
+
+    def stop(self) -> None:
+        """Synchronous version of shutdown(): everything is cancelled, nothing awaited."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        for client in list(self.clients.values()):
+            client.close("Server Shutdown", flush=False)
+        self._stopped.set()
+
+
+def connection_record(client: Client) -> dict:
+    """What /connz reports about a connection (kept for closed ones too)."""
+    return {
+        "cid": client.cid,
+        "ip": client.ip,
+        "port": client.port,
+        "start": client.start,
+        "stop": client.stop,
+        "last_activity": client.last_activity,
+        "rtt": client.rtt,
+        "pending_bytes": client.pending,
+        "in_msgs": client.in_msgs,
+        "out_msgs": client.out_msgs,
+        "in_bytes": client.in_bytes,
+        "out_bytes": client.out_bytes,
+        "subscriptions": len(client.subs),
+        "subjects": [sub.subject.decode("utf-8", "replace") for sub in client.subs.values()],
+        "name": client.name,
+        "lang": client.lang,
+        "version": client.version,
+        "user": client.user,
+        "reason": client.close_reason,
+    }
+
+
+async def serve(options: Options | None = None, *, task_status=trio.TASK_STATUS_IGNORED, **changes) -> None:
+    """Run a server; use as ``server = await nursery.start(serve, options)``."""
+    server = Server(options, **changes)
+    await server.run(task_status=task_status)
