@@ -98,7 +98,7 @@ def summarize(sc: Scenario, rounds: dict[str, list[RoundResult]], have_b: bool) 
                                 B: _median([r.server_cpu_pct for r in rb if r.server_cpu_pct is not None])})
 
 
-HEADER = ("scn", "metric", A, B, "ratio", "target", "pass", "load CPU A/B", "server CPU A/B", "correct")
+HEADER = ("scn", "metric", A, B, "ratio", "ratio range", "target", "pass", "load CPU A/B", "server CPU A/B", "correct")
 
 
 def table_rows(summary: dict) -> list[tuple]:
@@ -112,6 +112,8 @@ def table_rows(summary: dict) -> list[tuple]:
             fmt(m["natserver_median"], m["unit"]),
             fmt(m["nats_server_median"], m["unit"]),
             "-" if ratio is None else f"{ratio:.2f}",
+            # spread of the per-round ratios: how much to trust the median
+            f"{min(m['ratio_rounds']):.2f}-{max(m['ratio_rounds']):.2f}" if m["ratio_rounds"] else "-",
             m["target"] or "-",
             m["status"],
             (f"{_pct(summary['load_cpu_pct'][A])}/{_pct(summary['load_cpu_pct'][B])}" if first else ""),
@@ -171,6 +173,8 @@ def write_png(path: Path, summaries: list[dict], title: str) -> str | None:
         return "no ratios to plot (nats-server side skipped?): PNG skipped"
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(bars) + 2), 5))
     colors = {"PASS": "#3a9a4a", "FAIL": "#c8453c"}
+    top = max(max([m["ratio_median"], *m["ratio_rounds"],
+                   m["target_value"] if m["target_kind"] == "ratio" else 0]) for _, m in bars)
     for x, (sid, m) in enumerate(bars):
         ax.bar(x, m["ratio_median"], color=colors.get(m["status"], "#8a8f98"), width=0.65)
         # per-round ratios as dots: shows the spread behind the median
@@ -178,14 +182,22 @@ def write_png(path: Path, summaries: list[dict], title: str) -> str | None:
         if m["target_kind"] == "ratio":
             tv = m["target_value"]
             ax.hlines(tv, x - 0.4, x + 0.4, colors="black", linewidths=2)
-            ax.annotate(m["target"], (x, tv), textcoords="offset points", xytext=(0, 4),
-                        ha="center", fontsize=8)
+            ax.annotate(m["target"], (x + 0.4, tv), textcoords="offset points", xytext=(2, -3),
+                        ha="left", fontsize=7)
         ax.annotate(f"{m['ratio_median']:.2f}", (x, m["ratio_median"]), textcoords="offset points",
-                    xytext=(0, -12), ha="center", fontsize=8, color="white")
+                    xytext=(0, 3), ha="center", fontsize=8)
     ax.axhline(1.0, color="#444", linestyle="--", linewidth=0.8)
     ax.set_xticks(range(len(bars)))
     ax.set_xticklabels([f"{sid}\n{m['label']}" + ("\n(lower=better)" if not m["higher_is_better"] else "")
-                        for sid, m in bars], fontsize=8)
+                        + (f"\ntarget {m['target']} abs." if m["target_kind"] == "abs" else "")
+                        for sid, m in bars], fontsize=7)
+    ax.set_ylim(0, top * 1.15)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=colors["PASS"], label="target met"),
+                       Patch(color=colors["FAIL"], label="target missed"),
+                       Patch(color="#8a8f98", label="no target")],
+              fontsize=7, loc="upper right", framealpha=0.8)
     ax.set_ylabel("natserver / nats-server (median of rounds)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()

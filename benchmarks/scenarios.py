@@ -38,6 +38,10 @@ class Options:
     ready_timeout: float = 60.0  # connect + subscribe (10 000 SUBs on a slow server)
     drain_timeout: float = 10.0  # after publishing, wait this long for deliveries
     connect_timeout: float = 30.0  # idle-connection scenarios
+    # Handshakes in flight per connector process: parallel enough to keep the
+    # server busy, far below the listen backlog (a dropped SYN costs a 1 s
+    # retransmit and would wreck connects/s).
+    connect_inflight: int = 128
 
 
 # --------------------------------------------------------------------------
@@ -175,13 +179,21 @@ class Workers:
         self.names[wid] = f"{name}#{wid}"
         return wid
 
-    def _pump(self, timeout: float) -> None:
+    def _pump(self, timeout: float, dead_check: bool = True) -> None:
         try:
             kind, wid, data = self.q.get(timeout=timeout)
         except queue.Empty:
+            if not dead_check:
+                return
             for wid, p in self.procs.items():
                 if p.exitcode is not None and wid not in self.results:
-                    raise WorkerError(f"worker {self.names[wid]} died (exit code {p.exitcode})")
+                    # A worker that just exited may have its result still in
+                    # the pipe: read for a moment before declaring it dead.
+                    end = time.monotonic() + 1.0
+                    while wid not in self.results and time.monotonic() < end:
+                        self._pump(0.1, dead_check=False)
+                    if wid not in self.results:
+                        raise WorkerError(f"worker {self.names[wid]} died (exit code {p.exitcode})")
             return
         if kind == "ready":
             self.ready.add(wid)
@@ -312,10 +324,13 @@ def run_pubsub(spec: ServerSpec, opts: Options, plan: PubSubPlan) -> RoundResult
     for r in pub_res:
         if r["error"]:
             res.checks.append(Check("publisher ok", False, r["error"]))
-    if any(r["stalled"] for r in pub_res) or (plan.groups and not complete):
+    stalled = any(r["stalled"] for r in pub_res)
+    if stalled or (plan.groups and not complete):
         res.notes.append("cut short")
         res.checks.append(Check("not cut short", False,
-                                "subscribers stopped making progress" if not complete else "publisher stalled"))
+                                f"publisher waited {wire.STALL_TIMEOUT:g} s for subscribers that made no progress"
+                                if stalled else
+                                f"deliveries incomplete {opts.drain_timeout:g} s after publishing ended"))
     for gi, g in enumerate(plan.groups):
         exp = g.expected(published)
         got = [conns[s]["count"] for s in g.slots]
@@ -490,7 +505,8 @@ def _idle_round(spec: ServerSpec, opts: Options, count: int) -> dict:
     shares = [count // nproc + (1 if i < count % nproc else 0) for i in range(nproc)]
     out: dict = dict(count=count)
     with spec.start() as srv, Workers() as w:
-        ids = [w.spawn("idle", wire.idle_worker, srv.port, n, 128, opts.connect_timeout) for n in shares]
+        ids = [w.spawn("idle", wire.idle_worker, srv.port, n, opts.connect_inflight,
+                         opts.connect_timeout) for n in shares]
         w.wait_ready(ids, opts.ready_timeout)
         rss0 = srv.rss_kib()
         cpu0 = srv.cpu_seconds()

@@ -21,7 +21,7 @@ import time
 
 import trio
 
-from . import harness
+from . import harness, runner
 from .cases import CASES
 
 
@@ -44,27 +44,32 @@ def cmd_record(args) -> int:
     unstable = []
     t0 = time.monotonic()
     try:
-        for case in cases:
-            server = pool.get("nats-server", case.config)
-            results = [trio.run(harness.run_case, case, server.host, server.port) for _ in range(args.repeat)]
-            first = results[0]
-            notes = [n for r in results for n in r.notes]
-            for other in results[1:]:
-                d = harness.diff_transcripts(first.transcript, other.transcript, labels=("run 1", "run N"))
-                if d:
-                    unstable.append(case.name)
-                    print(f"NON-DETERMINISTIC {case.name}\n{d}")
-                    break
-            else:
-                harness.save_expected(case, first, version)
-                if args.verbose:
-                    print(f"== {case.name}")
-                    for name, t in first.transcript.items():
-                        print(f"  [{name}] " + " ".join(t.lines()))
-            for note in notes:
-                print(f"  note {case.name}: {note}")
+        outcomes = trio.run(
+            lambda: runner.run_many(cases, target=None, reference="live", pool=pool, jobs=args.jobs, repeat=args.repeat)
+        )
     finally:
         pool.close()
+    for case in cases:
+        out = outcomes[case.name]
+        if out.error:
+            unstable.append(case.name)
+            print(f"ERROR {case.name}: {out.error}")
+            continue
+        first = out.reference_runs[0]
+        for other in out.reference_runs[1:]:
+            d = harness.diff_transcripts(first.transcript, other.transcript, labels=("run 1", "run N"))
+            if d:
+                unstable.append(case.name)
+                print(f"NON-DETERMINISTIC {case.name}\n{d}")
+                break
+        else:
+            harness.save_expected(case, first, version)
+            if args.verbose:
+                print(f"== {case.name}")
+                for name, t in first.transcript.items():
+                    print(f"  [{name}] " + " ".join(t.lines()))
+        for note in (n for r in out.reference_runs for n in r.notes):
+            print(f"  note {case.name}: {note}")
     # Remove recordings of cases that no longer exist.
     if not args.k:
         names = {c.name for c in CASES}
@@ -79,42 +84,26 @@ def cmd_record(args) -> int:
 def cmd_run(args) -> int:
     cases = _select(args.k)
     pool = harness.ServerPool()
-    failed: list[tuple[str, str]] = []
-    skipped: list[tuple[str, str]] = []
     t0 = time.monotonic()
     try:
-        for case in cases:
-            try:
-                target = pool.get(args.target, case.config)
-            except harness.ServerStartError as exc:
-                skipped.append((case.name, str(exc).splitlines()[0]))
-                continue
-            if args.against == "live":
-                ref = pool.get("nats-server", case.config)
-
-                async def both():
-                    out = {}
-                    async with trio.open_nursery() as n:
-                        async def one(key, srv):
-                            out[key] = await harness.run_case(case, srv.host, srv.port)
-                        n.start_soon(one, "ref", ref)
-                        n.start_soon(one, "got", target)
-                    return out["ref"].transcript, out["got"]
-
-                expected, got = trio.run(both)
-            else:
-                if not harness.expected_path(case).exists():
-                    skipped.append((case.name, "no recording"))
-                    continue
-                expected, _ = harness.load_expected(case)
-                got = trio.run(harness.run_case, case, target.host, target.port)
-            d = harness.diff_transcripts(expected, got.transcript, labels=("nats-server", args.target))
-            if d:
-                failed.append((case.name, harness.short_summary(expected, got.transcript)))
-                if not args.quiet:
-                    print(f"FAIL {case.name}\n{d}\n")
+        outcomes = trio.run(
+            lambda: runner.run_many(cases, target=args.target, reference=args.against, pool=pool, jobs=args.jobs)
+        )
     finally:
         pool.close()
+    failed: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    for case in cases:
+        out = outcomes[case.name]
+        if out.skip:
+            skipped.append((case.name, out.skip.splitlines()[0]))
+        elif out.error:
+            failed.append((case.name, out.error.splitlines()[0]))
+        elif out.diff:
+            failed.append((case.name, harness.short_summary(out.expected, out.got.transcript)))
+            if not args.quiet:
+                d = harness.diff_transcripts(out.expected, out.got.transcript, labels=("nats-server", args.target))
+                print(f"FAIL {case.name}\n{d}\n")
     for name, why in skipped:
         print(f"SKIP {name}: {why}")
     print(f"\n{len(cases) - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped "
@@ -131,11 +120,13 @@ def main(argv=None) -> int:
     rec.add_argument("-k", help="only cases whose name contains this")
     rec.add_argument("--repeat", type=int, default=2)
     rec.add_argument("-v", "--verbose", action="store_true")
+    rec.add_argument("-j", "--jobs", type=int, default=runner.DEFAULT_JOBS)
     run = sub.add_parser("run", help="compare a server with the expectations")
     run.add_argument("-k", help="only cases whose name contains this")
     run.add_argument("--target", default="natserver", choices=["natserver", "nats-server"])
     run.add_argument("--against", default="recorded", choices=["recorded", "live"])
     run.add_argument("-q", "--quiet", action="store_true", help="summary only")
+    run.add_argument("-j", "--jobs", type=int, default=runner.DEFAULT_JOBS)
     sub.add_parser("list", help="list case names")
     args = parser.parse_args(argv)
     if args.cmd == "record":

@@ -15,7 +15,7 @@ Conventions
 
 from __future__ import annotations
 
-from .harness import Case, Close, Flush, Open, Send, Sleep, WaitFor
+from .harness import Case, Close, Flush, HalfClose, Open, Send, Sleep, WaitFor
 
 # Common CONNECT lines ----------------------------------------------------------------------
 
@@ -619,3 +619,177 @@ case("auth_no_credentials", S("c", b'CONNECT {"verbose":false}\r\nPING\r\n'), co
 case("auth_ping_before_connect", S("c", b"PING\r\n"), config=AUTH, doc="first op must be CONNECT")
 case("auth_sub_before_connect", S("c", b"SUB foo 1\r\n"), config=AUTH)
 case("auth_timeout", Open("c"), WaitFor("c", b"Timeout", timeout=2.0), config=AUTH, doc="auth timeout 0.5 s")
+
+# ------------------------------------------------------------------------------------------
+# CONNECT JSON decoding (Go's encoding/json semantics)
+# ------------------------------------------------------------------------------------------
+
+case("connect_key_case_insensitive", S("c", b'CONNECT {"VERBOSE":false,"Pedantic":false}\r\nSUB foo 1\r\nPING\r\n'),
+     doc="encoding/json matches keys case-insensitively")
+case("connect_duplicate_keys_last_wins", S("c", b'CONNECT {"verbose":true,"verbose":false}\r\nSUB foo 1\r\nPING\r\n'))
+case("connect_null_value_keeps_default", S("c", b'CONNECT {"verbose":null}\r\nSUB foo 1\r\nPING\r\n'))
+case("connect_whitespace_in_json", S("c", b'CONNECT  { "verbose" : false ,\t"pedantic":false }  \r\nPING\r\n'))
+case("connect_trailing_garbage", S("c", b'CONNECT {"verbose":false} xyz\r\nPING\r\n'))
+case("connect_protocol_float", S("c", b'CONNECT {"verbose":false,"protocol":1.5}\r\nPING\r\n'))
+case("connect_protocol_string", S("c", b'CONNECT {"verbose":false,"protocol":"1"}\r\nPING\r\n'))
+case("connect_protocol_overflow", S("c", b'CONNECT {"verbose":false,"protocol":99999999999999999999}\r\nPING\r\n'))
+case("connect_json_string", S("c", b'CONNECT "hello"\r\nPING\r\n'))
+case("connect_json_number", S("c", b"CONNECT 1\r\nPING\r\n"))
+case("connect_echo_string", S("c", b'CONNECT {"verbose":false,"echo":"false"}\r\nPING\r\n'))
+case("connect_verbose_protocol_error", S("c", b'CONNECT {"verbose":true,"protocol":2}\r\nPING\r\n'))
+case("connect_long_over_4096", S("c", b'CONNECT {"verbose":false,"name":"' + b"n" * 5000 + b'"}\r\nPING\r\n'))
+case("connect_name_4000", S("c", b'CONNECT {"verbose":false,"name":"' + b"n" * 4000 + b'"}\r\nPING\r\n'))
+case(
+    "connect_twice_headers_off",
+    S("c", QH + QNOH + hpub("foo", H1, b"x") + b"PING\r\n"),
+    doc="the second CONNECT turns headers off: HPUB then closes",
+)
+case(
+    "connect_twice_echo_off",
+    S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\na\r\n" + b'CONNECT {"echo":false,"verbose":false}\r\nPUB foo 1\r\nb\r\n'),
+    Flush("c"),
+)
+
+# ------------------------------------------------------------------------------------------
+# Sizes and numbers
+# ------------------------------------------------------------------------------------------
+
+case("pub_size_9_digits_over_max", S("c", b"PUB foo 999999999\r\n"), doc="max payload violation")
+case("pub_size_10_digits", S("c", b"PUB foo 1000000000\r\n"), doc="too many digits: bad size")
+case("pub_bad_arity_and_oversize", S("c", b"PUB foo bar baz 2000000\r\n"))
+case("pub_reply_wildcard_pedantic", S("c", QP + b"SUB foo 1\r\nPUB foo bar.* 1\r\nx\r\n"), Flush("c"))
+case("pub_reply_invalid_pedantic", S("c", QP + b"SUB foo 1\r\nPUB foo bar..baz 1\r\nx\r\n"), Flush("c"))
+case("hpub_hdr_zero", S("c", QH + b"SUB foo 1\r\nHPUB foo 0 2\r\nhi\r\n"), Flush("c"))
+case("hpub_hdr_equals_total_non_header_sub", S("s", QNOH + b"SUB foo 1\r\n"), Flush("s"),
+     S("p", QH + hpub("foo", H1, b"")), Flush("p"))
+case("hpub_hdr_10_digits", S("c", QH + b"HPUB foo 1000000000 1000000001\r\n"))
+case("unsub_max_huge", S("c", Q + b"SUB foo 1\r\nUNSUB 1 99999999999\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("unsub_sid_not_numeric_with_max", S("c", Q + b"SUB foo abc\r\nUNSUB abc 1\r\n" + b"PUB foo 1\r\nx\r\n" * 2), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# Incomplete input, errors in the middle of a pipeline
+# ------------------------------------------------------------------------------------------
+
+case("pub_incomplete_payload", S("c", Q + b"SUB foo 1\r\nPUB foo 5\r\nhi"), doc="waits for the rest: nothing back")
+case("pub_incomplete_payload_completed_later", S("c", Q + b"SUB foo 1\r\nPUB foo 5\r\nhi"), Sleep(0.1), S("c", b"!!!\r\n"), Flush("c"))
+case("sub_no_newline", S("c", b"SUB foo 1"))
+case("ping_then_error_same_send", S("c", b"PING\r\nPUB foo 2\r\nhiX\r\n"))
+case("msg_then_max_payload", S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\nx\r\nPUB foo 2000000\r\n"))
+case("verbose_then_unknown_op", S("c", b"SUB foo 1\r\nPUB foo 1\r\nx\r\nBOGUS\r\n"))
+case("plus_ok_with_garbage", S("c", b"+OK foo\r\nPING\r\n"))
+case("plus_okx", S("c", b"+OKx\r\nPING\r\n"))
+case("info_from_client_bad_json", S("c", b"INFO {bad}\r\nPING\r\n"))
+case("subject_control_chars", S("c", Q + b"SUB a\x01b 1\r\nPUB a\x01b 1\r\nx\r\n"), Flush("c"))
+case("subject_non_utf8", S("c", Q + b"SUB a\xffb 1\r\nPUB a\xffb 1\r\nx\r\n"), Flush("c"))
+case("long_sid_and_queue", S("c", Q + b"SUB foo " + b"q" * 500 + b" " + b"s" * 500 + b"\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("split_hpub_byte_by_byte", S("c", QH + b"SUB foo 1\r\n" + hpub("foo", H1, b"hey", reply="r")), S("c", b"PING\r\n"),
+     Flush("c"))
+case("split_hpub_bytes", S("c", QH + b"SUB foo 1\r\n"), S("c", hpub("foo", H1, b"hey", reply="r") + b"PING\r\n", splits="bytes", delay=0.002))
+
+# ------------------------------------------------------------------------------------------
+# No responders, more
+# ------------------------------------------------------------------------------------------
+
+case("no_responders_verbose", S("c", b'CONNECT {"verbose":true,"headers":true,"no_responders":true}\r\nSUB r 1\r\nPUB foo r 0\r\n\r\n'), Flush("c"))
+case("no_responders_echo_true_self", S("c", QNR + b"SUB r 1\r\nSUB foo 2\r\nPUB foo r 0\r\n\r\n"), Flush("c"))
+case(
+    "no_responders_queue_responder",
+    S("s", Q + b"SUB foo q 1\r\n"),
+    Flush("s"),
+    S("p", QNR + b"SUB r 1\r\nPUB foo r 0\r\n\r\n"),
+    Flush("p"),
+)
+case(
+    "no_responders_reply_sub_elsewhere",
+    S("s", Q + b"SUB r 1\r\n"),
+    Flush("s"),
+    S("p", QNR + b"PUB foo r 0\r\n\r\n"),
+    Flush("p"),
+    doc="the publisher holds no sub for the reply: no 503",
+)
+case("no_responders_long_subject", S("c", QNR + b"SUB _INBOX.> 1\r\nPUB a.b.c.d.e.f _INBOX.abc.def 3\r\nxyz\r\n"), Flush("c"))
+case("no_responders_unsubscribed_reply", S("c", QNR + b"SUB r 1\r\nUNSUB 1\r\nPUB foo r 0\r\n\r\n"), Flush("c"))
+case("no_responders_auto_unsub_reply", S("c", QNR + b"SUB r 1\r\nUNSUB 1 1\r\nPUB foo r 0\r\n\r\nPUB foo r 0\r\n\r\n"), Flush("c"),
+     doc="the 503 bypasses delivery accounting: UNSUB max 1 still gets two 503s")
+
+# ------------------------------------------------------------------------------------------
+# Go encoding/json corners in CONNECT
+# ------------------------------------------------------------------------------------------
+
+case("connect_invalid_utf8_in_string", S("c", b'CONNECT {"verbose":false,"name":"a\xffb"}\r\nPING\r\n'),
+     doc="Go replaces invalid UTF-8 with U+FFFD, no error")
+case("connect_lone_surrogate_escape", S("c", b'CONNECT {"verbose":false,"name":"\\ud800"}\r\nPING\r\n'))
+case("connect_protocol_exponent", S("c", b'CONNECT {"verbose":false,"protocol":1e0}\r\nPING\r\n'))
+case("connect_protocol_one_point_zero", S("c", b'CONNECT {"verbose":false,"protocol":1.0}\r\nPING\r\n'))
+case("connect_trailing_comma", S("c", b'CONNECT {"verbose":false,}\r\nPING\r\n'))
+case("connect_deep_nesting", S("c", b'CONNECT {"verbose":false,"x":' + b"[" * 2000 + b"]" * 2000 + b"}\r\nPING\r\n"),
+     doc="Go allows 10000 levels")
+case("connect_key_unicode_fold", S("c", 'CONNECT {"verbo\u017fe":false}\r\nSUB foo 1\r\nPING\r\n'.encode()),
+     doc="Go's key folding maps U+017F (long s) to s")
+case("connect_key_escaped", S("c", b'CONNECT {"verb\\u006fse":false}\r\nSUB foo 1\r\nPING\r\n'))
+case("connect_dup_key_different_case", S("c", b'CONNECT {"verbose":false,"VERBOSE":true}\r\nSUB foo 1\r\nPING\r\n'))
+case("connect_cr_inside_json", S("c", b'CONNECT {"verbose":\rfalse}\r\nSUB foo 1\r\nPING\r\n'))
+case("connect_name_number", S("c", b'CONNECT {"verbose":false,"name":123}\r\nPING\r\n'))
+case("connect_nan", S("c", b'CONNECT {"verbose":NaN}\r\nPING\r\n'))
+case("connect_empty_key", S("c", b'CONNECT {"":1,"verbose":false}\r\nPING\r\n'))
+case("connect_protocol_dup_invalid", S("c", b'CONNECT {"verbose":false,"protocol":1,"protocol":2}\r\nPING\r\n'))
+case("connect_headers_string", S("c", b'CONNECT {"verbose":false,"headers":"true"}\r\nPING\r\n'))
+case("connect_json_with_newline_escape", S("c", b'CONNECT {"verbose":false,"name":"a\\r\\nb"}\r\nPING\r\n'))
+
+# ------------------------------------------------------------------------------------------
+# CR inside control lines (Go's 'drop' flag stays set until LF)
+# ------------------------------------------------------------------------------------------
+
+case("cr_inside_sub_args", S("c", Q + b"SUB foo 12\r3\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("cr_then_space_sub_args", S("c", Q + b"SUB foo\r 1\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("cr_inside_pub_args", S("c", Q + b"SUB foo 1\r\nPUB foo\r 1\r\nx\r\n"), Flush("c"))
+case("cr_inside_unsub_args", S("c", Q + b"SUB foo 1\r\nUNSUB 1\r 5\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+case("double_cr", S("c", Q + b"SUB foo 1\r\r\nPUB foo 1\r\nx\r\n"), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# Subject validity corners
+# ------------------------------------------------------------------------------------------
+
+case("sub_subject_formfeed_token", S("c", Q + b"SUB a\x0cb 1\r\nSUB \x0c 2\r\nSUB a.\x0c.b 3\r\n"), Flush("c"))
+case("pub_subject_formfeed_pedantic", S("c", QP + b"SUB > 1\r\nPUB a\x0cb 1\r\nx\r\nPUB \x0c 1\r\ny\r\n"), Flush("c"))
+case("sub_gt_not_last_and_star_gt", S("c", Q + b"SUB >.foo 1\r\nSUB *.> 2\r\nPUB a.b 1\r\nx\r\n"), Flush("c"))
+case("sub_subject_only_dot", S("c", Q + b"SUB . 1\r\nSUB .. 2\r\n"), Flush("c"))
+
+# ------------------------------------------------------------------------------------------
+# Numbers in UNSUB / HPUB
+# ------------------------------------------------------------------------------------------
+
+case("unsub_max_plus_sign", S("c", Q + b"SUB foo 1\r\nUNSUB 1 +2\r\n" + b"PUB foo 1\r\nx\r\n" * 3), Flush("c"))
+case("hpub_sizes_leading_zeros", S("c", QH + b"SUB foo 1\r\nHPUB foo 012 014\r\nNATS/1.0\r\n\r\nhi\r\n"), Flush("c"))
+case("hpub_sizes_leading_zeros_non_header_sub", S("s", QNOH + b"SUB foo 1\r\n"), Flush("s"),
+     S("p", QH + b"HPUB foo 012 014\r\nNATS/1.0\r\n\r\nhi\r\n"), Flush("p"))
+case("pub_size_hex", S("c", b"PUB foo 0x1\r\nx\r\nPING\r\n"))
+case("plus_ok_lower", S("c", b"+ok\r\nPING\r\n"))
+case("minus_err_lower", S("c", b"-err 'x'\r\nPING\r\n"))
+
+# ------------------------------------------------------------------------------------------
+# Volume and half-close
+# ------------------------------------------------------------------------------------------
+
+case("ping_flood_1000", S("c", b"PING\r\n" * 1000))
+_burst = b"".join(b"PUB b.%d %d\r\n%s\r\n" % (i % 7, i % 300, bytes([97 + i % 26]) * (i % 300)) for i in range(1500))
+case("pipelined_large_burst", S("c", Q + b"SUB b.* 1\r\n" + _burst + b"PING\r\n"), quiet=0.3,
+     doc="~225 KB of mixed-size PUBs in one send; payloads straddle read boundaries")
+case("half_close_after_ops", S("c", Q + b"SUB foo 1\r\nPUB foo 1\r\nx\r\nPING\r\n"), HalfClose("c"),
+     doc="client FIN: replies already due are still written before the server closes")
+case("half_close_mid_payload", S("c", Q + b"SUB foo 1\r\nPING\r\nPUB foo 5\r\nhi"), HalfClose("c"))
+case("half_close_telnet", Open("c"), HalfClose("c"))
+
+# ------------------------------------------------------------------------------------------
+# Control line limit without a newline / token auth
+# ------------------------------------------------------------------------------------------
+
+case("control_line_no_newline_4096", S("c", b"SUB " + b"s" * 4096), doc="at the limit: still waiting")
+case("control_line_no_newline_4097", S("c", b"SUB " + b"s" * 4097))
+case("control_line_4096_then_newline_later", S("c", b"SUB " + b"s" * 4094 + b" 1"), Sleep(0.05), S("c", b"\r\n"), Flush("c"))
+case("max_payload_split_control_line", S("c", Q + b"PUB foo 2000000\r\n", splits=(len(Q) + 5, len(Q) + 12)))
+
+TOKEN = (("authorization", (("token", "s3cr3t"),)),)
+case("token_ok", S("c", b'CONNECT {"verbose":false,"auth_token":"s3cr3t"}\r\nPING\r\n'), config=TOKEN)
+case("token_bad", S("c", b'CONNECT {"verbose":false,"auth_token":"nope"}\r\nPING\r\n'), config=TOKEN)
+case("token_user_pass_instead", S("c", b'CONNECT {"verbose":false,"user":"s3cr3t","pass":"s3cr3t"}\r\nPING\r\n'), config=TOKEN)

@@ -130,7 +130,14 @@ class Close:
     conn: str
 
 
-Step = Union[Send, Flush, WaitFor, Sleep, Open, Close]
+@dataclasses.dataclass(frozen=True)
+class HalfClose:
+    """Shut down the client's sending side of ``conn`` (TCP FIN); keep reading."""
+
+    conn: str
+
+
+Step = Union[Send, Flush, WaitFor, Sleep, Open, Close, HalfClose]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +319,12 @@ async def run_case(case: Case, host: str, port: int) -> RunResult:
                     )
                     if not ok:
                         notes.append(f"{conn.name}: {step.data!r} x{step.count} not seen in time")
+                elif isinstance(step, HalfClose):
+                    if conn.stream is not None and not conn.send_broken:
+                        try:
+                            await conn.stream.send_eof()
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                            conn.send_broken = True
                 elif isinstance(step, Close):
                     conn.closed_by_us = True
                     if conn.stream is not None:
@@ -495,8 +508,27 @@ def short_summary(expected: dict[str, ConnTranscript], got: dict[str, ConnTransc
             k += 1
         e = el[k] if k < len(el) else "(nothing)"
         a = al[k] if k < len(al) else "(nothing)"
-        parts.append(f"{name}[{k}]: expected {e} got {a}")
+        hint = _info_hint(exp.tokens[k] if exp and k < len(exp.tokens) else "", act.tokens[k] if act and k < len(act.tokens) else "")
+        parts.append(f"{name}[{k}]: expected {e} got {a}{hint}")
     return "; ".join(parts)
+
+
+def _info_hint(exp: str, act: str) -> str:
+    """Explain an INFO difference: key order only, or which keys/values differ."""
+    if not (exp.startswith("INFO ") and act.startswith("INFO ")):
+        return ""
+    try:
+        e = json.loads(exp[exp.index("{") : exp.rindex("}") + 1], object_pairs_hook=list)
+        a = json.loads(act[act.index("{") : act.rindex("}") + 1], object_pairs_hook=list)
+    except ValueError:
+        return ""
+    if dict(e) == dict(a):
+        return f" [INFO: same keys and values, different key order: expected {[k for k, _ in e]}]"
+    ed, ad = dict(e), dict(a)
+    missing = sorted(set(ed) - set(ad))
+    extra = sorted(set(ad) - set(ed))
+    changed = sorted(k for k in set(ed) & set(ad) if ed[k] != ad[k])
+    return f" [INFO: missing={missing} extra={extra} changed={changed}]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -640,7 +672,7 @@ class ServerProcess:
             if self.proc.poll() is None:
                 self.stop()
                 raise ServerStartError(f"{self.kind} did not accept connections within {timeout}s:\n{log}", exited=False)
-            if "address already in use" in log and attempt < 2:
+            if "address already in use" in log.lower() and attempt < 2:
                 continue  # lost the free-port race; try another port
             code = self.proc.returncode
             raise ServerStartError(
@@ -690,8 +722,9 @@ class ServerPool:
         self._servers: dict[tuple[str, tuple], ServerProcess] = {}
         self._failures: dict[tuple[str, tuple], ServerStartError] = {}
 
-    def get(self, kind: str, config: tuple = ()) -> ServerProcess:
-        key = (kind, config)
+    def get(self, kind: str, config: tuple = (), role: str = "") -> ServerProcess:
+        """``role`` separates two instances of the same kind (nats-server against itself)."""
+        key = (kind, config, role)
         if key in self._failures:
             raise self._failures[key]
         server = self._servers.get(key)

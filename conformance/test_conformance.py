@@ -1,7 +1,9 @@
 """Differential conformance: natserver's bytes on the wire must equal nats-server v2.9.10's.
 
-Each case of ``cases.py`` is replayed against natserver and against nats-server (live, run
-concurrently) or compared with the transcript recorded from nats-server in ``expected/``.
+Each case of ``cases.py`` is replayed against natserver and against nats-server (live, side by
+side) or compared with the transcript recorded from nats-server in ``expected/``.  All selected
+cases run once, concurrently, in a session fixture (``runner.run_many``); each parametrised test
+then reports its own case.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import warnings
 import pytest
 import trio
 
-from . import harness
+from . import harness, runner
 from .cases import CASES
 
 
@@ -19,59 +21,40 @@ class StaleRecordingWarning(UserWarning):
     pass
 
 
-def _server(pool: harness.ServerPool, kind: str, case: harness.Case) -> harness.ServerProcess:
-    try:
-        return pool.get(kind, case.config)
-    except harness.ServerStartError as exc:
-        if kind == "natserver" and case.config and exc.exited:
-            pytest.skip(
-                f"natserver refused to start with a config file (-c); this case needs:\n"
-                f"{harness.render_config(case.config)}{exc}"
-            )
-        raise
+@pytest.fixture(scope="session")
+def conformance_outcomes(request, conformance_target, conformance_reference, conformance_pool):
+    selected = []
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and getattr(item, "originalname", None) == "test_conformance":
+            selected.append(callspec.params["case"])
+    return trio.run(
+        lambda: runner.run_many(
+            selected, target=conformance_target, reference=conformance_reference, pool=conformance_pool
+        )
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-async def test_conformance(case, conformance_target, conformance_reference, conformance_pool):
-    target = _server(conformance_pool, conformance_target, case)
-    recorded = None
-    if harness.expected_path(case).exists():
-        recorded, meta = harness.load_expected(case)
-        if meta.get("digest") != case.digest():
-            if conformance_reference == "recorded":
-                pytest.fail(f"recording for {case.name} is stale (case changed): run `python -m conformance record -k {case.name}`")
-            recorded = None
-
-    if conformance_reference == "live":
-        reference = _server(conformance_pool, "nats-server", case)
-        results = {}
-
-        async def run(key, server):
-            results[key] = await harness.run_case(case, server.host, server.port)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run, "ref", reference)
-            nursery.start_soon(run, "got", target)
-        expected = results["ref"].transcript
-        got = results["got"]
-        if recorded is not None and harness.diff_transcripts(recorded, expected):
+def test_conformance(case, conformance_outcomes, conformance_target):
+    out = conformance_outcomes[case.name]
+    if out.skip:
+        pytest.skip(out.skip)
+    if out.error:
+        pytest.fail(f"{case.name}: {out.error}", pytrace=False)
+    if out.reference_runs and out.recorded is not None:
+        if harness.diff_transcripts(out.recorded, out.reference_runs[0].transcript):
             warnings.warn(
                 StaleRecordingWarning(f"{case.name}: live nats-server differs from expected/{case.name}.json; re-record"),
                 stacklevel=1,
             )
-    else:
-        if recorded is None:
-            pytest.skip(f"no recording for {case.name}: run `python -m conformance record` where nats-server is installed")
-        expected = recorded
-        got = await harness.run_case(case, target.host, target.port)
-
-    diff = harness.diff_transcripts(expected, got.transcript, labels=("nats-server", conformance_target))
+    diff = harness.diff_transcripts(out.expected, out.got.transcript, labels=("nats-server", conformance_target))
     if diff:
-        notes = "".join(f"\n  note: {n}" for n in got.notes)
+        notes = "".join(f"\n  note: {n}" for n in out.got.notes)
         doc = f"\n  ({case.doc})" if case.doc else ""
         pytest.fail(
             f"{case.name}: {conformance_target} differs from nats-server v{harness.REFERENCE_VERSION}{doc}\n"
-            f"{harness.short_summary(expected, got.transcript)}\n{diff}{notes}",
+            f"{harness.short_summary(out.expected, out.got.transcript)}\n{diff}{notes}",
             pytrace=False,
         )
 
@@ -96,6 +79,11 @@ def test_recordings_complete():
     assert not missing and not stale and not orphans, (
         f"run `python -m conformance record`: missing={missing} stale={stale} orphans={orphans}"
     )
+
+
+def test_case_names_unique():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
 
 
 def test_masking_keeps_key_order_and_types():

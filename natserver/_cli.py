@@ -1,23 +1,40 @@
-"""``natserver``: the command line, a drop-in for nats-server's common flags.
+"""``natserver``: the command line, a drop-in for nats-server's (v2.9.10, ``server/opts.go``
+``ConfigureOptions`` and ``main.go``).
 
 nats-server uses Go's flag package, so ``-p 4222``, ``-p=4222``, ``--port 4222`` and ``-port 4222``
 all mean the same and booleans take ``-D`` or ``-D=false``. argparse cannot express that (nor
-multi-letter single-dash names like ``-DV``), so the flags are a small table parsed here.
+multi-letter single-dash names like ``-DV``), so the flags are a small table parsed here, with
+Go's rules and error texts. Differences, on purpose:
+
+* a bad command line prints one line and exits 1 (nats-server prints the usage and exits 0);
+* nats-server flags for features natserver does not have (TLS, clustering, JetStream, syslog,
+  profiling, ...) are accepted and ignored with a warning, as their config keys are;
+* a few natserver extensions (limits and lame duck timings) have flags, for tests and wrappers.
+
+Order of work, as nats-server: ``-v``/``-h``, commands, ``-sl``, the config file, then the
+flags on top of it; ``-t`` stops after reading the config file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
 
 import trio
 
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
 from . import _const as const
 from ._options import Options
 from ._version import __version__
+
+log = logging.getLogger("natserver")
 
 USAGE = f"""\
 Usage: natserver [options]
@@ -25,46 +42,59 @@ Usage: natserver [options]
 Server Options:
     -a, --addr, --net <host>         Bind to host address (default: {const.DEFAULT_HOST})
     -p, --port <port>                Use port for clients (default: {const.DEFAULT_PORT}, -1 for random)
-    -n, --name, --server_name <name> Server name (default: auto)
+    -n, --name
+        --server_name <server_name>  Server name (default: auto)
     -P, --pid <file>                 File to store PID
-    -m, --http_port <port>           Use port for http monitoring
+    -m, --http_port <port>           Use port for http monitoring (-1 for random)
     -c, --config <file>              Configuration file
     -t                               Test configuration and exit
     -sl,--signal <signal>[=<pid>]    Send signal to natserver process (ldm, stop, quit, term, reopen, reload)
-        --ports_file_dir <dir>       Creates a ports file in the specified directory (<executable_name>_<pid>.ports)
+                                     <pid> can be either a PID (e.g. 1) or the path to a PID file (e.g. /var/run/natserver.pid)
+        --ports_file_dir <dir>       Creates a ports file in the specified directory (<executable_name>_<pid>.ports).
 
 Logging Options:
     -l, --log <file>                 File to redirect log output
     -T, --logtime                    Timestamp log entries (default: true)
     -D, --debug                      Enable debugging output
     -V, --trace                      Trace the raw protocol
+    -VV                              Verbose trace (same as -V in natserver)
     -DV                              Debug and trace
+    -DVV                             Debug and verbose trace
 
 Authorization Options:
         --user <user>                User required for connections
         --pass <password>            Password required for connections
         --auth <token>               Authorization token required for connections
 
-Limits (natserver extensions, same names as the config keys):
+natserver extensions (same names as the config keys):
         --max_payload <size>         Maximum message payload (default: 1MB)
         --max_pending <size>         Maximum pending bytes per client (default: 64MB)
         --max_connections <n>        Maximum client connections (default: 65536)
         --max_control_line <size>    Maximum control line (default: 4096)
+        --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
+        --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
+
+Accepted and ignored (natserver has no TLS, clustering, JetStream, syslog or profiling):
+    -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
+    --max_traced_msg_len, -js, --jetstream, -sd, --store_dir, --tls, --tlscert, --tlskey,
+    --tlsverify, --tlscacert, --routes, --cluster, --cluster_listen, --cluster_name,
+    --no_advertise, --cluster_advertise, --connect_retries, --profile
 
 Common Options:
     -h, --help                       Show this message
     -v, --version                    Show version
+        --help_tls                   TLS help
 """
 
 
 class UsageError(Exception):
-    """A bad command line: reported in one line, exit code 1."""
+    """A bad command line (or a failed -sl): reported in one line, exit code 1."""
 
 
 @dataclass
 class _Flag:
     dest: str
-    kind: str  # "str", "int", "size", "bool"
+    kind: str  # "str", "int", "size", "duration", "bool"
 
 
 _FLAGS: dict[str, _Flag] = {}
@@ -84,37 +114,81 @@ _flag("c config", "config_file")
 _flag("t", "check_config", "bool")
 _flag("sl signal", "signal")
 _flag("ports_file_dir", "ports_file_dir")
-_flag("l log log_file", "log_file")
+_flag("l log", "log_file")
 _flag("T logtime", "logtime", "bool")
 _flag("D debug", "debug", "bool")
 _flag("V trace", "trace", "bool")
+_flag("VV", "trace_verbose", "bool")
 _flag("DV", "debug_trace", "bool")
-_flag("VV", "trace", "bool")
-_flag("DVV", "debug_trace", "bool")
+_flag("DVV", "debug_trace_verbose", "bool")
 _flag("user", "username")
 _flag("pass", "password")
 _flag("auth", "authorization")
+_flag("h help", "help", "bool")
+_flag("v version", "version", "bool")
+_flag("help_tls", "help_tls", "bool")
+# natserver extensions
 _flag("max_payload", "max_payload", "size")
 _flag("max_pending", "max_pending", "size")
 _flag("max_connections", "max_connections", "int")
 _flag("max_control_line", "max_control_line", "size")
-_flag("h help", "help", "bool")
-_flag("v version", "version", "bool")
+_flag("lame_duck_duration", "lame_duck_duration", "duration")
+_flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
+# nats-server flags for features natserver does not have: accepted, kept, warned about.
+for _name, _kind in (
+    ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
+    ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
+    ("max_traced_msg_len", "int"), ("js", "bool"), ("jetstream", "bool"), ("sd", "str"),
+    ("store_dir", "str"), ("tls", "bool"), ("tlscert", "str"), ("tlskey", "str"),
+    ("tlsverify", "bool"), ("tlscacert", "str"), ("routes", "str"), ("cluster", "str"),
+    ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
+    ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
+):  # fmt: skip
+    _FLAGS[_name] = _Flag("unsupported:" + _name, _kind)
+
+_GO_INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|0[0-7_]*|[1-9][0-9]*)")
+_INT64 = 2**63
+
+
+def _go_int(raw: str) -> int:
+    """strconv.ParseInt(raw, 0, 64), as Go's flag.IntVar; ValueError("parse error" or
+    "value out of range")."""
+    if not _GO_INT_RE.fullmatch(raw):
+        raise ValueError("parse error")
+    sign = -1 if raw[0] == "-" else 1
+    digits = raw.lstrip("+-")
+    try:
+        if digits[:2].lower() in ("0x", "0o", "0b"):
+            value = int(digits, 0)
+        elif len(digits) > 1 and digits[0] == "0":
+            octal = digits[1:]
+            value = int(octal[1:] if octal.startswith("_") else octal, 8)
+        else:
+            value = int(digits, 10)
+    except ValueError:
+        raise ValueError("parse error") from None
+    value *= sign
+    if not -_INT64 <= value < _INT64:
+        raise ValueError("value out of range")
+    return value
+
+
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_GO_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
 
 def _convert(name: str, flag: _Flag, raw: str):
     if flag.kind == "bool":
-        lowered = raw.lower()
-        if lowered in ("1", "t", "true"):
+        if raw in _GO_TRUE:
             return True
-        if lowered in ("0", "f", "false"):
+        if raw in _GO_FALSE:
             return False
-        raise UsageError(f'invalid boolean value "{raw}" for -{name}')
+        raise UsageError(f'invalid boolean value "{raw}" for -{name}: parse error')
     if flag.kind == "int":
         try:
-            return int(raw, 10)
-        except ValueError:
-            raise UsageError(f'invalid value "{raw}" for flag -{name}: parse error') from None
+            return _go_int(raw)
+        except ValueError as exc:
+            raise UsageError(f'invalid value "{raw}" for flag -{name}: {exc}') from None
     if flag.kind == "size":
         from ._conf import to_int
 
@@ -122,21 +196,34 @@ def _convert(name: str, flag: _Flag, raw: str):
             return to_int(raw)
         except (ValueError, TypeError):
             raise UsageError(f'invalid value "{raw}" for flag -{name}: parse error') from None
+    if flag.kind == "duration":
+        from ._conf import parse_duration
+
+        try:
+            return parse_duration(raw)
+        except ValueError:
+            raise UsageError(f'invalid value "{raw}" for flag -{name}: parse error') from None
     return raw
 
 
 def parse_args(argv: list[str]) -> dict:
-    """Go-flag-style parsing; returns {dest: value} for the flags given."""
+    """Go-flag-style parsing; returns {dest: value} for the flags given, in order.
+
+    Arguments after the flags are commands, as for nats-server: ``version`` and ``help``
+    (returned as ``{"version": True}``/``{"help": True}``); anything else is an error.
+    """
     given: dict = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
+        if len(arg) < 2 or arg[0] != "-":
+            break  # the first non-flag argument ends the flags
         i += 1
         if arg == "--":
             break
-        if not arg.startswith("-") or arg == "-":
-            raise UsageError(f"unexpected argument: {arg}")
-        name = arg.lstrip("-")
+        name = arg[2:] if arg.startswith("--") else arg[1:]
+        if not name or name[0] in "-=":
+            raise UsageError(f"bad flag syntax: {arg}")
         value = None
         if "=" in name:
             name, value = name.split("=", 1)
@@ -151,89 +238,208 @@ def parse_args(argv: list[str]) -> dict:
                     raise UsageError(f"flag needs an argument: -{name}")
                 value = argv[i]
                 i += 1
-        given[flag.dest] = _convert(name, flag, value)
-    if given.pop("debug_trace", False):
-        given["debug"] = True
-        given["trace"] = True
+        converted = _convert(name, flag, value)
+        if flag.dest.startswith("unsupported:"):
+            given.setdefault("unsupported", {})[name] = converted
+        else:
+            given[flag.dest] = converted
+    for command in argv[i:]:
+        # opts.go ProcessCommandLineArgs
+        if command == "version":
+            given["version"] = True
+        elif command == "help":
+            given["help"] = True
+        else:
+            raise UsageError(f'unrecognized command: "{command}"')
+        break
+    if "debug_trace" in given:
+        value = given.pop("debug_trace")
+        given["debug"] = given["trace"] = value
+    if "debug_trace_verbose" in given:
+        value = given.pop("debug_trace_verbose")
+        given["debug"] = given["trace"] = value
+    if "trace_verbose" in given:
+        given["trace"] = given.pop("trace_verbose")
     return given
 
 
 _OPTION_FIELDS = set(Options.__dataclass_fields__)
 
 
-def build_options(given: dict) -> Options:
-    """Options from the config file (if any), then the flags on top, as nats-server does."""
+def build_options(given: dict, *, on_warnings=None) -> Options:
+    """Options from the config file (if any), then the flags on top, as nats-server does.
+
+    Raises ConfigError (syntax) or ConfigFileError (what nats-server reports while applying
+    the file). A file with only warnings raises too unless ``on_warnings`` is given: it is
+    called with the ConfigFileError and the options read despite the warnings are used.
+    Options are not validated here (nats-server validates when the server is created).
+    """
+    from ._config import ConfigFileError, apply_baseline, options_from_file
+
     options = Options()
     config_file = given.get("config_file")
     if config_file:
-        from ._config import options_from_file
-
-        options = options_from_file(config_file)
+        try:
+            options = options_from_file(config_file)
+        except ConfigFileError as exc:
+            if exc.errors or exc.options is None or on_warnings is None:
+                raise
+            on_warnings(exc)
+            options = exc.options
     changes = {k: v for k, v in given.items() if k in _OPTION_FIELDS}
-    if "http_port" in changes and not options.http_host:
-        changes.setdefault("http_host", options.host if "host" not in changes else changes["host"])
+    if given.get("unsupported"):
+        extra = dict(options.extra)
+        extra["cli"] = dict(given["unsupported"])
+        changes["extra"] = extra
     options = options.copy(**changes)
+    return apply_baseline(options)
+
+
+def validate(options: Options) -> None:
+    """server.go validateOptions, with nats-server's messages; ValueError."""
+    from ._config import go_duration
+
+    if options.lame_duck_duration > 0 and options.lame_duck_grace_period >= options.lame_duck_duration:
+        raise ValueError(
+            f"lame duck grace period ({go_duration(options.lame_duck_grace_period)}) should be strictly "
+            f"lower than lame duck duration ({go_duration(options.lame_duck_duration)})"
+        )
     options.validate()
-    return options
 
 
-def _write_ports_file(options: Options, server, monitor) -> str:
-    exe = os.path.basename(sys.argv[0]) or "natserver"
-    if exe in ("__main__.py", "-c"):
-        exe = "natserver"
-    path = os.path.join(options.ports_file_dir, f"{exe}_{os.getpid()}.ports")
-    host = "127.0.0.1" if server.host in ("", "0.0.0.0", "::") else server.host
-    ports = {"nats": [f"nats://{host}:{server.port}"]}
+# -- pid and ports files -----------------------------------------------------------------------
+
+
+def write_pid_file(path: str) -> None:
+    # server.go logPid: the pid without a new line, mode 0660; the file is left behind at exit.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o660)
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+
+
+def ports_file_path(directory: str) -> str:
+    """server.go portFile: ``<dir>/<basename of argv[0]>_<pid>.ports``."""
+    exe = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if exe in ("", "__main__.py", "-c", "-m"):
+        exe = "natserver"  # python -m natserver
+    return os.path.join(directory, f"{exe}_{os.getpid()}.ports")
+
+
+def _url_host(host: str) -> str:
+    if host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def write_ports_file(options: Options, server, monitor) -> str:
+    """Write ``{"nats": [...], "monitoring": [...]}`` as nats-server does (server.go logPorts);
+    atomically, so that a wrapper polling for the file never reads half of it."""
+    path = ports_file_path(options.ports_file_dir)
+    ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]}
     if monitor is not None:
-        ports["monitoring"] = [f"http://{host}:{monitor.port}"]
-    with open(path, "w") as f:
-        json.dump(ports, f)
+        ports["monitoring"] = [f"http://{_url_host(options.http_host or server.host)}:{monitor.port}"]
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(ports, f, separators=(",", ":"))
+    os.replace(tmp, path)
     return path
 
 
-async def run_server(options: Options) -> None:
-    """Run until SIGINT/SIGTERM; write pid and ports files; react to the other signals."""
+def remove_ports_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        log.error("Error cleaning up ports file %s: %s", path, exc)
+
+
+# -- running -----------------------------------------------------------------------------------
+
+# Go's names for the signals, as in nats-server's `Trapped "hangup" signal` debug line.
+_SIGNAL_NAMES = {
+    signal.SIGINT: "interrupt",
+    signal.SIGTERM: "terminated",
+    signal.SIGHUP: "hangup",
+    signal.SIGUSR1: "user defined signal 1",
+    signal.SIGUSR2: "user defined signal 2",
+}
+
+
+class CommandLine:
+    """What the running server needs from the command line (reload, ports file)."""
+
+    def __init__(self, flags: dict) -> None:
+        self.flags = dict(flags)
+        self.monitor = None
+        self.ports_file: str | None = None
+
+
+async def run_server(options: Options, flags: dict | None = None) -> int:
+    """Run until stopped (SIGINT, SIGTERM, lame duck); return the exit code (nats-server: 1
+    after SIGTERM, 0 otherwise). Writes the pid and ports files; SIGHUP, SIGUSR1 and SIGUSR2
+    go to ``Server.on_signal``."""
+    from ._config import unsupported_warnings
+    from ._log import configure_logging
     from ._server import Server
 
     server = Server(options)
-    cleanup: list[str] = []
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2) as signals:
+    command_line = CommandLine(flags or {})
+    server.command_line = command_line
+    configure_logging(options)
+    server._logging_configured = True
+    for line in unsupported_warnings(options):
+        log.warning("%s", line)
+    exit_code = 0
+    signals_wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    with trio.open_signal_receiver(*signals_wanted) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(server.run)
-            monitor = None
+
+            async def serve(task_status=trio.TASK_STATUS_IGNORED):
+                try:
+                    await server.run(task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()
+
+            await nursery.start(serve)
             if options.http_port:
                 from ._monitor import serve_monitor
 
-                monitor = await nursery.start(serve_monitor, server)
+                command_line.monitor = await nursery.start(serve_monitor, server)
             if options.pid_file:
-                with open(options.pid_file, "w") as f:
-                    f.write(str(os.getpid()))
-                cleanup.append(options.pid_file)
+                write_pid_file(options.pid_file)
             if options.ports_file_dir:
-                cleanup.append(_write_ports_file(options, server, monitor))
+                command_line.ports_file = write_ports_file(options, server, command_line.monitor)
             try:
                 async for signum in signals:
-                    if signum in (signal.SIGINT, signal.SIGTERM):
-                        import logging
-
-                        logging.getLogger("natserver").info("Trapped %r signal", signal.Signals(signum).name.lower()[3:])
+                    log.debug('Trapped "%s" signal', _SIGNAL_NAMES.get(signum, signum))
+                    if signum == signal.SIGINT:
+                        break
+                    if signum == signal.SIGTERM:
+                        if server.lame_duck:
+                            continue  # nats-server lets lame duck mode finish
+                        exit_code = 1
                         break
                     await _handle_signal(server, signum, nursery)
             finally:
+                if not server.shutting_down:
+                    log.info("Initiating Shutdown...")
                 server.stop()
                 nursery.cancel_scope.cancel()
-    for path in cleanup:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    if command_line.ports_file:
+        remove_ports_file(command_line.ports_file)
+    return exit_code
 
 
 async def _handle_signal(server, signum: int, nursery) -> None:
     handler = getattr(server, "on_signal", None)
     if handler is not None:
         await handler(signum, nursery)
+    else:
+        from ._signals import handle_signal
 
+        await handle_signal(server, signum, nursery)
+
+
+# -- -sl ---------------------------------------------------------------------------------------
 
 _SIGNALS = {
     "stop": signal.SIGKILL,
@@ -245,55 +451,135 @@ _SIGNALS = {
 }
 
 
+def _go_errno_text(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def _is_natserver(cmdline: list[str]) -> bool:
+    if not cmdline:
+        return False
+    if os.path.basename(cmdline[0]) in ("natserver",):
+        return True
+    if "python" in os.path.basename(cmdline[0]):
+        for i, arg in enumerate(cmdline[1:], start=1):
+            if arg == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == "natserver":
+                return True
+            if not arg.startswith("-"):
+                return os.path.basename(arg) == "natserver"
+    return False
+
+
+def resolve_pids() -> list[int]:
+    """The pids of running natserver processes (nats-server uses ``pgrep nats-server``;
+    ``python -m natserver`` is not found that way, so we read /proc)."""
+    pids = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        raise UsageError("unable to resolve pid, try providing one") from None
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+        except OSError:
+            continue
+        if _is_natserver(cmdline):
+            pids.append(int(entry))
+    return sorted(pids)
+
+
 def send_signal(spec: str) -> None:
-    """``-sl <signal>[=<pid or pid file>]``, as nats-server."""
-    command, _, target = spec.partition("=")
-    if command not in _SIGNALS:
-        raise UsageError(f"unknown signal {command!r}")
-    if not target:
-        raise UsageError("no pid or pid file given (use -sl <signal>=<pid|pidfile>)")
-    if target.isdigit():
-        pid = int(target)
-    else:
+    """``-sl <signal>[=<pid or pid file>]``, as nats-server (opts.go processSignal)."""
+    parts = spec.split("=")
+    if len(parts) > 2:
+        raise UsageError(f"invalid signal parameters: [{' '.join(parts[2:])}]")
+    command = parts[0]
+    target = parts[1] if len(parts) == 2 else ""
+    if target:
+        # maybeReadPidFile: the contents of the file if it can be read, else the text itself.
         try:
             with open(target) as f:
-                pid = int(f.read().strip())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"could not read pid from {target}: {exc}") from None
+                target = f.read().strip()
+        except OSError:
+            pass
+        try:
+            pid = int(target, 10)
+        except ValueError:
+            raise UsageError(f"invalid pid: {target}") from None
+    else:
+        pids = resolve_pids()
+        if not pids:
+            raise UsageError("no natserver processes running")
+        if len(pids) > 1:
+            raise UsageError("multiple natserver processes running:\n" + "\n".join(map(str, pids)))
+        pid = pids[0]
+    if command not in _SIGNALS:
+        raise UsageError(f'unknown signal "{command}"')
     try:
         os.kill(pid, _SIGNALS[command])
     except OSError as exc:
-        raise UsageError(f"could not signal pid {pid}: {exc}") from None
+        raise UsageError(_go_errno_text(exc)) from None
+
+
+# -- main --------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ._conf import ConfigError
+    from ._config import ConfigFileError
+
     argv = sys.argv[1:] if argv is None else argv
     try:
         given = parse_args(argv)
+        if given.get("version"):
+            print(f"natserver: v{__version__} (nats-server v{const.SERVER_VERSION} compatible)")
+            return 0
         if given.get("help"):
             sys.stdout.write(USAGE)
             return 0
-        if given.get("version"):
-            print(f"natserver: v{__version__} (nats-server v{const.SERVER_VERSION} compatible)")
+        if given.get("help_tls"):
+            print("natserver has no TLS support: the TLS flags are accepted and ignored.")
             return 0
         if given.get("signal"):
             send_signal(given["signal"])
             return 0
-        options = build_options(given)
-        if given.get("check_config"):
-            print(f"natserver: configuration file {options.config_file or '(none)'} test is successful")
+        check = given.get("check_config")
+        if check and not given.get("config_file"):
+            raise UsageError("must specify [-c, --config] option to check configuration file syntax")
+        # nats-server prints warnings as they are (no prefix) and carries on; -t fails on them.
+        options = build_options(given, on_warnings=None if check else lambda exc: sys.stderr.write(str(exc)))
+        if check:
+            print(f"natserver: configuration file {options.config_file} is valid", file=sys.stderr)
             return 0
-    except UsageError as exc:
+        validate(options)
+    except (UsageError, ConfigError, ConfigFileError, ValueError) as exc:
         print(f"natserver: {exc}", file=sys.stderr)
         return 1
-    except (ValueError, OSError) as exc:
-        print(f"natserver: {exc}", file=sys.stderr)
-        return 1
-    try:
-        trio.run(run_server, options)
-    except KeyboardInterrupt:
-        pass
     except OSError as exc:
         print(f"natserver: {exc}", file=sys.stderr)
         return 1
-    return 0
+    try:
+        return trio.run(run_server, options, given)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"natserver: {exc}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:  # noqa: F821 (3.11+, exceptiongroup on 3.10)
+        # A listener that cannot be opened (port in use) fails the nursery.
+        leaves = _leaves(group)
+        if leaves and all(isinstance(exc, OSError) for exc in leaves):
+            print(f"natserver: {leaves[0]}", file=sys.stderr)
+            return 1
+        raise
+
+
+def _leaves(group) -> list:
+    out = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])  # noqa: F821
+    return out

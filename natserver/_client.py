@@ -32,19 +32,27 @@ from ._const import (
 from ._errors import ProtocolError, ServerError
 from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, Sub, Unsub
 from ._parser import Parser
-from ._sublist import is_valid_literal_subject, is_valid_subject
+from ._sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
     from ._server import Server
 
 log = logging.getLogger("natserver")
 
+# What a publish hook (server.publish_hook, used by natserver.testing) tells routing to do.
+DELIVER = 0
+DROP = 1  # the message vanishes (the hook may re-inject it later: delayed delivery)
+NO_RESPONDERS = 2  # route as if nobody were subscribed
+
 CRLF = b"\r\n"
 OK = b"+OK\r\n"
 PING_PROTO = b"PING\r\n"
 PONG_PROTO = b"PONG\r\n"
+SP = b" "
 MSG_ = b"MSG "
 HMSG_ = b"HMSG "
+# Payloads at least this big are queued by reference instead of joined into the MSG bytes.
+BIG_PAYLOAD = 16 * 1024
 # client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
 NO_RESPONDERS_HEADER = b" 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
 
@@ -149,6 +157,9 @@ class Client:
         self._rtt_start = 0.0  # when the PING we time the round trip of was sent
         self._rtt_measured_at = 0.0
         self._ping_scope: trio.CancelScope | None = None
+        # Fault injection (natserver.testing): while set, the reader or writer waits here.
+        self.read_gate: trio.Event | None = None
+        self.write_gate: trio.Event | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -160,6 +171,9 @@ class Client:
                 if self.closed:  # closed before it started (e.g. server shutting down)
                     nursery.cancel_scope.cancel()
                 self.queue(info)
+                hook = self.server.connection_hook
+                if hook is not None and hook(self, "info"):
+                    self.close("Client Closed", flush=True)
                 nursery.start_soon(self._write_loop)
                 nursery.start_soon(self._ping_loop)
                 if self.server.auth_required:
@@ -205,6 +219,8 @@ class Client:
         server = self.server
         feed = self.parser.feed
         while not self.closed:
+            if self.read_gate is not None:
+                await self.read_gate.wait()
             try:
                 data = await receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -229,176 +245,162 @@ class Client:
 
     def _process_ops(self) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint."""
-        next_op = self.parser.next_op
-        sublist_match = self.server.sublist.match
-        touched = self.server.touched
+        parse = self.parser.parse
+        sublist = self.server.sublist
+        cache = sublist.cache
+        match = sublist.match
         n_msgs = 0
         n_bytes = 0
+        n_hits = 0
         try:
             while not self.closed:
-                op = next_op()
-                cls = op.__class__
-                if cls is Pub:
-                    subject, reply, header_size, sizes, payload = op
-                    size = len(payload)
-                    n_msgs += 1
-                    n_bytes += size
-                    if self.pedantic and not is_valid_literal_subject(subject):
-                        self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
-                    if self.verbose:
-                        self.queue(OK)
-                    result = sublist_match(subject)
-                    if not result.psubs and not result.qsubs:
-                        if reply is not None and self.no_responders:
-                            self._no_responders(reply)
-                        continue
-                    if header_size > 0:
-                        delivered = self._deliver_with_headers(result, subject, reply, header_size, sizes, payload)
-                    else:
-                        # Built once per message, shared by every subscription it goes to.
-                        prefix = MSG_ + subject + b" "
-                        if reply is None:
-                            suffix = sizes + CRLF + payload + CRLF if size < 4096 else (sizes + CRLF, payload, CRLF)
-                        else:
-                            suffix = b"".join((reply, b" ", sizes, CRLF, payload, CRLF)) if size < 4096 else (
-                                reply + b" " + sizes + CRLF, payload, CRLF)
-                        delivered = self._deliver(result, prefix, suffix, size)
-                    if not delivered and reply is not None and self.no_responders:
-                        self._no_responders(reply)
-                elif op is NEED_DATA:
+                ops = parse()
+                if not ops:
                     return
-                elif cls is Sub:
-                    self._process_sub(op)
-                elif cls is Unsub:
-                    self._process_unsub(op)
-                elif cls is Ping:
-                    self.last_ping_in = time.time()
-                    self.queue(PONG_PROTO)
-                elif cls is Pong:
-                    self.pings_out = 0
-                    if self._rtt_start:
-                        self._rtt_measured_at = time.monotonic()
-                        self.rtt = self._rtt_measured_at - self._rtt_start
-                        self._rtt_start = 0.0
-                elif cls is Connect:
-                    self._process_connect(op.options)
+                for op in ops:
+                    if op.__class__ is Pub:
+                        subject, reply, header_size, sizes, payload = op
+                        n_msgs += 1
+                        n_bytes += len(payload)
+                        if self.pedantic or self.verbose:
+                            if self.pedantic and not is_valid_literal_subject(subject):
+                                self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
+                            if self.verbose:
+                                self.queue(OK)
+                        # The cache lookup inlined: a method call costs a tenth of a message.
+                        result = cache.get(subject) if cache is not None else None
+                        if result is None:
+                            result = match(subject)
+                        else:
+                            n_hits += 1
+                        if self.server.publish_hook is not None:
+                            self.publish(subject, reply, header_size, sizes, payload)
+                        elif (result.psubs or result.qsubs) and self._route(
+                            result, subject, reply, header_size, sizes, payload
+                        ):
+                            pass
+                        elif reply is not None and self.no_responders:
+                            self._no_responders(reply)
+                    elif op.__class__ is Sub:
+                        self._process_sub(op)
+                    elif op.__class__ is Unsub:
+                        self._process_unsub(op)
+                    elif op.__class__ is Ping:
+                        self.last_ping_in = time.time()
+                        if self.server.connection_hook is not None and self.server.connection_hook(self, "ping"):
+                            self.close("Client Closed", flush=True)
+                            return
+                        self.queue(PONG_PROTO)
+                    elif op.__class__ is Pong:
+                        self.pings_out = 0
+                        if self._rtt_start:
+                            self._rtt_measured_at = time.monotonic()
+                            self.rtt = self._rtt_measured_at - self._rtt_start
+                            self._rtt_start = 0.0
+                    elif op.__class__ is Connect:
+                        self._process_connect(op.options)
+                    if self.closed:
+                        return
         finally:
             self.in_msgs += n_msgs
             self.in_bytes += n_bytes
             server = self.server
             server.in_msgs += n_msgs
             server.in_bytes += n_bytes
+            sublist.matches += n_hits
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def _deliver(self, result, prefix: bytes, suffix, size: int) -> int:
-        """Queue a header-less message to every match; returns how many got it."""
-        msg_len = len(prefix) + (len(suffix) if suffix.__class__ is bytes else size + len(suffix[0]) + 2)
-        many = suffix.__class__ is not bytes
+    def publish(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> None:
+        """Route one message published by this client, through the publish hook if any."""
+        server = self.server
+        result = server.sublist.match(subject)
+        hook = server.publish_hook
+        if hook is not None:
+            action = hook(self, subject, reply, header_size, payload)
+            if action == DROP:
+                return
+            if action == NO_RESPONDERS:
+                result = EMPTY_RESULT
+        if (result.psubs or result.qsubs) and self._route(result, subject, reply, header_size, sizes, payload):
+            return
+        if reply is not None and self.no_responders:
+            self._no_responders(reply)
+
+    def _route(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
+        """Queue one message to every plain match and one member of each queue group;
+        returns how many subscriptions got it. This is the per-delivery hot loop."""
+        targets = result.psubs
+        if result.qsubs:
+            targets = targets + [m for m in (self._pick_member(result, i, g) for i, g in enumerate(result.qsubs)) if m]
+        size = len(payload)
+        reply_part = b"" if reply is None else reply + b" "
+        if header_size > 0:
+            body = payload[header_size:]
+            body_sizes = str(size - header_size).encode()
+        # Small messages are joined into one piece per subscriber (one allocation, cheapest);
+        # big payloads are queued by reference, never copied per subscriber.
+        big = size >= BIG_PAYLOAD
+        join = b"".join
         touched = self.server.touched
+        echo = self.echo
         delivered = 0
-        for sub in result.psubs:
+        out_bytes = 0
+        for sub in targets:
             client = sub.client
-            if client is self and not self.echo:
+            if client is self and not echo:
                 continue
-            if sub.max_msgs and not self._count_toward_max(sub):
+            # nats-server counts every delivery (sub.nm), so UNSUB sid max can see past ones.
+            sub.delivered += 1
+            if sub.max_msgs and not self._within_max(sub):
                 continue
-            if many:
-                client.out.extend((prefix, sub.sid_part, *suffix))
+            if header_size <= 0:
+                body_len = size
+                pieces = (MSG_, subject, SP, sub.sid_part, reply_part, sizes, CRLF, payload, CRLF)
+            elif client.headers:
+                body_len = size
+                pieces = (HMSG_, subject, SP, sub.sid_part, reply_part, sizes, CRLF, payload, CRLF)
+            else:  # a client without header support gets the message without them
+                body_len = size - header_size
+                pieces = (MSG_, subject, SP, sub.sid_part, reply_part, body_sizes, CRLF, body, CRLF)
+            if big:
+                line = join(pieces[:7])
+                client.out.extend((line, pieces[7], CRLF))
+                client.pending += len(line) + body_len + 2
             else:
-                client.out.extend((prefix, sub.sid_part, suffix))
-            n = msg_len + len(sub.sid_part)
-            client.pending += n
+                data = join(pieces)
+                client.out.append(data)
+                client.pending += len(data)
             client.out_msgs += 1
-            client.out_bytes += size
+            client.out_bytes += body_len
+            out_bytes += body_len
             touched.add(client)
             delivered += 1
             if client.pending > client.max_pending:
                 client.slow_consumer()
-        if result.qsubs:
-            for index, group in enumerate(result.qsubs):
-                sub = self._pick_member(result, index, group)
-                if sub is None:
-                    continue
-                client = sub.client
-                if many:
-                    client.out.extend((prefix, sub.sid_part, *suffix))
-                else:
-                    client.out.extend((prefix, sub.sid_part, suffix))
-                client.pending += msg_len + len(sub.sid_part)
-                client.out_msgs += 1
-                client.out_bytes += size
-                touched.add(client)
-                delivered += 1
-                if client.pending > client.max_pending:
-                    client.slow_consumer()
         if delivered:
             server = self.server
             server.out_msgs += delivered
-            server.out_bytes += delivered * size
-        return delivered
-
-    def _deliver_with_headers(self, result, subject, reply, header_size, sizes, payload) -> bool:
-        """HPUB: HMSG to header-aware subscribers, MSG without the headers to the others."""
-        size = len(payload)
-        reply_part = b"" if reply is None else reply + b" "
-        with_headers = (b"".join((HMSG_, subject, b" ")), reply_part + sizes + CRLF, payload, CRLF)
-        body = payload[header_size:]
-        without = (b"".join((MSG_, subject, b" ")), reply_part + str(size - header_size).encode() + CRLF, body, CRLF)
-        len_with = sum(len(p) for p in with_headers)
-        len_without = sum(len(p) for p in without)
-        touched = self.server.touched
-        delivered = False
-        targets = []
-        for sub in result.psubs:
-            if sub.client is self and not self.echo:
-                continue
-            if sub.max_msgs and not self._count_toward_max(sub):
-                continue
-            targets.append(sub)
-        for index, group in enumerate(result.qsubs):
-            sub = self._pick_member(result, index, group)
-            if sub is not None:
-                targets.append(sub)
-        for sub in targets:
-            client = sub.client
-            if client.headers:
-                head, tail, data, end = with_headers
-                n = len_with
-                client.out_bytes += size
-            else:
-                head, tail, data, end = without
-                n = len_without
-                client.out_bytes += len(body)
-            client.out.extend((head, sub.sid_part, tail, data, end))
-            client.pending += n + len(sub.sid_part)
-            client.out_msgs += 1
-            touched.add(client)
-            delivered = True
-            if client.pending > client.max_pending:
-                client.slow_consumer()
-        server = self.server
-        server.out_msgs += len(targets)
-        server.out_bytes += len(targets) * size
+            server.out_bytes += out_bytes
         return delivered
 
     def _pick_member(self, result, index: int, group: list) -> Subscription | None:
-        """Round robin within a queue group, skipping members that cannot take it."""
+        """Round robin within a queue group, skipping members that cannot take the message."""
         n = len(group)
         start = result.next_member[index]
         for step in range(n):
             sub = group[(start + step) % n]
             if sub.client is self and not self.echo:
                 continue
-            if sub.max_msgs and not self._count_toward_max(sub):
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
                 continue
             result.next_member[index] = start + step + 1
             return sub
         return None
 
-    def _count_toward_max(self, sub: Subscription) -> bool:
-        """Auto-unsubscribe (UNSUB sid max): count a delivery; False when over the limit."""
-        sub.delivered += 1
+    def _within_max(self, sub: Subscription) -> bool:
+        """Auto-unsubscribe (UNSUB sid max), after counting a delivery: the max-th delivery
+        goes out and removes the subscription; False for any beyond it."""
         if sub.delivered >= sub.max_msgs:
             sub.client.remove_subscription(sub)
             return sub.delivered == sub.max_msgs
@@ -450,6 +452,9 @@ class Client:
         if self.no_responders and not self.headers:
             raise ProtocolError(errors.NO_RESPONDERS_NEEDS_HEADERS, "no_responders without headers")
         self.connect_received = True
+        if server.connection_hook is not None and server.connection_hook(self, "connect"):
+            self.close("Client Closed", flush=True)
+            return
         if self.verbose:
             self.queue(OK)
         # server.go firstClientPingInterval: the first PING comes soon after CONNECT.
@@ -507,6 +512,9 @@ class Client:
                     if self._flush_before_close:
                         break
                     await lot.park()
+                    continue
+                if self.write_gate is not None:
+                    await self.write_gate.wait()
                     continue
                 out = self.out
                 self.out = []

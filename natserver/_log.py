@@ -12,7 +12,7 @@ import sys
 import time
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["configure_logging"]
+__all__ = ["configure_logging", "reopen_log_file"]
 
 _LEVELS = {
     logging.DEBUG: "DBG",
@@ -45,6 +45,9 @@ class NatsFormatter(logging.Formatter):
 
 
 class _ReopenableFileHandler(logging.FileHandler):
+    """``-l FILE``: appends, as nats-server's file logger; ``reopen()`` after log rotation
+    (SIGUSR1) starts a new file at the same path."""
+
     def reopen(self) -> None:
         self.acquire()
         try:
@@ -75,3 +78,15 @@ def configure_logging(options) -> logging.Handler | None:
     logger.propagate = False
     logger.setLevel(TRACE if options.trace else logging.DEBUG if options.debug else logging.INFO)
     return handler
+
+
+def reopen_log_file() -> bool:
+    """SIGUSR1: reopen the log file (after it was renamed by a log rotator). False when the
+    server is not logging to a file."""
+    logger = logging.getLogger("natserver")
+    reopened = False
+    for handler in logger.handlers:
+        if getattr(handler, "_natserver", False) and isinstance(handler, _ReopenableFileHandler):
+            handler.reopen()
+            reopened = True
+    return reopened

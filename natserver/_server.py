@@ -89,6 +89,13 @@ class Server:
         self.shutting_down = False
         self.lame_duck = False
         self._info_base: dict = {}
+        # Test-double hooks (natserver.testing): None in normal operation.
+        # publish_hook(client, subject, reply, header_size, payload) -> DELIVER|DROP|NO_RESPONDERS
+        self.publish_hook = None
+        # connection_hook(client, stage) -> True to close the connection at that stage;
+        # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
+        self.connection_hook = None
+        self._internal: Client | None = None
 
     # -- properties used by clients ----------------------------------------------------------
 
@@ -125,19 +132,7 @@ class Server:
             log.error("Error listening on port: %s:%d, %r", options.host, options.port, exc)
             raise
         self.port = self.listeners[0].socket.getsockname()[1]
-        self._info_base = {
-            "server_id": self.server_id,
-            "server_name": self.server_name,
-            "version": const.SERVER_VERSION,
-            "proto": const.PROTO_VERSION,
-            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
-            "host": options.host,
-            "port": self.port,
-            "headers": options.headers,
-            "max_payload": options.max_payload,
-        }
-        if self.auth_required:
-            self._info_base["auth_required"] = True
+        self._info_base = self._make_info_base()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -185,6 +180,9 @@ class Server:
         client = Client(self, stream, cid, ip, port)
         info = self.info_for(client)
         self.total_connections += 1
+        if self.connection_hook is not None and self.connection_hook(client, "accept"):
+            await trio.aclose_forcefully(stream)
+            return
         if len(self.clients) >= self.options.max_connections or self.shutting_down:
             # server.go: INFO first, then the error, then close.
             log.error("%s:%d - cid:%d - Maximum Connections Exceeded", ip, port, cid)
@@ -199,6 +197,25 @@ class Server:
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
         await client.run(info)
 
+    def _make_info_base(self) -> dict:
+        """INFO's fields in nats-server's Info struct order (server.go): clients do not care,
+        but byte-level comparisons with nats-server do."""
+        options = self.options
+        info = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": options.host,
+            "port": self.port,
+            "headers": options.headers,
+        }
+        if self.auth_required:
+            info["auth_required"] = True
+        info["max_payload"] = options.max_payload
+        return info
+
     def info_for(self, client: Client) -> bytes:
         info = dict(self._info_base)
         info["client_id"] = client.cid
@@ -206,6 +223,22 @@ class Server:
         if self.lame_duck:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    def publish(self, subject: str | bytes, payload: bytes = b"", reply: str | bytes | None = None,
+                headers: bytes | None = None) -> None:
+        """Publish a message from the server itself (no echo rules apply; not counted as a
+        client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio."""
+        if self._internal is None:
+            self._internal = Client(self, None, 0, "", 0)
+            self._internal.headers = True
+        as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        subject = as_bytes(subject)
+        reply = as_bytes(reply) if reply is not None else None
+        body = (headers or b"") + payload
+        header_size = len(headers) if headers else -1
+        sizes = f"{len(headers)} {len(body)}".encode() if headers else str(len(body)).encode()
+        self._internal.publish(subject, reply, header_size, sizes, body)
+        self.flush_touched()
 
     # -- hooks the clients call ---------------------------------------------------------------
 
@@ -249,6 +282,12 @@ class Server:
                 return True
             return False
         return True
+
+    async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
+        """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see _signals.py."""
+        from ._signals import handle_signal
+
+        await handle_signal(self, signum, nursery)
 
     # -- stopping -----------------------------------------------------------------------------
 

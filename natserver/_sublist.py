@@ -134,13 +134,15 @@ class Sublist:
 
     def __init__(self, cache: bool = True) -> None:
         self._root = _Level()
-        self._cache: dict[bytes, SublistResult] | None = {} if cache else None
+        # subject -> result. Public so the publish hot path can look it up without a call;
+        # only this class writes it. None when the cache is off.
+        self.cache: dict[bytes, SublistResult] | None = {} if cache else None
         self.genid = 0  # bumped on every change, so holders of results can tell they are stale
         self.count = 0
         self.inserts = 0
         self.removes = 0
         self.matches = 0
-        self.cache_hits = 0
+        self.misses = 0
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -222,7 +224,7 @@ class Sublist:
 
     def _changed(self, subject: bytes, wildcard: bool) -> None:
         self.genid += 1
-        cache = self._cache
+        cache = self.cache
         if cache:
             if wildcard:
                 cache.clear()
@@ -232,14 +234,18 @@ class Sublist:
     # -- lookups ------------------------------------------------------------------------------
 
     def match(self, subject: bytes) -> SublistResult:
-        """Everything ``subject`` (a literal subject) is delivered to."""
+        """Everything ``subject`` (a literal subject) is delivered to.
+
+        Callers that look ``cache`` up themselves add their hits to ``matches``, so that
+        ``matches`` counts every lookup and ``cache_hits`` is ``matches - misses``.
+        """
         self.matches += 1
-        cache = self._cache
+        cache = self.cache
         if cache is not None:
             result = cache.get(subject)
             if result is not None:
-                self.cache_hits += 1
                 return result
+        self.misses += 1
         tokens = subject.split(b".")
         if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
             result = EMPTY_RESULT
@@ -256,13 +262,17 @@ class Sublist:
 
     def _sweep_cache(self) -> None:
         # nats-server deletes random entries; dropping the oldest is as cheap and as fair.
-        cache = self._cache
+        cache = self.cache
         for key in list(cache)[: len(cache) - SUBLIST_CACHE_SWEEP_TO]:
             del cache[key]
 
     @property
+    def cache_hits(self) -> int:
+        return max(self.matches - self.misses, 0)
+
+    @property
     def cache_size(self) -> int:
-        return len(self._cache) if self._cache is not None else 0
+        return len(self.cache) if self.cache is not None else 0
 
     def subscriptions(self) -> list:
         """Every subscription, for monitoring."""

@@ -1,0 +1,537 @@
+"""nats-server configuration files as :class:`natserver.Options`.
+
+``options_from_file("nats.conf")`` reads a file with the parser in ``_conf.py`` and maps
+nats-server's keys (``server/opts.go`` ``processConfigFileLine`` in v2.9.10) onto Options:
+
+* keys are matched case-insensitively, as nats-server does (``PORT: 4222`` is ``port``);
+* keys nats-server knows but natserver does not act on (``cluster``, ``jetstream``, ``tls``,
+  ``accounts``, ...) are accepted, kept in ``Options.extra`` and listed by
+  :func:`unsupported_warnings` so that the server can log one warning line per key;
+* a key nats-server does not know is an error ``<file>:<line>:<col>: unknown field "foo"``
+  (unless the key is used as a ``$variable``, as nats-server allows), collected together with
+  the other errors of the file, exactly as nats-server reports them (``processConfigErr``);
+* a few values are warnings rather than errors, as in nats-server (a duration written as a
+  bare number of seconds): they come back in :class:`ConfigFileError` too, because ``-t`` and
+  reloads fail on them, while a normal start prints them and goes on (``exc.options``).
+
+Positions follow nats-server's token positions: the line is 1-based, and so is the column,
+except on the first line of a file, where nats-server's lexer counts from 0. We reproduce
+that quirk so that error lines are byte-for-byte the same.
+
+natserver extensions: ``max_closed_clients`` is accepted (nats-server 2.9.10 only has it as a
+Go option). Everything nats-server accepts is accepted here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+
+from . import _conf
+from . import _const as const
+from ._conf import ConfigError, parse_duration
+from ._options import Options
+
+__all__ = [
+    "ConfigFileError",
+    "options_from_file",
+    "options_from_dict",
+    "parse_config_file",
+    "unsupported_warnings",
+    "apply_baseline",
+    "go_duration",
+]
+
+log = logging.getLogger("natserver")
+
+_INT32_MAX = 2**31 - 1
+
+
+class ConfigFileError(ValueError):
+    """Errors and warnings found while applying a configuration file (nats-server's
+    ``processConfigErr``). ``str()`` is nats-server's text: warnings first, then errors,
+    each followed by a new line. ``options`` holds the result when there are only warnings.
+    """
+
+    def __init__(self, errors: list[str], warnings: list[str] | None = None, options: Options | None = None):
+        self.errors = list(errors)
+        self.warnings = list(warnings or [])
+        self.options = options
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "".join(line + "\n" for line in self.warnings + self.errors)
+
+
+# -- where each key was written ---------------------------------------------------------------
+
+
+class _Locations:
+    """Positions of the keys of every map the parser built, and the keys used as variables."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, dict[str, tuple[str, int, int]]] = {}
+        self.used: set[tuple[int, str]] = set()
+        self._alive: list = []  # keeps the maps alive so that their ids stay theirs
+
+    def record(self, mapping: dict, key: str, where: tuple[str, int, int]) -> None:
+        table = self.keys.get(id(mapping))
+        if table is None:
+            table = self.keys[id(mapping)] = {}
+            self._alive.append(mapping)
+        table[key] = where
+
+    def merge(self, into: dict, source: dict) -> None:
+        table = self.keys.get(id(source))
+        if table:
+            for key, where in table.items():
+                self.record(into, key, where)
+        for map_id, key in list(self.used):
+            if map_id == id(source):
+                self.used.add((id(into), key))
+
+    def where(self, mapping: dict, key: str) -> tuple[str, int, int] | None:
+        return self.keys.get(id(mapping), {}).get(key)
+
+    def is_used_variable(self, mapping: dict, key: str) -> bool:
+        return (id(mapping), key) in self.used
+
+
+class _LocatingParser(_conf._Parser):
+    """The configuration parser, also recording where each key is and which are variables."""
+
+    def __init__(self, text: str, *, locations: _Locations, **kwargs) -> None:
+        super().__init__(text, **kwargs)
+        self.locations = locations
+
+    def _parse_entry(self, target: dict, *, top_level: bool) -> str:
+        start = self.pos
+        quoted = self._peek() in ("'", '"')
+        key = super()._parse_entry(target, top_level=top_level)
+        if not (not quoted and key.lower() == "include" and key not in target):
+            line, column = self._location(start)
+            self.locations.record(target, key, (self.path or "config", line, column))
+        return key
+
+    def _resolve_variable(self, name: str, pos: int):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                self.locations.used.add((id(scope), name))
+                break
+        return super()._resolve_variable(name, pos)
+
+    def _include_file(self, target: dict, name: str, keyword_pos: int) -> None:
+        # As _conf._Parser._include_file, with a parser that records locations; the path is
+        # cleaned the way Go's filepath.Join does, so errors name "b.conf", not "./b.conf".
+        base_dir = os.path.dirname(self.path) if self.path else ""
+        file_path = os.path.normpath(os.path.join(base_dir, name))
+        real_path = os.path.realpath(file_path)
+        if real_path in self.include_chain:
+            loop = self.include_chain[self.include_chain.index(real_path) :] + (real_path,)
+            raise self._error("include cycle: " + " -> ".join(loop), keyword_pos)
+        try:
+            text = _conf._read_config_text(file_path)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise self._error(
+                f"error parsing include file {name!r}: cannot read {file_path!r}: {reason}", keyword_pos
+            ) from exc
+        except ConfigError as exc:
+            raise self._included_error(exc, keyword_pos) from exc
+        included = _LocatingParser(
+            text,
+            locations=self.locations,
+            path=file_path,
+            env=self.env,
+            include_chain=self.include_chain + (real_path,),
+            env_chain=(),
+        )
+        try:
+            entries = included.parse_document()
+        except ConfigError as exc:
+            raise self._included_error(exc, keyword_pos) from exc
+        target.update(entries)
+        self.locations.merge(target, entries)
+
+
+def parse_config_file(path) -> tuple[dict, _Locations]:
+    """Parse a file; return the values and where each key is. Raises ConfigError."""
+    path = os.fspath(path)
+    try:
+        text = _conf._read_config_text(path)
+    except OSError as exc:
+        # nats-server: "open nats.conf: no such file or directory" (Go's error text).
+        reason = exc.strerror or str(exc)
+        reason = reason[:1].lower() + reason[1:]
+        raise ConfigFileError([f"open {path}: {reason}"]) from exc
+    locations = _Locations()
+    parser = _LocatingParser(
+        text,
+        locations=locations,
+        path=path,
+        env=os.environ,
+        include_chain=(os.path.realpath(path),),
+        env_chain=(),
+    )
+    return parser.parse_document(), locations
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A value nats-server rejects; the message goes after "<file>:<line>:<col>: "."""
+
+
+def _type_name(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "map[string]interface {}"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return type(value).__name__
+
+
+def _expect(value, kind: type, key: str):
+    # nats-server's v.(int64) / v.(string) / v.(bool) type assertions; the Go panic text is
+    # "interface conversion: interface {} is string, not int64": we say it in plainer words.
+    want = {int: "int64", str: "string", bool: "bool", dict: "map[string]interface {}"}[kind]
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else repr(value)
+        raise _Bad(f"error parsing {key}: expected {want}, got {_type_name(value)} {shown}")
+    return value
+
+
+def _go_duration_error(value: str) -> str:
+    """The text of Go's time.ParseDuration error for ``value``."""
+    try:
+        parse_duration(value)
+    except ValueError as exc:
+        text = str(exc)
+        quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        unit = re.search(r"unknown unit '(.*?)'", text) or re.search(r'unknown unit "(.*?)"', text)
+        if unit:
+            return f'time: unknown unit "{unit.group(1)}" in duration {quoted}'
+        if "missing unit" in text:
+            return f"time: missing unit in duration {quoted}"
+        return f"time: invalid duration {quoted}"
+    return ""
+
+
+def _duration(value, key: str, warnings: list, where: str) -> float:
+    """opts.go parseDuration: a Go duration string, or (with a warning) a number of seconds."""
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError:
+            raise _Bad(f"error parsing {key}: {_go_duration_error(value)}") from None
+    _expect(value, int, key)
+    warnings.append(f'{where}: invalid use of field "{key}": {key} should be converted to a duration')
+    return float(value)
+
+
+def _strict_duration(value, key: str) -> float:
+    """lame_duck_*: time.ParseDuration(v.(string)), no number-of-seconds form."""
+    _expect(value, str, key)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise _Bad(f"error parsing {key}: {_go_duration_error(value)}") from None
+
+
+def _listen(value) -> tuple[str, int]:
+    """opts.go parseListen: a port, or "host:port" split as Go's net.SplitHostPort does."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "", value
+    if isinstance(value, str):
+        host, port = _split_host_port(value)
+        if host is None:
+            raise _Bad(f'could not parse address string "{value}"')
+        if not re.fullmatch(r"[+-]?[0-9]+", port):
+            raise _Bad(f'could not parse port "{port}"')
+        return host, int(port)
+    raise _Bad(f"expected port or host:port, got {_type_name(value)}")
+
+
+def _split_host_port(value: str) -> tuple[str | None, str]:
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0 or value[end + 1 : end + 2] != ":":
+            return None, ""
+        return value[1:end], value[end + 2 :]
+    host, sep, port = value.rpartition(":")
+    if not sep or ":" in host or "[" in host or "]" in host:
+        return None, ""
+    return host, port
+
+
+def go_duration(seconds: float) -> str:
+    """Format seconds as Go's time.Duration.String() does: "2m0s", "1.5s", "250ms", "0s"."""
+    nanos = round(seconds * 1_000_000_000)
+    if nanos == 0:
+        return "0s"
+    sign = "-" if nanos < 0 else ""
+    nanos = abs(nanos)
+    if nanos < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if nanos >= size or unit == "ns":
+                return sign + _trim_fraction(nanos, size) + unit
+    hours, rest = divmod(nanos, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    text = _trim_fraction(rest, 1_000_000_000) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _trim_fraction(value: int, unit: int) -> str:
+    whole, fraction = divmod(value, unit)
+    if not fraction:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+def _go_float(value: float) -> str:
+    """Go's %v for a float64 (3 -> "3", 1.5 -> "1.5")."""
+    return f"{value:g}" if math.isfinite(value) else str(value)
+
+
+# -- the keys ----------------------------------------------------------------------------------
+
+# Keys nats-server v2.9.10 knows (opts.go processConfigFileLine) that natserver accepts without
+# acting on them. They are kept in Options.extra and logged once as not supported.
+UNSUPPORTED_KEYS = frozenset(
+    """
+    client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache accounts
+    https https_port http_base_path cluster gateway leaf leafnodes store_dir storedir jetstream
+    logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
+    max_sub_tokens max_subscription_tokens tls ocsp allow_non_tls operator operators roots root
+    root_operators root_operator resolver account_resolver accounts_resolver resolver_tls
+    resolver_preload resolver_pinned_accounts no_auth_user system_account system
+    no_system_account no_system no_sys_acc trusted trusted_keys connect_error_reports
+    reconnect_error_reports websocket ws mqtt server_tags default_js_domain
+    """.split()
+)
+# Keys nats-server does not act on either way, or that only feed another key: no warning.
+_QUIET_EXTRA_KEYS = frozenset({"system_account", "system", "connect_error_reports", "reconnect_error_reports"})
+
+# authorization {} members nats-server knows beyond user/password/token/timeout.
+_UNSUPPORTED_AUTH_KEYS = frozenset({"users", "default_permission", "default_permissions", "permissions"})
+
+
+class _Builder:
+    def __init__(self, options: Options, locations: _Locations | None, path: str | None) -> None:
+        self.options = options
+        self.changes: dict = {}
+        self.extra = dict(options.extra)
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.locations = locations
+        self.path = path or "config"
+
+    def where(self, mapping: dict, key: str, fallback: str | None = None) -> str:
+        location = self.locations.where(mapping, key) if self.locations is not None else None
+        if location is None:
+            return fallback or self.path
+        path, line, column = location
+        # nats-server's lexer counts columns from 0 on the first line of a file only.
+        return f"{path}:{line}:{column - 1 if line == 1 else column}"
+
+    def used_as_variable(self, mapping: dict, key: str) -> bool:
+        return self.locations is not None and self.locations.is_used_variable(mapping, key)
+
+    def apply(self, conf: dict) -> None:
+        for key, value in conf.items():
+            where = self.where(conf, key)
+            try:
+                self.apply_key(conf, key, key.lower(), value, where)
+            except _Bad as exc:
+                self.errors.append(f"{where}: {exc}")
+
+    def apply_key(self, conf: dict, key: str, name: str, value, where: str) -> None:
+        c = self.changes
+        if name == "listen":
+            host, port = _listen(value)
+            c["host"] = host
+            c["port"] = port
+        elif name == "port":
+            c["port"] = _expect(value, int, key)
+        elif name == "server_name":
+            c["server_name"] = _expect(value, str, key)
+        elif name in ("host", "net"):
+            c["host"] = _expect(value, str, key)
+        elif name in ("debug", "trace", "logtime"):
+            c[name] = _expect(value, bool, key)
+        elif name == "authorization":
+            self.apply_authorization(key, value, where)
+        elif name == "http":
+            host, port = _listen(value)
+            c["http_host"] = host
+            c["http_port"] = port
+        elif name in ("http_port", "monitor_port"):
+            c["http_port"] = _expect(value, int, key)
+        elif name in ("logfile", "log_file"):
+            c["log_file"] = _expect(value, str, key)
+        elif name in ("pidfile", "pid_file"):
+            c["pid_file"] = _expect(value, str, key)
+        elif name == "ports_file_dir":
+            c["ports_file_dir"] = _expect(value, str, key)
+        elif name in ("max_control_line", "max_payload"):
+            if _expect(value, int, key) > _INT32_MAX:
+                raise _Bad(f"{key} value is too big")
+            c[name] = value
+        elif name == "max_pending":
+            c["max_pending"] = _expect(value, int, key)
+        elif name in ("max_connections", "max_conn"):
+            c["max_connections"] = _expect(value, int, key)
+        elif name in ("max_subscriptions", "max_subs"):
+            c["max_subscriptions"] = _expect(value, int, key)
+        elif name == "ping_interval":
+            c["ping_interval"] = _duration(value, "ping_interval", self.warnings, where)
+        elif name == "ping_max":
+            c["ping_max"] = _expect(value, int, key)
+        elif name == "write_deadline":
+            c["write_deadline"] = _duration(value, "write_deadline", self.warnings, where)
+        elif name == "lame_duck_duration":
+            duration = _strict_duration(value, "lame_duck_duration")
+            if duration < 30:
+                raise _Bad(f"invalid lame_duck_duration of {go_duration(duration)}, minimum is 30 seconds")
+            c["lame_duck_duration"] = duration
+        elif name == "lame_duck_grace_period":
+            grace = _strict_duration(value, "lame_duck_grace_period")
+            if grace < 0:
+                raise _Bad("invalid lame_duck_grace_period, needs to be positive")
+            c["lame_duck_grace_period"] = grace
+        elif name == "no_header_support":
+            c["headers"] = not _expect(value, bool, key)
+        elif name == "max_closed_clients":  # natserver extension (a Go-only option in nats-server)
+            c["max_closed_clients"] = _expect(value, int, key)
+        elif name in UNSUPPORTED_KEYS:
+            self.extra[key] = value
+            if name == "trace_verbose":
+                c["trace"] = _expect(value, bool, key)
+        elif not self.used_as_variable(conf, key):
+            self.errors.append(f'{where}: unknown field "{key}"')
+
+    def apply_authorization(self, key: str, value, where: str) -> None:
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
+        user = password = token = ""
+        timeout = 0.0
+        unsupported: dict = {}
+        for member, item in value.items():
+            member_where = self.where(value, member, where)
+            name = member.lower()
+            try:
+                if name in ("user", "username"):
+                    user = _expect(item, str, member)
+                elif name in ("pass", "password"):
+                    password = _expect(item, str, member)
+                elif name == "token":
+                    token = _expect(item, str, member)
+                elif name == "timeout":
+                    # auth.go: an int or a float of seconds; anything else counts as 1 second.
+                    if isinstance(item, (int, float)) and not isinstance(item, bool):
+                        timeout = float(item)
+                    else:
+                        timeout = 1.0
+                elif name in _UNSUPPORTED_AUTH_KEYS:
+                    unsupported[member] = item
+                elif not self.used_as_variable(value, member):
+                    self.errors.append(f'{member_where}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{member_where}: {exc}")
+        if (user or password) and token:
+            raise _Bad("Cannot have a user/pass and token")
+        self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout)
+        if unsupported:
+            self.extra[key] = unsupported
+
+    def result(self) -> Options:
+        options = self.options.copy(**self.changes, extra=self.extra)
+        return apply_baseline(options, http_host=False)
+
+
+def apply_baseline(options: Options, *, http_host: bool = True) -> Options:
+    """nats-server's setBaselineOptions: zero values mean the defaults; port 0 is 4222."""
+    defaults = {
+        "host": ("", const.DEFAULT_HOST),
+        "port": (0, const.DEFAULT_PORT),
+        "max_connections": (0, const.DEFAULT_MAX_CONNECTIONS),
+        "ping_interval": (0, const.DEFAULT_PING_INTERVAL),
+        "ping_max": (0, const.DEFAULT_PING_MAX_OUT),
+        "auth_timeout": (0, const.DEFAULT_AUTH_TIMEOUT),
+        "max_control_line": (0, const.MAX_CONTROL_LINE_SIZE),
+        "max_payload": (0, const.MAX_PAYLOAD_SIZE),
+        "max_pending": (0, const.MAX_PENDING_SIZE),
+        "write_deadline": (0, const.DEFAULT_WRITE_DEADLINE),
+        "max_closed_clients": (0, const.DEFAULT_MAX_CLOSED_CLIENTS),
+        "lame_duck_duration": (0, const.DEFAULT_LAME_DUCK_DURATION),
+        "lame_duck_grace_period": (0, const.DEFAULT_LAME_DUCK_GRACE_PERIOD),
+    }
+    changes = {name: default for name, (zero, default) in defaults.items() if getattr(options, name) == zero}
+    if http_host and not options.http_host:
+        changes["http_host"] = changes.get("host", options.host)
+    return options.copy(**changes) if changes else options
+
+
+def options_from_dict(
+    conf: dict, base: Options | None = None, path=None, *, locations: _Locations | None = None
+) -> Options:
+    """Options from parsed configuration values, on top of ``base`` (default: Options()).
+
+    Raises :class:`ConfigFileError` when nats-server would report errors or warnings (the
+    options built despite warnings are ``exc.options``).
+    """
+    path = os.fspath(path) if path is not None else None
+    base = base if base is not None else Options()
+    if path is not None:
+        base = base.copy(config_file=path)
+    builder = _Builder(base, locations, path)
+    builder.apply(conf)
+    if builder.errors:
+        raise ConfigFileError(builder.errors, builder.warnings)
+    options = builder.result()
+    if builder.warnings:
+        raise ConfigFileError([], builder.warnings, options)
+    return options
+
+
+def options_from_file(path, base: Options | None = None) -> Options:
+    """Options from a nats-server configuration file (see the module docstring).
+
+    Raises ConfigError for syntax errors (file:line:col) and ConfigFileError for what
+    nats-server reports while applying the values (unknown fields, bad values, warnings).
+    """
+    conf, locations = parse_config_file(path)
+    return options_from_dict(conf, base, path, locations=locations)
+
+
+def unsupported_warnings(options: Options) -> list[str]:
+    """One line per configuration key that natserver accepts but does not act on."""
+    lines = []
+    for key, value in options.extra.items():
+        name = key.lower()
+        if name in _QUIET_EXTRA_KEYS or name == "cli":
+            continue
+        if name == "authorization":
+            members = ", ".join(sorted(value)) if isinstance(value, dict) else ""
+            lines.append(f"Config option authorization {{{members}}} is not supported by natserver and is ignored")
+        elif name in UNSUPPORTED_KEYS:
+            lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
+    for flag in (options.extra.get("cli") or {}):
+        lines.append(f"Command line flag -{flag} is not supported by natserver and is ignored")
+    return lines

@@ -1,0 +1,114 @@
+"""pytest fixtures for testing against NATS with natserver: no binary, no Docker.
+
+Loaded automatically (entry point ``pytest11``) wherever natserver is installed; disable with
+``-p no:natserver``. Importing this module does nothing but define the fixtures: the server
+code is imported when a fixture is first used.
+
+Fixtures:
+
+``nats_server``
+    A :class:`natserver.testing.NatsServer` for one test, on 127.0.0.1 and a random port, in a
+    background thread: usable from plain, asyncio and trio tests. Options per test with the
+    marker ``@pytest.mark.nats_server(max_payload=1024, user="u", password="p", ...)`` (on a
+    test, class or module; the closest wins per keyword).
+``nats_url``
+    ``nats_server.url``.
+``nats_server_session``
+    One server for the whole session (options: override the ``nats_server_session_options``
+    fixture). Its faults and recorded messages are reset before every test that uses it.
+``trio_nats_server``
+    Trio-native (needs pytest-trio): the server runs as a task in the test's nursery, no
+    thread. Takes the same marker.
+
+See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+MARKER = "nats_server"
+
+# The nats_server_session server while it runs (on the config: in-process pytester sessions
+# each have their own).
+_SESSION_SERVER = pytest.StashKey[object]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**options): natserver options for the nats_server / trio_nats_server fixtures "
+        "(e.g. max_payload=1024, user='u', password='p', token='t', max_pending=65536, record=False)",
+    )
+
+
+def _marker_options(request: pytest.FixtureRequest) -> dict:
+    """Keyword arguments of every nats_server marker on the test, closest last (wins)."""
+    options: dict = {}
+    for marker in reversed(list(request.node.iter_markers(MARKER))):
+        if marker.args:
+            raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only, got {marker.args!r}")
+        options.update(marker.kwargs)
+    return options
+
+
+@pytest.fixture
+def nats_server(request: pytest.FixtureRequest):
+    """A fresh natserver for this test (a background thread; stopped and joined after)."""
+    from natserver.testing import NatsServer
+
+    server = NatsServer(**_marker_options(request))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server) -> str:
+    """The URL of this test's ``nats_server``: ``nats://127.0.0.1:<port>``."""
+    return nats_server.url
+
+
+@pytest.fixture(scope="session")
+def nats_server_session_options() -> dict:
+    """Options of ``nats_server_session``; override this fixture to change them."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def nats_server_session(request: pytest.FixtureRequest, nats_server_session_options: dict):
+    """One natserver shared by the whole session (faults and records reset per test)."""
+    from natserver.testing import NatsServer
+
+    server = NatsServer(**nats_server_session_options)
+    server.start()
+    request.config.stash[_SESSION_SERVER] = server
+    try:
+        yield server
+    finally:
+        del request.config.stash[_SESSION_SERVER]
+        server.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Runs before the test's fixtures are set up: a test using the shared server starts
+    # without the faults and records of the previous one (its clients stay connected).
+    server = item.config.stash.get(_SESSION_SERVER, None)
+    if server is not None and "nats_server_session" in getattr(item, "fixturenames", ()):
+        server.reset()
+
+
+@pytest.fixture
+async def trio_nats_server(request: pytest.FixtureRequest, nursery):
+    """A natserver running in this trio test's nursery (pytest-trio's ``nursery`` fixture)."""
+    from natserver.testing import NatsServer
+
+    server = NatsServer(**_marker_options(request))
+    await server.start_async(nursery)
+    try:
+        yield server
+    finally:
+        await server.stop_async()
