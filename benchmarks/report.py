@@ -8,7 +8,7 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.scenarios import Metric, RoundResult, Scenario
+from benchmarks.scenarios import RoundResult, Scenario
 
 A = "natserver"
 B = "nats-server"

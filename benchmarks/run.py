@@ -23,7 +23,6 @@ from benchmarks import report  # noqa: E402
 from benchmarks.scenarios import SCENARIOS, Options, RoundResult  # noqa: E402
 from benchmarks.servers import (  # noqa: E402
     ServerSpec,
-    ServerStartError,
     default_nats_server_cmd,
     default_natserver_cmd,
     parse_cmd,
@@ -101,7 +100,7 @@ def main(argv=None) -> int:
                 for spec in specs:  # A B A B ...: both servers see the same machine load
                     try:
                         res = sc.run(spec, opts)
-                    except (ServerStartError, Exception) as e:  # noqa: BLE001 - keep going, report it
+                    except Exception as e:  # noqa: BLE001 - server failed to start, worker died...: report, go on
                         res = RoundResult(spec.label, error=f"{type(e).__name__}: {e}")
                     per_server[spec.label].append(res)
                     print(report.round_line(sc, r, res), flush=True)
@@ -112,6 +111,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: writing what was measured so far")
         failed = True
+        for sc in scenarios:
+            if sc.id in all_rounds and sc.id not in summaries and any(all_rounds[sc.id].values()):
+                summaries[sc.id] = report.summarize(sc, all_rounds[sc.id], spec_b is not None)
 
     if not summaries:
         return 1

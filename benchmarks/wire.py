@@ -26,7 +26,6 @@ import selectors
 import socket
 import struct
 import time
-from collections import deque
 from dataclasses import dataclass
 
 CONNECT = b'CONNECT {"verbose":false,"pedantic":false}\r\n'

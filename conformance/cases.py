@@ -793,3 +793,39 @@ TOKEN = (("authorization", (("token", "s3cr3t"),)),)
 case("token_ok", S("c", b'CONNECT {"verbose":false,"auth_token":"s3cr3t"}\r\nPING\r\n'), config=TOKEN)
 case("token_bad", S("c", b'CONNECT {"verbose":false,"auth_token":"nope"}\r\nPING\r\n'), config=TOKEN)
 case("token_user_pass_instead", S("c", b'CONNECT {"verbose":false,"user":"s3cr3t","pass":"s3cr3t"}\r\nPING\r\n'), config=TOKEN)
+
+# ------------------------------------------------------------------------------------------
+# Server without header support
+# ------------------------------------------------------------------------------------------
+
+NOHDRCFG = (("no_header_support", True),)
+case("no_header_support_info", Open("c"), config=NOHDRCFG, doc="INFO headers:false")
+case("no_header_support_hpub", S("c", QH + hpub("foo", H1, b"x") + b"PING\r\n"), config=NOHDRCFG,
+     doc="client asks for headers, server has none: HPUB closes")
+case("no_header_support_no_responders", S("c", QNR + b"PING\r\n"), config=NOHDRCFG)
+case("no_header_support_pub", S("c", QH + b"SUB foo 1\r\nPUB foo 1\r\nx\r\n"), Flush("c"), config=NOHDRCFG)
+
+# ------------------------------------------------------------------------------------------
+# Permissions (users with publish/subscribe permissions)
+# ------------------------------------------------------------------------------------------
+
+PERMS = ((None, """authorization {
+  users: [
+    {user: "a", password: "a", permissions: {publish: ["foo", "_INBOX.>"], subscribe: ["foo", "bar.*"]}}
+    {user: "d", password: "d", permissions: {publish: {deny: ["secret.>"]}, subscribe: {deny: ["secret.>"]}}}
+  ]
+}"""),)
+CA = b'CONNECT {"verbose":false,"pedantic":false,"user":"a","pass":"a"}\r\n'
+CD = b'CONNECT {"verbose":false,"pedantic":false,"user":"d","pass":"d"}\r\n'
+case("perm_allowed", S("c", CA + b"SUB foo 1\r\nPUB foo 1\r\nx\r\n"), Flush("c"), config=PERMS)
+case("perm_publish_denied", S("c", CA + b"SUB foo 1\r\nPUB baz 1\r\nx\r\nPUB foo 1\r\ny\r\n"), Flush("c"), config=PERMS,
+     doc="-ERR 'Permissions Violation for Publish to \"baz\"', connection stays")
+case("perm_subscribe_denied", S("c", CA + b"SUB baz 1\r\nSUB bar.x 2\r\nPUB foo 1\r\nx\r\n"), Flush("c"), config=PERMS)
+case("perm_subscribe_denied_queue", S("c", CA + b"SUB baz q 1\r\n"), Flush("c"), config=PERMS)
+case("perm_subscribe_wildcard_wider", S("c", CA + b"SUB bar.> 1\r\nSUB > 2\r\n"), Flush("c"), config=PERMS)
+case("perm_deny_lists", S("c", CD + b"SUB secret.x 1\r\nSUB > 2\r\nPUB secret.y 1\r\nx\r\nPUB open 1\r\ny\r\n"), Flush("c"),
+     config=PERMS, doc="SUB > is allowed but secret.* messages are not delivered to it")
+case("perm_denied_verbose", S("c", b'CONNECT {"verbose":true,"user":"a","pass":"a"}\r\nPUB baz 1\r\nx\r\nSUB baz 1\r\n'), Flush("c"),
+     config=PERMS)
+case("perm_cross_user_delivery", S("s", CD + b"SUB > 1\r\n"), Flush("s"), S("p", CA + b"PUB foo 1\r\nx\r\n"), Flush("p"),
+     config=PERMS)

@@ -453,6 +453,20 @@ def mask_sid(unit: bytes) -> bytes:
     return b" ".join(words) + unit[len(line) :]
 
 
+#: Units longer than this are stored as head + length + hash (keeps recordings small and
+#: diffs readable; a changed byte still changes the hash).
+BIG_UNIT = 2048
+
+
+def compact(unit: bytes) -> bytes:
+    if len(unit) <= BIG_UNIT:
+        return unit
+    digest = hashlib.sha256(unit).hexdigest()[:24]
+    eol = unit.find(b"\n")
+    head = unit[: min(eol + 1 if 0 <= eol < 200 else 200, 200) + 40]
+    return head + b"<<%d bytes in all, sha256 %s>>" % (len(unit), digest.encode())
+
+
 def normalise(data: bytes, *, mask_sids: bool = False) -> list[str]:
     tokens = []
     for unit in split_units(data):
@@ -460,6 +474,7 @@ def normalise(data: bytes, *, mask_sids: bool = False) -> list[str]:
             unit = mask_info(unit)
         elif mask_sids and unit[:4] in (b"MSG ", b"HMSG"):
             unit = mask_sid(unit)
+        unit = compact(unit)
         tokens.append(unit.decode("latin-1"))
     return tokens
 
@@ -565,7 +580,10 @@ def load_expected(case: Case) -> tuple[dict[str, ConnTranscript], dict]:
 
 
 def find_nats_server() -> str | None:
-    path = os.environ.get("NATS_SERVER_BIN") or shutil.which("nats-server")
+    if "NATS_SERVER_BIN" in os.environ:  # explicit choice; a missing file means "not installed"
+        path = os.environ["NATS_SERVER_BIN"]
+        return path if os.access(path, os.X_OK) else None
+    path = shutil.which("nats-server")
     if path:
         return path
     for candidate in ("/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server"):
@@ -594,6 +612,9 @@ def render_config(config: Iterable[tuple[str, Any]], indent: str = "") -> str:
     """nats-server config syntax; a tuple of pairs becomes a nested ``key { ... }`` block."""
     lines = []
     for key, value in config:
+        if key is None:  # verbatim text, e.g. arrays of users
+            lines.append(str(value))
+            continue
         if isinstance(value, tuple):
             lines.append(f"{indent}{key} {{")
             lines.append(render_config(value, indent + "  ").rstrip("\n"))

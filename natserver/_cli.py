@@ -400,10 +400,7 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
                     nursery.cancel_scope.cancel()
 
             await nursery.start(serve)
-            if options.http_port:
-                from ._monitor import serve_monitor
-
-                command_line.monitor = await nursery.start(serve_monitor, server)
+            command_line.monitor = server.monitor  # started by the server, before its listener
             if options.pid_file:
                 write_pid_file(options.pid_file)
             if options.ports_file_dir:
@@ -418,7 +415,10 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
                             continue  # nats-server lets lame duck mode finish
                         exit_code = 1
                         break
-                    await _handle_signal(server, signum, nursery)
+                    try:
+                        await _handle_signal(server, signum, nursery)
+                    except Exception:  # a failed reload/reopen must not take the server down
+                        log.exception("Error handling signal %s", _SIGNAL_NAMES.get(signum, signum))
             finally:
                 if not server.shutting_down:
                     log.info("Initiating Shutdown...")

@@ -28,6 +28,7 @@ from ._const import (
     READ_SIZE,
     STALL_FRACTION,
     STALL_MAX_WAIT,
+    STALL_MIN_WAIT,
 )
 from ._errors import ProtocolError, ServerError
 from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, Sub, Unsub
@@ -67,7 +68,7 @@ class Subscription:
     """A client's interest in a subject. ``sid_part`` is ``b"<sid> "``, pre-encoded once
     because it goes into every MSG line this subscription receives."""
 
-    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered")
+    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited")
 
     def __init__(self, client: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.client = client
@@ -77,16 +78,23 @@ class Subscription:
         self.sid_part = sid + b" "
         self.max_msgs = 0  # 0: no auto-unsubscribe
         self.delivered = 0
+        # True when delivery needs the careful path (auto-unsubscribe, permission filter), so
+        # the hot loop tests one attribute for both.
+        self.limited = client.deliver_filter is not None
 
     def __repr__(self) -> str:
         return f"<Subscription cid={self.client.cid} sid={self.sid!r} subject={self.subject!r}>"
 
 
+# Go's encoding/json matches keys with Unicode simple case folding: these two fold onto ASCII.
+_GO_FOLDS = str.maketrans({"\u017f": "s", "\u212a": "k"})  # long s, Kelvin sign
+
+
 def _check_connect_types(options: dict) -> dict:
-    """Lower-case the keys and enforce the types nats-server's decoder enforces."""
+    """Fold the keys as Go's json does and enforce the types nats-server's decoder enforces."""
     opts = {}
     for key, value in options.items():
-        opts[key.lower() if isinstance(key, str) else key] = value
+        opts[key.lower() if key.isascii() else key.translate(_GO_FOLDS).lower()] = value
     for key in _BOOL_FIELDS:
         value = opts.get(key)
         if value is not None and not isinstance(value, bool):
@@ -131,6 +139,13 @@ class Client:
         self.lang = ""
         self.version = ""
         self.user = ""
+        self.connect_opts: dict | None = None
+        # Permissions of the authenticated user (None: everything allowed), the cache of its
+        # publish decisions, and the delivery filter set once a wildcard subscription overlaps
+        # a subscribe deny entry (nats-server's mperms).
+        self.perms = None
+        self._publish_allowed: dict = {}
+        self.deliver_filter = None
         self.subs: dict[bytes, Subscription] = {}
         # Outbound: pieces waiting for the writer, and their byte count plus whatever the
         # writer is sending right now (nats-server's pb), bounded by max_pending.
@@ -138,7 +153,8 @@ class Client:
         self.pending = 0
         self.max_pending = options.max_pending
         self._stall_at = int(options.max_pending * STALL_FRACTION)
-        self._drained: trio.Event | None = None
+        self._drained: trio.Event | None = None  # set by the writer when below _stall_at
+        self.stalled_on: Client | None = None  # a subscriber this producer must wait for
         self._writer_lot = trio.lowlevel.ParkingLot()
         self.closed = False
         self.close_reason = ""
@@ -150,12 +166,14 @@ class Client:
         self.out_bytes = 0
         self.start = time.time()
         self.stop: float | None = None
-        self.last_activity = self.start
-        self.last_ping_in = 0.0
+        self.last_activity = self.start  # wall clock, for monitoring
+        # The keepalive timer's view of activity, on trio's clock (so MockClock tests work).
+        self._active_at = float("-inf")
+        self._ping_in_at = float("-inf")
         self.pings_out = 0
         self.rtt: float | None = None
         self._rtt_start = 0.0  # when the PING we time the round trip of was sent
-        self._rtt_measured_at = 0.0
+        self._rtt_measured_at = float("-inf")  # like Go's zero time: "never measured"
         self._ping_scope: trio.CancelScope | None = None
         # Fault injection (natserver.testing): while set, the reader or writer waits here.
         self.read_gate: trio.Event | None = None
@@ -226,22 +244,27 @@ class Client:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
             if not data:
-                self.close("Client Closed")
+                # nats-server still sends what it owes (MSGs, PONGs) to a half-closed client.
+                self.close("Client Closed", flush=True)
                 return
             self.last_activity = time.time()
+            self._active_at = trio.current_time()
             feed(data)
-            try:
-                self._process_ops()
-            except ProtocolError as exc:
-                if exc.error.text is None:
-                    log.debug("cid:%d - closing: %s", self.cid, exc)
-                self.protocol_error(exc.error)
-            stalled = server.flush_touched()
-            if stalled is not None and not self.closed:
-                # A subscriber is above 75 % of max_pending: give its writer a moment to
-                # drain before parsing more (nats-server's fast-producer stall gate).
-                with trio.move_on_after(STALL_MAX_WAIT):
-                    await stalled.wait()
+            while True:
+                try:
+                    self._process_ops()
+                except ProtocolError as exc:
+                    if exc.error.text is None:
+                        log.debug("cid:%d - closing: %s", self.cid, exc)
+                    self.protocol_error(exc.error)
+                server.flush_touched()
+                stalled_on = self.stalled_on
+                if stalled_on is None or self.closed:
+                    break
+                # A subscriber we deliver to is more than half full: wait for its writer to
+                # drain it before handling the rest of the chunk (nats-server's stall gate).
+                self.stalled_on = None
+                await stalled_on.wait_drained()
 
     def _process_ops(self) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint."""
@@ -257,14 +280,18 @@ class Client:
                 ops = parse()
                 if not ops:
                     return
-                for op in ops:
+                remaining = iter(ops)
+                for op in remaining:
                     if op.__class__ is Pub:
                         subject, reply, header_size, sizes, payload = op
                         n_msgs += 1
                         n_bytes += len(payload)
-                        if self.pedantic or self.verbose:
+                        if self.pedantic or self.verbose or self.perms is not None:
                             if self.pedantic and not is_valid_literal_subject(subject):
                                 self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
+                            if self.perms is not None and not self.perms.can_publish(subject, self._publish_allowed):
+                                self.queue(errors.permissions_violation("Publish", subject).wire)
+                                continue
                             if self.verbose:
                                 self.queue(OK)
                         # The cache lookup inlined: a method call costs a tenth of a message.
@@ -281,12 +308,15 @@ class Client:
                             pass
                         elif reply is not None and self.no_responders:
                             self._no_responders(reply)
+                        if self.stalled_on is not None:
+                            self.parser.unread(remaining)
+                            return
                     elif op.__class__ is Sub:
                         self._process_sub(op)
                     elif op.__class__ is Unsub:
                         self._process_unsub(op)
                     elif op.__class__ is Ping:
-                        self.last_ping_in = time.time()
+                        self._ping_in_at = trio.current_time()
                         if self.server.connection_hook is not None and self.server.connection_hook(self, "ping"):
                             self.close("Client Closed", flush=True)
                             return
@@ -328,8 +358,58 @@ class Client:
             self._no_responders(reply)
 
     def _route(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
-        """Queue one message to every plain match and one member of each queue group;
-        returns how many subscriptions got it. This is the per-delivery hot loop."""
+        """Queue one message to every match; returns how many subscriptions got it.
+
+        The hot path: a plain message to plain subscriptions. Each result keeps the
+        ``MSG <subject> <sid> `` head of every subscription (built once per cached subject),
+        each message builds its tail (``[reply ]size CRLF payload CRLF``) once, and a delivery
+        is one concatenation. Measured on the 1->1 16 B microbenchmark: 1.6 -> 1.2 us/msg.
+        """
+        size = len(payload)
+        if header_size > 0 or result.qsubs or size >= BIG_PAYLOAD:
+            return self._route_general(result, subject, reply, header_size, sizes, payload)
+        plan = result.plan
+        if plan is None:
+            plan = result.plan = [(sub, sub.client, MSG_ + subject + SP + sub.sid_part) for sub in result.psubs]
+        if reply is None:
+            tail = b"".join((sizes, CRLF, payload, CRLF))
+        else:
+            tail = b"".join((reply, SP, sizes, CRLF, payload, CRLF))
+        touched = self.server.touched
+        echo = self.echo
+        delivered = 0
+        for sub, client, head in plan:
+            if client is self and not echo:
+                continue
+            if sub.limited:  # auto-unsubscribe or a permission filter: the careful path
+                if not self._may_deliver(sub, subject):
+                    continue
+            else:
+                # nats-server counts every delivery (sub.nm), so a later UNSUB max sees them.
+                sub.delivered += 1
+            data = head + tail
+            out = client.out
+            if not out:  # a non-empty list is already due to be flushed
+                touched.add(client)
+            out.append(data)
+            pending = client.pending + len(data)
+            client.pending = pending
+            client.out_msgs += 1
+            client.out_bytes += size
+            delivered += 1
+            if pending > client._stall_at:
+                if pending > client.max_pending:
+                    client.slow_consumer()
+                elif client is not self and self.stalled_on is None:
+                    self.stalled_on = client
+        if delivered:
+            server = self.server
+            server.out_msgs += delivered
+            server.out_bytes += delivered * size
+        return delivered
+
+    def _route_general(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
+        """_route for everything else: queue groups, headers, big payloads."""
         targets = result.psubs
         if result.qsubs:
             targets = targets + [m for m in (self._pick_member(result, i, g) for i, g in enumerate(result.qsubs)) if m]
@@ -350,10 +430,12 @@ class Client:
             client = sub.client
             if client is self and not echo:
                 continue
-            # nats-server counts every delivery (sub.nm), so UNSUB sid max can see past ones.
-            sub.delivered += 1
-            if sub.max_msgs and not self._within_max(sub):
-                continue
+            if sub.limited:  # auto-unsubscribe or a permission filter: the careful path
+                if not self._may_deliver(sub, subject):
+                    continue
+            else:
+                # nats-server counts every delivery (sub.nm), so a later UNSUB max sees them.
+                sub.delivered += 1
             if header_size <= 0:
                 body_len = size
                 pieces = (MSG_, subject, SP, sub.sid_part, reply_part, sizes, CRLF, payload, CRLF)
@@ -376,8 +458,11 @@ class Client:
             out_bytes += body_len
             touched.add(client)
             delivered += 1
-            if client.pending > client.max_pending:
-                client.slow_consumer()
+            if client.pending > client._stall_at:
+                if client.pending > client.max_pending:
+                    client.slow_consumer()
+                elif client is not self and self.stalled_on is None:
+                    self.stalled_on = client
         if delivered:
             server = self.server
             server.out_msgs += delivered
@@ -398,11 +483,16 @@ class Client:
             return sub
         return None
 
-    def _within_max(self, sub: Subscription) -> bool:
-        """Auto-unsubscribe (UNSUB sid max), after counting a delivery: the max-th delivery
-        goes out and removes the subscription; False for any beyond it."""
-        if sub.delivered >= sub.max_msgs:
-            sub.client.remove_subscription(sub)
+    def _may_deliver(self, sub: Subscription, subject: bytes) -> bool:
+        """For a ``limited`` subscription: the subscriber's permission filter (deny entries a
+        wildcard subscription overlaps), then the delivery count and auto-unsubscribe (UNSUB
+        sid max): the max-th delivery goes out and removes the subscription."""
+        client = sub.client
+        if client.deliver_filter is not None and client.deliver_filter.delivery_denied(subject):
+            return False
+        sub.delivered += 1
+        if sub.max_msgs and sub.delivered >= sub.max_msgs:
+            client.remove_subscription(sub)
             return sub.delivered == sub.max_msgs
         return True
 
@@ -430,6 +520,7 @@ class Client:
 
     def _process_connect(self, options: dict) -> None:
         opts = _check_connect_types(options)
+        self.connect_opts = opts  # kept so a config reload can re-check the credentials
         server = self.server
         if server.auth_required or self.parser.auth_pending:
             if not server.authenticate(self, opts):
@@ -452,6 +543,10 @@ class Client:
         if self.no_responders and not self.headers:
             raise ProtocolError(errors.NO_RESPONDERS_NEEDS_HEADERS, "no_responders without headers")
         self.connect_received = True
+        now = time.time()
+        self.last_activity = now
+        if self.rtt is None:  # nats-server's first estimate: accept to CONNECT
+            self.rtt = max(now - self.start, 1e-9)
         if server.connection_hook is not None and server.connection_hook(self, "connect"):
             self.close("Client Closed", flush=True)
             return
@@ -465,7 +560,16 @@ class Client:
 
     def _process_sub(self, op: Sub) -> None:
         subject, queue, sid = op
-        if not is_valid_subject(subject) or (queue is not None and not _valid_queue(queue)):
+        perms = self.perms
+        if perms is not None:
+            if not perms.can_subscribe(subject, queue):
+                self.queue(errors.subscription_violation(subject, queue).wire)
+                return
+            if self.deliver_filter is None and perms.needs_delivery_filter(subject):
+                self.deliver_filter = perms
+                for existing in self.subs.values():
+                    existing.limited = True
+        if not is_valid_subject(subject):
             self.queue(errors.INVALID_SUBJECT.wire)
             return
         max_subs = self.server.options.max_subscriptions
@@ -485,6 +589,7 @@ class Client:
         if sub is not None:
             if max_msgs > 0 and max_msgs > sub.delivered:
                 sub.max_msgs = max_msgs
+                sub.limited = True
             else:
                 self.remove_subscription(sub)
         if self.verbose:
@@ -504,7 +609,6 @@ class Client:
     async def _write_loop(self) -> None:
         """The only task that writes to the socket: coalesces everything queued into one send."""
         send_all = self.stream.send_all
-        deadline = self.server.options.write_deadline
         lot = self._writer_lot
         try:
             while True:
@@ -519,13 +623,14 @@ class Client:
                 out = self.out
                 self.out = []
                 data = b"".join(out)
-                with trio.move_on_after(deadline) as timer:
+                # Read live: a config reload changes it for existing clients, as in nats-server.
+                with trio.move_on_after(self.server.options.write_deadline) as timer:
                     await send_all(data)
                 if timer.cancelled_caught:
                     self._write_deadline_exceeded(len(out), len(data))
                     return
                 self.pending -= len(data)
-                if self._drained is not None and self.pending <= self._stall_at:
+                if self._drained is not None and (self.pending <= self._stall_at or not self.out):
                     self._drained.set()
                     self._drained = None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -542,13 +647,15 @@ class Client:
         if self._scope is not None:
             self._scope.cancel()
 
-    def stall_event(self) -> trio.Event | None:
-        """An event set when this client drains below the stall mark; None if not stalled."""
+    async def wait_drained(self) -> None:
+        """Wait (bounded as nats-server's stallDuration) until this client's pending bytes
+        fall below the stall mark."""
         if self.pending <= self._stall_at or self.closed:
-            return None
+            return
         if self._drained is None:
             self._drained = trio.Event()
-        return self._drained
+        with trio.move_on_after(stall_duration(self.pending, self.max_pending)):
+            await self._drained.wait()
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -558,9 +665,11 @@ class Client:
             self._ping_scope = scope
             await trio.sleep_forever()
         while not self.closed:
-            now = time.time()
+            options = self.server.options  # live: a reload changes ping_interval and ping_max
+            now = trio.current_time()
             need_rtt = self.rtt is None or time.monotonic() - self._rtt_measured_at > DEFAULT_RTT_MEASUREMENT_INTERVAL
-            recently_active = now - self.last_activity < options.ping_interval or now - self.last_ping_in < options.ping_interval
+            interval = options.ping_interval
+            recently_active = now - self._active_at < interval or now - self._ping_in_at < interval
             if need_rtt or not recently_active:
                 if self.pings_out + 1 > options.ping_max:
                     self.queue(errors.STALE_CONNECTION.wire)
@@ -582,9 +691,15 @@ class Client:
             self.server.flush_touched()
 
 
-def _valid_queue(queue: bytes) -> bool:
-    # nats-server rejects queue names containing whitespace (isValidQueue in later versions).
-    return not any(c in queue for c in (b" ", b"\t", b"\r", b"\n", b"\f"))
+def stall_duration(pending: int, max_pending: int) -> float:
+    """nats-server stallDuration: 100 ms, plus 100 ms per 5 % of max_pending above half,
+    1 s once full."""
+    if pending >= max_pending:
+        return STALL_MAX_WAIT
+    half = max_pending // 2
+    if pending > half:
+        return STALL_MIN_WAIT * (1 + (pending - half) // max(half // 10, 1))
+    return STALL_MIN_WAIT
 
 
 def _go_duration(seconds: float) -> str:

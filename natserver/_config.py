@@ -24,8 +24,6 @@ Go option). Everything nats-server accepts is accepted here.
 
 from __future__ import annotations
 
-import logging
-import math
 import os
 import re
 
@@ -43,8 +41,6 @@ __all__ = [
     "apply_baseline",
     "go_duration",
 ]
-
-log = logging.getLogger("natserver")
 
 _INT32_MAX = 2**31 - 1
 
@@ -304,11 +300,6 @@ def _trim_fraction(value: int, unit: int) -> str:
     return f"{whole}.{fraction:0{digits}d}".rstrip("0")
 
 
-def _go_float(value: float) -> str:
-    """Go's %v for a float64 (3 -> "3", 1.5 -> "1.5")."""
-    return f"{value:g}" if math.isfinite(value) else str(value)
-
-
 # -- the keys ----------------------------------------------------------------------------------
 
 # Keys nats-server v2.9.10 knows (opts.go processConfigFileLine) that natserver accepts without
@@ -328,8 +319,8 @@ UNSUPPORTED_KEYS = frozenset(
 # Keys nats-server does not act on either way, or that only feed another key: no warning.
 _QUIET_EXTRA_KEYS = frozenset({"system_account", "system", "connect_error_reports", "reconnect_error_reports"})
 
-# authorization {} members nats-server knows beyond user/password/token/timeout.
-_UNSUPPORTED_AUTH_KEYS = frozenset({"users", "default_permission", "default_permissions", "permissions"})
+# authorization {} members nats-server knows that we do not act on yet.
+_UNSUPPORTED_AUTH_KEYS = frozenset({"default_permission"})
 
 
 class _Builder:
@@ -432,6 +423,8 @@ class _Builder:
         user = password = token = ""
         timeout = 0.0
         unsupported: dict = {}
+        users_spec = None
+        default_permissions = None
         for member, item in value.items():
             member_where = self.where(value, member, where)
             name = member.lower()
@@ -448,6 +441,14 @@ class _Builder:
                         timeout = float(item)
                     else:
                         timeout = 1.0
+                elif name == "users":
+                    if not isinstance(item, list):
+                        raise _Bad(f"error parsing users: expected an array, got {_type_name(item)}")
+                    users_spec = item
+                elif name in ("permissions", "default_permissions"):
+                    if not isinstance(item, dict):
+                        raise _Bad(f"error parsing {member}: expected a map, got {_type_name(item)}")
+                    default_permissions = item
                 elif name in _UNSUPPORTED_AUTH_KEYS:
                     unsupported[member] = item
                 elif not self.used_as_variable(value, member):
@@ -456,7 +457,14 @@ class _Builder:
                 self.errors.append(f"{member_where}: {exc}")
         if (user or password) and token:
             raise _Bad("Cannot have a user/pass and token")
-        self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout)
+        users = _users_from(users_spec or [], default_permissions) if users_spec is not None else []
+        if users and (user or token):
+            raise _Bad("Can not have a single user/pass and a users array")
+        if user and default_permissions is not None:
+            # The single user's permissions: make it a one-user list, which carries them.
+            users = _users_from([{"user": user, "password": password}], default_permissions)
+            user = password = ""
+        self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout, users=users)
         if unsupported:
             self.extra[key] = unsupported
 
@@ -518,6 +526,30 @@ def options_from_file(path, base: Options | None = None) -> Options:
     """
     conf, locations = parse_config_file(path)
     return options_from_dict(conf, base, path, locations=locations)
+
+
+def _users_from(spec: list, default_permissions: dict | None) -> list:
+    """authorization { users: [ {user, password, permissions}, ... ] } (opts.go parseUsers)."""
+    from ._auth import Permissions, User
+
+    users = []
+    for entry in spec:
+        if not isinstance(entry, dict):
+            raise _Bad(f"error parsing users: expected a map, got {_type_name(entry)}")
+        fields = {str(k).lower(): v for k, v in entry.items()}
+        name = fields.get("user", fields.get("username"))
+        if not isinstance(name, str) or not name:
+            raise _Bad("User entry requires a user")
+        password = fields.get("password", fields.get("pass", ""))
+        if not isinstance(password, str):
+            raise _Bad(f"error parsing password for user {name!r}: expected a string")
+        perms_spec = fields.get("permissions", default_permissions)
+        try:
+            permissions = Permissions(perms_spec) if perms_spec is not None else None
+        except ValueError as exc:
+            raise _Bad(f"error parsing permissions for user {name!r}: {exc}") from None
+        users.append(User(name, password, permissions))
+    return users
 
 
 def unsupported_warnings(options: Options) -> list[str]:

@@ -48,11 +48,13 @@ READ_SIZE = 64 * 1024
 # nats-server writes at most 1024 iovecs per writev (client.go); we coalesce everything pending
 # into one send instead, but cap one send so a huge backlog does not block in one syscall.
 MAX_WRITE_SIZE = 4 * 1024 * 1024
-# When a subscriber's pending bytes pass this fraction of max_pending, a publisher yields to
-# let writers drain before parsing its next chunk (nats-server's stall gate, client.go:2619).
-STALL_FRACTION = 0.75
-# client.go stallClientMaxDuration: the longest a fast producer waits for a slow reader's writer.
-STALL_MAX_WAIT = 0.010
+# Fast-producer stall gate (nats-server v2.9.10 client.go:2062, stallDuration l.3070): once a
+# subscriber's pending bytes pass half of max_pending, a producer that delivers to it waits for
+# it to drain below half, at most 100 ms, growing 100 ms per further 5 % of max_pending, up to
+# 1 s when it is full. Only the producer waits; everyone else goes on.
+STALL_FRACTION = 0.5
+STALL_MIN_WAIT = 0.100  # stallClientMinDuration
+STALL_MAX_WAIT = 1.0  # stallClientMaxDuration
 # const.go DEFAULT_RTT_MEASUREMENT_INTERVAL: how often the ping timer re-measures the RTT even
 # when the client is busy (a busy client is otherwise not pinged).
 DEFAULT_RTT_MEASUREMENT_INTERVAL = 3600.0

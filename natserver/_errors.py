@@ -53,9 +53,23 @@ MAX_SUBSCRIPTIONS = ServerError("maximum subscriptions exceeded", False)
 SILENT_CLOSE = ServerError(None, True)
 
 
-def permissions_violation(kind: str, subject: str) -> ServerError:
-    """client.go:5781/5790; kind is "Publish" or "Subscription"; the connection stays."""
-    return ServerError(f'Permissions Violation for {kind} to "{subject}"', False)
+def _go_quote(value: bytes) -> str:
+    """Go's %q for the subjects in permission errors."""
+    text = value.decode("utf-8", "replace")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def permissions_violation(kind: str, subject: bytes) -> ServerError:
+    """client.go pubPermissionViolation; kind is "Publish"; the connection stays."""
+    return ServerError(f"Permissions Violation for {kind} to {_go_quote(subject)}", False)
+
+
+def subscription_violation(subject: bytes, queue: bytes | None) -> ServerError:
+    """client.go subPermissionViolation; the connection stays."""
+    text = f"Permissions Violation for Subscription to {_go_quote(subject)}"
+    if queue is not None:
+        text += f" using queue {_go_quote(queue)}"
+    return ServerError(text, False)
 
 # A client sent -ERR: nats-server logs it and closes the connection (reason "Parse Error").
 CLIENT_ERROR = ServerError(None, True, "Parse Error")

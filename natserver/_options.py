@@ -38,6 +38,7 @@ class Options:
     username: str = ""
     password: str = ""
     authorization: str = ""  # token
+    users: list = field(default_factory=list)  # natserver._auth.User, from authorization.users
     # Logging
     debug: bool = False
     trace: bool = False

@@ -30,6 +30,7 @@ Quirks kept from nats-server (server/parser.go, client.go), because clients and 
 from __future__ import annotations
 
 import collections
+import json
 import re
 
 import orjson
@@ -113,6 +114,29 @@ def _match_verb(line: bytes, complete: bool) -> tuple[bytes, int] | None:
         if not complete and any(verb.startswith(head) for verb, _ in _VERBS):
             return None
     raise ProtocolError(errors.UNKNOWN_OP, f"unknown op {line[:16]!r}")
+
+
+def _go_json_loads(arg: bytes):
+    """Decode JSON that orjson refuses but Go's encoding/json accepts: invalid UTF-8 and lone
+    surrogate escapes, both of which Go turns into U+FFFD."""
+    try:
+        value = json.loads(arg.decode("utf-8", "replace"))
+    except ValueError:
+        raise ProtocolError(errors.SILENT_CLOSE, "bad JSON") from None
+    return _replace_surrogates(value)
+
+
+def _replace_surrogates(value):
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    return value
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _parse_size(digits: bytes) -> int:
@@ -202,6 +226,10 @@ class Parser:
             if not ready:
                 return NEED_DATA
         return ready.popleft()
+
+    def unread(self, ops) -> None:
+        """Give back ops taken from parse() but not handled yet: they come first next time."""
+        self._ready.extendleft(reversed(list(ops)))
 
     def parse(self) -> list:
         """Every complete op fed so far, as a list (empty: need more data).
@@ -419,7 +447,7 @@ class Parser:
         try:
             value = orjson.loads(arg)
         except orjson.JSONDecodeError:
-            raise ProtocolError(errors.SILENT_CLOSE, "bad JSON") from None
+            value = _go_json_loads(arg)
         if value is None:  # Go's json.Unmarshal accepts null and changes nothing
             return {}
         if not isinstance(value, dict):

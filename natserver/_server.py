@@ -25,6 +25,7 @@ import trio
 
 from . import _const as const
 from . import _errors as errors
+from ._auth import check_password
 from ._client import Client
 from ._log import configure_logging
 from ._options import Options
@@ -96,13 +97,14 @@ class Server:
         # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
         self.connection_hook = None
         self._internal: Client | None = None
+        self.monitor = None  # the monitoring HTTP server, when options.http_port is set
 
     # -- properties used by clients ----------------------------------------------------------
 
     @property
     def auth_required(self) -> bool:
         o = self.options
-        return bool(o.username or o.authorization)
+        return bool(o.username or o.authorization or o.users)
 
     @property
     def url(self) -> str:
@@ -124,6 +126,8 @@ class Server:
         log.info("  Version:  %s", const.SERVER_VERSION)
         log.info("  Name:     %s", self.server_name)
         log.info("  ID:       %s", self.server_id)
+        if options.config_file:
+            log.info("Using configuration file: %s", options.config_file)
         port = 0 if options.port == const.RANDOM_PORT else options.port
         host = None if options.host in ("", "0.0.0.0") else options.host
         try:
@@ -136,6 +140,12 @@ class Server:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if options.http_port:
+                    # nats-server starts monitoring before the client listener, so a wrapper
+                    # that saw "Server is ready" can query it at once.
+                    from ._monitor import serve_monitor
+
+                    self.monitor = await nursery.start(serve_monitor, self)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
@@ -197,6 +207,11 @@ class Server:
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
         await client.run(info)
 
+    def refresh_info(self) -> None:
+        """Rebuild INFO from the current options (after a config reload)."""
+        if self.port is not None:
+            self._info_base = self._make_info_base()
+
     def _make_info_base(self) -> dict:
         """INFO's fields in nats-server's Info struct order (server.go): clients do not care,
         but byte-level comparisons with nats-server do."""
@@ -242,18 +257,12 @@ class Server:
 
     # -- hooks the clients call ---------------------------------------------------------------
 
-    def flush_touched(self):
-        """Wake the writer of every client given output; return a stall event if one of them
-        is so far behind that the current producer should wait for it."""
-        touched = self.touched
-        stalled = None
-        for client in touched:
+    def flush_touched(self) -> None:
+        """Wake the writer of every client given output since the last flush."""
+        for client in self.touched:
             if client.out:
                 client.wake_writer()
-            if client.pending > client._stall_at:
-                stalled = client.stall_event() or stalled
-        touched.clear()
-        return stalled
+        self.touched.clear()
 
     def client_closed(self, client: Client) -> None:
         if self.clients.pop(client.cid, None) is None:
@@ -269,6 +278,17 @@ class Server:
     def authenticate(self, client: Client, opts: dict) -> bool:
         """Check CONNECT credentials in constant time; secrets are never logged."""
         o = self.options
+        if o.users:
+            name = opts.get("user") or ""
+            password = opts.get("pass") or ""
+            for user in o.users:
+                if hmac.compare_digest(user.username.encode(), name.encode()):
+                    if not check_password(password, user.password):
+                        return False
+                    client.user = user.username
+                    client.perms = user.permissions
+                    return True
+            return False
         if o.authorization:
             token = opts.get("auth_token") or ""
             return hmac.compare_digest(token.encode(), o.authorization.encode())
@@ -324,12 +344,26 @@ def connection_record(client: Client) -> dict:
         "out_bytes": client.out_bytes,
         "subscriptions": len(client.subs),
         "subjects": [sub.subject.decode("utf-8", "replace") for sub in client.subs.values()],
+        "subs_detail": [_sub_detail(client, sub) for sub in client.subs.values()],
         "name": client.name,
         "lang": client.lang,
         "version": client.version,
         "user": client.user,
         "reason": client.close_reason,
     }
+
+
+def _sub_detail(client: Client, sub) -> dict:
+    """/connz?subs=detail for one subscription (nats-server SubDetail)."""
+    detail = {"subject": sub.subject.decode("utf-8", "replace")}
+    if sub.queue:
+        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
+    detail["sid"] = sub.sid.decode("utf-8", "replace")
+    detail["msgs"] = sub.delivered
+    if sub.max_msgs:
+        detail["max"] = sub.max_msgs
+    detail["cid"] = client.cid
+    return detail
 
 
 async def serve(options: Options | None = None, *, task_status=trio.TASK_STATUS_IGNORED, **changes) -> None:

@@ -215,13 +215,7 @@ def reload(server) -> list[str]:
 
 def _apply_to_server(server, old: Options, new: Options) -> None:
     # INFO for new connections (nats-server updates s.info).
-    info = getattr(server, "_info_base", None)
-    if isinstance(info, dict) and info:
-        info["max_payload"] = new.max_payload
-        if server.auth_required:
-            info["auth_required"] = True
-        else:
-            info.pop("auth_required", None)
+    server.refresh_info()
     # Existing clients: nats-server updates each client's mpay and mcl.
     for client in list(server.clients.values()):
         parser = getattr(client, "parser", None)

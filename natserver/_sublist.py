@@ -20,35 +20,27 @@ __all__ = ["Sublist", "SublistResult", "is_valid_subject", "is_valid_literal_sub
 
 _PWC = b"*"
 _FWC = b">"
-# sublist.go isValidSubject: a token longer than one byte must not contain these.
-_SPACES = (b" ", b"\t", b"\n", b"\r", b"\f")
 
 
 def is_valid_subject(subject: bytes) -> bool:
-    """A subject a subscription may use: no empty tokens, ``>`` only as the last token."""
+    """A subject a subscription may use: no empty tokens, ``>`` only as the last token.
+
+    This is nats-server v2.9.10's rule (Sublist.Insert); later versions also reject tokens
+    with whitespace, which the protocol's own splitting makes nearly impossible anyway.
+    """
     if not subject:
         return False
     tokens = subject.split(b".")
-    last = len(tokens) - 1
-    for i, token in enumerate(tokens):
-        if not token:
-            return False
-        if len(token) > 1:
-            if any(space in token for space in _SPACES):
-                return False
-        elif token == _FWC:
-            if i != last:
-                return False
-        elif token in _SPACES:
-            return False
-    return True
+    if b"" in tokens:
+        return False
+    return _FWC not in tokens[:-1]
 
 
 def is_valid_literal_subject(subject: bytes) -> bool:
-    """A subject a pedantic publisher may use: valid and without wildcard tokens."""
-    if not is_valid_subject(subject):
-        return False
-    return all(token != _PWC and token != _FWC for token in subject.split(b"."))
+    """A subject a pedantic publisher may use (isValidLiteralSubject): no empty tokens and no
+    ``*`` or ``>`` token."""
+    tokens = subject.split(b".")
+    return b"" not in tokens and _PWC not in tokens and _FWC not in tokens
 
 
 class SublistResult:
@@ -58,12 +50,15 @@ class SublistResult:
     subject go to successive members.
     """
 
-    __slots__ = ("psubs", "qsubs", "next_member")
+    __slots__ = ("psubs", "qsubs", "next_member", "plan")
 
     def __init__(self, psubs: list, qsubs: list[list]) -> None:
         self.psubs = psubs
         self.qsubs = qsubs
         self.next_member = [0] * len(qsubs)
+        # Free for the router to keep per-result precomputed data (the MSG line heads):
+        # a cached result is for one subject and is replaced whenever its matches change.
+        self.plan = None
 
     def __len__(self) -> int:
         return len(self.psubs) + sum(len(group) for group in self.qsubs)

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import math
 import threading
 import time
 from typing import Any, Callable, Literal
 
+import outcome
 import trio
 
 from ._client import DELIVER, DROP, NO_RESPONDERS
@@ -325,7 +327,11 @@ class NatsServer:
         self._stage_faults: tuple[Fault, ...] = ()
         self._refuse_until = 0.0
         self._reinjecting = False
-        self._gated: dict[int, Any] = {}  # cid -> Client with a read or write gate we set
+        self._delayed: list[tuple] = []  # heap of (due, seq, subject, reply, headers, body)
+        self._delay_seq = 0
+        self._delay_wakeup = trio.Event()
+        # cid -> (client, its max_pending, its stall mark) for clients we stopped
+        self._gated: dict[int, tuple] = {}
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -492,11 +498,13 @@ class NatsServer:
                     finally:
                         nursery.cancel_scope.cancel()
 
-                await nursery.start(run_server)
-                self._port = server.port
+                self._delayed.clear()  # what was delayed on a previous run died with it
                 self._token = trio.lowlevel.current_trio_token()
                 self._trio_thread = threading.get_ident()
                 self._aux = nursery
+                await nursery.start(run_server)
+                nursery.start_soon(self._delivery_loop)
+                self._port = server.port
                 task_status.started(self)
         finally:
             self._aux = None
@@ -510,16 +518,31 @@ class NatsServer:
     def _in_server_thread(self) -> bool:
         return self._trio_thread is not None and threading.get_ident() == self._trio_thread
 
-    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` in the server's trio loop (directly if we are in it)."""
-        if not self.running or self._token is None:
+    def _call(self, fn: Callable[..., Any], *args: Any, timeout: float = 10.0) -> Any:
+        """Run ``fn(*args)`` in the server's trio loop (directly if we are in it) and return
+        its result. Works from any other thread, including another trio loop's (which
+        ``trio.from_thread.run_sync`` refuses)."""
+        token = self._token
+        if not self.running or token is None:
             raise RuntimeError("the server is not running")
         if self._in_server_thread():
             return fn(*args)
+        done = threading.Event()
+        result: list = []
+
+        def job() -> None:
+            try:
+                result.append(outcome.capture(fn, *args))
+            finally:
+                done.set()
+
         try:
-            return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+            token.run_sync_soon(job)
         except trio.RunFinishedError:
             raise RuntimeError("the server is not running") from None
+        if not done.wait(timeout):
+            raise TimeoutError(f"the server did not run {getattr(fn, '__name__', fn)} within {timeout}s")
+        return result[0].unwrap()
 
     # -- hooks ----------------------------------------------------------------------------------
 
@@ -550,24 +573,37 @@ class NatsServer:
                     action = NO_RESPONDERS
                 break
         if delay:
-            raw = bytes(payload)
+            raw = bytes(payload)  # payload may be a view of the receive buffer
             headers = raw[:header_size] if header_size > 0 else None
             body = raw[header_size:] if header_size > 0 else raw
-            self._aux.start_soon(self._redeliver, delay, subject, reply, headers, body)
+            self._delay_seq += 1
+            heapq.heappush(self._delayed, (trio.current_time() + delay, self._delay_seq, subject, reply, headers, body))
+            self._delay_wakeup.set()
         if self._record:
             self._record_message(client, subject, reply, header_size, payload, "delay" if delay else _ACTION_NAMES[action])
         return action
 
-    async def _redeliver(self, delay: float, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
-        await trio.sleep(delay)
-        server = self.server
-        if server is None or server.shutting_down:
-            return
-        self._reinjecting = True
-        try:
-            server.publish(subject, body, reply, headers)
-        finally:
-            self._reinjecting = False
+    async def _delivery_loop(self) -> None:
+        """Publish delayed messages when due, in due order (equal delays keep their order)."""
+        delayed = self._delayed
+        while True:
+            self._delay_wakeup = trio.Event()
+            if not delayed:
+                await self._delay_wakeup.wait()
+                continue
+            if delayed[0][0] > trio.current_time():
+                with trio.move_on_at(delayed[0][0]):
+                    await self._delay_wakeup.wait()
+                continue
+            _, _, subject, reply, headers, body = heapq.heappop(delayed)
+            server = self.server
+            if server.shutting_down:
+                return
+            self._reinjecting = True
+            try:
+                server.publish(subject, body, reply, headers)
+            finally:
+                self._reinjecting = False
 
     def _connection_hook(self, client, stage: str) -> bool:
         if stage == "accept" and self._refuse_until:
@@ -911,24 +947,29 @@ class NatsServer:
     def _gate(self, name: str | None, cid: int | None, which: str, max_pending: int | None) -> int:
         clients = self._select(name, cid, "stop_reading" if which == "read_gate" else "stop_writing")
         for client in clients:
+            if client.cid not in self._gated:
+                self._gated[client.cid] = (client, client.max_pending, client._stall_at)
             if getattr(client, which) is None:
                 setattr(client, which, trio.Event())
             if max_pending is not None:
+                # Closed as soon as it is over the limit; producers are not stalled first
+                # (the stall mark is the limit), so a test gets its slow consumer at once.
                 client.max_pending = max_pending
-            self._gated[client.cid] = client
-            if which == "write_gate" and client.pending > client.max_pending:
-                client.slow_consumer()
+                client._stall_at = max_pending
+                if client.pending > max_pending:
+                    client.slow_consumer()
         self.server.flush_touched()
         return len(clients)
 
     def _ungate(self, name: str | None, cid: int | None) -> int:
         n = 0
-        for client in list(self._gated.values()):
+        for client, max_pending, stall_at in list(self._gated.values()):
             if (name is not None and client.name != name) or (cid is not None and client.cid != cid):
                 continue
-            self._gated.pop(client.cid, None)
+            del self._gated[client.cid]
             n += 1
-            client.max_pending = self.server.options.max_pending
+            client.max_pending = max_pending
+            client._stall_at = stall_at
             for which in ("read_gate", "write_gate"):
                 gate = getattr(client, which)
                 if gate is not None:

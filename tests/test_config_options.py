@@ -141,13 +141,15 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     assert options.port == 4333
     assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
     assert set(options.extra) == {
-        "cluster", "jetstream", "tls", "accounts", "leafnodes", "websocket", "mqtt", "gateway", "authorization",
+        "cluster", "jetstream", "tls", "accounts", "leafnodes", "websocket", "mqtt", "gateway",
     }  # fmt: skip
-    assert options.username == "a"
+    # A single user with permissions becomes a one-user list carrying them.
+    [user] = options.users
+    assert (user.username, user.password) == ("a", "b")
+    assert user.permissions.can_publish(b"x", {}) and not user.permissions.can_publish(b"y", {})
     warnings = unsupported_warnings(options)
-    assert len(warnings) == 9
+    assert len(warnings) == 8
     assert 'Config option "cluster" is not supported by natserver and is ignored' in warnings
-    assert any("authorization {permissions}" in w for w in warnings)
 
 
 # -- errors, as nats-server reports them -------------------------------------------------------

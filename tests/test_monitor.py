@@ -518,7 +518,9 @@ async def test_slow_consumer_counted_and_reported(nursery):
     await slow.send(b"SUB big 1\r\n")
     await slow.ping()  # ... and never reads again
     publisher = await Raw.connect(server.port)
-    chunk = pub("big", b"x" * 1000) * 256  # 256 KB
+    # 8 KB messages: past half of max_pending every delivery to the stuck subscriber stalls the
+    # publisher for 100 ms or more (nats-server's stall gate), so few, big messages keep it short.
+    chunk = pub("big", b"x" * 8000) * 32  # 256 KB
     chunks = 0
     try:
         with trio.fail_after(TIMEOUT):
@@ -538,7 +540,7 @@ async def test_slow_consumer_counted_and_reported(nursery):
     closed = (await get_json(monitor, "/connz?state=closed"))["connections"]
     assert [(c["name"], c["reason"]) for c in closed] == [("slow", "Slow Consumer (Pending Bytes)")]
     varz = await get_json(monitor, "/varz")
-    assert varz["in_msgs"] == chunks * 256 and varz["in_bytes"] == chunks * 256 * 1000
+    assert varz["in_msgs"] == chunks * 32 and varz["in_bytes"] == chunks * 32 * 8000
     assert varz["connections"] == 1
     await publisher.close()
     await slow.close()

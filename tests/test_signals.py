@@ -223,6 +223,33 @@ async def test_reload_in_process_applies_limits_logging_and_auth(tmp_path):
             await server.shutdown()
 
 
+async def test_reload_lowering_max_connections_closes_the_newest(tmp_path, raw_connect):
+    conf = tmp_path / "nats.conf"
+    conf.write_text("listen: 127.0.0.1:-1\n")
+    options = build_options({"config_file": str(conf)}).copy(quiet=True)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, options)
+            clients = []
+            for _ in range(3):
+                client = await raw_connect(server)
+                await client.read_info()
+                await client.send(b'CONNECT {"verbose":false}\r\n')
+                assert await client.ping() == b""
+                clients.append(client)
+            conf.write_text("listen: 127.0.0.1:-1\nmax_connections: 2\nmax_payload: 100\n")
+            _signals.reload(server)
+            await clients[2].expect_eof(b"-ERR 'maximum connections exceeded'\r\n")
+            # The others stay, with the new max_payload (nats-server updates every client).
+            assert await clients[0].ping() == b""
+            await clients[1].send(b"PUB x 101\r\n")
+            assert (await clients[1].read_line()) == b"-ERR 'Maximum Payload Violation'\r\n"
+            # New connections see the new INFO and the new limit.
+            late = await raw_connect(server)
+            assert (await late.read_info())["max_payload"] == 100
+            await server.shutdown()
+
+
 # -- SIGUSR1 -----------------------------------------------------------------------------------
 
 

@@ -38,7 +38,12 @@ class Greeter:
 
     async def start(self) -> None:
         self._sub = await self.nc.subscribe(REQUESTS, queue=QUEUE, cb=self._handle)
-        await self.nc.flush()  # the server has the subscription when start() returns
+        # Make sure the server has the subscription when start() returns. Twice: nats-py
+        # (2.16) writes flush()'s PING straight to the socket, so the PONG of the first can
+        # come back before the SUB (still in nats-py's buffer) was even sent; the second
+        # PING is written after the buffer was flushed.
+        await self.nc.flush()
+        await self.nc.flush()
 
     async def stop(self) -> None:
         if self._sub is not None:
