@@ -31,7 +31,7 @@ from ._const import (
     STALL_MIN_WAIT,
 )
 from ._errors import ProtocolError, ServerError
-from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, Sub, Unsub
+from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from ._parser import Parser
 from ._sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
 
@@ -126,6 +126,7 @@ class Client:
             headers=False,  # until CONNECT says the client supports them
             auth_pending=server.auth_required,
         )
+        self.parser.coalesce = True  # PubRun ops: see _route_run
         # nats-server's defaultOpts: verbose, pedantic and echo are on until CONNECT says
         # otherwise, which is why a telnet user gets +OK.
         self.verbose = True
@@ -311,6 +312,16 @@ class Client:
                         if self.stalled_on is not None:
                             self.parser.unread(remaining)
                             return
+                    elif op.__class__ is PubRun:
+                        if not self._route_run(op):
+                            # A per-message rule applies: handle the run as single Pubs.
+                            self.parser.unread([*self.parser.expand(op.data), *remaining])
+                            break
+                        n_msgs += op.count
+                        n_bytes += op.size
+                        if self.stalled_on is not None:
+                            self.parser.unread(remaining)
+                            return
                     elif op.__class__ is Sub:
                         self._process_sub(op)
                     elif op.__class__ is Unsub:
@@ -407,6 +418,64 @@ class Client:
             server.out_msgs += delivered
             server.out_bytes += delivered * size
         return delivered
+
+    def _route_run(self, run: PubRun) -> bool:
+        """Deliver a PubRun whole: one ``bytes.replace`` per subscriber turns its PUBs into
+        MSGs (see PubRun). Returns False, having done nothing, when a per-message rule applies
+        (queue groups, hooks, auto-unsubscribe or filters, verbose, pedantic errors, permission
+        checks, no subscribers); the caller then handles the run's Pubs one by one.
+
+        Measured with callgrind on 1->1 16 B messages: 22.4k -> 10.7k instructions a message.
+        """
+        subject, count, size, data = run
+        server = self.server
+        if self.verbose or server.publish_hook is not None or self.perms is not None:
+            return False
+        if self.pedantic and not is_valid_literal_subject(subject):
+            return False
+        sublist = server.sublist
+        result = sublist.cache.get(subject) if sublist.cache is not None else None
+        if result is None:
+            result = sublist.match(subject)
+        else:
+            sublist.matches += 1
+        if result.qsubs or not result.psubs:
+            return False
+        plan = result.plan
+        if plan is None:
+            plan = result.plan = [(sub, sub.client, MSG_ + subject + SP + sub.sid_part) for sub in result.psubs]
+        for sub, client, head in plan:
+            if sub.limited:
+                return False
+        pattern = b"PUB " + subject + b" "
+        touched = server.touched
+        echo = self.echo
+        delivered = 0
+        for sub, client, head in plan:
+            if client is self and not echo:
+                continue
+            sub.delivered += count
+            out = data.replace(pattern, head)
+            if not client.out:
+                touched.add(client)
+            client.out.append(out)
+            pending = client.pending + len(out)
+            client.pending = pending
+            client.out_msgs += count
+            client.out_bytes += size
+            delivered += count
+            if pending > client._stall_at:
+                if pending > client.max_pending:
+                    client.slow_consumer()
+                elif client is not self and self.stalled_on is None:
+                    self.stalled_on = client
+        if not delivered:
+            # Only the publisher itself matched, with echo off: nothing was changed, and any
+            # requests among the messages may need their no-responders replies one by one.
+            return not self.no_responders
+        server.out_msgs += delivered
+        server.out_bytes += size * (delivered // count)
+        return True
 
     def _route_general(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
         """_route for everything else: queue groups, headers, big payloads."""

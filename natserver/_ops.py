@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple, Union
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["Connect", "Pub", "Sub", "Unsub", "Ping", "Pong", "PING", "PONG", "NEED_DATA", "Op"]
+__all__ = ["Connect", "Pub", "PubRun", "Sub", "Unsub", "Ping", "Pong", "PING", "PONG", "NEED_DATA", "Op"]
 
 
 class _NeedData:
@@ -48,6 +48,22 @@ class Pub(NamedTuple):
     payload: bytes | memoryview
 
 
+class PubRun(NamedTuple):
+    """``count`` consecutive plain PUBs on ``subject`` with single-space arguments, as their
+    raw wire bytes ``data`` (``size`` is the sum of their payload sizes).
+
+    Only ``Parser.parse()`` with ``coalesce`` set returns these. A router delivers the whole
+    run with ``data.replace(b"PUB <subject> ", b"MSG <subject> <sid> ")``: the parser checked
+    that the pattern occurs exactly once per message, so the rewrite is exact.
+    ``Parser.expand(data)`` gives the individual ``Pub`` ops back.
+    """
+
+    subject: bytes
+    count: int
+    size: int
+    data: bytes
+
+
 class Sub(NamedTuple):
     """``SUB <subject> [queue] <sid>``."""
 
@@ -74,4 +90,4 @@ class Pong(NamedTuple):
 PING = Ping()
 PONG = Pong()
 
-Op = Union[Connect, Pub, Sub, Unsub, Ping, Pong]
+Op = Union[Connect, Pub, PubRun, Sub, Unsub, Ping, Pong]

@@ -38,7 +38,7 @@ import orjson
 from . import _errors as errors
 from ._const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
 from ._errors import ProtocolError
-from ._ops import NEED_DATA, PING, PONG, Connect, Pub, Sub, Unsub
+from ._ops import NEED_DATA, PING, PONG, Connect, Pub, PubRun, Sub, Unsub
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Parser"]
@@ -169,6 +169,7 @@ class Parser:
         "_odd_space",
         "_ready",
         "_error",
+        "coalesce",
     )
 
     def __init__(
@@ -195,6 +196,9 @@ class Parser:
         # as spaces and nats-server does not, so such buffers use the exact (slower) split.
         self._odd_space = False
         self._ready: collections.deque = collections.deque()  # parsed, not yet taken by next_op()
+        # parse() may return PubRun ops for consecutive same-subject PUBs (the server asks for
+        # this; next_op() users and the default see one Pub per message).
+        self.coalesce = False
         self._error: ProtocolError | None = None  # raised once the ops before it are taken
 
     def feed(self, data: bytes) -> None:
@@ -227,6 +231,23 @@ class Parser:
                 return NEED_DATA
         return ready.popleft()
 
+    def _end_run(self, append, buf: bytes, subject: bytes, start: int, end: int, count: int, size: int) -> None:
+        """Emit the gathered run buf[start:end] of ``count`` PUBs on ``subject``: one Pub, or a
+        PubRun when the rewrite PUB -> MSG is exact (the pattern occurs once per message)."""
+        data = buf[start:end]
+        if count > 1 and data.count(b"PUB " + subject + b" ") == count:
+            append(_new(PubRun, (subject, count, size, data)))
+        else:
+            for op in self.expand(data):
+                append(op)
+        self._pos = end
+
+    def expand(self, data) -> list:
+        """The Pub ops of well-formed PUB wire bytes (a PubRun's ``data``)."""
+        parser = Parser(max_control_line=1 << 30, max_payload=1 << 30)
+        parser.feed(bytes(data))
+        return parser.parse()
+
     def unread(self, ops) -> None:
         """Give back ops taken from parse() but not handled yet: they come first next time."""
         self._ready.extendleft(reversed(list(ops)))
@@ -249,11 +270,12 @@ class Parser:
             raise error
         ops: list = []
         append = ops.append
+        coalesce = self.coalesce
         try:
             while True:
                 # Fast path for what nearly every message is: an upper-case "PUB subject
-                # [reply] size" with single spaces, CRLF, a size of at most 1 KiB and the whole
-                # payload at hand. Anything else, or any doubt, goes to the exact general path.
+                # [reply] size" with CRLF, a size of at most 1 KiB and the whole payload at hand.
+                # Anything else, or any doubt, goes to the exact general path below.
                 buf = self._buf
                 pos = self._pos
                 if not (self._odd_space or self.auth_pending or self._extra):
@@ -261,7 +283,23 @@ class Parser:
                     startswith = buf.startswith
                     max_payload = self.max_payload
                     max_control_line = self.max_control_line
+                    run_subject = None  # the run of same-subject PUBs being gathered (coalesce)
+                    run_start = run_count = run_bytes = 0
+                    run_prefix = b""
                     while startswith(b"PUB ", pos):
+                        if run_subject is not None and startswith(run_prefix, pos):
+                            # The next message of a run is almost always exactly
+                            # "PUB <subject> <digits>\r\n": the prefix is known, the digits
+                            # are looked up (only canonical digits are keys), nothing is split.
+                            nl = find(b"\n", pos)
+                            size = _SIZE_OF.get(buf[pos + len(run_prefix) : nl - 1])
+                            if size is not None and size <= max_payload and buf[nl - 1] == 13:
+                                stop = nl + 1 + size
+                                if startswith(b"\r\n", stop):
+                                    run_count += 1
+                                    run_bytes += size
+                                    pos = stop + 2
+                                    continue
                         nl = find(b"\n", pos)
                         if nl < 0 or buf[nl - 1] != 13:
                             break
@@ -280,14 +318,36 @@ class Parser:
                         if size is None or size > max_payload or len(arg) > max_control_line or 13 in arg:
                             break
                         start = nl + 1
-                        pos = start + size
-                        if not startswith(b"\r\n", pos):
-                            pos = self._pos
+                        stop = start + size
+                        if not startswith(b"\r\n", stop):
                             break
-                        pos += 2
+                        if coalesce and len(arg) == len(subject) + len(size_digits) + n_args - 1 + (
+                            len(reply) if reply is not None else 0
+                        ):  # single spaces
+                            if subject == run_subject:
+                                run_count += 1
+                                run_bytes += size
+                                pos = stop + 2
+                                continue
+                            if run_subject is not None:
+                                self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                            run_subject = subject
+                            run_prefix = b"PUB " + subject + b" "
+                            run_start = pos
+                            run_count = 1
+                            run_bytes = size
+                            pos = stop + 2
+                            continue
+                        if run_subject is not None:
+                            self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                            run_subject = None
+                        pos = stop + 2
                         self._pos = pos
-                        payload = buf[start : pos - 2] if size < ZERO_COPY_MIN else self._view[start : pos - 2]
+                        payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]
                         append(_new(Pub, (subject, reply, -1, size_digits, payload)))
+                    if run_subject is not None:
+                        self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                    self._pos = pos
                 op = self._next_op()
                 if op is NEED_DATA:
                     return ops

@@ -40,16 +40,20 @@ VALID_OPS = [
 
 
 def make_garbage(rng: random.Random) -> bytes:
+    """Mostly valid ops (so the connection lives a while), with fragments, random bytes and
+    corrupted ops mixed in: the first bad one ends the connection somewhere interesting."""
     parts = []
     for _ in range(rng.randint(1, 30)):
         kind = rng.random()
-        if kind < 0.3:
+        if kind < 0.1:
             parts.append(rng.randbytes(rng.randint(1, 48)))
-        elif kind < 0.7:
+        elif kind < 0.25:
             parts.append(rng.choice(FRAGMENTS))
+        elif kind < 0.8:
+            parts.append(rng.choice(VALID_OPS))
         else:
             op = bytearray(rng.choice(VALID_OPS))
-            for _ in range(rng.randint(0, 2)):  # corrupt, drop or duplicate a byte
+            for _ in range(rng.randint(1, 2)):  # corrupt, drop or duplicate a byte
                 i = rng.randrange(len(op))
                 action = rng.random()
                 if action < 0.4:

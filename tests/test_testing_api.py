@@ -29,8 +29,19 @@ def run(coro, timeout: float = TIMEOUT):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
+_baseline: set = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before():
+    # Servers of other tests may be running (nats_server_session lives for the session).
+    _baseline.clear()
+    _baseline.update(threading.enumerate())
+
+
 def natserver_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("natserver")]
+    """natserver threads started since this test began."""
+    return [t for t in threading.enumerate() if t.name.startswith("natserver") and t not in _baseline]
 
 
 def port_is_free(port: int) -> bool:
