@@ -321,9 +321,12 @@ class Parser:
                         stop = start + size
                         if not startswith(b"\r\n", stop):
                             break
-                        if coalesce and len(arg) == len(subject) + len(size_digits) + n_args - 1 + (
-                            len(reply) if reply is not None else 0
-                        ):  # single spaces
+                        # Runs need the exact "PUB <subject> " prefix: single spaces, no tabs.
+                        if (
+                            coalesce
+                            and 9 not in arg
+                            and len(arg) == len(subject) + len(size_digits) + n_args - 1 + (len(reply) if reply else 0)
+                        ):
                             if subject == run_subject:
                                 run_count += 1
                                 run_bytes += size

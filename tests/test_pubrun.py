@@ -1,0 +1,161 @@
+"""PubRun: runs of same-subject PUBs delivered with one bytes.replace per subscriber.
+
+The rewrite is only allowed when it is exact, so every test here compares against the plain
+per-message path: the parser's coalesced output, expanded, must equal its ops without
+coalescing, and a server must put the same bytes on the wire either way.
+"""
+
+from __future__ import annotations
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import natserver
+from natserver import Parser, Pub
+from natserver._ops import PubRun
+
+
+def parse_all(chunks, coalesce: bool) -> list:
+    parser = Parser()
+    parser.coalesce = coalesce
+    ops = []
+    for chunk in chunks:
+        parser.feed(chunk)
+        ops.extend(parser.parse())
+    return ops
+
+
+def expanded(ops) -> list:
+    out = []
+    for op in ops:
+        if isinstance(op, PubRun):
+            out.extend(Parser().expand(op.data))
+        else:
+            out.append(op)
+    return [tuple(bytes(x) if isinstance(x, memoryview) else x for x in op) for op in out]
+
+
+subjects = st.sampled_from([b"foo", b"foo.bar", b"x", b"PUB", b"a.b.c"])
+payloads = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([b"PUB foo ", b"xxPUB foo 1\r\n", b"\r\nPUB foo 3\r\n", b"PUB x ", b""]),
+)
+
+
+@st.composite
+def pub_streams(draw):
+    parts = []
+    for _ in range(draw(st.integers(1, 30))):
+        subject = draw(subjects)
+        payload = draw(payloads)
+        reply = draw(st.sampled_from([None, None, b"_INBOX.1", b"r"]))
+        spaces = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
+        line = b"PUB" + b" " + subject
+        if reply:
+            line += spaces + reply
+        line += spaces + str(len(payload)).encode() + b"\r\n"
+        parts.append(line + payload + b"\r\n")
+    data = b"".join(parts)
+    points = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
+    chunks, last = [], 0
+    for p in points:
+        chunks.append(data[last:p])
+        last = p
+    chunks.append(data[last:])
+    return chunks
+
+
+@settings(max_examples=300, deadline=None)
+@given(pub_streams())
+def test_coalesced_ops_expand_to_the_plain_ops(chunks):
+    plain = expanded(parse_all(chunks, coalesce=False))
+    assert all(isinstance(op, tuple) for op in plain)
+    assert expanded(parse_all(chunks, coalesce=True)) == plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(pub_streams())
+def test_replace_rewrite_is_exact(chunks):
+    """What the router does with a run equals formatting each of its messages as a MSG."""
+    for op in parse_all(chunks, coalesce=True):
+        if isinstance(op, PubRun):
+            head = b"MSG " + op.subject + b" 7 "
+            by_replace = op.data.replace(b"PUB " + op.subject + b" ", head)
+            one_by_one = b"".join(
+                b"MSG %s 7 %s%s\r\n%s\r\n" % (p.subject, p.reply + b" " if p.reply else b"", p.sizes, bytes(p.payload))
+                for p in Parser().expand(op.data)
+            )
+            assert by_replace == one_by_one
+            assert op.count == len(Parser().expand(op.data))
+
+
+def test_runs_are_formed_and_broken():
+    data = b"PUB foo 1\r\na\r\nPUB foo 1\r\nb\r\nPUB bar 1\r\nc\r\nPUB foo 8\r\nPUB foo \r\nPUB foo 1\r\nd\r\n"
+    ops = parse_all([data], coalesce=True)
+    assert isinstance(ops[0], PubRun) and ops[0].count == 2 and ops[0].size == 2
+    assert isinstance(ops[1], Pub) and ops[1].subject == b"bar"
+    # the payload holding the pattern forces the per-message path for its run
+    assert [type(op) for op in ops[2:]] == [Pub, Pub]
+
+
+async def wire_bytes(script: bytes, subscriber_connect: bytes, expect_bytes: int) -> bytes:
+    """Run ``script`` from a publisher and return what one subscriber receives."""
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+            sub = await trio.open_tcp_stream("127.0.0.1", server.port)
+            pub = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await sub.send_all(subscriber_connect + b"PING\r\n")
+            got = b""
+            while b"PONG\r\n" not in got:
+                got += await sub.receive_some()
+            await pub.send_all(b'CONNECT {"verbose":false,"pedantic":false}\r\n' + script)
+            got = b""
+            while len(got) < expect_bytes:
+                got += await sub.receive_some()
+            await server.shutdown()
+            return got
+
+
+async def test_a_run_on_the_wire_equals_per_message_delivery():
+    payloads = [b"a", b"PUB foo 9\r\n", b"", b"PUB foo ", b"zz"] * 40
+    script = b"".join(b"PUB foo %d\r\n%s\r\n" % (len(p), p) for p in payloads)
+    expected = b"".join(b"MSG foo 1 %d\r\n%s\r\n" % (len(p), p) for p in payloads)
+    connect = b'CONNECT {"verbose":false}\r\nSUB foo 1\r\n'
+    got = await wire_bytes(script, connect, len(expected))
+    assert got == expected
+
+
+async def test_a_run_with_replies_on_the_wire():
+    script = b"".join(b"PUB foo _INBOX.%d 2\r\nhi\r\n" % i for i in range(300))
+    expected = b"".join(b"MSG foo 5 _INBOX.%d 2\r\nhi\r\n" % i for i in range(300))
+    got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo 5\r\n', len(expected))
+    assert got == expected
+
+
+async def test_auto_unsubscribe_inside_a_run_stops_at_max():
+    script = b"".join(b"PUB foo 1\r\n%d\r\n" % (i % 10) for i in range(50)) + b"PUB end 1\r\nx\r\n"
+    expected = b"".join(b"MSG foo 1 1\r\n%d\r\n" % i for i in range(7)) + b"MSG end 2 1\r\nx\r\n"
+    connect = b'CONNECT {"verbose":false}\r\nSUB foo 1\r\nUNSUB 1 7\r\nSUB end 2\r\n'
+    got = await wire_bytes(script, connect, len(expected))
+    assert got == expected
+
+
+async def test_echo_off_publisher_gets_no_requests_back_but_no_responders_still_work():
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+            c = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await c.send_all(
+                b'CONNECT {"verbose":false,"echo":false,"headers":true,"no_responders":true}\r\n'
+                b"SUB svc 1\r\nSUB _INBOX.> 2\r\n"
+                + b"".join(b"PUB svc _INBOX.%d 1\r\nx\r\n" % i for i in range(5))
+                + b"PING\r\n"
+            )
+            got = b""
+            while not got.endswith(b"PONG\r\n"):
+                got += await c.receive_some()
+            body = got.split(b"\r\n", 1)[1]
+            assert body == b"".join(b"HMSG _INBOX.%d 2 16 16\r\nNATS/1.0 503\r\n\r\n\r\n" % i for i in range(5)) + b"PONG\r\n"
+            await server.shutdown()
