@@ -7,7 +7,7 @@ multi-letter single-dash names like ``-DV``), so the flags are a small table par
 Go's rules and error texts. Differences, on purpose:
 
 * a bad command line prints one line and exits 1 (nats-server prints the usage and exits 0);
-* nats-server flags for features natserver does not have (TLS, clustering, JetStream, syslog,
+* nats-server flags for features natserver does not have (TLS, clustering, syslog,
   profiling, ...) are accepted and ignored with a warning, as their config keys are;
 * a few natserver extensions (limits and lame duck timings) have flags, for tests and wrappers.
 
@@ -61,6 +61,10 @@ Logging Options:
     -DV                              Debug and trace
     -DVV                             Debug and verbose trace
 
+JetStream Options:
+    -js, --jetstream                 Enable JetStream-shaped persisted streams
+    -sd, --store_dir <dir>           Set the storage directory
+
 Authorization Options:
         --user <user>                User required for connections
         --pass <password>            Password required for connections
@@ -74,9 +78,9 @@ natserver extensions (same names as the config keys):
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
 
-Accepted and ignored (natserver has no TLS, clustering, JetStream, syslog or profiling):
+Accepted and ignored (natserver has no TLS yet, no clustering, syslog or profiling):
     -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, -js, --jetstream, -sd, --store_dir, --tls, --tlscert, --tlskey,
+    --max_traced_msg_len, --tls, --tlscert, --tlskey,
     --tlsverify, --tlscacert, --routes, --cluster, --cluster_listen, --cluster_name,
     --no_advertise, --cluster_advertise, --connect_retries, --profile
 
@@ -127,6 +131,8 @@ _flag("auth", "authorization")
 _flag("h help", "help", "bool")
 _flag("v version", "version", "bool")
 _flag("help_tls", "help_tls", "bool")
+_flag("js jetstream", "jetstream", "bool")
+_flag("sd store_dir", "store_dir")
 # natserver extensions
 _flag("max_payload", "max_payload", "size")
 _flag("max_pending", "max_pending", "size")
@@ -138,8 +144,7 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("max_traced_msg_len", "int"), ("js", "bool"), ("jetstream", "bool"), ("sd", "str"),
-    ("store_dir", "str"), ("tls", "bool"), ("tlscert", "str"), ("tlskey", "str"),
+    ("max_traced_msg_len", "int"), ("tls", "bool"), ("tlscert", "str"), ("tlskey", "str"),
     ("tlsverify", "bool"), ("tlscacert", "str"), ("routes", "str"), ("cluster", "str"),
     ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),

@@ -68,7 +68,7 @@ class Subscription:
     """A client's interest in a subject. ``sid_part`` is ``b"<sid> "``, pre-encoded once
     because it goes into every MSG line this subscription receives."""
 
-    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited")
+    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited", "callback")
 
     def __init__(self, client: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.client = client
@@ -81,6 +81,8 @@ class Subscription:
         # True when delivery needs the careful path (auto-unsubscribe, permission filter), so
         # the hot loop tests one attribute for both.
         self.limited = client.deliver_filter is not None
+        # Internal subscriptions (server.subscribe_internal) get messages through this.
+        self.callback = None
 
     def __repr__(self) -> str:
         return f"<Subscription cid={self.client.cid} sid={self.sid!r} subject={self.subject!r}>"
@@ -147,6 +149,9 @@ class Client:
         self.perms = None
         self._publish_allowed: dict = {}
         self.deliver_filter = None
+        # The subject space this client publishes and subscribes in: its account's (the
+        # server's global one until accounts assign another at authentication).
+        self.sublist = server.sublist
         self.subs: dict[bytes, Subscription] = {}
         # Outbound: pieces waiting for the writer, and their byte count plus whatever the
         # writer is sending right now (nats-server's pb), bounded by max_pending.
@@ -215,7 +220,7 @@ class Client:
         self.stop = time.time()
         self.server.client_closed(self)
         for sub in self.subs.values():
-            self.server.sublist.remove(sub)
+            self.sublist.remove(sub)
         if flush and self._scope is not None:
             # The writer drains what is queued (bounded by write_deadline), then cancels us.
             self._flush_before_close = True
@@ -270,7 +275,7 @@ class Client:
     def _process_ops(self) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint."""
         parse = self.parser.parse
-        sublist = self.server.sublist
+        sublist = self.sublist
         cache = sublist.cache
         match = sublist.match
         n_msgs = 0
@@ -355,7 +360,7 @@ class Client:
     def publish(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> None:
         """Route one message published by this client, through the publish hook if any."""
         server = self.server
-        result = server.sublist.match(subject)
+        result = self.sublist.match(subject)
         hook = server.publish_hook
         if hook is not None:
             action = hook(self, subject, reply, header_size, payload)
@@ -392,8 +397,8 @@ class Client:
         for sub, client, head in plan:
             if client is self and not echo:
                 continue
-            if sub.limited:  # auto-unsubscribe or a permission filter: the careful path
-                if not self._may_deliver(sub, subject):
+            if sub.limited:  # auto-unsubscribe, a permission filter, a callback: careful path
+                if not self._may_deliver(sub, subject, reply, header_size, payload):
                     continue
             else:
                 # nats-server counts every delivery (sub.nm), so a later UNSUB max sees them.
@@ -433,7 +438,7 @@ class Client:
             return False
         if self.pedantic and not is_valid_literal_subject(subject):
             return False
-        sublist = server.sublist
+        sublist = self.sublist
         result = sublist.cache.get(subject) if sublist.cache is not None else None
         if result is None:
             result = sublist.match(subject)
@@ -499,8 +504,8 @@ class Client:
             client = sub.client
             if client is self and not echo:
                 continue
-            if sub.limited:  # auto-unsubscribe or a permission filter: the careful path
-                if not self._may_deliver(sub, subject):
+            if sub.limited:  # auto-unsubscribe, a permission filter, a callback: careful path
+                if not self._may_deliver(sub, subject, reply, header_size, payload):
                     continue
             else:
                 # nats-server counts every delivery (sub.nm), so a later UNSUB max sees them.
@@ -552,14 +557,24 @@ class Client:
             return sub
         return None
 
-    def _may_deliver(self, sub: Subscription, subject: bytes) -> bool:
+    def _may_deliver(self, sub: Subscription, subject: bytes, reply, header_size: int, payload) -> bool:
         """For a ``limited`` subscription: the subscriber's permission filter (deny entries a
         wildcard subscription overlaps), then the delivery count and auto-unsubscribe (UNSUB
-        sid max): the max-th delivery goes out and removes the subscription."""
+        sid max): the max-th delivery goes out and removes the subscription. An internal
+        subscription's callback gets the message here (and nothing is queued)."""
         client = sub.client
         if client.deliver_filter is not None and client.deliver_filter.delivery_denied(subject):
             return False
         sub.delivered += 1
+        if sub.callback is not None:
+            headers = bytes(payload[:header_size]) if header_size > 0 else None
+            body = bytes(payload[header_size:]) if header_size > 0 else bytes(payload)
+            try:
+                sub.callback(subject, reply, headers, body)
+            except Exception:
+                log.exception("internal subscription on %r failed", sub.subject)
+            self.server.out_msgs += 1
+            return False
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             client.remove_subscription(sub)
             return sub.delivered == sub.max_msgs
@@ -567,7 +582,7 @@ class Client:
 
     def _no_responders(self, reply: bytes) -> None:
         """nats-server 2.9.10: a 503 HMSG to the requester's own subscription on ``reply``."""
-        for sub in self.server.sublist.match(reply).psubs:
+        for sub in self.sublist.match(reply).psubs:
             if sub.client is self:
                 self.queue(HMSG_ + reply + b" " + sub.sid + NO_RESPONDERS_HEADER)
                 return
@@ -648,7 +663,7 @@ class Client:
         if sid not in self.subs:  # a reused sid keeps the first subscription (client.go)
             sub = Subscription(self, subject, queue, sid)
             self.subs[sid] = sub
-            self.server.sublist.insert(sub)
+            self.sublist.insert(sub)
         if self.verbose:
             self.queue(OK)
 
@@ -667,7 +682,7 @@ class Client:
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
-            self.server.sublist.remove(sub)
+            self.sublist.remove(sub)
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -307,7 +307,7 @@ def _trim_fraction(value: int, unit: int) -> str:
 UNSUPPORTED_KEYS = frozenset(
     """
     client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache accounts
-    https https_port http_base_path cluster gateway leaf leafnodes store_dir storedir jetstream
+    https https_port http_base_path cluster gateway leaf leafnodes
     logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
     max_sub_tokens max_subscription_tokens tls ocsp allow_non_tls operator operators roots root
     root_operators root_operator resolver account_resolver accounts_resolver resolver_tls
@@ -410,12 +410,55 @@ class _Builder:
             c["headers"] = not _expect(value, bool, key)
         elif name == "max_closed_clients":  # natserver extension (a Go-only option in nats-server)
             c["max_closed_clients"] = _expect(value, int, key)
+        elif name == "jetstream":
+            self.apply_jetstream(key, value, where)
+        elif name in ("store_dir", "storedir"):
+            c["store_dir"] = _expect(value, str, key)
         elif name in UNSUPPORTED_KEYS:
             self.extra[key] = value
             if name == "trace_verbose":
                 c["trace"] = _expect(value, bool, key)
         elif not self.used_as_variable(conf, key):
             self.errors.append(f'{where}: unknown field "{key}"')
+
+    def apply_jetstream(self, key: str, value, where: str) -> None:
+        """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,
+        max_file_store, domain, ... }`` (opts.go parseJetStream)."""
+        c = self.changes
+        if isinstance(value, bool):
+            c["jetstream"] = value
+            return
+        if isinstance(value, str):
+            lowered = value.lower()
+            if lowered in ("enabled", "enable", "true", "yes", "on"):
+                c["jetstream"] = True
+                return
+            if lowered in ("disabled", "disable", "false", "no", "off"):
+                c["jetstream"] = False
+                return
+            raise _Bad(f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing {key}: expected a map or a boolean, got {_type_name(value)}")
+        c["jetstream"] = True
+        for member, item in value.items():
+            name = member.lower()
+            member_where = self.where(value, member, where)
+            try:
+                if name in ("store_dir", "storedir", "store"):
+                    c["store_dir"] = _expect(item, str, member)
+                elif name in ("max_memory_store", "max_mem_store", "max_mem"):
+                    c["max_memory_store"] = _expect(item, int, member)
+                elif name in ("max_file_store", "max_file"):
+                    c["max_file_store"] = _expect(item, int, member)
+                elif name == "enabled":
+                    c["jetstream"] = _expect(item, bool, member)
+                elif name in ("domain", "unique_tag", "max_outstanding_catchup", "sync_interval",
+                              "cipher", "key", "limits", "max_ack_pending", "max_buffered_msgs"):
+                    self.extra.setdefault(key, {})[member] = item
+                elif not self.used_as_variable(value, member):
+                    self.errors.append(f'{member_where}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{member_where}: {exc}")
 
     def apply_authorization(self, key: str, value, where: str) -> None:
         if not isinstance(value, dict):

@@ -39,6 +39,11 @@ class Options:
     password: str = ""
     authorization: str = ""  # token
     users: list = field(default_factory=list)  # natserver._auth.User, from authorization.users
+    # JetStream-shaped persisted streams (natserver.jetstream)
+    jetstream: bool = False
+    store_dir: str = ""  # empty: a "jetstream" directory under the system temp dir
+    max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
+    max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
     # Logging
     debug: bool = False
     trace: bool = False

@@ -97,7 +97,9 @@ class Server:
         # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
         self.connection_hook = None
         self._internal: Client | None = None
+        self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
+        self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
 
     # -- properties used by clients ----------------------------------------------------------
 
@@ -146,6 +148,10 @@ class Server:
                     from ._monitor import serve_monitor
 
                     self.monitor = await nursery.start(serve_monitor, self)
+                if options.jetstream:
+                    from .jetstream import enable_jetstream
+
+                    self.jetstream = await nursery.start(enable_jetstream, self)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
@@ -229,6 +235,8 @@ class Server:
         if self.auth_required:
             info["auth_required"] = True
         info["max_payload"] = options.max_payload
+        if options.jetstream:
+            info["jetstream"] = True
         return info
 
     def info_for(self, client: Client) -> bytes:
@@ -239,13 +247,40 @@ class Server:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"
 
+    @property
+    def internal_client(self) -> Client:
+        """The server's own connection-less client: it publishes server.publish() messages
+        and owns internal subscriptions."""
+        if self._internal is None:
+            self._internal = Client(self, None, 0, "", 0)
+            self._internal.headers = True
+            self._internal.verbose = self._internal.pedantic = False
+        return self._internal
+
+    def subscribe_internal(self, subject: str | bytes, callback, queue: str | bytes | None = None):
+        """Call ``callback(subject, reply, headers, payload)`` (bytes; headers None or the
+        NATS/1.0 block) for every message on ``subject``, synchronously, while the publisher's
+        chunk is being handled. Returns the subscription, for ``unsubscribe_internal``."""
+        from ._client import Subscription
+
+        client = self.internal_client
+        as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        self._internal_sids += 1
+        sub = Subscription(client, as_bytes(subject), as_bytes(queue) if queue else None, b"%d" % self._internal_sids)
+        sub.callback = callback
+        sub.limited = True
+        client.subs[sub.sid] = sub
+        self.sublist.insert(sub)
+        return sub
+
+    def unsubscribe_internal(self, sub) -> None:
+        self.internal_client.remove_subscription(sub)
+
     def publish(self, subject: str | bytes, payload: bytes = b"", reply: str | bytes | None = None,
                 headers: bytes | None = None) -> None:
         """Publish a message from the server itself (no echo rules apply; not counted as a
         client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio."""
-        if self._internal is None:
-            self._internal = Client(self, None, 0, "", 0)
-            self._internal.headers = True
+        self.internal_client  # noqa: B018 (creates it)
         as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
         subject = as_bytes(subject)
         reply = as_bytes(reply) if reply is not None else None

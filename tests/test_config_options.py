@@ -141,14 +141,15 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     assert options.port == 4333
     assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
     assert set(options.extra) == {
-        "cluster", "jetstream", "tls", "accounts", "leafnodes", "websocket", "mqtt", "gateway",
+        "cluster", "tls", "accounts", "leafnodes", "websocket", "mqtt", "gateway",
     }  # fmt: skip
+    assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
     # A single user with permissions becomes a one-user list carrying them.
     [user] = options.users
     assert (user.username, user.password) == ("a", "b")
     assert user.permissions.can_publish(b"x", {}) and not user.permissions.can_publish(b"y", {})
     warnings = unsupported_warnings(options)
-    assert len(warnings) == 8
+    assert len(warnings) == 7
     assert 'Config option "cluster" is not supported by natserver and is ignored' in warnings
 
 
