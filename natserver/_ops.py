@@ -50,7 +50,9 @@ class Pub(NamedTuple):
 
 class PubRun(NamedTuple):
     """``count`` consecutive plain PUBs on ``subject`` with single-space arguments, as their
-    raw wire bytes ``data`` (``size`` is the sum of their payload sizes).
+    raw wire bytes ``data``. ``size`` is the sum of their payload sizes; ``uniform`` says all
+    payloads have the same size (so a share of the run has a known byte count); ``replies``
+    says some of them have a reply subject.
 
     Only ``Parser.parse()`` with ``coalesce`` set returns these. A router delivers the whole
     run with ``data.replace(b"PUB <subject> ", b"MSG <subject> <sid> ")``: the parser checked
@@ -61,6 +63,8 @@ class PubRun(NamedTuple):
     subject: bytes
     count: int
     size: int
+    uniform: bool
+    replies: bool
     data: bytes
 
 

@@ -231,15 +231,20 @@ class Parser:
                 return NEED_DATA
         return ready.popleft()
 
-    def _end_run(self, append, buf: bytes, subject: bytes, start: int, end: int, count: int, size: int) -> None:
-        """Emit the gathered run buf[start:end] of ``count`` PUBs on ``subject``: one Pub, or a
-        PubRun when the rewrite PUB -> MSG is exact (the pattern occurs once per message)."""
-        data = buf[start:end]
-        if count > 1 and data.count(b"PUB " + subject + b" ") == count:
-            append(_new(PubRun, (subject, count, size, data)))
+    def _end_run(self, append, buf: bytes, first, start: int, end: int, count: int, size: int, flags: tuple) -> None:
+        """Emit the gathered run buf[start:end] of ``count`` PUBs starting with the Pub
+        ``first``: that Pub alone, or a PubRun when the rewrite PUB -> MSG is exact (the
+        pattern occurs once per message), else the run's Pubs one by one."""
+        if count == 1:
+            append(first)
         else:
-            for op in self.expand(data):
-                append(op)
+            data = buf[start:end]
+            subject = first.subject
+            if data.count(b"PUB " + subject + b" ") == count:
+                append(_new(PubRun, (subject, count, size, *flags, data)))
+            else:
+                for op in self.expand(data):
+                    append(op)
         self._pos = end
 
     def expand(self, data) -> list:
@@ -284,7 +289,9 @@ class Parser:
                     max_payload = self.max_payload
                     max_control_line = self.max_control_line
                     run_subject = None  # the run of same-subject PUBs being gathered (coalesce)
-                    run_start = run_count = run_bytes = 0
+                    run_start = run_count = run_bytes = run_size = 0
+                    run_uniform = run_replies = True
+                    run_first = None
                     run_prefix = b""
                     while startswith(b"PUB ", pos):
                         if run_subject is not None and startswith(run_prefix, pos):
@@ -298,6 +305,8 @@ class Parser:
                                 if startswith(b"\r\n", stop):
                                     run_count += 1
                                     run_bytes += size
+                                    if size != run_size:
+                                        run_uniform = False
                                     pos = stop + 2
                                     continue
                         nl = find(b"\n", pos)
@@ -330,26 +339,37 @@ class Parser:
                             if subject == run_subject:
                                 run_count += 1
                                 run_bytes += size
+                                if size != run_size:
+                                    run_uniform = False
+                                if reply is not None:
+                                    run_replies = True
                                 pos = stop + 2
                                 continue
                             if run_subject is not None:
-                                self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                                flags = (run_uniform, run_replies)
+                                self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
                             run_subject = subject
                             run_prefix = b"PUB " + subject + b" "
                             run_start = pos
                             run_count = 1
-                            run_bytes = size
+                            run_bytes = run_size = size
+                            run_uniform = True
+                            run_replies = reply is not None
+                            payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]
+                            run_first = _new(Pub, (subject, reply, -1, size_digits, payload))
                             pos = stop + 2
                             continue
                         if run_subject is not None:
-                            self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                            flags = (run_uniform, run_replies)
+                            self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
                             run_subject = None
                         pos = stop + 2
                         self._pos = pos
                         payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]
                         append(_new(Pub, (subject, reply, -1, size_digits, payload)))
                     if run_subject is not None:
-                        self._end_run(append, buf, run_subject, run_start, pos, run_count, run_bytes)
+                        flags = (run_uniform, run_replies)
+                        self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
                     self._pos = pos
                 op = self._next_op()
                 if op is NEED_DATA:

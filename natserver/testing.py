@@ -577,7 +577,8 @@ class NatsServer:
             headers = raw[:header_size] if header_size > 0 else None
             body = raw[header_size:] if header_size > 0 else raw
             self._delay_seq += 1
-            heapq.heappush(self._delayed, (trio.current_time() + delay, self._delay_seq, subject, reply, headers, body))
+            heapq.heappush(self._delayed, (trio.current_time() + delay, self._delay_seq, bytes(subject),
+                                           None if reply is None else bytes(reply), headers, body))
             self._delay_wakeup.set()
         if self._record:
             self._record_message(client, subject, reply, header_size, payload, "delay" if delay else _ACTION_NAMES[action])
@@ -948,16 +949,13 @@ class NatsServer:
         clients = self._select(name, cid, "stop_reading" if which == "read_gate" else "stop_writing")
         for client in clients:
             if client.cid not in self._gated:
-                self._gated[client.cid] = (client, client.max_pending, client._stall_at)
+                self._gated[client.cid] = (client, client.max_pending, client.stall_at)
             if getattr(client, which) is None:
                 setattr(client, which, trio.Event())
             if max_pending is not None:
                 # Closed as soon as it is over the limit; producers are not stalled first
                 # (the stall mark is the limit), so a test gets its slow consumer at once.
-                client.max_pending = max_pending
-                client._stall_at = max_pending
-                if client.pending > max_pending:
-                    client.slow_consumer()
+                client.set_max_pending(max_pending, stall_at=max_pending)
         self.server.flush_touched()
         return len(clients)
 
@@ -968,8 +966,7 @@ class NatsServer:
                 continue
             del self._gated[client.cid]
             n += 1
-            client.max_pending = max_pending
-            client._stall_at = stall_at
+            client.set_max_pending(max_pending, stall_at=stall_at)
             for which in ("read_gate", "write_gate"):
                 gate = getattr(client, which)
                 if gate is not None:

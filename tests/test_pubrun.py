@@ -159,3 +159,70 @@ async def test_echo_off_publisher_gets_no_requests_back_but_no_responders_still_
             body = got.split(b"\r\n", 1)[1]
             assert body == b"".join(b"HMSG _INBOX.%d 2 16 16\r\nNATS/1.0 503\r\n\r\n\r\n" % i for i in range(5)) + b"PONG\r\n"
             await server.shutdown()
+
+
+def parse_msgs(data: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """(subject, sid, payload) of every MSG in ``data``, checking the framing strictly."""
+    msgs, pos = [], 0
+    while pos < len(data):
+        nl = data.index(b"\r\n", pos)
+        verb, subject, sid, size = data[pos:nl].split(b" ")
+        assert verb == b"MSG"
+        start = nl + 2
+        end = start + int(size)
+        assert data[end : end + 2] == b"\r\n"
+        msgs.append((subject, sid, data[start:end]))
+        pos = end + 2
+    return msgs
+
+
+async def queue_group_delivery(payloads: list[bytes]):
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+            members = []
+            for i in range(3):
+                m = await trio.open_tcp_stream("127.0.0.1", server.port)
+                await m.send_all(b'CONNECT {"verbose":false}\r\nSUB q.x workers %d\r\nPING\r\n' % i)
+                got = b""
+                while b"PONG\r\n" not in got:
+                    got += await m.receive_some()
+                members.append(m)
+            pub = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await pub.send_all(
+                b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+                + b"".join(b"PUB q.x %d\r\n%s\r\n" % (len(p), p) for p in payloads)
+                + b"PING\r\n"
+            )
+            got = b""
+            while b"PONG\r\n" not in got:
+                got += await pub.receive_some()
+            received = []
+            for m in members:
+                await m.send_all(b"PING\r\n")
+                data = b""
+                while not data.endswith(b"PONG\r\n"):
+                    data += await m.receive_some()
+                received.append(parse_msgs(data[: -len(b"PONG\r\n")]))
+            counters = (server.in_msgs, server.out_msgs, server.in_bytes, server.out_bytes)
+            await server.shutdown()
+            return received, counters
+
+
+async def test_a_run_to_a_queue_group_goes_round_robin_one_member_each():
+    payloads = [b"%05d" % i for i in range(300)]
+    received, counters = await queue_group_delivery(payloads)
+    assert [len(r) for r in received] == [100, 100, 100]  # round robin over the run
+    assert sorted(p for r in received for _, _, p in r) == payloads  # each exactly once
+    for i, r in enumerate(received):
+        assert {sid for _, sid, _ in r} == {b"%d" % i}
+    assert counters == (300, 300, 1500, 1500)
+
+
+async def test_a_non_uniform_run_to_a_queue_group_keeps_exact_counters():
+    payloads = [b"x" * (i % 7) for i in range(200)]
+    received, counters = await queue_group_delivery(payloads)
+    assert sum(len(r) for r in received) == 200
+    assert sorted(p for r in received for _, _, p in r) == sorted(payloads)
+    total = sum(len(p) for p in payloads)
+    assert counters == (200, 200, total, total)
