@@ -195,6 +195,14 @@ class Permissions:
         self.sub_deny_subjects = [s.split()[0].encode() for s in (sub_deny or []) if s.split()]
         self.checks_publish = self.pub_allow is not None or self.pub_deny is not None
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Permissions) and self.spec == other.spec
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Permissions({self.spec!r})"
+
     def for_client(self):
         """What a connection holds: these permissions, or (with allow_responses) a per-client
         view that also tracks the reply subjects the client may answer."""
@@ -523,8 +531,71 @@ def client_label(client) -> str:
     return f"{client.ip}:{client.port} - cid:{client.cid}"
 
 
+class AccountLimitError(Exception):
+    """The account has as many connections as its limits allow."""
+
+
+def authenticate_connect(client, opts: dict) -> None:
+    """CONNECT when authentication is required: raises ProtocolError (Authorization Violation,
+    or the account's connection limit) and logs why, as nats-server does; then applies the
+    limits and the expiry of what the client authenticated as."""
+    from . import _errors as errors
+    from ._errors import ProtocolError
+
+    server = client.server
+    client._auth_error = None
+    client.auth_expires = None
+    ok = False
+    try:
+        ok = server.authenticate(client, opts)
+    except AccountLimitError:
+        client._auth_error = errors.MAX_ACCOUNT_CONNECTIONS
+    if client._auth_error is not None:
+        log.error("%s - %s", client_label(client), client._auth_error.text)
+        raise ProtocolError(client._auth_error, client._auth_error.text)
+    if not ok:
+        log.error("%s - %s", client_label(client), server.auth.failure_detail(opts))
+        raise ProtocolError(errors.AUTH_VIOLATION, "authentication failed")
+    apply_limits(client)
+    expires = client.auth_expires
+    if expires is not None and client._nursery is not None:
+        client._nursery.start_soon(_expire, client, expires)
+
+
+def apply_limits(client) -> None:
+    """Account (and user JWT) limits on payload size and subscriptions, within the server's."""
+    options = client.server.options
+    account = client.account
+    max_payload = options.max_payload
+    max_subs = options.max_subscriptions if options.max_subscriptions > 0 else None
+    for limit in (account.max_payload if account is not None else -1, getattr(client, "user_max_payload", -1)):
+        if limit is not None and limit >= 0:
+            max_payload = min(max_payload, limit)
+    for limit in (account.max_subscriptions if account is not None else -1, getattr(client, "user_max_subs", -1)):
+        if limit is not None and limit >= 0:
+            max_subs = limit if max_subs is None else min(max_subs, limit)
+    client.parser.max_payload = max_payload
+    client.max_subs = max_subs
+
+
+async def _expire(client, deadline: float) -> None:
+    """client.go authExpired: a user JWT expires while the client is connected."""
+    import trio
+
+    from . import _errors as errors
+
+    await trio.sleep(max(0.0, deadline - time.time()))
+    if not client.closed:
+        log.debug("%s - User Authentication Expired", client_label(client))
+        client.queue(errors.AUTH_EXPIRED.wire)
+        client.close(errors.AUTH_EXPIRED.close_reason, flush=True)
+        client.server.flush_touched()
+
+
 def register(client, name: str, permissions, account: str | None, accounts) -> None:
     """RegisterUser: the client becomes ``name`` with these permissions, in this account."""
+    if accounts is not None and not accounts.register(client, account):
+        raise AccountLimitError(account)
     client.user = name
     perms = permissions.for_client() if permissions is not None else None
     if perms is not client.perms:
@@ -536,5 +607,3 @@ def register(client, name: str, permissions, account: str | None, accounts) -> N
             client.deliver_filter = perms
             for sub in client.subs.values():
                 sub.limited = True
-    if accounts is not None:
-        accounts.register(client, account)

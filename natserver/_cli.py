@@ -7,8 +7,8 @@ multi-letter single-dash names like ``-DV``), so the flags are a small table par
 Go's rules and error texts. Differences, on purpose:
 
 * a bad command line prints one line and exits 1 (nats-server prints the usage and exits 0);
-* nats-server flags for features natserver does not have (TLS, clustering, syslog,
-  profiling, ...) are accepted and ignored with a warning, as their config keys are;
+* nats-server flags for features natserver does not have (clustering, syslog, profiling, ...)
+  are accepted and ignored with a warning, as their config keys are;
 * a few natserver extensions (limits and lame duck timings) have flags, for tests and wrappers.
 
 Order of work, as nats-server: ``-v``/``-h``, commands, ``-sl``, the config file, then the
@@ -70,6 +70,13 @@ Authorization Options:
         --pass <password>            Password required for connections
         --auth <token>               Authorization token required for connections
 
+TLS Options:
+        --tls                        Enable TLS, do not verify clients (default: false)
+        --tlscert <file>             Server certificate file
+        --tlskey <file>              Private key for server certificate
+        --tlsverify                  Enable TLS, verify client certificates
+        --tlscacert <file>           Client certificate CA for verification
+
 natserver extensions (same names as the config keys):
         --max_payload <size>         Maximum message payload (default: 1MB)
         --max_pending <size>         Maximum pending bytes per client (default: 64MB)
@@ -78,16 +85,34 @@ natserver extensions (same names as the config keys):
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
 
-Accepted and ignored (natserver has no TLS yet, no clustering, syslog or profiling):
+Accepted and ignored (natserver has no clustering, syslog or profiling):
     -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, --tls, --tlscert, --tlskey,
-    --tlsverify, --tlscacert, --routes, --cluster, --cluster_listen, --cluster_name,
+    --max_traced_msg_len, --routes, --cluster, --cluster_listen, --cluster_name,
     --no_advertise, --cluster_advertise, --connect_retries, --profile
 
 Common Options:
     -h, --help                       Show this message
     -v, --version                    Show version
         --help_tls                   TLS help
+"""
+
+
+TLS_USAGE = """
+TLS configuration is specified in the tls section of a configuration file:
+
+e.g.
+
+    tls {
+        cert_file:      "./certs/server-cert.pem"
+        key_file:       "./certs/server-key.pem"
+        ca_file:        "./certs/ca.pem"
+        verify:         true
+        verify_and_map: true
+        timeout:        2
+    }
+
+natserver uses Python's OpenSSL (TLS 1.2 and later, its own cipher suites and curves):
+cipher_suites and curve_preferences are accepted and ignored.
 """
 
 
@@ -131,6 +156,11 @@ _flag("auth", "authorization")
 _flag("h help", "help", "bool")
 _flag("v version", "version", "bool")
 _flag("help_tls", "help_tls", "bool")
+_flag("tls", "tls_enable", "bool")
+_flag("tlscert", "tls_cert")
+_flag("tlskey", "tls_key")
+_flag("tlsverify", "tls_verify", "bool")
+_flag("tlscacert", "tls_ca_cert")
 _flag("js jetstream", "jetstream", "bool")
 _flag("sd store_dir", "store_dir")
 # natserver extensions
@@ -144,8 +174,7 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("max_traced_msg_len", "int"), ("tls", "bool"), ("tlscert", "str"), ("tlskey", "str"),
-    ("tlsverify", "bool"), ("tlscacert", "str"), ("routes", "str"), ("cluster", "str"),
+    ("max_traced_msg_len", "int"), ("routes", "str"), ("cluster", "str"),
     ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip
@@ -281,7 +310,7 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
     """
     from ._config import ConfigFileError, apply_baseline, options_from_file
 
-    options = Options()
+    options = Options(auth_timeout=0.0)  # 0: the default (2 s, or the TLS timeout + 1 s)
     config_file = given.get("config_file")
     if config_file:
         try:
@@ -297,7 +326,35 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
         extra["cli"] = dict(given["unsupported"])
         changes["extra"] = extra
     options = options.copy(**changes)
+    options = _override_tls(options, given)
     return apply_baseline(options)
+
+
+_TLS_FLAGS = ("tls_enable", "tls_cert", "tls_key", "tls_verify", "tls_ca_cert")
+
+
+def _override_tls(options: Options, given: dict) -> Options:
+    """opts.go overrideTLS: any --tls* flag replaces the tls {} block (``--tls=false`` removes
+    it); the TLS timeout of the file stays."""
+    from ._tls import TLSConfig, TLSConfigError, server_context
+
+    if not any(flag in given for flag in _TLS_FLAGS):
+        return options
+    if given.get("tls_enable") is False:
+        return options.copy(tls=None)
+    cert, key = given.get("tls_cert", ""), given.get("tls_key", "")
+    if not cert:
+        raise UsageError("TLS Server certificate must be present and valid")
+    if not key:
+        raise UsageError("TLS Server private key must be present and valid")
+    timeout = options.tls.timeout if options.tls is not None else const.DEFAULT_TLS_TIMEOUT
+    config = TLSConfig(cert_file=cert, key_file=key, ca_file=given.get("tls_ca_cert", ""),
+                       verify=bool(given.get("tls_verify")), timeout=timeout)
+    try:
+        server_context(config)
+    except TLSConfigError as exc:
+        raise UsageError(str(exc)) from None
+    return options.copy(tls=config)
 
 
 def validate(options: Options) -> None:
@@ -547,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(USAGE)
             return 0
         if given.get("help_tls"):
-            print("natserver has no TLS support: the TLS flags are accepted and ignored.")
+            sys.stdout.write(TLS_USAGE)
             return 0
         if given.get("signal"):
             send_signal(given["signal"])

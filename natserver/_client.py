@@ -143,6 +143,15 @@ class Client:
         self.version = ""
         self.user = ""
         self.connect_opts: dict | None = None
+        # Security (_auth.py, _accounts.py, _tls.py): the account this client is in, the INFO
+        # nonce it must sign (nkeys/JWT), its nkey, its TLS stream, and limits its account or
+        # user JWT set (None: the server's).
+        self.account = None
+        self.nonce = b""
+        self.nkey = ""
+        self.tls_stream = None
+        self.max_subs: int | None = None
+        self._nursery: trio.Nursery | None = None
         # Permissions of the authenticated user (None: everything allowed), the cache of its
         # publish decisions, and the delivery filter set once a wildcard subscription overlaps
         # a subscribe deny entry (nats-server's mperms).
@@ -192,9 +201,11 @@ class Client:
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
+                self._nursery = nursery
                 if self.closed:  # closed before it started (e.g. server shutting down)
                     nursery.cancel_scope.cancel()
-                self.queue(info)
+                if info:  # (with TLS the INFO went out in plain text before the handshake)
+                    self.queue(info)
                 hook = self.server.connection_hook
                 if hook is not None and hook(self, "info"):
                     self.close("Client Closed", flush=True)
@@ -263,6 +274,8 @@ class Client:
                 try:
                     self._process_ops()
                 except ProtocolError as exc:
+                    if exc.error is errors.AUTH_VIOLATION and self._use_no_auth_user():
+                        continue  # parse the same bytes again, as the no_auth_user
                     if exc.error.text is None:
                         log.debug("cid:%d - closing: %s", self.cid, exc)
                     self.protocol_error(exc.error)
@@ -348,6 +361,10 @@ class Client:
                             self._rtt_start = 0.0
                     elif op.__class__ is Connect:
                         self._process_connect(op.options)
+                        # Authentication may have moved the client into another account.
+                        sublist = self.sublist
+                        cache = sublist.cache
+                        match = sublist.match
                     if self.closed:
                         return
         finally:
@@ -563,10 +580,11 @@ class Client:
         sid max): the max-th delivery goes out and removes the subscription. An internal
         subscription's callback gets the message here (and nothing is queued)."""
         client = sub.client
-        if client.deliver_filter is not None and client.deliver_filter.delivery_denied(subject):
+        if client.deliver_filter is not None and client.deliver_filter.delivery_denied(subject, reply):
             return False
         sub.delivered += 1
         if sub.callback is not None:
+            self.server.callback_publisher = self
             headers = bytes(payload[:header_size]) if header_size > 0 else None
             body = bytes(payload[header_size:]) if header_size > 0 else bytes(payload)
             try:
@@ -607,9 +625,13 @@ class Client:
         self.connect_opts = opts  # kept so a config reload can re-check the credentials
         server = self.server
         if server.auth_required or self.parser.auth_pending:
-            if not server.authenticate(self, opts):
-                raise ProtocolError(errors.AUTH_VIOLATION, "authentication failed")
+            from ._auth import authenticate_connect
+
+            authenticate_connect(self, opts)
             self.parser.auth_pending = False
+        if opts.get("account") or opts.get("new_account"):
+            # client.go processConnect: an account designation is an error now.
+            raise ProtocolError(errors.AUTH_VIOLATION, "CONNECT names an account")
         for key in ("verbose", "pedantic", "echo", "headers", "no_responders"):
             value = opts.get(key)
             if value is not None:
@@ -656,8 +678,10 @@ class Client:
         if not is_valid_subject(subject):
             self.queue(errors.INVALID_SUBJECT.wire)
             return
-        max_subs = self.server.options.max_subscriptions
-        if max_subs > 0 and len(self.subs) >= max_subs:
+        max_subs = self.max_subs  # set by account/user limits (0: none allowed)
+        if max_subs is None:
+            max_subs = self.server.options.max_subscriptions or -1  # 0: unlimited
+        if max_subs >= 0 and len(self.subs) >= max_subs:
             self.queue(errors.MAX_SUBSCRIPTIONS.wire)
             return
         if sid not in self.subs:  # a reused sid keeps the first subscription (client.go)
@@ -778,6 +802,16 @@ class Client:
                 self.queue(PING_PROTO)
                 self.server.flush_touched()
             await trio.sleep(options.ping_interval)
+
+    def _use_no_auth_user(self) -> bool:
+        """A first op other than CONNECT with no_auth_user set: the client becomes that user."""
+        if self.connect_received or not self.parser.auth_pending:
+            return False
+        if not self.server.auth.use_no_auth_user(self):
+            return False
+        self.parser.auth_pending = False
+        self.connect_received = True
+        return True
 
     async def _auth_timer(self) -> None:
         await trio.sleep(self.server.options.auth_timeout)

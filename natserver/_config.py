@@ -306,21 +306,22 @@ def _trim_fraction(value: int, unit: int) -> str:
 # acting on them. They are kept in Options.extra and logged once as not supported.
 UNSUPPORTED_KEYS = frozenset(
     """
-    client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache accounts
+    client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache
     https https_port http_base_path cluster gateway leaf leafnodes
     logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
-    max_sub_tokens max_subscription_tokens tls ocsp allow_non_tls operator operators roots root
-    root_operators root_operator resolver account_resolver accounts_resolver resolver_tls
-    resolver_preload resolver_pinned_accounts no_auth_user system_account system
-    no_system_account no_system no_sys_acc trusted trusted_keys connect_error_reports
+    max_sub_tokens max_subscription_tokens ocsp resolver_tls resolver_pinned_accounts
+    no_system_account no_system no_sys_acc connect_error_reports
     reconnect_error_reports websocket ws mqtt server_tags default_js_domain
     """.split()
 )
+# Security keys (see _tls.py, _auth.py, _accounts.py, _jwt.py).
+_OPERATOR_KEYS = frozenset({"operator", "operators", "roots", "root", "root_operators", "root_operator"})
+_RESOLVER_KEYS = frozenset({"resolver", "account_resolver", "accounts_resolver"})
 # Keys nats-server does not act on either way, or that only feed another key: no warning.
 _QUIET_EXTRA_KEYS = frozenset({"system_account", "system", "connect_error_reports", "reconnect_error_reports"})
 
 # authorization {} members nats-server knows that we do not act on yet.
-_UNSUPPORTED_AUTH_KEYS = frozenset({"default_permission"})
+_UNSUPPORTED_AUTH_KEYS = frozenset()
 
 
 class _Builder:
@@ -332,6 +333,12 @@ class _Builder:
         self.warnings: list[str] = []
         self.locations = locations
         self.path = path or "config"
+        # Users from authorization {} and from accounts {}, checked together at the end.
+        self.auth_users: list | None = None
+        self.auth_nkeys: list = []
+        self.account_users: list = []
+        self.account_nkeys: list = []
+        self.security_where = self.path
 
     def where(self, mapping: dict, key: str, fallback: str | None = None) -> str:
         location = self.locations.where(mapping, key) if self.locations is not None else None
@@ -414,6 +421,24 @@ class _Builder:
             self.apply_jetstream(key, value, where)
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
+        elif name == "tls":
+            self.apply_tls(key, value, where)
+        elif name == "allow_non_tls":
+            c["allow_non_tls"] = _expect(value, bool, key)
+        elif name == "no_auth_user":
+            c["no_auth_user"] = _expect(value, str, key)
+        elif name == "accounts":
+            self.apply_accounts(key, value, where)
+        elif name in _OPERATOR_KEYS:
+            c["trusted_operators"] = self.operators(value, key)
+        elif name in _RESOLVER_KEYS:
+            c["resolver"] = _resolver(value)
+        elif name == "resolver_preload":
+            c["resolver_preload"] = _preload(value)
+        elif name in ("system_account", "system"):
+            c["system_account"] = _expect(value, str, key)
+        elif name in ("trusted", "trusted_keys"):
+            c["trusted_keys"] = _trusted_keys(value)
         elif name in UNSUPPORTED_KEYS:
             self.extra[key] = value
             if name == "trace_verbose":
@@ -500,18 +525,178 @@ class _Builder:
                 self.errors.append(f"{member_where}: {exc}")
         if (user or password) and token:
             raise _Bad("Cannot have a user/pass and token")
-        users = _users_from(users_spec or [], default_permissions) if users_spec is not None else []
-        if users and (user or token):
+        users, nkeys = _users_from(users_spec or [], default_permissions) if users_spec is not None else ([], [])
+        if users_spec is not None and user:
             raise _Bad("Can not have a single user/pass and a users array")
+        if users_spec is not None and token:
+            raise _Bad("Can not have a token and a users array")
         if user and default_permissions is not None:
             # The single user's permissions: make it a one-user list, which carries them.
-            users = _users_from([{"user": user, "password": password}], default_permissions)
+            users, _ = _users_from([{"user": user, "password": password}], default_permissions)
             user = password = ""
-        self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout, users=users)
+        self.auth_users = users
+        self.auth_nkeys = nkeys
+        self.security_where = where
+        self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout)
         if unsupported:
             self.extra[key] = unsupported
 
+    def apply_tls(self, key: str, value, where: str) -> None:
+        """opts.go parseTLS + GenTLSConfig: the certificates are loaded now, so that a missing
+        file is a configuration error, as in nats-server."""
+        from ._tls import TLSConfigError, parse_tls_block, server_context
+
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing tls config, expected a map, got {_type_name(value)}")
+        try:
+            config, warnings = parse_tls_block(value)
+            server_context(config)
+        except TLSConfigError as exc:
+            raise _Bad(str(exc)) from None
+        self.changes["tls"] = config
+        for line in warnings:
+            self.extra.setdefault("tls_warnings", []).append(line)
+
+    def operators(self, value, key: str) -> list:
+        """operator: a file with the operator JWT (or the JWT inline), or a list of them."""
+        from . import _jwt
+
+        items = value if isinstance(value, list) else [value]
+        out = []
+        for item in items:
+            if not isinstance(item, str):
+                raise _Bad(f"error parsing operators: unsupported type {_go_type(item)}")
+            try:
+                out.append(_jwt.read_operator_jwt(item))
+            except (OSError, _jwt.JWTError) as exc:
+                reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
+                if isinstance(exc, OSError):
+                    reason = f"open {item}: {reason}"
+                raise _Bad(f"error parsing operator JWT: {reason}") from None
+        return out
+
+    def apply_accounts(self, key: str, value, where: str) -> None:
+        """opts.go parseAccounts: a list of names, or a map of account blocks."""
+        from ._accounts import AccountConfig
+
+        configs = []
+        if isinstance(value, list):
+            seen = set()
+            for name in value:
+                if not isinstance(name, str):
+                    raise _Bad(f"error parsing accounts: expected a name, got {_type_name(name)}")
+                if name == "$G":
+                    self.errors.append(f'{where}: "{name}" is a Reserved Account')
+                    continue
+                if name in seen:
+                    self.errors.append(f"{where}: Duplicate Account Entry: {name}")
+                    continue
+                seen.add(name)
+                configs.append(AccountConfig(name))
+            self.changes["accounts"] = configs
+            return
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing accounts: expected a map or an array, got {_type_name(value)}")
+        for name, block in value.items():
+            account_where = self.where(value, name, where)
+            if self.used_as_variable(value, name):
+                continue
+            if not isinstance(block, dict):
+                self.errors.append(f"{account_where}: Expected map entries for accounts")
+                continue
+            if name == "$G":
+                self.errors.append(f'{account_where}: "{name}" is a Reserved Account')
+                continue
+            try:
+                config, users, nkeys = self.account_block(name, block, account_where)
+            except _Bad as exc:
+                self.errors.append(f"{account_where}: {exc}")
+                continue
+            configs.append(config)
+            self.account_users += users
+            self.account_nkeys += nkeys
+        if not self.errors:
+            from ._accounts import check_accounts
+
+            for error in check_accounts(configs):
+                self.errors.append(f"{where}: {error}")
+        self.changes["accounts"] = configs
+
+    def account_block(self, name: str, block: dict, where: str):
+        from . import _nkeys
+        from ._accounts import AccountConfig
+
+        config = AccountConfig(name)
+        users_spec = None
+        default_permissions = None
+        for member, item in block.items():
+            member_where = self.where(block, member, where)
+            lowered = member.lower()
+            try:
+                if lowered == "nkey":
+                    if not isinstance(item, str) or not _nkeys.is_valid_public_key(item, "A"):
+                        raise _Bad(f'Not a valid public nkey for an account: "{item}"')
+                    config.nkey = item
+                elif lowered == "users":
+                    if not isinstance(item, list):
+                        raise _Bad(f"Expected users field to be an array, got {item}")
+                    users_spec = item
+                elif lowered == "default_permissions":
+                    if not isinstance(item, dict):
+                        raise _Bad(f"Expected permissions to be a map/struct, got {item}")
+                    default_permissions = item
+                elif lowered == "exports":
+                    config.exports = _exports(item)
+                elif lowered == "imports":
+                    config.imports = _imports(item)
+                elif lowered == "limits":
+                    _account_limits(config, item)
+                elif lowered in ("jetstream", "mappings", "maps"):
+                    config.extra[member] = item
+                    self.extra.setdefault("account_options", []).append(f"{name}.{member}")
+                elif not self.used_as_variable(block, member):
+                    self.errors.append(f'{member_where}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{member_where}: {exc}")
+        users, nkeys = _users_from(users_spec or [], default_permissions, account=name)
+        return config, users, nkeys
+
+    def finish_security(self) -> None:
+        """Checks that need the whole file: users of authorization {} and accounts {} together
+        (parseAuthorization/parseAccounts), trusted operators (validateTrustedOperators)."""
+        c = self.changes
+        where = self.security_where
+        auth_users = self.auth_users or []
+        if self.account_users or self.account_nkeys:
+            if c.get("username"):
+                self.errors.append(f"{where}: Can not have a single user/pass and accounts")
+                return
+            if c.get("authorization"):
+                self.errors.append(f"{where}: Can not have a token and accounts")
+                return
+        seen: set = set()
+        users = []
+        for user in self.account_users + auth_users:
+            if user.username in seen:
+                self.errors.append(f'{where}: Duplicate user "{user.username}" detected')
+                continue
+            seen.add(user.username)
+            users.append(user)
+        nkeys = []
+        for user in self.account_nkeys + self.auth_nkeys:
+            if user.nkey in seen:
+                self.errors.append(f'{where}: Duplicate nkey "{user.nkey}" detected')
+                continue
+            seen.add(user.nkey)
+            nkeys.append(user)
+        if self.auth_users is not None or users or nkeys:
+            c["users"] = users
+            c["nkeys"] = nkeys
+
     def result(self) -> Options:
+        self.finish_security()
+        if "auth_timeout" not in self.changes and "tls" in self.changes:
+            self.changes["auth_timeout"] = 0.0  # the default: the TLS timeout + 1 s
         options = self.options.copy(**self.changes, extra=self.extra)
         return apply_baseline(options, http_host=False)
 
@@ -534,6 +719,10 @@ def apply_baseline(options: Options, *, http_host: bool = True) -> Options:
         "lame_duck_grace_period": (0, const.DEFAULT_LAME_DUCK_GRACE_PERIOD),
     }
     changes = {name: default for name, (zero, default) in defaults.items() if getattr(options, name) == zero}
+    if options.auth_timeout == 0 and options.tls is not None:
+        # opts.go getDefaultAuthTimeout: with TLS, the TLS timeout plus one second.
+        timeout = options.tls.timeout if options.tls.timeout > 0 else const.DEFAULT_TLS_TIMEOUT
+        changes["auth_timeout"] = timeout + 1.0
     if http_host and not options.http_host:
         changes["http_host"] = changes.get("host", options.host)
     return options.copy(**changes) if changes else options
@@ -571,28 +760,303 @@ def options_from_file(path, base: Options | None = None) -> Options:
     return options_from_dict(conf, base, path, locations=locations)
 
 
-def _users_from(spec: list, default_permissions: dict | None) -> list:
-    """authorization { users: [ {user, password, permissions}, ... ] } (opts.go parseUsers)."""
-    from ._auth import Permissions, User
+def _users_from(spec: list, default_permissions: dict | None, account: str | None = None) -> tuple[list, list]:
+    """users: [ {user, password, permissions}, {nkey, permissions}, ... ] (opts.go parseUsers);
+    returns (users, nkey users)."""
+    from . import _nkeys
+    from ._auth import NkeyUser, User
 
-    users = []
+    users, nkeys = [], []
+    defaults = _permissions_from(default_permissions) if default_permissions is not None else None
     for entry in spec:
         if not isinstance(entry, dict):
-            raise _Bad(f"error parsing users: expected a map, got {_type_name(entry)}")
-        fields = {str(k).lower(): v for k, v in entry.items()}
-        name = fields.get("user", fields.get("username"))
-        if not isinstance(name, str) or not name:
+            raise _Bad(f"Expected user entry to be a map/struct, got {entry}")
+        name = password = nkey = ""
+        permissions = None
+        connection_types = None
+        for key, value in entry.items():
+            lowered = str(key).lower()
+            if lowered == "nkey":
+                nkey = _expect(value, str, key)
+            elif lowered in ("user", "username"):
+                name = _expect(value, str, key)
+            elif lowered in ("pass", "password"):
+                password = _expect(value, str, key)
+            elif lowered in ("permission", "permissions", "authorization"):
+                permissions = _permissions_from(value)
+            elif lowered in ("allowed_connection_types", "connection_types", "clients"):
+                connection_types = _connection_types(value)
+            else:
+                raise _Bad(f'unknown field "{key}"')
+        if permissions is None:
+            permissions = defaults
+        if not nkey and not name:
             raise _Bad("User entry requires a user")
-        password = fields.get("password", fields.get("pass", ""))
-        if not isinstance(password, str):
-            raise _Bad(f"error parsing password for user {name!r}: expected a string")
-        perms_spec = fields.get("permissions", default_permissions)
+        if nkey:
+            if not _nkeys.is_valid_public_key(nkey, "U"):
+                raise _Bad("Not a valid public nkey for a user")
+            if name or password:
+                raise _Bad("Nkey users do not take usernames or passwords")
+            nkeys.append(NkeyUser(nkey, permissions, account, connection_types))
+        else:
+            users.append(User(name, password, permissions, account=account, connection_types=connection_types))
+    return users, nkeys
+
+
+_CONNECTION_TYPES = {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS"}
+
+
+def _connection_types(value) -> frozenset:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise _Bad(f"error parsing allowed connection types: unsupported type {_go_type(items)}")
+    types = set()
+    for item in items:
+        if not isinstance(item, str):
+            raise _Bad(f"error parsing allowed connection types: unsupported type in array {_go_type(item)}")
+        if item.upper() not in _CONNECTION_TYPES:
+            raise _Bad(f'unknown connection type "{item}"')
+        types.add(item.upper())
+    return frozenset(types)
+
+
+def _go_type(value) -> str:
+    return {str: "string", bool: "bool", int: "int64", float: "float64", dict: "map[string]interface {}",
+            list: "[]interface {}"}.get(type(value), type(value).__name__)
+
+
+def _permissions_from(spec):
+    """opts.go parseUserPermissions, with its checks; a natserver._auth.Permissions."""
+    from ._auth import Permissions
+    from ._sublist import is_valid_subject
+
+    if not isinstance(spec, dict):
+        raise _Bad(f"Expected permissions to be a map/struct, got {spec}")
+
+    def subjects(value) -> list:
+        if isinstance(value, str):
+            items = [value]
+        elif isinstance(value, list):
+            items = value
+        else:
+            raise _Bad(f"Expected subject permissions to be a subject, or array of subjects, got {_go_type(value)}")
+        for item in items:
+            if not isinstance(item, str):
+                raise _Bad("Subject in permissions array cannot be cast to string")
+            if not is_valid_subject(item.encode()):
+                parts = item.split()
+                if len(parts) != 2:
+                    raise _Bad(f'subject "{item}" is not a valid subject')
+                if not is_valid_subject(parts[0].encode()):
+                    raise _Bad(f'subject "{parts[0]}" is not a valid subject')
+        return items
+
+    for key, value in spec.items():
+        lowered = str(key).lower()
+        if lowered in ("pub", "publish", "import", "sub", "subscribe", "export"):
+            if isinstance(value, dict):
+                for member, item in value.items():
+                    if str(member).lower() not in ("allow", "deny"):
+                        raise _Bad(
+                            f'Unknown field name "{member}" parsing subject permissions, only \'allow\' or '
+                            f"\'deny\' are permitted"
+                        )
+                    subjects(item)
+            else:
+                subjects(value)
+        elif lowered in ("publish_allow_responses", "allow_responses"):
+            if not isinstance(value, (bool, dict)):
+                raise _Bad("error parsing response permissions, expected a boolean or a map")
+        else:
+            raise _Bad(f'Unknown field "{key}" parsing permissions')
+    try:
+        return Permissions(spec)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+
+
+def _exports(value) -> list:
+    """opts.go parseAccountExports / parseExportStreamOrService."""
+    from ._accounts import CHUNKED, SINGLETON, STREAMED, ExportConfig
+
+    if not isinstance(value, list):
+        raise _Bad(f"Exports should be an array, got {_go_type(value)}")
+    out = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise _Bad(f"Export Items should be a map with type entry, got {_go_type(item)}")
+        stream = service = None
+        accounts = None
+        response = SINGLETON
+        threshold = None
+        position = 0
+        for key, v in item.items():
+            lowered = str(key).lower()
+            if lowered == "stream":
+                if service is not None:
+                    raise _Bad(f'Detected stream "{v}" but already saw a service')
+                if not isinstance(v, str):
+                    raise _Bad(f"Expected stream name to be string, got {_go_type(v)}")
+                stream = v
+            elif lowered == "service":
+                if stream is not None:
+                    raise _Bad(f'Detected service "{v}" but already saw a stream')
+                if not isinstance(v, str):
+                    raise _Bad(f"Expected service name to be string, got {_go_type(v)}")
+                service = v
+            elif lowered in ("response", "response_type"):
+                if not isinstance(v, str):
+                    raise _Bad(f"Expected response type to be string, got {_go_type(v)}")
+                kinds = {"single": SINGLETON, "singleton": SINGLETON, "stream": STREAMED, "chunk": CHUNKED,
+                         "chunked": CHUNKED}
+                if v.lower() not in kinds:
+                    raise _Bad(f'Unknown response type: "{v}"')
+                response = kinds[v.lower()]
+            elif lowered in ("threshold", "response_threshold", "response_max_time", "response_time"):
+                if not isinstance(v, str):
+                    raise _Bad(f"Expected response threshold to be a parseable time duration, got {_go_type(v)}")
+                try:
+                    threshold = parse_duration(v)
+                except ValueError:
+                    raise _Bad(f'Expected response threshold to be a parseable time duration, got "{v}"') from None
+            elif lowered == "accounts":
+                if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
+                    raise _Bad("error parsing export accounts: expected an array of account names")
+                accounts = list(v)
+            elif lowered == "account_token_position":
+                position = _expect(v, int, key)
+            elif lowered == "latency":
+                pass  # service latency tracking needs a system account: accepted, not reported
+            else:
+                raise _Bad(f'unknown field "{key}"')
+        if stream is not None and (response != SINGLETON or threshold is not None):
+            raise _Bad("Detected response directive on non-service")
+        if stream is None and service is None:
+            continue
+        out.append(ExportConfig(stream if stream is not None else service, service is not None, accounts, response,
+                                threshold if threshold is not None else 120.0, position))
+    return out
+
+
+def _imports(value) -> list:
+    """opts.go parseAccountImports / parseImportStreamOrService."""
+    from ._accounts import ImportConfig
+
+    if not isinstance(value, list):
+        raise _Bad(f"Imports should be an array, got {_go_type(value)}")
+    out = []
+    service_subjects: dict = {}
+    for item in value:
+        if not isinstance(item, dict):
+            raise _Bad(f"Import Items should be a map with type entry, got {_go_type(item)}")
+        kind = None
+        account = subject = to = prefix = ""
+        share = False
+        for key, v in item.items():
+            lowered = str(key).lower()
+            if lowered in ("stream", "service"):
+                if kind is not None:
+                    raise _Bad(f"Detected {lowered} but already saw a {kind}")
+                if not isinstance(v, dict):
+                    raise _Bad(f"{lowered.capitalize()} entry should be an account map, got {_go_type(v)}")
+                kind = lowered
+                for member, mv in v.items():
+                    if str(member).lower() == "account":
+                        account = _expect(mv, str, member)
+                    elif str(member).lower() == "subject":
+                        subject = _expect(mv, str, member)
+                    else:
+                        raise _Bad(f'unknown field "{member}"')
+                if not account or not subject:
+                    raise _Bad("Expect an account name and a subject")
+            elif lowered == "prefix":
+                prefix = _expect(v, str, key)
+            elif lowered == "to":
+                to = _expect(v, str, key)
+            elif lowered == "share":
+                share = _expect(v, bool, key)
+            else:
+                raise _Bad(f'unknown field "{key}"')
+        if kind == "stream" and prefix and to:
+            raise _Bad("Stream import can not have a 'prefix' and a 'to' property")
+        if kind is None:
+            continue
+        imp = ImportConfig(account, subject, kind == "service", to, prefix if kind == "stream" else "", share)
+        if imp.service:
+            local = to or subject
+            if local in service_subjects:
+                prev = service_subjects[local]
+                raise _Bad(
+                    f'Duplicate service import subject "{local}", previously used in import for account '
+                    f'"{prev.account}", subject "{prev.subject}"'
+                )
+            service_subjects[local] = imp
+        out.append(imp)
+    return out
+
+
+def _account_limits(config, value) -> None:
+    """opts.go parseAccountLimits: max_connections, max_subscriptions, max_payload, max_leafnodes."""
+    if not isinstance(value, dict):
+        raise _Bad(f"Expected account limits to be a map/struct, got {value}")
+    for key, v in value.items():
+        lowered = str(key).lower()
+        if lowered in ("max_connections", "max_conn"):
+            config.max_connections = _expect(v, int, key)
+        elif lowered in ("max_subscriptions", "max_subs"):
+            config.max_subscriptions = _expect(v, int, key)
+        elif lowered in ("max_payload", "max_pay"):
+            config.max_payload = _expect(v, int, key)
+        elif lowered in ("max_leafnodes", "max_leafs"):
+            _expect(v, int, key)
+        else:
+            raise _Bad(f'Unknown field "{key}" parsing account limits')
+
+
+def _resolver(value) -> str:
+    """resolver: MEMORY is supported; URL(...) and directory resolvers are not."""
+    if isinstance(value, str):
+        if re.search(r"(?i)(MEM|MEMORY)\s*", value):
+            return "MEMORY"
+        if re.match(r"(?i)\s*URL", value):
+            raise _Bad("natserver supports only the MEMORY account resolver, not URL resolvers")
+    elif isinstance(value, dict):
+        raise _Bad("natserver supports only the MEMORY account resolver, not nats based (directory) resolvers")
+    else:
+        raise _Bad(f"error parsing operator resolver, wrong type {_go_type(value)}")
+    raise _Bad('error parsing account resolver, should be MEM or  URL("url") or a map containing dir and type '
+               "state=[FULL|CACHE])")
+
+
+def _preload(value) -> dict:
+    from . import _jwt
+
+    if not isinstance(value, dict):
+        raise _Bad("preload should be a map of account_public_key:account_jwt")
+    out = {}
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _Bad("preload map value should be a string JWT")
         try:
-            permissions = Permissions(perms_spec) if perms_spec is not None else None
-        except ValueError as exc:
-            raise _Bad(f"error parsing permissions for user {name!r}: {exc}") from None
-        users.append(User(name, password, permissions))
-    return users
+            _jwt.decode(item, expect="account")
+        except _jwt.JWTError:
+            raise _Bad("invalid account JWT") from None
+        out[key] = item
+    return out
+
+
+def _trusted_keys(value) -> list:
+    from . import _nkeys
+
+    keys = [value] if isinstance(value, str) else value
+    if not isinstance(keys, list):
+        raise _Bad(f"error parsing trusted: unsupported type {_go_type(value)}")
+    for key in keys:
+        if not isinstance(key, str):
+            raise _Bad(f"error parsing trusted: unsupported type in array {_go_type(key)}")
+        if not _nkeys.is_valid_public_key(key, "O"):
+            raise _Bad(f'trust key "{key}" required to be a valid public operator nkey')
+    return list(keys)
 
 
 def unsupported_warnings(options: Options) -> list[str]:
@@ -600,7 +1064,7 @@ def unsupported_warnings(options: Options) -> list[str]:
     lines = []
     for key, value in options.extra.items():
         name = key.lower()
-        if name in _QUIET_EXTRA_KEYS or name == "cli":
+        if name in _QUIET_EXTRA_KEYS or name in ("cli", "tls_warnings", "account_options"):
             continue
         if name == "authorization":
             members = ", ".join(sorted(value)) if isinstance(value, dict) else ""
@@ -609,4 +1073,7 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
     for flag in (options.extra.get("cli") or {}):
         lines.append(f"Command line flag -{flag} is not supported by natserver and is ignored")
+    lines += options.extra.get("tls_warnings", [])
+    for name in options.extra.get("account_options", []):
+        lines.append(f'Account option "{name}" is not supported by natserver and is ignored')
     return lines

@@ -40,6 +40,12 @@ MAX_PAYLOAD = ServerError("Maximum Payload Violation", True, "Maximum Payload Ex
 MAX_CONTROL_LINE = ServerError("maximum control line exceeded", True, "Maximum Control Line Exceeded")
 AUTH_VIOLATION = ServerError("Authorization Violation", True, "Authentication Failure")
 AUTH_TIMEOUT = ServerError("Authentication Timeout", True, "Authentication Timeout")
+# client.go authExpired: a user JWT expired while connected.
+AUTH_EXPIRED = ServerError("User Authentication Expired", True, "Authentication Expired")
+# client.go maxAccountConnExceeded (an account's max_connections / JWT limits.conn).
+MAX_ACCOUNT_CONNECTIONS = ServerError(
+    "maximum account active connections exceeded", True, "Maximum Account Connections Exceeded"
+)
 STALE_CONNECTION = ServerError("Stale Connection", True, "Stale Connection")
 # server.go:3354/3381: sent after INFO, then the connection is closed.
 MAX_CONNECTIONS = ServerError("maximum connections exceeded", True, "Maximum Connections Exceeded")

@@ -34,11 +34,24 @@ class Options:
     # Monitoring HTTP (0 = off; -1 = random port)
     http_host: str = ""
     http_port: int = 0
-    # Authentication (single user or token; the security work extends this)
+    # Authentication (see _auth.py): one user, a token, or users (with passwords or nkeys)
     username: str = ""
     password: str = ""
     authorization: str = ""  # token
     users: list = field(default_factory=list)  # natserver._auth.User, from authorization.users
+    nkeys: list = field(default_factory=list)  # natserver._auth.NkeyUser
+    no_auth_user: str = ""  # the user a client without credentials becomes
+    accounts: list = field(default_factory=list)  # natserver._accounts.AccountConfig
+    # Operator mode (decentralised JWT auth, see _jwt.py): operator JWTs (or files), the
+    # resolver (only "MEMORY") and its preloaded account JWTs {account public key: JWT}
+    trusted_operators: list = field(default_factory=list)
+    trusted_keys: list = field(default_factory=list)
+    resolver: str = ""
+    resolver_preload: dict = field(default_factory=dict)
+    system_account: str = ""
+    # TLS for client connections (natserver._tls.TLSConfig); allow_non_tls lets clients choose
+    tls: object = None
+    allow_non_tls: bool = False
     # JetStream-shaped persisted streams (natserver.jetstream)
     jetstream: bool = False
     store_dir: str = ""  # empty: a "jetstream" directory under the system temp dir
@@ -68,3 +81,26 @@ class Options:
             raise ValueError(f"invalid port {self.port}")
         if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
             raise ValueError("lame duck grace period must be less than lame duck duration")
+        self.validate_security()
+
+    def validate_security(self) -> None:
+        """auth.go validateAuth / validateNoAuthUser, jwt.go validateTrustedOperators."""
+        if self.no_auth_user:
+            if self.trusted_operators:
+                raise ValueError("no_auth_user not compatible with Trusted Operator")
+            if not self.users:
+                raise ValueError(f'no_auth_user: "{self.no_auth_user}" present, but users are not defined')
+            if not any(u.username == self.no_auth_user for u in self.users):
+                raise ValueError(
+                    f'no_auth_user: "{self.no_auth_user}" not present as user in authorization block or account '
+                    "configuration"
+                )
+        if self.trusted_operators:
+            if not self.resolver:
+                raise ValueError("operators require an account resolver to be configured")
+            if self.accounts:
+                raise ValueError("operators do not allow Accounts to be configured directly")
+            if self.users or self.nkeys:
+                raise ValueError("operators do not allow users to be configured directly")
+            if self.trusted_keys:
+                raise ValueError("conflicting options for 'TrustedKeys' and 'TrustedOperators'")

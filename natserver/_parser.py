@@ -292,9 +292,9 @@ class Parser:
                     run_start = run_count = run_bytes = run_size = 0
                     run_uniform = run_replies = True
                     run_first = None
-                    run_prefix = b""
+                    run_prefix = None  # b"PUB <subject> " once the open run has two messages
                     while startswith(b"PUB ", pos):
-                        if run_subject is not None and startswith(run_prefix, pos):
+                        if run_prefix is not None and startswith(run_prefix, pos):
                             # The next message of a run is almost always exactly
                             # "PUB <subject> <digits>\r\n": the prefix is known, the digits
                             # are looked up (only canonical digits are keys), nothing is split.
@@ -343,13 +343,18 @@ class Parser:
                                     run_uniform = False
                                 if reply is not None:
                                     run_replies = True
+                                if run_prefix is None:
+                                    run_prefix = b"PUB " + subject + b" "
                                 pos = stop + 2
                                 continue
                             if run_subject is not None:
-                                flags = (run_uniform, run_replies)
-                                self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
+                                if run_count == 1:  # subjects that change every message: no run
+                                    append(run_first)
+                                else:
+                                    flags = (run_uniform, run_replies)
+                                    self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
                             run_subject = subject
-                            run_prefix = b"PUB " + subject + b" "
+                            run_prefix = None
                             run_start = pos
                             run_count = 1
                             run_bytes = run_size = size
@@ -362,7 +367,7 @@ class Parser:
                         if run_subject is not None:
                             flags = (run_uniform, run_replies)
                             self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
-                            run_subject = None
+                            run_subject = run_prefix = None
                         pos = stop + 2
                         self._pos = pos
                         payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import collections
 import errno
-import hmac
 import logging
 import os
 import sys
@@ -25,7 +24,6 @@ import trio
 
 from . import _const as const
 from . import _errors as errors
-from ._auth import check_password
 from ._client import Client
 from ._log import configure_logging
 from ._options import Options
@@ -100,13 +98,57 @@ class Server:
         self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
+        # Security (see _auth.py, _accounts.py, _jwt.py, _tls.py): who may connect, the
+        # accounts, operator mode and the TLS context; rebuilt by a config reload.
+        self.accounts = None
+        self.auth = None
+        self.operator = None
+        self.tls = None
+        self._import_depth = 0  # chained account imports being followed (cycle guard)
+        self.callback_publisher = None  # the client whose message an internal callback handles
+        self.configure_security(options)
 
     # -- properties used by clients ----------------------------------------------------------
 
     @property
     def auth_required(self) -> bool:
-        o = self.options
-        return bool(o.username or o.authorization or o.users)
+        """Clients must authenticate (CONNECT first, within auth_timeout)."""
+        return self.auth.required
+
+    def configure_security(self, options: Options) -> list[str]:
+        """Build accounts, operator mode, the authenticator and the TLS context from
+        ``options`` (at start and on reload). Returns what changed, as reload log lines.
+        Raises ValueError for a configuration that cannot be used."""
+        from ._accounts import Accounts
+        from ._auth import Authenticator
+        from ._tls import server_context
+
+        changed = []
+        old = self.auth.options if self.auth is not None else None
+        if options.tls is not None:
+            server_context(options.tls)  # fails early on bad certificates
+        if self.accounts is None:
+            self.accounts = Accounts(self)
+        operator = None
+        if options.trusted_operators or options.trusted_keys:
+            from ._jwt import OperatorMode
+
+            operator = OperatorMode(self, options)
+        self.operator = operator
+        if operator is not None:
+            operator.configure_accounts()
+        else:
+            self.accounts.configure(list(options.accounts))
+        self.auth = Authenticator(options, self.accounts, operator)
+        self.tls = options.tls
+        if old is not None:
+            if (old.users, old.nkeys, old.no_auth_user) != (options.users, options.nkeys, options.no_auth_user):
+                changed.append("Reloaded: authorization users")
+            if old.accounts != options.accounts:
+                changed.append("Reloaded: accounts")
+            if old.tls != options.tls:
+                changed.append(f"Reloaded: tls = {'enabled' if options.tls is not None else 'disabled'}")
+        return changed
 
     @property
     def url(self) -> str:
@@ -194,6 +236,10 @@ class Server:
         except OSError:
             ip, port = "", 0
         client = Client(self, stream, cid, ip, port)
+        if self.auth.nonce_required:
+            from ._auth import new_nonce
+
+            client.nonce = new_nonce()
         info = self.info_for(client)
         self.total_connections += 1
         if self.connection_hook is not None and self.connection_hook(client, "accept"):
@@ -211,10 +257,68 @@ class Server:
             return
         self.clients[cid] = client
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
+        tls = self.tls
+        if tls is not None:
+            # nats-server 2.9: the INFO goes out in plain text, then the TLS handshake.
+            if not await self._start_tls(client, stream, info, tls):
+                return
+            info = b""
         await client.run(info)
 
+    async def _start_tls(self, client: Client, stream, info: bytes, tls) -> bool:
+        """Send INFO, then do the server side of the TLS handshake (bounded by the TLS
+        timeout); on success the client reads and writes through TLS. server.go createClient."""
+        from . import _tls
+
+        label = f"{client.ip}:{client.port} - cid:{client.cid}"
+        failed = False
+        with trio.move_on_after(self.options.write_deadline):
+            try:
+                await stream.send_all(info)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                failed = True
+        if failed:
+            client.close("Write Error")
+            await trio.aclose_forcefully(stream)
+            return False
+        transport = stream
+        if self.options.allow_non_tls:
+            prefix = await _tls.read_prefix(stream, tls.timeout if tls.timeout > 0 else _tls.DEFAULT_TLS_TIMEOUT)
+            if prefix:
+                transport = _tls.PrefixedStream(stream, prefix)
+            if prefix[:1] != b"\x16":
+                client.stream = transport  # plain text, as the client chose
+                return True
+        log.debug("%s - Starting TLS client connection handshake", label)
+        ssl_stream, error = await _tls.handshake(transport, tls)
+        if ssl_stream is None:
+            if error == "i/o timeout":
+                local = stream.socket.getsockname()
+                error = f"read tcp {local[0]}:{local[1]}->{client.ip}:{client.port}: i/o timeout"
+            log.error("%s - TLS handshake error: %s", label, error)
+            client.close("TLS Handshake Failure")
+            await trio.aclose_forcefully(stream)
+            return False
+        client.stream = ssl_stream
+        client.tls_stream = ssl_stream
+        log.debug("%s - TLS handshake complete", label)
+        version = ssl_stream.version() or ""
+        cipher = (ssl_stream.cipher() or ("",))[0]
+        log.debug("%s - TLS version %s, cipher suite %s", label, version.replace("TLSv", ""), cipher)
+        return True
+
     def refresh_info(self) -> None:
-        """Rebuild INFO from the current options (after a config reload)."""
+        """Rebuild INFO from the current options (after a config reload), with the users,
+        accounts and TLS they now configure; connected clients are checked again."""
+        if self.auth is not None and self.auth.options is not self.options:
+            old = self.auth.options
+            lines = self.configure_security(self.options)
+            for line in lines:
+                log.info("%s", line)
+            if lines or _auth_fields(old) != _auth_fields(self.options):
+                from ._signals import _reauthorize_clients
+
+                _reauthorize_clients(self)
         if self.port is not None:
             self._info_base = self._make_info_base()
 
@@ -232,8 +336,16 @@ class Server:
             "port": self.port,
             "headers": options.headers,
         }
-        if self.auth_required:
+        if self.auth.info_auth_required:
             info["auth_required"] = True
+        tls = options.tls
+        if tls is not None:
+            if not options.allow_non_tls:
+                info["tls_required"] = True
+            if tls.verify:
+                info["tls_verify"] = True
+            if options.allow_non_tls:
+                info["tls_available"] = True
         info["max_payload"] = options.max_payload
         if options.jetstream:
             info["jetstream"] = True
@@ -243,6 +355,8 @@ class Server:
         info = dict(self._info_base)
         info["client_id"] = client.cid
         info["client_ip"] = client.ip
+        if client.nonce:
+            info["nonce"] = client.nonce.decode()
         if self.lame_duck:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"
@@ -303,6 +417,8 @@ class Server:
         if self.clients.pop(client.cid, None) is None:
             return
         self.touched.discard(client)
+        if self.accounts is not None:
+            self.accounts.unregister(client)
         self.closed_clients.append(connection_record(client))
         log.debug("%s:%d - cid:%d - Client connection closed: %s", client.ip, client.port, client.cid, client.close_reason)
 
@@ -311,32 +427,8 @@ class Server:
         log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
 
     def authenticate(self, client: Client, opts: dict) -> bool:
-        """Check CONNECT credentials in constant time; secrets are never logged."""
-        o = self.options
-        if o.users:
-            name = opts.get("user") or ""
-            password = opts.get("pass") or ""
-            for user in o.users:
-                if hmac.compare_digest(user.username.encode(), name.encode()):
-                    if not check_password(password, user.password):
-                        return False
-                    client.user = user.username
-                    client.perms = user.permissions
-                    return True
-            return False
-        if o.authorization:
-            token = opts.get("auth_token") or ""
-            return hmac.compare_digest(token.encode(), o.authorization.encode())
-        if o.username:
-            user = (opts.get("user") or "").encode()
-            password = (opts.get("pass") or "").encode()
-            ok_user = hmac.compare_digest(user, o.username.encode())
-            ok_pass = hmac.compare_digest(password, o.password.encode())
-            if ok_user and ok_pass:
-                client.user = o.username
-                return True
-            return False
-        return True
+        """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged."""
+        return self.auth.authenticate(client, opts)
 
     async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
         """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see _signals.py."""
@@ -360,6 +452,12 @@ class Server:
         for client in list(self.clients.values()):
             client.close("Server Shutdown", flush=False)
         self._stopped.set()
+
+
+def _auth_fields(options: Options) -> tuple:
+    return (options.username, options.password, options.authorization, options.users, options.nkeys,
+            options.no_auth_user, options.accounts, options.trusted_operators, options.trusted_keys,
+            options.resolver_preload)
 
 
 def connection_record(client: Client) -> dict:

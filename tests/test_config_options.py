@@ -129,8 +129,6 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
         port: 4333
         cluster { name: c1, listen: 127.0.0.1:6222 }
         jetstream { store_dir: /tmp/js }
-        tls { cert_file: a.pem, key_file: b.pem }
-        accounts { A: { users: [ {user: a, password: a} ] } }
         leafnodes { port: 7422 }
         websocket { port: 8080, no_tls: true }
         mqtt { port: 1883 }
@@ -140,8 +138,9 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     )
     assert options.port == 4333
     assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
+    # (tls and accounts are supported since the security work: tests/test_tls.py, test_accounts.py)
     assert set(options.extra) == {
-        "cluster", "tls", "accounts", "leafnodes", "websocket", "mqtt", "gateway",
+        "cluster", "leafnodes", "websocket", "mqtt", "gateway",
     }  # fmt: skip
     assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
     # A single user with permissions becomes a one-user list carrying them.
@@ -149,7 +148,7 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     assert (user.username, user.password) == ("a", "b")
     assert user.permissions.can_publish(b"x", {}) and not user.permissions.can_publish(b"y", {})
     warnings = unsupported_warnings(options)
-    assert len(warnings) == 7
+    assert len(warnings) == 5
     assert 'Config option "cluster" is not supported by natserver and is ignored' in warnings
 
 

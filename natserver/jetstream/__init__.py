@@ -1,7 +1,467 @@
-"""JetStream-shaped persisted streams (being built)."""
+"""JetStream-shaped persisted streams: a subset of nats-server's JetStream (v2.9.10), enough
+for nats-py's JetStream manager and publish calls to work unchanged.
+
+``enable_jetstream(server)`` is started by ``Server.run`` (with ``-js``) before the listeners
+open: it recovers the streams under the store directory, subscribes to ``$JS.API.>``, and runs
+until cancelled (flushing writes, expiring by max_age, syncing), closing every file on exit.
+
+Layout: ``store.py`` (memory and file stores, and the on-disk format), ``stream.py`` (stream
+configuration and the publish path), ``api.py`` (the JSON API), ``errors.py`` (the error
+table), ``util.py`` (JSON, times, headers, subjects).
+
+Storage lives in ``<store_dir>/jetstream/$G/streams/<stream>/`` (nats-server's layout; the
+files inside are natserver's own format). Without a store_dir: ``<tmp>/nats/jetstream``.
+
+Sync policy (``jetstream { sync_interval: ... }`` in the config file, nats-server 2.10's
+name, or ``JetStream.set_sync`` when embedding):
+
+* a duration (default ``2m``, nats-server's): writes reach the operating system before their
+  acks are sent (so ``kill -9`` loses no acknowledged message); files are fsynced every
+  interval and on shutdown. A power loss can lose what the interval has not synced yet.
+* ``always``: every write is fsynced before its ack is sent. Concurrent publishes share one
+  fsync (group commit): the acks of everything written during one fsync wait for the next.
+* ``0`` / ``never`` / ``none``: never fsync (the operating system writes back on its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
 
 import trio
 
+from . import errors
+from .api import Api
+from .errors import ApiError
+from .store import FileStore, MemoryStore, sync_all, write_atomic
+from .stream import Stream, StreamConfig, check_stream_config, check_update
+from .util import dumps, loads, subjects_collide
 
-async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED):
-    raise NotImplementedError("JetStream is being built")
+__all__ = ["JetStream", "enable_jetstream"]
+
+log = logging.getLogger("natserver")
+
+DEFAULT_SYNC_INTERVAL = 120.0  # nats-server's default (2 minutes)
+META_FILE = "meta.json"
+
+
+def parse_sync(value) -> tuple[bool, float]:
+    """(sync always, interval seconds; 0 = never) from a sync_interval setting."""
+    if value is None:
+        return False, DEFAULT_SYNC_INTERVAL
+    if isinstance(value, str) and value.strip().lower() == "always":
+        return True, 0.0
+    if isinstance(value, str) and value.strip().lower() in ("never", "none", "off"):
+        return False, 0.0
+    from .._conf import parse_duration
+
+    seconds = parse_duration(value)
+    if seconds < 0:
+        raise ValueError(f"invalid sync_interval {value!r}")
+    return False, float(seconds)
+
+
+def _jetstream_extra(options) -> dict:
+    for key, value in (options.extra or {}).items():
+        if key.lower() == "jetstream" and isinstance(value, dict):
+            return value
+    return {}
+
+
+class _Sink(list):
+    """An outbound buffer that drops everything (see JetStream.subscribe)."""
+
+    __slots__ = ()
+
+    def append(self, item) -> None:
+        pass
+
+    def extend(self, items) -> None:
+        pass
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __len__(self) -> int:
+        return 0
+
+
+class JetStream:
+    """The engine: streams by name, the API, deferred acks and the background tasks."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+        options = server.options
+        base = options.store_dir or os.path.join(tempfile.gettempdir(), "nats")
+        self.store_dir = os.path.join(base, "jetstream")
+        self.streams_dir = os.path.join(self.store_dir, "$G", "streams")
+        self.max_memory = options.max_memory_store
+        self.max_store = options.max_file_store
+        extra = _jetstream_extra(options)
+        sync = None
+        for key, value in extra.items():
+            if key.lower() in ("sync_interval", "sync"):
+                sync = value
+        self.sync_always, self.sync_interval = parse_sync(sync)
+        self.segment_size = None  # None: the store's default (tests make it small)
+        self.streams: dict[str, Stream] = {}
+        self.api = Api(self)
+        self.api_total = 0
+        self.api_errors = 0
+        # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
+        self._acks: list = []
+        self._dirty: set = set()
+        self._wake = trio.Event()
+        self._expiry_scope: trio.CancelScope | None = None
+        self._sync_scope: trio.CancelScope | None = None
+        self._api_sub = None
+        self._sink = None
+
+    # -- subscriptions ------------------------------------------------------------------------
+
+    def subscribe(self, subject: str, callback) -> tuple:
+        """An internal subscription, plus a "sink" subscription on the same subject.
+
+        The core (natserver/_client.py) does not count a delivery to an internal callback
+        as a delivery, so a request whose only subscriber is internal (a publish to a stream,
+        an API request) also gets a 503 no-responders status, which nats-py takes as the
+        answer when our ack is not there first. The sink is a plain subscription of a
+        connection-less client whose outbound buffer drops everything: it makes the request
+        "delivered". It becomes redundant (and harmless) once the core counts callbacks.
+        """
+        from .._client import Client, Subscription
+
+        server = self.server
+        sub = server.subscribe_internal(subject, callback)
+        if self._sink is None:
+            sink = self._sink = Client(server, None, 0, "", 0)
+            sink.headers = True
+            sink.verbose = sink.pedantic = False
+            sink.out = _Sink()
+            sink.max_pending = sink._stall_at = float("inf")
+        subject_b = subject.encode() if isinstance(subject, str) else subject
+        sink_sub = Subscription(self._sink, subject_b, None, b"%d" % id(sub))
+        self._sink.subs[sink_sub.sid] = sink_sub
+        server.sublist.insert(sink_sub)
+        return (sub, sink_sub)
+
+    def unsubscribe(self, pair: tuple) -> None:
+        sub, sink_sub = pair
+        self.server.unsubscribe_internal(sub)
+        self._sink.remove_subscription(sink_sub)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def set_sync(self, value) -> None:
+        """Change the sync policy ("always", a duration, "never")."""
+        self.sync_always, self.sync_interval = parse_sync(value)
+        for stream in self.streams.values():
+            if isinstance(stream.store, FileStore):
+                stream.store.sync_always = self.sync_always
+        if self._sync_scope is not None:
+            self._sync_scope.cancel()
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        log.info("Starting JetStream")
+        log.info("  Store Directory: %r", self.store_dir)
+        log.info("  Sync:            %s", "always" if self.sync_always else
+                 (f"every {self.sync_interval:g}s" if self.sync_interval else "never"))
+        try:
+            os.makedirs(self.streams_dir, exist_ok=True)
+            self._recover()
+            self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._flusher)
+                nursery.start_soon(self._expirer)
+                nursery.start_soon(self._syncer)
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                self.close()
+
+    def close(self) -> None:
+        """Flush, sync and close every store (pending acks are dropped: clients retry)."""
+        if self._api_sub is not None:
+            try:
+                self.unsubscribe(self._api_sub)
+            except Exception:  # the server may be half torn down already
+                pass
+            self._api_sub = None
+        for stream in list(self.streams.values()):
+            stream.unsubscribe()
+            stream.store.stop()
+        self.streams.clear()
+        self._acks = []
+        self._dirty = set()
+
+    def _recover(self) -> None:
+        now = time.time_ns()
+        for name in sorted(os.listdir(self.streams_dir)):
+            path = os.path.join(self.streams_dir, name)
+            if name.startswith(".deleted-"):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            if not os.path.isdir(path):
+                continue
+            meta_path = os.path.join(path, META_FILE)
+            try:
+                with open(meta_path, "rb") as f:
+                    meta = loads(f.read())
+                cfg = check_stream_config(StreamConfig.from_json(meta["config"]), self.streams)
+                created = int(meta.get("created", 0))
+            except FileNotFoundError:
+                log.warning("JetStream: %s has no %s (not a natserver stream, or a crash during its "
+                            "creation); skipped", path, META_FILE)
+                continue
+            except (ValueError, KeyError, TypeError, ApiError) as exc:
+                log.error("JetStream: can not load the stream in %s: %s", path, exc)
+                continue
+            if cfg.storage != "file":
+                continue
+            try:
+                store = self._file_store(path, cfg, now)
+            except OSError as exc:
+                log.error("JetStream: can not open the stream in %s: %s", path, exc)
+                continue
+            store.update_config(cfg)
+            store.expire(now)
+            store.flush()
+            stream = Stream(self, cfg, store, created)
+            self.streams[cfg.name] = stream
+            stream.subscribe()
+            lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
+            log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
+
+    def _file_store(self, path: str, cfg: StreamConfig, now: int) -> FileStore:
+        kwargs = {}
+        if self.segment_size:
+            kwargs["segment_size"] = self.segment_size
+        store = FileStore(path, cfg, sync_always=self.sync_always, dedup_window=cfg.duplicate_window,
+                          now=now, **kwargs)
+        store.notify = self._store_dirty
+        return store
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def check_reservation(self, storage: str, add: int, base: int, exclude: str | None) -> None:
+        """nats-server's server-level check of the bytes streams reserve (max_bytes) against
+        max_memory_store / max_file_store."""
+        if storage == "memory":
+            limit, error = self.max_memory, errors.memory_resources_exceeded
+        elif storage in ("file", ""):
+            if storage == "":
+                return  # nats-server checks the raw request, where an unset storage matches neither
+            limit, error = self.max_store, errors.storage_resources_exceeded
+        else:
+            return
+        if limit < 0:
+            return
+        if add < 0:
+            add = 1
+        reserved = sum(s.cfg.max_bytes for s in self.streams.values()
+                       if s.cfg.storage == storage and s.cfg.max_bytes > 0 and s.name != exclude)
+        if reserved + base + add > limit:
+            raise error()
+
+    def add_stream(self, config: StreamConfig) -> Stream:
+        cfg = check_stream_config(config, self.streams)
+        if cfg.num_replicas > 1:
+            raise errors.replicas_not_supported()
+        existing = self.streams.get(cfg.name)
+        if existing is not None:
+            if existing.cfg == cfg:
+                return existing
+            raise errors.stream_name_exist()
+        self.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=cfg.name)
+        for stream in self.streams.values():
+            for mine in cfg.subjects:
+                for theirs in stream.cfg.subjects:
+                    if subjects_collide(mine, theirs):
+                        raise errors.stream_subject_overlap()
+        created = time.time_ns()
+        try:
+            if cfg.storage == "file":
+                path = os.path.join(self.streams_dir, cfg.name)
+                if os.path.exists(path):
+                    shutil.rmtree(path)
+                os.makedirs(path)
+                write_atomic(os.path.join(path, META_FILE), self._meta(cfg, created))
+                store = self._file_store(path, cfg, created)
+            else:
+                store = MemoryStore(cfg)
+        except OSError as exc:
+            log.warning("Stream create failed for '$G > %s': %s", cfg.name, exc)
+            raise errors.stream_create("error creating store for stream") from None
+        stream = Stream(self, cfg, store, created)
+        self.streams[cfg.name] = stream
+        stream.subscribe()
+        return stream
+
+    @staticmethod
+    def _meta(cfg: StreamConfig, created: int) -> bytes:
+        return dumps({"config": cfg.to_json(), "created": created})
+
+    def update_stream(self, stream: Stream, new: StreamConfig) -> None:
+        old = stream.cfg
+        cfg = check_update(old, new, self.streams)
+        for other in self.streams.values():
+            if other is stream:
+                continue
+            for mine in cfg.subjects:
+                for theirs in other.cfg.subjects:
+                    if subjects_collide(mine, theirs):
+                        raise errors.stream_subject_overlap()
+        if cfg.max_bytes != old.max_bytes:
+            grow = max(cfg.max_bytes - old.max_bytes, 0)
+            self.check_reservation(cfg.storage, grow, max(old.max_bytes, 0), exclude=stream.name)
+        if isinstance(stream.store, FileStore):
+            try:
+                write_atomic(os.path.join(stream.store.path, META_FILE), self._meta(cfg, stream.created))
+            except OSError as exc:
+                raise errors.stream_update(str(exc)) from None
+        stream.cfg = cfg
+        if cfg.subjects != old.subjects:
+            stream.unsubscribe()
+            stream.subscribe()
+        stream.store.update_config(cfg)
+        if cfg.max_age > 0:
+            stream.store.expire(time.time_ns())
+            if stream.store.msgs:
+                self.schedule_expiry(stream.store.first_ts + cfg.max_age)
+        self.persist(stream)
+
+    def delete_stream(self, stream: Stream) -> None:
+        stream.unsubscribe()
+        self.streams.pop(stream.name, None)
+        self._dirty.discard(stream.store)
+        stream.store.delete()
+
+    def persist(self, stream: Stream) -> None:
+        """After an API change (purge, delete, update): write it out now, fsynced with sync
+        always, so that the response never runs ahead of the disk."""
+        store = stream.store
+        if isinstance(store, FileStore):
+            store.flush()
+            if self.sync_always:
+                store.sync_now()
+
+    def over_limit(self, kind: str) -> bool:
+        """nats-server's limitsExceeded: usage already above max_memory/max_file_store."""
+        limit = self.max_memory if kind == "memory" else self.max_store
+        if limit < 0:
+            return False
+        used = sum(s.store.bytes for s in self.streams.values() if s.store.kind == kind)
+        return used > limit
+
+    # -- acks and writes ----------------------------------------------------------------------
+
+    def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
+        """Send a publish response: at once for memory streams, after the write (and fsync)
+        for file streams; in order either way."""
+        if stream.file_backed or self._acks:
+            self._acks.append((stream, reply, payload))
+            if not self._wake.is_set():
+                self._wake.set()
+        else:
+            self.server.publish(reply, payload)
+
+    def _store_dirty(self, store) -> None:
+        self._dirty.add(store)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._flush_round()
+
+    async def _flush_round(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        acks, self._acks = self._acks, []
+        failed: set = set()
+        for store in dirty:
+            if store.closed:
+                continue
+            try:
+                store.flush()
+            except OSError as exc:
+                log.error("JetStream: writing %s failed: %s", store.path, exc)
+                failed.add(store)
+        if self.sync_always and dirty:
+            targets = []
+            for store in dirty:
+                if not store.closed and store not in failed:
+                    targets.append(store.sync_targets())
+            if targets:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(_sync_many, targets)
+        publish = self.server.publish
+        for stream, reply, payload in acks:
+            if stream.store in failed:
+                continue  # not written: no ack (the publisher times out and retries)
+            publish(reply, payload)
+
+    async def flush_now(self) -> None:
+        """Write (and with sync always, fsync) everything pending and send its acks."""
+        await self._flush_round()
+
+    def schedule_expiry(self, deadline_ns: int) -> None:
+        scope = self._expiry_scope
+        if scope is not None:
+            at = trio.current_time() + max(0.0, (deadline_ns - time.time_ns()) / 1e9)
+            if at < scope.deadline:
+                scope.deadline = at
+
+    async def _expirer(self) -> None:
+        while True:
+            now = time.time_ns()
+            deadline = None
+            for stream in list(self.streams.values()):
+                if stream.cfg.max_age > 0:
+                    nxt = stream.store.expire(now)
+                    if nxt is not None and (deadline is None or nxt < deadline):
+                        deadline = nxt
+            with trio.CancelScope() as scope:
+                self._expiry_scope = scope
+                if deadline is not None:
+                    scope.deadline = trio.current_time() + max(0.0, (deadline - time.time_ns()) / 1e9) + 0.001
+                await trio.sleep_forever()
+            self._expiry_scope = None
+
+    async def _syncer(self) -> None:
+        while True:
+            with trio.CancelScope() as scope:
+                self._sync_scope = scope
+                if self.sync_always or not self.sync_interval:
+                    await trio.sleep_forever()
+                await trio.sleep(self.sync_interval)
+            self._sync_scope = None
+            if self.sync_always or not self.sync_interval:
+                continue
+            targets = []
+            for stream in list(self.streams.values()):
+                store = stream.store
+                if isinstance(store, FileStore) and not store.closed:
+                    store.flush()
+                    targets.append(store.sync_targets())
+            if targets:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(_sync_many, targets)
+
+
+def _sync_many(targets) -> None:
+    for fds, directory in targets:
+        sync_all(fds, directory)
+
+
+async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Set JetStream up on ``server``, ``task_status.started(engine)``, run until cancelled."""
+    engine = JetStream(server)
+    await engine.run(task_status=task_status)

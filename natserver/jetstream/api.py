@@ -1,0 +1,514 @@
+"""The JetStream API on ``$JS.API.>``: request routing, JSON requests and responses shaped
+as nats-server v2.9.10's (field order included), and DIRECT.GET.
+
+Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
+MSG.DELETE; DIRECT.GET (by sequence, next by subject, last by subject in the body or in the
+subject, and batches as nats-server 2.11 serves them). CONSUMER requests are answered as by a
+server where no consumer exists (creation is refused). Anything else gets no response, as
+nats-server gives none to unknown API subjects.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import ApiError
+from .store import StoreError
+from .stream import _INT64, _UINT64, StreamConfig, _bool, _int, _str, check_stream_config, decode_struct
+from .util import dumps, gen_header, loads, rfc3339nano, subjects_collide
+
+if TYPE_CHECKING:
+    from . import JetStream
+
+log = logging.getLogger("natserver")
+
+_T = "io.nats.jetstream.api.v1."
+NAMES_LIMIT = 1024  # JSApiNamesLimit
+LIST_LIMIT = 256  # JSApiListLimit
+MAX_SUBJECT_DETAILS = 100_000  # JSMaxSubjectDetails
+
+_uint = lambda v: _int(v, _UINT64)  # noqa: E731
+_goint = lambda v: _int(v, _INT64)  # noqa: E731
+
+_INFO_REQUEST = {"offset": _goint, "deleted_details": _bool, "subjects_filter": _str}
+_NAMES_REQUEST = {"offset": _goint, "subject": _str}
+_PURGE_REQUEST = {"seq": _uint, "filter": _str, "keep": _uint}
+_MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": _bool}
+_MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": _str, "next_by_subj": _str}
+_DIRECT_REQUEST = {**_MSG_GET_REQUEST, "batch": _goint, "max_bytes": _goint}
+_CONSUMERS_REQUEST = {"offset": _goint}
+
+_HDR_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
+_HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
+_HDR_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
+_HDR_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
+
+
+def is_empty_request(payload: bytes) -> bool:
+    """nats-server's isEmptyRequest: nothing, ``{}``, or a JSON object without keys."""
+    if not payload or payload == b"{}":
+        return True
+    try:
+        value = loads(payload)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and not value
+
+
+def _decode(payload: bytes, fields: dict) -> dict:
+    try:
+        return decode_struct(loads(payload), fields, {})
+    except ValueError as exc:  # DecodeError is a ValueError too
+        raise errors.invalid_json() from exc
+
+
+class Api:
+    """Handles one request at a time, synchronously, from the ``$JS.API.>`` subscription."""
+
+    def __init__(self, js: "JetStream") -> None:
+        self.js = js
+        self.server = js.server
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True) -> None:
+        js = self.js
+        if track:
+            js.api_total += 1
+            if error:
+                js.api_errors += 1
+        if reply:
+            self.server.publish(reply, dumps(response))
+
+    def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
+        self._send(reply, {"type": rtype, "error": exc.to_json(), **extra}, error=True)
+
+    def handle(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        tokens = subject.split(b".")
+        n = len(tokens)
+        if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
+            return
+        kind = tokens[2]
+        try:
+            if kind == b"INFO" and n == 3:
+                self.account_info(reply)
+            elif kind == b"STREAM":
+                op = tokens[3] if n > 3 else b""
+                if n == 4 and op == b"NAMES":
+                    self.stream_names(reply, payload)
+                elif n == 4 and op == b"LIST":
+                    self.stream_list(reply, payload)
+                elif n == 5:
+                    name = tokens[4].decode("utf-8", "replace")
+                    handler = {
+                        b"CREATE": self.stream_create,
+                        b"UPDATE": self.stream_update,
+                        b"INFO": self.stream_info,
+                        b"DELETE": self.stream_delete,
+                        b"PURGE": self.stream_purge,
+                    }.get(op)
+                    if handler is not None:
+                        handler(name, reply, payload)
+                elif n == 6 and op == b"MSG":
+                    name = tokens[5].decode("utf-8", "replace")
+                    if tokens[4] == b"GET":
+                        self.msg_get(name, reply, payload)
+                    elif tokens[4] == b"DELETE":
+                        self.msg_delete(name, reply, payload)
+            elif kind == b"DIRECT" and n >= 5 and tokens[3] == b"GET":
+                self.direct_get(tokens[4].decode("utf-8", "replace"), tokens[5:], reply, payload)
+            elif kind == b"CONSUMER":
+                self.consumer(tokens, reply, payload)
+        except Exception:  # a bug must not take the publisher's connection down
+            log.exception("JetStream API request on %r failed", subject)
+
+    # -- account ------------------------------------------------------------------------------
+
+    def account_info(self, reply) -> None:
+        js = self.js
+        memory = storage = 0
+        for stream in js.streams.values():
+            if stream.store.kind == "memory":
+                memory += stream.store.bytes
+            else:
+                storage += stream.store.bytes
+        response = {
+            "type": _T + "account_info_response",
+            "memory": memory,
+            "storage": storage,
+            "streams": len(js.streams),
+            "consumers": 0,
+            "limits": {
+                "max_memory": -1,
+                "max_storage": -1,
+                "max_streams": -1,
+                "max_consumers": -1,
+                "max_ack_pending": -1,
+                "memory_max_stream_bytes": -1,
+                "storage_max_stream_bytes": -1,
+                "max_bytes_required": False,
+            },
+            "api": {"total": js.api_total, "errors": js.api_errors},
+        }
+        self._send(reply, response)
+
+    # -- streams ------------------------------------------------------------------------------
+
+    def stream_create(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_create_response"
+        try:
+            try:
+                cfg = StreamConfig.from_json(loads(payload))
+            except ValueError:
+                raise errors.invalid_json() from None
+            if cfg.name != name:
+                raise errors.stream_mismatch()
+            if "/" in name or "\\" in name:
+                raise errors.name_contains_path_separators()
+            if cfg.sealed:
+                raise errors.stream_invalid_config("stream configuration for create can not be sealed")
+            if cfg.mirror_direct and cfg.mirror is None:
+                raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
+            self.js.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=None)
+            stream = self.js.add_stream(cfg)
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        self._send(reply, {"type": rtype, **stream.info_json(), "did_create": True})
+
+    def stream_update(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_update_response"
+        try:
+            try:
+                ncfg = StreamConfig.from_json(loads(payload))
+            except ValueError:
+                raise errors.invalid_json() from None
+            cfg = check_stream_config(ncfg, self.js.streams)
+            if cfg.name != name:
+                raise errors.stream_mismatch()
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+            self.js.update_stream(stream, cfg)
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        self._send(reply, {"type": rtype, **stream.info_json()})
+
+    def stream_info(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_info_response"
+        paged = {"total": 0, "offset": 0, "limit": 0}
+        details, filter, offset = False, "", 0
+        try:
+            if not is_empty_request(payload):
+                req = _decode(payload, _INFO_REQUEST)
+                details = req.get("deleted_details", False)
+                filter = req.get("subjects_filter", "")
+                offset = req.get("offset", 0)
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+        except ApiError as exc:
+            self._fail(reply, rtype, exc, **paged)
+            return
+        subjects = None
+        if filter:
+            counts = stream.store.subjects_state(filter.encode())
+            if counts:
+                names = sorted(s.decode("utf-8", "replace") for s in counts)
+                offset = min(max(offset, 0), len(names))
+                page = names[offset : offset + MAX_SUBJECT_DETAILS]
+                if page:
+                    subjects = {s: counts[s.encode()] for s in page}
+                paged = {"total": len(counts), "offset": offset, "limit": MAX_SUBJECT_DETAILS}
+        info = {
+            "config": stream.cfg.to_json(),
+            "created": rfc3339nano(stream.created),
+            "state": stream.state_json(details=details, subjects=subjects),
+        }
+        self._send(reply, {"type": rtype, **paged, **info})
+
+    def stream_delete(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_delete_response"
+        try:
+            if not is_empty_request(payload):
+                raise errors.not_empty_request()
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+            try:
+                self.js.delete_stream(stream)
+            except OSError as exc:
+                raise errors.stream_delete(str(exc)) from None
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        self._send(reply, {"type": rtype, "success": True})
+
+    def _matching_names(self, payload: bytes, rtype: str, reply) -> tuple[list, int] | None:
+        offset, filter = 0, ""
+        if not is_empty_request(payload):
+            try:
+                req = _decode(payload, _NAMES_REQUEST)
+            except ApiError as exc:
+                self._fail(reply, rtype, exc)
+                return None
+            offset = req.get("offset", 0)
+            filter = req.get("subject", "")
+        names = []
+        for name, stream in self.js.streams.items():
+            if not filter or any(subjects_collide(filter, s) for s in stream.cfg.subjects):
+                names.append(name)
+        names.sort()
+        return names, min(max(offset, 0), len(names))
+
+    def stream_names(self, reply, payload: bytes) -> None:
+        rtype = _T + "stream_names_response"
+        found = self._matching_names(payload, rtype, reply)
+        if found is None:
+            return
+        names, offset = found
+        page = names[offset : offset + NAMES_LIMIT]
+        self._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": NAMES_LIMIT,
+                           "streams": page or None})
+
+    def stream_list(self, reply, payload: bytes) -> None:
+        rtype = _T + "stream_list_response"
+        found = self._matching_names(payload, rtype, reply)
+        if found is None:
+            return
+        names, offset = found
+        infos = [self.js.streams[name].info_json() for name in names[offset : offset + LIST_LIMIT]]
+        self._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": LIST_LIMIT,
+                           "streams": infos})
+
+    def stream_purge(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_purge_response"
+        req = None
+        try:
+            if not is_empty_request(payload):
+                req = _decode(payload, _PURGE_REQUEST)
+                if req.get("seq", 0) > 0 and req.get("keep", 0) > 0:
+                    raise errors.bad_request()
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+            if stream.cfg.sealed:
+                raise errors.stream_sealed()
+            if stream.cfg.deny_purge:
+                raise errors.stream_purge_failed("stream purge not permitted")
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        store = stream.store
+        try:
+            if req is None:
+                purged = store.purge()
+            else:
+                purged = store.purge_ex(req.get("filter", "").encode(), req.get("seq", 0), req.get("keep", 0))
+            self.js.persist(stream)
+        except (StoreError, OSError) as exc:
+            self._send(reply, {"type": rtype, "error": errors.stream_general(str(exc)).to_json(), "purged": 0})
+            return
+        self._send(reply, {"type": rtype, "success": True, "purged": purged})
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def msg_delete(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_msg_delete_response"
+        try:
+            if is_empty_request(payload):
+                raise errors.bad_request()
+            req = _decode(payload, _MSG_DELETE_REQUEST)
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+            if stream.cfg.sealed:
+                raise errors.stream_sealed()
+            if stream.cfg.deny_delete:
+                raise errors.stream_msg_delete_failed("message delete not permitted")
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        seq = req.get("seq", 0)
+        try:
+            removed = stream.store.remove_msg(seq, erase=not req.get("no_erase", False))
+            self.js.persist(stream)
+        except (StoreError, OSError) as exc:
+            self._send(reply, {"type": rtype, "error": errors.stream_msg_delete_failed(str(exc)).to_json()})
+            return
+        if removed:
+            self._send(reply, {"type": rtype, "success": True})
+        else:
+            self._send(reply, {"type": rtype, "error": errors.sequence_not_found(seq).to_json()})
+
+    def msg_get(self, name: str, reply, payload: bytes) -> None:
+        rtype = _T + "stream_msg_get_response"
+        try:
+            if is_empty_request(payload):
+                raise errors.bad_request()
+            req = _decode(payload, _MSG_GET_REQUEST)
+            seq = req.get("seq", 0)
+            last_for = req.get("last_by_subj", "")
+            next_for = req.get("next_by_subj", "")
+            if (seq > 0 and last_for) or (seq == 0 and not last_for and not next_for) or (last_for and next_for):
+                raise errors.bad_request()
+            stream = self.js.streams.get(name)
+            if stream is None:
+                raise errors.stream_not_found()
+            store = stream.store
+            if seq > 0 and not next_for:
+                sm = store.load_msg(seq)
+            elif next_for:
+                sm = store.load_next_msg(next_for.encode(), seq)
+            else:
+                sm = store.load_last_msg(last_for.encode())
+            if sm is None:
+                raise errors.no_message_found()
+        except ApiError as exc:
+            self._fail(reply, rtype, exc)
+            return
+        message: dict = {"subject": sm.subject.decode("utf-8", "replace"), "seq": sm.seq}
+        if sm.hdr:
+            message["hdrs"] = base64.b64encode(sm.hdr).decode()
+        if sm.data:
+            message["data"] = base64.b64encode(sm.data).decode()
+        message["time"] = rfc3339nano(sm.ts)
+        # nats-server answers this one outside the API accounting.
+        self._send(reply, {"type": rtype, "message": message}, track=False)
+
+    # -- direct get ---------------------------------------------------------------------------
+
+    def direct_get(self, name: str, key_tokens: list, reply, payload: bytes) -> None:
+        """``$JS.API.DIRECT.GET.<stream>`` (JSON request) and ``...GET.<stream>.<subject>``
+        (last message on the subject). Only streams with allow_direct answer; errors are
+        status headers, as nats-server sends them."""
+        if not reply:
+            return
+        stream = self.js.streams.get(name)
+        if stream is None or not stream.cfg.allow_direct:
+            return
+        publish = self.server.publish
+        if key_tokens:
+            if payload:
+                publish(reply, b"", headers=_HDR_BAD)
+                return
+            key = b".".join(key_tokens)
+            if not key:
+                publish(reply, b"", headers=_HDR_BAD)
+                return
+            req = {"last_by_subj": key.decode("utf-8", "replace")}
+        else:
+            if not payload:
+                publish(reply, b"", headers=_HDR_EMPTY)
+                return
+            try:
+                req = decode_struct(loads(payload), _DIRECT_REQUEST, {})
+            except ValueError:
+                publish(reply, b"", headers=_HDR_MALFORMED)
+                return
+            seq, last_for, next_for = req.get("seq", 0), req.get("last_by_subj", ""), req.get("next_by_subj", "")
+            if not seq and not last_for and not next_for:
+                publish(reply, b"", headers=_HDR_EMPTY)
+                return
+            if (seq and last_for) or (last_for and next_for) or (last_for and req.get("batch", 0) > 0):
+                publish(reply, b"", headers=_HDR_BAD)
+                return
+        self._direct(stream, req, reply)
+
+    def _direct(self, stream, req: dict, reply) -> None:
+        store = stream.store
+        publish = self.server.publish
+        name = stream.name.encode()
+        seq = req.get("seq", 0)
+        last_for = req.get("last_by_subj", "").encode()
+        next_for = req.get("next_by_subj", "").encode()
+        batch = req.get("batch", 0)
+        is_batch = batch > 0
+        if not is_batch:
+            batch = 1
+            pending = 0
+        else:
+            pending = store.num_pending(seq, next_for)
+        max_bytes = req.get("max_bytes", 0) or self.server.options.max_pending
+        sent = 0
+        prev = 0
+        for i in range(batch):
+            if seq > 0 and not next_for:
+                if i == 0 and not is_batch:
+                    sm = store.load_msg(seq)
+                else:
+                    sm = store.load_next_msg(b"", seq)
+            elif next_for:
+                sm = store.load_next_msg(next_for, seq)
+            else:
+                sm = store.load_last_msg(last_for)
+            if sm is None:
+                if is_batch and i > 0:
+                    break
+                publish(reply, b"", headers=_HDR_404)
+                return
+            seq = sm.seq + 1
+            ts = rfc3339nano(sm.ts).encode()
+            if is_batch and pending > 0:
+                pending -= 1
+            if not sm.hdr:
+                hdr = b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
+                    name, sm.subject, sm.seq, ts)
+                if is_batch:
+                    hdr += b"Nats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n" % (pending, prev)
+                hdr += b"\r\n"
+            else:
+                hdr = gen_header(sm.hdr, b"Nats-Stream", name)
+                hdr = gen_header(hdr, b"Nats-Subject", sm.subject)
+                hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % sm.seq)
+                hdr = gen_header(hdr, b"Nats-Time-Stamp", ts)
+                if is_batch:
+                    hdr = gen_header(hdr, b"Nats-Num-Pending", b"%d" % pending)
+                    hdr = gen_header(hdr, b"Nats-Last-Sequence", b"%d" % prev)
+            prev = sm.seq
+            publish(reply, sm.data, headers=hdr)
+            sent += len(sm.subject) + len(sm.hdr) + len(sm.data)
+            if sent >= max_bytes:
+                break
+        if is_batch:
+            pending = store.num_pending(seq, next_for)
+            publish(reply, b"", headers=b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, prev))
+
+    # -- consumers: none exist here -----------------------------------------------------------
+
+    def consumer(self, tokens: list, reply, payload: bytes) -> None:
+        n = len(tokens)
+        op = tokens[3] if n > 3 else b""
+        if op == b"DURABLE" and n == 7 and tokens[4] == b"CREATE":
+            stream_name, rtype = tokens[5], "consumer_create_response"
+        elif op == b"CREATE" and n >= 5:
+            stream_name, rtype = tokens[4], "consumer_create_response"
+        elif op in (b"INFO", b"DELETE") and n == 6:
+            stream_name, rtype = tokens[4], "consumer_%s_response" % op.decode().lower()
+        elif op in (b"NAMES", b"LIST") and n == 5:
+            stream_name, rtype = tokens[4], "consumer_%s_response" % op.decode().lower()
+        else:
+            return
+        rtype = _T + rtype
+        name = stream_name.decode("utf-8", "replace")
+        try:
+            if op in (b"NAMES", b"LIST") and not is_empty_request(payload):
+                _decode(payload, _CONSUMERS_REQUEST)
+            if name not in self.js.streams:
+                raise errors.stream_not_found()
+            if rtype.endswith("create_response"):
+                raise errors.consumer_create("consumers are not supported by natserver")
+            if op in (b"INFO", b"DELETE"):
+                raise errors.consumer_not_found()
+        except ApiError as exc:
+            if op in (b"NAMES", b"LIST"):
+                self._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
+            else:
+                self._fail(reply, rtype, exc)
+            return
+        limit = NAMES_LIMIT if op == b"NAMES" else LIST_LIMIT
+        self._send(reply, {"type": rtype, "total": 0, "offset": 0, "limit": limit, "consumers": []})

@@ -1,0 +1,114 @@
+"""JetStream API errors: the codes, error codes and descriptions of nats-server v2.9.10
+(server/errors.json), for the subset of the API natserver implements.
+
+An error is sent inside a response as ``"error": {"code": 404, "err_code": 10059,
+"description": "stream not found"}``; clients key on ``err_code``.
+"""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """One JetStream API error. ``code`` is the HTTP-like status, ``err_code`` JetStream's."""
+
+    def __init__(self, code: int, err_code: int, description: str) -> None:
+        super().__init__(description)
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+    def to_json(self) -> dict:
+        out: dict = {"code": self.code}
+        if self.err_code:
+            out["err_code"] = self.err_code
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.code}, {self.err_code}, {self.description!r})"
+
+
+def _fixed(code: int, err_code: int, description: str):
+    def make() -> ApiError:
+        return ApiError(code, err_code, description)
+
+    make.err_code = err_code  # type: ignore[attr-defined]
+    return make
+
+
+# Fixed descriptions.
+account_resources_exceeded = _fixed(400, 10002, "resource limits exceeded for account")
+bad_request = _fixed(400, 10003, "bad request")
+insufficient_resources = _fixed(503, 10023, "insufficient resources")
+invalid_json = _fixed(400, 10025, "invalid JSON")
+memory_resources_exceeded = _fixed(500, 10028, "insufficient memory resources available")
+mirror_with_subjects = _fixed(400, 10034, "stream mirrors can not contain subjects")
+no_message_found = _fixed(404, 10037, "no message found")
+not_empty_request = _fixed(400, 10038, "expected an empty request payload")
+storage_resources_exceeded = _fixed(500, 10047, "insufficient storage resources available")
+message_exceeds_maximum = _fixed(400, 10054, "message size exceeds maximum allowed")
+stream_mismatch = _fixed(400, 10056, "stream name in subject does not match request")
+stream_name_exist = _fixed(400, 10058, "stream name already in use with a different configuration")
+stream_not_found = _fixed(404, 10059, "stream not found")
+stream_not_match = _fixed(400, 10060, "expected stream does not match")
+stream_subject_overlap = _fixed(400, 10065, "subjects overlap with an existing stream")
+replicas_not_supported = _fixed(500, 10074, "replicas > 1 not supported in non-clustered mode")
+header_exceeds_maximum = _fixed(400, 10097, "header size exceeds maximum allowed of 64k")
+stream_sealed = _fixed(400, 10109, "invalid operation on sealed stream")
+name_contains_path_separators = _fixed(400, 10128, "Stream name can not contain path separators")
+replicas_negative = _fixed(400, 10133, "replicas count cannot be negative")
+consumer_not_found = _fixed(404, 10014, "consumer not found")
+
+
+# Formatted descriptions ("{err}" and friends).
+def sequence_not_found(seq: int) -> ApiError:
+    return ApiError(400, 10043, f"sequence {seq} not found")
+
+
+def stream_create(err: str) -> ApiError:
+    return ApiError(500, 10049, err)
+
+
+def stream_delete(err: str) -> ApiError:
+    return ApiError(500, 10050, err)
+
+
+def stream_general(err: str) -> ApiError:
+    return ApiError(500, 10051, err)
+
+
+def stream_invalid_config(err: str) -> ApiError:
+    return ApiError(500, 10052, err)
+
+
+def stream_msg_delete_failed(err: str) -> ApiError:
+    return ApiError(500, 10057, err)
+
+
+def stream_update(err: str) -> ApiError:
+    return ApiError(500, 10069, err)
+
+
+def stream_wrong_last_msg_id(msg_id: str) -> ApiError:
+    return ApiError(400, 10070, f"wrong last msg ID: {msg_id}")
+
+
+def stream_wrong_last_sequence(seq: int) -> ApiError:
+    return ApiError(400, 10071, f"wrong last sequence: {seq}")
+
+
+def stream_store_failed(err: str) -> ApiError:
+    return ApiError(503, 10077, err)
+
+
+def stream_purge_failed(err: str) -> ApiError:
+    return ApiError(500, 10110, err)
+
+
+def stream_rollup_failed(err: str) -> ApiError:
+    return ApiError(500, 10111, err)
+
+
+def consumer_create(err: str) -> ApiError:
+    return ApiError(500, 10012, err)

@@ -1,0 +1,982 @@
+"""Message stores: :class:`MemoryStore` and :class:`FileStore`, one per stream.
+
+Both keep the same in-memory index and state, so every rule (sequences, limits, purges,
+lookups) lives once, in :class:`Store`; the subclasses only say where the bytes are.
+
+State, as nats-server's StreamState: ``msgs``, ``bytes``, ``first_seq``/``first_ts``,
+``last_seq``/``last_ts``. ``idx`` maps each live sequence to an entry tuple whose first three
+fields are ``(subject, ts, size)`` (``size`` as nats-server counts bytes: fileStoreMsgSize or
+memStoreMsgSize), in sequence order. ``fss`` maps each subject to ``[count, first, last,
+subject]`` (the last item is the shared bytes object the entries point at).
+
+The file format (FileStore)
+---------------------------
+
+``<stream dir>/meta.json`` holds the configuration and creation time (written atomically:
+temporary file, fsync, rename, directory fsync). ``<stream dir>/msgs/<n>.seg`` are the
+segments, an append-only log of records, oldest first; every record is framed as::
+
+    u32 length | u8 type | body (length - 1 bytes) | u32 CRC-32 of everything before it
+
+little-endian, with these types:
+
+* ``MSG`` (1): ``u64 seq | i64 ts (ns) | u16 subject len | u32 header len | u32 data len |
+  subject | header | data``
+* ``DEL`` (2): ``u64 seq`` - a message removed from the middle of the stream
+* ``STATE`` (3): ``u64 first_seq | u64 last_seq | i64 last_ts`` - every sequence below
+  ``first_seq`` is gone, and the stream has reached at least ``last_seq``. Each segment starts
+  with one, and one is appended whenever messages were removed from the front (limits, age,
+  purge), so removals from the front cost no per-message record.
+* ``ERASED`` (4): a MSG record whose subject, header and data were overwritten in place with
+  random bytes (MSG.DELETE without ``no_erase``); its sequence is gone.
+
+On start every segment is scanned and every checksum verified; the index is rebuilt from the
+records in order. A torn or corrupt record at the end of the last segment (a crash during a
+write) is cut off; a corrupt record followed by good ones is skipped (counted as lost, never
+served). Segments whose messages are all gone are deleted once every older segment is.
+
+Writes go to a buffer that the engine flushes (one ``write``) before it sends the acks of the
+messages in it, so an acknowledged message has reached the operating system; with sync
+"always" the engine also fsyncs before acking (group commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import zlib
+
+from .util import compile_filter, get_header, has_wildcard
+
+log = logging.getLogger("natserver")
+
+# nats-server's store error texts (store.go): they reach clients inside 10077 errors.
+ERR_MAX_MSGS = "maximum messages exceeded"
+ERR_MAX_BYTES = "maximum bytes exceeded"
+ERR_MAX_MSGS_PER_SUBJECT = "maximum messages per subject exceeded"
+ERR_PURGE_ARGS = "sequence > 1 && keep > 0 not allowed"
+ERR_STORE_CLOSED = "store is closed"
+
+
+class StoreError(Exception):
+    pass
+
+
+class StoredMsg:
+    __slots__ = ("subject", "seq", "hdr", "data", "ts")
+
+    def __init__(self, subject: bytes, seq: int, hdr: bytes, data: bytes, ts: int) -> None:
+        self.subject = subject
+        self.seq = seq
+        self.hdr = hdr
+        self.data = data
+        self.ts = ts
+
+    def __repr__(self) -> str:
+        return f"StoredMsg(seq={self.seq}, subject={self.subject!r}, data={self.data[:32]!r})"
+
+
+# Bulk removals above this many messages rebuild the per-subject state in one pass.
+_BULK = 64
+
+
+class Store:
+    """The index, the state and every rule; subclasses implement the hooks at the end."""
+
+    kind = "memory"
+    # nats-server's discard-new check when a subject at its limit would be replaced: the
+    # memory store refuses when the replaced message is smaller, the file store when it is
+    # smaller or equal.
+    _replace_equal_refused = False
+
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.msgs = 0
+        self.bytes = 0
+        self.first_seq = 0
+        self.first_ts = 0
+        self.last_seq = 0
+        self.last_ts = 0
+        self.idx: dict[int, tuple] = {}
+        self.fss: dict[bytes, list] = {}
+        self.closed = False
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def store_msg(self, subj: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
+        """Store a message with the next sequence; returns it. Raises StoreError when a
+        discard-new limit refuses it; enforces the other limits afterwards (discard old)."""
+        if self.closed:
+            raise StoreError(ERR_STORE_CLOSED)
+        cfg = self.cfg
+        fss = self.fss
+        maxp = cfg.max_msgs_per_subject
+        ss = fss.get(subj)
+        psmc = ss[0] if ss is not None else 0
+        at_subject_limit = maxp > 0 and psmc >= maxp
+        if cfg.discard == "new":
+            size_in = len(hdr) + len(msg)
+            if at_subject_limit and cfg.discard_new_per_subject:
+                raise StoreError(ERR_MAX_MSGS_PER_SUBJECT)
+            if cfg.max_msgs > 0 and self.msgs >= cfg.max_msgs and not at_subject_limit:
+                raise StoreError(ERR_MAX_MSGS)
+            if cfg.max_bytes > 0 and self.bytes + size_in >= cfg.max_bytes:
+                if not at_subject_limit:
+                    raise StoreError(ERR_MAX_BYTES)
+                replaced = self.idx[ss[1]][2]
+                if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
+                    raise StoreError(ERR_MAX_BYTES)
+        seq = self.last_seq + 1
+        if ss is None:
+            ss = fss[subj] = [1, seq, seq, subj]
+        else:
+            ss[0] += 1
+            ss[2] = seq
+            subj = ss[3]
+        entry = self._append(seq, ts, subj, hdr, msg)
+        self.idx[seq] = entry
+        if not self.msgs:
+            self.first_seq = seq
+            self.first_ts = ts
+        self.msgs += 1
+        self.bytes += entry[2]
+        self.last_seq = seq
+        self.last_ts = ts
+        if at_subject_limit:
+            while ss[0] > maxp:
+                self._remove(ss[1])
+        if cfg.max_msgs > 0 and self.msgs > cfg.max_msgs:
+            self._enforce_msgs()
+        if cfg.max_bytes > 0 and self.bytes > cfg.max_bytes:
+            self._enforce_bytes()
+        return seq
+
+    def skip_msg(self, ts: int) -> int:
+        """Use the next sequence without storing anything (interest retention, no interest)."""
+        seq = self.last_seq + 1
+        self.last_seq = seq
+        self.last_ts = ts
+        if not self.msgs:
+            self.first_seq = seq + 1
+            self.first_ts = 0
+        self._skipped(seq)
+        return seq
+
+    def _enforce_msgs(self) -> None:
+        limit = self.cfg.max_msgs
+        while self.msgs > limit:
+            self._remove(self.first_seq)
+
+    def _enforce_bytes(self) -> None:
+        limit = self.cfg.max_bytes
+        while self.bytes > limit and self.msgs:
+            self._remove(self.first_seq)
+
+    def update_config(self, cfg) -> None:
+        """New limits: enforce them at once (lowered per-subject limits too)."""
+        old_maxp = self.cfg.max_msgs_per_subject
+        self.cfg = cfg
+        if cfg.max_msgs > 0 and self.msgs > cfg.max_msgs:
+            self._enforce_msgs()
+        if cfg.max_bytes > 0 and self.bytes > cfg.max_bytes:
+            self._enforce_bytes()
+        maxp = cfg.max_msgs_per_subject
+        if maxp > 0 and (old_maxp <= 0 or maxp < old_maxp):
+            for ss in [ss for ss in self.fss.values() if ss[0] > maxp]:
+                while ss[0] > maxp:
+                    self._remove(ss[1])
+
+    def expire(self, now: int) -> int | None:
+        """Remove messages older than max_age; returns when the next one expires (ns)."""
+        max_age = self.cfg.max_age
+        if max_age <= 0 or not self.msgs:
+            return None
+        horizon = now - max_age
+        idx = self.idx
+        while self.msgs and idx[self.first_seq][1] <= horizon:
+            self._remove(self.first_seq)
+        return self.first_ts + max_age if self.msgs else None
+
+    # -- removing -----------------------------------------------------------------------------
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        if self.closed:
+            raise StoreError(ERR_STORE_CLOSED)
+        return self._remove(seq, erase)
+
+    def _remove(self, seq: int, erase: bool = False) -> bool:
+        entry = self.idx.pop(seq, None)
+        if entry is None:
+            return False
+        subj = entry[0]
+        self.msgs -= 1
+        self.bytes -= entry[2]
+        ss = self.fss[subj]
+        if ss[0] == 1:
+            del self.fss[subj]
+        else:
+            ss[0] -= 1
+            if seq == ss[1]:
+                ss[1] = self._next_of(subj, seq + 1, ss[2])
+            elif seq == ss[2]:
+                ss[2] = self._prev_of(subj, seq - 1, ss[1])
+        if seq == self.first_seq:
+            self._advance_first(seq)
+        self._dropped(seq, entry, erase)
+        return True
+
+    def _next_of(self, subj: bytes, lo: int, hi: int) -> int:
+        idx = self.idx
+        for s in range(lo, hi + 1):
+            e = idx.get(s)
+            if e is not None and e[0] == subj:
+                return s
+        return hi
+
+    def _prev_of(self, subj: bytes, hi: int, lo: int) -> int:
+        idx = self.idx
+        for s in range(hi, lo - 1, -1):
+            e = idx.get(s)
+            if e is not None and e[0] == subj:
+                return s
+        return lo
+
+    def _advance_first(self, removed: int) -> None:
+        if not self.msgs:
+            self.first_seq = self.last_seq + 1
+            self.first_ts = 0
+            return
+        idx = self.idx
+        s = removed + 1
+        while s not in idx:
+            s += 1
+        self.first_seq = s
+        self.first_ts = idx[s][1]
+
+    def _remove_bulk(self, seqs: list) -> int:
+        """Remove many messages, then fix the per-subject state in one pass."""
+        if len(seqs) < _BULK:
+            return sum(1 for s in seqs if self._remove(s))
+        idx = self.idx
+        fss = self.fss
+        touched: set = set()
+        removed = 0
+        for seq in seqs:
+            entry = idx.pop(seq, None)
+            if entry is None:
+                continue
+            removed += 1
+            subj = entry[0]
+            self.msgs -= 1
+            self.bytes -= entry[2]
+            ss = fss[subj]
+            ss[0] -= 1
+            if ss[0] == 0:
+                del fss[subj]
+                touched.discard(subj)
+            else:
+                touched.add(subj)
+            if seq == self.first_seq:
+                self._advance_first(seq)
+            self._dropped(seq, entry, False)
+        if touched:
+            firsts: dict = {}
+            for seq, entry in idx.items():
+                subj = entry[0]
+                if subj in touched:
+                    if subj not in firsts:
+                        firsts[subj] = seq
+                    fss[subj][2] = seq
+            for subj, seq in firsts.items():
+                fss[subj][1] = seq
+        return removed
+
+    def purge(self) -> int:
+        """Remove everything; the next message keeps the sequence going."""
+        if self.closed:
+            raise StoreError(ERR_STORE_CLOSED)
+        purged = self.msgs
+        self.idx = {}
+        self.fss = {}
+        self.msgs = 0
+        self.bytes = 0
+        self.first_seq = self.last_seq + 1
+        self.first_ts = 0
+        self._purged()
+        return purged
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below ``seq`` (nats-server's Compact)."""
+        if seq == 0 or seq > self.last_seq:
+            if self.closed:
+                raise StoreError(ERR_STORE_CLOSED)
+            purged = self.msgs
+            self.idx = {}
+            self.fss = {}
+            self.msgs = 0
+            self.bytes = 0
+            self.first_seq = self.last_seq + 1
+            self.first_ts = 0
+            if seq > self.first_seq:
+                self.first_seq = seq
+                self.last_seq = seq - 1
+            self._purged()
+            return purged
+        if seq <= self.first_seq:
+            return 0
+        idx = self.idx
+        return self._remove_bulk([s for s in range(self.first_seq, seq) if s in idx])
+
+    def purge_ex(self, subject: bytes, seq: int, keep: int) -> int:
+        """STREAM.PURGE with a subject filter, an upper sequence or a number to keep."""
+        if seq > 1 and keep > 0:
+            raise StoreError(ERR_PURGE_ARGS)
+        if not subject or subject == b">":
+            if keep == 0 and seq in (0, 1):
+                return self.purge()
+            if seq > 1:
+                return self.compact(seq)
+            if keep > 0:
+                if keep >= self.msgs:
+                    return 0
+                return self.compact(self.last_seq - keep + 1)
+            return 0
+        total, first, last = self.filtered_state(1, subject)
+        if not total:
+            return 0
+        limit = total
+        if keep > 0:
+            if keep >= total:
+                return 0
+            limit = total - keep
+        if seq > 1:
+            last = min(last, seq - 1)
+        match = compile_filter(subject)
+        idx = self.idx
+        victims = []
+        for s in range(first, last + 1):
+            e = idx.get(s)
+            if e is not None and match(e[0]):
+                victims.append(s)
+                if len(victims) >= limit:
+                    break
+        return self._remove_bulk(victims)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def load_msg(self, seq: int) -> StoredMsg | None:
+        entry = self.idx.get(seq)
+        if entry is None:
+            return None
+        parts = self._read(seq, entry)
+        if parts is None:
+            return None
+        return StoredMsg(entry[0], seq, parts[0], parts[1], entry[1])
+
+    def last_live_seq(self) -> int:
+        idx = self.idx
+        s = self.last_seq
+        while s >= self.first_seq and s not in idx:
+            s -= 1
+        return s if s in idx else 0
+
+    def last_seq_for(self, filter: bytes) -> int:
+        """The sequence of the last message matching ``filter`` (0: none)."""
+        if not filter or filter == b">":
+            return self.last_live_seq() if self.msgs else 0
+        ss = self.fss.get(filter)
+        if ss is not None:
+            return ss[2]
+        if not has_wildcard(filter):
+            return 0
+        match = compile_filter(filter)
+        best = 0
+        for subj, ss in self.fss.items():
+            if ss[2] > best and match(subj):
+                best = ss[2]
+        return best
+
+    def load_last_msg(self, filter: bytes) -> StoredMsg | None:
+        seq = self.last_seq_for(filter)
+        return self.load_msg(seq) if seq else None
+
+    def next_seq(self, filter: bytes, start: int) -> int:
+        """The first sequence >= ``start`` matching ``filter`` (0: none)."""
+        if start < self.first_seq:
+            start = self.first_seq
+        if start > self.last_seq or not self.msgs:
+            return 0
+        idx = self.idx
+        match = compile_filter(filter)
+        if match is None:
+            for s in range(start, self.last_seq + 1):
+                if s in idx:
+                    return s
+            return 0
+        ss = self.fss.get(filter)
+        if ss is not None:
+            lo, hi = max(start, ss[1]), ss[2]
+        elif not has_wildcard(filter):
+            return 0
+        else:
+            lo, hi = start, self.last_seq
+            if len(self.fss) < 1024:
+                bounds = [(v[1], v[2]) for k, v in self.fss.items() if match(k)]
+                if not bounds:
+                    return 0
+                lo = max(start, min(b[0] for b in bounds))
+                hi = max(b[1] for b in bounds)
+        for s in range(lo, hi + 1):
+            e = idx.get(s)
+            if e is not None and match(e[0]):
+                return s
+        return 0
+
+    def load_next_msg(self, filter: bytes, start: int) -> StoredMsg | None:
+        seq = self.next_seq(filter, start)
+        return self.load_msg(seq) if seq else None
+
+    def filtered_state(self, sseq: int, filter: bytes) -> tuple[int, int, int]:
+        """(messages, first, last) matching ``filter`` from ``sseq`` on."""
+        if sseq < self.first_seq:
+            sseq = self.first_seq
+        if sseq > self.last_seq or not self.msgs:
+            return 0, 0, 0
+        match = compile_filter(filter)
+        if sseq == self.first_seq:
+            if match is None:
+                return self.msgs, self.first_seq, self.last_live_seq()
+            ss = self.fss.get(filter)
+            if ss is not None:
+                return ss[0], ss[1], ss[2]
+            if not has_wildcard(filter):
+                return 0, 0, 0
+            n, first, last = 0, 0, 0
+            for subj, ss in self.fss.items():
+                if match(subj):
+                    n += ss[0]
+                    if not first or ss[1] < first:
+                        first = ss[1]
+                    if ss[2] > last:
+                        last = ss[2]
+            return n, first, last
+        n, first, last = 0, 0, 0
+        idx = self.idx
+        for s in range(sseq, self.last_seq + 1):
+            e = idx.get(s)
+            if e is not None and (match is None or match(e[0])):
+                n += 1
+                if not first:
+                    first = s
+                last = s
+        return n, first, last
+
+    def num_pending(self, start: int, filter: bytes) -> int:
+        return self.filtered_state(start, filter)[0]
+
+    def subjects_state(self, filter: bytes) -> dict[bytes, int]:
+        match = compile_filter(filter)
+        if match is None:
+            return {subj: ss[0] for subj, ss in self.fss.items()}
+        return {subj: ss[0] for subj, ss in self.fss.items() if match(subj)}
+
+    def num_deleted(self) -> int:
+        if self.last_seq > self.first_seq:
+            return max(0, self.last_seq - self.first_seq + 1 - self.msgs)
+        return 0
+
+    def deleted(self) -> list[int]:
+        if not self.num_deleted():
+            return []
+        idx = self.idx
+        return [s for s in range(self.first_seq, self.last_seq + 1) if s not in idx]
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Hand buffered writes to the operating system (file store)."""
+
+    def stop(self) -> None:
+        self.closed = True
+
+    def delete(self) -> None:
+        self.stop()
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def _append(self, seq: int, ts: int, subj: bytes, hdr: bytes, msg: bytes) -> tuple:
+        raise NotImplementedError
+
+    def _read(self, seq: int, entry: tuple) -> tuple[bytes, bytes] | None:
+        raise NotImplementedError
+
+    def _dropped(self, seq: int, entry: tuple, erase: bool) -> None:
+        """A message left the index (first_seq is already updated)."""
+
+    def _purged(self) -> None:
+        """Everything was removed; first_seq/last_seq hold the new positions."""
+
+    def _skipped(self, seq: int) -> None:
+        """A sequence was used without a message."""
+
+
+class MemoryStore(Store):
+    """Messages in a dict; entries are ``(subject, ts, size, header, data)``."""
+
+    kind = "memory"
+
+    def _append(self, seq, ts, subj, hdr, msg):
+        return (subj, ts, len(subj) + len(hdr) + len(msg) + 16, hdr, msg)
+
+    def _read(self, seq, entry):
+        return entry[3], entry[4]
+
+
+# -- the file store --------------------------------------------------------------------------
+
+T_MSG = 1
+T_DEL = 2
+T_STATE = 3
+T_ERASED = 4
+
+_U32 = struct.Struct("<I")
+_FRAME = struct.Struct("<IB")  # length (type + body), type
+_MSG_HEAD = struct.Struct("<IBQqHII")  # frame + seq, ts, subject/header/data lengths
+_MSG_FIXED = _MSG_HEAD.size  # 31: the record's bytes before the subject
+_MSG_BODY = struct.Struct("<QqHII")
+_DEL = struct.Struct("<IBQ")
+_STATE = struct.Struct("<IBQQq")
+_OVERHEAD = _MSG_FIXED + 4  # a MSG record is this plus subject, header and data
+
+SEGMENT_SIZE = 8 * 1024 * 1024  # roll to a new segment past this (nats-server: 8 MB blocks)
+SEGMENT_SUFFIX = ".seg"
+
+
+def _frame_del(seq: int) -> bytes:
+    rec = _DEL.pack(9, T_DEL, seq)
+    return rec + _U32.pack(zlib.crc32(rec))
+
+
+def _frame_state(first: int, last: int, last_ts: int) -> bytes:
+    rec = _STATE.pack(25, T_STATE, first, last, last_ts)
+    return rec + _U32.pack(zlib.crc32(rec))
+
+
+def _write_all(fd: int, data, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write a small file so that a crash leaves the old or the new content, never a mix."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+class FileStore(Store):
+    """Segments of append-only records (see the module docstring). Entries are
+    ``(subject, ts, size, segment, offset, header len, data len)``."""
+
+    kind = "file"
+    _replace_equal_refused = True
+
+    def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
+                 dedup_window: int = 0, now: int = 0) -> None:
+        super().__init__(cfg)
+        self.path = path
+        self.msgs_dir = os.path.join(path, "msgs")
+        os.makedirs(self.msgs_dir, exist_ok=True)
+        self.sync_always = sync_always
+        self.segment_size = segment_size
+        self.segs: list[int] = []  # segment ids, oldest first
+        self.fds: dict[int, int] = {}
+        self.live: dict[int, int] = {}  # live messages per segment
+        self.active = 0  # the segment written to
+        self.size = 0  # its size, buffered bytes included
+        self.flushed = 0  # its size on the OS side
+        self.buf = bytearray()
+        self.state_dirty = False
+        self.unsynced: set[int] = set()  # segments written since the last fsync
+        self.dir_unsynced = False
+        self.notify = None  # called (with self) when there is something to flush
+        self.lost = 0  # records found corrupt on recovery
+        self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
+        self._recover(dedup_window, now)
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _recover(self, dedup_window: int, now: int) -> None:
+        ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in os.listdir(self.msgs_dir)
+                     if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit())
+        idx: dict[int, tuple] = {}
+        subjects: dict[bytes, bytes] = {}
+        last_seq = last_ts = floor = 0
+        horizon = now - dedup_window if dedup_window > 0 else None
+        candidates: list = []
+        crc32 = zlib.crc32
+        unpack_frame = _FRAME.unpack_from
+        unpack_body = _MSG_BODY.unpack_from
+        for k, seg in enumerate(ids):
+            seg_path = self._seg_path(seg)
+            fd = os.open(seg_path, os.O_RDWR)
+            self.fds[seg] = fd
+            self.segs.append(seg)
+            self.live[seg] = 0
+            with open(seg_path, "rb") as f:
+                data = f.read()
+            view = memoryview(data)
+            n = len(data)
+            pos = 0
+            bad_at = -1
+            while pos < n:
+                ok, total = _check_record(view, pos, n)
+                if not ok:
+                    if total and pos + total < n and _check_record(view, pos + total, n)[0]:
+                        log.warning("JetStream: skipping a corrupt record in %s at %d", seg_path, pos)
+                        self.lost += 1
+                        pos += total
+                        continue
+                    bad_at = pos
+                    break
+                length, rtype = unpack_frame(view, pos)
+                if rtype == T_MSG:
+                    seq, ts, sl, hl, ml = unpack_body(view, pos + 5)
+                    start = pos + _MSG_FIXED
+                    subj = data[start : start + sl]
+                    subj = subjects.setdefault(subj, subj)
+                    size = 22 + sl + ml + 8 + (4 + hl if hl else 0)
+                    idx[seq] = (subj, ts, size, seg, pos, hl, ml)
+                    if seq >= last_seq:
+                        last_seq, last_ts = seq, ts
+                    if hl and horizon is not None and ts >= horizon:
+                        msg_id = get_header(b"Nats-Msg-Id", data[start + sl : start + sl + hl])
+                        if msg_id:
+                            candidates.append((msg_id, seq, ts))
+                elif rtype == T_DEL:
+                    (seq,) = struct.unpack_from("<Q", view, pos + 5)
+                    idx.pop(seq, None)
+                elif rtype == T_ERASED:
+                    seq, ts = struct.unpack_from("<Qq", view, pos + 5)
+                    idx.pop(seq, None)
+                    if seq > last_seq:
+                        last_seq, last_ts = seq, ts
+                elif rtype == T_STATE:
+                    first, last, lts = struct.unpack_from("<QQq", view, pos + 5)
+                    floor = max(floor, first)
+                    if last > last_seq or (last == last_seq and not last_ts):
+                        last_seq, last_ts = last, lts
+                pos += total
+            view.release()
+            if bad_at >= 0:
+                if k == len(ids) - 1:
+                    log.warning("JetStream: %s: dropping a torn or corrupt tail of %d bytes at offset %d",
+                                seg_path, n - bad_at, bad_at)
+                    os.truncate(seg_path, bad_at)
+                    self.lost += 1
+                    n = bad_at
+                else:
+                    log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
+                    self.lost += 1
+            self.size = n
+        # Everything below the highest STATE first_seq is gone.
+        if floor and idx:
+            dead = []
+            for seq in idx:
+                if seq >= floor:
+                    break
+                dead.append(seq)
+            for seq in dead:
+                del idx[seq]
+            if dead and len(idx) and next(iter(idx)) < floor:  # out of order (never written so)
+                idx = {s: e for s, e in idx.items() if s >= floor}
+        self.idx = idx
+        fss = self.fss
+        live = self.live
+        total_bytes = 0
+        for seq, entry in idx.items():
+            subj = entry[0]
+            ss = fss.get(subj)
+            if ss is None:
+                fss[subj] = [1, seq, seq, subj]
+            else:
+                ss[0] += 1
+                ss[2] = seq
+            total_bytes += entry[2]
+            live[entry[3]] += 1
+        self.msgs = len(idx)
+        self.bytes = total_bytes
+        self.last_seq = last_seq
+        self.last_ts = last_ts
+        if idx:
+            first = next(iter(idx))
+            self.first_seq = first
+            self.first_ts = idx[first][1]
+        else:
+            self.first_seq = max(floor, last_seq + 1) if (floor or last_seq) else 0
+            self.first_ts = 0
+        self.recovered_ids = [c for c in candidates if c[1] in idx]
+        # Write to the newest segment while it has room.
+        if self.segs and self.size < self.segment_size:
+            self.active = self.segs[-1]
+            self.flushed = self.size
+            if self.size == 0:
+                self.buf += _frame_state(self.first_seq, self.last_seq, self.last_ts)
+                self.size = len(self.buf)
+        else:
+            self._new_segment()
+        self.flush()
+        self._drop_dead_segments()
+
+    def _seg_path(self, seg: int) -> str:
+        return os.path.join(self.msgs_dir, f"{seg}{SEGMENT_SUFFIX}")
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _new_segment(self) -> None:
+        seg = (self.segs[-1] + 1) if self.segs else 1
+        fd = os.open(self._seg_path(seg), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.segs.append(seg)
+        self.fds[seg] = fd
+        self.live[seg] = 0
+        self.active = seg
+        self.flushed = 0
+        self.buf = bytearray(_frame_state(self.first_seq, self.last_seq, self.last_ts))
+        self.size = len(self.buf)
+        self.state_dirty = False
+        self.dir_unsynced = True
+        self._dirty()
+
+    def _roll(self) -> None:
+        self.flush()
+        self._new_segment()
+
+    def _dirty(self) -> None:
+        if self.notify is not None:
+            self.notify(self)
+
+    def _append(self, seq, ts, subj, hdr, msg):
+        sl, hl, ml = len(subj), len(hdr), len(msg)
+        total = _OVERHEAD + sl + hl + ml
+        if self.size + total > self.segment_size and self.size > 64:
+            self._roll()
+        head = _MSG_HEAD.pack(total - 8, T_MSG, seq, ts, sl, hl, ml)
+        crc = zlib.crc32(head)
+        crc = zlib.crc32(subj, crc)
+        if hl:
+            crc = zlib.crc32(hdr, crc)
+        crc = zlib.crc32(msg, crc)
+        buf = self.buf
+        if not buf:
+            self._dirty()
+        buf += head
+        buf += subj
+        if hl:
+            buf += hdr
+        buf += msg
+        buf += _U32.pack(crc)
+        offset = self.size
+        self.size += total
+        seg = self.active
+        self.live[seg] += 1
+        return (subj, ts, 22 + sl + ml + 8 + (4 + hl if hl else 0), seg, offset, hl, ml)
+
+    def _read(self, seq, entry):
+        subj, ts, size, seg, offset, hl, ml = entry
+        sl = len(subj)
+        total = _OVERHEAD + sl + hl + ml
+        if seg == self.active and offset >= self.flushed:
+            start = offset - self.flushed
+            rec = bytes(self.buf[start : start + total])
+        else:
+            try:
+                rec = os.pread(self.fds[seg], total, offset)
+            except (OSError, KeyError):
+                rec = b""
+        if len(rec) != total or zlib.crc32(memoryview(rec)[:-4]) != _U32.unpack_from(rec, total - 4)[0] \
+                or rec[4] != T_MSG or _MSG_BODY.unpack_from(rec, 5)[0] != seq:
+            log.error("JetStream: message %d in %s is corrupt; not served", seq, self.path)
+            return None
+        start = _MSG_FIXED + sl
+        return rec[start : start + hl], rec[start + hl : start + hl + ml]
+
+    def _dropped(self, seq, entry, erase):
+        seg = entry[3]
+        self.live[seg] -= 1
+        if erase:
+            self._erase(seq, entry)
+        if seq < self.first_seq:
+            if not self.state_dirty:
+                self.state_dirty = True
+                if not self.buf:
+                    self._dirty()
+        else:
+            if not self.buf:
+                self._dirty()
+            self.buf += _frame_del(seq)
+            self.size += 17
+
+    def _erase(self, seq, entry) -> None:
+        """Overwrite the message's subject, header and data with random bytes in place."""
+        subj, ts, size, seg, offset, hl, ml = entry
+        sl = len(subj)
+        total = _OVERHEAD + sl + hl + ml
+        head = _MSG_HEAD.pack(total - 8, T_ERASED, seq, ts, sl, hl, ml)
+        body = head + os.urandom(sl + hl + ml)
+        rec = body + _U32.pack(zlib.crc32(body))
+        if seg == self.active and offset >= self.flushed:
+            start = offset - self.flushed
+            self.buf[start : start + total] = rec
+        else:
+            fd = self.fds.get(seg)
+            if fd is not None:
+                _write_all(fd, rec, offset)
+                self.unsynced.add(seg)
+
+    def _skipped(self, seq):
+        self.state_dirty = True
+        if not self.buf:
+            self._dirty()
+
+    def _purged(self) -> None:
+        for seg in self.segs:
+            self.live[seg] = 0
+        self._roll()
+        self.flush()
+
+    def flush(self) -> None:
+        if self.closed:
+            return
+        if self.state_dirty:
+            self.state_dirty = False
+            rec = _frame_state(self.first_seq, self.last_seq, self.last_ts)
+            self.buf += rec
+            self.size += len(rec)
+        if self.buf:
+            _write_all(self.fds[self.active], self.buf, self.flushed)
+            self.flushed += len(self.buf)
+            self.buf = bytearray()
+            self.unsynced.add(self.active)
+        if len(self.segs) > 1 and self.live[self.segs[0]] == 0:
+            self._drop_dead_segments()
+
+    def _drop_dead_segments(self) -> None:
+        """Delete the oldest segments while all their messages are gone. Only from the front:
+        a DEL record in a segment may refer to a message in an older one."""
+        while len(self.segs) > 1 and self.segs[0] != self.active and self.live[self.segs[0]] == 0:
+            seg = self.segs.pop(0)
+            os.close(self.fds.pop(seg))
+            self.live.pop(seg, None)
+            self.unsynced.discard(seg)
+            try:
+                os.unlink(self._seg_path(seg))
+            except FileNotFoundError:
+                pass
+            self.dir_unsynced = True
+
+    def sync_targets(self) -> tuple[list[int], str | None]:
+        """Duplicates of the descriptors to fsync (the caller closes them) and the directory
+        to fsync, for a sync in a worker thread; resets the unsynced marks."""
+        fds = [os.dup(self.fds[seg]) for seg in self.unsynced if seg in self.fds]
+        self.unsynced.clear()
+        directory = self.msgs_dir if self.dir_unsynced else None
+        self.dir_unsynced = False
+        return fds, directory
+
+    def sync_now(self) -> None:
+        """fsync in the calling thread (API operations with sync always; shutdown)."""
+        fds, directory = self.sync_targets()
+        sync_all(fds, directory)
+
+    def stop(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.flush()
+            self.sync_now()
+        except OSError as exc:
+            log.error("JetStream: closing %s: %s", self.path, exc)
+        self.closed = True
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def delete(self) -> None:
+        """Stop and remove the stream's directory (renamed away first, so a crash midway
+        never leaves a half-deleted stream that would be recovered)."""
+        self.closed = True
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        parent = os.path.dirname(self.path)
+        trash = os.path.join(parent, f".deleted-{os.path.basename(self.path)}-{os.urandom(4).hex()}")
+        try:
+            os.rename(self.path, trash)
+        except OSError:
+            trash = self.path
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def sync_all(fds: list[int], directory: str | None) -> None:
+    """fsync (and close) descriptor duplicates, then the directory: runs in a worker thread."""
+    try:
+        for fd in fds:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                log.error("JetStream: fsync failed: %s", exc)
+        if directory is not None:
+            try:
+                _fsync_dir(directory)
+            except OSError as exc:
+                log.error("JetStream: fsync of %s failed: %s", directory, exc)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _check_record(view: memoryview, pos: int, n: int) -> tuple[bool, int]:
+    """(valid, total length or 0 if the length itself is impossible) of the record at pos."""
+    if n - pos < 9:
+        return False, 0
+    length = _U32.unpack_from(view, pos)[0]
+    total = length + 8
+    if length < 1 or pos + total > n:
+        return False, 0
+    if zlib.crc32(view[pos : pos + 4 + length]) != _U32.unpack_from(view, pos + 4 + length)[0]:
+        return False, total
+    rtype = view[pos + 4]
+    if rtype in (T_MSG, T_ERASED):
+        if length < 27:
+            return False, total
+        sl, hl, ml = struct.unpack_from("<HII", view, pos + 21)
+        if 27 + sl + hl + ml != length:
+            return False, total
+    elif rtype == T_DEL:
+        if length != 9:
+            return False, total
+    elif rtype == T_STATE:
+        if length != 25:
+            return False, total
+    else:
+        return False, total
+    return True, total

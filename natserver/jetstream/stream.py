@@ -1,0 +1,511 @@
+"""Streams: configuration (decoded, defaulted and validated as nats-server v2.9.10 does) and
+the publish path (expected-* headers, deduplication, limits, acks)."""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import ApiError
+from .store import StoreError
+from .util import dumps, get_header, go_quote, is_subset_match, is_valid_subject, parse_uint, remove_header, subjects_collide
+
+if TYPE_CHECKING:
+    from . import JetStream
+
+DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
+MIN_WINDOW = 100 * 1_000_000  # 100ms: the least max_age and duplicate_window
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_REPLICAS = 5
+MAX_HEADER_SIZE = 65535
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+
+
+class DecodeError(ValueError):
+    """The request is not what Go's json.Unmarshal would accept ("invalid JSON")."""
+
+
+# -- decoding JSON the way Go does -----------------------------------------------------------
+
+
+def _int(value, bounds):
+    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+        raise DecodeError(f"not an integer in range: {value!r}")
+    return value
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise DecodeError(f"not a string: {value!r}")
+    return value
+
+
+def _bool(value):
+    if not isinstance(value, bool):
+        raise DecodeError(f"not a boolean: {value!r}")
+    return value
+
+
+def _strlist(value):
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DecodeError(f"not a list of strings: {value!r}")
+    return list(value)
+
+
+def _object(value):
+    if not isinstance(value, dict):
+        raise DecodeError(f"not an object: {value!r}")
+    return value
+
+
+def _enum(*allowed, fold=False):
+    def convert(value):
+        if isinstance(value, str):
+            key = value.lower() if fold else value
+            if key in allowed:
+                return key
+        raise DecodeError(f"can not unmarshal {value!r}")
+
+    convert.enum = True  # type: ignore[attr-defined]
+    return convert
+
+
+def decode_struct(obj, fields: dict, target: dict) -> dict:
+    """Fill ``target`` from a JSON object: keys matched as Go matches struct tags (exactly,
+    else case-insensitively), unknown keys ignored, ``null`` leaving a field alone (but an
+    error for enums, whose UnmarshalJSON rejects it), wrong types an error."""
+    if obj is None:
+        return target
+    if not isinstance(obj, dict):
+        raise DecodeError("not a JSON object")
+    folded = {k.lower(): k for k in fields}
+    for key, value in obj.items():
+        name = key if key in fields else folded.get(key.lower())
+        if name is None:
+            continue
+        convert = fields[name]
+        if value is None:
+            if getattr(convert, "enum", False):
+                raise DecodeError(f"can not unmarshal null into {name}")
+            if convert in (_strlist, _object):
+                target[name] = None
+            continue
+        target[name] = convert(value)
+    return target
+
+
+def _placement(value):
+    out = decode_struct(_object(value), {"cluster": _str, "tags": _strlist}, {})
+    return {k: v for k, v in out.items() if v}
+
+
+def _sources(value):
+    if not isinstance(value, list):
+        raise DecodeError("sources: not a list")
+    return [_object(v) if v is not None else None for v in value]
+
+
+_CONFIG_FIELDS = {
+    "name": _str,
+    "description": _str,
+    "subjects": _strlist,
+    "retention": _enum("limits", "interest", "workqueue"),
+    "max_consumers": lambda v: _int(v, _INT64),
+    "max_msgs": lambda v: _int(v, _INT64),
+    "max_bytes": lambda v: _int(v, _INT64),
+    "max_age": lambda v: _int(v, _INT64),
+    "max_msgs_per_subject": lambda v: _int(v, _INT64),
+    "max_msg_size": lambda v: _int(v, _INT32),
+    "discard": _enum("old", "new", fold=True),
+    "storage": _enum("file", "memory", "any"),
+    "num_replicas": lambda v: _int(v, _INT64),
+    "no_ack": _bool,
+    "template_owner": _str,
+    "duplicate_window": lambda v: _int(v, _INT64),
+    "placement": _placement,
+    "mirror": _object,
+    "sources": _sources,
+    "republish": _object,
+    "allow_direct": _bool,
+    "mirror_direct": _bool,
+    "discard_new_per_subject": _bool,
+    "sealed": _bool,
+    "deny_delete": _bool,
+    "deny_purge": _bool,
+    "allow_rollup_hdrs": _bool,
+}
+
+_DEFAULTS = {
+    "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
+    "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
+    "discard": "old", "storage": "", "num_replicas": 0, "no_ack": False, "template_owner": "",
+    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
+    "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
+    "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
+}
+
+
+class StreamConfig:
+    """A stream's configuration; attribute names are nats-server's JSON names."""
+
+    __slots__ = tuple(_DEFAULTS)
+
+    def __init__(self, **values) -> None:
+        for key, default in _DEFAULTS.items():
+            setattr(self, key, values.get(key, default))
+
+    @classmethod
+    def from_json(cls, obj) -> "StreamConfig":
+        """Decode a request body (already parsed); raises DecodeError as Go's Unmarshal fails."""
+        return cls(**decode_struct(obj, _CONFIG_FIELDS, {}))
+
+    def copy(self, **changes) -> "StreamConfig":
+        values = {k: getattr(self, k) for k in _DEFAULTS}
+        values.update(changes)
+        return StreamConfig(**values)
+
+    def to_json(self) -> dict:
+        """In Go's field order, with its omitempty rules."""
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        if self.subjects:
+            out["subjects"] = self.subjects
+        out["retention"] = self.retention
+        out["max_consumers"] = self.max_consumers
+        out["max_msgs"] = self.max_msgs
+        out["max_bytes"] = self.max_bytes
+        out["max_age"] = self.max_age
+        out["max_msgs_per_subject"] = self.max_msgs_per_subject
+        if self.max_msg_size:
+            out["max_msg_size"] = self.max_msg_size
+        out["discard"] = self.discard
+        out["storage"] = self.storage or "file"
+        out["num_replicas"] = self.num_replicas
+        if self.no_ack:
+            out["no_ack"] = True
+        if self.template_owner:
+            out["template_owner"] = self.template_owner
+        if self.duplicate_window:
+            out["duplicate_window"] = self.duplicate_window
+        if self.placement:
+            out["placement"] = self.placement
+        if self.mirror is not None:
+            out["mirror"] = self.mirror
+        if self.sources:
+            out["sources"] = self.sources
+        if self.republish is not None:
+            out["republish"] = self.republish
+        out["allow_direct"] = self.allow_direct
+        out["mirror_direct"] = self.mirror_direct
+        if self.discard_new_per_subject:
+            out["discard_new_per_subject"] = True
+        out["sealed"] = self.sealed
+        out["deny_delete"] = self.deny_delete
+        out["deny_purge"] = self.deny_purge
+        out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
+        return out
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StreamConfig) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"StreamConfig({self.to_json()!r})"
+
+
+def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
+    """nats-server's checkStreamCfg for a standalone server: defaults filled in, invalid
+    configurations refused (ApiError). ``streams`` are the existing ones (for mirrors)."""
+    invalid = errors.stream_invalid_config
+    if not config.name or any(c in config.name for c in " \t\r\n\f.*>"):
+        raise invalid("stream name is required and can not contain '.', '*', '>'")
+    if len(config.name) > MAX_NAME_LEN:
+        raise invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if len(config.description) > MAX_DESCRIPTION_LEN:
+        raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+    cfg = config.copy()
+    if not cfg.storage:
+        cfg.storage = "file"
+    if cfg.num_replicas == 0:
+        cfg.num_replicas = 1
+    if cfg.num_replicas > MAX_REPLICAS:
+        raise invalid(f"maximum replicas is {MAX_REPLICAS}")
+    if cfg.num_replicas < 0:
+        raise errors.replicas_negative()
+    for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+        if getattr(cfg, key) == 0:
+            setattr(cfg, key, -1)
+    if cfg.duplicate_window == 0 and cfg.mirror is None:
+        if cfg.max_age != 0 and cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
+            cfg.duplicate_window = cfg.max_age
+        else:
+            cfg.duplicate_window = DEFAULT_DUPLICATE_WINDOW
+    if 0 < cfg.max_age < MIN_WINDOW:
+        raise invalid("max age needs to be >= 100ms")
+    if cfg.duplicate_window < 0:
+        raise invalid("duplicates window can not be negative")
+    if cfg.max_age != 0 and cfg.duplicate_window > cfg.max_age:
+        raise invalid("duplicates window can not be larger then max age")
+    if 0 < cfg.duplicate_window < MIN_WINDOW:
+        raise invalid("duplicates window needs to be >= 100ms")
+    if cfg.deny_purge and cfg.allow_rollup_hdrs:
+        raise invalid("roll-ups require the purge permission")
+    if cfg.discard_new_per_subject:
+        if cfg.discard != "new":
+            raise invalid("discard new per subject requires discard new policy to be set")
+        if cfg.max_msgs_per_subject <= 0:
+            raise invalid("discard new per subject requires max msgs per subject > 0")
+    if cfg.mirror is not None:
+        if cfg.subjects:
+            raise errors.mirror_with_subjects()
+    if cfg.mirror is not None or cfg.sources:
+        raise invalid("stream mirrors and sources are not supported by natserver")
+    if cfg.republish is not None:
+        raise invalid("stream republish is not supported by natserver")
+    if cfg.storage == "any":
+        raise invalid("storage type 'any' can not be used for a stream")
+    if not cfg.subjects:
+        cfg.subjects = [cfg.name]
+    else:
+        seen: set = set()
+        for subj in cfg.subjects:
+            if subj in seen:
+                raise invalid("duplicate subjects detected")
+            if is_subset_match(subj, "$JS.API.>"):
+                raise invalid("subjects overlap with jetstream api")
+            if not is_valid_subject(subj):
+                raise invalid("invalid subject")
+            seen.add(subj)
+    if len(cfg.subjects) > 1:
+        for subj in cfg.subjects:
+            for other in cfg.subjects:
+                if other != subj and subjects_collide(other, subj):
+                    raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+    return cfg
+
+
+def check_update(old: StreamConfig, new: StreamConfig, streams: dict) -> StreamConfig:
+    """nats-server's configUpdateCheck: what an update may not change."""
+    cfg = check_stream_config(new, streams)
+    invalid = errors.stream_invalid_config
+    if cfg.name != old.name:
+        raise invalid("stream configuration name must match original")
+    if cfg.max_consumers != old.max_consumers:
+        raise invalid("stream configuration update can not change MaxConsumers")
+    if cfg.storage != old.storage:
+        raise invalid("stream configuration update can not change storage type")
+    if cfg.retention != old.retention:
+        raise invalid("stream configuration update can not change retention policy")
+    if old.template_owner:
+        raise invalid("stream configuration update not allowed on template owned stream")
+    if cfg.template_owner:
+        raise invalid("stream configuration update can not be owned by a template")
+    if not cfg.sealed and old.sealed:
+        raise invalid("stream configuration update can not unseal a sealed stream")
+    if not cfg.deny_delete and old.deny_delete:
+        raise invalid("stream configuration update can not cancel deny message deletes")
+    if not cfg.deny_purge and old.deny_purge:
+        raise invalid("stream configuration update can not cancel deny purge")
+    if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
+        raise errors.replicas_not_supported()
+    if cfg.sealed:
+        cfg.max_age = 0
+        cfg.discard = "new"
+        cfg.deny_delete = cfg.deny_purge = True
+        cfg.allow_rollup_hdrs = False
+    return cfg
+
+
+# -- a stream --------------------------------------------------------------------------------
+
+_NATS_MSG_ID = b"Nats-Msg-Id"
+_EXPECTED_STREAM = b"Nats-Expected-Stream"
+_EXPECTED_LAST_SEQ = b"Nats-Expected-Last-Sequence"
+_EXPECTED_LAST_SUBJ_SEQ = b"Nats-Expected-Last-Subject-Sequence"
+_EXPECTED_LAST_MSG_ID = b"Nats-Expected-Last-Msg-Id"
+_ROLLUP = b"Nats-Rollup"
+_REQUEST_INFO = b"Nats-Request-Info"
+
+
+class Stream:
+    """One stream: its configuration, its store, its internal subscriptions and the state
+    the publish path needs (last message id, the deduplication window)."""
+
+    def __init__(self, engine: "JetStream", cfg: StreamConfig, store, created: int) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.name = cfg.name
+        self.store = store
+        self.created = created
+        self.file_backed = store.kind == "file"
+        self.subs: list = []
+        self.lmsgid = b""  # Nats-Msg-Id of the last stored message
+        self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
+        self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
+        prefix = dumps({"stream": self.name})
+        self._ack_prefix = prefix[:-1] + b', "seq":'  # nats-server's pubAck template
+        self._name_b = self.name.encode()
+        recovered = getattr(store, "recovered_ids", None)
+        if recovered:
+            for msg_id, seq, ts in recovered:
+                self._store_msg_id(msg_id, seq, ts)
+            if recovered[-1][1] == store.last_seq:
+                self.lmsgid = recovered[-1][0]
+
+    # -- subscriptions ------------------------------------------------------------------------
+
+    def subscribe(self) -> None:
+        for subject in self.cfg.subjects:
+            self.subs.append(self.engine.subscribe(subject, self.process_msg))
+
+    def unsubscribe(self) -> None:
+        for pair in self.subs:
+            self.engine.unsubscribe(pair)
+        self.subs = []
+
+    # -- deduplication ------------------------------------------------------------------------
+
+    def _store_msg_id(self, msg_id: bytes, seq: int, ts: int) -> None:
+        self.ddmap[msg_id] = (seq, ts)
+        self.ddq.append((msg_id, ts))
+
+    def _check_msg_id(self, msg_id: bytes, now: int) -> tuple[int, int] | None:
+        window = self.cfg.duplicate_window
+        ddq = self.ddq
+        if ddq:
+            horizon = now - window
+            ddmap = self.ddmap
+            while ddq and ddq[0][1] <= horizon:
+                old_id, ts = ddq.popleft()
+                entry = ddmap.get(old_id)
+                if entry is not None and entry[1] == ts:
+                    del ddmap[old_id]
+        return self.ddmap.get(msg_id)
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def _reject(self, reply, error: ApiError) -> None:
+        if reply and not self.cfg.no_ack:
+            self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
+
+    def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
+        """A message on one of the stream's subjects (called synchronously by the server)."""
+        cfg = self.cfg
+        if cfg.sealed:
+            if reply:
+                self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
+            return
+        now = time.time_ns()
+        store = self.store
+        msg_id = b""
+        rollup = b""
+        if hdr:
+            if _REQUEST_INFO in hdr:
+                hdr = remove_header(hdr, _REQUEST_INFO) or None
+        if hdr:
+            expected = get_header(_EXPECTED_STREAM, hdr)
+            if expected and expected != self._name_b:
+                self._reject(reply, errors.stream_not_match())
+                return
+            msg_id = get_header(_NATS_MSG_ID, hdr)
+            if msg_id:
+                dup = self._check_msg_id(msg_id, now)
+                if dup is not None:
+                    if reply and not cfg.no_ack:
+                        self.engine.respond(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]), self)
+                    return
+            value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
+            if value:
+                last = store.last_seq_for(subject)
+                if parse_uint(value) != last:
+                    self._reject(reply, errors.stream_wrong_last_sequence(last))
+                    return
+            value = get_header(_EXPECTED_LAST_SEQ, hdr)
+            if value and parse_uint(value) != store.last_seq:
+                self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
+                return
+            value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
+            if value and value != self.lmsgid:
+                self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                return
+            rollup = get_header(_ROLLUP, hdr).lower()
+            if rollup:
+                if not cfg.allow_rollup_hdrs or cfg.deny_purge:
+                    self._reject(reply, errors.stream_rollup_failed("rollup not permitted"))
+                    return
+                if rollup not in (b"sub", b"all"):
+                    return  # nats-server drops it without a response
+        else:
+            hdr = b""
+        if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
+            self._reject(reply, errors.message_exceeds_maximum())
+            return
+        if len(hdr) > MAX_HEADER_SIZE:
+            self._reject(reply, errors.header_exceeds_maximum())
+            return
+        if self.engine.over_limit(store.kind):
+            self._reject(reply, errors.insufficient_resources())
+            return
+        if cfg.retention == "interest":
+            # No consumers, so no interest: the sequence is used, nothing is stored.
+            seq = store.skip_msg(now)
+        else:
+            was_empty = not store.msgs
+            try:
+                seq = store.store_msg(subject, hdr, msg, now)
+            except StoreError as exc:
+                self._reject(reply, errors.stream_store_failed(str(exc)))
+                return
+            if was_empty and cfg.max_age > 0:
+                self.engine.schedule_expiry(now + cfg.max_age)
+        self.lmsgid = msg_id
+        if msg_id:
+            self._store_msg_id(msg_id, seq, now)
+        if rollup == b"sub":
+            store.purge_ex(subject, 0, 1)
+        elif rollup == b"all":
+            store.purge_ex(b"", 0, 1)
+        if reply and not cfg.no_ack:
+            self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def state_json(self, details: bool = False, subjects: dict | None = None) -> dict:
+        """StreamState in Go's field order (FastState, or State with details)."""
+        from .util import rfc3339nano
+
+        store = self.store
+        out: dict = {
+            "messages": store.msgs,
+            "bytes": store.bytes,
+            "first_seq": store.first_seq,
+            "first_ts": rfc3339nano(store.first_ts),
+            "last_seq": store.last_seq,
+            "last_ts": rfc3339nano(store.last_ts),
+        }
+        if store.fss:
+            out["num_subjects"] = len(store.fss)
+        if subjects:
+            out["subjects"] = subjects
+        if details:
+            deleted = store.deleted()
+            if deleted:
+                out["num_deleted"] = len(deleted)
+                out["deleted"] = deleted
+        else:
+            n = store.num_deleted()
+            if n:
+                out["num_deleted"] = n
+        out["consumer_count"] = 0
+        return out
+
+    def info_json(self) -> dict:
+        from .util import rfc3339nano
+
+        return {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}

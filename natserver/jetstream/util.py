@@ -1,0 +1,234 @@
+"""Helpers shared by the JetStream modules: Go-shaped JSON, RFC 3339 times, NATS headers
+and subject matching (all on bytes, as subjects come off the wire)."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+# -- JSON, the way Go's encoding/json writes it ------------------------------------------------
+
+_GO_ESCAPES = (
+    (b"<", b"\\u003c"),
+    (b">", b"\\u003e"),
+    (b"&", b"\\u0026"),
+    (b"\xe2\x80\xa8", b"\\u2028"),
+    (b"\xe2\x80\xa9", b"\\u2029"),
+)
+
+
+def dumps(obj) -> bytes:
+    """JSON bytes as nats-server sends them: compact, with Go's HTML-safe escapes of ``<``,
+    ``>`` and ``&`` (stream subjects such as ``orders.>`` come back as ``orders.\\u003e``).
+    The escaped characters can only occur inside strings, so a plain replace is exact."""
+    data = orjson.dumps(obj)
+    if b">" in data or b"<" in data or b"&" in data or b"\xe2\x80" in data:
+        for raw, escaped in _GO_ESCAPES:
+            data = data.replace(raw, escaped)
+    return data
+
+
+def loads(data: bytes):
+    """Parse a request body; raises ValueError on anything that is not JSON."""
+    return orjson.loads(data)
+
+
+# -- time ------------------------------------------------------------------------------------
+
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{} in RFC 3339
+_second_cache: list = [None, ""]
+
+
+def rfc3339nano(ns: int) -> str:
+    """Go's ``time.Unix(0, ns).UTC().Format(time.RFC3339Nano)``: trailing zeros of the
+    fraction trimmed, no fraction at all when it is zero; 0 is Go's zero time."""
+    if not ns:
+        return ZERO_TIME
+    seconds, frac = divmod(ns, 1_000_000_000)
+    if _second_cache[0] != seconds:
+        _second_cache[0] = seconds
+        _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    if frac:
+        return f"{_second_cache[1]}.{frac:09d}".rstrip("0") + "Z"
+    return _second_cache[1] + "Z"
+
+
+def go_quote(text: str) -> str:
+    """Go's %q for the plain strings we quote (subjects): a JSON string is the same."""
+    return orjson.dumps(text).decode()
+
+
+# -- headers ---------------------------------------------------------------------------------
+
+
+def get_header(key: bytes, hdr: bytes | None) -> bytes:
+    """nats-server's getHeader: the first occurrence of ``key`` must start a line and be
+    followed by ':'; leading spaces of the value are skipped. b"" when absent."""
+    if not hdr:
+        return b""
+    i = hdr.find(key)
+    if i < 2 or hdr[i - 1] != 10 or hdr[i - 2] != 13:
+        return b""
+    i += len(key)
+    if i >= len(hdr) or hdr[i] != 58:  # ':'
+        return b""
+    i += 1
+    n = len(hdr)
+    while i < n and hdr[i] == 32:
+        i += 1
+    j = hdr.find(b"\r\n", i)
+    return hdr[i:] if j < 0 else hdr[i:j]
+
+
+def parse_uint(value: bytes) -> int:
+    """nats-server's parseInt64 for the Expected-* headers: digits only, else -1 (which, as a
+    Go uint64, never equals a real sequence)."""
+    if not value or not value.isdigit():
+        return -1
+    return int(value)
+
+
+def remove_header(hdr: bytes, key: bytes) -> bytes | None:
+    """nats-server's removeHeaderIfPresent (used for Nats-Request-Info)."""
+    start = hdr.find(key)
+    if start < 1 or hdr[start - 1] != 10:
+        return hdr
+    index = start + len(key)
+    if index >= len(hdr) or hdr[index] != 58:
+        return hdr
+    end = hdr.find(b"\r\n", start)
+    if end < 0:
+        return hdr
+    hdr = hdr[:start] + hdr[end + 2 :]
+    return None if len(hdr) <= len(b"NATS/1.0\r\n\r\n") - 2 else hdr
+
+
+def gen_header(hdr: bytes | None, key: bytes, value: bytes) -> bytes:
+    """nats-server's genHeader: append ``key: value`` to a header block (or start one)."""
+    if hdr and len(hdr) > 2:
+        base = hdr[:-2]
+    else:
+        base = b"NATS/1.0\r\n"
+    value = value.replace(b"\r", b" ").replace(b"\n", b" ").strip(b" \t")
+    return base + key + b": " + value + b"\r\n\r\n"
+
+
+# -- subjects --------------------------------------------------------------------------------
+
+_PWC = b"*"
+_FWC = b">"
+
+
+def has_wildcard(subject: bytes) -> bool:
+    for token in subject.split(b"."):
+        if token == _PWC or token == _FWC:
+            return True
+    return False
+
+
+def is_valid_subject(subject: str) -> bool:
+    """nats-server's IsValidSubject (used for stream subjects): no empty tokens, '>' last,
+    no whitespace in a token."""
+    if not subject:
+        return False
+    full = False
+    for token in subject.split("."):
+        if not token or full:
+            return False
+        if len(token) > 1:
+            if any(c in token for c in "\t\n\f\r "):
+                return False
+            continue
+        if token == ">":
+            full = True
+        elif token in (" ", "\t", "\n", "\r", "\f"):
+            return False
+    return True
+
+
+def is_subset_match(subject: str, test: str) -> bool:
+    """nats-server's subjectIsSubsetMatch: is every subject ``subject`` matches also matched
+    by ``test``? (Both may have wildcards.)"""
+    tokens = subject.split(".")
+    for i, t2 in enumerate(test.split(".")):
+        if i >= len(tokens):
+            return False
+        if not t2:
+            return False
+        if t2 == ">":
+            return True
+        t1 = tokens[i]
+        if not t1 or t1 == ">":
+            return False
+        if t1 == "*":
+            if t2 != "*":
+                return False
+            continue
+        if t2 != "*" and t1 != t2:
+            return False
+    return len(tokens) == len(test.split("."))
+
+
+def subjects_collide(a: str, b: str) -> bool:
+    """nats-server's SubjectsCollide: could one literal subject match both?"""
+    if a == b:
+        return True
+    ta, tb = a.split("."), b.split(".")
+    pa, fa = "*" in ta, ">" in ta
+    pb, fb = "*" in tb, ">" in tb
+    la, lb = not (pa or fa), not (pb or fb)
+    if la and lb:
+        return False
+    if la:
+        return is_subset_match(a, b)
+    if lb:
+        return is_subset_match(b, a)
+    if not fa and not fb and len(ta) != len(tb):
+        return False
+    if len(ta) != len(tb) and (len(ta) < len(tb) and not fa or len(tb) < len(ta) and not fb):
+        return False
+    for x, y in zip(ta, tb):
+        if not x or not y:
+            return False
+        if x[0] in "*>" or y[0] in "*>":
+            continue
+        if x != y:
+            return False
+    return True
+
+
+def compile_filter(filter: bytes):
+    """A predicate for literal subjects (bytes): does ``filter`` (which may have wildcards;
+    b"" and b">" mean everything) match? None means "everything" so callers can skip it."""
+    if not filter or filter == _FWC:
+        return None
+    tokens = filter.split(b".")
+    if _PWC not in tokens and _FWC not in tokens:
+        return filter.__eq__
+    n = len(tokens)
+    full = tokens[-1] == _FWC
+    if full:
+        tokens = tokens[:-1]
+    positions = [(i, t) for i, t in enumerate(tokens) if t != _PWC]
+    cache: dict[bytes, bool] = {}
+
+    def match(subject: bytes) -> bool:
+        hit = cache.get(subject)
+        if hit is not None:
+            return hit
+        parts = subject.split(b".")
+        if full:
+            ok = len(parts) >= n
+        else:
+            ok = len(parts) == n
+        if ok:
+            for i, t in positions:
+                if parts[i] != t:
+                    ok = False
+                    break
+        if len(cache) < 65536:
+            cache[subject] = ok
+        return ok
+
+    return match
