@@ -14,6 +14,7 @@ closed without a word, as nats-server does, while everyone else carries on.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from typing import TYPE_CHECKING
@@ -52,6 +53,8 @@ PONG_PROTO = b"PONG\r\n"
 SP = b" "
 MSG_ = b"MSG "
 HMSG_ = b"HMSG "
+# Backlogs up to this size are written in place by Client.flush; bigger ones go to the writer.
+EAGER_WRITE_MAX = 256 * 1024
 # Payloads at least this big are queued by reference instead of joined into the MSG bytes.
 BIG_PAYLOAD = 16 * 1024
 # client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
@@ -118,6 +121,7 @@ class Client:
     def __init__(self, server: Server, stream: trio.abc.Stream, cid: int, ip: str, port: int) -> None:
         options = server.options
         self.server = server
+        self.closed = False
         self.stream = stream
         self.cid = cid
         self.ip = ip
@@ -171,7 +175,8 @@ class Client:
         self._drained: trio.Event | None = None  # set by the writer when below _stall_at
         self.stalled_on: Client | None = None  # a subscriber this producer must wait for
         self._writer_lot = trio.lowlevel.ParkingLot()
-        self.closed = False
+        # Whether the writer task has a send under way (then it goes first, see flush).
+        self._sending = False
         self.close_reason = ""
         self._flush_before_close = False
         self._scope: trio.CancelScope | None = None
@@ -193,6 +198,17 @@ class Client:
         # Fault injection (natserver.testing): while set, the reader or writer waits here.
         self.read_gate: trio.Event | None = None
         self.write_gate: trio.Event | None = None
+
+    @property
+    def stream(self) -> trio.abc.Stream:
+        return self._stream
+
+    @stream.setter
+    def stream(self, stream: trio.abc.Stream) -> None:
+        # Writes in place (flush) go to the socket's descriptor, so only a plain TCP stream has
+        # one: a TLS stream (even one started over this socket) must write through trio.
+        self._stream = stream
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) and not self.closed else -1
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -220,6 +236,8 @@ class Client:
         finally:
             self.close("Client Closed", flush=False)
             with trio.CancelScope(shield=True):
+                if self.tls_stream is not None:
+                    await _close_tls(self.tls_stream)
                 await trio.aclose_forcefully(self.stream)
 
     def close(self, reason: str, flush: bool = False) -> None:
@@ -227,6 +245,7 @@ class Client:
         if self.closed:
             return
         self.closed = True
+        self._fd = -1  # never write in place to a closed connection's (reusable) descriptor
         self.close_reason = reason
         self.stop = time.time()
         self.server.client_closed(self)
@@ -329,7 +348,7 @@ class Client:
                         ):
                             pass
                         elif reply is not None and self.no_responders:
-                            self._no_responders(reply)
+                            self._no_responders(reply, result)
                         if self.stalled_on is not None:
                             self.parser.unread(remaining)
                             return
@@ -391,7 +410,7 @@ class Client:
         if (result.psubs or result.qsubs) and self._route(result, subject, reply, header_size, sizes, payload):
             return
         if reply is not None and self.no_responders:
-            self._no_responders(reply)
+            self._no_responders(reply, result)
 
     def _route(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
         """Queue one message to every plain match and one member of each queue group;
@@ -598,8 +617,10 @@ class Client:
             return sub.delivered == sub.max_msgs
         return True
 
-    def _no_responders(self, reply: bytes) -> None:
+    def _no_responders(self, reply: bytes, result=None) -> None:
         """nats-server 2.9.10: a 503 HMSG to the requester's own subscription on ``reply``."""
+        if result is not None and _has_internal_subscriber(result):
+            return  # a server callback (e.g. an account's service import) took it: delivered
         for sub in self.sublist.match(reply).psubs:
             if sub.client is self:
                 self.queue(HMSG_ + reply + b" " + sub.sid + NO_RESPONDERS_HEADER)
@@ -714,6 +735,35 @@ class Client:
         if self._writer_lot:
             self._writer_lot.unpark()
 
+    def flush(self) -> None:
+        """Send what is queued: straight to the socket when the writer task is idle and the
+        backlog is small, else through the writer task.
+
+        Writing in place saves the writer's wake-up and trio's send_all (nats-server's reader
+        flushes in place too); whatever the socket does not take at once goes to the writer
+        task, which owns waiting and the write deadline. TLS streams always use the writer.
+        """
+        out = self.out
+        if not out:
+            return
+        if self._fd >= 0 and not self._sending and self.write_gate is None and self.pending <= EAGER_WRITE_MAX:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            try:
+                written = os.write(self._fd, data)
+            except OSError:  # EAGAIN, or an error the writer task will meet and handle
+                written = 0
+            if written:
+                self.pending -= written
+                if written == len(data):
+                    self.out = []
+                    if self._drained is not None and self.pending <= self._stall_at:
+                        self._drained.set()
+                        self._drained = None
+                    return
+                data = data[written:]
+            self.out = [data]
+        self.wake_writer()
+
     async def _write_loop(self) -> None:
         """The only task that writes to the socket: coalesces everything queued into one send."""
         send_all = self.stream.send_all
@@ -732,8 +782,12 @@ class Client:
                 self.out = []
                 data = b"".join(out)
                 # Read live: a config reload changes it for existing clients, as in nats-server.
-                with trio.move_on_after(self.server.options.write_deadline) as timer:
-                    await send_all(data)
+                self._sending = True
+                try:
+                    with trio.move_on_after(self.server.options.write_deadline) as timer:
+                        await send_all(data)
+                finally:
+                    self._sending = False
                 if timer.cancelled_caught:
                     self._write_deadline_exceeded(len(out), len(data))
                     return
@@ -805,8 +859,8 @@ class Client:
 
     def _use_no_auth_user(self) -> bool:
         """A first op other than CONNECT with no_auth_user set: the client becomes that user."""
-        if self.connect_received or not self.parser.auth_pending:
-            return False
+        if self.connect_received or self.connect_opts is not None or not self.parser.auth_pending:
+            return False  # (a CONNECT that failed authentication is no telnet demo)
         if not self.server.auth.use_no_auth_user(self):
             return False
         self.parser.auth_pending = False
@@ -819,6 +873,21 @@ class Client:
             self.queue(errors.AUTH_TIMEOUT.wire)
             self.close(errors.AUTH_TIMEOUT.close_reason, flush=True)
             self.server.flush_touched()
+
+
+def _has_internal_subscriber(result) -> bool:
+    if any(sub.callback is not None for sub in result.psubs):
+        return True
+    return any(sub.callback is not None for group in result.qsubs for sub in group)
+
+
+async def _close_tls(stream) -> None:
+    """Go's tls.Conn.Close sends a close_notify alert: do the same, briefly."""
+    with trio.move_on_after(0.5):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            pass
 
 
 def stall_duration(pending: int, max_pending: int) -> float:

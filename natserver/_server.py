@@ -113,7 +113,7 @@ class Server:
     @property
     def auth_required(self) -> bool:
         """Clients must authenticate (CONNECT first, within auth_timeout)."""
-        return self.auth.required
+        return self.auth is not None and self.auth.required
 
     def configure_security(self, options: Options) -> list[str]:
         """Build accounts, operator mode, the authenticator and the TLS context from
@@ -407,10 +407,9 @@ class Server:
     # -- hooks the clients call ---------------------------------------------------------------
 
     def flush_touched(self) -> None:
-        """Wake the writer of every client given output since the last flush."""
+        """Send the output of every client given some since the last flush (Client.flush)."""
         for client in self.touched:
-            if client.out:
-                client.wake_writer()
+            client.flush()
         self.touched.clear()
 
     def client_closed(self, client: Client) -> None:
