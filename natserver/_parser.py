@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import sys
 
 import orjson
 
@@ -116,23 +117,48 @@ def _match_verb(line: bytes, complete: bool) -> tuple[bytes, int] | None:
     raise ProtocolError(errors.UNKNOWN_OP, f"unknown op {line[:16]!r}")
 
 
+# encoding/json's maxNestingDepth: Go refuses deeper JSON (orjson stops at 1024).
+GO_JSON_MAX_DEPTH = 10000
+_BRACKETS_OR_QUOTED = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _nesting_depth(arg: bytes) -> int:
+    """The deepest [ / { nesting in ``arg``, skipping strings, without recursion."""
+    depth = deepest = 0
+    for match in _BRACKETS_OR_QUOTED.finditer(arg):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
 def _go_json_loads(arg: bytes):
     """Decode JSON that orjson refuses but Go's encoding/json accepts: invalid UTF-8 and lone
-    surrogate escapes, both of which Go turns into U+FFFD."""
+    surrogate escapes (Go turns both into U+FFFD), and nesting deeper than orjson's 1024."""
+    depth = _nesting_depth(arg)
+    if depth > GO_JSON_MAX_DEPTH:
+        raise ProtocolError(errors.SILENT_CLOSE, "JSON nested too deeply")
+    limit = sys.getrecursionlimit()
     try:
+        if depth + 200 > limit:  # json's C scanner counts nesting against the recursion limit
+            sys.setrecursionlimit(depth + 200)
         value = json.loads(arg.decode("utf-8", "replace"))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ProtocolError(errors.SILENT_CLOSE, "bad JSON") from None
+    finally:
+        sys.setrecursionlimit(limit)
     return _replace_surrogates(value)
 
 
 def _replace_surrogates(value):
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+    """Lone surrogates to U+FFFD in the top-level keys and strings: only those are read (a
+    CONNECT's options), and walking deeper would recurse as deep as the JSON nests."""
     if isinstance(value, dict):
-        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace_surrogates(v) for v in value]
+        fix = lambda v: _LONE_SURROGATE.sub("\ufffd", v) if isinstance(v, str) else v  # noqa: E731
+        return {fix(k): fix(v) for k, v in value.items()}
     return value
 
 

@@ -666,3 +666,29 @@ def test_random_bytes_only_raise_protocol_error(data, points):
         split_ops, split_error = _parse_until_error(split_at(data, [p for p in points if p < len(data)]), **kwargs)
         if error is None and split_error is None:
             assert split_ops == ops
+
+
+# -- JSON that orjson refuses and Go accepts ------------------------------------------------------
+
+
+def test_go_json_fallback_accepts_deep_nesting_like_go():
+    # orjson stops at 1024 levels (newer releases refuse earlier than 3.8); Go allows 10000.
+    from natserver._parser import _go_json_loads
+
+    options = _go_json_loads(b'{"verbose":false,"x":' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert options["verbose"] is False
+
+
+def test_go_json_fallback_refuses_what_go_refuses():
+    from natserver._parser import _go_json_loads
+
+    with pytest.raises(ProtocolError) as info:
+        _go_json_loads(b"[" * 10001 + b"]" * 10001)
+    assert info.value.error is errors.SILENT_CLOSE
+
+
+def test_go_json_fallback_replaces_bad_utf8_and_lone_surrogates():
+    from natserver._parser import _go_json_loads
+
+    assert _go_json_loads(b'{"name":"a\xffb"}') == {"name": "a\ufffdb"}
+    assert _go_json_loads(b'{"name":"\\ud800"}') == {"name": "\ufffd"}
