@@ -6,9 +6,11 @@ one writer that drains the outbound buffer with coalesced sends, and the keepali
 
 Delivery never blocks the publisher: a message is appended to the subscriber's outbound list
 and the subscriber is marked "touched"; after the publisher's whole chunk is processed every
-touched writer is woken once (nats-server's pcd/flushClients). A subscriber whose pending
-bytes exceed max_pending, or whose send stalls past write_deadline, is a slow consumer and is
-closed without a word, as nats-server does, while everyone else carries on.
+touched client is flushed once (nats-server's pcd/flushClients): written in place when its
+writer is idle, else handed to its writer. A subscriber whose pending bytes exceed
+max_pending, or whose send stalls past write_deadline, is a slow consumer and is closed
+without a word, as nats-server does, while everyone else carries on. A producer that feeds a
+subscriber past half of its max_pending waits for it a little (the stall gate).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import orjson
 import trio
 
 from . import _const as const
+from ._server import connection_record
 from ._sublist import is_valid_literal_subject
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
@@ -773,27 +774,10 @@ def sub_detail(sub, *, account: bool) -> dict:
 
 
 def _open_row(client) -> dict:
-    return {
-        "cid": client.cid,
-        "ip": client.ip,
-        "port": client.port,
-        "start": client.start,
-        "stop": None,
-        "last_activity": client.last_activity,
-        "rtt": client.rtt,
-        "pending_bytes": client.pending,
-        "in_msgs": client.in_msgs,
-        "out_msgs": client.out_msgs,
-        "in_bytes": client.in_bytes,
-        "out_bytes": client.out_bytes,
-        "subscriptions": len(client.subs),
-        "name": client.name,
-        "lang": client.lang,
-        "version": client.version,
-        "user": client.user,
-        "reason": "",
-        "_subs": list(client.subs.values()),
-    }
+    # The same record a closed connection leaves behind, plus the live subscriptions.
+    row = connection_record(client)
+    row["_subs"] = list(client.subs.values())
+    return row
 
 
 def _closed_row(record: dict) -> dict:
