@@ -829,3 +829,124 @@ case("perm_denied_verbose", S("c", b'CONNECT {"verbose":true,"user":"a","pass":"
      config=PERMS)
 case("perm_cross_user_delivery", S("s", CD + b"SUB > 1\r\n"), Flush("s"), S("p", CA + b"PUB foo 1\r\nx\r\n"), Flush("p"),
      config=PERMS)
+
+# ------------------------------------------------------------------------------------------
+# Security: nkeys, no_auth_user, allow_responses, queue permissions, accounts
+# ------------------------------------------------------------------------------------------
+
+NKEY_PUB = "UCWTGC2XTPR4UB5OC5H4IB63RXMVFDNRSCQBTCDWPQN3ITS4AIDOAMC5"  # a user nkey
+NKEY_OTHER = "UA2WQSU7CYKZGSIGWEMR63OYBCHIFPNPNTGRBWZFSB3T5EBSA3CFAZIL"
+# A valid 64-byte signature, by NKEY_OTHER's key over "x" (not the nonce).
+NKEY_FOREIGN_SIG = "+EgDBuivUClitPGASq5nvgQogpsSdn2QO0JUjTRKrtSld4tNDtGYiFExAqiEZr66nyCb0M5iFp0c2lk+d45WBQ=="
+NKEYS = ((None, 'authorization { users: [ {nkey: "%s"}, {user: bob, password: pw} ] }' % NKEY_PUB),)
+
+
+def _nk(**fields) -> bytes:
+    import json
+
+    return b"CONNECT " + json.dumps({"verbose": False, "pedantic": False, **fields}).encode() + b"\r\nPING\r\n"
+
+
+case("nkey_info_has_nonce", Open("c"), config=NKEYS, doc="nonce (masked) after client_ip")
+case("nkey_missing_sig", S("c", _nk(nkey=NKEY_PUB)), config=NKEYS)
+case("nkey_foreign_sig", S("c", _nk(nkey=NKEY_PUB, sig=NKEY_FOREIGN_SIG)), config=NKEYS)
+case("nkey_sig_wrong_length", S("c", _nk(nkey=NKEY_PUB, sig=NKEY_FOREIGN_SIG[:40])), config=NKEYS)
+case("nkey_sig_not_base64", S("c", _nk(nkey=NKEY_PUB, sig="***")), config=NKEYS)
+case("nkey_unknown_key", S("c", _nk(nkey=NKEY_OTHER, sig=NKEY_FOREIGN_SIG)), config=NKEYS)
+case("nkey_malformed_key", S("c", _nk(nkey="UABC", sig="AAAA")), config=NKEYS)
+case("nkey_sig_wrong_type", S("c", _nk(nkey=NKEY_PUB, sig=12)), config=NKEYS, doc="json type error: silent close")
+case("nkey_user_password_beside_nkeys", S("c", _nk(user="bob", **{"pass": "pw"})), config=NKEYS)
+case("nkey_wrong_password_beside_nkeys", S("c", _nk(user="bob", **{"pass": "no"})), config=NKEYS)
+
+NOAUTH = ((None, """authorization {
+  timeout: 0.5
+  users: [
+    {user: a, password: a, permissions: {publish: ["a.>", "_INBOX.>"], subscribe: ["a.>", "_INBOX.>"]}}
+    {user: b, password: b}
+  ]
+}
+no_auth_user: a"""),)
+case("no_auth_user_info", Open("c"), config=NOAUTH, doc="no auth_required in INFO")
+case("no_auth_user_telnet", S("c", b"PING\r\nSUB a.x 1\r\nSUB b.x 2\r\nPUB a.x 1\r\nx\r\nPUB b 0\r\n\r\nPING\r\n"),
+     config=NOAUTH, doc="first op not CONNECT: the client becomes the no_auth_user")
+case("no_auth_user_connect_without_credentials", S("c", Q + b"SUB a.x 1\r\nSUB b.x 2\r\nPUB a.x 1\r\nx\r\n"), Flush("c"),
+     config=NOAUTH)
+case("no_auth_user_connect_as_other_user", S("c", _nk(user="b", **{"pass": "b"}) + b"SUB b.x 2\r\nPUB b.x 1\r\nx\r\n"),
+     Flush("c"), config=NOAUTH)
+case("no_auth_user_wrong_password", S("c", _nk(user="b", **{"pass": "x"})), config=NOAUTH)
+case("no_auth_user_unknown_user", S("c", _nk(user="zz", **{"pass": "x"})), config=NOAUTH)
+case("no_auth_user_token_is_a_credential", S("c", _nk(auth_token="t")), config=NOAUTH)
+case("no_auth_user_idle_times_out", Open("c"), WaitFor("c", b"Timeout", timeout=2.0), config=NOAUTH)
+case("no_auth_user_ops_then_connect", S("c", b"SUB b.x 1\r\n"), Flush("c"),
+     S("c", _nk(user="b", **{"pass": "b"}) + b"SUB b.y 2\r\n"), Flush("c"), config=NOAUTH)
+
+RESP = ((None, """authorization { users: [
+  {user: req, password: req}
+  {user: rsp, password: rsp, permissions: {subscribe: "svc", allow_responses: true}}
+  {user: rsp2, password: rsp2, permissions: {subscribe: ["svc", "svc2"], publish: "log", allow_responses: {max: 2}}}
+]}"""),)
+CREQ = b'CONNECT {"verbose":false,"pedantic":false,"user":"req","pass":"req"}\r\n'
+CRSP = b'CONNECT {"verbose":false,"pedantic":false,"user":"rsp","pass":"rsp"}\r\n'
+CRSP2 = b'CONNECT {"verbose":false,"pedantic":false,"user":"rsp2","pass":"rsp2"}\r\n'
+case("allow_responses_once", S("s", CRSP + b"SUB svc 1\r\n"), Flush("s"),
+     S("p", CREQ + b"SUB inbox.1 1\r\nPUB svc inbox.1 3\r\nreq\r\n"), Flush("p"),
+     S("s", b"PUB inbox.1 3\r\nrs1\r\nPUB inbox.1 3\r\nrs2\r\nPUB other 1\r\nx\r\n"), Flush("s"), Flush("p"),
+     config=RESP, doc="one response to the reply subject, then Permissions Violation")
+case("allow_responses_max_two", S("s", CRSP2 + b"SUB svc 1\r\n"), Flush("s"),
+     S("p", CREQ + b"SUB inbox.2 1\r\nPUB svc inbox.2 3\r\nreq\r\n"), Flush("p"),
+     S("s", b"PUB inbox.2 1\r\na\r\nPUB inbox.2 1\r\nb\r\nPUB inbox.2 1\r\nc\r\nPUB log 1\r\nl\r\n"), Flush("s"),
+     Flush("p"), config=RESP)
+case("allow_responses_without_request", S("s", CRSP + b"SUB svc 1\r\nPUB inbox.3 1\r\nx\r\n"), Flush("s"), config=RESP)
+case("allow_responses_no_reply_subject", S("s", CRSP + b"SUB svc 1\r\n"), Flush("s"),
+     S("p", CREQ + b"PUB svc 3\r\nreq\r\n"), Flush("p"), S("s", b"PUB svc 1\r\nx\r\n"), Flush("s"), config=RESP)
+case("allow_responses_two_requests", S("s", CRSP + b"SUB svc 1\r\n"), Flush("s"),
+     S("p", CREQ + b"SUB in.* 1\r\nPUB svc in.a 1\r\n1\r\nPUB svc in.b 1\r\n2\r\n"), Flush("p"),
+     S("s", b"PUB in.b 1\r\nB\r\nPUB in.a 1\r\nA\r\nPUB in.a 1\r\nA\r\n"), Flush("s"), Flush("p"), config=RESP)
+
+QPERMS = ((None, """authorization { users: [
+  {user: q, password: q, permissions: {subscribe: {allow: ["foo q1", "bar", "baz.*"], deny: ["bar q2", "baz.x"]}}}
+]}"""),)
+CQ = b'CONNECT {"verbose":false,"pedantic":false,"user":"q","pass":"q"}\r\n'
+case("perm_queue_allow_entries", S("c", CQ + b"SUB foo q1 1\r\nSUB foo q2 2\r\nSUB foo 3\r\nSUB bar 4\r\n"), Flush("c"),
+     config=QPERMS)
+case("perm_queue_deny_entries", S("c", CQ + b"SUB bar q2 1\r\nSUB bar q3 2\r\nSUB baz.x q 3\r\nSUB baz.y q 4\r\n"),
+     Flush("c"), config=QPERMS)
+case("perm_queue_wildcard_delivery", S("c", CQ + b"SUB baz.* 1\r\nPUB baz.x 1\r\nx\r\nPUB baz.y 1\r\ny\r\n"),
+     Flush("c"), config=QPERMS, doc="baz.x is denied: not delivered to the baz.* subscription")
+
+case("connect_account_field", S("c", b'CONNECT {"verbose":false,"account":"x"}\r\nPING\r\n'),
+     doc="client.go processConnect: an account designation is an authorization violation")
+case("connect_new_account_field", S("c", b'CONNECT {"verbose":false,"new_account":true}\r\nPING\r\n'))
+case("connect_account_empty", S("c", b'CONNECT {"verbose":false,"account":""}\r\nPING\r\n'))
+
+ACCOUNTS = ((None, """accounts {
+  A: { users: [{user: a, password: a}]
+       exports: [{stream: "news.>"}, {service: "help.>"}, {stream: "private", accounts: [C]}] }
+  B: { users: [{user: b, password: b}]
+       imports: [{stream: {account: A, subject: "news.>"}, prefix: "from_a"},
+                 {service: {account: A, subject: "help.me"}, to: "help"}] }
+  C: { users: [{user: c, password: c}]
+       imports: [{stream: {account: A, subject: "private"}}, {stream: {account: A, subject: "news.sport"}, to: "sport"}] }
+}"""),)
+CAA = b'CONNECT {"verbose":false,"pedantic":false,"user":"a","pass":"a"}\r\n'
+CAB = b'CONNECT {"verbose":false,"pedantic":false,"user":"b","pass":"b"}\r\n'
+CAC = b'CONNECT {"verbose":false,"pedantic":false,"user":"c","pass":"c"}\r\n'
+case("accounts_info", Open("c"), config=ACCOUNTS)
+case("accounts_isolated", S("s", CAA + b"SUB foo 1\r\nSUB > 2\r\n"), Flush("s"), S("p", CAB + b"PUB foo 1\r\nx\r\n"),
+     Flush("p"), S("p2", CAA + b"PUB foo 1\r\ny\r\n"), Flush("p2"), Flush("s"), config=ACCOUNTS,
+     doc="b's message does not reach account A; a's does")
+case("accounts_stream_import_prefix", S("s", CAB + b"SUB from_a.> 1\r\nSUB news.> 2\r\n"), Flush("s"),
+     S("p", CAA + b"PUB news.x 2\r\nhi\r\nPUB other 1\r\nx\r\n"), Flush("p"), Flush("s"), config=ACCOUNTS)
+case("accounts_stream_import_private_and_to", S("s", CAC + b"SUB private 1\r\nSUB sport 2\r\nSUB news.> 3\r\n"),
+     Flush("s"), S("p", CAA + b"PUB private 1\r\np\r\nPUB news.sport 1\r\ns\r\nPUB news.tv 1\r\nt\r\n"), Flush("p"),
+     Flush("s"), config=ACCOUNTS)
+case("accounts_import_is_one_way", S("s", CAA + b"SUB from_a.> 1\r\nSUB news.> 2\r\n"), Flush("s"),
+     S("p", CAB + b"PUB from_a.news.x 1\r\nx\r\nPUB news.y 1\r\ny\r\n"), Flush("p"), Flush("s"), config=ACCOUNTS)
+case("accounts_wrong_password", S("c", _nk(user="a", **{"pass": "b"})), config=ACCOUNTS)
+case("accounts_no_credentials", S("c", _nk()), config=ACCOUNTS)
+case("accounts_service_import_no_responder", S("c", b'CONNECT {"verbose":false,"pedantic":false,"user":"b","pass":"b",'
+     b'"headers":true,"no_responders":true}\r\nSUB inbox 1\r\nPUB help inbox 2\r\nhi\r\n'), Flush("c"), config=ACCOUNTS,
+     doc="the service import's internal subscription counts as interest: no 503")
+case("accounts_service_import_headerless_responder", S("s", CAA + b"SUB help.me 1\r\n"), Flush("s"),
+     S("p", CAB + b"PUB help 2\r\nhi\r\n"), Flush("p"), Flush("s"), config=ACCOUNTS,
+     doc="no reply subject: the request arrives as is (a client without headers gets no Nats-Request-Info)")

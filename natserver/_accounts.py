@@ -224,18 +224,77 @@ def check_accounts(configs: list[AccountConfig]) -> list[str]:
                     errors.append(f'Error adding {kind} export "{export.subject}": invalid subject')
     if errors:
         return errors
-    for config in configs:
-        seen = set()
-        for imp in config.imports:
-            error = import_error(by_name, config, imp)
-            if error is None and not imp.service:
-                key = (imp.account, imp.subject)
-                if key in seen:
-                    error = f'Error adding stream import "{imp.subject}": stream import already exists'
-                seen.add(key)
-            if error:
-                errors.append(error)
+    # Stream imports first, then services, as parseAccounts; each checked against the imports
+    # already added for cycles (accounts.go checkStreamImportsForCycles/...ServiceImports...).
+    streams: dict[str, list] = {c.name: [] for c in configs}  # account -> [(exporter, local subject)]
+    services: dict[str, list] = {c.name: [] for c in configs}  # account -> [(exporter, local, remote)]
+    for service in (False, True):
+        for config in configs:
+            seen = set()
+            for imp in config.imports:
+                if imp.service != service:
+                    continue
+                error = import_error(by_name, config, imp)
+                if error is None and not imp.service:
+                    key = (imp.account, imp.subject)
+                    if key in seen:
+                        error = f'Error adding stream import "{imp.subject}": stream import already exists'
+                    seen.add(key)
+                if error is None:
+                    local = _local_subject(imp)
+                    if service and _service_cycle(services, by_name, imp.account, local, {config.name}):
+                        error = f'Error adding service import "{imp.subject}": import forms a cycle'
+                    elif not service and _stream_cycle(streams, by_name, imp.account, local, {config.name}):
+                        error = f'Error adding stream import "{imp.subject}": import forms a cycle'
+                if error:
+                    errors.append(error)
+                    continue
+                if service:
+                    services[config.name].append((imp.account, _local_subject(imp), imp.subject))
+                else:
+                    streams[config.name].append((imp.account, _local_subject(imp)))
     return errors
+
+
+def _local_subject(imp: ImportConfig) -> str:
+    if imp.service:
+        return imp.to or imp.subject
+    if imp.prefix:
+        return (imp.prefix if imp.prefix.endswith(".") else imp.prefix + ".") + imp.subject
+    return imp.to or imp.subject
+
+
+def _stream_cycle(streams: dict, configs: dict, account: str, to: str, visited: set, depth: int = 0) -> bool:
+    config = configs.get(account)
+    if config is None or depth > 1024:
+        return depth > 1024
+    if not any(not e.service and subset_match(to, e.subject) for e in config.exports):
+        return False
+    for source, local in streams.get(account, ()):
+        if subjects_collide(to, local):
+            if source in visited:
+                return True
+            visited.add(account)
+            if subset_match(local, to):
+                to = local
+            if _stream_cycle(streams, configs, source, to, visited, depth + 1):
+                return True
+    return False
+
+
+def _service_cycle(services: dict, configs: dict, account: str, local_from: str, visited: set, depth: int = 0) -> bool:
+    if depth > 1024:
+        return True
+    for source, local, remote in services.get(account, ()):
+        if subjects_collide(local_from, remote):
+            if source in visited:
+                return True
+            visited.add(account)
+            if subset_match(local, local_from):
+                local_from = local
+            if _service_cycle(services, configs, source, local_from, visited, depth + 1):
+                return True
+    return False
 
 
 # -- running accounts -------------------------------------------------------------------------
@@ -411,7 +470,7 @@ class Account:
                     del self._responses[key]
         rand = int.from_bytes(os.urandom(8), "little")
         token = bytearray()
-        for _ in range(10):
+        for _ in range(6):  # accounts.go replyLen
             token.append(_DIGITS[rand % 62])
             rand //= 62
         new_reply = self._response_prefix + bytes(token)

@@ -357,14 +357,15 @@ def check_password(given: str, stored: str) -> bool:
         # Still spend the comparison, so that the length is all a refusal reveals.
         hmac.compare_digest(stored.encode(), stored.encode())
         return False
+    secret = given.encode("utf-8", "surrogatepass")
     if is_bcrypt(stored):
         import bcrypt  # only needed when a config uses hashes
 
         try:
-            return bcrypt.checkpw(given.encode(), stored.encode())
+            return bcrypt.checkpw(secret, stored.encode())
         except ValueError:
             return False
-    return hmac.compare_digest(given.encode(), stored.encode())
+    return hmac.compare_digest(secret, stored.encode("utf-8", "surrogatepass"))
 
 
 def decode_signature(sig: str) -> bytes | None:
@@ -433,7 +434,7 @@ class Authenticator:
         nkey = opts.get("nkey") or ""
         if self.nkeys and nkey:
             user = self.nkeys.get(nkey) if isinstance(nkey, str) else None
-            if user is None:
+            if user is None or not _standard_allowed(user.connection_types):
                 return False
             if not self._signed_nonce(client, nkey, opts.get("sig")):
                 return False
@@ -457,7 +458,7 @@ class Authenticator:
                     username, password = fallback.username, fallback.password
             if username:
                 user = self.users.get(username) if isinstance(username, str) else None
-                if user is None:
+                if user is None or not _standard_allowed(user.connection_types):
                     check_password("", "")  # the same work as a wrong password, more or less
                     return False
                 if not check_password(password, user.password):
@@ -470,7 +471,7 @@ class Authenticator:
         if self.username:
             username = opts.get("user") or ""
             password = opts.get("pass") or ""
-            ok_user = hmac.compare_digest(str(username).encode(), self.username.encode())
+            ok_user = hmac.compare_digest(str(username).encode("utf-8", "surrogatepass"), self.username.encode())
             ok_pass = check_password(password, self.password)
             if ok_user and ok_pass:
                 client.user = self.username
@@ -522,6 +523,24 @@ class Authenticator:
         return "authentication error"
 
 
+def _standard_allowed(types) -> bool:
+    """client.go connectionTypeAllowed for a plain (STANDARD) client connection."""
+    return not types or "STANDARD" in types
+
+
+def plaintext_password_warning(options) -> bool:
+    """auth.go checkAuthforWarnings: passwords that are not bcrypt hashes."""
+    if options.password and not is_bcrypt(options.password):
+        return True
+    tls = getattr(options, "tls", None)
+    for user in options.users:
+        if not user.password and tls is not None and tls.verify_and_map:
+            continue
+        if not is_bcrypt(user.password):
+            return True
+    return False
+
+
 def _printable(value) -> str:
     text = value if isinstance(value, str) else ""
     return text[:256].encode("unicode_escape").decode("ascii").replace('"', '\\"')
@@ -545,11 +564,7 @@ def authenticate_connect(client, opts: dict) -> None:
     server = client.server
     client._auth_error = None
     client.auth_expires = None
-    ok = False
-    try:
-        ok = server.authenticate(client, opts)
-    except AccountLimitError:
-        client._auth_error = errors.MAX_ACCOUNT_CONNECTIONS
+    ok = server.authenticate(client, opts)
     if client._auth_error is not None:
         log.error("%s - %s", client_label(client), client._auth_error.text)
         raise ProtocolError(client._auth_error, client._auth_error.text)

@@ -513,7 +513,7 @@ class _Builder:
                     if not isinstance(item, list):
                         raise _Bad(f"error parsing users: expected an array, got {_type_name(item)}")
                     users_spec = item
-                elif name in ("permissions", "default_permissions"):
+                elif name in ("permissions", "default_permissions", "default_permission"):
                     if not isinstance(item, dict):
                         raise _Bad(f"error parsing {member}: expected a map, got {_type_name(item)}")
                     default_permissions = item
@@ -526,14 +526,26 @@ class _Builder:
         if (user or password) and token:
             raise _Bad("Cannot have a user/pass and token")
         users, nkeys = _users_from(users_spec or [], default_permissions) if users_spec is not None else ([], [])
-        if users_spec is not None and user:
-            raise _Bad("Can not have a single user/pass and a users array")
-        if users_spec is not None and token:
-            raise _Bad("Can not have a token and a users array")
+        from_accounts = self.account_users or self.account_nkeys
+        if users_spec is not None or from_accounts:
+            if user:
+                raise _Bad("Can not have a single user/pass and a users array")
+            if token:
+                raise _Bad("Can not have a token and a users array")
+        seen = {u.username for u in self.account_users} | {u.nkey for u in self.account_nkeys}
+        for entry in users:
+            if entry.username in seen:
+                raise _Bad(f'Duplicate user "{entry.username}" detected')
+            seen.add(entry.username)
+        for entry in nkeys:
+            if entry.nkey in seen:
+                raise _Bad(f'Duplicate nkey "{entry.nkey}" detected')
+            seen.add(entry.nkey)
         if user and default_permissions is not None:
-            # The single user's permissions: make it a one-user list, which carries them.
-            users, _ = _users_from([{"user": user, "password": password}], default_permissions)
-            user = password = ""
+            # As nats-server: (default) permissions are for the users array, not a single user.
+            self.extra.setdefault("security_warnings", []).append(
+                "authorization permissions apply to the users array only: the single user has no permissions"
+            )
         self.auth_users = users
         self.auth_nkeys = nkeys
         self.security_where = where
@@ -555,7 +567,7 @@ class _Builder:
             raise _Bad(str(exc)) from None
         self.changes["tls"] = config
         for line in warnings:
-            self.extra.setdefault("tls_warnings", []).append(line)
+            self.extra.setdefault("security_warnings", []).append(line)
 
     def operators(self, value, key: str) -> list:
         """operator: a file with the operator JWT (or the JWT inline), or a list of them."""
@@ -608,13 +620,32 @@ class _Builder:
                 self.errors.append(f'{account_where}: "{name}" is a Reserved Account')
                 continue
             try:
-                config, users, nkeys = self.account_block(name, block, account_where)
+                config, users, nkeys, users_where = self.account_block(name, block, account_where)
             except _Bad as exc:
                 self.errors.append(f"{account_where}: {exc}")
                 continue
             configs.append(config)
-            self.account_users += users
-            self.account_nkeys += nkeys
+            if users or nkeys:
+                if self.changes.get("username"):
+                    self.errors.append(f"{users_where}: Can not have a single user/pass and accounts")
+                    continue
+                if self.changes.get("authorization"):
+                    self.errors.append(f"{users_where}: Can not have a token and accounts")
+                    continue
+            seen = ({u.username for u in self.account_users + (self.auth_users or [])}
+                    | {u.nkey for u in self.account_nkeys + self.auth_nkeys})
+            for user in nkeys:
+                if user.nkey in seen:
+                    self.errors.append(f'{users_where}: Duplicate nkey "{user.nkey}" detected')
+                    continue
+                seen.add(user.nkey)
+                self.account_nkeys.append(user)
+            for user in users:
+                if user.username in seen:
+                    self.errors.append(f'{users_where}: Duplicate user "{user.username}" detected')
+                    continue
+                seen.add(user.username)
+                self.account_users.append(user)
         if not self.errors:
             from ._accounts import check_accounts
 
@@ -629,6 +660,7 @@ class _Builder:
         config = AccountConfig(name)
         users_spec = None
         default_permissions = None
+        users_where = where
         for member, item in block.items():
             member_where = self.where(block, member, where)
             lowered = member.lower()
@@ -641,6 +673,7 @@ class _Builder:
                     if not isinstance(item, list):
                         raise _Bad(f"Expected users field to be an array, got {item}")
                     users_spec = item
+                    users_where = member_where
                 elif lowered == "default_permissions":
                     if not isinstance(item, dict):
                         raise _Bad(f"Expected permissions to be a map/struct, got {item}")
@@ -659,42 +692,18 @@ class _Builder:
             except _Bad as exc:
                 self.errors.append(f"{member_where}: {exc}")
         users, nkeys = _users_from(users_spec or [], default_permissions, account=name)
-        return config, users, nkeys
+        return config, users, nkeys, users_where
 
     def finish_security(self) -> None:
-        """Checks that need the whole file: users of authorization {} and accounts {} together
-        (parseAuthorization/parseAccounts), trusted operators (validateTrustedOperators)."""
+        """The users of authorization {} and of accounts {} together."""
         c = self.changes
-        where = self.security_where
-        auth_users = self.auth_users or []
-        if self.account_users or self.account_nkeys:
-            if c.get("username"):
-                self.errors.append(f"{where}: Can not have a single user/pass and accounts")
-                return
-            if c.get("authorization"):
-                self.errors.append(f"{where}: Can not have a token and accounts")
-                return
-        seen: set = set()
-        users = []
-        for user in self.account_users + auth_users:
-            if user.username in seen:
-                self.errors.append(f'{where}: Duplicate user "{user.username}" detected')
-                continue
-            seen.add(user.username)
-            users.append(user)
-        nkeys = []
-        for user in self.account_nkeys + self.auth_nkeys:
-            if user.nkey in seen:
-                self.errors.append(f'{where}: Duplicate nkey "{user.nkey}" detected')
-                continue
-            seen.add(user.nkey)
-            nkeys.append(user)
+        users = self.account_users + (self.auth_users or [])
+        nkeys = self.account_nkeys + self.auth_nkeys
         if self.auth_users is not None or users or nkeys:
             c["users"] = users
             c["nkeys"] = nkeys
 
     def result(self) -> Options:
-        self.finish_security()
         if "auth_timeout" not in self.changes and "tls" in self.changes:
             self.changes["auth_timeout"] = 0.0  # the default: the TLS timeout + 1 s
         options = self.options.copy(**self.changes, extra=self.extra)
@@ -742,6 +751,7 @@ def options_from_dict(
         base = base.copy(config_file=path)
     builder = _Builder(base, locations, path)
     builder.apply(conf)
+    builder.finish_security()
     if builder.errors:
         raise ConfigFileError(builder.errors, builder.warnings)
     options = builder.result()
@@ -1064,7 +1074,7 @@ def unsupported_warnings(options: Options) -> list[str]:
     lines = []
     for key, value in options.extra.items():
         name = key.lower()
-        if name in _QUIET_EXTRA_KEYS or name in ("cli", "tls_warnings", "account_options"):
+        if name in _QUIET_EXTRA_KEYS or name in ("cli", "security_warnings", "account_options"):
             continue
         if name == "authorization":
             members = ", ".join(sorted(value)) if isinstance(value, dict) else ""
@@ -1073,7 +1083,7 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
     for flag in (options.extra.get("cli") or {}):
         lines.append(f"Command line flag -{flag} is not supported by natserver and is ignored")
-    lines += options.extra.get("tls_warnings", [])
+    lines += options.extra.get("security_warnings", [])
     for name in options.extra.get("account_options", []):
         lines.append(f'Account option "{name}" is not supported by natserver and is ignored')
     return lines

@@ -141,6 +141,10 @@ class Server:
             self.accounts.configure(list(options.accounts))
         self.auth = Authenticator(options, self.accounts, operator)
         self.tls = options.tls
+        from ._auth import plaintext_password_warning
+
+        if old is not None and plaintext_password_warning(options) and not plaintext_password_warning(old):
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
         if old is not None:
             if (old.users, old.nkeys, old.no_auth_user) != (options.users, options.nkeys, options.no_auth_user):
                 changed.append("Reloaded: authorization users")
@@ -157,7 +161,10 @@ class Server:
 
     @property
     def subscriptions(self) -> int:
-        return self.sublist.count
+        """All accounts' subscriptions (nats-server numSubscriptions)."""
+        if self.accounts is None or len(self.accounts.by_name) == 1:
+            return self.sublist.count
+        return sum(account.sublist.count for account in self.accounts.by_name.values())
 
     # -- running ------------------------------------------------------------------------------
 
@@ -172,6 +179,10 @@ class Server:
         log.info("  ID:       %s", self.server_id)
         if options.config_file:
             log.info("Using configuration file: %s", options.config_file)
+        from ._auth import plaintext_password_warning
+
+        if plaintext_password_warning(options):
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
         port = 0 if options.port == const.RANDOM_PORT else options.port
         host = None if options.host in ("", "0.0.0.0") else options.host
         try:
@@ -197,6 +208,8 @@ class Server:
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
+                if options.tls is not None:
+                    log.info("TLS required for client connections")
                 log.info("Server is ready")
                 task_status.started(self)
                 await self._stopped.wait()
@@ -426,8 +439,15 @@ class Server:
         log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
 
     def authenticate(self, client: Client, opts: dict) -> bool:
-        """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged."""
-        return self.auth.authenticate(client, opts)
+        """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
+        A client refused because its account is full gets ``client._auth_error`` set."""
+        from ._auth import AccountLimitError
+
+        try:
+            return self.auth.authenticate(client, opts)
+        except AccountLimitError:
+            client._auth_error = errors.MAX_ACCOUNT_CONNECTIONS
+            return False
 
     async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
         """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see _signals.py."""

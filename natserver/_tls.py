@@ -166,17 +166,33 @@ async def handshake(stream: trio.abc.Stream, config: TLSConfig) -> tuple[trio.SS
     if scope.cancelled_caught:
         return None, "i/o timeout"
     if error:
+        if "first record does not look like" not in error:
+            await _send_alert(ssl_stream, stream)
         return None, error
     if config.pinned_certs and not _matches_pinned(ssl_stream, config.pinned_certs):
         return None, "certificate not pinned"
     return ssl_stream, ""
 
 
+async def _send_alert(ssl_stream: trio.SSLStream, stream: trio.abc.Stream) -> None:
+    """Go sends the TLS alert of a failed handshake (e.g. "certificate required") before it
+    closes; trio leaves OpenSSL's alert in its outgoing buffer: send it."""
+    outgoing = getattr(ssl_stream, "_outgoing", None)
+    if outgoing is None or not outgoing.pending:
+        return
+    with trio.move_on_after(0.5):
+        try:
+            await stream.send_all(outgoing.read())
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            pass
+
+
 def _handshake_error(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError):
         reason = (exc.reason or "").upper()
-        if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
-                      "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD"):
+        if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL",
+                      "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD", "RECORD_TOO_LARGE",
+                      "UNSUPPORTED_PROTOCOL", "VERSION_TOO_LOW"):
             return "tls: first record does not look like a TLS handshake"
         if "CERTIFICATE" in reason and ("NO" in reason or "REQUIRED" in reason):
             return "tls: client didn't provide a certificate"

@@ -119,6 +119,7 @@ class JetStream:
         self._sync_scope: trio.CancelScope | None = None
         self._api_sub = None
         self._sink = None
+        self._fast_publish = _can_publish_without_flush()
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -289,13 +290,16 @@ class JetStream:
             if cfg.storage == "file":
                 path = os.path.join(self.streams_dir, cfg.name)
                 if os.path.exists(path):
-                    shutil.rmtree(path)
+                    if os.path.exists(os.path.join(path, "meta.inf")):
+                        # nats-server's own stream directory: never ours to overwrite.
+                        raise errors.stream_create("a nats-server stream of this name is in the store directory")
+                    shutil.rmtree(path)  # leftovers of a stream that could not be loaded
                 os.makedirs(path)
                 write_atomic(os.path.join(path, META_FILE), self._meta(cfg, created))
                 store = self._file_store(path, cfg, created)
             else:
                 store = MemoryStore(cfg)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a name the file system refuses (NUL)
             log.warning("Stream create failed for '$G > %s': %s", cfg.name, exc)
             raise errors.stream_create("error creating store for stream") from None
         stream = Stream(self, cfg, store, created)
@@ -361,6 +365,20 @@ class JetStream:
 
     # -- acks and writes ----------------------------------------------------------------------
 
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None) -> None:
+        """Publish from the server without flushing: called from a subscription callback,
+        the publisher's read loop flushes once after its whole chunk (one write for many
+        responses); other callers call ``server.flush_touched()`` after a batch."""
+        if not self._fast_publish:
+            self.server.publish(subject, payload, headers=headers)
+            return
+        client = self.server.internal_client
+        if headers:
+            body = headers + payload
+            client.publish(subject, None, len(headers), b"%d %d" % (len(headers), len(body)), body)
+        else:
+            client.publish(subject, None, -1, b"%d" % len(payload), payload)
+
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams, after the write (and fsync)
         for file streams; in order either way."""
@@ -369,7 +387,7 @@ class JetStream:
             if not self._wake.is_set():
                 self._wake.set()
         else:
-            self.server.publish(reply, payload)
+            self.send(reply, payload)
 
     def _store_dirty(self, store) -> None:
         self._dirty.add(store)
@@ -380,7 +398,10 @@ class JetStream:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            await self._flush_round()
+            try:
+                await self._flush_round()
+            except Exception:  # keep the server up; the publishers time out and retry
+                log.exception("JetStream: flushing failed")
 
     async def _flush_round(self) -> None:
         dirty, self._dirty = self._dirty, set()
@@ -402,11 +423,14 @@ class JetStream:
             if targets:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_sync_many, targets)
-        publish = self.server.publish
-        for stream, reply, payload in acks:
-            if stream.store in failed:
-                continue  # not written: no ack (the publisher times out and retries)
-            publish(reply, payload)
+        send = self.send
+        try:
+            for stream, reply, payload in acks:
+                if stream.store in failed:
+                    continue  # not written: no ack (the publisher times out and retries)
+                send(reply, payload)
+        finally:
+            self.server.flush_touched()
 
     async def flush_now(self) -> None:
         """Write (and with sync always, fsync) everything pending and send its acks."""
@@ -424,8 +448,12 @@ class JetStream:
             now = time.time_ns()
             deadline = None
             for stream in list(self.streams.values()):
-                if stream.cfg.max_age > 0:
-                    nxt = stream.store.expire(now)
+                if stream.cfg.max_age > 0 and not stream.store.closed:
+                    try:
+                        nxt = stream.store.expire(now)
+                    except Exception:
+                        log.exception("JetStream: expiring messages of '%s' failed", stream.name)
+                        nxt = now + stream.cfg.max_age
                     if nxt is not None and (deadline is None or nxt < deadline):
                         deadline = nxt
             with trio.CancelScope() as scope:
@@ -449,11 +477,28 @@ class JetStream:
             for stream in list(self.streams.values()):
                 store = stream.store
                 if isinstance(store, FileStore) and not store.closed:
-                    store.flush()
-                    targets.append(store.sync_targets())
+                    try:
+                        store.flush()
+                        targets.append(store.sync_targets())
+                    except OSError as exc:
+                        log.error("JetStream: syncing %s failed: %s", store.path, exc)
             if targets:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_sync_many, targets)
+
+
+def _can_publish_without_flush() -> bool:
+    """Whether Client.publish has the shape JetStream.send relies on (else it uses
+    Server.publish, which flushes after every message)."""
+    import inspect
+
+    from .._client import Client
+
+    try:
+        params = list(inspect.signature(Client.publish).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params == ["self", "subject", "reply", "header_size", "sizes", "payload"]
 
 
 def _sync_many(targets) -> None:

@@ -71,6 +71,13 @@ class Api:
     def __init__(self, js: "JetStream") -> None:
         self.js = js
         self.server = js.server
+        self._stream_ops = {
+            b"CREATE": self.stream_create,
+            b"UPDATE": self.stream_update,
+            b"INFO": self.stream_info,
+            b"DELETE": self.stream_delete,
+            b"PURGE": self.stream_purge,
+        }
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -81,7 +88,10 @@ class Api:
             if error:
                 js.api_errors += 1
         if reply:
-            self.server.publish(reply, dumps(response))
+            self.js.send(reply, dumps(response))
+
+    def _publish(self, reply: bytes, payload: bytes, headers: bytes | None = None) -> None:
+        self.js.send(reply, payload, headers)
 
     def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
         self._send(reply, {"type": rtype, "error": exc.to_json(), **extra}, error=True)
@@ -102,16 +112,9 @@ class Api:
                 elif n == 4 and op == b"LIST":
                     self.stream_list(reply, payload)
                 elif n == 5:
-                    name = tokens[4].decode("utf-8", "replace")
-                    handler = {
-                        b"CREATE": self.stream_create,
-                        b"UPDATE": self.stream_update,
-                        b"INFO": self.stream_info,
-                        b"DELETE": self.stream_delete,
-                        b"PURGE": self.stream_purge,
-                    }.get(op)
+                    handler = self._stream_ops.get(op)
                     if handler is not None:
-                        handler(name, reply, payload)
+                        handler(tokens[4].decode("utf-8", "replace"), reply, payload)
                 elif n == 6 and op == b"MSG":
                     name = tokens[5].decode("utf-8", "replace")
                     if tokens[4] == b"GET":
@@ -301,7 +304,7 @@ class Api:
             if stream.cfg.deny_purge:
                 raise errors.stream_purge_failed("stream purge not permitted")
         except ApiError as exc:
-            self._fail(reply, rtype, exc)
+            self._fail(reply, rtype, exc, purged=0)
             return
         store = stream.store
         try:
@@ -391,7 +394,7 @@ class Api:
         stream = self.js.streams.get(name)
         if stream is None or not stream.cfg.allow_direct:
             return
-        publish = self.server.publish
+        publish = self._publish
         if key_tokens:
             if payload:
                 publish(reply, b"", headers=_HDR_BAD)
@@ -421,7 +424,7 @@ class Api:
 
     def _direct(self, stream, req: dict, reply) -> None:
         store = stream.store
-        publish = self.server.publish
+        publish = self._publish
         name = stream.name.encode()
         seq = req.get("seq", 0)
         last_for = req.get("last_by_subj", "").encode()

@@ -58,6 +58,8 @@ ERR_MAX_BYTES = "maximum bytes exceeded"
 ERR_MAX_MSGS_PER_SUBJECT = "maximum messages per subject exceeded"
 ERR_PURGE_ARGS = "sequence > 1 && keep > 0 not allowed"
 ERR_STORE_CLOSED = "store is closed"
+ERR_NOT_FOUND = "no message found"
+ERR_EOF = "stream store EOF"
 
 
 class StoreError(Exception):
@@ -383,9 +385,11 @@ class Store:
         return s if s in idx else 0
 
     def last_seq_for(self, filter: bytes) -> int:
-        """The sequence of the last message matching ``filter`` (0: none)."""
+        """The sequence of the last message matching ``filter`` (0: none). For everything
+        (b"" or b">") that is the message at last_seq, as in both of nats-server's stores:
+        none when it was deleted."""
         if not filter or filter == b">":
-            return self.last_live_seq() if self.msgs else 0
+            return self.last_seq if self.last_seq in self.idx else 0
         ss = self.fss.get(filter)
         if ss is not None:
             return ss[2]
@@ -526,6 +530,12 @@ class MemoryStore(Store):
     """Messages in a dict; entries are ``(subject, ts, size, header, data)``."""
 
     kind = "memory"
+
+    def compact(self, seq: int) -> int:
+        # nats-server's memory store refuses to compact to a sequence it does not hold.
+        if 0 < seq <= self.last_seq and seq not in self.idx:
+            raise StoreError(ERR_NOT_FOUND)
+        return super().compact(seq)
 
     def _append(self, seq, ts, subj, hdr, msg):
         return (subj, ts, len(subj) + len(hdr) + len(msg) + 16, hdr, msg)
@@ -799,6 +809,12 @@ class FileStore(Store):
         seg = self.active
         self.live[seg] += 1
         return (subj, ts, 22 + sl + ml + 8 + (4 + hl if hl else 0), seg, offset, hl, ml)
+
+    def remove_msg(self, seq: int, erase: bool = False) -> bool:
+        # nats-server's file store: errors outside [first, last] (false for a gap inside).
+        if seq == 0 or (not self.closed and not self.first_seq <= seq <= self.last_seq):
+            raise StoreError(ERR_NOT_FOUND if seq <= self.last_seq else ERR_EOF)
+        return super().remove_msg(seq, erase)
 
     def _read(self, seq, entry):
         subj, ts, size, seg, offset, hl, ml = entry

@@ -76,6 +76,9 @@ def _enum(*allowed, fold=False):
     return convert
 
 
+_FOLDED: dict[int, dict] = {}  # id(fields) -> lower-cased key -> key (fields are module constants)
+
+
 def decode_struct(obj, fields: dict, target: dict) -> dict:
     """Fill ``target`` from a JSON object: keys matched as Go matches struct tags (exactly,
     else case-insensitively), unknown keys ignored, ``null`` leaving a field alone (but an
@@ -84,7 +87,9 @@ def decode_struct(obj, fields: dict, target: dict) -> dict:
         return target
     if not isinstance(obj, dict):
         raise DecodeError("not a JSON object")
-    folded = {k.lower(): k for k in fields}
+    folded = _FOLDED.get(id(fields))
+    if folded is None:
+        folded = _FOLDED[id(fields)] = {k.lower(): k for k in fields}
     for key, value in obj.items():
         name = key if key in fields else folded.get(key.lower())
         if name is None:

@@ -1,0 +1,253 @@
+"""JetStream benchmark: natserver beside nats-server -js, same workloads, same run.
+
+Workloads (raw protocol over one connection, a window of requests in flight, so the load
+generator stays cheap):
+
+* ``pub``       acknowledged publishes per second into a file stream (16 B and 1 KiB
+  payloads), every ack checked (sequence numbers consecutive);
+* ``pub-sync``  the same with natserver's ``sync_interval: always`` (fsync before every ack,
+  group commit); nats-server v2.9.10 has no such option, so natserver only;
+* ``direct``    DIRECT.GET by sequence, per second, on a stream of 10 000 messages.
+
+Usage (from the repository root)::
+
+    python benchmarks/bench_jetstream.py               # 3 rounds x 2 s per workload
+    python benchmarks/bench_jetstream.py --quick       # 2 rounds x 1 s
+    python benchmarks/bench_jetstream.py --only pub --rounds 5
+
+Rounds alternate natserver / nats-server; each round starts a fresh server on a fresh
+store directory. Prints a table and writes JSON to benchmarks/results/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.servers import ServerSpec, default_nats_server_cmd, default_natserver_cmd  # noqa: E402
+
+WINDOW = 512  # requests in flight
+STREAM_MSGS = 10_000  # for the direct-get workload
+
+
+class Conn:
+    """A raw NATS connection that pipelines requests and counts the replies."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.settimeout(10)
+        self.buf = bytearray()
+        self._line()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n'
+                          b"SUB _R.* 1\r\nPING\r\n")
+        while self._line() != b"PONG":
+            pass
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise ConnectionError("server closed the connection")
+        self.buf += data
+
+    def _line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 2]
+                return line
+            self._fill()
+
+    def replies(self, n: int) -> list[tuple[bytes, bytes]]:
+        """Read ``n`` MSG/HMSG replies: (header block, payload)."""
+        out = []
+        while len(out) < n:
+            line = self._line()
+            if line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                parts = line.split()
+                if parts[0] == b"HMSG":
+                    hsize, total = int(parts[-2]), int(parts[-1])
+                else:
+                    hsize, total = 0, int(parts[-1])
+                while len(self.buf) < total + 2:
+                    self._fill()
+                body = bytes(self.buf[:total])
+                del self.buf[: total + 2]
+                out.append((body[:hsize], body[hsize:]))
+            elif line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+        return out
+
+    def request(self, subject: bytes, payload: bytes) -> dict:
+        self.sock.sendall(b"PUB %s _R.x %d\r\n%s\r\n" % (subject, len(payload), payload))
+        return json.loads(self.replies(1)[0][1])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def create_stream(conn: Conn, cfg: dict) -> None:
+    resp = conn.request(b"$JS.API.STREAM.CREATE." + cfg["name"].encode(), json.dumps(cfg).encode())
+    if "error" in resp:
+        raise RuntimeError(f"stream create failed: {resp['error']}")
+
+
+def bench_publish(port: int, duration: float, size: int) -> tuple[float, bool]:
+    """Acked publishes/s into a file stream; and whether every ack was right."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "BENCH", "subjects": ["bench.>"], "storage": "file"})
+        payload = b"x" * size
+        pub = b"PUB bench.data _R.a %d\r\n%s\r\n" % (size, payload)
+        batch = pub * WINDOW
+        expected = 1
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            conn.sock.sendall(batch)
+            for _, ack in conn.replies(WINDOW):
+                # b'{"stream":"BENCH", "seq":N}': check the sequence cheaply
+                seq = int(ack[ack.rindex(b":") + 1 : -1])
+                if seq != expected:
+                    ok = False
+                expected += 1
+            acked += WINDOW
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.BENCH", b"")
+        ok = ok and info["state"]["messages"] == acked and info["state"]["last_seq"] == acked
+        return acked / elapsed, ok
+    finally:
+        conn.close()
+
+
+def bench_direct(port: int, duration: float) -> tuple[float, bool]:
+    """DIRECT.GET by sequence per second on a stream of STREAM_MSGS messages."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "DG", "subjects": ["dg.>"], "storage": "file", "allow_direct": True})
+        for start in range(0, STREAM_MSGS, WINDOW):
+            n = min(WINDOW, STREAM_MSGS - start)
+            conn.sock.sendall(b"".join(b"PUB dg.%d _R.p 16\r\n%016d\r\n" % (i % 100, i) for i in range(start, start + n)))
+            conn.replies(n)
+        ok = True
+        done = 0
+        seq = 0
+        begin = time.perf_counter()
+        deadline = begin + duration
+        while time.perf_counter() < deadline:
+            reqs = []
+            want = []
+            for _ in range(WINDOW):
+                seq = seq % STREAM_MSGS + 1
+                body = b'{"seq":%d}' % seq
+                reqs.append(b"PUB $JS.API.DIRECT.GET.DG _R.g %d\r\n%s\r\n" % (len(body), body))
+                want.append(seq)
+            conn.sock.sendall(b"".join(reqs))
+            for (hdr, data), s in zip(conn.replies(WINDOW), want):
+                if data != b"%016d" % (s - 1):
+                    ok = False
+            done += WINDOW
+        return done / (time.perf_counter() - begin), ok
+    finally:
+        conn.close()
+
+
+def start(spec: ServerSpec, store: str, sync: bool):
+    argv = list(spec.argv)
+    if spec.label == "natserver" and sync:
+        conf = os.path.join(store, "js.conf")
+        with open(conf, "w") as f:
+            f.write(f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n')
+        argv += ["-c", conf]
+    else:
+        argv += ["-js", "-sd", store]
+    return ServerSpec(spec.label, argv).start()
+
+
+WORKLOADS = {
+    "pub": [("pub 16 B", 16, False), ("pub 1 KiB", 1024, False)],
+    "pub-sync": [("pub 16 B, sync always", 16, True)],
+    "direct": [("direct get", None, False)],
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="pub,pub-sync,direct")
+    parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.duration = min(args.rounds, 2), 1.0
+
+    specs = [ServerSpec("natserver", default_natserver_cmd())]
+    go = default_nats_server_cmd() if args.nats_server_cmd is None else (
+        None if args.nats_server_cmd == "none" else args.nats_server_cmd.split())
+    if go:
+        specs.append(ServerSpec("nats-server", go))
+
+    results: dict = {}
+    failures = 0
+    for key in args.only.split(","):
+        for label, size, sync in WORKLOADS[key]:
+            for spec in specs:
+                if sync and spec.label != "natserver":
+                    continue
+                results.setdefault(label, {})[spec.label] = []
+            for _ in range(args.rounds):
+                for spec in specs:
+                    if sync and spec.label != "natserver":
+                        continue
+                    store = tempfile.mkdtemp(prefix="jsbench-")
+                    server = start(spec, store, sync)
+                    try:
+                        if size is None:
+                            rate, ok = bench_direct(server.port, args.duration)
+                        else:
+                            rate, ok = bench_publish(server.port, args.duration, size)
+                    finally:
+                        server.stop()
+                        shutil.rmtree(store, ignore_errors=True)
+                    results[label][spec.label].append(rate)
+                    failures += not ok
+                    print(f"  {label:24s} {spec.label:12s} {rate:12,.0f}/s {'ok' if ok else 'WRONG'}", flush=True)
+
+    print()
+    print(f"{'workload':26s} {'natserver':>14s} {'nats-server':>14s} {'ratio':>7s}")
+    summary = {}
+    for label, by in results.items():
+        nat = statistics.median(by["natserver"]) if by.get("natserver") else None
+        ref = statistics.median(by["nats-server"]) if by.get("nats-server") else None
+        ratio = nat / ref if nat and ref else None
+        summary[label] = {"natserver": nat, "nats-server": ref, "ratio": ratio, "rounds": by}
+        print(f"{label:26s} {nat or 0:14,.0f} {(f'{ref:14,.0f}' if ref else '             -')} "
+              f"{(f'{ratio:7.2f}' if ratio else '      -')}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
+    with open(path, "w") as f:
+        json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary}, f, indent=2)
+    print(f"\nwrote {path}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
