@@ -461,10 +461,12 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
                 finally:
                     nursery.cancel_scope.cancel()
 
-            await nursery.start(serve)
-            command_line.monitor = server.monitor  # started by the server, before its listener
+            # The pid file comes before "Server is ready" (nats-server logPid in Start), so a
+            # launcher that waits for that line can signal through the pid file at once.
             if options.pid_file:
                 write_pid_file(options.pid_file)
+            await nursery.start(serve)
+            command_line.monitor = server.monitor  # started by the server, before its listener
             if options.ports_file_dir:
                 command_line.ports_file = write_ports_file(options, server, command_line.monitor)
             try:
