@@ -404,18 +404,20 @@ class Server:
         self.internal_client.remove_subscription(sub)
 
     def publish(self, subject: str | bytes, payload: bytes = b"", reply: str | bytes | None = None,
-                headers: bytes | None = None) -> None:
+                headers: bytes | None = None, flush: bool = True) -> None:
         """Publish a message from the server itself (no echo rules apply; not counted as a
-        client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio."""
-        self.internal_client  # noqa: B018 (creates it)
+        client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio.
+        With ``flush=False`` the output waits for the next ``flush_touched()`` (a publisher's
+        read loop does one after each chunk), so many responses go out in one write."""
         as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
         subject = as_bytes(subject)
         reply = as_bytes(reply) if reply is not None else None
         body = (headers or b"") + payload
         header_size = len(headers) if headers else -1
-        sizes = f"{len(headers)} {len(body)}".encode() if headers else str(len(body)).encode()
-        self._internal.publish(subject, reply, header_size, sizes, body)
-        self.flush_touched()
+        sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
+        self.internal_client.publish(subject, reply, header_size, sizes, body)
+        if flush:
+            self.flush_touched()
 
     # -- hooks the clients call ---------------------------------------------------------------
 

@@ -71,24 +71,6 @@ def _jetstream_extra(options) -> dict:
     return {}
 
 
-class _Sink(list):
-    """An outbound buffer that drops everything (see JetStream.subscribe)."""
-
-    __slots__ = ()
-
-    def append(self, item) -> None:
-        pass
-
-    def extend(self, items) -> None:
-        pass
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __len__(self) -> int:
-        return 0
-
-
 class JetStream:
     """The engine: streams by name, the API, deferred acks and the background tasks."""
 
@@ -118,41 +100,16 @@ class JetStream:
         self._expiry_scope: trio.CancelScope | None = None
         self._sync_scope: trio.CancelScope | None = None
         self._api_sub = None
-        self._sink = None
-        self._fast_publish = _can_publish_without_flush()
 
     # -- subscriptions ------------------------------------------------------------------------
 
-    def subscribe(self, subject: str, callback) -> tuple:
-        """An internal subscription, plus a "sink" subscription on the same subject.
+    def subscribe(self, subject: str, callback):
+        """An internal subscription: a request whose only subscriber is one of these is
+        delivered (the core sends no no-responders status for it)."""
+        return self.server.subscribe_internal(subject, callback)
 
-        The core (natserver/_client.py) does not count a delivery to an internal callback
-        as a delivery, so a request whose only subscriber is internal (a publish to a stream,
-        an API request) also gets a 503 no-responders status, which nats-py takes as the
-        answer when our ack is not there first. The sink is a plain subscription of a
-        connection-less client whose outbound buffer drops everything: it makes the request
-        "delivered". It becomes redundant (and harmless) once the core counts callbacks.
-        """
-        from .._client import Client, Subscription
-
-        server = self.server
-        sub = server.subscribe_internal(subject, callback)
-        if self._sink is None:
-            sink = self._sink = Client(server, None, 0, "", 0)
-            sink.headers = True
-            sink.verbose = sink.pedantic = False
-            sink.out = _Sink()
-            sink.max_pending = sink._stall_at = float("inf")
-        subject_b = subject.encode() if isinstance(subject, str) else subject
-        sink_sub = Subscription(self._sink, subject_b, None, b"%d" % id(sub))
-        self._sink.subs[sink_sub.sid] = sink_sub
-        server.sublist.insert(sink_sub)
-        return (sub, sink_sub)
-
-    def unsubscribe(self, pair: tuple) -> None:
-        sub, sink_sub = pair
+    def unsubscribe(self, sub) -> None:
         self.server.unsubscribe_internal(sub)
-        self._sink.remove_subscription(sink_sub)
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -369,15 +326,7 @@ class JetStream:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
-        if not self._fast_publish:
-            self.server.publish(subject, payload, headers=headers)
-            return
-        client = self.server.internal_client
-        if headers:
-            body = headers + payload
-            client.publish(subject, None, len(headers), b"%d %d" % (len(headers), len(body)), body)
-        else:
-            client.publish(subject, None, -1, b"%d" % len(payload), payload)
+        self.server.publish(subject, payload, headers=headers, flush=False)
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams, after the write (and fsync)
@@ -485,20 +434,6 @@ class JetStream:
             if targets:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_sync_many, targets)
-
-
-def _can_publish_without_flush() -> bool:
-    """Whether Client.publish has the shape JetStream.send relies on (else it uses
-    Server.publish, which flushes after every message)."""
-    import inspect
-
-    from .._client import Client
-
-    try:
-        params = list(inspect.signature(Client.publish).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params == ["self", "subject", "reply", "header_size", "sizes", "payload"]
 
 
 def _sync_many(targets) -> None:
