@@ -338,27 +338,15 @@ class Account:
         if self._internal is None:
             from ._client import Client
 
-            client = Client(self.server, None, 0, "", 0)
-            client.headers = True
-            client.verbose = client.pedantic = False
-            client.sublist = self.sublist
-            client.account = self
-            self._internal = client
+            self._internal = Client.internal(self.server, self.sublist)
+            self._internal.account = self
         return self._internal
 
     def subscribe(self, subject: str, callback):
         """An internal subscription in this account's subject space."""
-        from ._client import Subscription
-
         server = self.server
         server._internal_sids += 1
-        client = self.internal
-        sub = Subscription(client, subject.encode(), None, b"i%d" % server._internal_sids)
-        sub.callback = callback
-        sub.limited = True
-        client.subs[sub.sid] = sub
-        self.sublist.insert(sub)
-        return sub
+        return self.internal.subscribe_callback(subject.encode(), callback, b"i%d" % server._internal_sids)
 
     def unsubscribe(self, sub) -> None:
         if self._internal is not None:

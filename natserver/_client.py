@@ -201,6 +201,26 @@ class Client:
         self.read_gate: trio.Event | None = None
         self.write_gate: trio.Event | None = None
 
+    @classmethod
+    def internal(cls, server: Server, sublist) -> Client:
+        """A connection-less client of the server's own (cid 0): it publishes what the server
+        sends and owns callback subscriptions, in ``sublist``'s subject space."""
+        client = cls(server, None, 0, "", 0)
+        client.headers = True
+        client.verbose = client.pedantic = False
+        client.sublist = sublist
+        return client
+
+    def subscribe_callback(self, subject: bytes, callback, sid: bytes, queue: bytes | None = None) -> Subscription:
+        """A subscription whose messages go to ``callback(subject, reply, headers, payload)``
+        instead of a socket (see Server.subscribe_internal)."""
+        sub = Subscription(self, subject, queue, sid)
+        sub.callback = callback
+        sub.limited = True  # delivery takes the careful path, which calls the callback
+        self.subs[sid] = sub
+        self.sublist.insert(sub)
+        return sub
+
     @property
     def stream(self) -> trio.abc.Stream:
         return self._stream

@@ -11,7 +11,6 @@ Use it the trio way::
 
 from __future__ import annotations
 
-import base64
 import collections
 import errno
 import logging
@@ -26,6 +25,7 @@ from . import _const as const
 from . import _errors as errors
 from ._client import Client
 from ._log import configure_logging
+from ._nkeys import PREFIX_SERVER, encode_public_key
 from ._options import Options
 from ._sublist import Sublist
 
@@ -41,21 +41,9 @@ ACCEPT_MIN_SLEEP = 0.010
 ACCEPT_MAX_SLEEP = 1.0
 
 
-def _crc16_xmodem(data: bytes) -> int:
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
 def make_server_id() -> str:
     """A server id shaped like nats-server's: an nkey server public key (56 chars, "N...")."""
-    raw = bytes([13 << 3]) + os.urandom(32)  # nkeys PrefixByteServer
-    raw += _crc16_xmodem(raw).to_bytes(2, "little")
-    return base64.b32encode(raw).decode().rstrip("=")
+    return encode_public_key(PREFIX_SERVER, os.urandom(32)).decode()
 
 
 class Server:
@@ -379,26 +367,17 @@ class Server:
         """The server's own connection-less client: it publishes server.publish() messages
         and owns internal subscriptions."""
         if self._internal is None:
-            self._internal = Client(self, None, 0, "", 0)
-            self._internal.headers = True
-            self._internal.verbose = self._internal.pedantic = False
+            self._internal = Client.internal(self, self.sublist)
         return self._internal
 
     def subscribe_internal(self, subject: str | bytes, callback, queue: str | bytes | None = None):
         """Call ``callback(subject, reply, headers, payload)`` (bytes; headers None or the
         NATS/1.0 block) for every message on ``subject``, synchronously, while the publisher's
         chunk is being handled. Returns the subscription, for ``unsubscribe_internal``."""
-        from ._client import Subscription
-
-        client = self.internal_client
         as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
         self._internal_sids += 1
-        sub = Subscription(client, as_bytes(subject), as_bytes(queue) if queue else None, b"%d" % self._internal_sids)
-        sub.callback = callback
-        sub.limited = True
-        client.subs[sub.sid] = sub
-        self.sublist.insert(sub)
-        return sub
+        queue = as_bytes(queue) if queue else None
+        return self.internal_client.subscribe_callback(as_bytes(subject), callback, b"%d" % self._internal_sids, queue)
 
     def unsubscribe_internal(self, sub) -> None:
         self.internal_client.remove_subscription(sub)
