@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
 
 HARD_TIMEOUT = 150  # seconds for one test, Spark start included
 QUERY_TIMEOUT = 120
@@ -202,6 +202,22 @@ def test_read_subject_filter(spark, js, conn):
     assert {r.subject for r in rows} == {"rfilt.b.0"}
     # the stream found from the subject alone
     assert read(spark, js, subject="rfilt.a.1").count() == 30
+
+
+def test_batch_write_headers_ids_and_rewrite(spark, js, conn):
+    create_stream(conn, "WOUT", ["wout.>"], allow_direct=True)
+    df = spark.createDataFrame(
+        [(f"k{i}", f"value {i}", {"source": "test", "n": str(i)}) for i in range(40)],
+        "msg_id string, data string, headers map<string,string>",
+    )
+    for _ in range(2):  # the second write is a replay: every id is known, nothing is stored again
+        df.write.format("nats").option("servers", js.url).option("stream", "WOUT").option("subject", "wout.all") \
+            .option("msgIdPrefix", "job:").mode("append").save()
+    out = read(spark, js, stream="WOUT", includeHeaders=True).orderBy("seq").collect()
+    assert len(out) == 40 and {r.subject for r in out} == {"wout.all"}
+    assert sorted(bytes(r.data).decode() for r in out) == sorted(f"value {i}" for i in range(40))
+    h = out[0].headers
+    assert h["source"] == ["test"] and h["Nats-Msg-Id"][0].startswith("job:k")
 
 
 # -- streaming: max per trigger, restart, replay ------------------------------------------------------

@@ -385,7 +385,7 @@ def test_read_messages_detects_data_loss(js_server, conn):
 def test_publisher_acks_duplicates_and_errors(conn):
     _create(conn, "PUBS", ["pubs.>"])
     pub = _publish(conn, 50, lambda i: "pubs.a", id_of=lambda i: f"id-{i % 30}")
-    assert (pub.published, pub.duplicates, pub.streams) == (50, 20, {"PUBS": 50})
+    assert (pub.published, pub.duplicates) == (50, 20)
     assert stream_bounds(stream_info(conn, "PUBS")) == (1, 30)
 
     with pytest.raises(PublishError, match="no stream captures subject 'nowhere.x'"):
@@ -413,24 +413,9 @@ def test_jetstream_api_errors(conn):
 
 
 def test_jetstream_not_enabled():
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        port = None
-        for line in iter(proc.stdout.readline, b""):
-            if b"Listening for client connections on" in line:
-                port = int(line.rsplit(b":", 1)[1])
-                break
-        assert port
-        with Connection(f"nats://127.0.0.1:{port}", timeout=5) as c:
-            with pytest.raises(JetStreamNotEnabled, match="JetStream is not enabled"):
-                stream_info(c, "S")
-    finally:
-        proc.kill()
-        proc.wait(10)
+    with JetStreamServer(jetstream=False) as server, Connection(server.url, timeout=5) as c:
+        with pytest.raises(JetStreamNotEnabled, match="JetStream is not enabled"):
+            stream_info(c, "S")
 
 
 def test_user_password_auth(tmp_path):
@@ -455,3 +440,203 @@ def test_msg_get_base64_payloads(conn):
     raw = js_request(conn, "STREAM.MSG.GET.BIN", {"seq": 1})
     assert base64.b64decode(raw["message"]["data"]) == payload
 
+
+
+def test_nkey_auth(tmp_path):
+    from natserver import _nkeys
+
+    user = _nkeys.create_user()
+    conf = tmp_path / "nkey.conf"
+    conf.write_text(f'authorization {{ users: [{{ nkey: "{user.public_key.decode()}" }}] }}\n')
+    with JetStreamServer(extra_args=["-c", str(conf)]) as server:
+        with pytest.raises(ConnectError, match="Authorization Violation"):
+            Connection(server.url, timeout=5)
+        with Connection(server.url, Auth(nkey_seed=user.seed.decode()), timeout=5) as c:
+            assert js_request(c, "INFO")["type"].endswith("account_info_response")
+
+
+def _tls_files(directory):
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def build(subject, issuer, key, signer, ca):
+        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                                critical=False)
+        return b.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = build("Spark Test CA", "Spark Test CA", ca_key, ca_key, True)
+    leaf = build("127.0.0.1", "Spark Test CA", key, ca_key, False)
+    paths = {}
+    for stem, data in (
+        ("ca.pem", ca.public_bytes(serialization.Encoding.PEM)),
+        ("server.pem", leaf.public_bytes(serialization.Encoding.PEM)),
+        ("server-key.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption())),
+    ):
+        (directory / stem).write_bytes(data)
+        paths[stem] = str(directory / stem)
+    return paths
+
+
+def test_tls(tmp_path):
+    files = _tls_files(tmp_path)
+    with JetStreamServer(extra_args=["--tlscert", files["server.pem"], "--tlskey", files["server-key.pem"]]) as server:
+        with pytest.raises(ConnectError, match="TLS"):
+            Connection(server.url, timeout=5)  # the system CAs do not know ours
+        with Connection(server.url, timeout=5, tls_ca_file=files["ca.pem"]) as c:
+            _create(c, "TLS", ["tls.>"], allow_direct=True)
+            _publish(c, 5, lambda i: "tls.x")
+            assert [m.seq for m in fetch_range(c, "TLS", 1, 6)] == [1, 2, 3, 4, 5]
+        url = server.url.replace("nats://", "tls://")
+        o = parse_read_options({"servers": url, "stream": "TLS", "tlsCaFile": files["ca.pem"]}, streaming=False)
+        got = list(read_messages(o.conn, "TLS", 1, 6, subject=None, direct=True, fail_on_data_loss=True, fetch_batch=2))
+        assert len(got) == 5
+
+
+# -- the data source classes, without a JVM (pyspark installed, Spark not started) ----------------
+
+
+def test_stream_reader_offsets_without_spark(monkeypatch):
+    pytest.importorskip("pyspark")
+    import pickle
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from natserver.spark.datasource import NatsStreamReader, _Target, read_schema
+
+    bounds = {"now": (1, 100)}
+    opts = parse_read_options({"stream": "S", "startingOffsets": "earliest", "maxMessagesPerTrigger": "40",
+                               "minPartitions": "2"}, streaming=True)
+    reader = NatsStreamReader(opts, _Target("S", True), read_schema(False))
+    monkeypatch.setattr(reader, "_bounds", lambda: bounds["now"])
+
+    assert reader.initialOffset() == {"stream": "S", "seq": 1}
+    assert reader.getDefaultReadLimit() == ReadMaxRows(40)
+    assert reader.latestOffset({"stream": "S", "seq": 1}, ReadMaxRows(40)) == {"stream": "S", "seq": 41}
+    assert reader.latestOffset({"stream": "S", "seq": 81}, ReadMaxRows(40)) == {"stream": "S", "seq": 101}
+    assert reader.latestOffset({"stream": "S", "seq": 1}, ReadAllAvailable()) == {"stream": "S", "seq": 101}
+    assert reader.latestOffset({"stream": "S", "seq": 101}, ReadAllAvailable()) == {"stream": "S", "seq": 101}
+    parts = reader.partitions({"stream": "S", "seq": 1}, {"stream": "S", "seq": 41})
+    assert [(p.start, p.end) for p in parts] == [(1, 21), (21, 41)]
+    assert reader.partitions({"stream": "S", "seq": 41}, {"stream": "S", "seq": 41}) == []
+    # the same offsets always give the same partitions (a replayed batch reads the same messages)
+    bounds["now"] = (1, 500)
+    assert [(p.start, p.end) for p in reader.partitions({"stream": "S", "seq": 1}, {"stream": "S", "seq": 41})] == [
+        (1, 21), (21, 41)]
+    # Trigger.AvailableNow: nothing past the last message when it started
+    reader.prepareForTriggerAvailableNow()
+    bounds["now"] = (1, 900)
+    assert reader.latestOffset({"stream": "S", "seq": 481}, ReadMaxRows(40)) == {"stream": "S", "seq": 501}
+    assert reader.latestOffset({"stream": "S", "seq": 501}, ReadMaxRows(40)) == {"stream": "S", "seq": 501}
+    assert reader.reportLatestOffset() == {"stream": "S", "seq": 901}
+    # data loss seen on the driver
+    bounds["now"] = (600, 900)
+    with pytest.raises(DataLossError, match="lost sequences 501..599"):
+        reader.latestOffset({"stream": "S", "seq": 501}, ReadAllAvailable())
+    with pytest.raises(OptionError, match="checkpoint holds offsets of stream 'T'"):
+        reader.latestOffset({"stream": "T", "seq": 1}, ReadAllAvailable())
+    # the reader goes to executors pickled, without its driver connection
+    reader._conn = object()
+    clone = pickle.loads(pickle.dumps(NatsStreamReader(opts, _Target("S", True), read_schema(True))))
+    assert clone.include_headers and clone._conn is None
+
+
+def test_stream_reader_ending_offsets(monkeypatch):
+    pytest.importorskip("pyspark")
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from natserver.spark.datasource import NatsStreamReader, _Target, read_schema
+
+    opts = parse_read_options({"stream": "S", "startingOffsets": "10", "endingOffsets": "50"}, streaming=True)
+    reader = NatsStreamReader(opts, _Target("S", False), read_schema(False))
+    monkeypatch.setattr(reader, "_bounds", lambda: (1, 100))
+    assert reader.initialOffset() == {"stream": "S", "seq": 10}
+    assert reader.latestOffset({"stream": "S", "seq": 10}, ReadAllAvailable()) == {"stream": "S", "seq": 50}
+    assert reader.latestOffset({"stream": "S", "seq": 50}, ReadAllAvailable()) == {"stream": "S", "seq": 50}
+
+
+def test_sink_plan_checks_the_dataframe():
+    pytest.importorskip("pyspark")
+    from pyspark.sql import types as T
+
+    from natserver.spark.datasource import plan_rows
+
+    S, B, L, I = T.StringType(), T.BinaryType(), T.LongType(), T.IntegerType()
+
+    def plan(columns, **options):
+        schema = T.StructType([T.StructField(name, dtype) for name, dtype in columns])
+        return plan_rows(schema, parse_write_options(options))
+
+    p = plan([("subject", S), ("data", B), ("headers", T.MapType(S, T.ArrayType(S))), ("msg_id", S)])
+    assert (p.id_mode, p.has_headers, p.columns()) == ("msg_id", True, ["data", "subject", "headers", "msg_id"])
+    p = plan([("data", S), ("stream", S), ("seq", L), ("other", I)], subject="out.x")
+    assert (p.id_mode, p.subject_option, p.columns()) == ("stream_seq", "out.x", ["data", "stream", "seq"])
+    assert plan([("subject", S), ("data", B)]).id_mode == "none"
+    for columns, message in [
+        ([("subject", S)], "no column 'data'"),
+        ([("subject", S), ("data", I)], "column 'data' must be binary or string, not int"),
+        ([("data", B)], "no column 'subject' and option 'subject' is not set"),
+        ([("subject", I), ("data", B)], "column 'subject' must be a string"),
+        ([("subject", S), ("data", B), ("headers", T.MapType(S, I))], "column 'headers' must be map<string,string>"),
+        ([("subject", S), ("data", B), ("msg_id", T.ArrayType(S))], "column 'msg_id' must be a string"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            plan(columns)
+
+
+def test_error_line_finds_our_message_in_spark_text():
+    from natserver.spark import error_line
+
+    spark_text = (
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in schema\n'
+        "natserver.spark._errors.StreamNotFound: nats: stream 'NOPE' not found on nats://127.0.0.1:4222\n"
+        " SQLSTATE: 38000"
+    )
+    assert error_line(RuntimeError(spark_text)) == "nats: stream 'NOPE' not found on nats://127.0.0.1:4222"
+    assert error_line(StreamNotFound("gone")) == "nats: gone"
+    assert error_line(RuntimeError("something else")) is None
+
+
+def test_credentials_file(tmp_path):
+    from natserver._jwt import OperatorTree, creds
+
+    tree = OperatorTree()
+    tree.account("A")
+    operator_file = tmp_path / "op.jwt"
+    operator_file.write_text(tree.operator_jwt)
+    conf = tmp_path / "op.conf"
+    conf.write_text(tree.config(str(operator_file)))
+    token, key = tree.user("A", "spark")
+    good = tmp_path / "spark.creds"
+    good.write_text(creds(token, key.seed))
+    stranger_tree = OperatorTree("OTHER")
+    stranger_tree.account("X")
+    stranger = tmp_path / "stranger.creds"
+    s_token, s_key = stranger_tree.user("X", "who")
+    stranger.write_text(creds(s_token, s_key.seed))
+    # core NATS only: nats-server's JetStream would need a system account in operator mode
+    with JetStreamServer(extra_args=["-c", str(conf)], jetstream=False) as server:
+        with Connection(server.url, Auth(credentials=str(good)), timeout=5) as c:
+            pub = Publisher(c, acks=False)
+            pub.publish("any.subject", b"signed in with a .creds file")
+            pub.finish()
+            assert pub.published == 1
+        with pytest.raises(ConnectError, match="Authorization Violation"):
+            Connection(server.url, Auth(credentials=str(stranger)), timeout=5)

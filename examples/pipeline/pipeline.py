@@ -44,7 +44,7 @@ ORDERS_SCHEMA = "order_id string, region string, customer string, amount double,
 
 
 def create_streams(conn, orders: str = "ORDERS", stats: str = "ORDER_STATS") -> None:
-    from natserver.spark._client import js_request
+    from natserver.spark import js_request
 
     common = {"storage": "file", "retention": "limits", "duplicate_window": 120_000_000_000, "allow_direct": True}
     js_request(conn, f"STREAM.CREATE.{orders}", {"name": orders, "subjects": [f"{orders.lower()}.>"], **common})
@@ -71,7 +71,7 @@ def make_events(n: int, *, seed: int, first_id: int = 0, start: datetime | None 
 def publish_events(conn, events, orders: str, expected: dict) -> int:
     """Publish events to ``<orders>.<region>`` (acknowledged, Nats-Msg-Id = order id) and
     add the paid ones to ``expected[(region, minute)] = [orders, revenue_cents]``."""
-    from natserver.spark._client import Publisher
+    from natserver.spark import Publisher
 
     pub = Publisher(conn, window=512)
     count = 0
@@ -185,6 +185,11 @@ def print_summary(got: dict) -> None:
 
 
 def new_spark(app: str = "nats-pipeline"):
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's workers: this Python
     from pyspark.sql import SparkSession
 
     spark = (
@@ -204,8 +209,7 @@ def run_pipeline(spark, servers: str, *, events: int, waves: int = 2, orders: st
                  stats: str = "ORDER_STATS", checkpoint: str | None = None, max_per_trigger: int = 5000,
                  seed: int = 8, log=print) -> tuple[dict, dict]:
     """Steps 1-5 against ``servers``; returns (expected, got)."""
-    from natserver.spark import register
-    from natserver.spark._client import Connection
+    from natserver.spark import Connection, register
 
     register(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # minutes and windows in UTC, as the events

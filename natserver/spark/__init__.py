@@ -44,7 +44,7 @@ includeHeaders             add the ``headers`` column (default false)
 failOnDataLoss             fail when messages the query must read are gone (limits, purge, a
                            deleted and re-created stream); default true; false skips them
 timeout                    seconds to wait for the server (default 10)
-fetchBatchSize             messages per request / requests in flight (default 256)
+fetchBatchSize             messages per request / requests in flight (default 1024)
 =========================  ==================================================================
 
 Trigger.AvailableNow is supported: the query reads up to the stream's last message when it
@@ -68,6 +68,12 @@ query starts; every publish carries ``Nats-Expected-Stream``); ``subject``; ``ms
 false publishes plain core NATS messages, at most once); ``maxInFlight`` (unacknowledged
 publishes per task, default 256); ``timeout``.
 
+The small blocking client the data source uses on the driver and in Spark's workers is
+public too, for scripts around a pipeline: ``Connection(servers)`` (``.request``, ``.close``),
+``Publisher(conn)`` (``.publish(subject, data, headers, msg_id)`` then ``.finish()``: every
+publish acknowledged) and ``js_request(conn, "STREAM.CREATE.NAME", {...})`` for the JetStream
+API.
+
 Errors are :class:`NatsSparkError` subclasses with one-line messages starting ``nats:``;
 bad options, an unreachable server and a missing stream are raised on the driver when the
 DataFrame is defined (``load()``) or the write is planned.
@@ -77,6 +83,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._client import Connection, Publisher, js_request
 from ._errors import (
     ConnectError,
     DataLossError,
@@ -93,6 +100,7 @@ if TYPE_CHECKING:
     from .datasource import NatsDataSource
 
 __all__ = [
+    "Connection",
     "ConnectError",
     "DataLossError",
     "JetStreamError",
@@ -102,8 +110,10 @@ __all__ = [
     "NatsTimeout",
     "OptionError",
     "PublishError",
+    "Publisher",
     "StreamNotFound",
     "error_line",
+    "js_request",
     "read_schema",
     "register",
 ]

@@ -4,14 +4,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Iterable, Iterator
 
 from ._client import Connection, Publisher, fetch_range, micros_to_datetime, stream_bounds, stream_info
 from ._errors import DataLossError, PublishError
 from ._options import ConnOptions
-
-log = logging.getLogger("natserver.spark")
 
 ARROW_BATCH_ROWS = 8192
 
@@ -218,31 +215,6 @@ def write_arrow(conn: ConnOptions, plan: RowPlan, batches: Iterable, *, acks: bo
             if batch.num_rows == 0:
                 continue
             publish_rows(pub, plan, {name: batch.column(name).to_pylist() for name in cols})
-        pub.finish()
-        return pub.published, pub.duplicates
-    finally:
-        c.close()
-
-
-def write_rows(conn: ConnOptions, plan: RowPlan, rows_: Iterable, *, acks: bool, expected_stream: str | None,
-               max_in_flight: int, chunk: int = 4096) -> tuple[int, int]:
-    """Publish every row of an iterator of Row-like mappings: (published, duplicates)."""
-    cols = plan.columns()
-    c = connect(conn, name="natserver.spark writer")
-    try:
-        pub = Publisher(c, window=max_in_flight, acks=acks, expected_stream=expected_stream)
-        buf: list = []
-
-        def drain():
-            publish_rows(pub, plan, {name: [r[name] for r in buf] for name in cols})
-            buf.clear()
-
-        for r in rows_:
-            buf.append(r)
-            if len(buf) >= chunk:
-                drain()
-        if buf:
-            drain()
         pub.finish()
         return pub.published, pub.duplicates
     finally:

@@ -98,8 +98,9 @@ def check_start(start: int, first_seq: int, last_seq: int, stream: str, *, fail_
     if start > last_seq + 1:
         if fail_on_data_loss:
             raise DataLossError(
-                f"stream {stream!r} ends at sequence {last_seq} but the query is at {start}: the stream was deleted "
-                f"and created again (set failOnDataLoss=false to go on, or use a new checkpoint)"
+                f"stream {stream!r} ends at sequence {last_seq} but the query is at {start}: startingOffsets is "
+                f"past the end, or the stream was deleted and created again (set failOnDataLoss=false to wait "
+                f"for it, or use a new checkpoint)"
             )
         return start
     if start < first_seq:

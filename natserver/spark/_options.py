@@ -18,7 +18,7 @@ from ._errors import OptionError
 
 DEFAULT_SERVERS = "nats://127.0.0.1:4222"
 DEFAULT_MAX_PER_PARTITION = 100_000
-DEFAULT_FETCH_BATCH = 256
+DEFAULT_FETCH_BATCH = 1024
 DEFAULT_MAX_IN_FLIGHT = 256
 
 _COMMON = ("servers", "credentials", "user", "password", "token", "nkeySeed", "tlsCaFile", "timeout")

@@ -38,12 +38,13 @@ class JetStreamServer:
     killed (and the directory removed) at the end."""
 
     def __init__(self, kind: str | None = None, *, store_dir: str | None = None, start_timeout: float = 30.0,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, jetstream: bool = True) -> None:
         self.kind = kind or os.environ.get("NATS_SPARK_SERVER") or "natserver"
         self.cmd = server_command(self.kind)
         self._own_dir = store_dir is None
         self.store_dir = store_dir or tempfile.mkdtemp(prefix="nats-spark-")
         self.extra_args = extra_args or []
+        self.jetstream = jetstream
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -54,7 +55,8 @@ class JetStreamServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> "JetStreamServer":
-        cmd = [*self.cmd, "-js", "-sd", self.store_dir, "-a", "127.0.0.1", "-p", str(self.port or -1), *self.extra_args]
+        js = ["-js", "-sd", self.store_dir] if self.jetstream else []
+        cmd = [*self.cmd, *js, "-a", "127.0.0.1", "-p", str(self.port or -1), *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         found = threading.Event()
         port: list[int] = []

@@ -183,7 +183,7 @@ class NatsBatchReader(_ReaderBase, DataSourceReader):
         finally:
             self._close()
         start = resolve_start(self.opts.starting, first, last)
-        end = resolve_end(self.opts.ending, last)
+        end = min(resolve_end(self.opts.ending, last), last + 1)  # what exists now
         if end > start:
             start = check_start(start, first, last, self.stream, fail_on_data_loss=self.opts.fail_on_data_loss)
         parts = self._split(start, end)
