@@ -179,8 +179,10 @@ def flood_and_kill(server: Proc, first: int = 0) -> dict[int, int]:
                     conn.sock.sendall(b"".join(batch))
                 except OSError:
                     break
-            if time.monotonic() >= kill_at:
-                server.kill()  # mid-flood: writes are in progress
+            # Mid-flood, and only once an ack is in (acks come in order, so the first message
+            # is acknowledged): on a loaded machine the first fsync can outlast FLOOD_SECONDS.
+            if time.monotonic() >= kill_at and answered:
+                server.kill()
                 killed = True
         # After the kill, acks already on the wire still count: the server sent them.
         conn.fill(block=killed)
