@@ -330,7 +330,8 @@ class _Parser:
 
     def _include_file(self, target: dict, name: str, keyword_pos: int) -> None:
         base_dir = os.path.dirname(self.path) if self.path else ""
-        file_path = os.path.join(base_dir, name)
+        # Cleaned as Go's filepath.Join does, so errors name "b.conf", not "./b.conf".
+        file_path = os.path.normpath(os.path.join(base_dir, name))
         real_path = os.path.realpath(file_path)
         if real_path in self.include_chain:
             loop = self.include_chain[self.include_chain.index(real_path) :] + (real_path,)
@@ -346,17 +347,18 @@ class _Parser:
             raise self._included_error(exc, keyword_pos) from exc
         # The included file is a document of its own: its variables cannot see
         # ours, but its entries land in our map, where later entries can use them.
-        included = _Parser(
-            text,
-            path=file_path,
-            env=self.env,
-            include_chain=self.include_chain + (real_path,),
-            env_chain=(),
-        )
+        included = self._included_parser(text, file_path, self.include_chain + (real_path,))
         try:
             entries = included.parse_document()
         except ConfigError as exc:
             raise self._included_error(exc, keyword_pos) from exc
+        self._merge_included(target, entries)
+
+    def _included_parser(self, text: str, file_path: str, include_chain: tuple) -> _Parser:
+        """The parser for an included file (subclasses return their own kind)."""
+        return _Parser(text, path=file_path, env=self.env, include_chain=include_chain, env_chain=())
+
+    def _merge_included(self, target: dict, entries: dict) -> None:
         target.update(entries)
 
     def _included_error(self, error: ConfigError, keyword_pos: int) -> ConfigError:

@@ -118,36 +118,12 @@ class _LocatingParser(_conf._Parser):
                 break
         return super()._resolve_variable(name, pos)
 
-    def _include_file(self, target: dict, name: str, keyword_pos: int) -> None:
-        # As _conf._Parser._include_file, with a parser that records locations; the path is
-        # cleaned the way Go's filepath.Join does, so errors name "b.conf", not "./b.conf".
-        base_dir = os.path.dirname(self.path) if self.path else ""
-        file_path = os.path.normpath(os.path.join(base_dir, name))
-        real_path = os.path.realpath(file_path)
-        if real_path in self.include_chain:
-            loop = self.include_chain[self.include_chain.index(real_path) :] + (real_path,)
-            raise self._error("include cycle: " + " -> ".join(loop), keyword_pos)
-        try:
-            text = _conf._read_config_text(file_path)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise self._error(
-                f"error parsing include file {name!r}: cannot read {file_path!r}: {reason}", keyword_pos
-            ) from exc
-        except ConfigError as exc:
-            raise self._included_error(exc, keyword_pos) from exc
-        included = _LocatingParser(
-            text,
-            locations=self.locations,
-            path=file_path,
-            env=self.env,
-            include_chain=self.include_chain + (real_path,),
-            env_chain=(),
+    def _included_parser(self, text: str, file_path: str, include_chain: tuple) -> _LocatingParser:
+        return _LocatingParser(
+            text, locations=self.locations, path=file_path, env=self.env, include_chain=include_chain, env_chain=()
         )
-        try:
-            entries = included.parse_document()
-        except ConfigError as exc:
-            raise self._included_error(exc, keyword_pos) from exc
+
+    def _merge_included(self, target: dict, entries: dict) -> None:
         target.update(entries)
         self.locations.merge(target, entries)
 
