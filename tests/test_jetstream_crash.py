@@ -58,10 +58,14 @@ class Proc:
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:
-            files = list(self.ports_dir.iterdir())
-            if files and files[0].stat().st_size:
-                self.port = int(json.loads(files[0].read_text())["nats"][0].rsplit(":", 1)[1])
-                return
+            # Only the finished file: natserver writes "<name>.ports.<pid>.tmp", then renames it.
+            files = list(self.ports_dir.glob("*.ports"))
+            try:
+                if files and files[0].stat().st_size:
+                    self.port = int(json.loads(files[0].read_text())["nats"][0].rsplit(":", 1)[1])
+                    return
+            except FileNotFoundError:
+                pass
             if self.proc.poll() is not None:
                 self.log.close()
                 raise RuntimeError("server exited: " + (store.parent / f"{kind}.log").read_text(errors="replace"))
