@@ -531,12 +531,6 @@ class MemoryStore(Store):
 
     kind = "memory"
 
-    def compact(self, seq: int) -> int:
-        # nats-server's memory store refuses to compact to a sequence it does not hold.
-        if 0 < seq <= self.last_seq and seq not in self.idx:
-            raise StoreError(ERR_NOT_FOUND)
-        return super().compact(seq)
-
     def _append(self, seq, ts, subj, hdr, msg):
         return (subj, ts, len(subj) + len(hdr) + len(msg) + 16, hdr, msg)
 
