@@ -253,6 +253,10 @@ def test_configuration_errors_as_nats_server(tmp_path):
     ):
         ours = start_error("natserver", config + "\n", tmp_path).split("natserver-bad.conf", 1)[-1]
         theirs = start_error("nats-server", config + "\n", tmp_path).split("nats-server-bad.conf", 1)[-1]
+        if "Duplicate user" in theirs:
+            # Go walks the accounts map in random order, so nats-server names either of the
+            # two users' lines: compare the message without its position.
+            ours, theirs = (re.sub(r":\d+:\d+:", ":L:C:", text) for text in (ours, theirs))
         assert ours == theirs
 
 
