@@ -242,22 +242,32 @@ def test_configuration_errors(tmp_path, config, message):
     assert any(message in error for error in info.value.errors), info.value.errors
 
 
+# Go walks configuration maps in random order, so for some configurations nats-server reports
+# one of several errors, run to run. For those, both servers' answers must be among them.
+_GO_MAP_ORDER_ANSWERS = {
+    1: (':3:8: Duplicate user "a" detected', ':2:8: Duplicate user "a" detected'),
+    2: (":3:8: Can not have a single user/pass and accounts",
+        ":1:0: Can not have a single user/pass and a users array"),
+}
+
+
 @needs_nats_server
 def test_configuration_errors_as_nats_server(tmp_path):
-    for config in (
+    for index, config in enumerate((
         "accounts { A: { exports: [{stream: x, accounts: [B]}] }, B: {}, C: { imports: [{stream: {account: A, subject: x}}] } }",
         "accounts {\n  A: { users: [{user: a, password: a}] }\n  B: { users: [{user: a, password: b}] }\n}",
         "authorization { user: x, password: y }\naccounts {\n  A: { users: [{user: a, password: a}] }\n}",
         "accounts { A: { exports: [{service: x}], imports: [{service: {account: B, subject: x}}] }\n"
         "B: { exports: [{service: x}], imports: [{service: {account: A, subject: x}}] } }",
-    ):
+    )):
         ours = start_error("natserver", config + "\n", tmp_path).split("natserver-bad.conf", 1)[-1]
         theirs = start_error("nats-server", config + "\n", tmp_path).split("nats-server-bad.conf", 1)[-1]
-        if "Duplicate user" in theirs:
-            # Go walks the accounts map in random order, so nats-server names either of the
-            # two users' lines: compare the message without its position.
-            ours, theirs = (re.sub(r":\d+:\d+:", ":L:C:", text) for text in (ours, theirs))
-        assert ours == theirs
+        answers = _GO_MAP_ORDER_ANSWERS.get(index)
+        if answers is None:
+            assert ours == theirs
+        else:
+            assert any(a in theirs for a in answers), theirs  # the list is still right
+            assert any(a in ours for a in answers), ours
 
 
 # -- service import against nats-server --------------------------------------------------------------
