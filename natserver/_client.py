@@ -468,7 +468,7 @@ class Client:
         """
         plan = result.plan
         if plan is None:
-            plan = result.plan = [(sub, sub.client, MSG_ + subject + SP + sub.sid_part) for sub in result.psubs]
+            plan = _make_plan(result, subject)
         targets = plan
         if result.qsubs:
             targets = plan + [
@@ -528,10 +528,7 @@ class Client:
             out_bytes += body_len
             delivered += 1
             if pending > client._stall_at:
-                if pending > client.max_pending:
-                    client.slow_consumer()
-                elif client is not self and self.stalled_on is None:
-                    self.stalled_on = client
+                self._over_stall_mark(client)
         if delivered:
             server = self.server
             server.out_msgs += delivered
@@ -566,7 +563,7 @@ class Client:
             return False  # a member's share would not have a known byte count
         plan = result.plan
         if plan is None:
-            plan = result.plan = [(sub, sub.client, MSG_ + subject + SP + sub.sid_part) for sub in result.psubs]
+            plan = _make_plan(result, subject)
         echo = self.echo
         # Everything that could refuse the run is checked before anything is delivered.
         for sub, client, head in plan:
@@ -614,13 +611,18 @@ class Client:
             client.out_bytes += size * n // count
             delivered += n
             if pending > client._stall_at:
-                if pending > client.max_pending:
-                    client.slow_consumer()
-                elif client is not self and self.stalled_on is None:
-                    self.stalled_on = client
+                self._over_stall_mark(client)
         server.out_msgs += delivered
         server.out_bytes += size * delivered // count
         return True
+
+    def _over_stall_mark(self, client: Client) -> None:
+        """A subscriber past half of its max_pending: cut it off once over the limit (slow
+        consumer), else make this producer wait for it after the current op (stall gate)."""
+        if client.pending > client.max_pending:
+            client.slow_consumer()
+        elif client is not self and self.stalled_on is None:
+            self.stalled_on = client
 
     def _pick_member(self, result, index: int, group: list) -> Subscription | None:
         """Round robin within a queue group, skipping members that cannot take the message."""
@@ -796,16 +798,22 @@ class Client:
             except OSError:  # EAGAIN, or an error the writer task will meet and handle
                 written = 0
             if written:
-                self.pending -= written
                 if written == len(data):
                     self.out = []
-                    if self._drained is not None and self.pending <= self._stall_at:
-                        self._drained.set()
-                        self._drained = None
+                    self._sent(written)
                     return
+                self._sent(written)
                 data = data[written:]
             self.out = [data]
         self.wake_writer()
+
+    def _sent(self, n: int) -> None:
+        """``n`` bytes reached the socket: release a producer stalled on us once we are below
+        the stall mark or empty."""
+        self.pending -= n
+        if self._drained is not None and (self.pending <= self._stall_at or not self.out):
+            self._drained.set()
+            self._drained = None
 
     async def _write_loop(self) -> None:
         """The only task that writes to the socket: coalesces everything queued into one send."""
@@ -834,10 +842,7 @@ class Client:
                 if timer.cancelled_caught:
                     self._write_deadline_exceeded(len(out), len(data))
                     return
-                self.pending -= len(data)
-                if self._drained is not None and (self.pending <= self._stall_at or not self.out):
-                    self._drained.set()
-                    self._drained = None
+                self._sent(len(data))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.close("Write Error" if not self.closed else self.close_reason)
         if self._scope is not None:
@@ -916,6 +921,13 @@ class Client:
             self.queue(errors.AUTH_TIMEOUT.wire)
             self.close(errors.AUTH_TIMEOUT.close_reason, flush=True)
             self.server.flush_touched()
+
+
+def _make_plan(result, subject: bytes) -> list:
+    """A cached result's delivery plan: (subscription, client, ``MSG <subject> <sid> ``) for
+    each plain subscription, built once per subject (see Client._route)."""
+    result.plan = [(sub, sub.client, MSG_ + subject + SP + sub.sid_part) for sub in result.psubs]
+    return result.plan
 
 
 def _has_internal_subscriber(result) -> bool:
