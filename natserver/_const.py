@@ -45,9 +45,8 @@ SUBLIST_CACHE_SWEEP_TO = 256
 # How much one receive asks for. trio's default is 64 KiB; a whole chunk is parsed per loop,
 # so bigger reads mean fewer checkpoints per message under load.
 READ_SIZE = 64 * 1024
-# nats-server writes at most 1024 iovecs per writev (client.go); we coalesce everything pending
-# into one send instead, but cap one send so a huge backlog does not block in one syscall.
-MAX_WRITE_SIZE = 4 * 1024 * 1024
+# nats-server writes at most 1024 iovecs per writev (client.go); the writer joins everything
+# pending into one send instead (bounded by max_pending).
 # Fast-producer stall gate (nats-server v2.9.10 client.go:2062, stallDuration l.3070): once a
 # subscriber's pending bytes pass half of max_pending, a producer that delivers to it waits for
 # it to drain below half, at most 100 ms, growing 100 ms per further 5 % of max_pending, up to
