@@ -17,6 +17,7 @@ flags on top of it; ``-t`` stops after reading the config file.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -448,6 +449,7 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
     server.command_line = command_line
     configure_logging(options)
     server._logging_configured = True
+    _tune_gc()
     for line in unsupported_warnings(options):
         log.warning("%s", line)
     exit_code = 0
@@ -491,6 +493,17 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
     if command_line.ports_file:
         remove_ports_file(command_line.ports_file)
     return exit_code
+
+
+def _tune_gc() -> None:
+    """The binary owns its process: collect less often (see GC_GEN0_THRESHOLD) and move the
+    objects made at start (modules, functions, configuration) out of the collector's way, so
+    the full collections that still happen walk only what the server made since."""
+    _gen0, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(const.GC_GEN0_THRESHOLD, gen1, gen2)
+    gc.freeze()
+    threshold, frozen = gc.get_threshold()[0], gc.get_freeze_count()
+    log.debug("Garbage collection: generation 0 threshold %d, %d objects frozen", threshold, frozen)
 
 
 async def _handle_signal(server, signum: int, nursery) -> None:

@@ -290,6 +290,8 @@ def test_server_runs_with_flags(tmp_path, spawn):
         sock.sendall(b'CONNECT {"verbose":false,"auth_token":"s3cret"}\r\nPING\r\n')
         assert reader.readline() == b"PONG\r\n"
     _wait_for(log, r"\[TRC\] |\[DBG\] ", proc)
+    # The binary tunes its collector (GC_GEN0_THRESHOLD; measured in benchmarks scenario i).
+    assert re.search(r"\[DBG\] Garbage collection: generation 0 threshold 10000, [1-9]\d* objects frozen", log.read_text())
     # -T=false: "[pid] [INF] text", no time stamp.
     assert re.search(rf"^\[{proc.pid}\] \[INF\] Server is ready$", log.read_text(), re.M)
     proc.send_signal(signal.SIGINT)

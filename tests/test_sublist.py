@@ -240,6 +240,39 @@ def test_remove_prunes_empty_nodes(sl):
     root = sl._root
     assert not root.nodes and root.pwc is None and root.fwc is None
     assert sl.subscriptions() == []
+    assert sl._shapes == {}  # the shape index is emptied too
+
+
+# The order nats-server's trie walk (sublist.go matchLevel) finds subscriptions in: at each
+# level the ">" node first, then the "*" branch, then the literal branch; at the last token the
+# literal node before the "*" node. Subscribers on one connection see MSGs in this order.
+WALK_ORDER = ["*.>", "*.b", "*.*", "a.>", "a.b", "a.*"]
+
+
+@pytest.mark.parametrize("walk", [False, True], ids=["shape-index", "trie-walk"])
+def test_results_come_in_trie_walk_order(sl, walk):
+    if walk:
+        sl._shapes_for = lambda n: None
+    subs = {name: FakeSub(name, name=name) for name in ["a.*", "a.b", "*.*", "a.>", "*.b", "*.>", "c.d"]}
+    for sub in reversed(list(subs.values())):
+        sl.insert(sub)
+    assert [sub.name for sub in sl.match(b"a.b").psubs] == WALK_ORDER
+    for name in ["x", "*.*"]:  # one shape gone, one added: the order is recomputed
+        sub = FakeSub(name, name=name)
+        sl.insert(sub)
+        sl.remove(sub)
+    assert [sub.name for sub in sl.match(b"a.b").psubs] == WALK_ORDER
+
+
+def test_many_shapes_fall_back_to_the_trie_walk():
+    sl = Sublist(cache=False)
+    names = ["a.b", "a.*", "*.b", "*.*", ">", "a.>", "*.>"]  # every shape two tokens fit
+    for name in names:
+        sl.insert(FakeSub(name, name=name))
+    assert len(sl.match(b"a.b")) == len(names)
+    assert sl._by_length[2] is None  # 7 shapes: walking 2 levels is cheaper
+    assert [sub.name for sub in sl.match(b"a.b.c").psubs] == [">", "*.>", "a.>"]
+    assert sl._by_length[3] is not None  # 3 shapes fit three tokens: looked up
 
 
 def test_remove_keeps_siblings(sl):
@@ -481,7 +514,11 @@ class SublistAgainstNaive(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lists = [Sublist(cache=True), Sublist(cache=False)]
+        # The third one always walks the trie (no shape index): the others must give exactly
+        # its result, in its order (nats-server's walk order).
+        walker = Sublist(cache=False)
+        walker._shapes_for = lambda n: None
+        self.lists = [Sublist(cache=True), Sublist(cache=False), walker]
         self.live: list[FakeSub] = []
         self.serial = 0
 
@@ -512,6 +549,11 @@ class SublistAgainstNaive(RuleBasedStateMachine):
                 expected_groups.setdefault(sub.queue, set()).add(sub)
         for sl in self.lists:
             assert match(sl, subject.decode()) == (expected_plain, expected_groups)
+        walked = self.lists[-1].match(subject)
+        for sl in self.lists[:-1]:
+            result = sl.match(subject)
+            assert list(result.psubs) == list(walked.psubs)
+            assert [list(group) for group in result.qsubs] == [list(group) for group in walked.qsubs]
 
     @invariant()
     def counts_agree(self):
@@ -522,3 +564,14 @@ class SublistAgainstNaive(RuleBasedStateMachine):
 
 SublistAgainstNaive.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_sublist_against_naive_matcher = SublistAgainstNaive.TestCase
+
+
+def test_too_many_shapes_walk_the_trie(monkeypatch):
+    from natserver import _sublist
+
+    monkeypatch.setattr(_sublist, "_MAX_INDEXED_SHAPES", 3)
+    sl = Sublist(cache=False)
+    for name in ["a", "a.*", "*.b", "a.>"]:  # four shapes, over the limit of three
+        sl.insert(FakeSub(name, name=name))
+    assert [sub.name for sub in sl.match(b"a.b").psubs] == ["*.b", "a.>", "a.*"]
+    assert sl._by_length[2] is None
