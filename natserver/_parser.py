@@ -165,6 +165,13 @@ def _replace_surrogates(value):
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _single_spaced(arg: bytes, subject: bytes, reply: bytes | None, size_digits: bytes) -> bool:
+    """Are PUB arguments ``arg`` exactly "subject [reply] size", single spaces, no tabs? Only
+    such messages join a run: the router rewrites them by the literal b"PUB <subject> "."""
+    length = len(subject) + len(size_digits) + 1 + (0 if reply is None else len(reply) + 1)
+    return len(arg) == length and 9 not in arg
+
+
 def _parse_size(digits: bytes) -> int:
     """nats-server's parseSize: ASCII digits only, at most 9 of them, else -1."""
     if not digits.isdigit() or len(digits) > MAX_SIZE_DIGITS:
@@ -258,20 +265,16 @@ class Parser:
         return ready.popleft()
 
     def _end_run(self, append, buf: bytes, first, start: int, end: int, count: int, size: int, flags: tuple) -> None:
-        """Emit the gathered run buf[start:end] of ``count`` PUBs starting with the Pub
-        ``first``: that Pub alone, or a PubRun when the rewrite PUB -> MSG is exact (the
-        pattern occurs once per message), else the run's Pubs one by one."""
-        if count == 1:
-            append(first)
+        """Emit the gathered run buf[start:end] of ``count`` (at least two) PUBs starting with
+        the Pub ``first``: a PubRun when the rewrite PUB -> MSG is exact (the pattern occurs
+        once per message), else the run's Pubs one by one."""
+        data = buf[start:end]
+        if data.count(b"PUB " + first.subject + b" ") == count:
+            append(_new(PubRun, (first.subject, count, size, *flags, data)))
         else:
-            data = buf[start:end]
-            subject = first.subject
-            if data.count(b"PUB " + subject + b" ") == count:
-                append(_new(PubRun, (subject, count, size, *flags, data)))
-            else:
-                for op in self.expand(data):
-                    append(op)
-        self._pos = end
+            for op in self.expand(data):
+                append(op)
+
 
     def expand(self, data) -> list:
         """The Pub ops of well-formed PUB wire bytes (a PubRun's ``data``)."""
@@ -314,11 +317,16 @@ class Parser:
                     startswith = buf.startswith
                     max_payload = self.max_payload
                     max_control_line = self.max_control_line
-                    run_subject = None  # the run of same-subject PUBs being gathered (coalesce)
-                    run_start = run_count = run_bytes = run_size = 0
+                    # Runs (coalesce): a PUB is appended as a Pub at once; when the next one has
+                    # the same subject, that Pub is taken back and a run opens at its start. So
+                    # subjects that change every message cost one comparison here, no more.
+                    last = None  # the Pub just appended, while it may still open a run
+                    last_arg = b""
+                    last_start = 0
+                    run_count = 0  # messages in the open run (0: none open)
+                    run_subject = run_prefix = run_first = None
+                    run_start = run_bytes = run_size = 0
                     run_uniform = run_replies = True
-                    run_first = None
-                    run_prefix = None  # b"PUB <subject> " once the open run has two messages
                     while startswith(b"PUB ", pos):
                         if run_prefix is not None and startswith(run_prefix, pos):
                             # The next message of a run is almost always exactly
@@ -356,49 +364,49 @@ class Parser:
                         stop = start + size
                         if not startswith(b"\r\n", stop):
                             break
-                        # Runs need the exact "PUB <subject> " prefix: single spaces, no tabs.
-                        if (
-                            coalesce
-                            and 9 not in arg
-                            and len(arg) == len(subject) + len(size_digits) + n_args - 1 + (len(reply) if reply else 0)
-                        ):
-                            if subject == run_subject:
+                        if run_count:
+                            if subject == run_subject and _single_spaced(arg, subject, reply, size_digits):
                                 run_count += 1
                                 run_bytes += size
                                 if size != run_size:
                                     run_uniform = False
                                 if reply is not None:
                                     run_replies = True
-                                if run_prefix is None:
-                                    run_prefix = b"PUB " + subject + b" "
                                 pos = stop + 2
                                 continue
-                            if run_subject is not None:
-                                if run_count == 1:  # subjects that change every message: no run
-                                    append(run_first)
-                                else:
-                                    flags = (run_uniform, run_replies)
-                                    self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
-                            run_subject = subject
-                            run_prefix = None
-                            run_start = pos
-                            run_count = 1
-                            run_bytes = run_size = size
-                            run_uniform = True
-                            run_replies = reply is not None
-                            payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]
-                            run_first = _new(Pub, (subject, reply, -1, size_digits, payload))
-                            pos = stop + 2
-                            continue
-                        if run_subject is not None:
                             flags = (run_uniform, run_replies)
                             self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
-                            run_subject = run_prefix = None
-                        pos = stop + 2
-                        self._pos = pos
+                            run_count = 0
+                            run_prefix = None
+                        elif (
+                            last is not None
+                            and subject == last[0]
+                            and _single_spaced(arg, subject, reply, size_digits)
+                            and _single_spaced(last_arg, subject, last[1], last[3])
+                        ):
+                            # The second message on one subject: open a run with the last Pub.
+                            ops.pop()
+                            run_first = last
+                            run_subject = subject
+                            run_prefix = b"PUB " + subject + b" "
+                            run_start = last_start
+                            run_count = 2
+                            run_size = len(last[4])
+                            run_bytes = run_size + size
+                            run_uniform = size == run_size
+                            run_replies = reply is not None or last[1] is not None
+                            last = None
+                            pos = stop + 2
+                            continue
                         payload = buf[start:stop] if size < ZERO_COPY_MIN else self._view[start:stop]
-                        append(_new(Pub, (subject, reply, -1, size_digits, payload)))
-                    if run_subject is not None:
+                        op = _new(Pub, (subject, reply, -1, size_digits, payload))
+                        append(op)
+                        if coalesce:
+                            last = op
+                            last_arg = arg
+                            last_start = pos
+                        pos = stop + 2
+                    if run_count:
                         flags = (run_uniform, run_replies)
                         self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
                     self._pos = pos

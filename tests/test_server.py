@@ -561,3 +561,21 @@ async def test_shutdown_closes_clients(start_server, raw_connect):
         client = await connected(raw_connect, server, Q)
         await server.shutdown()
         await client.expect_eof(b"")
+
+
+async def test_publish_path_counts_matches_and_cache_misses(server, raw_connect):
+    # The hot loop counts its cache lookups in bulk (/subsz num_matches, cache_hit_rate):
+    # every PUB is one lookup, and each new subject is one miss.
+    with trio.fail_after(TIMEOUT):
+        client = await raw_connect(server)
+        await client.read_line()
+        await client.send(b"CONNECT {}\r\nSUB a.* 1\r\n")
+        await client.ping()
+        sublist = server.sublist
+        before = (sublist.matches, sublist.misses)
+        # Subjects change every message, then repeat (single PUBs, no runs).
+        pubs = [b"a.x", b"a.y", b"b.z", b"a.x", b"a.y", b"b.z", b"a.x"]
+        await client.send(b"".join(b"PUB %s 1\r\nm\r\n" % subject for subject in pubs))
+        await client.ping()
+        assert (sublist.matches - before[0], sublist.misses - before[1]) == (7, 3)
+        assert sublist.cache_hits == sublist.matches - sublist.misses
