@@ -387,6 +387,19 @@ def _pubsub_scenario(size: int, n_pub: int, n_sub: int, queue_group: bool = Fals
     return run
 
 
+def _mixed_sizes_plan(opts: Options) -> PubSubPlan:
+    """1 -> 1 on one subject, payload sizes 8..64 B changing every message: the publish path
+    without the uniform-run shortcut (same subject and size: one regex for the whole run),
+    which (a)-(f) take since every message there is alike."""
+    subject = "bench.s"
+    sizes = [8 + (i * 7) % 57 for i in range(4096)]
+    frames = [wire.pub_frame(subject, wire.payload(size)) for size in sizes]
+    windows = wire.make_windows(frames, opts.window_bytes)
+    sub_procs = [[SubConn(0, f"SUB {subject} 1\r\n".encode(), None)]]
+    lag = max(1, opts.lag_bytes // 48)  # ~48 B per MSG frame here
+    return PubSubPlan([windows], sub_procs, [FlowGroup([0], 1, 1, lag)], ["subscriber got all"])
+
+
 # ---- wildcard subscriptions
 
 N_WILDCARD_SUBS = 10_000
@@ -629,4 +642,6 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
         Metric("connects_rate", "connects/s @10000", "conn/s", chart=False),
         Metric("rss_per_conn", "RSS/conn @10000", "KiB", higher_is_better=False, chart=False),
     ], run_10k),
+    Scenario("l", "1 publisher -> 1 subscriber, 8-64 B, size changing every message",
+             [_deliv(), _pubs()], lambda spec, opts: run_pubsub(spec, opts, _mixed_sizes_plan(opts))),
 ]}

@@ -58,6 +58,12 @@ _IGNORED_LINE_KEEP = 16
 
 _new = tuple.__new__
 
+# A run of PUBs with one subject and one size this long is skipped to its end with a regex
+# (Parser._uniform_run_end): long enough that compiling the pattern is paid back.
+_UNIFORM_RUN_SKIP = 32
+# "*+": possessive (3.11+), no backtracking state kept per message; plain "*" matches the same.
+_POSSESSIVE = b"*+" if sys.version_info >= (3, 11) else b"*"
+
 # Size digits -> int for the sizes most messages have. A dict lookup costs about a third of
 # isdigit()+int(), and only canonical digit strings are keys, so b"05" still takes the exact
 # parseSize path. Up to 1 KiB: beyond that the payload copy dwarfs the int parse.
@@ -203,6 +209,7 @@ class Parser:
         "_ready",
         "_error",
         "coalesce",
+        "_uniform",
     )
 
     def __init__(
@@ -233,6 +240,7 @@ class Parser:
         # this; next_op() users and the default see one Pub per message).
         self.coalesce = False
         self._error: ProtocolError | None = None  # raised once the ops before it are taken
+        self._uniform: tuple | None = None  # ((prefix, size), compiled pattern): see _uniform_run_end
 
     def feed(self, data: bytes) -> None:
         """Add received bytes. ``data`` must not be mutated afterwards (it may be sliced)."""
@@ -275,6 +283,22 @@ class Parser:
             for op in self.expand(data):
                 append(op)
 
+
+    def _uniform_run_end(self, buf: bytes, pos: int, prefix: bytes, size: int) -> int:
+        """Where the messages from ``pos`` on stop being exactly ``<prefix><size>\\r\\n``,
+        ``size`` bytes, ``\\r\\n``: the rest of a run of one subject and one payload size.
+
+        The run fast path costs about 0.5 us a message in bytecode (five C calls); sre checks
+        each message's control line and trailer and jumps over its payload at 0.02 us (a
+        benchmark's 16 B run: 25x). The pattern is compiled once per subject and size (43 us,
+        hence only for runs already _UNIFORM_RUN_SKIP long) and kept for the next chunk.
+        """
+        key = (prefix, size)
+        cached = self._uniform
+        if cached is None or cached[0] != key:
+            header = re.escape(prefix + str(size).encode() + b"\r\n")
+            cached = self._uniform = (key, re.compile(b"(?:%s.{%d}\r\n)%s" % (header, size, _POSSESSIVE), re.DOTALL))
+        return cached[1].match(buf, pos).end()
 
     def expand(self, data) -> list:
         """The Pub ops of well-formed PUB wire bytes (a PubRun's ``data``)."""
@@ -341,6 +365,16 @@ class Parser:
                                     run_bytes += size
                                     if size != run_size:
                                         run_uniform = False
+                                    elif run_count == _UNIFORM_RUN_SKIP:
+                                        # A long run of one subject and size: skip the rest of
+                                        # it in one regex match (see _uniform_run_end).
+                                        stride = stop + 2 - pos
+                                        end = self._uniform_run_end(buf, stop + 2, run_prefix, size)
+                                        more = (end - stop - 2) // stride
+                                        run_count += more
+                                        run_bytes += more * size
+                                        pos = end
+                                        continue
                                     pos = stop + 2
                                     continue
                         nl = find(b"\n", pos)

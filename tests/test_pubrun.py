@@ -90,6 +90,71 @@ def test_replace_rewrite_is_exact(chunks):
             assert op.count == len(Parser().expand(op.data))
 
 
+def parse_until_error(chunks, coalesce: bool) -> tuple[list, str | None]:
+    """The ops (expanded) a parser gives before its first error, and that error."""
+    parser = Parser()
+    parser.coalesce = coalesce
+    ops: list = []
+    try:
+        for chunk in chunks:
+            parser.feed(chunk)
+            ops.extend(parser.parse())
+    except natserver.ProtocolError as exc:
+        return expanded(ops), repr(exc)
+    return expanded(ops), None
+
+
+@st.composite
+def long_runs(draw):
+    """Runs of one subject and one size long enough for the regex skip (_UNIFORM_RUN_SKIP),
+    with payloads that hold the run's own header, and something that ends each run: another
+    size, a reply, a tab, another subject, a payload that overruns its size, a bad trailer, a
+    bare LF, or a cut."""
+    parts = []
+    for _ in range(draw(st.integers(1, 3))):
+        subject = draw(subjects)
+        size = draw(st.sampled_from([0, 1, 2, 16, 40]))
+        filler = b"PUB " + subject + b" %d\r\n" % size + b"\r\n" * 8
+        for _ in range(draw(st.integers(30, 120))):
+            start = draw(st.integers(0, 8))
+            parts.append(b"PUB %s %d\r\n%s\r\n" % (subject, size, (filler[start:] + bytes(size))[:size]))
+        end = draw(st.sampled_from(["size", "reply", "tab", "other", "overrun", "cr", "lf", "none"]))
+        if end == "size":
+            parts.append(b"PUB %s %d\r\n%s\r\n" % (subject, size + 1, b"s" * (size + 1)))
+        elif end == "reply":
+            parts.append(b"PUB %s r %d\r\n%s\r\n" % (subject, size, b"r" * size))
+        elif end == "tab":
+            parts.append(b"PUB %s\t%d\r\n%s\r\n" % (subject, size, b"t" * size))
+        elif end == "other":
+            parts.append(b"PUB other %d\r\n%s\r\n" % (size, b"o" * size))
+        elif end == "overrun":
+            parts.append(b"PUB %s %d\r\n%sX\r\n" % (subject, size, b"v" * size))
+        elif end == "cr":  # a trailer of CR and something else
+            parts.append(b"PUB %s %d\r\n%s\rPUB %s %d\r\n" % (subject, size, b"c" * size, subject, size))
+        elif end == "lf":  # a control line ended by LF alone
+            parts.append(b"PUB %s %d\n%s\r\n" % (subject, size, b"l" * size))
+    data = b"".join(parts)
+    if draw(st.booleans()):
+        data = data[: draw(st.integers(0, len(data)))]
+    points = sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(long_runs())
+def test_long_runs_parse_as_single_messages(chunks):
+    """The regex that skips to a long run's end gives exactly the per-message parse, errors
+    included (a payload that overruns its size is nats-server's parser error there too)."""
+    assert parse_until_error(chunks, coalesce=True) == parse_until_error(chunks, coalesce=False)
+
+
+def test_a_long_run_is_one_pubrun():
+    data = b"PUB foo.bar 16\r\n0123456789abcdef\r\n" * 1000
+    ops = parse_all([data], coalesce=True)
+    assert [(type(op), op.count, op.size) for op in ops] == [(PubRun, 1000, 16000)]
+    assert ops[0].data == data
+
+
 def test_runs_are_formed_and_broken():
     data = b"PUB foo 1\r\na\r\nPUB foo 1\r\nb\r\nPUB bar 1\r\nc\r\nPUB foo 8\r\nPUB foo \r\nPUB foo 1\r\nd\r\n"
     ops = parse_all([data], coalesce=True)
