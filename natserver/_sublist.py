@@ -397,14 +397,8 @@ class Sublist:
                         node = nodes.get(b".".join(pick(tokens)))
                     else:
                         node = nodes.get(pick(tokens))
-                    if node is not None:  # _add_node inlined: a call is a tenth of this loop
-                        plain = node.plain
-                        if plain is None:
-                            plain = _plain_of(node)
-                        if plain:
-                            psubs += plain
-                        if node.queued:
-                            _add_queues(node, qsubs)
+                    if node is not None:
+                        _add_node(node, psubs, qsubs)
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:
