@@ -553,7 +553,7 @@ class Client:
 
         Measured with callgrind on 1->1 16 B messages: 22.4k -> 9.0k instructions a message.
         """
-        subject, count, size, uniform, replies, data = run
+        subject, count, size, uniform, replies, data, pattern = run
         server = self.server
         if self.verbose or server.publish_hook is not None or self.perms is not None:
             return False
@@ -585,13 +585,12 @@ class Client:
                 if member.limited:
                     return False
             groups.append(members)
-        pattern = b"PUB " + subject + b" "
         shares: list = []  # (sub, client, MSG bytes, messages)
         for sub, client, head in plan:
             if client is not self or echo:
                 shares.append((sub, client, data.replace(pattern, head), count))
         if groups:
-            pieces = data.split(pattern)[1:]  # each message after its "PUB <subject> "
+            pieces = data.split(pattern)[1:]  # each message after its prefix
             for index, members in enumerate(groups):
                 if not members:
                     continue

@@ -49,14 +49,15 @@ class Pub(NamedTuple):
 
 
 class PubRun(NamedTuple):
-    """``count`` consecutive plain PUBs on ``subject`` with single-space arguments, as their
-    raw wire bytes ``data``. ``size`` is the sum of their payload sizes; ``uniform`` says all
-    payloads have the same size (so a share of the run has a known byte count); ``replies``
-    says some of them have a reply subject.
+    """``count`` consecutive plain PUBs on ``subject``, as their raw wire bytes ``data``, each
+    starting with ``prefix`` (b"PUB <subject><blanks>") followed by exactly "[reply ]size".
+    ``size`` is the sum of their payload sizes; ``uniform`` says all payloads have the same
+    size (so a share of the run has a known byte count); ``replies`` says some of them have a
+    reply subject.
 
     Only ``Parser.parse()`` with ``coalesce`` set returns these. A router delivers the whole
-    run with ``data.replace(b"PUB <subject> ", b"MSG <subject> <sid> ")``: the parser checked
-    that the pattern occurs exactly once per message, so the rewrite is exact.
+    run with ``data.replace(prefix, b"MSG <subject> <sid> ")``: the parser checked that the
+    prefix occurs exactly once per message, so the rewrite is exact.
     ``Parser.expand(data)`` gives the individual ``Pub`` ops back.
     """
 
@@ -66,6 +67,7 @@ class PubRun(NamedTuple):
     uniform: bool
     replies: bool
     data: bytes
+    prefix: bytes
 
 
 class Sub(NamedTuple):

@@ -171,11 +171,17 @@ def _replace_surrogates(value):
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _single_spaced(arg: bytes, subject: bytes, reply: bytes | None, size_digits: bytes) -> bool:
-    """Are PUB arguments ``arg`` exactly "subject [reply] size", single spaces, no tabs? Only
-    such messages join a run: the router rewrites them by the literal b"PUB <subject> "."""
-    length = len(subject) + len(size_digits) + 1 + (0 if reply is None else len(reply) + 1)
-    return len(arg) == length and 9 not in arg
+def _run_prefix(arg: bytes, subject: bytes, reply: bytes | None, size_digits: bytes) -> bytes | None:
+    """The bytes a PUB whose arguments are ``arg`` starts with, up to what follows the subject,
+    b"PUB <subject><blanks>", when that rest is exactly "[reply ]size" (one space, no tab); else
+    None. Messages with one such prefix form a run, which the router rewrites by replacing the
+    prefix with "MSG <subject> <sid> ". The blanks may be anything: nats-py writes two spaces
+    when there is no reply ("PUB foo  5"), and nats-server's MSG has one either way."""
+    rest = size_digits if reply is None else reply + b" " + size_digits
+    blanks = arg[len(subject) : len(arg) - len(rest)]
+    if not (blanks and arg.startswith(subject) and arg.endswith(rest)) or blanks.strip(b" \t"):
+        return None
+    return b"PUB " + arg[: len(arg) - len(rest)]
 
 
 def _parse_size(digits: bytes) -> int:
@@ -272,13 +278,15 @@ class Parser:
                 return NEED_DATA
         return ready.popleft()
 
-    def _end_run(self, append, buf: bytes, first, start: int, end: int, count: int, size: int, flags: tuple) -> None:
-        """Emit the gathered run buf[start:end] of ``count`` (at least two) PUBs starting with
-        the Pub ``first``: a PubRun when the rewrite PUB -> MSG is exact (the pattern occurs
-        once per message), else the run's Pubs one by one."""
+    def _end_run(
+        self, append, buf: bytes, first, prefix: bytes, start: int, end: int, count: int, size: int, flags: tuple
+    ) -> None:
+        """Emit the gathered run buf[start:end] of ``count`` (at least two) PUBs that start
+        with ``prefix``, the first being the Pub ``first``: a PubRun when the rewrite
+        PUB -> MSG is exact (the prefix occurs once per message), else the Pubs one by one."""
         data = buf[start:end]
-        if data.count(b"PUB " + first.subject + b" ") == count:
-            append(_new(PubRun, (first.subject, count, size, *flags, data)))
+        if data.count(prefix) == count:
+            append(_new(PubRun, (first.subject, count, size, *flags, data, prefix)))
         else:
             for op in self.expand(data):
                 append(op)
@@ -399,7 +407,7 @@ class Parser:
                         if not startswith(b"\r\n", stop):
                             break
                         if run_count:
-                            if subject == run_subject and _single_spaced(arg, subject, reply, size_digits):
+                            if subject == run_subject and _run_prefix(arg, subject, reply, size_digits) == run_prefix:
                                 run_count += 1
                                 run_bytes += size
                                 if size != run_size:
@@ -409,20 +417,20 @@ class Parser:
                                 pos = stop + 2
                                 continue
                             flags = (run_uniform, run_replies)
-                            self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
+                            self._end_run(append, buf, run_first, run_prefix, run_start, pos, run_count, run_bytes, flags)
                             run_count = 0
                             run_prefix = None
                         elif (
                             last is not None
                             and subject == last[0]
-                            and _single_spaced(arg, subject, reply, size_digits)
-                            and _single_spaced(last_arg, subject, last[1], last[3])
+                            and (prefix := _run_prefix(arg, subject, reply, size_digits)) is not None
+                            and prefix == _run_prefix(last_arg, subject, last[1], last[3])
                         ):
                             # The second message on one subject: open a run with the last Pub.
                             ops.pop()
                             run_first = last
                             run_subject = subject
-                            run_prefix = b"PUB " + subject + b" "
+                            run_prefix = prefix
                             run_start = last_start
                             run_count = 2
                             run_size = len(last[4])
@@ -442,7 +450,7 @@ class Parser:
                         pos = stop + 2
                     if run_count:
                         flags = (run_uniform, run_replies)
-                        self._end_run(append, buf, run_first, run_start, pos, run_count, run_bytes, flags)
+                        self._end_run(append, buf, run_first, run_prefix, run_start, pos, run_count, run_bytes, flags)
                     self._pos = pos
                 op = self._next_op()
                 if op is NEED_DATA:

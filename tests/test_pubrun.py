@@ -51,10 +51,13 @@ def pub_streams(draw):
         payload = draw(payloads)
         reply = draw(st.sampled_from([None, None, b"_INBOX.1", b"r"]))
         spaces = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
+        after_subject = draw(st.sampled_from([spaces, spaces, b"  ", b" \t"]))  # nats-py: 2 spaces
         line = b"PUB" + b" " + subject
         if reply:
-            line += spaces + reply
-        line += spaces + str(len(payload)).encode() + b"\r\n"
+            line += after_subject + reply + spaces
+        else:
+            line += after_subject
+        line += str(len(payload)).encode() + b"\r\n"
         parts.append(line + payload + b"\r\n")
     data = b"".join(parts)
     points = sorted(draw(st.lists(st.integers(0, len(data)), max_size=4)))
@@ -81,7 +84,7 @@ def test_replace_rewrite_is_exact(chunks):
     for op in parse_all(chunks, coalesce=True):
         if isinstance(op, PubRun):
             head = b"MSG " + op.subject + b" 7 "
-            by_replace = op.data.replace(b"PUB " + op.subject + b" ", head)
+            by_replace = op.data.replace(op.prefix, head)
             one_by_one = b"".join(
                 b"MSG %s 7 %s%s\r\n%s\r\n" % (p.subject, p.reply + b" " if p.reply else b"", p.sizes, bytes(p.payload))
                 for p in Parser().expand(op.data)
@@ -153,6 +156,17 @@ def test_a_long_run_is_one_pubrun():
     ops = parse_all([data], coalesce=True)
     assert [(type(op), op.count, op.size) for op in ops] == [(PubRun, 1000, 16000)]
     assert ops[0].data == data
+
+
+def test_nats_py_publishes_form_runs():
+    # nats-py writes "PUB <subject> <reply> <size>" with an empty reply: two spaces.
+    data = b"PUB foo  2\r\nhi\r\n" * 40 + b"PUB foo _INBOX.1 2\r\nhi\r\n" + b"PUB foo 2\r\nhi\r\n" * 3
+    ops = parse_all([data], coalesce=True)
+    assert [(type(op), op.count, op.prefix) for op in ops] == [
+        (PubRun, 40, b"PUB foo  "),
+        (PubRun, 4, b"PUB foo "),
+    ]
+    assert ops[0].data.replace(ops[0].prefix, b"MSG foo 1 ") == b"MSG foo 1 2\r\nhi\r\n" * 40
 
 
 def test_runs_are_formed_and_broken():
@@ -291,3 +305,14 @@ async def test_a_non_uniform_run_to_a_queue_group_keeps_exact_counters():
     assert sorted(p for r in received for _, _, p in r) == sorted(payloads)
     total = sum(len(p) for p in payloads)
     assert counters == (200, 200, total, total)
+
+
+async def test_nats_py_style_runs_on_the_wire():
+    # "PUB foo  2" (nats-py, no reply) arrives as nats-server's "MSG foo <sid> 2": one space.
+    script = b"PUB foo  2\r\nhi\r\n" * 100 + b"PUB foo \t2\r\nho\r\n" * 50
+    expected = b"MSG foo 1 2\r\nhi\r\n" * 100 + b"MSG foo 1 2\r\nho\r\n" * 50
+    got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo 1\r\n', len(expected))
+    assert got == expected
+    # and round robin in a queue group, the same bytes per message
+    got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo q 1\r\n', len(expected))
+    assert got == expected
