@@ -144,6 +144,29 @@ case("sid_alphanumeric", S("c", Q + b"SUB foo abc-DEF_1\r\nPUB foo 2\r\nhi\r\n")
 case("subject_utf8", S("c", Q + "SUB caf\u00e9.\u2603 1\r\nPUB caf\u00e9.\u2603 2\r\nhi\r\n".encode()), Flush("c"))
 case("pub_long_subject", S("c", Q + b"SUB " + b"a" * 1000 + b" 1\r\nPUB " + b"a" * 1000 + b" 1\r\nx\r\n"), Flush("c"))
 
+# Runs of PUBs on one subject (natserver delivers them with one bytes.replace, and skips a long
+# run of one size with one regex match): the bytes must still be nats-server's, message by message.
+case("pub_run_nats_py_spacing",
+     S("c", Q + b"SUB foo 1\r\n" + b"PUB foo  2\r\nhi\r\n" * 40 + b"PUB foo \t2\r\nho\r\n" * 40
+       + b"PUB foo 2\r\nhe\r\n" * 3 + b"PUB foo  r 2\r\nhr\r\n" * 3), Flush("c"),
+     doc="nats-py sends two spaces when there is no reply")
+case("pub_run_long_uniform_then_mixed",
+     S("c", Q + b"SUB foo 1\r\nSUB foo 2\r\n" + b"".join(b"PUB foo 3\r\na%02d\r\n" % i for i in range(60))
+       + b"PUB foo 4\r\nabcd\r\n"
+       + b"PUB foo 3\r\nPUB\r\n" * 40 + b"PUB foo 9\r\nPUB foo 1\r\n" * 5), Flush("c"), mask_sids=True,
+     doc="two subscriptions on one connection get each message in turn (in 2.9.10 which one first is "
+         "random: sids masked)")
+case("pub_run_long_uniform_bad_trailer",
+     S("c", Q + b"SUB foo 1\r\n" + b"PUB foo 3\r\nabc\r\n" * 50 + b"PUB foo 3\r\nabcX\r\n" + b"PING\r\n"),
+     doc="a payload longer than its size inside a long run: the same -ERR after the same MSGs")
+case("pub_run_long_uniform_split",
+     S("c", Q + b"SUB foo 1\r\n" + b"PUB foo 5\r\nhello\r\n" * 80, splits=(700, 701, 1500)), Flush("c"))
+case("pub_run_queue_group_counts",
+     S("q", Q + b"SUB foo g 1\r\nSUB foo g 2\r\n"), Flush("q"),
+     S("p", Q + b"PUB foo 2\r\nhi\r\n" * 64), Flush("p"), Flush("q"), mask_sids=True,
+     doc="a run split over a queue group (both members on one connection, since nats-server "
+         "picks members at random): each message once")
+
 case(
     "pub_sub_two_connections",
     S("s", Q + b"SUB foo 1\r\nSUB foo.bar 2\r\n"),

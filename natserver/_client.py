@@ -575,16 +575,24 @@ class Client:
             plan = _make_plan(result, subject)
         echo = self.echo
         # Everything that could refuse the run is checked before anything is delivered.
+        receivers = []
         for sub, client, head in plan:
             if sub.limited:
                 return False
+            if client is not self or echo:
+                receivers.append(client)
         groups = []
         for group in result.qsubs:
             members = [m for m in group if m.client is not self or echo]
             for member in members:
                 if member.limited:
                     return False
+                receivers.append(member.client)
             groups.append(members)
+        if len(set(receivers)) < len(receivers):
+            # A client with two matching subscriptions gets each message on both before the
+            # next message (nats-server's order); one block per subscription would reorder.
+            return False
         shares: list = []  # (sub, client, MSG bytes, messages)
         for sub, client, head in plan:
             if client is not self or echo:

@@ -316,3 +316,19 @@ async def test_nats_py_style_runs_on_the_wire():
     # and round robin in a queue group, the same bytes per message
     got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo q 1\r\n', len(expected))
     assert got == expected
+
+
+async def test_two_subscriptions_on_one_connection_get_each_message_in_turn():
+    # nats-server delivers a message to all of a client's matching subscriptions before the
+    # next message: a run must not become one block per subscription.
+    script = b"".join(b"PUB foo 3\r\na%02d\r\n" % i for i in range(60))
+    expected = b"".join(b"MSG foo 1 3\r\na%02d\r\nMSG foo 2 3\r\na%02d\r\n" % (i, i) for i in range(60))
+    connect = b'CONNECT {"verbose":false}\r\nSUB foo 1\r\nSUB foo 2\r\n'
+    assert await wire_bytes(script, connect, len(expected)) == expected
+    # a plain subscription and a queue group member on one connection: the same
+    connect = b'CONNECT {"verbose":false}\r\nSUB foo 1\r\nSUB foo q 2\r\n'
+    assert await wire_bytes(script, connect, len(expected)) == expected
+    # two members of one queue group on one connection: each message once, in order
+    connect = b'CONNECT {"verbose":false}\r\nSUB foo q 1\r\nSUB foo q 2\r\n'
+    got = await wire_bytes(script, connect, len(expected) // 2)
+    assert [line[-3:] for line in got.split(b"\r\n")[1::2]] == [b"a%02d" % i for i in range(60)]
