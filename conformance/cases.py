@@ -161,6 +161,11 @@ case("pub_run_long_uniform_bad_trailer",
      doc="a payload longer than its size inside a long run: the same -ERR after the same MSGs")
 case("pub_run_long_uniform_split",
      S("c", Q + b"SUB foo 1\r\n" + b"PUB foo 5\r\nhello\r\n" * 80, splits=(700, 701, 1500)), Flush("c"))
+_RUN_THEN_CR = b"PUB foo 1\r\nx\r\n" * 3 + b"PUB foo 9\rZ"
+case("pub_run_then_cr_in_args_split",
+     S("c", Q + b"SUB foo 1\r\n"), Flush("c"),
+     S("c", _RUN_THEN_CR + b"\r\n123456789\r\nPING\r\n", splits=(len(_RUN_THEN_CR),)),
+     doc="a read ends inside a control line with a CR in it, right after a run")
 case("pub_run_queue_group_counts",
      S("q", Q + b"SUB foo g 1\r\nSUB foo g 2\r\n"), Flush("q"),
      S("p", Q + b"PUB foo 2\r\nhi\r\n" * 64), Flush("p"), Flush("q"), mask_sids=True,

@@ -360,31 +360,40 @@ class Parser:
                     run_start = run_bytes = run_size = 0
                     run_uniform = run_replies = True
                     while startswith(b"PUB ", pos):
-                        if run_prefix is not None and startswith(run_prefix, pos):
-                            # The next message of a run is almost always exactly
-                            # "PUB <subject> <digits>\r\n": the prefix is known, the digits
-                            # are looked up (only canonical digits are keys), nothing is split.
-                            nl = find(b"\n", pos)
-                            size = _SIZE_OF.get(buf[pos + len(run_prefix) : nl - 1])
-                            if size is not None and size <= max_payload and buf[nl - 1] == 13:
+                        if run_prefix is not None:
+                            # The next messages of a run are almost always exactly
+                            # "<prefix><digits>\r\n": the prefix is known, the digits are looked
+                            # up (only canonical digits are keys), nothing is split. Four C
+                            # calls a message; anything else goes to the general path below.
+                            run_from = pos
+                            skip = len(run_prefix)
+                            while startswith(run_prefix, pos):
+                                nl = find(b"\n", pos + skip)
+                                if nl < 0:
+                                    break
+                                size = _SIZE_OF.get(buf[pos + skip : nl - 1])
+                                if size is None or size > max_payload or buf[nl - 1] != 13:
+                                    break
                                 stop = nl + 1 + size
-                                if startswith(b"\r\n", stop):
-                                    run_count += 1
-                                    run_bytes += size
-                                    if size != run_size:
-                                        run_uniform = False
-                                    elif run_count == _UNIFORM_RUN_SKIP:
-                                        # A long run of one subject and size: skip the rest of
-                                        # it in one regex match (see _uniform_run_end).
-                                        stride = stop + 2 - pos
-                                        end = self._uniform_run_end(buf, stop + 2, run_prefix, size)
-                                        more = (end - stop - 2) // stride
-                                        run_count += more
-                                        run_bytes += more * size
-                                        pos = end
-                                        continue
-                                    pos = stop + 2
+                                if not startswith(b"\r\n", stop):
+                                    break
+                                run_count += 1
+                                run_bytes += size
+                                if size != run_size:
+                                    run_uniform = False
+                                elif run_count == _UNIFORM_RUN_SKIP:
+                                    # A long run of one subject and size: skip the rest of it
+                                    # in one regex match (see _uniform_run_end).
+                                    stride = stop + 2 - pos
+                                    end = self._uniform_run_end(buf, stop + 2, run_prefix, size)
+                                    more = (end - stop - 2) // stride
+                                    run_count += more
+                                    run_bytes += more * size
+                                    pos = end
                                     continue
+                                pos = stop + 2
+                            if pos != run_from:
+                                continue  # what follows the run may not even be a PUB
                         nl = find(b"\n", pos)
                         if nl < 0 or buf[nl - 1] != 13:
                             break

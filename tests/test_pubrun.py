@@ -121,7 +121,7 @@ def long_runs(draw):
         for _ in range(draw(st.integers(30, 120))):
             start = draw(st.integers(0, 8))
             parts.append(b"PUB %s %d\r\n%s\r\n" % (subject, size, (filler[start:] + bytes(size))[:size]))
-        end = draw(st.sampled_from(["size", "reply", "tab", "other", "overrun", "cr", "lf", "none"]))
+        end = draw(st.sampled_from(["size", "reply", "tab", "other", "overrun", "cr", "lf", "cr_arg", "none"]))
         if end == "size":
             parts.append(b"PUB %s %d\r\n%s\r\n" % (subject, size + 1, b"s" * (size + 1)))
         elif end == "reply":
@@ -136,6 +136,8 @@ def long_runs(draw):
             parts.append(b"PUB %s %d\r\n%s\rPUB %s %d\r\n" % (subject, size, b"c" * size, subject, size))
         elif end == "lf":  # a control line ended by LF alone
             parts.append(b"PUB %s %d\n%s\r\n" % (subject, size, b"l" * size))
+        elif end == "cr_arg":  # a CR inside the arguments (nats-server drops the last byte)
+            parts.append(b"PUB %s %d\rZ\r\n%s\r\n" % (subject, size, b"z" * size))
     data = b"".join(parts)
     if draw(st.booleans()):
         data = data[: draw(st.integers(0, len(data)))]
@@ -149,6 +151,14 @@ def test_long_runs_parse_as_single_messages(chunks):
     """The regex that skips to a long run's end gives exactly the per-message parse, errors
     included (a payload that overruns its size is nats-server's parser error there too)."""
     assert parse_until_error(chunks, coalesce=True) == parse_until_error(chunks, coalesce=False)
+
+
+def test_a_run_then_a_control_line_cut_after_a_cr():
+    # The chunk ends inside "PUB foo 9\rZ...": no newline yet. The run's fast path once took
+    # the missing newline (-1) for a position and matched the start of the buffer.
+    chunks = [b"PUB foo 1\r\nx\r\n" * 3 + b"PUB foo 9\rZ", b"\r\n123456789\r\n"]
+    assert parse_until_error(chunks, coalesce=True) == parse_until_error(chunks, coalesce=False)
+    assert parse_until_error(chunks, coalesce=True)[1] is not None
 
 
 def test_a_long_run_is_one_pubrun():
