@@ -374,6 +374,8 @@ class Parser:
                                 size = _SIZE_OF.get(buf[pos + skip : nl - 1])
                                 if size is None or size > max_payload or buf[nl - 1] != 13:
                                     break
+                                if nl - pos - 5 > max_control_line:  # the arguments' length
+                                    break
                                 stop = nl + 1 + size
                                 if not startswith(b"\r\n", stop):
                                     break

@@ -161,6 +161,24 @@ def test_a_run_then_a_control_line_cut_after_a_cr():
     assert parse_until_error(chunks, coalesce=True)[1] is not None
 
 
+def test_a_run_stops_at_a_control_line_over_the_limit():
+    data = b"PUB foo 1\r\nx\r\n" * 3 + b"PUB foo 10\r\n0123456789\r\n"  # "foo 10": 6 > 5
+
+    def ops_and_error(coalesce: bool):
+        parser = Parser(max_control_line=5)
+        parser.coalesce = coalesce
+        parser.feed(data)
+        ops = expanded(parser.parse())
+        try:
+            parser.parse()
+        except natserver.ProtocolError as exc:
+            return ops, repr(exc)
+        return ops, None
+
+    assert ops_and_error(True) == ops_and_error(False)
+    assert len(ops_and_error(True)[0]) == 3 and ops_and_error(True)[1] is not None
+
+
 def test_a_long_run_is_one_pubrun():
     data = b"PUB foo.bar 16\r\n0123456789abcdef\r\n" * 1000
     ops = parse_all([data], coalesce=True)
