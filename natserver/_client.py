@@ -196,7 +196,11 @@ class Client:
         self.rtt: float | None = None
         self._rtt_start = 0.0  # when the PING we time the round trip of was sent
         self._rtt_measured_at = float("-inf")  # like Go's zero time: "never measured"
-        self._ping_scope: trio.CancelScope | None = None
+        # Ping timer (natserver._keepalive): when it fires next, on trio's clock (None: not
+        # armed), and whether that is still the timer armed at accept, which CONNECT brings
+        # forward (server.go firstClientPingInterval).
+        self.ping_due: float | None = None
+        self._first_ping = False
         # Fault injection (natserver.testing): while set, the reader or writer waits here.
         self.read_gate: trio.Event | None = None
         self.write_gate: trio.Event | None = None
@@ -248,7 +252,8 @@ class Client:
                 if hook is not None and hook(self, "info"):
                     self.close("Client Closed", flush=True)
                 nursery.start_soon(self._write_loop)
-                nursery.start_soon(self._ping_loop)
+                self._first_ping = True
+                self.server.ping_timers.arm(self, self.server.options.ping_interval)
                 if self.server.auth_required:
                     nursery.start_soon(self._auth_timer)
                 await self._read_loop()
@@ -741,10 +746,10 @@ class Client:
         if self.verbose:
             self.queue(OK)
         # server.go firstClientPingInterval: the first PING comes soon after CONNECT.
-        if self._ping_scope is not None:
+        if self._first_ping and not self.closed:
             interval = min(server.options.ping_interval, FIRST_PING_INTERVAL)
             interval += interval * FIRST_PING_JITTER * random.random()
-            self._ping_scope.deadline = trio.current_time() + interval
+            server.ping_timers.arm(self, interval)
 
     def _process_sub(self, op: Sub) -> None:
         subject, queue, sid = op
@@ -897,12 +902,13 @@ class Client:
 
     # -- timers -------------------------------------------------------------------------------
 
-    async def _ping_loop(self) -> None:
-        options = self.server.options
-        with trio.CancelScope(deadline=trio.current_time() + options.ping_interval) as scope:
-            self._ping_scope = scope
-            await trio.sleep_forever()
-        while not self.closed:
+    def ping_timer_fired(self) -> None:
+        """The ping timer (client.go processPingTimer): PING the client unless it was active
+        within the interval (once the RTT is known), or, when the PINGs outstanding would
+        exceed ping_max, send -ERR 'Stale Connection' and close; then re-arm. Called by the
+        server's timer task (natserver._keepalive), which flushes afterwards."""
+        self._first_ping = False
+        try:
             options = self.server.options  # live: a reload changes ping_interval and ping_max
             now = trio.current_time()
             need_rtt = self.rtt is None or time.monotonic() - self._rtt_measured_at > DEFAULT_RTT_MEASUREMENT_INTERVAL
@@ -912,14 +918,15 @@ class Client:
                 if self.pings_out + 1 > options.ping_max:
                     self.queue(errors.STALE_CONNECTION.wire)
                     self.close(errors.STALE_CONNECTION.close_reason, flush=True)
-                    self.server.flush_touched()
                     return
                 self.pings_out += 1
                 if not self._rtt_start:
                     self._rtt_start = time.monotonic()
                 self.queue(PING_PROTO)
-                self.server.flush_touched()
-            await trio.sleep(options.ping_interval)
+            self.server.ping_timers.arm(self, interval)
+        except Exception:  # the timer task serves every client: this one alone pays
+            log.exception("cid:%d - internal error in the ping timer; closing this client", self.cid)
+            self.close("Internal Server Error", flush=False)
 
     def _use_no_auth_user(self) -> bool:
         """A first op other than CONNECT with no_auth_user set: the client becomes that user."""

@@ -24,6 +24,7 @@ import trio
 from . import _const as const
 from . import _errors as errors
 from ._client import Client
+from ._keepalive import PingTimers
 from ._log import configure_logging
 from ._nkeys import PREFIX_SERVER, encode_public_key
 from ._options import Options
@@ -57,6 +58,7 @@ class Server:
         self.server_name = options.server_name or self.server_id
         self.sublist = Sublist()
         self.clients: dict[int, Client] = {}
+        self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
@@ -193,6 +195,7 @@ class Server:
                     from .jetstream import enable_jetstream
 
                     self.jetstream = await nursery.start(enable_jetstream, self)
+                nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)

@@ -122,3 +122,42 @@ async def test_client_that_goes_silent_after_answering_becomes_stale(autojump_cl
         assert not waited.cancelled_caught, "no Stale Connection within 20 ping intervals of silence"
         assert data.endswith(STALE)
         assert data[: -len(STALE)] == b"PING\r\n" * (len(data[: -len(STALE)]) // 6)
+
+
+# -- the timers' task (natserver._keepalive): one heap for the whole server -------------------
+
+
+async def test_timers_of_closed_clients_do_not_pile_up(autojump_clock, start_server, raw_connect, monkeypatch):
+    from natserver import _keepalive
+
+    monkeypatch.setattr(_keepalive, "_HEAP_SLACK", 8)
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()  # ping_interval: 2 min, so no timer fires here
+        keep = await connect(raw_connect, server)
+        await keep.ping()
+        heap = server.ping_timers._heap
+        for _ in range(60):  # each connection arms twice (accept, CONNECT), then closes
+            client = await connect(raw_connect, server)
+            await client.ping()
+            await client.aclose()
+            # at most 2 clients live at once, so at most 2 * 2 + slack entries, plus the new one
+            assert len(heap) <= 2 * 2 + 8 + 1
+        # and the timer of the connection that stayed still fires
+        assert await keep.read_line() == b"PING\r\n"
+
+
+async def test_a_failing_timer_closes_only_its_client(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1)
+        bad = await connect(raw_connect, server)
+        await bad.ping()
+        good = await connect(raw_connect, server)
+        await good.ping()
+        broken = server.clients[min(server.clients)]
+        broken.rtt = None  # makes the timer check pings_out...
+        broken.pings_out = None  # ...which then fails: a bug in the timer for this client
+        assert b"PING" not in await bad.read_until_eof()
+        for _ in range(3):  # the one task serving every timer lives on
+            assert await good.read_line() == b"PING\r\n"
+            await good.send(b"PONG\r\n")
+        assert broken.closed and len(server.clients) == 1
