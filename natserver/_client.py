@@ -601,9 +601,21 @@ class Client:
         shares: list = []  # (sub, client, MSG bytes, messages)
         for sub, client, head in plan:
             if client is not self or echo:
-                shares.append((sub, client, data.replace(pattern, head), count))
+                out = data.replace(pattern, head)
+                # The rewrite is exact only if the prefix occurs once per message, not also
+                # inside a payload: the first replace's length tells (or, when the head is no
+                # longer than the prefix, a count).
+                if not shares and (
+                    len(out) - len(data) != count * (len(head) - len(pattern))
+                    if len(head) != len(pattern)
+                    else data.count(pattern) != count
+                ):
+                    return False
+                shares.append((sub, client, out, count))
         if groups:
             pieces = data.split(pattern)[1:]  # each message after its prefix
+            if len(pieces) != count:
+                return False  # the prefix is inside a payload too
             for index, members in enumerate(groups):
                 if not members:
                     continue

@@ -56,9 +56,10 @@ class PubRun(NamedTuple):
     reply subject.
 
     Only ``Parser.parse()`` with ``coalesce`` set returns these. A router delivers the whole
-    run with ``data.replace(prefix, b"MSG <subject> <sid> ")``: the parser checked that the
-    prefix occurs exactly once per message, so the rewrite is exact.
-    ``Parser.expand(data)`` gives the individual ``Pub`` ops back.
+    run with ``data.replace(prefix, b"MSG <subject> <sid> ")``, which is exact when the prefix
+    occurs exactly ``count`` times, once per message: a payload may hold it too, and then the
+    router must deliver the messages one by one. ``Parser.expand(data)`` gives the individual
+    ``Pub`` ops back.
     """
 
     subject: bytes

@@ -282,14 +282,11 @@ class Parser:
         self, append, buf: bytes, first, prefix: bytes, start: int, end: int, count: int, size: int, flags: tuple
     ) -> None:
         """Emit the gathered run buf[start:end] of ``count`` (at least two) PUBs that start
-        with ``prefix``, the first being the Pub ``first``: a PubRun when the rewrite
-        PUB -> MSG is exact (the prefix occurs once per message), else the Pubs one by one."""
-        data = buf[start:end]
-        if data.count(prefix) == count:
-            append(_new(PubRun, (first.subject, count, size, *flags, data, prefix)))
-        else:
-            for op in self.expand(data):
-                append(op)
+        with ``prefix``, the first being the Pub ``first``, as a PubRun. Whether the prefix
+        also occurs inside a payload is the router's to check (see PubRun): it finds out from
+        its own ``replace`` for free, where counting here cost a scan of the run (a tenth of
+        the time with 1 KiB messages)."""
+        append(_new(PubRun, (first.subject, count, size, *flags, buf[start:end], prefix)))
 
 
     def _uniform_run_end(self, buf: bytes, pos: int, prefix: bytes, size: int) -> int:

@@ -80,9 +80,14 @@ def test_coalesced_ops_expand_to_the_plain_ops(chunks):
 @settings(max_examples=300, deadline=None)
 @given(pub_streams())
 def test_replace_rewrite_is_exact(chunks):
-    """What the router does with a run equals formatting each of its messages as a MSG."""
+    """What the router does with a run equals formatting each of its messages as a MSG
+    whenever the prefix occurs once per message (the router's check; else it goes message by
+    message)."""
     for op in parse_all(chunks, coalesce=True):
         if isinstance(op, PubRun):
+            assert op.count == len(Parser().expand(op.data))
+            if op.data.count(op.prefix) != op.count:
+                continue  # a payload holds the prefix: the router refuses the rewrite
             head = b"MSG " + op.subject + b" 7 "
             by_replace = op.data.replace(op.prefix, head)
             one_by_one = b"".join(
@@ -202,8 +207,8 @@ def test_runs_are_formed_and_broken():
     ops = parse_all([data], coalesce=True)
     assert isinstance(ops[0], PubRun) and ops[0].count == 2 and ops[0].size == 2
     assert isinstance(ops[1], Pub) and ops[1].subject == b"bar"
-    # the payload holding the pattern forces the per-message path for its run
-    assert [type(op) for op in ops[2:]] == [Pub, Pub]
+    # a payload holding the prefix: still a run, which the router will refuse to rewrite
+    assert [type(op) for op in ops[2:]] == [PubRun] and ops[2].data.count(ops[2].prefix) == 3
 
 
 async def wire_bytes(script: bytes, subscriber_connect: bytes, expect_bytes: int) -> bytes:
@@ -360,3 +365,15 @@ async def test_two_subscriptions_on_one_connection_get_each_message_in_turn():
     connect = b'CONNECT {"verbose":false}\r\nSUB foo q 1\r\nSUB foo q 2\r\n'
     got = await wire_bytes(script, connect, len(expected) // 2)
     assert [line[-3:] for line in got.split(b"\r\n")[1::2]] == [b"a%02d" % i for i in range(60)]
+
+
+async def test_a_payload_holding_the_prefix_is_delivered_message_by_message():
+    # The router checks the rewrite from its replace's length (or, when the MSG head is as
+    # long as the prefix, by counting), and from the split for queue groups.
+    for prefix_blanks, payload in [(b" ", b"PUB foo 2"), (b"   ", b"PUB foo   1")]:
+        msgs = [b"y" * len(payload), payload, b"x" * len(payload)] * 20  # one size: queue groups too
+        script = b"".join(b"PUB foo%s%d\r\n%s\r\n" % (prefix_blanks, len(p), p) for p in msgs)
+        expected = b"".join(b"MSG foo 1 %d\r\n%s\r\n" % (len(p), p) for p in msgs)
+        for sub in (b"SUB foo 1\r\n", b"SUB foo q 1\r\n"):
+            got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\n' + sub, len(expected))
+            assert got == expected, (prefix_blanks, sub)
