@@ -17,8 +17,8 @@ subscribed subjects are also indexed by *shape*, which token positions are liter
 that fit n tokens; for each, picking the subject's tokens at the literal positions gives the
 one key to look up. The shapes that fit n are kept sorted in the trie walk's order, so results
 come out exactly as the walk gives them (nats-server's order). When many shapes fit, the walk
-is cheaper and is used instead. Measured on a miss with 10k wildcard subscriptions of two
-shapes: 0.88 -> 0.3 us for the lookup.
+is cheaper and is used instead. Measured on misses with 10k wildcard subscriptions of two
+shapes (with the node tuples below): a match without the cache went from 1.58 to 1.01 us.
 """
 
 from __future__ import annotations
