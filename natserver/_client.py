@@ -482,10 +482,13 @@ class Client:
             plan = _make_plan(result, subject)
         targets = plan
         if result.qsubs:
-            targets = plan + [
-                (sub, sub.client, MSG_ + subject + SP + sub.sid_part)
-                for sub in (self._pick_member(result, i, group) for i, group in enumerate(result.qsubs))
-                if sub is not None
+            targets = [
+                *plan,
+                *(
+                    (sub, sub.client, MSG_ + subject + SP + sub.sid_part)
+                    for sub in (self._pick_member(result, i, group) for i, group in enumerate(result.qsubs))
+                    if sub is not None
+                ),
             ]
         size = len(payload)
         big = size >= BIG_PAYLOAD
@@ -962,10 +965,13 @@ def _make_plan(result, subject: bytes) -> list:
     """A cached result's delivery plan: (subscription, client, ``MSG <subject> <sid> ``) for
     each plain subscription, built once per subject (see Client._route). A loop, not a
     comprehension: that is one more frame, on every cache miss."""
+    psubs = result.psubs
+    if len(psubs) == 1:  # most results: no comprehension frame, no list
+        sub = psubs[0]
+        plan = result.plan = ((sub, sub.client, MSG_ + subject + SP + sub.sid_part),)
+        return plan
     prefix = MSG_ + subject + SP
-    plan = result.plan = []
-    for sub in result.psubs:
-        plan.append((sub, sub.client, prefix + sub.sid_part))
+    plan = result.plan = tuple([(sub, sub.client, prefix + sub.sid_part) for sub in psubs])
     return plan
 
 

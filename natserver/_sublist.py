@@ -381,7 +381,7 @@ class Sublist:
         if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
             result = EMPTY_RESULT
         else:
-            psubs: list = []
+            psubs: list | tuple = []
             qsubs: dict = {}
             n = len(tokens)
             shapes = self._by_length.get(n, False)
@@ -398,7 +398,14 @@ class Sublist:
                     else:
                         node = nodes.get(pick(tokens))
                     if node is not None:
-                        _add_node(node, psubs, qsubs)
+                        plain = node.plain
+                        if plain is None:
+                            plain = _plain_of(node)
+                        # The result shares the node's tuple when it is the only one: no list
+                        # to make now and free at the next cache sweep (results are read-only).
+                        psubs = plain if not psubs else (*psubs, *plain)
+                        if node.queued:
+                            _add_queues(node, qsubs)
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:
