@@ -34,7 +34,7 @@ from ._const import (
     STALL_MIN_WAIT,
 )
 from ._errors import ProtocolError, ServerError
-from ._ops import NEED_DATA, Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
+from ._ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from ._parser import Parser
 from ._sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
 

@@ -29,7 +29,7 @@ import re
 
 from . import _conf
 from . import _const as const
-from ._conf import ConfigError, parse_duration
+from ._conf import parse_duration
 from ._options import Options
 
 __all__ = [

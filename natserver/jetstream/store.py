@@ -637,7 +637,6 @@ class FileStore(Store):
         last_seq = last_ts = floor = 0
         horizon = now - dedup_window if dedup_window > 0 else None
         candidates: list = []
-        crc32 = zlib.crc32
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
         for k, seg in enumerate(ids):
