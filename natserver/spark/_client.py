@@ -539,16 +539,20 @@ def js_request(conn: Connection, api: str, body: dict | None = None, *, what: st
     """A JetStream API request: the JSON answer, or a JetStreamError."""
     payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
     hdr, data = conn.request("$JS.API." + api, payload)
-    status, _ = _status(hdr)
-    if status == 503:
-        raise JetStreamNotEnabled(f"{conn.url}: JetStream is not enabled (no responders on $JS.API; run the server with -js)")
-    try:
-        resp = json.loads(data)
-    except ValueError:
-        raise JetStreamError(f"{what or api}: the server sent a response that is not JSON") from None
+    resp = _json_answer(hdr, data, what or api, conn.url)
     if isinstance(resp, dict) and resp.get("error"):
         _raise_api_error(resp["error"], what or api)
     return resp
+
+
+def _json_answer(hdr: bytes | None, data: bytes, what: str, url: str):
+    """The decoded JSON of a $JS.API answer; a 503 means no JetStream at all."""
+    if _status(hdr)[0] == 503:
+        raise JetStreamNotEnabled(f"{url}: JetStream is not enabled (no responders on $JS.API; run the server with -js)")
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise JetStreamError(f"{what}: the server sent a response that is not JSON") from None
 
 
 def stream_info(conn: Connection, stream: str) -> dict:
@@ -626,13 +630,7 @@ def _decode_direct(hdr: bytes | None, data: bytes, what: str) -> tuple[StoredMsg
 
 
 def _decode_msg_get(hdr: bytes | None, data: bytes, what: str, url: str) -> StoredMsg | None:
-    status, _ = _status(hdr)
-    if status == 503:
-        raise JetStreamNotEnabled(f"{url}: JetStream is not enabled (no responders on $JS.API; run the server with -js)")
-    try:
-        resp = json.loads(data)
-    except ValueError:
-        raise JetStreamError(f"{what}: the server sent a response that is not JSON") from None
+    resp = _json_answer(hdr, data, what, url)
     err = resp.get("error")
     if err:
         if int(err.get("err_code") or 0) == 10037 or err.get("code") == 404 and "stream" not in str(err.get("description")):

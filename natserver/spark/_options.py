@@ -202,18 +202,24 @@ class ReadOptions:
     extra: dict = field(default_factory=dict, compare=False)
 
 
+def _stream_and_subject(opts: dict, *, wildcards: bool) -> tuple[str | None, str | None]:
+    """The 'stream' and 'subject' options, each checked when given."""
+    stream = _str(opts, "stream")
+    if stream is not None:
+        check_stream_name(stream)
+    subject = _str(opts, "subject")
+    if subject is not None:
+        check_subject(subject, "subject", wildcards=wildcards)
+    return stream, subject
+
+
 def parse_read_options(options, *, streaming: bool) -> ReadOptions:
     """Options of ``spark.read`` / ``spark.readStream``. Kafka's defaults: a stream starts
     at ``latest``, a batch at ``earliest``; a batch ends at ``latest``."""
     opts = _lower(options)
     _check_unknown(opts, READ_OPTIONS, "read")
     conn = _conn_options(opts)
-    stream = _str(opts, "stream")
-    if stream is not None:
-        check_stream_name(stream)
-    subject = _str(opts, "subject")
-    if subject is not None:
-        check_subject(subject, "subject", wildcards=True)
+    stream, subject = _stream_and_subject(opts, wildcards=True)
     if stream is None and subject is None:
         raise OptionError("option 'stream' is required (or 'subject', to read the one stream that captures it)")
     starting = parse_offset_spec(_str(opts, "startingOffsets"), "startingOffsets", LATEST if streaming else EARLIEST)
@@ -250,12 +256,7 @@ def parse_write_options(options) -> WriteOptions:
     opts = _lower(options)
     _check_unknown(opts, WRITE_OPTIONS, "write")
     conn = _conn_options(opts)
-    stream = _str(opts, "stream")
-    if stream is not None:
-        check_stream_name(stream)
-    subject = _str(opts, "subject")
-    if subject is not None:
-        check_subject(subject, "subject", wildcards=False)
+    stream, subject = _stream_and_subject(opts, wildcards=False)
     acks = _bool(opts, "acks", True)
     if stream is not None and not acks:
         raise OptionError("option 'stream' needs acks (it is checked on every JetStream ack): drop 'acks=false'")
