@@ -297,6 +297,10 @@ class Store:
 
     def purge(self) -> int:
         """Remove everything; the next message keeps the sequence going."""
+        return self._remove_all(self.last_seq + 1)
+
+    def _remove_all(self, first_seq: int) -> int:
+        """Remove every message; the next one gets ``first_seq`` (at least last_seq + 1)."""
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
         purged = self.msgs
@@ -304,7 +308,8 @@ class Store:
         self.fss = {}
         self.msgs = 0
         self.bytes = 0
-        self.first_seq = self.last_seq + 1
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
         self.first_ts = 0
         self._purged()
         return purged
@@ -312,20 +317,7 @@ class Store:
     def compact(self, seq: int) -> int:
         """Remove every message below ``seq`` (nats-server's Compact)."""
         if seq == 0 or seq > self.last_seq:
-            if self.closed:
-                raise StoreError(ERR_STORE_CLOSED)
-            purged = self.msgs
-            self.idx = {}
-            self.fss = {}
-            self.msgs = 0
-            self.bytes = 0
-            self.first_seq = self.last_seq + 1
-            self.first_ts = 0
-            if seq > self.first_seq:
-                self.first_seq = seq
-                self.last_seq = seq - 1
-            self._purged()
-            return purged
+            return self._remove_all(max(seq, self.last_seq + 1))
         if seq <= self.first_seq:
             return 0
         idx = self.idx
