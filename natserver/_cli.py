@@ -164,6 +164,8 @@ _flag("tlsverify", "tls_verify", "bool")
 _flag("tlscacert", "tls_ca_cert")
 _flag("js jetstream", "jetstream", "bool")
 _flag("sd store_dir", "store_dir")
+_flag("nsq_port", "nsq_port", "int")  # natserver.nsq: nsqd's TCP port (-1 for random)
+_flag("nsq_http_port", "nsq_http_port", "int")  # natserver.nsq: nsqd's HTTP port
 # natserver extensions
 _flag("max_payload", "max_payload", "size")
 _flag("max_pending", "max_pending", "size")
@@ -326,6 +328,9 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
         extra = dict(options.extra)
         extra["cli"] = dict(given["unsupported"])
         changes["extra"] = extra
+    nsq_flags = {k[4:]: given[k] for k in ("nsq_port", "nsq_http_port") if k in given}
+    if nsq_flags:  # the NSQ flags go into the nsq {} block, over the file's values
+        changes["nsq"] = {**(options.nsq or {}), **nsq_flags}
     options = options.copy(**changes)
     options = _override_tls(options, given)
     return apply_baseline(options)
@@ -401,6 +406,9 @@ def write_ports_file(options: Options, server, monitor) -> str:
     ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]}
     if monitor is not None:
         ports["monitoring"] = [f"http://{_url_host(options.http_host or server.host)}:{monitor.port}"]
+    if getattr(server, "nsq", None) is not None:  # natserver.nsq's listeners
+        ports["nsq"] = [f"tcp://{_url_host(server.host)}:{server.nsq.tcp_port}"]
+        ports["nsq_http"] = [f"http://{_url_host(server.host)}:{server.nsq.http_port}"]
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(ports, f, separators=(",", ":"))

@@ -399,6 +399,8 @@ class _Builder:
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":
             self.apply_tls(key, value, where)
+        elif name == "nsq":  # natserver.nsq's front-end; checked by natserver.nsq.config
+            c["nsq"] = dict(_expect(value, dict, key))
         elif name == "allow_non_tls":
             c["allow_non_tls"] = _expect(value, bool, key)
         elif name == "no_auth_user":
