@@ -31,7 +31,8 @@ class NsqError(Exception):
     @property
     def wire(self) -> bytes:
         """The error frame's body (raw client bytes quoted by nsqd come back as they were)."""
-        return f"{self.code} {self.text}".encode("utf-8", "surrogateescape")
+        text = f"{self.code} {self.text}" if self.text else str(self.code)
+        return text.encode("utf-8", "surrogateescape")
 
 
 class HttpError(Exception):

@@ -527,6 +527,9 @@ class NsqServer:
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
         self.broadcast_address = options.broadcast_address or self.hostname
+        if options.snappy and not _have_cramjam():
+            log.warning("NSQ: snappy is not offered: the cramjam package is not installed (pip install natserver[nsq])")
+            self.options = options = options.copy(snappy=False)
         self.ssl_context = None
         if options.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -596,6 +599,14 @@ class NsqServer:
             self.engine.process(trio.current_time())
             self.engine.flush()
             self.after_batch()
+
+
+def _have_cramjam() -> bool:
+    try:
+        import cramjam  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _listen_label(listener) -> str:
