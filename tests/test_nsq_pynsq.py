@@ -183,9 +183,14 @@ def test_compressed_connections(server, compression):
         kwargs = {compression: True}
         acks = await _publish(server, "zipped", [b"x" * 5000, b"small"], **kwargs)
         assert acks == [b"OK", b"OK"]
-        got = await _consume(server, "zipped", "c", 2, max_in_flight=5, **kwargs)
+        flags = []
+
+        def handler(message):
+            flags.extend(server.call(lambda: [(c.deflate, c.snappy) for c in server.server.nsq.clients.values()]))
+            return True
+
+        got = await _consume(server, "zipped", "c", 2, handler=handler, max_in_flight=5, **kwargs)
         assert sorted(body for _, body, _ in got) == [b"small", b"x" * 5000]
-        flags = server.call(lambda: [(c.deflate, c.snappy) for c in server.server.nsq.clients.values()])
         assert flags and all(f == (compression == "deflate", compression == "snappy") for f in flags)
 
     _run(scenario)

@@ -112,8 +112,7 @@ class NsqClient(Consumer):
         if self._urgent or self.output_buffer_timeout <= 0 or len(self.out) >= self.output_buffer_size:
             return True
         # nsqd flushes at once when the client cannot be sent more (messagePump)
-        return self.state != _SUBSCRIBED or self.in_flight >= self.rdy or self.channel is None \
-            or self.channel.depth == 0
+        return self.state != _SUBSCRIBED or self.in_flight >= self.rdy or self.channel is None
 
     async def _writer(self) -> None:
         while True:
@@ -540,6 +539,7 @@ class NsqServer:
         self._next_cid = 0
         self.listeners: list = []
         self.http = None
+        self._nursery: trio.Nursery | None = None
 
     # -- used by clients and the HTTP API ----------------------------------------------------
 
@@ -581,8 +581,8 @@ class NsqServer:
         self.total_connections += 1
         try:
             ip, port = stream.socket.getpeername()[:2]
-        except OSError:
-            ip, port = "", 0
+        except (OSError, AttributeError):  # AttributeError: an in-memory stream
+            ip, port = "memory", cid
         if len(self.clients) >= self.options.max_clients:
             log.error("NSQ: %s:%d - maximum connections exceeded", ip, port)
             await trio.aclose_forcefully(stream)
@@ -590,6 +590,15 @@ class NsqServer:
         client = NsqClient(self, stream, cid, ip, port)
         self.clients[cid] = client
         await client.run()
+
+    def connect_memory(self):
+        """A client end of an in-memory connection served like a TCP one (tests, embedding;
+        deterministic under trio's MockClock)."""
+        import trio.testing
+
+        client_end, server_end = trio.testing.memory_stream_pair()
+        self._nursery.start_soon(self._handle, server_end)
+        return client_end
 
     async def _scanner(self) -> None:
         """nsqd's queue scan: in-flight timeouts and deferred messages, every interval."""
@@ -634,6 +643,7 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
     log.info("HTTP: listening on %s", _listen_label(http_listeners[0]))
     try:
         async with trio.open_nursery() as nursery:
+            front._nursery = nursery
             for listener in front.listeners:
                 nursery.start_soon(front._accept_loop, listener, nursery)
             for listener in http_listeners:
