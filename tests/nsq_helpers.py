@@ -147,3 +147,33 @@ class ThreadedServer:
             except (trio.RunFinishedError, RuntimeError):
                 pass
         self._thread.join(20)
+
+
+async def http_request(port: int, method: str, target: str, body: bytes = b"", headers=()) -> tuple[int, dict, bytes]:
+    """One HTTP/1.1 request with h11; (status, headers as a dict of lowercase str, body)."""
+    import h11
+
+    conn = h11.Connection(h11.CLIENT)
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        all_headers = [("Host", "127.0.0.1"), ("Content-Length", str(len(body))), *headers]
+        data = conn.send(h11.Request(method=method, target=target, headers=all_headers))
+        data += conn.send(h11.Data(data=body)) if body else b""
+        data += conn.send(h11.EndOfMessage())
+        await stream.send_all(data)
+        response, chunks = None, []
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+                continue
+            if isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                break
+        hdrs = {k.decode().lower(): v.decode() for k, v in response.headers}
+        return response.status_code, hdrs, b"".join(chunks)
+    finally:
+        await stream.aclose()

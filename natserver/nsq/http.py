@@ -436,7 +436,13 @@ class NsqHttp:
             return {"producers": [producer]}
         if path == "/nsqz":
             front = self.front
-            return {"clients": len(front.clients), "total_connections": front.total_connections,
-                    "topics": len(engine.topics), "channels": sum(len(t.channels) for t in engine.topics.values()),
+            bridge = front.bridge
+            return {"version": VERSION, "tcp_port": front.tcp_port, "http_port": front.http_port,
+                    "clients": len(front.clients), "total_connections": front.total_connections,
+                    "topic_count": len(engine.topics),
+                    "channel_count": sum(len(t.channels) for t in engine.topics.values()),
+                    "bridge": None if bridge is None else {
+                        "prefix": bridge.prefix, "to_nats": bridge.to_nats_count,
+                        "from_nats": bridge.from_nats_count, "dropped": bridge.dropped},
                     **stats(front)}
         raise HttpError(404, "NOT_FOUND")
