@@ -84,6 +84,10 @@ class Options:
         if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
             raise ValueError("lame duck grace period must be less than lame duck duration")
         self.validate_security()
+        if self.nsq is not None:  # natserver.nsq checks its own block (ValueError)
+            from .nsq.config import parse_nsq_options
+
+            parse_nsq_options(self.nsq)
 
     def validate_security(self) -> None:
         """auth.go validateAuth / validateNoAuthUser, jwt.go validateTrustedOperators."""

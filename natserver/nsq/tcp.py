@@ -632,12 +632,22 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
     host = None if front.host in ("", "0.0.0.0") else front.host
     port = 0 if options.port == -1 else options.port
     http_port = 0 if options.http_port == -1 else options.http_port
-    front.listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        front.listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        log.error("NSQ: error listening on TCP port %s:%d, %r", front.host, options.port, exc)
+        raise
     front.tcp_port = front.listeners[0].socket.getsockname()[1]
     log.info("TCP: listening on %s", _listen_label(front.listeners[0]))
     from .http import NsqHttp
 
-    http_listeners = await trio.open_tcp_listeners(http_port, host=host)
+    try:
+        http_listeners = await trio.open_tcp_listeners(http_port, host=host)
+    except OSError as exc:
+        log.error("NSQ: error listening on HTTP port %s:%d, %r", front.host, options.http_port, exc)
+        for listener in front.listeners:
+            await listener.aclose()
+        raise
     front.http_port = http_listeners[0].socket.getsockname()[1]
     front.http = NsqHttp(front)
     log.info("HTTP: listening on %s", _listen_label(http_listeners[0]))
