@@ -160,7 +160,10 @@ async def http_request(port: int, method: str, target: str, body: bytes = b"", h
         data = conn.send(h11.Request(method=method, target=target, headers=all_headers))
         data += conn.send(h11.Data(data=body)) if body else b""
         data += conn.send(h11.EndOfMessage())
-        await stream.send_all(data)
+        try:
+            await stream.send_all(data)
+        except trio.BrokenResourceError:
+            pass  # refused early: the answer is still there to read
         response, chunks = None, []
         while True:
             event = conn.next_event()

@@ -201,3 +201,21 @@ async def test_keep_alive_and_malformed_requests(front):
         assert reply.startswith(b"HTTP/1.1 400")
         await stream.aclose()
     assert (await call(front, "GET", "/ping"))[2] == b"OK"
+
+
+async def test_oversized_bodies_refused_from_content_length(front):
+    """nsqd answers 413 from Content-Length alone; the body is never read."""
+    with trio.fail_after(TIMEOUT):
+        for target, message, size in (("/pub?topic=t", "MSG_TOO_BIG", 1024 * 1024 + 1),
+                                      ("/mpub?topic=t", "BODY_TOO_BIG", 5 * 1024 * 1024 + 1)):
+            stream = await trio.open_tcp_stream("127.0.0.1", front.http_port)
+            await stream.send_all(f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.endswith(b"}"):
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 413")
+            assert reply.endswith(orjson.dumps({"message": message}))
+            await stream.aclose()

@@ -221,6 +221,7 @@ class _Queue:
         if self.memory:
             return self.memory.popleft()
         if self.backend is not None and self.backend.depth:
+            self.engine.dirty_backends.add(self.backend)
             return self.backend.pop()
         return None
 
@@ -295,7 +296,7 @@ class Channel:
     def pump(self, now: float) -> None:
         """Give queued messages to ready clients, one each in turn (nsqd's clients compete
         for the channel's queue; turns spread them the same way)."""
-        if self.paused or not self.clients or self.topic.paused:
+        if self.paused or not self.clients:
             return
         queue = self.queue
         if not queue.memory and not queue.backend_depth:
@@ -524,6 +525,8 @@ class Topic:
         channel.queue.delete()
         if self.ephemeral and not self.channels and not self.deleted:
             self.engine.delete_topic(self.name)
+        elif not self.deleted:
+            self.engine.notify(self.ephemeral or channel.ephemeral)
         return True
 
     def pause(self) -> None:
@@ -558,6 +561,7 @@ class Engine:
         self.guids = GuidFactory(node_id if node_id is not None else os.getpid() % 1024, clock_ns)
         self.topics: dict[str, Topic] = {}
         self.dirty_backends: set = set()
+        self.loading = False  # nsqd does not persist metadata while it loads it
         # Hooks (the bridge, lookupd): called after a topic/channel is created.
         self.on_topic_created = None
         self.on_channel_created = None
@@ -571,11 +575,23 @@ class Engine:
             topic = self.topics[name] = Topic(self, name)
             if self.on_topic_created is not None:
                 self.on_topic_created(topic)
+            self.notify(topic.ephemeral)
         return topic
+
+    def notify(self, ephemeral: bool) -> None:
+        """A topic or channel came or went: rewrite nsqd.dat (nsqd NSQD.Notify), so that a
+        crash does not orphan disk queues."""
+        if ephemeral or self.loading:
+            return
+        try:
+            self.save_metadata()
+        except OSError as exc:
+            log.error("NSQ: failed to persist metadata - %s", exc)
 
     def channel_created(self, topic: Topic, channel: Channel) -> None:
         if self.on_channel_created is not None:
             self.on_channel_created(topic, channel)
+        self.notify(topic.ephemeral or channel.ephemeral)
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)
@@ -585,6 +601,7 @@ class Engine:
         for channel_name in list(topic.channels):
             topic.delete_channel(channel_name)
         topic.queue.delete()
+        self.notify(topic.ephemeral)
         return True
 
     def new_message(self, body: bytes, defer: float = 0.0) -> Message:
@@ -649,6 +666,15 @@ class Engine:
             return
         except (OSError, ValueError) as exc:
             raise ValueError(f"nsq: failed to read {path}: {exc}") from None
+        from .protocol import is_valid_name
+
+        self.loading = True
+        try:
+            self._load(data, path)
+        finally:
+            self.loading = False
+
+    def _load(self, data: dict, path: str) -> None:
         from .protocol import is_valid_name
 
         for entry in data.get("topics") or []:

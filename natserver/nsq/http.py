@@ -34,6 +34,7 @@ MAX_REQUEST_HEAD = 64 * 1024  # request line + headers (h11's default is 16 KiB;
 IDLE_TIMEOUT = 120.0  # seconds a keep-alive connection may sit idle
 WRITE_TIMEOUT = 10.0  # seconds to send one response
 READ_SIZE = 64 * 1024
+LINGER_TIME = 1.0  # seconds spent discarding a refused request body before closing
 MAX_HTTP_CONNECTIONS = 1000  # natserver's bound on concurrent API connections
 JSON = "application/json; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
@@ -54,7 +55,7 @@ def client_stats(client) -> dict:
     """nsqd ClientV2Stats for one connection."""
     stats = {
         "client_id": client.client_id, "hostname": client.hostname, "version": "V2",
-        "remote_address": f"{client.ip}:{client.port}", "state": {"init": 1, "subscribed": 3, "closing": 4}[client.state],
+        "remote_address": f"{client.ip}:{client.port}", "state": {"init": 0, "subscribed": 3, "closing": 4}[client.state],
         "ready_count": client.ready_count, "in_flight_count": client.in_flight, "message_count": client.message_count,
         "finish_count": client.finish_count, "requeue_count": client.requeue_count,
         "connect_ts": int(client.connect_time), "sample_rate": client.sample_rate, "deflate": client.deflate,
@@ -125,6 +126,19 @@ def _stats_text(front, data: dict) -> bytes:
     return text.encode()
 
 
+async def _linger(stream) -> None:
+    """Half-close and discard what the client is still sending (briefly), so that closing
+    with unread data does not reset the connection before it reads our answer (Go's
+    server does the same after refusing a body)."""
+    try:
+        await stream.send_eof()
+        with trio.move_on_after(LINGER_TIME):
+            while await stream.receive_some(READ_SIZE):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+
+
 class NsqHttp:
     """Answers HTTP requests for one NSQ front-end (``respond`` is synchronous and pure
     apart from the engine changes it makes)."""
@@ -158,9 +172,11 @@ class NsqHttp:
                 request, body = await self._read_request(conn, stream)
                 if request is None:
                     return
-                if body is None:
-                    status, ctype, payload = 413, JSON, orjson.dumps({"message": "BODY_TOO_BIG"})
+                if body is None:  # refused from Content-Length or while reading (nsqd doPUB/doMPUB)
+                    too_big = "MSG_TOO_BIG" if request.target.split(b"?")[0] == b"/pub" else "BODY_TOO_BIG"
+                    status, ctype, payload = 413, JSON, orjson.dumps({"message": too_big})
                     await self._send(conn, stream, status, ctype, payload, close=True)
+                    await _linger(stream)
                     return
                 status, ctype, payload = self.respond(request.method.decode(), request.target.decode("latin-1"), body)
                 await self._send(conn, stream, status, ctype, payload, head=request.method == b"HEAD")
@@ -198,6 +214,11 @@ class NsqHttp:
                 kind = type(event)
                 if kind is h11.Request:
                     request = event
+                    if request.target.split(b"?")[0] == b"/pub":
+                        limit = self.front.options.max_msg_size + 1
+                    declared = dict(request.headers).get(b"content-length")
+                    if declared is not None and declared.isdigit() and int(declared) >= limit:
+                        return request, None
                 elif kind is h11.Data:
                     size += len(event.data)
                     if size > limit:

@@ -31,6 +31,10 @@ __all__ = ["NsqServer", "NsqClient", "serve_nsq"]
 log = logging.getLogger("natserver")
 
 RECEIVE_SIZE = 64 * 1024  # bytes read at once
+# A client whose unsent output exceeds this is not read from until it drains: one that
+# pipelines commands without reading its answers stalls itself, never the server's memory
+# (natserver's bound; nsqd blocks the same way on its buffered writer).
+MAX_PENDING_OUTPUT = 4 * 1024 * 1024
 TLS_HANDSHAKE_TIMEOUT = 5.0  # seconds; bounds the IDENTIFY tls_v1 upgrade
 ACCEPT_RETRY = 0.1  # seconds to wait when accept fails for lack of resources (trio's serve_listeners)
 _INIT, _SUBSCRIBED, _CLOSING = "init", "subscribed", "closing"
@@ -201,6 +205,11 @@ class NsqClient(Consumer):
     async def _read_loop(self) -> None:
         parser = self.parser
         while True:
+            if len(self.out) > MAX_PENDING_OUTPUT:
+                try:
+                    await self.flush_now()
+                except _Closed:
+                    return
             timeout = self.heartbeat_interval * 2 if self.heartbeat_interval > 0 else math.inf
             data = b""
             with trio.move_on_after(timeout) as scope:
