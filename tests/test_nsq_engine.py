@@ -145,6 +145,17 @@ def test_dpub_is_deferred(tmp_path):
     assert [b for _, b, _ in c.got] == [b"later"]
 
 
+def test_dpub_is_deferred_on_every_channel(tmp_path):
+    eng = engine(tmp_path)
+    a, b = FakeConsumer(rdy=5), FakeConsumer(rdy=5)
+    subscribe(eng, "t", "a", a)
+    subscribe(eng, "t", "b", b)
+    eng.publish("t", [b"later"], 0.0, defer=1.0)
+    assert a.got == b.got == []
+    eng.process(1.0)
+    assert [m[1] for m in a.got] == [m[1] for m in b.got] == [b"later"]
+
+
 def test_pause_and_unpause(tmp_path):
     eng = engine(tmp_path)
     c = FakeConsumer(rdy=5)
@@ -157,9 +168,12 @@ def test_pause_and_unpause(tmp_path):
     topic = eng.topics["t"]
     topic.pause()
     eng.publish("t", [b"y"], 0.0)
-    assert topic.depth == 1 and len(c.got) == 1
+    assert topic.depth == 1 and len(c.got) == 1  # kept by the topic
+    ch.queue.put(eng.new_message(b"z"))
+    ch.pump(0.0)
+    assert len(c.got) == 2  # a paused topic's channels still deliver what they hold
     topic.unpause(0.0)
-    assert len(c.got) == 2
+    assert [b for _, b, _ in c.got] == [b"x", b"z", b"y"]
 
 
 def test_ephemeral_channel_and_topic_go_with_their_last_client(tmp_path):

@@ -491,10 +491,14 @@ class Topic:
             self._fan_out(message, now)
 
     def _fan_out(self, message: Message, now: float) -> None:
-        first = True
-        for channel in list(self.channels.values()):
-            channel.put(message if first else message.copy(), now)
-            first = False
+        channels = list(self.channels.values())
+        if len(channels) == 1:
+            channels[0].put(message, now)
+            return
+        # copies first: a channel's put consumes the original's defer
+        copies = [message] + [message.copy() for _ in channels[1:]]
+        for channel, copy in zip(channels, copies):
+            channel.put(copy, now)
 
     def _drain(self, now: float) -> None:
         """Move the topic's own queue into its channels (a channel appeared, or unpause)."""
