@@ -234,3 +234,98 @@ def test_guids_are_unique_and_hex(tmp_path):
     ids = {eng.guids.new_id() for _ in range(10000)}
     assert len(ids) == 10000
     assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
+# -- state machine: no message lost or duplicated, counts consistent ------------------------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+class ChannelMachine(RuleBasedStateMachine):
+    """Random PUB/RDY/FIN/REQ/TOUCH/time steps on one channel with three consumers,
+    mem_queue_size 4 (so the disk queue is used too). Every published message is, at every
+    step, in exactly one place: queued, in flight (to one consumer) or deferred, until FIN."""
+
+    def __init__(self):
+        super().__init__()
+        import tempfile
+        from pathlib import Path
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="nsqsm"))
+        self.eng = engine(self.tmp, mem_queue_size=4)
+        self.consumers = [FakeConsumer(msg_timeout=1.0) for _ in range(3)]
+        self.channel = self.eng.get_topic("t").get_channel("c", 0.0)
+        for c in self.consumers:
+            self.channel.add_client(c, 0.0)
+        self.now = 0.0
+        self.published = 0
+        self.finished = set()
+        self.bodies = set()
+
+    def teardown(self):
+        import shutil
+
+        self.eng.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @rule(n=st.integers(1, 5))
+    def publish(self, n):
+        bodies = [b"%d" % (self.published + i) for i in range(n)]
+        self.published += n
+        self.bodies.update(bodies)
+        self.eng.publish("t", bodies, self.now)
+        self.eng.flush()
+
+    @rule(i=st.integers(0, 2), rdy=st.integers(0, 4))
+    def set_rdy(self, i, rdy):
+        self.consumers[i].set_rdy(rdy, self.now)
+
+    def _owned(self, i):
+        return [m for m in self.channel.in_flight.values() if m.consumer is self.consumers[i]]
+
+    @rule(i=st.integers(0, 2), data=st.data())
+    def finish(self, i, data):
+        owned = self._owned(i)
+        if owned:
+            message = data.draw(st.sampled_from(owned))
+            assert self.channel.finish(self.consumers[i], message.id, self.now) is None
+            self.finished.add(message.body)
+
+    @rule(i=st.integers(0, 2), delay=st.sampled_from([0.0, 0.5, 2.0]), data=st.data())
+    def requeue(self, i, delay, data):
+        owned = self._owned(i)
+        if owned:
+            message = data.draw(st.sampled_from(owned))
+            assert self.channel.requeue(self.consumers[i], message.id, delay, self.now) is None
+
+    @rule(i=st.integers(0, 2), data=st.data())
+    def touch(self, i, data):
+        owned = self._owned(i)
+        if owned:
+            assert self.channel.touch(self.consumers[i], data.draw(st.sampled_from(owned)).id, self.now) is None
+
+    @rule(step=st.sampled_from([0.1, 0.6, 1.1, 3.0]))
+    def advance(self, step):
+        self.now += step
+        self.eng.process(self.now)
+        self.eng.flush()
+
+    @invariant()
+    def every_message_is_somewhere_once(self):
+        ch = self.channel
+        queued = [m.body for m in ch.queue.memory]
+        in_flight = [m.body for m in ch.in_flight.values()]
+        deferred = [m.body for m in ch.deferred.values()]
+        places = queued + in_flight + deferred
+        assert len(places) == len(set(places))
+        assert ch.depth + len(ch.in_flight) + len(ch.deferred) + len(self.finished) == self.published
+        assert not set(places) & self.finished
+        for c in self.consumers:
+            assert c.in_flight == len(self._owned(self.consumers.index(c)))
+            assert c.in_flight <= max(c.rdy, c.in_flight)
+
+
+ChannelMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_channel_state_machine = ChannelMachine.TestCase
