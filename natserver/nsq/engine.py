@@ -42,6 +42,7 @@ log = logging.getLogger("natserver")
 METADATA_FILE = "nsqd.dat"  # nsqd's metadata file name (nsqd.go)
 EPHEMERAL = "#ephemeral"
 _DISK_HEADER = struct.Struct(">16sHq")  # id, attempts, timestamp (ns) of a message on disk
+DISK_READ_AHEAD = 256  # messages read from a disk queue at once
 
 
 class GuidFactory:
@@ -136,41 +137,68 @@ class _QueueConfig:
 
 class DiskQueue:
     """A FIFO of messages on disk: natserver's JetStream FileStore (segments, CRCs, crash
-    recovery) with one subject, read from the front. nsqd's diskqueue plays this part."""
+    recovery) with one subject, read from the front. nsqd's diskqueue plays this part.
+
+    Reads go ahead in batches and the store's front moves (one compaction) at the next
+    ``flush``, so a read costs no per-message removal record; what was read but not yet
+    handed out stays on disk."""
 
     def __init__(self, path: str, segment_size: int) -> None:
         from ..jetstream.store import FileStore
 
         self.path = path
         self.store = FileStore(path, _QueueConfig(), segment_size=segment_size)
+        self._ahead: collections.deque = collections.deque()  # (seq, Message) read, not popped
+        self._next_seq = 0  # the next sequence to read ahead
+        self._popped_seq = 0  # the last sequence popped (removed at the next flush)
+        self._popped = 0  # popped since the last flush
 
     @property
     def depth(self) -> int:
-        return self.store.msgs
+        return self.store.msgs - self._popped
 
     def put(self, message: Message) -> None:
         header = _DISK_HEADER.pack(message.id, message.attempts & 0xFFFF, message.timestamp)
         self.store.store_msg(b"m", header, message.body, message.timestamp)
 
     def flush(self) -> None:
+        if self._popped:
+            self.store.compact(self._popped_seq + 1)
+            self._popped = 0
         self.store.flush()
 
-    def pop(self) -> Message | None:
+    def _read_ahead(self) -> None:
         store = self.store
-        while store.msgs:
-            seq = store.first_seq
+        seq = max(self._next_seq, store.first_seq, self._popped_seq + 1)
+        last = store.last_seq
+        ahead = self._ahead
+        while seq <= last and len(ahead) < DISK_READ_AHEAD:
             stored = store.load_msg(seq)
-            store.compact(seq + 1)
             if stored is not None and len(stored.hdr) == _DISK_HEADER.size:
                 msg_id, attempts, timestamp = _DISK_HEADER.unpack(stored.hdr)
-                return Message(msg_id, stored.data, timestamp, attempts)
-        return None
+                ahead.append((seq, Message(msg_id, stored.data, timestamp, attempts)))
+            seq += 1
+        self._next_seq = seq
+
+    def pop(self) -> Message | None:
+        if not self._ahead:
+            self._read_ahead()
+            if not self._ahead:
+                return None
+        seq, message = self._ahead.popleft()
+        self._popped_seq = seq
+        self._popped += 1
+        return message
 
     def empty(self) -> None:
+        self._ahead.clear()
+        self._popped = 0
         self.store.purge()
+        self._next_seq = self._popped_seq = self.store.last_seq
         self.store.flush()
 
     def close(self) -> None:
+        self.flush()
         self.store.stop()
 
     def delete(self) -> None:
