@@ -72,6 +72,9 @@ class NsqOptions:
     max_clients: int = MAX_CLIENTS
     bridge: bool = False  # publish NSQ messages on NATS and take NATS messages into NSQ
     bridge_prefix: str = BRIDGE_PREFIX
+    https_port: int | None = None  # nsqd --https-address: the HTTP API over TLS (needs tls_cert)
+    lookupd_tcp_addresses: list = dataclasses.field(default_factory=list)  # nsqd --lookupd-tcp-address
+    node_id: int | None = None  # nsqd --node-id (message id generator); default from the pid
 
     def copy(self, **changes) -> "NsqOptions":
         return dataclasses.replace(self, **changes)
@@ -136,6 +139,15 @@ def parse_nsq_options(block: "dict | NsqOptions | None") -> NsqOptions:
             if not isinstance(value, bool):
                 raise ValueError(f"nsq: {key}: expected a boolean, got {value!r}")
             changes[name] = value
+        elif name == "lookupd_tcp_addresses":
+            values = [value] if isinstance(value, str) else value
+            if not isinstance(values, list) or not all(isinstance(v, str) and ":" in v for v in values):
+                raise ValueError(f"nsq: {key}: expected host:port addresses, got {value!r}")
+            changes[name] = list(values)
+        elif name in ("https_port", "node_id"):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"nsq: {key}: expected an integer, got {value!r}")
+            changes[name] = value
         elif field.type == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"nsq: {key}: expected an integer, got {value!r}")
@@ -152,4 +164,6 @@ def parse_nsq_options(block: "dict | NsqOptions | None") -> NsqOptions:
         raise ValueError("nsq: mem_queue_size and max_rdy_count cannot be negative")
     if bool(options.tls_cert) != bool(options.tls_key):
         raise ValueError("nsq: tls_cert and tls_key go together")
+    if options.https_port is not None and not options.tls_cert:
+        raise ValueError("nsq: https_port needs tls_cert and tls_key")
     return options

@@ -551,6 +551,7 @@ class Topic:
         if channel is None:
             return False
         channel.deleted = True
+        self.engine.announce("UNREGISTER", self.name, name)
         for consumer in list(channel.clients.values()):
             consumer.close_by_server()
         channel.empty()
@@ -597,6 +598,9 @@ class Engine:
         # Hooks (the bridge, lookupd): called after a topic/channel is created.
         self.on_topic_created = None
         self.on_channel_created = None
+        # Called with ("REGISTER" | "UNREGISTER", topic, channel or "") as topics and channels
+        # come and go (nsqd tells its nsqlookupd peers the same way, nsqd/lookup.go).
+        self.watchers: list = []
         self._lock = threading.Lock()  # metadata writes only
 
     # -- topics ---------------------------------------------------------------------------
@@ -608,7 +612,12 @@ class Engine:
             if self.on_topic_created is not None:
                 self.on_topic_created(topic)
             self.notify(topic.ephemeral)
+            self.announce("REGISTER", name, "")
         return topic
+
+    def announce(self, event: str, topic: str, channel: str) -> None:
+        for watcher in self.watchers:
+            watcher(event, topic, channel)
 
     def notify(self, ephemeral: bool) -> None:
         """A topic or channel came or went: rewrite nsqd.dat (nsqd NSQD.Notify), so that a
@@ -624,6 +633,7 @@ class Engine:
         if self.on_channel_created is not None:
             self.on_channel_created(topic, channel)
         self.notify(topic.ephemeral or channel.ephemeral)
+        self.announce("REGISTER", topic.name, channel.name)
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)
@@ -634,6 +644,7 @@ class Engine:
             topic.delete_channel(channel_name)
         topic.queue.delete()
         self.notify(topic.ephemeral)
+        self.announce("UNREGISTER", name, "")
         return True
 
     def new_message(self, body: bytes, defer: float = 0.0) -> Message:

@@ -139,13 +139,19 @@ async def _linger(stream) -> None:
         pass
 
 
-class NsqHttp:
-    """Answers HTTP requests for one NSQ front-end (``respond`` is synchronous and pure
-    apart from the engine changes it makes)."""
+class HttpApi:
+    """An nsqd-style HTTP/1.1 server on h11: subclasses give ``respond(method, target,
+    body) -> (status, content type, body)`` (synchronous) and the body limits."""
 
-    def __init__(self, front) -> None:
-        self.front = front
+    max_body_size = 5 * 1024 * 1024
+    max_pub_size = None  # /pub's own limit (nsqd: max_msg_size), when there is a /pub
+    ssl_context = None  # HTTPS: the listener's connections are wrapped in TLS
+
+    def __init__(self) -> None:
         self.connections = 0
+
+    def respond(self, method: str, target: str, body: bytes) -> tuple[int, str | None, bytes]:
+        raise NotImplementedError
 
     # -- serving ----------------------------------------------------------------------------
 
@@ -166,6 +172,8 @@ class NsqHttp:
 
     async def handle_stream(self, stream) -> None:
         self.connections += 1
+        if self.ssl_context is not None:
+            stream = trio.SSLStream(stream, self.ssl_context, server_side=True)
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
         try:
             while True:
@@ -191,7 +199,7 @@ class NsqHttp:
                     pass
         except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
             pass
-        except Exception:  # a bug here must cost one HTTP connection, never the server
+        except Exception:  # a bug (or a failed TLS handshake) costs one HTTP connection, never the server
             log.exception("NSQ HTTP: internal error; closing this connection")
         finally:
             self.connections -= 1
@@ -202,7 +210,7 @@ class NsqHttp:
         request = None
         chunks = []
         size = 0
-        limit = self.front.options.max_body_size + 1
+        limit = self.max_body_size + 1
         with trio.move_on_after(IDLE_TIMEOUT):
             while True:
                 event = conn.next_event()
@@ -214,8 +222,8 @@ class NsqHttp:
                 kind = type(event)
                 if kind is h11.Request:
                     request = event
-                    if request.target.split(b"?")[0] == b"/pub":
-                        limit = self.front.options.max_msg_size + 1
+                    if self.max_pub_size is not None and request.target.split(b"?")[0] == b"/pub":
+                        limit = self.max_pub_size + 1
                     declared = dict(request.headers).get(b"content-length")
                     if declared is not None and declared.isdigit() and int(declared) >= limit:
                         return request, None
@@ -250,7 +258,17 @@ class NsqHttp:
         events.append(h11.EndOfMessage())
         await self._send_raw(conn, stream, *events)
 
-    # -- routing ----------------------------------------------------------------------------
+
+
+class NsqHttp(HttpApi):
+    """nsqd's HTTP API (and the one-node nsqlookupd read API) for one NSQ front-end."""
+
+    def __init__(self, front, ssl_context=None) -> None:
+        super().__init__()
+        self.front = front
+        self.max_body_size = front.options.max_body_size
+        self.max_pub_size = front.options.max_msg_size
+        self.ssl_context = ssl_context
 
     def respond(self, method: str, target: str, body: bytes) -> tuple[int, str | None, bytes]:
         path, _, query = target.partition("?")

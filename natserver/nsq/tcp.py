@@ -527,10 +527,11 @@ class NsqServer:
     def __init__(self, server, options: NsqOptions) -> None:
         self.server = server
         self.options = options
-        self.engine = Engine(options)
+        self.engine = Engine(options, node_id=options.node_id)
         self.clients: dict[int, NsqClient] = {}
         self.tcp_port: int | None = None
         self.http_port: int | None = None
+        self.https_port: int | None = None
         self.host = options.host or (getattr(getattr(server, "options", None), "host", "") or "0.0.0.0")
         self.start_time = int(time.time())
         self.hostname = socket.gethostname()
@@ -660,6 +661,12 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
     front.http_port = http_listeners[0].socket.getsockname()[1]
     front.http = NsqHttp(front)
     log.info("HTTP: listening on %s", _listen_label(http_listeners[0]))
+    https_listeners = []
+    if options.https_port is not None:
+        https_listeners = await trio.open_tcp_listeners(0 if options.https_port == -1 else options.https_port,
+                                                        host=host)
+        front.https_port = https_listeners[0].socket.getsockname()[1]
+        log.info("HTTPS: listening on %s", _listen_label(https_listeners[0]))
     try:
         async with trio.open_nursery() as nursery:
             front._nursery = nursery
@@ -667,6 +674,17 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
                 nursery.start_soon(front._accept_loop, listener, nursery)
             for listener in http_listeners:
                 nursery.start_soon(front.http.accept_loop, listener, nursery)
+            if https_listeners:
+                https = NsqHttp(front, ssl_context=front.ssl_context)
+                for listener in https_listeners:
+                    nursery.start_soon(https.accept_loop, listener, nursery)
+            if options.lookupd_tcp_addresses:
+                from .lookupd import LookupPeer
+
+                for address in options.lookupd_tcp_addresses:
+                    peer = LookupPeer(front, address)
+                    front.engine.watchers.append(peer.watch)
+                    nursery.start_soon(peer.run)
             nursery.start_soon(front._scanner)
             if options.bridge and server is not None:
                 from .bridge import Bridge
@@ -676,7 +694,7 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
             task_status.started(front)
     finally:
         with trio.CancelScope(shield=True):
-            for listener in front.listeners + http_listeners:
+            for listener in front.listeners + http_listeners + https_listeners:
                 await listener.aclose()
             if front.bridge is not None:
                 front.bridge.stop()
