@@ -162,7 +162,10 @@ async def test_stats_clients_and_filters(front):
         assert (client["client_id"], client["hostname"], client["user_agent"], client["ready_count"],
                 client["in_flight_count"], client["state"]) == ("worker-1", "box", "test/1.0", 7, 1, 3)
         status, _, body = await call(front, "GET", "/stats?format=json&include_clients=false")
-        assert orjson.loads(body)["topics"][0]["channels"][0]["clients"] == []
+        answer = orjson.loads(body)
+        assert answer["topics"][0]["channels"][0]["clients"] is None and answer["producers"] is None
+        status, _, body = await call(front, "GET", "/stats?format=json&topic=st&channel=nope")
+        assert orjson.loads(body)["topics"] == []
         producers = orjson.loads((await call(front, "GET", "/stats?format=json"))[2])["producers"]
         assert producers[0]["pub_counts"] == [{"topic": "st", "count": 1}]
 

@@ -51,8 +51,8 @@ def _e2e() -> dict:
     return {"count": 0, "percentiles": None}
 
 
-def client_stats(client) -> dict:
-    """nsqd ClientV2Stats for one connection."""
+def client_stats(client, topic: str = "") -> dict:
+    """nsqd ClientV2Stats for one connection (pub_counts only for ``topic`` when given)."""
     stats = {
         "client_id": client.client_id, "hostname": client.hostname, "version": "V2",
         "remote_address": f"{client.ip}:{client.port}", "state": {"init": 0, "subscribed": 3, "closing": 4}[client.state],
@@ -61,24 +61,32 @@ def client_stats(client) -> dict:
         "connect_ts": int(client.connect_time), "sample_rate": client.sample_rate, "deflate": client.deflate,
         "snappy": client.snappy, "user_agent": client.user_agent,
     }
-    if client.pub_counts:
-        stats["pub_counts"] = [{"topic": t, "count": n} for t, n in client.pub_counts.items()]
+    pub_counts = [{"topic": t, "count": n} for t, n in client.pub_counts.items() if not topic or t == topic]
+    if pub_counts:
+        stats["pub_counts"] = pub_counts
     stats.update({"tls": client.tls, "tls_cipher_suite": "", "tls_version": "", "tls_negotiated_protocol": "",
                   "tls_negotiated_protocol_is_mutual": False})
     return stats
 
 
 def stats(front, topic_name: str = "", channel_name: str = "", include_clients: bool = True) -> dict:
-    """nsqd GetStats: topics (None when a filter matches nothing) and producers."""
+    """nsqd GetStats: ``topics`` is null when the topic filter matches nothing and a topic
+    without the filtered channel is left out; ``clients``/``producers`` are null when
+    there are none or clients are not included (Go's nil slices)."""
+    engine = front.engine
+    if topic_name and topic_name not in engine.topics:
+        return {"topics": None, "producers": None}
     topics = []
-    for topic in sorted(front.engine.topics.values(), key=lambda t: t.name):
+    for topic in sorted(engine.topics.values(), key=lambda t: t.name):
         if topic_name and topic.name != topic_name:
+            continue
+        if channel_name and channel_name not in topic.channels:
             continue
         channels = []
         for channel in sorted(topic.channels.values(), key=lambda c: c.name):
             if channel_name and channel.name != channel_name:
                 continue
-            clients = [client_stats(c) for c in channel.clients.values()] if include_clients else []
+            clients = [client_stats(c, topic_name) for c in channel.clients.values()] if include_clients else None
             channels.append({
                 "channel_name": channel.name, "depth": channel.depth, "backend_depth": channel.queue.backend_depth,
                 "in_flight_count": len(channel.in_flight), "deferred_count": len(channel.deferred),
@@ -91,10 +99,10 @@ def stats(front, topic_name: str = "", channel_name: str = "", include_clients: 
             "backend_depth": topic.queue.backend_depth, "message_count": topic.message_count,
             "message_bytes": topic.message_bytes, "paused": topic.paused, "e2e_processing_latency": _e2e(),
         })
-    producers = []
+    producers = None
     if include_clients:
-        producers = [client_stats(c) for c in front.clients.values() if c.pub_counts]
-    return {"topics": topics or None, "producers": producers}
+        producers = [client_stats(c, topic_name) for c in front.clients.values() if c.pub_counts] or None
+    return {"topics": topics, "producers": producers}
 
 
 def _stats_text(front, data: dict) -> bytes:
@@ -115,12 +123,12 @@ def _stats_text(front, data: dict) -> bytes:
             text += (f"{prefix}[{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: {c['backend_depth']:<5} "
                      f"inflt: {c['in_flight_count']:<4} def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
                      f"timeout: {c['timeout_count']:<5} msgs: {c['message_count']:<8} e2e%: \n")
-            for client in c["clients"]:
+            for client in c["clients"] or []:
                 text += f"        [V2 {client['client_id']:<15}] state: {client['state']} inflt: " \
                         f"{client['in_flight_count']:<4} rdy: {client['ready_count']:<4} fin: " \
                         f"{client['finish_count']:<8} re-q: {client['requeue_count']:<8} msgs: " \
                         f"{client['message_count']:<8} connected: {int(time.time() - client['connect_ts'])}s\n"
-    producers = data["producers"]
+    producers = data["producers"] or []
     text += "\nProducers: None\n" if not producers else "\nProducers:\n" + "".join(
         f"   [V2 {p['client_id']:<15}] msgs: {sum(x['count'] for x in p.get('pub_counts', []))}\n" for p in producers)
     return text.encode()
