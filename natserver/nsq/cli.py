@@ -52,6 +52,15 @@ _LOOKUPD_FLAGS = {
 }
 
 
+# nsqd flags whose absence would mislead: refused with a reason instead of "not defined".
+_REFUSED_FLAGS = {
+    "auth-http-address": "AUTH is always answered E_AUTH_DISABLED",
+    "tls-required": "TLS is offered in IDENTIFY but never required",
+    "tls-client-auth-policy": "client certificates are not checked",
+    "tls-root-ca-file": "client certificates are not checked",
+}
+
+
 class UsageError(Exception):
     pass
 
@@ -73,6 +82,8 @@ def parse_flags(argv: list[str], table: dict) -> tuple[dict, str]:
         if name == "version":
             values["version"] = True
             continue
+        if name in _REFUSED_FLAGS:
+            raise UsageError(f"-{name} is not supported by natserver ({_REFUSED_FLAGS[name]})")
         if name not in table:
             raise UsageError(f"flag provided but not defined: -{name}")
         field, kind = table[name]
