@@ -652,7 +652,7 @@ class Engine:
 
     def publish(self, topic_name: str, bodies, now: float, defer: float = 0.0) -> Topic:
         """PUB/MPUB/DPUB: the topic (created if need be) gets the messages."""
-        topic = self.get_topic(topic_name)
+        topic = self.topics.get(topic_name) or self.get_topic(topic_name)
         new_id = self.guids.new_id
         ts = self.clock_ns()
         topic.put([Message(new_id(), body, ts, 0, defer) for body in bodies], now)

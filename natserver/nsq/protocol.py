@@ -26,7 +26,7 @@ from .errors import NsqError
 __all__ = [
     "NEED_DATA", "Command", "V2Parser", "MAGIC_V2", "FRAME_RESPONSE", "FRAME_ERROR", "FRAME_MESSAGE",
     "encode_frame", "encode_message", "response", "error_frame", "is_valid_name", "go_quote",
-    "MSG_ID_LENGTH", "MAX_LINE", "HEARTBEAT", "OK",
+    "MSG_ID_LENGTH", "MAX_LINE", "HEARTBEAT", "OK", "OK_FRAME",
 ]
 
 MAGIC_V2 = b"  V2"
@@ -66,11 +66,21 @@ class Command:
     bodies: tuple | None = None
 
 
+_VALID_NAMES: dict = {}  # names already checked (bounded): PUB checks the same topic every time
+_VALID_NAMES_MAX = 4096
+
+
 def is_valid_name(name: bytes | str) -> bool:
     """nsqd's topic/channel name rule: ``^[.a-zA-Z0-9_-]+(#ephemeral)?$``, 1-64 characters."""
-    if isinstance(name, str):
-        name = name.encode("utf-8", "surrogateescape")
-    return 1 <= len(name) <= 64 and _NAME_RE.fullmatch(name) is not None
+    known = _VALID_NAMES.get(name)
+    if known is not None:
+        return known
+    raw = name.encode("utf-8", "surrogateescape") if isinstance(name, str) else name
+    valid = 1 <= len(raw) <= 64 and _NAME_RE.fullmatch(raw) is not None
+    if len(_VALID_NAMES) >= _VALID_NAMES_MAX:
+        _VALID_NAMES.clear()
+    _VALID_NAMES[name] = valid
+    return valid
 
 
 _GO_ESCAPES = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v", 34: '\\"', 92: "\\\\"}
@@ -121,6 +131,9 @@ def encode_frame(frame_type: int, data: bytes) -> bytes:
 
 def response(data: bytes) -> bytes:
     return _HEADER.pack(len(data) + 4, FRAME_RESPONSE) + data
+
+
+OK_FRAME = response(OK)
 
 
 def error_frame(error: NsqError) -> bytes:

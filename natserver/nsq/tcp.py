@@ -21,7 +21,7 @@ from .config import VERSION, NsqOptions, parse_nsq_options
 from .engine import Consumer, Engine, Message
 from .errors import NsqError
 from .protocol import (
-    HEARTBEAT, MSG_ID_LENGTH, NEED_DATA, OK, V2Parser, encode_message, error_frame, go_quote,
+    HEARTBEAT, MSG_ID_LENGTH, NEED_DATA, OK, OK_FRAME, V2Parser, encode_message, error_frame, go_quote,
     is_valid_name, parse_base10, response,
 )
 
@@ -271,7 +271,9 @@ class NsqClient(Consumer):
         if verb == b"PUB":
             topic = params[0].decode()
             front.publish(topic, [command.body], now, client=self)
-            self.send_response(OK)
+            self.out += OK_FRAME
+            self._urgent = True
+            self._wake.set()
         elif verb == b"FIN":
             channel = self._message_command("FIN", params, 1)
             msg_id = params[0]
