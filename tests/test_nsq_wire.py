@@ -446,3 +446,19 @@ async def test_output_buffer_timeout_batches_messages(nursery, tmp_path, autojum
     kind, _ = await c.frame_skip_heartbeats()
     assert kind == FRAME_MESSAGE
     assert trio.current_time() - start >= 0.99
+
+
+@pytest.mark.parametrize("body, expected", [
+    (b'{"Heartbeat_Interval": 2000}', (FRAME_RESPONSE, b"OK")),  # Go matches keys case-insensitively
+    (b'{"heartbeat_interval": 2000.0}', (FRAME_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")),
+    (b'{"heartbeat_interval": 2e3}', (FRAME_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")),
+    (b'{"tls_v1": 1}', (FRAME_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")),
+    (b'{"client_id": 5}', (FRAME_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")),
+    (b'{"sample_rate": 4294967296}', (FRAME_ERROR, b"E_BAD_BODY IDENTIFY failed to decode JSON body")),
+    (b'{"client_id": null, "unknown": [1, {"x": 2}]}', (FRAME_RESPONSE, b"OK")),
+])
+async def test_identify_json_types_as_go_decodes_them(front, body, expected):
+    with trio.fail_after(TIMEOUT):
+        c = await connect(front)
+        await c.cmd(b"IDENTIFY", body)
+        assert await c.frame() == expected

@@ -504,14 +504,18 @@ _INT_BOUNDS = {"sample_rate": 1 << 31}  # int32 in nsqd; the others are Go ints 
 
 def _identify_fields(data: dict) -> dict:
     fields = {}
+    folded = None
     for key, kind in _IDENTIFY_TYPES.items():
-        value = data.get(key)
+        if key in data:
+            value = data[key]
+        else:  # Go's encoding/json also matches keys case-insensitively
+            if folded is None:
+                folded = {k.lower(): v for k, v in data.items() if isinstance(k, str)}
+            value = folded.get(key)
         if value is None:  # absent or null: Go leaves the zero value
             fields[key] = kind()
             continue
-        if kind is int:
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)  # Go accepts 1e3 for an int; not 1.5
+        if kind is int:  # Go refuses 1.0 and 1e3 for an int field, as it refuses "1"
             if isinstance(value, bool) or not isinstance(value, int):
                 raise NsqError("E_BAD_BODY", "IDENTIFY failed to decode JSON body")
             bound = _INT_BOUNDS.get(key, 1 << 63)
