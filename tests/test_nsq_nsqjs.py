@@ -1,4 +1,4 @@
-"""nsqjs 0.13.0 (node) against natserver.nsq: Writer and Reader, plain, deflate and snappy,
+"""nsqjs 0.13.0 (node) against natserver.nsq: Writer and Reader, plain, deflate, snappy and TLS,
 REQ raising attempts. nsqjs is installed with npm into a temporary directory once per
 session; skipped only when node/npm are not on this machine."""
 
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from nsq_helpers import ThreadedServer
+from nsq_helpers import ThreadedServer, self_signed_cert
 
 NSQJS_VERSION = "0.13.0"
 SCENARIO = os.path.join(os.path.dirname(__file__), "nsqjs", "scenario.js")
@@ -31,12 +31,13 @@ def nsqjs_modules(tmp_path_factory):
 
 @pytest.fixture
 def server(tmp_path):
-    srv = ThreadedServer(tmp_path).start()
+    cert, key = self_signed_cert(tmp_path)
+    srv = ThreadedServer(tmp_path, tls_cert=cert, tls_key=key).start()
     yield srv
     srv.stop()
 
 
-@pytest.mark.parametrize("mode", ["plain", "deflate", "snappy"])
+@pytest.mark.parametrize("mode", ["plain", "deflate", "snappy", "tls"])
 def test_nsqjs(server, nsqjs_modules, mode):
     env = dict(os.environ, NODE_PATH=nsqjs_modules)
     result = subprocess.run(["node", SCENARIO, str(server.tcp_port), mode], env=env, capture_output=True,
@@ -44,3 +45,5 @@ def test_nsqjs(server, nsqjs_modules, mode):
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])["seen"]
     assert sorted(map(tuple, seen)) == [("one", 1), ("two", 1), ("two", 2)]
+    upgrades = server.call(lambda: dict(server.server.nsq.upgrades))
+    assert upgrades == {kind: 2 if kind == mode else 0 for kind in ("tls", "deflate", "snappy")}

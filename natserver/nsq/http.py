@@ -486,6 +486,7 @@ class NsqHttp(HttpApi):
             bridge = front.bridge
             return {"version": VERSION, "tcp_port": front.tcp_port, "http_port": front.http_port,
                     "clients": len(front.clients), "total_connections": front.total_connections,
+                    "upgrades": dict(front.upgrades),
                     "topic_count": len(engine.topics),
                     "channel_count": sum(len(t.channels) for t in engine.topics.values()),
                     "bridge": None if bridge is None else {

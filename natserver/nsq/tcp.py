@@ -467,6 +467,7 @@ class NsqClient(Consumer):
 
                 self.codec = SnappyCodec() if snappy else DeflateCodec(level)
                 self.snappy, self.deflate = snappy, deflate
+                self.front.upgrades["snappy" if snappy else "deflate"] += 1
                 self.deflate_level = level if deflate else 0
                 leftover = self.parser.take_unread()
                 self.send_response(OK)
@@ -491,6 +492,7 @@ class NsqClient(Consumer):
             raise _Closed() from None
         self.stream = ssl_stream
         self.tls = True
+        self.front.upgrades["tls"] += 1
 
 
 _IDENTIFY_TYPES = {  # client_v2.go identifyDataV2: Go's json refuses a value of another type
@@ -552,6 +554,7 @@ class NsqServer:
             self.ssl_context = context
         self.bridge = None
         self.total_connections = 0
+        self.upgrades = {"tls": 0, "deflate": 0, "snappy": 0}  # connections upgraded by IDENTIFY
         self._next_cid = 0
         self.listeners: list = []
         self.http = None

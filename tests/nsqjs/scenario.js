@@ -4,7 +4,7 @@
 const nsq = require('nsqjs')
 
 const [port, mode] = [parseInt(process.argv[2], 10), process.argv[3] || 'plain']
-const options = { deflate: mode === 'deflate', snappy: mode === 'snappy' }
+const options = { deflate: mode === 'deflate', snappy: mode === 'snappy', tls: mode === 'tls', tlsVerification: false }
 const topic = 'nsqjs_' + mode
 const seen = []
 const fail = (err) => { console.error(String(err)); process.exit(1) }
