@@ -78,8 +78,10 @@ def test_flags():
     assert host == "127.0.0.1"
     with pytest.raises(UsageError, match="flag provided but not defined: -nope"):
         parse_flags(["--nope"], _NSQD_FLAGS)
-    with pytest.raises(UsageError, match="auth-http-address is not supported"):
-        parse_flags(["--auth-http-address", "127.0.0.1:1"], _NSQD_FLAGS)
+    with pytest.raises(UsageError, match="tls-required is not supported"):
+        parse_flags(["--tls-required", "true"], _NSQD_FLAGS)
+    assert parse_flags(["--auth-http-address", "127.0.0.1:1"], _NSQD_FLAGS)[0] == {
+        "auth_http_addresses": ["127.0.0.1:1"]}
     with pytest.raises(UsageError, match="invalid value"):
         parse_flags(["--max-rdy-count", "x"], _NSQD_FLAGS)
 

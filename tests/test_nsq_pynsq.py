@@ -194,3 +194,44 @@ def test_compressed_connections(server, compression):
         assert flags and all(f == (compression == "deflate", compression == "snappy") for f in flags)
 
     _run(scenario)
+
+
+def test_auth_secret(tmp_path):
+    """pynsq's auth_secret: IDENTIFY says auth_required, pynsq sends AUTH, the grant lets it
+    subscribe and receive."""
+    import http.server
+    import json
+    import threading
+
+    import tornado.concurrent
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = "secret=opensesame" in self.path
+            body = json.dumps({"ttl": 60, "identity": "reader", "authorizations": [
+                {"topic": ".*", "channels": [".*"], "permissions": ["subscribe", "publish"]}]} if ok else {}).encode()
+            self.send_response(200 if ok else 403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    auth = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=auth.serve_forever, daemon=True).start()
+    srv = ThreadedServer(tmp_path, auth_http_addresses=[f"127.0.0.1:{auth.server_address[1]}"]).start()
+    try:
+        srv.call(lambda: srv.server.nsq.engine.publish("authtopic", [b"guarded"], 0.0))
+
+        async def scenario():
+            got = tornado.concurrent.Future()
+            reader = nsq.Reader(topic="authtopic", channel="ch", nsqd_tcp_addresses=[f"127.0.0.1:{srv.tcp_port}"],
+                                message_handler=lambda m: got.set_result(m.body) or True, auth_secret="opensesame")
+            assert await got == b"guarded"
+            reader.close()
+
+        _run(scenario)
+    finally:
+        srv.stop()
+        auth.shutdown()

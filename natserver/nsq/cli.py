@@ -43,6 +43,7 @@ _NSQD_FLAGS = {
     "snappy": ("snappy", "bool"), "deflate": ("deflate", "bool"), "max-deflate-level": ("max_deflate_level", "int"),
     "tls-cert": ("tls_cert", "str"), "tls-key": ("tls_key", "str"),
     "lookupd-tcp-address": ("lookupd_tcp_addresses", "list"), "node-id": ("node_id", "int"),
+    "auth-http-address": ("auth_http_addresses", "list"),
     "log-level": (None, "str"), "log-prefix": (None, "str"), "verbose": (None, "bool"),
 }
 _LOOKUPD_FLAGS = {
@@ -54,8 +55,8 @@ _LOOKUPD_FLAGS = {
 
 # nsqd flags whose absence would mislead: refused with a reason instead of "not defined".
 _REFUSED_FLAGS = {
-    "auth-http-address": "AUTH is always answered E_AUTH_DISABLED",
     "tls-required": "TLS is offered in IDENTIFY but never required",
+    "auth-http-request-method": "the auth server is queried with GET",
     "tls-client-auth-policy": "client certificates are not checked",
     "tls-root-ca-file": "client certificates are not checked",
 }

@@ -74,6 +74,7 @@ class NsqOptions:
     bridge_prefix: str = BRIDGE_PREFIX
     https_port: int | None = None  # nsqd --https-address: the HTTP API over TLS (needs tls_cert)
     lookupd_tcp_addresses: list = dataclasses.field(default_factory=list)  # nsqd --lookupd-tcp-address
+    auth_http_addresses: list = dataclasses.field(default_factory=list)  # nsqd --auth-http-address: AUTH on
     node_id: int | None = None  # nsqd --node-id (message id generator); default from the pid
 
     def copy(self, **changes) -> "NsqOptions":
@@ -139,7 +140,7 @@ def parse_nsq_options(block: "dict | NsqOptions | None") -> NsqOptions:
             if not isinstance(value, bool):
                 raise ValueError(f"nsq: {key}: expected a boolean, got {value!r}")
             changes[name] = value
-        elif name == "lookupd_tcp_addresses":
+        elif name in ("lookupd_tcp_addresses", "auth_http_addresses"):
             values = [value] if isinstance(value, str) else value
             if not isinstance(values, list) or not all(isinstance(v, str) and ":" in v for v in values):
                 raise ValueError(f"nsq: {key}: expected host:port addresses, got {value!r}")

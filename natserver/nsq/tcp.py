@@ -83,6 +83,7 @@ class NsqClient(Consumer):
         self.closed = False
         self.topic_name = ""
         self.channel_name = ""
+        self.auth = None  # natserver.nsq.auth.AuthState once AUTH succeeded
 
     # -- output -----------------------------------------------------------------------------
 
@@ -247,10 +248,17 @@ class NsqClient(Consumer):
                     command = parser.next_command()
                     if command is NEED_DATA:
                         return True
-                    if command.verb == b"IDENTIFY":
+                    verb = command.verb
+                    if verb == b"IDENTIFY":
                         await self._identify(command.body)
                         now = trio.current_time()
+                    elif verb == b"AUTH":
+                        await self._auth(command.body)
+                        now = trio.current_time()
                     else:
+                        if self.auth is not None and verb in _AUTH_CHECKED and self.auth.expired(now):
+                            await self._refresh_auth()
+                            now = trio.current_time()
                         self._execute(command, now)
                 except NsqError as exc:
                     if exc.code is None:
@@ -270,6 +278,8 @@ class NsqClient(Consumer):
         front = self.front
         if verb == b"PUB":
             topic = params[0].decode()
+            if front.auth_enabled:
+                self._check_auth("PUB", topic, "")
             front.publish(topic, [command.body], now, client=self)
             self.out += OK_FRAME
             self._urgent = True
@@ -283,6 +293,8 @@ class NsqClient(Consumer):
         elif verb == b"RDY":
             self._rdy(params, now)
         elif verb == b"MPUB":
+            if front.auth_enabled:
+                self._check_auth("MPUB", params[0].decode(), "")
             front.publish(params[0].decode(), list(command.bodies), now, client=self)
             self.send_response(OK)
         elif verb == b"REQ":
@@ -298,6 +310,8 @@ class NsqClient(Consumer):
             if reason is not None:
                 raise NsqError("E_REQ_FAILED", f"REQ {msg_id.decode('latin-1')} failed {reason}", fatal=False)
         elif verb == b"DPUB":
+            if front.auth_enabled:
+                self._check_auth("DPUB", params[0].decode(), "")
             delay = parse_base10(params[1]) / 1000.0
             front.publish(params[0].decode(), [command.body], now, client=self, defer=delay)
             self.send_response(OK)
@@ -317,8 +331,6 @@ class NsqClient(Consumer):
             self.state = _CLOSING
             self.start_close()
             self.send_response(b"CLOSE_WAIT")
-        elif verb == b"AUTH":
-            raise NsqError("E_AUTH_DISABLED", "AUTH disabled")
         else:
             raise NsqError("E_INVALID", f"invalid command {verb.decode('utf-8', 'surrogateescape')}")
 
@@ -359,6 +371,8 @@ class NsqClient(Consumer):
             raise NsqError("E_BAD_TOPIC", f"SUB topic name {go_quote(params[0])} is not valid")
         if not is_valid_name(params[1]):
             raise NsqError("E_BAD_CHANNEL", f"SUB channel name {go_quote(params[1])} is not valid")
+        if self.front.auth_enabled:
+            self._check_auth("SUB", params[0].decode(), params[1].decode())
         self.topic_name, self.channel_name = params[0].decode(), params[1].decode()
         topic = self.front.get_topic(self.topic_name)
         channel = topic.get_channel(self.channel_name, now)
@@ -366,6 +380,42 @@ class NsqClient(Consumer):
         self.parser.subscribed = True
         channel.add_client(self, now)
         self.send_response(OK)
+
+    # -- AUTH -------------------------------------------------------------------------------
+
+    def _check_auth(self, command: str, topic: str, channel: str) -> None:
+        """nsqd CheckAuth (protocol_v2.go): fatal errors."""
+        if self.auth is None:
+            raise NsqError("E_AUTH_FIRST", f"AUTH required before {command}")
+        if not self.auth.is_allowed(topic, channel):
+            raise NsqError("E_UNAUTHORIZED",
+                           f"AUTH failed for {command} on {go_quote(topic.encode())} {go_quote(channel.encode())}")
+
+    async def _query_auth(self, secret: str):
+        from .auth import AuthError, query_any_authd
+
+        try:
+            return await query_any_authd(self.front.options.auth_http_addresses, self.ip, self.tls, "", secret)
+        except AuthError as exc:
+            log.error("NSQ: [%s:%d] - auth: %s", self.ip, self.port, exc)
+            raise NsqError("E_AUTH_FAILED", "AUTH failed") from None
+
+    async def _auth(self, body: bytes) -> None:
+        if self.auth is not None:
+            raise NsqError("E_INVALID", "AUTH already set")
+        if not self.front.auth_enabled:
+            raise NsqError("E_AUTH_DISABLED", "AUTH disabled")
+        self._auth_secret = body.decode("utf-8", "surrogateescape")
+        state = await self._query_auth(self._auth_secret)
+        self.auth = state
+        if not state.authorizations:
+            raise NsqError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        self.send_response(orjson.dumps({"identity": state.identity, "identity_url": state.identity_url,
+                                         "permission_count": len(state.authorizations)}))
+
+    async def _refresh_auth(self) -> None:
+        """An expired auth state is queried again (nsqd IsAuthorized)."""
+        self.auth = await self._query_auth(self._auth_secret)
 
     # -- IDENTIFY ---------------------------------------------------------------------------
 
@@ -447,7 +497,7 @@ class NsqClient(Consumer):
             "max_deflate_level": options.max_deflate_level,
             "snappy": snappy,
             "sample_rate": self.sample_rate,
-            "auth_required": False,
+            "auth_required": self.front.auth_enabled,
             "output_buffer_size": self.output_buffer_size,
             "output_buffer_timeout": int(self.output_buffer_timeout * 1000),
             "topology_region": "",
@@ -495,6 +545,7 @@ class NsqClient(Consumer):
         self.front.upgrades["tls"] += 1
 
 
+_AUTH_CHECKED = frozenset({b"PUB", b"MPUB", b"DPUB", b"SUB"})
 _IDENTIFY_TYPES = {  # client_v2.go identifyDataV2: Go's json refuses a value of another type
     "client_id": str, "hostname": str, "user_agent": str,
     "heartbeat_interval": int, "output_buffer_size": int, "output_buffer_timeout": int,
@@ -553,6 +604,7 @@ class NsqServer:
             context.load_cert_chain(options.tls_cert, options.tls_key)
             self.ssl_context = context
         self.bridge = None
+        self.auth_enabled = bool(options.auth_http_addresses)
         self.total_connections = 0
         self.upgrades = {"tls": 0, "deflate": 0, "snappy": 0}  # connections upgraded by IDENTIFY
         self._next_cid = 0
