@@ -189,3 +189,13 @@ def test_pynsq_over_tls(tmp_path, cert):
             loop.close(all_fds=True)
     finally:
         server.stop()
+
+
+async def test_repeated_identify_does_not_upgrade_twice(nursery, tmp_path, cert):
+    front = await start_nsq(nursery, tmp_path, tls_cert=cert[0], tls_key=cert[1])
+    with trio.fail_after(TIMEOUT):
+        c, answer = await negotiate(front, cert, tls_v1=True, deflate=True)
+        kind, data = await c.identify(feature_negotiation=True, tls_v1=True, deflate=True)
+        again = orjson.loads(data)
+        assert (again["tls_v1"], again["deflate"], again["snappy"]) == (False, False, False)
+        await round_trip(c, b"twice")

@@ -17,7 +17,7 @@ import time
 import orjson
 import trio
 
-from .config import VERSION, NsqOptions, parse_nsq_options
+from .config import OUTPUT_BUFFER_SIZE, VERSION, NsqOptions, parse_nsq_options
 from .engine import Consumer, Engine, Message
 from .errors import NsqError
 from .protocol import (
@@ -60,7 +60,7 @@ class NsqClient(Consumer):
         self.parser = V2Parser(max_msg_size=options.max_msg_size, max_body_size=options.max_body_size,
                                max_req_timeout_ms=int(options.max_req_timeout * 1000))
         self.heartbeat_interval = options.client_timeout / 2  # nsqd: client timeout / 2
-        self.output_buffer_size = 16 * 1024
+        self.output_buffer_size = OUTPUT_BUFFER_SIZE
         self.output_buffer_timeout = options.output_buffer_timeout
         self.client_id = ip
         self.hostname = ip
@@ -477,13 +477,14 @@ class NsqClient(Consumer):
         if not fields["feature_negotiation"]:
             self.send_response(OK)
             return
-        tls = self.front.ssl_context is not None and fields["tls_v1"]
-        deflate = options.deflate and fields["deflate"]
+        # A repeated IDENTIFY never upgrades an upgraded connection a second time.
+        tls = self.front.ssl_context is not None and fields["tls_v1"] and not self.tls
+        deflate = options.deflate and fields["deflate"] and self.codec is None
         level = 6
         if deflate and fields["deflate_level"] > 0:
             level = fields["deflate_level"]
         level = min(level, options.max_deflate_level)
-        snappy = options.snappy and fields["snappy"]
+        snappy = options.snappy and fields["snappy"] and self.codec is None
         if deflate and snappy:
             raise NsqError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
         answer = {
