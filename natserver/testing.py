@@ -31,6 +31,7 @@ import collections
 import dataclasses
 import heapq
 import math
+import sys
 import threading
 import time
 from typing import Any, Callable, Literal
@@ -38,9 +39,12 @@ from typing import Any, Callable, Literal
 import outcome
 import trio
 
-from ._client import DELIVER, DROP, NO_RESPONDERS
-from ._options import Options
-from ._server import Server
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+from .app import Server
+from .config.options import Options
+from .server.client import DELIVER, DROP, NO_RESPONDERS
 
 __all__ = [
     "ClientInfo",

@@ -15,9 +15,10 @@ import trio
 from test_auth_helpers import connect_line, needs_nats_server, running, start_error
 
 import natserver
-from natserver import _signals
-from natserver._cli import CommandLine, build_options
-from natserver._config import ConfigFileError, options_from_file
+from natserver.cli import CommandLine
+from natserver.config.flags import build_options
+from natserver.config.mapping import ConfigFileError, options_from_file
+from natserver.server import signals as _signals
 
 TIMEOUT = 20
 
@@ -194,8 +195,8 @@ async def test_account_limits(start_server, raw_connect, tmp_path):
 async def test_import_cycles_do_not_loop(start_server, raw_connect):
     # A configuration nats-server refuses ("import forms a cycle"), built by hand: the
     # runtime guard stops the message after a few hops instead of looping forever.
-    from natserver._accounts import AccountConfig, ExportConfig, ImportConfig
-    from natserver._auth import User
+    from natserver.auth.users import User
+    from natserver.routing.accounts import AccountConfig, ExportConfig, ImportConfig
 
     accounts = [
         AccountConfig("A", exports=[ExportConfig("x.>", False)], imports=[ImportConfig("B", "x.>", False)]),

@@ -15,9 +15,10 @@ import trio
 from test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
 import natserver
-from natserver import _signals
-from natserver._auth import Permissions, User, check_password
-from natserver._cli import CommandLine, build_options, parse_args
+from natserver.auth.users import Permissions, User, check_password
+from natserver.cli import CommandLine
+from natserver.config.flags import build_options, parse_args
+from natserver.server import signals as _signals
 
 TIMEOUT = 20
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()

@@ -51,7 +51,7 @@ def running(kind: str, config: str, tmp_path, args: tuple = ()):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind} did not start: {proc.stderr.read().decode(errors='replace')}")
+                    raise RuntimeError(f"{kind} did not start: {proc.stderr.read().decode(errors='replace')}") from None
                 time.sleep(0.03)
         yield port
     finally:

@@ -13,8 +13,8 @@ import pytest
 import trio
 from test_auth_helpers import SERVERS, connect_line, exchange, info_shape, needs_nats_server, running
 
-from natserver import _nkeys
-from natserver._auth import NkeyUser, Permissions, User, decode_signature
+from natserver.auth import nkeys as _nkeys
+from natserver.auth.users import NkeyUser, Permissions, User, decode_signature
 
 TIMEOUT = 20
 
@@ -168,7 +168,7 @@ async def test_nkey_user_permissions(start_server, raw_connect, alice):
 
 
 def test_nats_py_with_nkeys_seed(threaded_server, monkeypatch, alice):
-    # nats-py signs with the ``nkeys`` package; natserver._nkeys speaks its API.
+    # nats-py signs with the ``nkeys`` package; natserver.auth.nkeys speaks its API.
     monkeypatch.setitem(sys.modules, "nkeys", _nkeys)
     handle = threaded_server(nkeys=[NkeyUser(alice.public_key.decode())])
 
@@ -179,7 +179,7 @@ def test_nats_py_with_nkeys_seed(threaded_server, monkeypatch, alice):
         await nc.publish("x", b"signed")
         assert (await sub.next_msg(timeout=5)).data == b"signed"
         await nc.close()
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (nats-py raises several kinds for a refused handshake)
             await nats.connect(handle.url, nkeys_seed_str=_nkeys.create_user().seed.decode(), allow_reconnect=False,
                                connect_timeout=2, max_reconnect_attempts=0)
 
@@ -187,7 +187,7 @@ def test_nats_py_with_nkeys_seed(threaded_server, monkeypatch, alice):
 
 
 def test_config_nkey_users(tmp_path, alice):
-    from natserver._config import ConfigFileError, options_from_file
+    from natserver.config.mapping import ConfigFileError, options_from_file
 
     public = alice.public_key.decode()
     path = tmp_path / "n.conf"

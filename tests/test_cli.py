@@ -2,7 +2,7 @@
 syntax, flags over the config file, one-line errors with exit code 1, ``-v``, ``-h`` and
 ``-sl`` (against a real process found through its pid file).
 
-Mostly in-process (``natserver._cli``); a few tests run ``python -m natserver``.
+Mostly in-process (``natserver.cli`` and ``natserver.config.flags``); a few tests run ``python -m natserver``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from natserver import Options
-from natserver import _const as const
-from natserver._cli import USAGE, UsageError, build_options, main, parse_args, ports_file_path, send_signal
-from natserver._config import unsupported_warnings
+from natserver.cli import main, send_signal
+from natserver.config.flags import USAGE, UsageError, build_options, parse_args
+from natserver.config.mapping import unsupported_warnings
+from natserver.protocol import const
+from natserver.server.files import ports_file_path
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 15.0
@@ -356,7 +358,7 @@ def test_signal_commands(tmp_path, spawn, command, signum, code):
 
 
 def test_signal_without_pid_looks_for_natserver_processes(monkeypatch, capsys):
-    import natserver._cli as cli
+    import natserver.cli as cli
 
     monkeypatch.setattr(cli, "resolve_pids", lambda: [])
     assert main(["-sl", "reload"]) == 1
@@ -367,7 +369,7 @@ def test_signal_without_pid_looks_for_natserver_processes(monkeypatch, capsys):
 
 
 def test_resolve_pids_recognises_natserver_command_lines():
-    from natserver._cli import _is_natserver
+    from natserver.cli import _is_natserver
 
     assert _is_natserver(["/usr/bin/python3", "-m", "natserver", "-p", "4222"])
     assert _is_natserver(["/usr/local/bin/natserver", "-p", "4222"])

@@ -1,11 +1,11 @@
-"""Tests for natserver._conf, the nats-server configuration file parser."""
+"""Tests for natserver.config.conf, the nats-server configuration file parser."""
 
 import pickle
 from datetime import datetime, timezone
 
 import pytest
 
-from natserver._conf import ConfigError, parse, parse_duration, parse_file, to_int
+from natserver.config.conf import ConfigError, parse, parse_duration, parse_file, to_int
 
 
 def parse_error(text, **kwargs) -> ConfigError:

@@ -1,6 +1,6 @@
 """Config file keys -> natserver.Options, as nats-server v2.9.10 maps them (server/opts.go).
 
-In-process (natserver._config and natserver._cli.main) except the last tests, which compare
+In-process (natserver.config.mapping and natserver.cli.main) except the last tests, which compare
 ``-t`` output with the real nats-server binary when it is installed.
 """
 
@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 
 from natserver import Options
-from natserver import _const as const
-from natserver._cli import main
-from natserver._conf import ConfigError
-from natserver._config import (
+from natserver.cli import main
+from natserver.config.conf import ConfigError
+from natserver.config.mapping import (
     ConfigFileError,
     go_duration,
     options_from_dict,
     options_from_file,
     unsupported_warnings,
 )
+from natserver.protocol import const
 
 REPO = Path(__file__).resolve().parent.parent
 NATS_SERVER = shutil.which("nats-server")

@@ -16,9 +16,10 @@ import pytest
 import trio
 from test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
-from natserver import _jwt, _nkeys
-from natserver._config import ConfigFileError, options_from_file
-from natserver._jwt import JWTError, OperatorTree, creds, decode, encode
+from natserver.auth import nkeys as _nkeys
+from natserver.auth import jwt as _jwt
+from natserver.auth.jwt import JWTError, OperatorTree, creds, decode, encode
+from natserver.config.mapping import ConfigFileError, options_from_file
 
 TIMEOUT = 20
 

@@ -124,11 +124,11 @@ async def test_client_that_goes_silent_after_answering_becomes_stale(autojump_cl
         assert data[: -len(STALE)] == b"PING\r\n" * (len(data[: -len(STALE)]) // 6)
 
 
-# -- the timers' task (natserver._keepalive): one heap for the whole server -------------------
+# -- the timers' task (natserver.server.keepalive): one heap for the whole server -------------------
 
 
 async def test_timers_of_closed_clients_do_not_pile_up(autojump_clock, start_server, raw_connect, monkeypatch):
-    from natserver import _keepalive
+    from natserver.server import keepalive as _keepalive
 
     monkeypatch.setattr(_keepalive, "_HEAP_SLACK", 8)
     with trio.fail_after(TIMEOUT):

@@ -29,7 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 NATSERVER = [sys.executable, "-m", "natserver"]
 TIMEOUT = 15.0
-HAVE_MONITOR = importlib.util.find_spec("natserver._monitor") is not None
+HAVE_MONITOR = importlib.util.find_spec("natserver.server.monitor") is not None
 needs_monitor = pytest.mark.skipif(
     not HAVE_MONITOR, reason="natserver/_monitor.py (monitoring HTTP) does not exist yet"
 )

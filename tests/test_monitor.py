@@ -1,4 +1,4 @@
-"""Tests for natserver._monitor, the monitoring HTTP server (/varz, /connz, /subsz, /healthz, /).
+"""Tests for natserver.server.monitor, the monitoring HTTP server (/varz, /connz, /subsz, /healthz, /).
 
 Traffic comes from raw sockets so that every byte the counters must show is known; the HTTP
 side is spoken with h11 as a client. The differential test runs nats-server -m with the same
@@ -22,8 +22,8 @@ import pytest
 import trio
 
 import natserver
-from natserver import _monitor
-from natserver._monitor import go_duration, go_rtt, go_time, match_literal, my_uptime, serve_monitor
+from natserver.server import monitor as _monitor
+from natserver.server.monitor import go_duration, go_rtt, go_time, match_literal, my_uptime, serve_monitor
 
 TIMEOUT = 10  # hard limit on every I/O test
 

@@ -1,4 +1,4 @@
-"""natserver._parser: the sans-IO client protocol parser.
+"""natserver.protocol.parser: the sans-IO client protocol parser.
 
 Every op is checked three ways, like h11's ``tr`` helper: fed whole, fed byte by byte, and
 fed with trailing data (the first bytes of the next op) that must stay buffered. Expected
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from natserver import NEED_DATA, Connect, Parser, ProtocolError, Pub, Sub, Unsub
-from natserver import _errors as errors
-from natserver._ops import PING, PONG
-from natserver._parser import ZERO_COPY_MIN
+from natserver.protocol import errors
+from natserver.protocol.ops import PING, PONG
+from natserver.protocol.parser import ZERO_COPY_MIN
 
 
 def norm(op):
@@ -673,14 +673,14 @@ def test_random_bytes_only_raise_protocol_error(data, points):
 
 def test_go_json_fallback_accepts_deep_nesting_like_go():
     # orjson stops at 1024 levels (newer releases refuse earlier than 3.8); Go allows 10000.
-    from natserver._parser import _go_json_loads
+    from natserver.protocol.parser import _go_json_loads
 
     options = _go_json_loads(b'{"verbose":false,"x":' + b"[" * 5000 + b"]" * 5000 + b"}")
     assert options["verbose"] is False
 
 
 def test_go_json_fallback_refuses_what_go_refuses():
-    from natserver._parser import _go_json_loads
+    from natserver.protocol.parser import _go_json_loads
 
     with pytest.raises(ProtocolError) as info:
         _go_json_loads(b"[" * 10001 + b"]" * 10001)
@@ -688,7 +688,7 @@ def test_go_json_fallback_refuses_what_go_refuses():
 
 
 def test_go_json_fallback_replaces_bad_utf8_and_lone_surrogates():
-    from natserver._parser import _go_json_loads
+    from natserver.protocol.parser import _go_json_loads
 
     assert _go_json_loads(b'{"name":"a\xffb"}') == {"name": "a\ufffdb"}
     assert _go_json_loads(b'{"name":"\\ud800"}') == {"name": "\ufffd"}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import natserver
 from natserver import Parser, Pub
-from natserver._ops import PubRun
+from natserver.protocol.ops import PubRun
 
 
 def parse_all(chunks, coalesce: bool) -> list:

@@ -23,8 +23,9 @@ import pytest
 import trio
 
 import natserver
-from natserver import _signals
-from natserver._cli import CommandLine, build_options
+from natserver.cli import CommandLine
+from natserver.config.flags import build_options
+from natserver.server import signals as _signals
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 15.0

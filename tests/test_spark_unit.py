@@ -443,7 +443,7 @@ def test_msg_get_base64_payloads(conn):
 
 
 def test_nkey_auth(tmp_path):
-    from natserver import _nkeys
+    from natserver.auth import nkeys as _nkeys
 
     user = _nkeys.create_user()
     conf = tmp_path / "nkey.conf"
@@ -577,7 +577,7 @@ def test_sink_plan_checks_the_dataframe():
 
     from natserver.spark.datasource import plan_rows
 
-    S, B, L, I = T.StringType(), T.BinaryType(), T.LongType(), T.IntegerType()
+    S, B, L, I = T.StringType(), T.BinaryType(), T.LongType(), T.IntegerType()  # noqa: E741 (Spark type letters)
 
     def plan(columns, **options):
         schema = T.StructType([T.StructField(name, dtype) for name, dtype in columns])
@@ -615,7 +615,7 @@ def test_error_line_finds_our_message_in_spark_text():
 
 
 def test_credentials_file(tmp_path):
-    from natserver._jwt import OperatorTree, creds
+    from natserver.auth.jwt import OperatorTree, creds
 
     tree = OperatorTree()
     tree.account("A")

@@ -1,4 +1,4 @@
-"""natserver._sublist: the subject trie, its result cache and the subject validity checks.
+"""natserver.routing.sublist: the subject trie, its result cache and the subject validity checks.
 
 Every routing test runs with the result cache on and off (nats-server's sublist_test.go pairs
 each test with a NoCache twin the same way).
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from natserver import Sublist, is_valid_literal_subject, is_valid_subject
-from natserver._const import SUBLIST_CACHE_MAX
+from natserver.protocol.const import SUBLIST_CACHE_MAX
 
 
 class FakeSub:
@@ -567,7 +567,7 @@ test_sublist_against_naive_matcher = SublistAgainstNaive.TestCase
 
 
 def test_too_many_shapes_walk_the_trie(monkeypatch):
-    from natserver import _sublist
+    from natserver.routing import sublist as _sublist
 
     monkeypatch.setattr(_sublist, "_MAX_INDEXED_SHAPES", 3)
     sl = Sublist(cache=False)

@@ -125,7 +125,7 @@ def test_options_and_aliases():
     with pytest.raises(TypeError):
         NatsServer(no_such_option=1)
     with pytest.raises(RuntimeError, match="not been started"):
-        NatsServer().port
+        _ = NatsServer().port
 
 
 def test_start_failure_is_raised_and_leaves_nothing():

@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import natserver
-from natserver._cli import UsageError, build_options, parse_args
-from natserver._config import ConfigFileError, options_from_file
-from natserver._tls import TLSConfig
+from natserver.auth.tls import TLSConfig
+from natserver.config.flags import UsageError, build_options, parse_args
+from natserver.config.mapping import ConfigFileError, options_from_file
 
 TIMEOUT = 20
 
@@ -268,7 +268,7 @@ async def test_allow_non_tls(start_server, certs):
 
 
 async def test_verify_and_map_names_the_user(start_server, certs):
-    from natserver._auth import Permissions, User
+    from natserver.auth.users import Permissions, User
 
     users = [
         User("alice@example.com", permissions=Permissions({"publish": ["foo"]})),
@@ -322,7 +322,7 @@ def test_nats_py_over_tls_with_client_certificate(threaded_server, certs):
         assert msg.data == b"hello"
         await nc.close()
         # Without a client certificate the server refuses the handshake.
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (nats-py raises several kinds for a refused handshake)
             await nats.connect(f"tls://127.0.0.1:{handle.port}", tls=certs.client_context(), token="s3cr3t",
                                allow_reconnect=False, connect_timeout=2)
 
@@ -504,8 +504,8 @@ def test_same_answers_as_nats_server(tmp_path, certs):
 
 
 async def test_reload_changes_tls_for_new_connections(tmp_path, certs):
-    from natserver import _signals
-    from natserver._cli import CommandLine
+    from natserver.cli import CommandLine
+    from natserver.server import signals as _signals
 
     conf = tmp_path / "tls.conf"
     block = f'cert_file: "{certs.server}", key_file: "{certs.server_key}"'

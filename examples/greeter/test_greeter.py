@@ -12,7 +12,6 @@ import asyncio
 import json
 
 import pytest
-
 from greeter import ANNOUNCEMENTS, Greeter, GreeterUnavailable, connect, greet
 
 

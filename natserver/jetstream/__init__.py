@@ -33,6 +33,7 @@ import time
 
 import trio
 
+from ..protocol.gotext import parse_duration
 from . import errors
 from .api import Api
 from .errors import ApiError
@@ -56,8 +57,6 @@ def parse_sync(value) -> tuple[bool, float]:
         return True, 0.0
     if isinstance(value, str) and value.strip().lower() in ("never", "none", "off"):
         return False, 0.0
-    from .._conf import parse_duration
-
     seconds = parse_duration(value)
     if seconds < 0:
         raise ValueError(f"invalid sync_interval {value!r}")

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING
 from . import errors
 from .errors import ApiError
 from .store import StoreError
-from .util import dumps, get_header, go_quote, is_subset_match, is_valid_subject, parse_uint, remove_header, subjects_collide
+from .util import (
+    dumps,
+    get_header,
+    go_quote,
+    is_subset_match,
+    is_valid_subject,
+    parse_uint,
+    remove_header,
+    rfc3339nano,
+    subjects_collide,
+)
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -483,8 +493,6 @@ class Stream:
 
     def state_json(self, details: bool = False, subjects: dict | None = None) -> dict:
         """StreamState in Go's field order (FastState, or State with details)."""
-        from .util import rfc3339nano
-
         store = self.store
         out: dict = {
             "messages": store.msgs,
@@ -511,6 +519,4 @@ class Stream:
         return out
 
     def info_json(self) -> dict:
-        from .util import rfc3339nano
-
         return {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}

@@ -46,7 +46,8 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from fractions import Fraction
+
+from ..protocol.gotext import parse_duration
 
 __all__ = ["ConfigError", "parse", "parse_file", "parse_duration", "to_int"]
 
@@ -689,60 +690,3 @@ def to_int(value) -> int:
     raise ValueError(f"expected an integer or a size such as '64MB', got {value!r}")
 
 
-_DURATION_UNIT_NANOSECONDS = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,  # micro sign
-    "\u03bcs": 1_000,  # Greek small letter mu
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_DURATION_PART_RE = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
-
-
-def parse_duration(value) -> float:
-    """Seconds in a Go duration string ("250ms", "1h30m", "1.5s") or a number.
-
-    A number is taken as seconds, as nats-server does (with a warning) for
-    durations written without a unit.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as '2s', not the boolean {value!r}")
-    if isinstance(value, (int, float)):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"expected a finite duration, got {value!r}")
-        return float(value)
-    if not isinstance(value, str):
-        raise ValueError(f"expected a duration such as '2s', got {value!r}")
-
-    # The grammar of Go's time.ParseDuration: [-+] then one or more
-    # <decimal number><unit>, or a lone "0".
-    rest = value
-    negative = rest[:1] == "-"
-    if rest[:1] in ("-", "+"):
-        rest = rest[1:]
-    if rest == "0":
-        return 0.0
-    if not rest:
-        raise ValueError(f"invalid duration {value!r}")
-    units = ", ".join(name for name in _DURATION_UNIT_NANOSECONDS if name.isascii())
-    nanoseconds = Fraction(0)
-    while rest:
-        part = _DURATION_PART_RE.match(rest)
-        whole, fraction, unit = part.group(1), part.group(2) or "", part.group(3)
-        if not whole and not fraction:
-            raise ValueError(f"invalid duration {value!r}")
-        if not unit:
-            raise ValueError(f"invalid duration {value!r}: missing unit (one of {units})")
-        if unit not in _DURATION_UNIT_NANOSECONDS:
-            raise ValueError(f"invalid duration {value!r}: unknown unit {unit!r} (expected one of {units})")
-        number = int(whole or "0") + (Fraction(int(fraction), 10 ** len(fraction)) if fraction else 0)
-        nanoseconds += number * _DURATION_UNIT_NANOSECONDS[unit]
-        rest = rest[part.end() :]
-    # Go keeps whole nanoseconds in an int64.
-    whole_nanoseconds = int(nanoseconds)
-    if whole_nanoseconds > _INT64_MAX:
-        raise ValueError(f"invalid duration {value!r}: out of range")
-    return (-whole_nanoseconds if negative else whole_nanoseconds) / 1_000_000_000

@@ -17,21 +17,28 @@ import logging
 import os
 import sys
 import time
+from typing import Protocol
 
 import orjson
 import trio
 
-from . import _const as const
-from . import _errors as errors
-from ._client import Client
-from ._keepalive import PingTimers
-from ._log import configure_logging
-from ._nkeys import PREFIX_SERVER, encode_public_key
-from ._options import Options
-from ._sublist import Sublist
+from ..auth.jwt import OperatorMode
+from ..auth.nkeys import PREFIX_SERVER, encode_public_key
+from ..auth import tls as tls_module
+from ..auth.tls import server_context
+from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
+from ..config.options import Options
+from ..protocol import const, errors
+from ..routing.accounts import Accounts
+from ..routing.sublist import Sublist
+from .client import Client, connection_record
+from .keepalive import PingTimers
+from .log import configure_logging
+from .monitor import serve_monitor
+from .signals import handle_signal, reauthorize_clients
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["Server", "serve"]
+__all__ = ["Server", "Subsystem"]
 
 log = logging.getLogger("natserver")
 
@@ -47,10 +54,20 @@ def make_server_id() -> str:
     return encode_public_key(PREFIX_SERVER, os.urandom(32)).decode()
 
 
+class Subsystem(Protocol):
+    """A part built on the core that the server starts when its options ask for it."""
+
+    name: str  # the Server attribute that holds what start() returned ("jetstream")
+
+    def wanted(self, options: Options) -> bool: ...
+
+    async def start(self, server: Server, *, task_status=trio.TASK_STATUS_IGNORED) -> None: ...
+
+
 class Server:
     """A running (or about to run) natserver. Create with options, then ``await run()``."""
 
-    def __init__(self, options: Options | None = None, **changes) -> None:
+    def __init__(self, options: Options | None = None, *, subsystems: tuple = (), **changes) -> None:
         options = (options or Options()).copy(**changes) if changes else (options or Options())
         options.validate()
         self.options = options
@@ -87,8 +104,12 @@ class Server:
         self._internal: Client | None = None
         self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
+        # What runs on top of the core (JetStream, ...), each a Subsystem started by run() when
+        # the options ask for it and kept in the attribute it names; natserver.app lists them,
+        # so the core never imports what is built on it.
+        self.subsystems: tuple[Subsystem, ...] = tuple(subsystems)
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
-        # Security (see _auth.py, _accounts.py, _jwt.py, _tls.py): who may connect, the
+        # Security (see _auth.py, _accounts.py, _jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
         self.auth = None
@@ -109,10 +130,6 @@ class Server:
         """Build accounts, operator mode, the authenticator and the TLS context from
         ``options`` (at start and on reload). Returns what changed, as reload log lines.
         Raises ValueError for a configuration that cannot be used."""
-        from ._accounts import Accounts
-        from ._auth import Authenticator
-        from ._tls import server_context
-
         changed = []
         old = self.auth.options if self.auth is not None else None
         if options.tls is not None:
@@ -121,8 +138,6 @@ class Server:
             self.accounts = Accounts(self)
         operator = None
         if options.trusted_operators or options.trusted_keys:
-            from ._jwt import OperatorMode
-
             operator = OperatorMode(self, options)
         self.operator = operator
         if operator is not None:
@@ -131,8 +146,6 @@ class Server:
             self.accounts.configure(list(options.accounts))
         self.auth = Authenticator(options, self.accounts, operator)
         self.tls = options.tls
-        from ._auth import plaintext_password_warning
-
         if old is not None and plaintext_password_warning(options) and not plaintext_password_warning(old):
             log.warning("Plaintext passwords detected, use nkeys or bcrypt")
         if old is not None:
@@ -169,8 +182,6 @@ class Server:
         log.info("  ID:       %s", self.server_id)
         if options.config_file:
             log.info("Using configuration file: %s", options.config_file)
-        from ._auth import plaintext_password_warning
-
         if plaintext_password_warning(options):
             log.warning("Plaintext passwords detected, use nkeys or bcrypt")
         port = 0 if options.port == const.RANDOM_PORT else options.port
@@ -188,13 +199,10 @@ class Server:
                 if options.http_port:
                     # nats-server starts monitoring before the client listener, so a wrapper
                     # that saw "Server is ready" can query it at once.
-                    from ._monitor import serve_monitor
-
                     self.monitor = await nursery.start(serve_monitor, self)
-                if options.jetstream:
-                    from .jetstream import enable_jetstream
-
-                    self.jetstream = await nursery.start(enable_jetstream, self)
+                for subsystem in self.subsystems:
+                    if subsystem.wanted(options):
+                        setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
@@ -241,8 +249,6 @@ class Server:
             ip, port = "", 0
         client = Client(self, stream, cid, ip, port)
         if self.auth.nonce_required:
-            from ._auth import new_nonce
-
             client.nonce = new_nonce()
         info = self.info_for(client)
         self.total_connections += 1
@@ -272,8 +278,6 @@ class Server:
     async def _start_tls(self, client: Client, stream, info: bytes, tls) -> bool:
         """Send INFO, then do the server side of the TLS handshake (bounded by the TLS
         timeout); on success the client reads and writes through TLS. server.go createClient."""
-        from . import _tls
-
         label = f"{client.ip}:{client.port} - cid:{client.cid}"
         failed = False
         with trio.move_on_after(self.options.write_deadline):
@@ -287,14 +291,14 @@ class Server:
             return False
         transport = stream
         if self.options.allow_non_tls:
-            prefix = await _tls.read_prefix(stream, tls.timeout if tls.timeout > 0 else _tls.DEFAULT_TLS_TIMEOUT)
+            prefix = await tls_module.read_prefix(stream, tls.timeout if tls.timeout > 0 else tls_module.DEFAULT_TLS_TIMEOUT)
             if prefix:
-                transport = _tls.PrefixedStream(stream, prefix)
+                transport = tls_module.PrefixedStream(stream, prefix)
             if prefix[:1] != b"\x16":
                 client.stream = transport  # plain text, as the client chose
                 return True
         log.debug("%s - Starting TLS client connection handshake", label)
-        ssl_stream, error = await _tls.handshake(transport, tls)
+        ssl_stream, error = await tls_module.handshake(transport, tls)
         if ssl_stream is None:
             if error == "i/o timeout":
                 local = stream.socket.getsockname()
@@ -320,9 +324,7 @@ class Server:
             for line in lines:
                 log.info("%s", line)
             if lines or _auth_fields(old) != _auth_fields(self.options):
-                from ._signals import _reauthorize_clients
-
-                _reauthorize_clients(self)
+                reauthorize_clients(self)
         if self.port is not None:
             self._info_base = self._make_info_base()
 
@@ -364,6 +366,11 @@ class Server:
         if self.lame_duck:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    def make_internal_client(self, sublist) -> Client:
+        """A new connection-less client of this server in ``sublist``'s subject space (an
+        account's own internal client is made this way, so accounts need not know Client)."""
+        return Client.internal(self, sublist)
 
     @property
     def internal_client(self) -> Client:
@@ -425,8 +432,6 @@ class Server:
     def authenticate(self, client: Client, opts: dict) -> bool:
         """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
         A client refused because its account is full gets ``client._auth_error`` set."""
-        from ._auth import AccountLimitError
-
         try:
             return self.auth.authenticate(client, opts)
         except AccountLimitError:
@@ -435,8 +440,6 @@ class Server:
 
     async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
         """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see _signals.py."""
-        from ._signals import handle_signal
-
         await handle_signal(self, signum, nursery)
 
     # -- stopping -----------------------------------------------------------------------------
@@ -461,48 +464,3 @@ def _auth_fields(options: Options) -> tuple:
     return (options.username, options.password, options.authorization, options.users, options.nkeys,
             options.no_auth_user, options.accounts, options.trusted_operators, options.trusted_keys,
             options.resolver_preload)
-
-
-def connection_record(client: Client) -> dict:
-    """What /connz reports about a connection (kept for closed ones too)."""
-    return {
-        "cid": client.cid,
-        "ip": client.ip,
-        "port": client.port,
-        "start": client.start,
-        "stop": client.stop,
-        "last_activity": client.last_activity,
-        "rtt": client.rtt,
-        "pending_bytes": client.pending,
-        "in_msgs": client.in_msgs,
-        "out_msgs": client.out_msgs,
-        "in_bytes": client.in_bytes,
-        "out_bytes": client.out_bytes,
-        "subscriptions": len(client.subs),
-        "subjects": [sub.subject.decode("utf-8", "replace") for sub in client.subs.values()],
-        "subs_detail": [_sub_detail(client, sub) for sub in client.subs.values()],
-        "name": client.name,
-        "lang": client.lang,
-        "version": client.version,
-        "user": client.user,
-        "reason": client.close_reason,
-    }
-
-
-def _sub_detail(client: Client, sub) -> dict:
-    """/connz?subs=detail for one subscription (nats-server SubDetail)."""
-    detail = {"subject": sub.subject.decode("utf-8", "replace")}
-    if sub.queue:
-        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
-    detail["sid"] = sub.sid.decode("utf-8", "replace")
-    detail["msgs"] = sub.delivered
-    if sub.max_msgs:
-        detail["max"] = sub.max_msgs
-    detail["cid"] = client.cid
-    return detail
-
-
-async def serve(options: Options | None = None, *, task_status=trio.TASK_STATUS_IGNORED, **changes) -> None:
-    """Run a server; use as ``server = await nursery.start(serve, options)``."""
-    server = Server(options, **changes)
-    await server.run(task_status=task_status)

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from . import _errors as errors
-from ._const import (
+from ..auth.users import authenticate_connect
+from ..protocol import errors
+from ..protocol.const import (
     DEFAULT_RTT_MEASUREMENT_INTERVAL,
     FIRST_PING_INTERVAL,
     FIRST_PING_JITTER,
@@ -33,13 +34,13 @@ from ._const import (
     STALL_MAX_WAIT,
     STALL_MIN_WAIT,
 )
-from ._errors import ProtocolError, ServerError
-from ._ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
-from ._parser import Parser
-from ._sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
+from ..protocol.errors import ProtocolError, ServerError
+from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
+from ..protocol.parser import Parser
+from ..routing.sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
 
 if TYPE_CHECKING:
-    from ._server import Server
+    from .server import Server
 
 log = logging.getLogger("natserver")
 
@@ -196,7 +197,7 @@ class Client:
         self.rtt: float | None = None
         self._rtt_start = 0.0  # when the PING we time the round trip of was sent
         self._rtt_measured_at = float("-inf")  # like Go's zero time: "never measured"
-        # Ping timer (natserver._keepalive): when it fires next, on trio's clock (None: not
+        # Ping timer (natserver.server.keepalive): when it fires next, on trio's clock (None: not
         # armed), and whether that is still the timer armed at accept, which CONNECT brings
         # forward (server.go firstClientPingInterval).
         self.ping_due: float | None = None
@@ -727,8 +728,6 @@ class Client:
         self.connect_opts = opts  # kept so a config reload can re-check the credentials
         server = self.server
         if server.auth_required or self.parser.auth_pending:
-            from ._auth import authenticate_connect
-
             authenticate_connect(self, opts)
             self.parser.auth_pending = False
         if opts.get("account") or opts.get("new_account"):
@@ -921,7 +920,7 @@ class Client:
         """The ping timer (client.go processPingTimer): PING the client unless it was active
         within the interval (once the RTT is known), or, when the PINGs outstanding would
         exceed ping_max, send -ERR 'Stale Connection' and close; then re-arm. Called by the
-        server's timer task (natserver._keepalive), which flushes afterwards."""
+        server's timer task (natserver.server.keepalive), which flushes afterwards."""
         self._first_ping = False
         try:
             options = self.server.options  # live: a reload changes ping_interval and ping_max
@@ -1011,3 +1010,42 @@ def _go_duration(seconds: float) -> str:
         text = f"{minutes}m{secs:g}s"
         return f"{hours}h{text}" if hours else text
     return f"{secs:g}s"
+
+
+def connection_record(client: Client) -> dict:
+    """What /connz reports about a connection (kept for closed ones too)."""
+    return {
+        "cid": client.cid,
+        "ip": client.ip,
+        "port": client.port,
+        "start": client.start,
+        "stop": client.stop,
+        "last_activity": client.last_activity,
+        "rtt": client.rtt,
+        "pending_bytes": client.pending,
+        "in_msgs": client.in_msgs,
+        "out_msgs": client.out_msgs,
+        "in_bytes": client.in_bytes,
+        "out_bytes": client.out_bytes,
+        "subscriptions": len(client.subs),
+        "subjects": [sub.subject.decode("utf-8", "replace") for sub in client.subs.values()],
+        "subs_detail": [_sub_detail(client, sub) for sub in client.subs.values()],
+        "name": client.name,
+        "lang": client.lang,
+        "version": client.version,
+        "user": client.user,
+        "reason": client.close_reason,
+    }
+
+
+def _sub_detail(client: Client, sub) -> dict:
+    """/connz?subs=detail for one subscription (nats-server SubDetail)."""
+    detail = {"subject": sub.subject.decode("utf-8", "replace")}
+    if sub.queue:
+        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
+    detail["sid"] = sub.sid.decode("utf-8", "replace")
+    detail["msgs"] = sub.delivered
+    if sub.max_msgs:
+        detail["max"] = sub.max_msgs
+    detail["cid"] = client.cid
+    return detail

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from ._client import Client
-    from ._server import Server
+    from .client import Client
+    from .server import Server
 
 # Entries beyond 2 per live client that the heap may hold before it is rebuilt.
 _HEAP_SLACK = 1024

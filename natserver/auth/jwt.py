@@ -37,7 +37,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from . import _nkeys
+from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, find_export
+from ..routing.subjects import is_subset_match
+from ..routing.sublist import is_valid_subject
+from . import nkeys
+from .users import Permissions, client_label, decode_signature, register
 
 __all__ = ["Claims", "JWTError", "decode", "encode", "OperatorMode", "read_operator_jwt"]
 
@@ -152,7 +156,7 @@ def decode(token: str, expect: str | None = None) -> Claims:
     signature = _b64decode(parts[2])
     claims = Claims(raw, token, version)
     issuer = claims.issuer
-    if not isinstance(issuer, str) or not _nkeys.verify(issuer, (parts[0] + "." + parts[1]).encode(), signature):
+    if not isinstance(issuer, str) or not nkeys.verify(issuer, (parts[0] + "." + parts[1]).encode(), signature):
         raise JWTError("claim failed V2 signature verification" if version == 2 else "claim failed signature verification")
     kind = claims.type
     if expect is not None:
@@ -160,15 +164,15 @@ def decode(token: str, expect: str | None = None) -> Claims:
             raise JWTError(f"not {'an' if expect[0] in 'aeiou' else 'a'} {expect} claim")
         kind = expect
     letter = _ISSUER_KIND.get(kind)
-    if letter is not None and not _nkeys.is_valid_public_key(issuer, letter):
+    if letter is not None and not nkeys.is_valid_public_key(issuer, letter):
         raise JWTError(f"{kind} claims issuer is not a valid {'operator' if letter == 'O' else 'account'} key")
     subject_letter = {"operator": "O", "account": "A", "user": "U"}.get(kind)
-    if subject_letter is not None and not _nkeys.is_valid_public_key(claims.subject, subject_letter):
+    if subject_letter is not None and not nkeys.is_valid_public_key(claims.subject, subject_letter):
         raise JWTError(f"subject is not a valid {kind} public key")
     return claims
 
 
-def encode(claims: dict, signer: _nkeys.KeyPair) -> str:
+def encode(claims: dict, signer: nkeys.KeyPair) -> str:
     """Sign ``claims`` (iss, iat and jti are filled in) as nats-io/jwt v2 does."""
     body = dict(claims)
     body.setdefault("iat", int(time.time()))
@@ -238,8 +242,6 @@ def jwt_permissions(spec: dict | None) -> dict | None:
 def _template(values: list[str], user: Claims, account: "JWTAccount") -> list[str]:
     """auth.go processUserPermissionsTemplate (name, subject, account-name, account-subject,
     tag and account-tag); subjects that come out invalid are dropped."""
-    from ._sublist import is_valid_subject
-
     out = []
     for subject in values:
         tokens = subject.split(".")
@@ -343,8 +345,6 @@ class OperatorMode:
 
     def configure_accounts(self) -> None:
         """Accounts from the preloaded JWTs, with their exports, imports and limits."""
-        from ._accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig
-
         configs = []
         for name, account in self.accounts.items():
             if account.error:
@@ -395,8 +395,6 @@ class OperatorMode:
                     config.extra.setdefault("tokens", {})[(source, imp["subject"])] = imp["token"]
             configs.append(config)
         # Exports that need an activation token: approve the importers whose token checks out.
-        from ._accounts import find_export
-
         by_name = {c.name: c for c in configs}
         for config in configs:
             for imp in config.imports:
@@ -428,8 +426,6 @@ class OperatorMode:
     # -- CONNECT ------------------------------------------------------------------------------
 
     def authenticate(self, client, opts: dict) -> bool:
-        from ._auth import Permissions, client_label, decode_signature, register
-
         label = client_label(client)
 
         def refuse(why: str) -> bool:
@@ -493,7 +489,7 @@ class OperatorMode:
             raw = decode_signature(sig)
             if raw is None:
                 return refuse("Signature not valid base64")
-            if not _nkeys.verify(user.subject, client.nonce or b"", raw):
+            if not nkeys.verify(user.subject, client.nonce or b"", raw):
                 return refuse("Signature not verified")
         revocations = account.nats.get("revocations") or {}
         for key in (user.subject, "*"):
@@ -527,8 +523,6 @@ class OperatorMode:
 
 
 def _subset(subject: str, test: str) -> bool:
-    from ._auth import is_subset_match
-
     return is_subset_match(subject, test)
 
 
@@ -619,7 +613,7 @@ class OperatorTree:
     configuration, ``tree.user(...)`` a (JWT, seed) pair for CONNECT or a creds file."""
 
     def __init__(self, name: str = "OP", **operator_fields) -> None:
-        self.operator = _nkeys.create_operator()
+        self.operator = nkeys.create_operator()
         self.name = name
         self.operator_fields = operator_fields
         self.accounts: dict[str, tuple] = {}  # name -> (keypair, claims dict)
@@ -629,8 +623,8 @@ class OperatorTree:
         nats = {"type": "operator", "version": 2, **self.operator_fields}
         return encode({"sub": self.operator.public_key.decode(), "name": self.name, "nats": nats}, self.operator)
 
-    def account(self, name: str, signer: _nkeys.KeyPair | None = None, **nats_fields) -> _nkeys.KeyPair:
-        key = self.accounts[name][0] if name in self.accounts else _nkeys.create_account()
+    def account(self, name: str, signer: nkeys.KeyPair | None = None, **nats_fields) -> nkeys.KeyPair:
+        key = self.accounts[name][0] if name in self.accounts else nkeys.create_account()
         self.accounts[name] = (key, {"name": name, "nats": nats_fields}, signer)
         return key
 
@@ -644,9 +638,9 @@ class OperatorTree:
         body.update(overrides)
         return encode(body, signer or self.operator)
 
-    def user(self, account: str, name: str = "user", signer: _nkeys.KeyPair | None = None,
-             **nats_fields) -> tuple[str, _nkeys.KeyPair]:
-        key = _nkeys.create_user()
+    def user(self, account: str, name: str = "user", signer: nkeys.KeyPair | None = None,
+             **nats_fields) -> tuple[str, nkeys.KeyPair]:
+        key = nkeys.create_user()
         account_key = self.accounts[account][0]
         overrides = {k: nats_fields.pop(k) for k in ("exp", "nbf", "iat") if k in nats_fields}
         nats = {"type": "user", "version": 2, "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from . import _const as const
+from ..protocol import const
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Options"]
@@ -38,10 +38,10 @@ class Options:
     username: str = ""
     password: str = ""
     authorization: str = ""  # token
-    users: list = field(default_factory=list)  # natserver._auth.User, from authorization.users
-    nkeys: list = field(default_factory=list)  # natserver._auth.NkeyUser
+    users: list = field(default_factory=list)  # natserver.auth.users.User, from authorization.users
+    nkeys: list = field(default_factory=list)  # natserver.auth.users.NkeyUser
     no_auth_user: str = ""  # the user a client without credentials becomes
-    accounts: list = field(default_factory=list)  # natserver._accounts.AccountConfig
+    accounts: list = field(default_factory=list)  # natserver.routing.accounts.AccountConfig
     # Operator mode (decentralised JWT auth, see _jwt.py): operator JWTs (or files), the
     # resolver (only "MEMORY") and its preloaded account JWTs {account public key: JWT}
     trusted_operators: list = field(default_factory=list)
@@ -49,7 +49,7 @@ class Options:
     resolver: str = ""
     resolver_preload: dict = field(default_factory=dict)
     system_account: str = ""
-    # TLS for client connections (natserver._tls.TLSConfig); allow_non_tls lets clients choose
+    # TLS for client connections (natserver.auth.tls.TLSConfig); allow_non_tls lets clients choose
     tls: object = None
     allow_non_tls: bool = False
     # JetStream-shaped persisted streams (natserver.jetstream)

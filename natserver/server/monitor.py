@@ -26,9 +26,9 @@ import h11
 import orjson
 import trio
 
-from . import _const as const
-from ._server import connection_record
-from ._sublist import is_valid_literal_subject
+from ..protocol import const
+from ..routing.sublist import is_valid_literal_subject
+from .client import connection_record
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Monitor", "serve_monitor"]

@@ -10,7 +10,7 @@ The module doubles as a stand-in for the ``nkeys`` Python package (``from_seed(s
 returning a key pair with ``public_key``, ``sign()``, ``verify()`` and ``wipe()``), so nats-py
 can authenticate with nkeys and credentials files where that package is not installed::
 
-    sys.modules.setdefault("nkeys", natserver._nkeys)
+    sys.modules.setdefault("nkeys", natserver.auth.nkeys)
 """
 
 from __future__ import annotations

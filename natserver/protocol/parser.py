@@ -1,7 +1,7 @@
 """Sans-IO parser for the NATS client protocol, in the shape of h11.
 
 ``feed(data)`` hands over received bytes; ``next_op()`` returns the next complete op
-(:mod:`natserver._ops`) or ``NEED_DATA``, and raises :class:`ProtocolError` carrying
+(:mod:`natserver.protocol.ops`) or ``NEED_DATA``, and raises :class:`ProtocolError` carrying
 nats-server's answer for bad input. No I/O and no trio here.
 
 How it stays fast in Python (nats-server's parser is a per-byte state machine, which would be
@@ -36,10 +36,10 @@ import sys
 
 import orjson
 
-from . import _errors as errors
-from ._const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
-from ._errors import ProtocolError
-from ._ops import NEED_DATA, PING, PONG, Connect, Pub, PubRun, Sub, Unsub
+from . import errors
+from .const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
+from .errors import ProtocolError
+from .ops import NEED_DATA, PING, PONG, Connect, Pub, PubRun, Sub, Unsub
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Parser"]

@@ -33,7 +33,13 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ._sublist import Sublist
+from ..protocol import errors
+from ..protocol.errors import ProtocolError
+from ..protocol.gotext import go_duration_error, parse_duration
+from ..routing.subjects import is_subset_match_tokens
+from ..routing.sublist import Sublist
+from . import nkeys
+from .tls import peer_certificate_identities
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Permissions", "User", "NkeyUser", "check_password"]
@@ -115,14 +121,10 @@ def _response_spec(value) -> tuple[int, float] | None:
             if isinstance(item, (int, float)) and not isinstance(item, bool):
                 seconds = float(item)  # natserver extension: seconds
             elif isinstance(item, str):
-                from ._conf import parse_duration
-
                 try:
                     seconds = parse_duration(item)
                 except ValueError:
-                    from ._config import _go_duration_error
-
-                    raise ValueError(f"error parsing expires: {_go_duration_error(item)}") from None
+                    raise ValueError(f"error parsing expires: {go_duration_error(item)}") from None
             else:
                 raise ValueError("error parsing expires, not a duration string")
             if seconds != 0:
@@ -132,37 +134,13 @@ def _response_spec(value) -> tuple[int, float] | None:
     return max_msgs, expires
 
 
-def _is_subset_match(tokens: list[bytes], test: list[bytes]) -> bool:
-    """nats-server isSubsetMatchTokenized: is every subject ``tokens`` matches also matched by
-    ``test``? Both may hold wildcards."""
-    for i, t2 in enumerate(test):
-        if i >= len(tokens) or not t2:
-            return False
-        if t2 == b">":
-            return True
-        t1 = tokens[i]
-        if not t1 or t1 == b">":
-            return False
-        if t1 == b"*":
-            if t2 != b"*":
-                return False
-            continue
-        if t2 != b"*" and t1 != t2:
-            return False
-    return len(tokens) == len(test)
-
-
-def is_subset_match(subject: str, test: str) -> bool:
-    return _is_subset_match(subject.encode().split(b"."), test.encode().split(b"."))
-
-
 def _queue_matches(queue: bytes, groups: list[list]) -> bool:
     for group in groups:
         pattern = group[0].queue
         if b"*" not in pattern.split(b".") and b">" not in pattern.split(b"."):
             if queue == pattern:
                 return True
-        elif _is_subset_match(queue.split(b"."), pattern.split(b".")):
+        elif is_subset_match_tokens(queue.split(b"."), pattern.split(b".")):
             return True
     return False
 
@@ -245,7 +223,7 @@ class Permissions:
         tokens = subject.split(b".")
         if b"*" not in tokens and b">" not in tokens:
             return False
-        return any(_is_subset_match(deny.split(b"."), tokens) for deny in self.sub_deny_subjects)
+        return any(is_subset_match_tokens(deny.split(b"."), tokens) for deny in self.sub_deny_subjects)
 
     def delivery_denied(self, subject: bytes, reply: bytes | None = None) -> bool:
         return self.sub_deny is not None and bool(self.sub_deny.match(subject).psubs)
@@ -397,8 +375,8 @@ class Authenticator:
 
     def __init__(self, options, accounts=None, operator=None) -> None:
         self.options = options
-        self.accounts = accounts  # natserver._accounts.Accounts (None: only the global account)
-        self.operator = operator  # natserver._jwt.OperatorMode in operator mode
+        self.accounts = accounts  # natserver.routing.accounts.Accounts (None: only the global account)
+        self.operator = operator  # natserver.auth.jwt.OperatorMode in operator mode
         self.users: dict[str, User] = {u.username: u for u in options.users}
         self.nkeys: dict[str, NkeyUser] = {u.nkey: u for u in getattr(options, "nkeys", [])}
         self.token = options.authorization
@@ -489,8 +467,6 @@ class Authenticator:
 
     @staticmethod
     def _signed_nonce(client, public_key: str, sig) -> bool:
-        from . import _nkeys
-
         if not sig:
             log.debug("%s - Signature missing", client_label(client))
             return False
@@ -498,14 +474,12 @@ class Authenticator:
         if raw is None:
             log.debug("%s - Signature not valid base64", client_label(client))
             return False
-        if not _nkeys.verify(public_key, client.nonce or b"", raw):
+        if not nkeys.verify(public_key, client.nonce or b"", raw):
             log.debug("%s - Signature not verified", client_label(client))
             return False
         return True
 
     def _user_from_certificate(self, client) -> User | None:
-        from ._tls import peer_certificate_identities
-
         for name in peer_certificate_identities(getattr(client, "tls_stream", None)):
             user = self.users.get(name)
             if user is not None:
@@ -558,9 +532,6 @@ def authenticate_connect(client, opts: dict) -> None:
     """CONNECT when authentication is required: raises ProtocolError (Authorization Violation,
     or the account's connection limit) and logs why, as nats-server does; then applies the
     limits and the expiry of what the client authenticated as."""
-    from . import _errors as errors
-    from ._errors import ProtocolError
-
     server = client.server
     client._auth_error = None
     client.auth_expires = None
@@ -596,8 +567,6 @@ def apply_limits(client) -> None:
 async def _expire(client, deadline: float) -> None:
     """client.go authExpired: a user JWT expires while the client is connected."""
     import trio
-
-    from . import _errors as errors
 
     await trio.sleep(max(0.0, deadline - time.time()))
     if not client.closed:

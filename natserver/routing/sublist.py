@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from ._const import SUBLIST_CACHE_MAX, SUBLIST_CACHE_SWEEP_TO
+from ..protocol.const import SUBLIST_CACHE_MAX, SUBLIST_CACHE_SWEEP_TO
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Sublist", "SublistResult", "is_valid_subject", "is_valid_literal_subject"]

@@ -1,6 +1,6 @@
 """nats-server configuration files as :class:`natserver.Options`.
 
-``options_from_file("nats.conf")`` reads a file with the parser in ``_conf.py`` and maps
+``options_from_file("nats.conf")`` reads a file with the parser in ``conf.py`` and maps
 nats-server's keys (``server/opts.go`` ``processConfigFileLine`` in v2.9.10) onto Options:
 
 * keys are matched case-insensitively, as nats-server does (``PORT: 4222`` is ``port``);
@@ -27,10 +27,16 @@ from __future__ import annotations
 import os
 import re
 
-from . import _conf
-from . import _const as const
-from ._conf import parse_duration
-from ._options import Options
+from ..auth import jwt
+from ..auth.nkeys import is_valid_public_key
+from ..auth.tls import TLSConfigError, parse_tls_block, server_context
+from ..auth.users import NkeyUser, Permissions, User
+from ..protocol import const
+from ..protocol.gotext import go_duration, go_duration_error, parse_duration
+from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
+from ..routing.sublist import is_valid_subject
+from . import conf
+from .options import Options
 
 __all__ = [
     "ConfigFileError",
@@ -95,7 +101,7 @@ class _Locations:
         return (id(mapping), key) in self.used
 
 
-class _LocatingParser(_conf._Parser):
+class _LocatingParser(conf._Parser):
     """The configuration parser, also recording where each key is and which are variables."""
 
     def __init__(self, text: str, *, locations: _Locations, **kwargs) -> None:
@@ -132,7 +138,7 @@ def parse_config_file(path) -> tuple[dict, _Locations]:
     """Parse a file; return the values and where each key is. Raises ConfigError."""
     path = os.fspath(path)
     try:
-        text = _conf._read_config_text(path)
+        text = conf._read_config_text(path)
     except OSError as exc:
         # nats-server: "open nats.conf: no such file or directory" (Go's error text).
         reason = exc.strerror or str(exc)
@@ -184,29 +190,13 @@ def _expect(value, kind: type, key: str):
     return value
 
 
-def _go_duration_error(value: str) -> str:
-    """The text of Go's time.ParseDuration error for ``value``."""
-    try:
-        parse_duration(value)
-    except ValueError as exc:
-        text = str(exc)
-        quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        unit = re.search(r"unknown unit '(.*?)'", text) or re.search(r'unknown unit "(.*?)"', text)
-        if unit:
-            return f'time: unknown unit "{unit.group(1)}" in duration {quoted}'
-        if "missing unit" in text:
-            return f"time: missing unit in duration {quoted}"
-        return f"time: invalid duration {quoted}"
-    return ""
-
-
 def _duration(value, key: str, warnings: list, where: str) -> float:
     """opts.go parseDuration: a Go duration string, or (with a warning) a number of seconds."""
     if isinstance(value, str):
         try:
             return parse_duration(value)
         except ValueError:
-            raise _Bad(f"error parsing {key}: {_go_duration_error(value)}") from None
+            raise _Bad(f"error parsing {key}: {go_duration_error(value)}") from None
     _expect(value, int, key)
     warnings.append(f'{where}: invalid use of field "{key}": {key} should be converted to a duration')
     return float(value)
@@ -218,7 +208,7 @@ def _strict_duration(value, key: str) -> float:
     try:
         return parse_duration(value)
     except ValueError:
-        raise _Bad(f"error parsing {key}: {_go_duration_error(value)}") from None
+        raise _Bad(f"error parsing {key}: {go_duration_error(value)}") from None
 
 
 def _listen(value) -> tuple[str, int]:
@@ -247,35 +237,6 @@ def _split_host_port(value: str) -> tuple[str | None, str]:
     return host, port
 
 
-def go_duration(seconds: float) -> str:
-    """Format seconds as Go's time.Duration.String() does: "2m0s", "1.5s", "250ms", "0s"."""
-    nanos = round(seconds * 1_000_000_000)
-    if nanos == 0:
-        return "0s"
-    sign = "-" if nanos < 0 else ""
-    nanos = abs(nanos)
-    if nanos < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if nanos >= size or unit == "ns":
-                return sign + _trim_fraction(nanos, size) + unit
-    hours, rest = divmod(nanos, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    text = _trim_fraction(rest, 1_000_000_000) + "s"
-    if hours:
-        return f"{sign}{hours}h{minutes}m{text}"
-    if minutes:
-        return f"{sign}{minutes}m{text}"
-    return sign + text
-
-
-def _trim_fraction(value: int, unit: int) -> str:
-    whole, fraction = divmod(value, unit)
-    if not fraction:
-        return str(whole)
-    digits = len(str(unit)) - 1
-    return f"{whole}.{fraction:0{digits}d}".rstrip("0")
-
-
 # -- the keys ----------------------------------------------------------------------------------
 
 # Keys nats-server v2.9.10 knows (opts.go processConfigFileLine) that natserver accepts without
@@ -290,7 +251,7 @@ UNSUPPORTED_KEYS = frozenset(
     reconnect_error_reports websocket ws mqtt server_tags default_js_domain
     """.split()
 )
-# Security keys (see _tls.py, _auth.py, _accounts.py, _jwt.py).
+# Security keys (see _tls.py, _auth.py, _accounts.py, jwt.py).
 _OPERATOR_KEYS = frozenset({"operator", "operators", "roots", "root", "root_operators", "root_operator"})
 _RESOLVER_KEYS = frozenset({"resolver", "account_resolver", "accounts_resolver"})
 # Keys nats-server does not act on either way, or that only feed another key: no warning.
@@ -532,8 +493,6 @@ class _Builder:
     def apply_tls(self, key: str, value, where: str) -> None:
         """opts.go parseTLS + GenTLSConfig: the certificates are loaded now, so that a missing
         file is a configuration error, as in nats-server."""
-        from ._tls import TLSConfigError, parse_tls_block, server_context
-
         if not isinstance(value, dict):
             raise _Bad(f"error parsing tls config, expected a map, got {_type_name(value)}")
         try:
@@ -547,16 +506,14 @@ class _Builder:
 
     def operators(self, value, key: str) -> list:
         """operator: a file with the operator JWT (or the JWT inline), or a list of them."""
-        from . import _jwt
-
         items = value if isinstance(value, list) else [value]
         out = []
         for item in items:
             if not isinstance(item, str):
                 raise _Bad(f"error parsing operators: unsupported type {_go_type(item)}")
             try:
-                out.append(_jwt.read_operator_jwt(item))
-            except (OSError, _jwt.JWTError) as exc:
+                out.append(jwt.read_operator_jwt(item))
+            except (OSError, jwt.JWTError) as exc:
                 reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
                 if isinstance(exc, OSError):
                     reason = f"open {item}: {reason}"
@@ -565,8 +522,6 @@ class _Builder:
 
     def apply_accounts(self, key: str, value, where: str) -> None:
         """opts.go parseAccounts: a list of names, or a map of account blocks."""
-        from ._accounts import AccountConfig
-
         configs = []
         if isinstance(value, list):
             seen = set()
@@ -623,16 +578,11 @@ class _Builder:
                 seen.add(user.username)
                 self.account_users.append(user)
         if not self.errors:
-            from ._accounts import check_accounts
-
             for error in check_accounts(configs):
                 self.errors.append(f"{where}: {error}")
         self.changes["accounts"] = configs
 
     def account_block(self, name: str, block: dict, where: str):
-        from . import _nkeys
-        from ._accounts import AccountConfig
-
         config = AccountConfig(name)
         users_spec = None
         default_permissions = None
@@ -642,7 +592,7 @@ class _Builder:
             lowered = member.lower()
             try:
                 if lowered == "nkey":
-                    if not isinstance(item, str) or not _nkeys.is_valid_public_key(item, "A"):
+                    if not isinstance(item, str) or not is_valid_public_key(item, "A"):
                         raise _Bad(f'Not a valid public nkey for an account: "{item}"')
                     config.nkey = item
                 elif lowered == "users":
@@ -749,9 +699,6 @@ def options_from_file(path, base: Options | None = None) -> Options:
 def _users_from(spec: list, default_permissions: dict | None, account: str | None = None) -> tuple[list, list]:
     """users: [ {user, password, permissions}, {nkey, permissions}, ... ] (opts.go parseUsers);
     returns (users, nkey users)."""
-    from . import _nkeys
-    from ._auth import NkeyUser, User
-
     users, nkeys = [], []
     defaults = _permissions_from(default_permissions) if default_permissions is not None else None
     for entry in spec:
@@ -779,7 +726,7 @@ def _users_from(spec: list, default_permissions: dict | None, account: str | Non
         if not nkey and not name:
             raise _Bad("User entry requires a user")
         if nkey:
-            if not _nkeys.is_valid_public_key(nkey, "U"):
+            if not is_valid_public_key(nkey, "U"):
                 raise _Bad("Not a valid public nkey for a user")
             if name or password:
                 raise _Bad("Nkey users do not take usernames or passwords")
@@ -812,10 +759,7 @@ def _go_type(value) -> str:
 
 
 def _permissions_from(spec):
-    """opts.go parseUserPermissions, with its checks; a natserver._auth.Permissions."""
-    from ._auth import Permissions
-    from ._sublist import is_valid_subject
-
+    """opts.go parseUserPermissions, with its checks; a natserver.auth.users.Permissions."""
     if not isinstance(spec, dict):
         raise _Bad(f"Expected permissions to be a map/struct, got {spec}")
 
@@ -863,8 +807,6 @@ def _permissions_from(spec):
 
 def _exports(value) -> list:
     """opts.go parseAccountExports / parseExportStreamOrService."""
-    from ._accounts import CHUNKED, SINGLETON, STREAMED, ExportConfig
-
     if not isinstance(value, list):
         raise _Bad(f"Exports should be an array, got {_go_type(value)}")
     out = []
@@ -926,8 +868,6 @@ def _exports(value) -> list:
 
 def _imports(value) -> list:
     """opts.go parseAccountImports / parseImportStreamOrService."""
-    from ._accounts import ImportConfig
-
     if not isinstance(value, list):
         raise _Bad(f"Imports should be an array, got {_go_type(value)}")
     out = []
@@ -1015,8 +955,6 @@ def _resolver(value) -> str:
 
 
 def _preload(value) -> dict:
-    from . import _jwt
-
     if not isinstance(value, dict):
         raise _Bad("preload should be a map of account_public_key:account_jwt")
     out = {}
@@ -1024,23 +962,21 @@ def _preload(value) -> dict:
         if not isinstance(item, str):
             raise _Bad("preload map value should be a string JWT")
         try:
-            _jwt.decode(item, expect="account")
-        except _jwt.JWTError:
+            jwt.decode(item, expect="account")
+        except jwt.JWTError:
             raise _Bad("invalid account JWT") from None
         out[key] = item
     return out
 
 
 def _trusted_keys(value) -> list:
-    from . import _nkeys
-
     keys = [value] if isinstance(value, str) else value
     if not isinstance(keys, list):
         raise _Bad(f"error parsing trusted: unsupported type {_go_type(value)}")
     for key in keys:
         if not isinstance(key, str):
             raise _Bad(f"error parsing trusted: unsupported type in array {_go_type(key)}")
-        if not _nkeys.is_valid_public_key(key, "O"):
+        if not is_valid_public_key(key, "O"):
             raise _Bad(f'trust key "{key}" required to be a valid public operator nkey')
     return list(keys)
 

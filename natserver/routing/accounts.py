@@ -35,7 +35,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ._sublist import Sublist, is_valid_subject
+from .subjects import has_wildcard, subject_tokens, subjects_collide, subset_match
+from .sublist import Sublist, is_valid_subject
 
 __all__ = ["AccountConfig", "Account", "Accounts", "GLOBAL_ACCOUNT", "SYSTEM_ACCOUNT"]
 
@@ -82,41 +83,11 @@ class AccountConfig:
     max_subscriptions: int = -1
     max_payload: int = -1
     nkey: str = ""
-    jwt: object = None  # natserver._jwt.AccountClaims in operator mode
+    jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
     extra: dict = field(default_factory=dict)
 
 
 # -- subjects ---------------------------------------------------------------------------------
-
-
-def _tokens(subject: str) -> list[str]:
-    return subject.split(".")
-
-
-def _has_wildcard(subject: str) -> bool:
-    return any(t in ("*", ">") for t in _tokens(subject))
-
-
-def subset_match(subject: str, test: str) -> bool:
-    """Is everything ``subject`` matches also matched by ``test`` (isSubsetMatch)?"""
-    from ._auth import is_subset_match
-
-    return is_subset_match(subject, test)
-
-
-def subjects_collide(a: str, b: str) -> bool:
-    """Could one subject match both (SubjectsCollide)?"""
-    ta, tb = _tokens(a), _tokens(b)
-    la, lb = len(ta), len(tb)
-    if ">" not in ta and ">" not in tb and la != lb:
-        return False
-    for i in range(min(la, lb)):
-        x, y = ta[i], tb[i]
-        if x == ">" or y == ">":
-            return True
-        if x != y and x != "*" and y != "*":
-            return False
-    return la == lb or (la > lb and ta[lb] == ">") or (lb > la and tb[la] == ">")
 
 
 class Transform:
@@ -124,12 +95,12 @@ class Transform:
     tokens, ``$1``/``{{wildcard(1)}}`` references, in order)."""
 
     def __init__(self, source: str, dest: str) -> None:
-        self.source = _tokens(source)
-        self.dest = _tokens(dest)
+        self.source = subject_tokens(source)
+        self.dest = subject_tokens(dest)
         self.wildcards = [i for i, t in enumerate(self.source) if t in ("*", ">")]
 
     def apply(self, subject: str) -> str:
-        tokens = _tokens(subject)
+        tokens = subject_tokens(subject)
         values = []
         for i in self.wildcards:
             if self.source[i] == ">":
@@ -164,7 +135,7 @@ def _wildcard_ref(token: str) -> int | None:
 
 def _approved(export: ExportConfig, importer: str, subject: str) -> bool:
     if export.token_position > 0:
-        tokens = _tokens(subject)
+        tokens = subject_tokens(subject)
         return export.token_position <= len(tokens) and tokens[export.token_position - 1] == importer
     if export.accounts is None:
         return True
@@ -203,7 +174,7 @@ def import_error(configs: dict[str, AccountConfig], importer: AccountConfig, imp
     export = find_export(exporter, imp.subject, False)
     if export is None or not _approved(export, importer.name, imp.subject):
         return f'Error adding stream import "{imp.subject}": stream import not authorized'
-    if imp.prefix and _has_wildcard(imp.prefix):
+    if imp.prefix and has_wildcard(imp.prefix):
         return f'Error adding stream import "{imp.subject}": stream import prefix can not contain wildcard tokens'
     return None
 
@@ -219,7 +190,7 @@ def check_accounts(configs: list[AccountConfig]) -> list[str]:
                 if name not in by_name:
                     errors.append(f'"{name}" account not defined for {kind} export')
             if export.token_position:
-                tokens = _tokens(export.subject)
+                tokens = subject_tokens(export.subject)
                 if len(tokens) < export.token_position or tokens[export.token_position - 1] != "*":
                     errors.append(f'Error adding {kind} export "{export.subject}": invalid subject')
     if errors:
@@ -336,9 +307,7 @@ class Account:
         """This account's connection-less client: it owns the import subscriptions and
         publishes what they bring into this account."""
         if self._internal is None:
-            from ._client import Client
-
-            self._internal = Client.internal(self.server, self.sublist)
+            self._internal = self.server.make_internal_client(self.sublist)
             self._internal.account = self
         return self._internal
 
@@ -383,7 +352,7 @@ class Account:
             to = imp.subject
         if to == imp.subject:
             mapper = None
-        elif _has_wildcard(imp.subject):
+        elif has_wildcard(imp.subject):
             mapper = Transform(imp.subject, to).apply
         else:
             mapper = None
@@ -394,7 +363,7 @@ class Account:
         def deliver(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
             if mapper is not None:
                 mapped = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            elif _has_wildcard(imp.subject):
+            elif has_wildcard(imp.subject):
                 mapped = subject
             else:
                 mapped = literal_to
@@ -408,7 +377,7 @@ class Account:
         remote = imp.subject
         if local == remote:
             mapper = None
-        elif _has_wildcard(remote):
+        elif has_wildcard(remote):
             mapper = Transform(local, remote).apply
         else:
             mapper = None
@@ -421,7 +390,7 @@ class Account:
             server = requester.server
             if mapper is not None:
                 to = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            elif _has_wildcard(remote):
+            elif has_wildcard(remote):
                 to = subject
             else:
                 to = literal_remote

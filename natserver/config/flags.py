@@ -17,25 +17,15 @@ flags on top of it; ``-t`` stops after reading the config file.
 
 from __future__ import annotations
 
-import gc
-import json
-import logging
-import os
 import re
-import signal
-import sys
 from dataclasses import dataclass
 
-import trio
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    from exceptiongroup import BaseExceptionGroup
-
-from . import _const as const
-from ._options import Options
-from ._version import __version__
-
-log = logging.getLogger("natserver")
+from ..auth.tls import TLSConfig, TLSConfigError, server_context
+from ..protocol import const
+from ..protocol.gotext import go_duration, parse_duration
+from .conf import to_int
+from .mapping import ConfigFileError, apply_baseline, options_from_file
+from .options import Options
 
 USAGE = f"""\
 Usage: natserver [options]
@@ -225,15 +215,11 @@ def _convert(name: str, flag: _Flag, raw: str):
         except ValueError as exc:
             raise UsageError(f'invalid value "{raw}" for flag -{name}: {exc}') from None
     if flag.kind == "size":
-        from ._conf import to_int
-
         try:
             return to_int(raw)
         except (ValueError, TypeError):
             raise UsageError(f'invalid value "{raw}" for flag -{name}: parse error') from None
     if flag.kind == "duration":
-        from ._conf import parse_duration
-
         try:
             return parse_duration(raw)
         except ValueError:
@@ -309,8 +295,6 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
     called with the ConfigFileError and the options read despite the warnings are used.
     Options are not validated here (nats-server validates when the server is created).
     """
-    from ._config import ConfigFileError, apply_baseline, options_from_file
-
     options = Options(auth_timeout=0.0)  # 0: the default (2 s, or the TLS timeout + 1 s)
     config_file = given.get("config_file")
     if config_file:
@@ -337,8 +321,6 @@ _TLS_FLAGS = ("tls_enable", "tls_cert", "tls_key", "tls_verify", "tls_ca_cert")
 def _override_tls(options: Options, given: dict) -> Options:
     """opts.go overrideTLS: any --tls* flag replaces the tls {} block (``--tls=false`` removes
     it); the TLS timeout of the file stays."""
-    from ._tls import TLSConfig, TLSConfigError, server_context
-
     if not any(flag in given for flag in _TLS_FLAGS):
         return options
     if given.get("tls_enable") is False:
@@ -360,303 +342,9 @@ def _override_tls(options: Options, given: dict) -> Options:
 
 def validate(options: Options) -> None:
     """server.go validateOptions, with nats-server's messages; ValueError."""
-    from ._config import go_duration
-
     if options.lame_duck_duration > 0 and options.lame_duck_grace_period >= options.lame_duck_duration:
         raise ValueError(
             f"lame duck grace period ({go_duration(options.lame_duck_grace_period)}) should be strictly "
             f"lower than lame duck duration ({go_duration(options.lame_duck_duration)})"
         )
     options.validate()
-
-
-# -- pid and ports files -----------------------------------------------------------------------
-
-
-def write_pid_file(path: str) -> None:
-    # server.go logPid: the pid without a new line, mode 0660; the file is left behind at exit.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o660)
-    with os.fdopen(fd, "w") as f:
-        f.write(str(os.getpid()))
-
-
-def ports_file_path(directory: str) -> str:
-    """server.go portFile: ``<dir>/<basename of argv[0]>_<pid>.ports``."""
-    exe = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    if exe in ("", "__main__.py", "-c", "-m"):
-        exe = "natserver"  # python -m natserver
-    return os.path.join(directory, f"{exe}_{os.getpid()}.ports")
-
-
-def _url_host(host: str) -> str:
-    if host in ("", "0.0.0.0", "::"):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
-
-
-def write_ports_file(options: Options, server, monitor) -> str:
-    """Write ``{"nats": [...], "monitoring": [...]}`` as nats-server does (server.go logPorts);
-    atomically, so that a wrapper polling for the file never reads half of it."""
-    path = ports_file_path(options.ports_file_dir)
-    ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]}
-    if monitor is not None:
-        ports["monitoring"] = [f"http://{_url_host(options.http_host or server.host)}:{monitor.port}"]
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(ports, f, separators=(",", ":"))
-    os.replace(tmp, path)
-    return path
-
-
-def remove_ports_file(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError as exc:
-        log.error("Error cleaning up ports file %s: %s", path, exc)
-
-
-# -- running -----------------------------------------------------------------------------------
-
-# Go's names for the signals, as in nats-server's `Trapped "hangup" signal` debug line.
-_SIGNAL_NAMES = {
-    signal.SIGINT: "interrupt",
-    signal.SIGTERM: "terminated",
-    signal.SIGHUP: "hangup",
-    signal.SIGUSR1: "user defined signal 1",
-    signal.SIGUSR2: "user defined signal 2",
-}
-
-
-class CommandLine:
-    """What the running server needs from the command line (reload, ports file)."""
-
-    def __init__(self, flags: dict) -> None:
-        self.flags = dict(flags)
-        self.monitor = None
-        self.ports_file: str | None = None
-
-
-async def run_server(options: Options, flags: dict | None = None) -> int:
-    """Run until stopped (SIGINT, SIGTERM, lame duck); return the exit code (nats-server: 1
-    after SIGTERM, 0 otherwise). Writes the pid and ports files; SIGHUP, SIGUSR1 and SIGUSR2
-    go to ``Server.on_signal``."""
-    from ._config import unsupported_warnings
-    from ._log import configure_logging
-    from ._server import Server
-
-    server = Server(options)
-    command_line = CommandLine(flags or {})
-    server.command_line = command_line
-    configure_logging(options)
-    server._logging_configured = True
-    _tune_gc()
-    for line in unsupported_warnings(options):
-        log.warning("%s", line)
-    exit_code = 0
-    signals_wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-    with trio.open_signal_receiver(*signals_wanted) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def serve(task_status=trio.TASK_STATUS_IGNORED):
-                try:
-                    await server.run(task_status=task_status)
-                finally:
-                    nursery.cancel_scope.cancel()
-
-            # The pid file comes before "Server is ready" (nats-server logPid in Start), so a
-            # launcher that waits for that line can signal through the pid file at once.
-            if options.pid_file:
-                write_pid_file(options.pid_file)
-            await nursery.start(serve)
-            command_line.monitor = server.monitor  # started by the server, before its listener
-            if options.ports_file_dir:
-                command_line.ports_file = write_ports_file(options, server, command_line.monitor)
-            try:
-                async for signum in signals:
-                    log.debug('Trapped "%s" signal', _SIGNAL_NAMES.get(signum, signum))
-                    if signum == signal.SIGINT:
-                        break
-                    if signum == signal.SIGTERM:
-                        if server.lame_duck:
-                            continue  # nats-server lets lame duck mode finish
-                        exit_code = 1
-                        break
-                    try:
-                        await _handle_signal(server, signum, nursery)
-                    except Exception:  # a failed reload/reopen must not take the server down
-                        log.exception("Error handling signal %s", _SIGNAL_NAMES.get(signum, signum))
-            finally:
-                if not server.shutting_down:
-                    log.info("Initiating Shutdown...")
-                server.stop()
-                nursery.cancel_scope.cancel()
-    if command_line.ports_file:
-        remove_ports_file(command_line.ports_file)
-    return exit_code
-
-
-def _tune_gc() -> None:
-    """The binary owns its process: collect less often (see GC_GEN0_THRESHOLD) and move the
-    objects made at start (modules, functions, configuration) out of the collector's way, so
-    the full collections that still happen walk only what the server made since."""
-    _gen0, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(const.GC_GEN0_THRESHOLD, gen1, gen2)
-    gc.freeze()
-    threshold, frozen = gc.get_threshold()[0], gc.get_freeze_count()
-    log.debug("Garbage collection: generation 0 threshold %d, %d objects frozen", threshold, frozen)
-
-
-async def _handle_signal(server, signum: int, nursery) -> None:
-    handler = getattr(server, "on_signal", None)
-    if handler is not None:
-        await handler(signum, nursery)
-    else:
-        from ._signals import handle_signal
-
-        await handle_signal(server, signum, nursery)
-
-
-# -- -sl ---------------------------------------------------------------------------------------
-
-_SIGNALS = {
-    "stop": signal.SIGKILL,
-    "quit": signal.SIGINT,
-    "term": signal.SIGTERM,
-    "reopen": signal.SIGUSR1,
-    "reload": signal.SIGHUP,
-    "ldm": signal.SIGUSR2,
-}
-
-
-def _go_errno_text(exc: OSError) -> str:
-    text = exc.strerror or str(exc)
-    return text[:1].lower() + text[1:]
-
-
-def _is_natserver(cmdline: list[str]) -> bool:
-    if not cmdline:
-        return False
-    if os.path.basename(cmdline[0]) in ("natserver",):
-        return True
-    if "python" in os.path.basename(cmdline[0]):
-        for i, arg in enumerate(cmdline[1:], start=1):
-            if arg == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == "natserver":
-                return True
-            if not arg.startswith("-"):
-                return os.path.basename(arg) == "natserver"
-    return False
-
-
-def resolve_pids() -> list[int]:
-    """The pids of running natserver processes (nats-server uses ``pgrep nats-server``;
-    ``python -m natserver`` is not found that way, so we read /proc)."""
-    pids = []
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        raise UsageError("unable to resolve pid, try providing one") from None
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
-        except OSError:
-            continue
-        if _is_natserver(cmdline):
-            pids.append(int(entry))
-    return sorted(pids)
-
-
-def send_signal(spec: str) -> None:
-    """``-sl <signal>[=<pid or pid file>]``, as nats-server (opts.go processSignal)."""
-    parts = spec.split("=")
-    if len(parts) > 2:
-        raise UsageError(f"invalid signal parameters: [{' '.join(parts[2:])}]")
-    command = parts[0]
-    target = parts[1] if len(parts) == 2 else ""
-    if target:
-        # maybeReadPidFile: the contents of the file if it can be read, else the text itself.
-        try:
-            with open(target) as f:
-                target = f.read().strip()
-        except OSError:
-            pass
-        try:
-            pid = int(target, 10)
-        except ValueError:
-            raise UsageError(f"invalid pid: {target}") from None
-    else:
-        pids = resolve_pids()
-        if not pids:
-            raise UsageError("no natserver processes running")
-        if len(pids) > 1:
-            raise UsageError("multiple natserver processes running:\n" + "\n".join(map(str, pids)))
-        pid = pids[0]
-    if command not in _SIGNALS:
-        raise UsageError(f'unknown signal "{command}"')
-    try:
-        os.kill(pid, _SIGNALS[command])
-    except OSError as exc:
-        raise UsageError(_go_errno_text(exc)) from None
-
-
-# -- main --------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ._conf import ConfigError
-    from ._config import ConfigFileError
-
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        given = parse_args(argv)
-        if given.get("version"):
-            print(f"natserver: v{__version__} (nats-server v{const.SERVER_VERSION} compatible)")
-            return 0
-        if given.get("help"):
-            sys.stdout.write(USAGE)
-            return 0
-        if given.get("help_tls"):
-            sys.stdout.write(TLS_USAGE)
-            return 0
-        if given.get("signal"):
-            send_signal(given["signal"])
-            return 0
-        check = given.get("check_config")
-        if check and not given.get("config_file"):
-            raise UsageError("must specify [-c, --config] option to check configuration file syntax")
-        # nats-server prints warnings as they are (no prefix) and carries on; -t fails on them.
-        options = build_options(given, on_warnings=None if check else lambda exc: sys.stderr.write(str(exc)))
-        if check:
-            print(f"natserver: configuration file {options.config_file} is valid", file=sys.stderr)
-            return 0
-        validate(options)
-    except (UsageError, ConfigError, ConfigFileError, ValueError) as exc:
-        print(f"natserver: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"natserver: {exc}", file=sys.stderr)
-        return 1
-    try:
-        return trio.run(run_server, options, given)
-    except KeyboardInterrupt:
-        return 0
-    except OSError as exc:
-        print(f"natserver: {exc}", file=sys.stderr)
-        return 1
-    except BaseExceptionGroup as group:  # noqa: F821 (3.11+, exceptiongroup on 3.10)
-        # A listener that cannot be opened (port in use) fails the nursery.
-        leaves = _leaves(group)
-        if leaves and all(isinstance(exc, OSError) for exc in leaves):
-            print(f"natserver: {leaves[0]}", file=sys.stderr)
-            return 1
-        raise
-
-
-def _leaves(group) -> list:
-    out = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])  # noqa: F821
-    return out

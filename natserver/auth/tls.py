@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..protocol.gotext import go_duration_error, parse_duration
+
 __all__ = ["TLSConfig", "TLSConfigError", "server_context", "peer_certificate_identities", "PrefixedStream"]
 
 log = logging.getLogger("natserver")
@@ -292,14 +294,10 @@ def parse_tls_block(value: dict) -> tuple[TLSConfig, list[str]]:
             if isinstance(item, (int, float)):
                 changes["timeout"] = float(item)
             elif isinstance(item, str):
-                from ._conf import parse_duration
-
                 try:
                     changes["timeout"] = parse_duration(item)
                 except ValueError:
-                    from ._config import _go_duration_error
-
-                    raise TLSConfigError(f"error parsing tls config, 'timeout' {_go_duration_error(item)}") from None
+                    raise TLSConfigError(f"error parsing tls config, 'timeout' {go_duration_error(item)}") from None
             else:
                 raise TLSConfigError("error parsing tls config, 'timeout' wrong type")
         elif name == "connection_rate_limit":

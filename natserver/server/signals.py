@@ -21,8 +21,14 @@ import signal
 
 import trio
 
-from . import _errors as errors
-from ._options import Options
+from ..config.conf import ConfigError
+from ..config.flags import build_options, validate
+from ..config.mapping import ConfigFileError
+from ..config.options import Options
+from ..protocol import errors
+from ..protocol.gotext import go_duration
+from .files import remove_ports_file, write_pid_file, write_ports_file
+from .log import configure_logging, reopen_log_file
 
 __all__ = ["handle_signal", "reload", "reopen_log", "lame_duck_mode", "ReloadError"]
 
@@ -46,8 +52,6 @@ async def handle_signal(server, signum: int, nursery: trio.Nursery) -> None:
 
 
 def reopen_log(server) -> None:
-    from ._log import reopen_log_file
-
     if not server.options.log_file:
         log.info("File log re-open ignored, not a file logger")
         return
@@ -55,8 +59,6 @@ def reopen_log(server) -> None:
         log.info("File log re-opened")
     else:
         # Logging was configured elsewhere (in-process server): set it up as the options say.
-        from ._log import configure_logging
-
         configure_logging(server.options)
         log.info("File log re-opened")
 
@@ -77,8 +79,6 @@ def _go_value(value) -> str:
 
 
 def _go_duration_value(value) -> str:
-    from ._config import go_duration
-
     return go_duration(value)
 
 
@@ -99,10 +99,6 @@ _NOT_RELOADABLE = (
 
 def reload_options(server) -> Options:
     """The options a reload would run with: file + original flags. Raises ReloadError."""
-    from ._cli import build_options, validate
-    from ._conf import ConfigError
-    from ._config import ConfigFileError
-
     command_line = getattr(server, "command_line", None)
     flags = dict(command_line.flags) if command_line is not None else {}
     config_file = flags.get("config_file") or server.options.config_file
@@ -137,8 +133,6 @@ def reload_options(server) -> Options:
 def reload(server) -> list[str]:
     """Reload the configuration file into the running server; return the "Reloaded: ..."
     lines logged. Raises ReloadError (and changes nothing) if the reload is refused."""
-    from ._config import go_duration
-
     old = server.options
     new = reload_options(server)
     lines: list[str] = []
@@ -188,8 +182,6 @@ def reload(server) -> list[str]:
     server.options = new
     _apply_to_server(server, old, new)
     if logging_changed:
-        from ._log import configure_logging
-
         configure_logging(new)
     for line in lines:
         log.info("%s", line)
@@ -198,8 +190,6 @@ def reload(server) -> list[str]:
         if closed:
             log.info("Closed %d connections to fall within max_connections", closed)
     if new.pid_file != old.pid_file and new.pid_file:
-        from ._cli import write_pid_file
-
         try:
             write_pid_file(new.pid_file)
         except OSError as exc:
@@ -207,7 +197,7 @@ def reload(server) -> list[str]:
     if new.ports_file_dir != old.ports_file_dir:
         _move_ports_file(server, new)
     if auth_changed:
-        _reauthorize_clients(server)
+        reauthorize_clients(server)
     server.flush_touched()
     log.info("Reloaded server configuration")
     return lines
@@ -239,7 +229,7 @@ def _enforce_max_connections(server, limit: int) -> int:
     return len(excess)
 
 
-def _reauthorize_clients(server) -> None:
+def reauthorize_clients(server) -> None:
     """reload.go reloadAuthorization: clients whose CONNECT no longer authenticates are
     closed with 'Authorization Violation'. Needs the CONNECT options the client kept."""
     for client in list(server.clients.values()):
@@ -252,8 +242,6 @@ def _reauthorize_clients(server) -> None:
 
 
 def _move_ports_file(server, new: Options) -> None:
-    from ._cli import remove_ports_file, write_ports_file
-
     command_line = getattr(server, "command_line", None)
     if command_line is None:
         return

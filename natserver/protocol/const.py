@@ -47,7 +47,7 @@ SUBLIST_CACHE_SWEEP_TO = 256
 # collector sees is the match cache's churn of results, which at 700 gets promoted into the
 # old generation and triggers full collections over every subscription. Measured with 10k
 # wildcard subscriptions and a new subject per message: 30% of the server's time at 700, none
-# at 10k. Only the binary sets it (natserver._cli); an embedding process keeps its own.
+# at 10k. Only the binary sets it (natserver.config.flags); an embedding process keeps its own.
 GC_GEN0_THRESHOLD = 10_000
 
 # How much one receive asks for. trio's default is 64 KiB; a whole chunk is parsed per loop,
