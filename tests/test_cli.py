@@ -107,7 +107,7 @@ def test_flags_that_do_not_become_options():
 
 
 def test_unsupported_nats_server_flags_are_accepted_and_reported():
-    # (the TLS flags are supported since the security work: tests/test_tls.py)
+    # (the TLS flags are supported since the security work: tests/auth/test_tls.py)
     result = options("--no_advertise", "-js", "--cluster", "nats://127.0.0.1:6222", "-p", "1")
     assert result.port == 1
     assert result.jetstream is True  # -js is supported

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import hashlib
 import ipaddress
 import logging
 import time
+import zoneinfo
 from dataclasses import dataclass, field
 
 import orjson
@@ -540,8 +542,6 @@ def _user_claims_error(user: Claims) -> str | None:
     location = nats.get("times_location")
     if location:
         try:
-            import zoneinfo
-
             zoneinfo.ZoneInfo(location)
         except Exception:
             return f"could not parse iana time zone by name: {location}"
@@ -582,12 +582,8 @@ def _within_times(windows, location) -> tuple[bool, float | None]:
     """jwt.go validateTimes: (allowed now, seconds until the window closes)."""
     if not windows:
         return True, None
-    import datetime
-
     tz = None
     if location:
-        import zoneinfo
-
         tz = zoneinfo.ZoneInfo(location)
     now = datetime.datetime.now(tz) if tz is not None else datetime.datetime.now()
     seconds = now.hour * 3600 + now.minute * 60 + now.second

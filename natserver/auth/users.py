@@ -4,7 +4,7 @@ Who may connect (:class:`Authenticator`, nats-server's ``processClientOrLeafAuth
 in this order:
 
 * operator mode (``operator`` + ``resolver``): a user JWT signed by an account the operator
-  trusts, and the INFO nonce signed with the user's nkey (see ``_jwt.py``);
+  trusts, and the INFO nonce signed with the user's nkey (see ``auth/jwt.py``);
 * nkey users (``authorization { users: [{nkey: U...}] }``): the INFO carries a nonce, the
   client signs it with its Ed25519 key and sends ``nkey`` and ``sig``;
 * users with passwords (plain or bcrypt ``$2a$...``), possibly in ``accounts {}``; with
@@ -29,9 +29,12 @@ import base64
 import binascii
 import hmac
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass, field
+
+import trio
 
 from ..protocol import errors
 from ..protocol.errors import ProtocolError
@@ -365,8 +368,6 @@ def decode_signature(sig: str) -> bytes | None:
 
 
 def new_nonce() -> bytes:
-    import os
-
     return base64.urlsafe_b64encode(os.urandom(NONCE_RAW_LEN)).rstrip(b"=")
 
 
@@ -566,8 +567,6 @@ def apply_limits(client) -> None:
 
 async def _expire(client, deadline: float) -> None:
     """client.go authExpired: a user JWT expires while the client is connected."""
-    import trio
-
     await trio.sleep(max(0.0, deadline - time.time()))
     if not client.closed:
         log.debug("%s - User Authentication Expired", client_label(client))

@@ -251,7 +251,7 @@ UNSUPPORTED_KEYS = frozenset(
     reconnect_error_reports websocket ws mqtt server_tags default_js_domain
     """.split()
 )
-# Security keys (see _tls.py, _auth.py, _accounts.py, jwt.py).
+# Security keys (see auth/tls.py, auth/users.py, routing/accounts.py, jwt.py).
 _OPERATOR_KEYS = frozenset({"operator", "operators", "roots", "root", "root_operators", "root_operator"})
 _RESOLVER_KEYS = frozenset({"resolver", "account_resolver", "accounts_resolver"})
 # Keys nats-server does not act on either way, or that only feed another key: no warning.

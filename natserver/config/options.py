@@ -1,4 +1,4 @@
-"""Server options: every setting with nats-server's name and default (see _const.py)."""
+"""Server options: every setting with nats-server's name and default (see protocol/const.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class Options:
     # Monitoring HTTP (0 = off; -1 = random port)
     http_host: str = ""
     http_port: int = 0
-    # Authentication (see _auth.py): one user, a token, or users (with passwords or nkeys)
+    # Authentication (see auth/users.py): one user, a token, or users (with passwords or nkeys)
     username: str = ""
     password: str = ""
     authorization: str = ""  # token
@@ -42,7 +42,7 @@ class Options:
     nkeys: list = field(default_factory=list)  # natserver.auth.users.NkeyUser
     no_auth_user: str = ""  # the user a client without credentials becomes
     accounts: list = field(default_factory=list)  # natserver.routing.accounts.AccountConfig
-    # Operator mode (decentralised JWT auth, see _jwt.py): operator JWTs (or files), the
+    # Operator mode (decentralised JWT auth, see auth/jwt.py): operator JWTs (or files), the
     # resolver (only "MEMORY") and its preloaded account JWTs {account public key: JWT}
     trusted_operators: list = field(default_factory=list)
     trusted_keys: list = field(default_factory=list)

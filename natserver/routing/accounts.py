@@ -35,6 +35,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import orjson
+
 from .subjects import has_wildcard, subject_tokens, subjects_collide, subset_match
 from .sublist import Sublist, is_valid_subject
 
@@ -402,8 +404,6 @@ class Account:
             info = {"acc": requester.name}
             if rtt:
                 info["rtt"] = int(rtt * 1e9)
-            import orjson
-
             headers = set_header(headers, REQUEST_INFO_HEADER, orjson.dumps(info).decode())
             dest.publish(to, new_reply, headers, body)
 

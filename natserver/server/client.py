@@ -150,7 +150,7 @@ class Client:
         self.version = ""
         self.user = ""
         self.connect_opts: dict | None = None
-        # Security (_auth.py, _accounts.py, _tls.py): the account this client is in, the INFO
+        # Security (auth/users.py, routing/accounts.py, auth/tls.py): the account this client is in, the INFO
         # nonce it must sign (nkeys/JWT), its nkey, its TLS stream, and limits its account or
         # user JWT set (None: the server's).
         self.account = None

@@ -22,9 +22,9 @@ from typing import Protocol
 import orjson
 import trio
 
+from ..auth import tls as tls_module
 from ..auth.jwt import OperatorMode
 from ..auth.nkeys import PREFIX_SERVER, encode_public_key
-from ..auth import tls as tls_module
 from ..auth.tls import server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
 from ..config.options import Options
@@ -109,7 +109,7 @@ class Server:
         # so the core never imports what is built on it.
         self.subsystems: tuple[Subsystem, ...] = tuple(subsystems)
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
-        # Security (see _auth.py, _accounts.py, _jwt.py, tls.py): who may connect, the
+        # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
         self.auth = None
@@ -439,7 +439,7 @@ class Server:
             return False
 
     async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
-        """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see _signals.py."""
+        """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see server/signals.py."""
         await handle_signal(self, signum, nursery)
 
     # -- stopping -----------------------------------------------------------------------------

@@ -14,12 +14,12 @@ import time
 import nats
 import pytest
 import trio
-from test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
-from natserver.auth import nkeys as _nkeys
 from natserver.auth import jwt as _jwt
+from natserver.auth import nkeys as _nkeys
 from natserver.auth.jwt import JWTError, OperatorTree, creds, decode, encode
 from natserver.config.mapping import ConfigFileError, options_from_file
+from tests.auth.test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
 TIMEOUT = 20
 

@@ -26,7 +26,7 @@ from natserver.config.mapping import (
 )
 from natserver.protocol import const
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NATS_SERVER = shutil.which("nats-server")
 
 
@@ -138,13 +138,13 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     )
     assert options.port == 4333
     assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
-    # (tls and accounts are supported since the security work: tests/test_tls.py, test_accounts.py)
+    # (tls and accounts are supported since the security work: tests/auth/test_tls.py, tests/routing/test_accounts.py)
     assert set(options.extra) - {"security_warnings"} == {
         "cluster", "leafnodes", "websocket", "mqtt", "gateway",
     }  # fmt: skip
     assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
     # As nats-server, permissions in authorization {} are the users array's defaults: a single
-    # user gets none (tests/test_auth.py checks the server against nats-server); a warning says so.
+    # user gets none (tests/auth/test_auth.py checks the server against nats-server); a warning says so.
     assert (options.username, options.password, options.users) == ("a", "b", [])
     warnings = unsupported_warnings(options)
     assert len(warnings) == 6

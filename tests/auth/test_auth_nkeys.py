@@ -11,10 +11,10 @@ import sys
 import nats
 import pytest
 import trio
-from test_auth_helpers import SERVERS, connect_line, exchange, info_shape, needs_nats_server, running
 
 from natserver.auth import nkeys as _nkeys
 from natserver.auth.users import NkeyUser, Permissions, User, decode_signature
+from tests.auth.test_auth_helpers import SERVERS, connect_line, exchange, info_shape, needs_nats_server, running
 
 TIMEOUT = 20
 

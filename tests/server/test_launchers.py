@@ -26,7 +26,7 @@ from pathlib import Path
 import nats
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NATSERVER = [sys.executable, "-m", "natserver"]
 TIMEOUT = 15.0
 HAVE_MONITOR = importlib.util.find_spec("natserver.server.monitor") is not None

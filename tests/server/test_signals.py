@@ -27,7 +27,7 @@ from natserver.cli import CommandLine
 from natserver.config.flags import build_options
 from natserver.server import signals as _signals
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")

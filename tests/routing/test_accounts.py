@@ -12,13 +12,13 @@ import time
 import nats
 import pytest
 import trio
-from test_auth_helpers import connect_line, needs_nats_server, running, start_error
 
 import natserver
 from natserver.cli import CommandLine
 from natserver.config.flags import build_options
 from natserver.config.mapping import ConfigFileError, options_from_file
 from natserver.server import signals as _signals
+from tests.auth.test_auth_helpers import connect_line, needs_nats_server, running, start_error
 
 TIMEOUT = 20
 

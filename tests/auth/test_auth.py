@@ -12,13 +12,13 @@ import nats
 import nats.errors
 import pytest
 import trio
-from test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
 import natserver
 from natserver.auth.users import Permissions, User, check_password
 from natserver.cli import CommandLine
 from natserver.config.flags import build_options, parse_args
 from natserver.server import signals as _signals
+from tests.auth.test_auth_helpers import connect_line, exchange, info_shape, needs_nats_server, running
 
 TIMEOUT = 20
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
@@ -376,7 +376,7 @@ def test_bcrypt_users_and_tokens_as_nats_server(tmp_path):
 
 
 def test_startup_errors_as_nats_server(tmp_path):
-    from test_auth_helpers import HAVE_NATS_SERVER, start_error
+    from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, start_error
 
     configs = [
         "authorization { user: a, token: t }\n",

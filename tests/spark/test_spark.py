@@ -54,7 +54,7 @@ from natserver.spark import error_line, register  # noqa: E402
 from natserver.spark._client import Connection, Publisher, js_request, stream_bounds, stream_info  # noqa: E402
 from natserver.spark._server import JetStreamServer  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
