@@ -228,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         # nats-server prints warnings as they are (no prefix) and carries on; -t fails on them.
         options = build_options(given, on_warnings=None if check else lambda exc: sys.stderr.write(str(exc)))
         if check:
+            # Valid for nats-server, but name what natserver will not act on, as a start would.
+            for line in unsupported_warnings(options):
+                print(f"natserver: warning: {line}", file=sys.stderr)
             print(f"natserver: configuration file {options.config_file} is valid", file=sys.stderr)
             return 0
         validate(options)

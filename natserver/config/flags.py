@@ -76,10 +76,12 @@ natserver extensions (same names as the config keys):
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
 
-Accepted and ignored (natserver has no clustering, syslog or profiling):
-    -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, --routes, --cluster, --cluster_listen, --cluster_name,
-    --no_advertise, --cluster_advertise, --connect_retries, --profile
+Accepted and ignored with a warning (natserver has no syslog or profiling):
+    --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
+    --max_traced_msg_len, --cluster_name, --no_advertise, --cluster_advertise,
+    --connect_retries, --profile
+Refused (a listener natserver does not have): -ms, --https_port, --routes, --cluster,
+    --cluster_listen
 
 Common Options:
     -h, --help                       Show this message
@@ -170,6 +172,11 @@ for _name, _kind in (
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip
     _FLAGS[_name] = _Flag("unsupported:" + _name, _kind)
+# Of those, the ones whose absence would mislead (a listener that would not exist): refused.
+_REFUSED_FLAGS = {
+    "ms": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
+    "routes": "cluster routes", "cluster": "cluster listener (routes)", "cluster_listen": "cluster listener (routes)",
+}
 
 _GO_INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|0[0-7_]*|[1-9][0-9]*)")
 _INT64 = 2**63
@@ -306,6 +313,10 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
             on_warnings(exc)
             options = exc.options
     changes = {k: v for k, v in given.items() if k in _OPTION_FIELDS}
+    for flag in given.get("unsupported") or {}:
+        if flag in _REFUSED_FLAGS:
+            raise UsageError(f"flag -{flag} ({_REFUSED_FLAGS[flag]}) is not supported by natserver: refusing to run "
+                             "without it")
     if given.get("unsupported"):
         extra = dict(options.extra)
         extra["cli"] = dict(given["unsupported"])

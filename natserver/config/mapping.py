@@ -240,17 +240,40 @@ def _split_host_port(value: str) -> tuple[str | None, str]:
 # -- the keys ----------------------------------------------------------------------------------
 
 # Keys nats-server v2.9.10 knows (opts.go processConfigFileLine) that natserver accepts without
-# acting on them. They are kept in Options.extra and logged once as not supported.
+# acting on them, because going on without them is harmless: they are kept in Options.extra and
+# named in a warning at start and under -t.
 UNSUPPORTED_KEYS = frozenset(
     """
-    client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache
-    https https_port http_base_path cluster gateway leaf leafnodes
+    client_advertise trace_verbose disable_sublist_cache no_sublist_cache
     logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
-    max_sub_tokens max_subscription_tokens ocsp resolver_tls resolver_pinned_accounts
+    max_sub_tokens max_subscription_tokens
     no_system_account no_system no_sys_acc connect_error_reports
-    reconnect_error_reports websocket ws mqtt server_tags default_js_domain
+    reconnect_error_reports server_tags default_js_domain
     """.split()
 )
+# Keys whose absence would mislead: a listener that would not exist, security that would not be
+# applied, messages that would go elsewhere. natserver refuses such a file (-t fails, the server
+# does not start), naming the key in one line.
+REFUSED_KEYS = {
+    "websocket": "WebSocket listener", "ws": "WebSocket listener", "mqtt": "MQTT listener",
+    "gateway": "gateway listener", "cluster": "cluster listener (routes)",
+    "leaf": "leaf node listener", "leafnodes": "leaf node listener",
+    "https": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
+    "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
+    "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
+    "mappings": "subject mappings", "maps": "subject mappings",
+}
+# jetstream {} members: natserver acts on store_dir, the limits, enabled and (an extension:
+# nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These are refused, as above ...
+REFUSED_JETSTREAM_KEYS = {"domain": "JetStream domain", "cipher": "encryption at rest", "key": "encryption at rest"}
+# ... and these only warn: clustered JetStream's settings, meaningless on one server.
+UNSUPPORTED_JETSTREAM_KEYS = frozenset({"unique_tag", "max_outstanding_catchup", "limits"})
+
+
+def refused_text(key: str, what: str) -> str:
+    return f'"{key}" ({what}) is not supported by natserver: refusing to run without it'
+
+
 # Security keys (see auth/tls.py, auth/users.py, routing/accounts.py, jwt.py).
 _OPERATOR_KEYS = frozenset({"operator", "operators", "roots", "root", "root_operators", "root_operator"})
 _RESOLVER_KEYS = frozenset({"resolver", "account_resolver", "accounts_resolver"})
@@ -376,6 +399,8 @@ class _Builder:
             c["system_account"] = _expect(value, str, key)
         elif name in ("trusted", "trusted_keys"):
             c["trusted_keys"] = _trusted_keys(value)
+        elif name in REFUSED_KEYS:
+            self.errors.append(f"{where}: {refused_text(key, REFUSED_KEYS[name])}")
         elif name in UNSUPPORTED_KEYS:
             self.extra[key] = value
             if name == "trace_verbose":
@@ -414,8 +439,9 @@ class _Builder:
                     c["max_file_store"] = _expect(item, int, member)
                 elif name == "enabled":
                     c["jetstream"] = _expect(item, bool, member)
-                elif name in ("domain", "unique_tag", "max_outstanding_catchup", "sync_interval",
-                              "cipher", "key", "limits", "max_ack_pending", "max_buffered_msgs"):
+                elif name in REFUSED_JETSTREAM_KEYS:
+                    self.errors.append(f"{member_where}: {refused_text(member, REFUSED_JETSTREAM_KEYS[name])}")
+                elif name == "sync_interval" or name in UNSUPPORTED_JETSTREAM_KEYS:
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')
@@ -993,6 +1019,10 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f"Config option authorization {{{members}}} is not supported by natserver and is ignored")
         elif name in UNSUPPORTED_KEYS:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
+        elif name == "jetstream" and isinstance(value, dict):
+            for member in value:
+                if member.lower() in UNSUPPORTED_JETSTREAM_KEYS:
+                    lines.append(f'JetStream option "{member}" is not supported by natserver and is ignored')
     for flag in (options.extra.get("cli") or {}):
         lines.append(f"Command line flag -{flag} is not supported by natserver and is ignored")
     lines += options.extra.get("security_warnings", [])

@@ -122,33 +122,71 @@ def test_ping_interval_in_seconds_is_a_warning(tmp_path):
     assert info.value.options.port == 4333
 
 
-def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
+def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
     options = load(
         tmp_path,
         """
         port: 4333
-        cluster { name: c1, listen: 127.0.0.1:6222 }
-        jetstream { store_dir: /tmp/js }
-        leafnodes { port: 7422 }
-        websocket { port: 8080, no_tls: true }
-        mqtt { port: 1883 }
-        gateway { name: g }
+        jetstream { store_dir: /tmp/js, unique_tag: az, max_outstanding_catchup: 5 }
+        connect_error_reports: 5
+        server_tags: [a]
         authorization { user: a, password: b, permissions { publish: "x" } }
         """,
     )
     assert options.port == 4333
-    assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
-    # (tls and accounts are supported since the security work: tests/auth/test_tls.py, tests/routing/test_accounts.py)
-    assert set(options.extra) - {"security_warnings"} == {
-        "cluster", "leafnodes", "websocket", "mqtt", "gateway",
-    }  # fmt: skip
     assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
     # As nats-server, permissions in authorization {} are the users array's defaults: a single
     # user gets none (tests/auth/test_auth.py checks the server against nats-server); a warning says so.
     assert (options.username, options.password, options.users) == ("a", "b", [])
     warnings = unsupported_warnings(options)
-    assert len(warnings) == 6
-    assert 'Config option "cluster" is not supported by natserver and is ignored' in warnings
+    assert sorted(warnings) == sorted([
+        'Config option "server_tags" is not supported by natserver and is ignored',
+        'JetStream option "unique_tag" is not supported by natserver and is ignored',
+        'JetStream option "max_outstanding_catchup" is not supported by natserver and is ignored',
+        "authorization permissions apply to the users array only: the single user has no permissions",
+    ])  # connect_error_reports: nats-server does not act on it on one server either
+
+
+@pytest.mark.parametrize("line, key, what", [
+    ("cluster { name: c1, listen: 127.0.0.1:6222 }", "cluster", "cluster listener (routes)"),
+    ("leafnodes { port: 7422 }", "leafnodes", "leaf node listener"),
+    ("websocket { port: 8080, no_tls: true }", "websocket", "WebSocket listener"),
+    ("mqtt { port: 1883 }", "mqtt", "MQTT listener"),
+    ("gateway { name: g }", "gateway", "gateway listener"),
+    ("https: 8443", "https", "HTTPS monitoring listener"),
+    ("mappings { a: b }", "mappings", "subject mappings"),
+    ("ocsp: false", "ocsp", "OCSP stapling"),
+    ("jetstream { cipher: aes, key: s3cret }", "cipher", "encryption at rest"),
+    ("jetstream { domain: hub }", "domain", "JetStream domain"),
+])  # fmt: skip
+def test_keys_whose_absence_would_mislead_refuse_the_file(tmp_path, line, key, what):
+    path = write(tmp_path, f"port: 4333\n{line}\n")
+    with pytest.raises(ConfigFileError) as info:
+        options_from_file(path)
+    assert f'"{key}" ({what}) is not supported by natserver: refusing to run without it' in str(info.value)
+    assert str(info.value).startswith(f"{path}:2:")
+
+
+def test_dash_t_names_ignored_keys_and_fails_on_refused_ones(tmp_path, capsys):
+    path = write(tmp_path, "port: 4333\nserver_tags: [a]\njetstream { limits { max_ha_assets: 1 } }\n")
+    assert main(["-t", "-c", path]) == 0
+    err = capsys.readouterr().err
+    assert 'natserver: warning: Config option "server_tags" is not supported by natserver and is ignored' in err
+    assert 'natserver: warning: JetStream option "limits" is not supported by natserver and is ignored' in err
+    assert err.endswith(f"natserver: configuration file {path} is valid\n")
+    path = write(tmp_path, "port: 4333\nwebsocket { port: 8080, no_tls: true }\n")
+    assert main(["-t", "-c", path]) == 1
+    assert capsys.readouterr().err == (
+        f'natserver: {path}:2:1: "websocket" (WebSocket listener) is not supported by natserver: refusing to run '
+        "without it\n\n")
+
+
+@pytest.mark.parametrize("member", ["max_buffered_msgs", "max_ack_pending"])
+def test_jetstream_keys_nats_server_2_9_refuses_are_refused(tmp_path, member):
+    path = write(tmp_path, f"jetstream {{ {member}: 5 }}\n")
+    with pytest.raises(ConfigFileError) as info:
+        options_from_file(path)
+    assert info.value.errors == [f'{path}:1:12: unknown field "{member}"']  # nats-server -t's answer
 
 
 # -- errors, as nats-server reports them -------------------------------------------------------
@@ -291,7 +329,7 @@ def test_go_duration_format():
 
 
 def test_check_config_valid(tmp_path, capsys):
-    path = write(tmp_path, "port: 4333\ncluster { name: x }\n")
+    path = write(tmp_path, "port: 4333\nconnect_error_reports: 3\n")
     assert main(["-c", str(path), "-t"]) == 0
     assert capsys.readouterr().err == f"natserver: configuration file {path} is valid\n"
 
@@ -343,7 +381,7 @@ CASES = {
     "warning": "port: 4333\nping_interval: 5\n",
     "lame_duck": 'lame_duck_duration: "10s"\n',
     "duration": 'port: 1\nping_interval: "5x"\n',
-    "unsupported": "cluster { name: c }\njetstream: enabled\n",
+    "unsupported": "connect_error_reports: 3\njetstream: enabled\n",
     "token_and_user": "authorization { user: a, token: t }\n",
 }
 
