@@ -26,7 +26,9 @@ from .config.flags import TLS_USAGE, USAGE, UsageError, build_options, parse_arg
 from .config.mapping import ConfigFileError, unsupported_warnings
 from .config.options import Options
 from .protocol import const
+from .protocol.gotext import go_errno_text
 from .server.files import remove_ports_file, write_pid_file, write_ports_file
+from .server.listen import ListenError
 from .server.log import configure_logging
 
 log = logging.getLogger("natserver")
@@ -129,11 +131,6 @@ _SIGNALS = {
 }
 
 
-def _go_errno_text(exc: OSError) -> str:
-    text = exc.strerror or str(exc)
-    return text[:1].lower() + text[1:]
-
-
 def _is_natserver(cmdline: list[str]) -> bool:
     if not cmdline:
         return False
@@ -200,7 +197,7 @@ def send_signal(spec: str) -> None:
     try:
         os.kill(pid, _SIGNALS[command])
     except OSError as exc:
-        raise UsageError(_go_errno_text(exc)) from None
+        raise UsageError(go_errno_text(exc)) from None
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -244,12 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         return trio.run(run_server, options, given)
     except KeyboardInterrupt:
         return 0
+    except ListenError:
+        return 1  # logged once, as nats-server's [FTL] line
     except OSError as exc:
         print(f"natserver: {exc}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as group:  # noqa: F821 (3.11+, exceptiongroup on 3.10)
         # A listener that cannot be opened (port in use) fails the nursery.
         leaves = _leaves(group)
+        if leaves and all(isinstance(exc, ListenError) for exc in leaves):
+            return 1  # logged once, as nats-server's [FTL] line
         if leaves and all(isinstance(exc, OSError) for exc in leaves):
             print(f"natserver: {leaves[0]}", file=sys.stderr)
             return 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from natserver.protocol import const
 from natserver.server.files import ports_file_path
 
 REPO = Path(__file__).resolve().parent.parent
+NATS_SERVER = shutil.which("nats-server")
 TIMEOUT = 15.0
 
 
@@ -214,18 +216,51 @@ def test_bad_flag_in_a_real_process_has_no_traceback():
     assert done.stderr == "natserver: flag provided but not defined: -bogus-flag\n"
 
 
-def test_port_in_use_is_one_line_exit_1(tmp_path):
+def _fatal_lines(cmd: list[str]) -> tuple[int, list[str]]:
+    """Exit code and the log lines from [FTL] on, with the pid and time masked."""
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    assert "Traceback" not in done.stderr
+    lines = [re.sub(r"^\[\d+\] \S+ \S+ ", "", line) for line in done.stderr.splitlines()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("[FTL]")), len(lines))
+    return done.returncode, lines[first:]
+
+
+@pytest.fixture
+def taken_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
-        )  # fmt: skip
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    assert done.stderr.splitlines()[-1] == "natserver: [Errno 98] Address already in use"
+        yield taken.getsockname()[1]
+
+
+# nats-server 2.9.10's answers (recorded; compared live below when it is installed).
+_PORT_IN_USE = '[FTL] Error listening on port: 127.0.0.1:{port}, "listen tcp 127.0.0.1:{port}: bind: address already in use"'
+_MONITOR_IN_USE = ("[FTL] Can't start monitoring: can't listen to the monitor port: listen tcp 127.0.0.1:{port}: bind: "
+                   "address already in use")
+
+
+def test_port_in_use_is_nats_servers_fatal_line_once(taken_port):
+    code, lines = _fatal_lines([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", str(taken_port)])
+    assert code == 1
+    assert lines == [_PORT_IN_USE.format(port=taken_port)]
+
+
+def test_monitor_port_in_use_is_nats_servers_fatal_line(taken_port):
+    code, lines = _fatal_lines([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1", "-m", str(taken_port)])
+    assert code == 1
+    assert lines[0] == _MONITOR_IN_USE.format(port=taken_port)
+    assert not any("Errno" in line or "FTL" in line for line in lines[1:])
+
+
+@pytest.mark.needs_nats_server
+@pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+@pytest.mark.parametrize("flag", ["-p", "-m"])
+def test_port_in_use_matches_nats_server(taken_port, flag):
+    args = ["-a", "127.0.0.1", "-p", str(taken_port)] if flag == "-p" else ["-a", "127.0.0.1", "-p", "-1", "-m", str(taken_port)]
+    theirs = _fatal_lines([NATS_SERVER, *args])
+    ours = _fatal_lines([sys.executable, "-m", "natserver", *args])
+    assert ours[0] == theirs[0] == 1
+    assert ours[1][0] == theirs[1][0]
 
 
 # -- -v, -h ------------------------------------------------------------------------------------

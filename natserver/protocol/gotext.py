@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["parse_duration", "go_duration", "go_duration_error"]
+__all__ = ["parse_duration", "go_duration", "go_duration_error", "go_errno_text", "go_listen_error"]
 
 _INT64_MAX = 2**63 - 1
 
@@ -114,3 +114,17 @@ def _trim_fraction(value: int, unit: int) -> str:
         return str(whole)
     digits = len(str(unit)) - 1
     return f"{whole}.{fraction:0{digits}d}".rstrip("0")
+
+
+def go_errno_text(exc: OSError) -> str:
+    """A system error as Go's syscall.Errno prints it: the C text, lower case first
+    ("address already in use")."""
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def go_listen_error(host: str, port: int, exc: OSError) -> str:
+    """Go's net.Listen error for a failed bind: ``listen tcp 0.0.0.0:4222: bind: address
+    already in use`` (host:port as net.JoinHostPort writes it)."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"listen tcp {address}: bind: {go_errno_text(exc)}"

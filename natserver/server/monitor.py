@@ -29,6 +29,7 @@ import trio
 from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
 from .client import connection_record
+from .listen import listen_error
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Monitor", "serve_monitor"]
@@ -898,8 +899,9 @@ async def serve_monitor(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     try:
         listeners = await _open_listeners(host, port)
     except OSError as exc:
-        log.error("Error starting monitor on %s: %s", _join_host_port(host, options.http_port), exc)
-        raise
+        error = listen_error(host, port, exc)
+        log.critical("Can't start monitoring: can't listen to the monitor port: %s", error)
+        raise error from exc
     monitor.listeners = listeners
     monitor.port = listeners[0].socket.getsockname()[1]
     log.info("Starting http monitor on %s", _join_host_port(host, monitor.port))

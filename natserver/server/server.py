@@ -33,12 +33,13 @@ from ..routing.accounts import Accounts
 from ..routing.sublist import Sublist
 from .client import Client, connection_record
 from .keepalive import PingTimers
+from .listen import ListenError, listen_error
 from .log import configure_logging
 from .monitor import serve_monitor
 from .signals import handle_signal, reauthorize_clients
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["Server", "Subsystem"]
+__all__ = ["ListenError", "Server", "Subsystem"]
 
 log = logging.getLogger("natserver")
 
@@ -189,8 +190,10 @@ class Server:
         try:
             self.listeners = await trio.open_tcp_listeners(port, host=host)
         except OSError as exc:
-            log.error("Error listening on port: %s:%d, %r", options.host, options.port, exc)
-            raise
+            # nats-server's fatal line, once; the command line then exits 1 without repeating it.
+            error = listen_error(options.host or "0.0.0.0", port, exc)
+            log.critical('Error listening on port: %s:%d, "%s"', options.host, options.port, error)
+            raise error from exc
         self.port = self.listeners[0].socket.getsockname()[1]
         self._info_base = self._make_info_base()
         try:
