@@ -25,13 +25,18 @@ See docs/testing.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from natserver.testing import NatsServer
 
 MARKER = "nats_server"
 
 # The nats_server_session server while it runs (on the config: in-process pytester sessions
 # each have their own).
-_SESSION_SERVER = pytest.StashKey[object]()
+_SESSION_SERVER: pytest.StashKey[NatsServer] = pytest.StashKey()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -54,6 +54,7 @@ def parse_duration(value) -> float:
     nanoseconds = Fraction(0)
     while rest:
         part = _DURATION_PART_RE.match(rest)
+        assert part is not None  # the pattern matches any text (every part is optional)
         whole, fraction, unit = part.group(1), part.group(2) or "", part.group(3)
         if not whole and not fraction:
             raise ValueError(f"invalid duration {value!r}")

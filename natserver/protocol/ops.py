@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import NamedTuple, Union
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["Connect", "Pub", "PubRun", "Sub", "Unsub", "Ping", "Pong", "PING", "PONG", "NEED_DATA", "Op"]
+__all__ = ["Connect", "Pub", "PubRun", "Sub", "Unsub", "Ping", "Pong", "PING", "PONG", "NEED_DATA", "NeedData", "Op"]
 
 
-class _NeedData:
+class NeedData:
     """Sentinel: the parser needs more bytes before it can produce the next op."""
 
     __slots__ = ()
@@ -22,7 +22,7 @@ class _NeedData:
         return "NEED_DATA"
 
 
-NEED_DATA = _NeedData()
+NEED_DATA = NeedData()
 
 
 class Connect(NamedTuple):
@@ -63,7 +63,7 @@ class PubRun(NamedTuple):
     """
 
     subject: bytes
-    count: int
+    count: int  # type: ignore[assignment]  # (a field named like tuple.count: public since PubRun exists)
     size: int
     uniform: bool
     replies: bool

@@ -39,7 +39,7 @@ import orjson
 from . import errors
 from .const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
 from .errors import ProtocolError
-from .ops import NEED_DATA, PING, PONG, Connect, Pub, PubRun, Sub, Unsub
+from .ops import NEED_DATA, PING, PONG, Connect, NeedData, Op, Pub, PubRun, Sub, Unsub
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Parser"]
@@ -269,7 +269,7 @@ class Parser:
         """Bytes received and not yet returned as ops."""
         return len(self._buf) - self._pos + self._extra_len
 
-    def next_op(self):
+    def next_op(self) -> Op | NeedData:
         """Return the next op, or ``NEED_DATA``. Raises ``ProtocolError``."""
         ready = self._ready
         if not ready:
@@ -279,7 +279,7 @@ class Parser:
         return ready.popleft()
 
     def _end_run(
-        self, append, buf: bytes, first, prefix: bytes, start: int, end: int, count: int, size: int, flags: tuple
+        self, append, buf: bytes, first, prefix: bytes | None, start: int, end: int, count: int, size: int, flags: tuple
     ) -> None:
         """Emit the gathered run buf[start:end] of ``count`` (at least two) PUBs that start
         with ``prefix``, the first being the Pub ``first``, as a PubRun. Whether the prefix
@@ -315,7 +315,7 @@ class Parser:
         """Give back ops taken from parse() but not handled yet: they come first next time."""
         self._ready.extendleft(reversed(list(ops)))
 
-    def parse(self) -> list:
+    def parse(self) -> list[Op]:
         """Every complete op fed so far, as a list (empty: need more data).
 
         This is the server's entry point: one call per received chunk, with the loop's state in
@@ -331,7 +331,7 @@ class Parser:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        ops: list = []
+        ops = []
         append = ops.append
         coalesce = self.coalesce
         try:
