@@ -34,7 +34,7 @@ import time
 import trio
 
 from ..protocol.gotext import parse_duration
-from . import errors
+from . import errors, monitor
 from .api import Api
 from .errors import ApiError
 from .store import FileStore, MemoryStore, sync_all, write_atomic
@@ -121,11 +121,27 @@ class JetStream:
         if self._sync_scope is not None:
             self._sync_scope.cancel()
 
+    # -- monitoring (called by the core's monitor, which never imports this package) -------------
+
+    def varz(self) -> dict:
+        return monitor.varz_jetstream(self)
+
+    def jsz(self, **flags) -> dict:
+        return monitor.jsz(self, **flags)
+
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        os.makedirs(self.streams_dir, exist_ok=True)
+        # Unset limits take nats-server's defaults, so that what /jsz reports is what applies.
+        if self.max_memory < 0:
+            self.max_memory = monitor.default_max_memory()
+        if self.max_store < 0:
+            self.max_store = monitor.default_max_store(self.store_dir)
         log.info("Starting JetStream")
-        log.info("  Store Directory: %r", self.store_dir)
+        log.info("  Max Memory:      %s", monitor.friendly_bytes(self.max_memory))
+        log.info("  Max Storage:     %s", monitor.friendly_bytes(self.max_store))
+        log.info('  Store Directory: "%s"', self.store_dir)
         log.info("  Sync:            %s", "always" if self.sync_always else
                  (f"every {self.sync_interval:g}s" if self.sync_interval else "never"))
         try:

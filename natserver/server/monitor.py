@@ -481,10 +481,22 @@ class Monitor:
         self._count("/")
         return 200, HTML, _INDEX.format(version=const.SERVER_VERSION).encode()
 
-    def handle_healthz(self, query: Query) -> bytes:
+    def _varz_jetstream(self) -> dict:
+        js = getattr(self.server, "jetstream", None)
+        return js.varz() if js is not None else {}
+
+    def handle_healthz(self, query: Query):
+        """monitor.go healthz (2.9.10): ok, unless the server is not accepting clients yet or
+        JetStream is configured and not running (503 with the reason). A single server has no
+        meta group or replicas to check, so js-enabled-only and a full check answer alike."""
         self._count("/healthz")
         for name in ("js-enabled", "js-enabled-only", "js-server-only"):
             query.bool(name)
+        server = self.server
+        if server.port is None or server.shutting_down:
+            return 503, JSON, go_json({"status": "unavailable", "error": "server not ready for connections"}, indent=False)
+        if server.options.jetstream and getattr(server, "jetstream", None) is None:
+            return 503, JSON, go_json({"status": "unavailable", "error": "JetStream not enabled"}, indent=False)
         return go_json({"status": "ok"}, indent=False)
 
     def handle_varz(self, query: Query) -> bytes:
@@ -527,7 +539,7 @@ class Monitor:
             "leaf": {},
             "mqtt": {},
             "websocket": {},
-            "jetstream": {},
+            "jetstream": self._varz_jetstream(),
             "tls_timeout": _go_float(getattr(o, "tls_timeout", const.DEFAULT_TLS_TIMEOUT)),
             "write_deadline": _seconds_ns(o.write_deadline),
             "start": go_time(server.start_time, local=True),
@@ -699,14 +711,22 @@ class Monitor:
 
     def handle_jsz(self, query: Query) -> bytes:
         self._count("/jsz")
-        return go_json({
-            **self._header(),
-            "disabled": True,
-            "config": {"max_memory": 0, "max_storage": 0},
-            "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
-            "accounts": 0, "ha_assets": 0, "api": {"total": 0, "errors": 0},
-            "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
-        })
+        flags = {name: query.bool(name) for name in ("accounts", "streams", "consumers", "config")}
+        query.get("acc")  # one account ($G): an unknown name lists every account, as in 2.9.10
+        js = getattr(self.server, "jetstream", None)
+        if js is None:
+            return go_json({**self._header(), **_JSZ_DISABLED})
+        return go_json({**self._header(), **js.jsz(**flags)})
+
+
+# /jsz of a server without JetStream (monitor.go Jsz with JetStream off).
+_JSZ_DISABLED = {
+    "disabled": True,
+    "config": {"max_memory": 0, "max_storage": 0},
+    "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+    "accounts": 0, "ha_assets": 0, "api": {"total": 0, "errors": 0},
+    "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+}
 
 
 _REASONS = {
