@@ -25,7 +25,6 @@ from . import _const as const
 from . import _errors as errors
 from ._client import Client
 from ._keepalive import PingTimers
-from ._log import configure_logging
 from ._nkeys import PREFIX_SERVER, encode_public_key
 from ._options import Options
 from ._sublist import Sublist
@@ -161,8 +160,10 @@ class Server:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until ``shutdown()``; ``task_status.started(self)`` when ready."""
         options = self.options
-        if not getattr(self, "_logging_configured", False):
-            configure_logging(options)
+        if not getattr(self, "_logging_configured", False):  # in-process: the library only logs
+            from ._log import configure_library_logging
+
+            configure_library_logging(options)
         log.info("Starting natserver (nats-server %s compatible)", const.SERVER_VERSION)
         log.info("  Version:  %s", const.SERVER_VERSION)
         log.info("  Name:     %s", self.server_name)

@@ -55,9 +55,12 @@ def reopen_log(server) -> None:
         log.info("File log re-opened")
     else:
         # Logging was configured elsewhere (in-process server): set it up as the options say.
-        from ._log import configure_logging
+        from ._log import configure_library_logging, configure_logging
 
-        configure_logging(server.options)
+        if getattr(server, "_logging_configured", False):
+            configure_logging(server.options)
+        else:
+            configure_library_logging(server.options)
         log.info("File log re-opened")
 
 
@@ -188,9 +191,12 @@ def reload(server) -> list[str]:
     server.options = new
     _apply_to_server(server, old, new)
     if logging_changed:
-        from ._log import configure_logging
+        from ._log import configure_library_logging, configure_logging
 
-        configure_logging(new)
+        if getattr(server, "_logging_configured", False):  # the CLI owns logging
+            configure_logging(new)
+        else:
+            configure_library_logging(new)
     for line in lines:
         log.info("%s", line)
     if new.max_connections != old.max_connections:
