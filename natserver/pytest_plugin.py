@@ -49,7 +49,30 @@ def _marker_options(request: pytest.FixtureRequest) -> dict:
         if marker.args:
             raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only, got {marker.args!r}")
         options.update(marker.kwargs)
+    from natserver.testing import _check_option_names
+
+    try:
+        _check_option_names({k: v for k, v in options.items() if k not in _NOT_OPTIONS})
+    except TypeError as exc:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from None
     return options
+
+
+# NatsServer's keyword arguments that are not server options.
+_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # A misspelt marker (@pytest.mark.nats_sever) would only be a warning without
+    # --strict-markers, and the test would silently get a default server.
+    import difflib
+
+    for item in items:
+        for marker in item.iter_markers():
+            name = marker.name
+            if name != MARKER and difflib.get_close_matches(name, [MARKER, "natserver"], n=1, cutoff=0.8):
+                raise pytest.UsageError(f"{item.nodeid}: unknown marker @pytest.mark.{name}: "
+                                        f"did you mean @pytest.mark.{MARKER}?")
 
 
 @pytest.fixture
@@ -96,6 +119,9 @@ def nats_server_session(request: pytest.FixtureRequest, nats_server_session_opti
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Runs before the test's fixtures are set up: a test using the shared server starts
     # without the faults and records of the previous one (its clients stay connected).
+    if "trio_nats_server" in getattr(item, "fixturenames", ()) and not item.config.pluginmanager.hasplugin("trio"):
+        pytest.fail("the trio_nats_server fixture needs pytest-trio: pip install pytest-trio "
+                    "(and trio_mode = true, or @pytest.mark.trio on the test)", pytrace=False)
     server = item.config.stash.get(_SESSION_SERVER, None)
     if server is not None and "nats_server_session" in getattr(item, "fixturenames", ()):
         server.reset()
