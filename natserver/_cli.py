@@ -649,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseExceptionGroup as group:  # noqa: F821 (3.11+, exceptiongroup on 3.10)
         # A listener that cannot be opened (port in use) fails the nursery.
         leaves = _leaves(group)
-        if leaves and all(isinstance(exc, OSError) for exc in leaves):
+        if leaves and all(isinstance(exc, OSError) or getattr(exc, "fatal_startup", False) for exc in leaves):
             print(f"natserver: {leaves[0]}", file=sys.stderr)
             return 1
         raise

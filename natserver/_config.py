@@ -453,8 +453,19 @@ class _Builder:
                     c["max_file_store"] = _expect(item, int, member)
                 elif name == "enabled":
                     c["jetstream"] = _expect(item, bool, member)
-                elif name in ("domain", "unique_tag", "max_outstanding_catchup", "sync_interval",
-                              "cipher", "key", "limits", "max_ack_pending", "max_buffered_msgs"):
+                elif name == "domain":
+                    c["jetstream_domain"] = _expect(item, str, member)
+                elif name == "cipher":
+                    from .jetstream.crypto import cipher_name
+
+                    try:
+                        c["jetstream_cipher"] = cipher_name(_expect(item, str, member))
+                    except ValueError as exc:
+                        raise _Bad(str(exc)) from None
+                elif name in ("key", "ek", "jetstream_key"):
+                    c["jetstream_key"] = _expect(item, str, member)
+                elif name in ("unique_tag", "max_outstanding_catchup", "sync_interval",
+                              "limits", "max_ack_pending", "max_buffered_msgs"):
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')

@@ -526,7 +526,7 @@ class Monitor:
             "leaf": {},
             "mqtt": {},
             "websocket": {},
-            "jetstream": {},
+            "jetstream": server.jetstream.varz() if server.jetstream is not None else {},
             "tls_timeout": _go_float(getattr(o, "tls_timeout", const.DEFAULT_TLS_TIMEOUT)),
             "write_deadline": _seconds_ns(o.write_deadline),
             "start": go_time(server.start_time, local=True),

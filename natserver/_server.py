@@ -362,6 +362,8 @@ class Server:
         info["client_ip"] = client.ip
         if client.nonce:
             info["nonce"] = client.nonce.decode()
+        if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
+            info["domain"] = self.options.jetstream_domain
         if self.lame_duck:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"

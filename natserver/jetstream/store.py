@@ -597,9 +597,10 @@ class FileStore(Store):
     _replace_equal_refused = True
 
     def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
-                 dedup_window: int = 0, now: int = 0) -> None:
+                 dedup_window: int = 0, now: int = 0, cipher=None) -> None:
         super().__init__(cfg)
         self.path = path
+        self.cipher = cipher  # crypto.StreamCipher: encrypted segments (None: plain)
         self.msgs_dir = os.path.join(path, "msgs")
         os.makedirs(self.msgs_dir, exist_ok=True)
         self.sync_always = sync_always
@@ -638,7 +639,7 @@ class FileStore(Store):
             self.segs.append(seg)
             self.live[seg] = 0
             with open(seg_path, "rb") as f:
-                data = f.read()
+                data = self._disk(seg, f.read(), 0)
             view = memoryview(data)
             n = len(data)
             pos = 0
@@ -742,6 +743,12 @@ class FileStore(Store):
         self.flush()
         self._drop_dead_segments()
 
+    def _disk(self, seg: int, data, offset: int):
+        """Bytes between memory and disk: XORed with the segment's keystream when the store is
+        encrypted (crypto.py; the same operation both ways), unchanged otherwise."""
+        cipher = self.cipher
+        return data if cipher is None else cipher.xor(seg, offset, data)
+
     def _seg_path(self, seg: int) -> str:
         return os.path.join(self.msgs_dir, f"{seg}{SEGMENT_SUFFIX}")
 
@@ -810,7 +817,7 @@ class FileStore(Store):
             rec = bytes(self.buf[start : start + total])
         else:
             try:
-                rec = os.pread(self.fds[seg], total, offset)
+                rec = self._disk(seg, os.pread(self.fds[seg], total, offset), offset)
             except (OSError, KeyError):
                 rec = b""
         if len(rec) != total or zlib.crc32(memoryview(rec)[:-4]) != _U32.unpack_from(rec, total - 4)[0] \
@@ -850,7 +857,7 @@ class FileStore(Store):
         else:
             fd = self.fds.get(seg)
             if fd is not None:
-                _write_all(fd, rec, offset)
+                _write_all(fd, self._disk(seg, rec, offset), offset)
                 self.unsynced.add(seg)
 
     def _skipped(self, seq):
@@ -873,7 +880,7 @@ class FileStore(Store):
             self.buf += rec
             self.size += len(rec)
         if self.buf:
-            _write_all(self.fds[self.active], self.buf, self.flushed)
+            _write_all(self.fds[self.active], self._disk(self.active, self.buf, self.flushed), self.flushed)
             self.flushed += len(self.buf)
             self.buf = bytearray()
             self.unsynced.add(self.active)
