@@ -1,0 +1,80 @@
+"""Issue 18 item 13: packaging metadata (PEP 639 license, classifiers, project URLs), install
+instructions that work as written (natserver is not on PyPI), README links that work off the
+repository (on an index page, in an installed package's metadata)."""
+
+from __future__ import annotations
+
+import email
+import os
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: pip's vendored copy of the same parser
+    from pip._vendor import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SOURCE = PROJECT["project"]["urls"]["Source"]
+DOCS = [ROOT / "README.md", ROOT / "docs" / "testing.md", ROOT / "examples" / "greeter" / "README.md",
+        ROOT / "natserver" / "jetstream" / "README.md", ROOT / "benchmarks" / "README.md"]
+
+
+def test_pyproject_metadata():
+    project = PROJECT["project"]
+    assert project["license"] == "Apache-2.0"  # an SPDX expression, not the deprecated table
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    requires = PROJECT["build-system"]["requires"]
+    assert any(re.fullmatch(r"setuptools>=(\d+)", r) and int(r.split(">=")[1]) >= 77 for r in requires)
+    classifiers = set(project["classifiers"])
+    for needed in ("Framework :: Pytest", "Typing :: Typed", *(f"Programming Language :: Python :: 3.{m}"
+                                                               for m in range(10, 14))):
+        assert needed in classifiers, needed
+    assert project["requires-python"] == ">=3.10"
+    assert set(project["urls"]) >= {"Homepage", "Source", "Documentation", "Issues"}
+
+
+def test_install_instructions_do_not_assume_pypi():
+    """Every `pip install` that names natserver installs it from a checkout or a git URL."""
+    for path in DOCS + [ROOT / "examples" / "greeter" / "test_greeter.py"]:
+        text = path.read_text()
+        for args in re.findall(r"pip install ([^&|;`\n]*)", text):
+            for arg in shlex.split(args, comments=True):
+                if re.match(r"natserver\b", arg):  # a requirement naming natserver
+                    assert "@ git+" in arg, f"{path.name}: pip install {args.strip()}"
+        for spec in re.findall(r'"natserver(?:\[[a-z,]+\])? @ (git\+[^"]+)"', text):
+            assert spec == "git+" + SOURCE, f"{path.name}: {spec}"
+
+
+def test_readme_links_work_off_the_repository():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    raw = SOURCE.replace("https://github.com/", "https://raw.githubusercontent.com/") + "/main/"
+    for link in links:
+        assert link.startswith(("https://", "http://", "#")), link
+        for prefix in (SOURCE + "/blob/main/", SOURCE + "/tree/main/", raw):
+            if link.startswith(prefix):
+                target = link[len(prefix):].split("#")[0]
+                assert (ROOT / target).exists(), link  # the file is in the checkout
+
+
+def test_a_wheel_built_from_the_checkout(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("natserver-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = email.message_from_bytes(zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))))
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert "Framework :: Pytest" in meta.get_all("Classifier")
+    assert f"Source, {SOURCE}" in meta.get_all("Project-URL")
+    for needed in ("natserver/py.typed", "natserver/jetstream/crypto.py", "natserver/pytest_plugin.py"):
+        assert needed in names, needed
