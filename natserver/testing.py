@@ -32,6 +32,7 @@ import dataclasses
 import heapq
 import math
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -39,6 +40,9 @@ from typing import Any, Callable, Literal
 
 import outcome
 import trio
+
+if sys.version_info < (3, 11):  # the builtin came with 3.11; trio depends on the backport before
+    from exceptiongroup import BaseExceptionGroup
 
 from ._client import DELIVER, DROP, NO_RESPONDERS
 from ._options import Options

@@ -23,6 +23,10 @@ import urllib.request
 
 import nats
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, rule
+from test_jetstream_store import MemoryStore, Model, StoreMachine, config
 
 from natserver import Options
 from natserver._config import ConfigFileError, options_from_file
@@ -83,6 +87,33 @@ def test_encrypted_file_store_round_trip_and_recovery(tmp_path, cipher):
     assert (store.msgs, store.last_seq, store.lost) == (38, 40, 1)
     assert store.load_msg(40).data == b"TOPSECRETPAYLOAD 39"
     store.stop()
+
+
+class EncryptedStoreMachine(StoreMachine):
+    """test_jetstream_store's state machine (a memory store, a file store reopened at random
+    and a model, side by side) with an encrypted file store, alternating the ciphers."""
+
+    @initialize(max_msgs=st.sampled_from([0, 5, 12]), per=st.sampled_from([0, 2]),
+                discard=st.sampled_from(["old", "new"]), cipher=st.sampled_from([CHACHA, AES]))
+    def setup(self, max_msgs, per, discard, cipher):
+        self.cfg = config(max_msgs=max_msgs, max_msgs_per_subject=per, discard=discard)
+        self.model = Model(self.cfg)
+        self.mem = MemoryStore(self.cfg)
+        self.key_file, stream_cipher = ServerKey(cipher, "machine").key_file_bytes()
+        self.cipher = cipher
+        self.file = FileStore(self.dir, self.cfg, segment_size=200, cipher=stream_cipher)
+        self.ts = 0
+
+    @rule()
+    def reopen(self):
+        self.file.stop()
+        stream_cipher = ServerKey(self.cipher, "machine").open_key_file(self.key_file, "stream 'S'")
+        self.file = FileStore(self.dir, self.cfg, segment_size=200, cipher=stream_cipher)
+
+
+TestEncryptedStoreMachine = EncryptedStoreMachine.TestCase
+TestEncryptedStoreMachine.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
+                                              suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_wrong_key_does_not_open_a_key_file():
@@ -173,8 +204,14 @@ def test_a_plain_store_under_a_key_is_refused(tmp_path):
     assert "stream 'VAULT' is stored unencrypted but jetstream encryption is configured" in _flatten(info.value)
 
 
+try:
+    BaseExceptionGroup  # noqa: B018 (3.11+)
+except NameError:  # Python 3.10: trio's backport
+    from exceptiongroup import BaseExceptionGroup
+
+
 def _flatten(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):  # noqa: F821 (3.11+; exceptiongroup on 3.10)
+    if isinstance(exc, BaseExceptionGroup):
         return " | ".join(_flatten(e) for e in exc.exceptions)
     return str(exc)
 
