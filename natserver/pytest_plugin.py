@@ -10,7 +10,8 @@ Fixtures:
     A :class:`natserver.testing.NatsServer` for one test, on 127.0.0.1 and a random port, in a
     background thread: usable from plain, asyncio and trio tests. Options per test with the
     marker ``@pytest.mark.nats_server(max_payload=1024, user="u", password="p", ...)`` (on a
-    test, class or module; the closest wins per keyword).
+    test, class or module; the closest wins per keyword). ``jetstream=True``: JetStream with
+    a private store in a temporary directory, removed after the test.
 ``nats_url``
     ``nats_server.url``.
 ``nats_server_session``
