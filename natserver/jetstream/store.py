@@ -35,6 +35,10 @@ records in order. A torn or corrupt record at the end of the last segment (a cra
 write) is cut off; a corrupt record followed by good ones is skipped (counted as lost, never
 served). Segments whose messages are all gone are deleted once every older segment is.
 
+With encryption at rest (``jetstream { key }``, crypto.py) the segments hold exactly these
+records XORed with a keystream per segment, by offset (``FileStore._disk``), so everything
+here (offsets, checksums of the plain records, recovery) is the same for both.
+
 Writes go to a buffer that the engine flushes (one ``write``) before it sends the acks of the
 messages in it, so an acknowledged message has reached the operating system; with sync
 "always" the engine also fsyncs before acking (group commit).
