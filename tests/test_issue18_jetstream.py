@@ -368,3 +368,33 @@ def test_domain_raw_answers_match_nats_server(tmp_path):
     assert ours["account"] == ref["account"]
     assert list(ours["account"]) == list(ref["account"])
     assert "  Domain:          hub" in ref["log"] and "  Domain:          hub" in ours["log"]
+
+
+def _startup_log(command: list, conf_path) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen(command + ["-c", str(conf_path)], env=env, stderr=subprocess.PIPE)
+    lines: list[str] = []
+    try:
+        for raw in proc.stderr:
+            lines.append(raw.decode().split("] ", 2)[-1].rstrip())
+            if "Server is ready" in lines[-1]:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stderr.close()
+    return lines
+
+
+@pytest.mark.needs_nats_server
+@pytest.mark.parametrize("cipher_line", ["", "cipher: aes", "cipher: ChaChaPoly"])
+def test_encryption_log_line_matches_nats_server(tmp_path, cipher_line):
+    if NATS_SERVER is None:
+        pytest.skip("nats-server not installed")
+    found = []
+    for name, command in (("ref", [NATS_SERVER]), ("ours", [sys.executable, "-m", "natserver"])):
+        conf = tmp_path / f"{name}.conf"
+        conf.write_text('listen: 127.0.0.1:%d\njetstream { store_dir: "%s", key: "k", %s }\n'
+                        % (_free_port(), tmp_path / name, cipher_line))
+        found.append([line for line in _startup_log(command, conf) if "Encryption:" in line])
+    assert found[0] == found[1] and len(found[0]) == 1
