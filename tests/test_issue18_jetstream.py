@@ -86,6 +86,12 @@ def test_encrypted_file_store_round_trip_and_recovery(tmp_path, cipher):
     store = FileStore(str(tmp_path), cfg, segment_size=512, cipher=again)
     assert (store.msgs, store.last_seq, store.lost) == (38, 40, 1)
     assert store.load_msg(40).data == b"TOPSECRETPAYLOAD 39"
+    # The cut-off bytes' keystream is not used again: writing goes on in a new segment.
+    assert store.active == int(os.path.basename(last)[:-4]) + 1
+    assert store.store_msg(b"secret.subject", b"", b"after the cut", 42) == 41
+    store.stop()
+    store = FileStore(str(tmp_path), cfg, segment_size=512, cipher=again)
+    assert (store.msgs, store.last_seq, store.load_msg(41).data) == (39, 41, b"after the cut")
     store.stop()
 
 

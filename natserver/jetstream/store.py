@@ -634,6 +634,7 @@ class FileStore(Store):
         last_seq = last_ts = floor = 0
         horizon = now - dedup_window if dedup_window > 0 else None
         candidates: list = []
+        torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
         for k, seg in enumerate(ids):
@@ -694,6 +695,9 @@ class FileStore(Store):
                     os.truncate(seg_path, bad_at)
                     self.lost += 1
                     n = bad_at
+                    # Encrypted: never write a keystream's bytes twice (the cut tail may have
+                    # been copied): the next writes go to a new segment.
+                    torn_tail = True
                 else:
                     log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
                     self.lost += 1
@@ -736,7 +740,7 @@ class FileStore(Store):
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
         # Write to the newest segment while it has room.
-        if self.segs and self.size < self.segment_size:
+        if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
             self.active = self.segs[-1]
             self.flushed = self.size
             if self.size == 0:
