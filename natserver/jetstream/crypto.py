@@ -16,8 +16,10 @@ The keys, as nats-server arranges them:
   nats-server does with its message blocks, and for the same reason: records are appended and
   erased in place and read one at a time at any offset, so the store's record layout,
   offsets and CRC-32 checks stay exactly as they are unencrypted; the CRC of each decrypted
-  record still catches torn and corrupt records. Subjects, headers, payloads, sequences and
-  timestamps are all inside the encrypted bytes; what stays visible is the directory layout
+  record still catches torn and corrupt records. Every offset of a segment is written once
+  (appends; an erased message is overwritten with random bytes; after a torn tail is cut,
+  writing goes on in a new segment), so no keystream byte covers two plaintexts. Subjects,
+  headers, payloads, sequences and timestamps are all inside the encrypted bytes; what stays visible is the directory layout
   (stream names, as in nats-server), file sizes and the number of segments.
 
 A stream keeps the cipher it was created with (recorded in its key file); streams created
