@@ -63,6 +63,26 @@ def _marker_options(request: pytest.FixtureRequest) -> dict:
 _NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    # With --strict-markers pytest itself refuses a misspelt marker while importing the
+    # module ("'nats_sever' not found in `markers` configuration option"): add the hint.
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    import difflib
+    import re
+
+    found = re.search(r"'(\w+)' not found in `markers` configuration option", str(report.longrepr))
+    if found and difflib.get_close_matches(found.group(1), [MARKER, "natserver"], n=1, cutoff=0.8):
+        hint = f"did you mean @pytest.mark.{MARKER}?"
+        try:
+            report.longrepr.reprtraceback.reprentries[-1].lines.append(hint)
+        except (AttributeError, IndexError):  # another pytest's report shape: keep its own
+            pass
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # A misspelt marker (@pytest.mark.nats_sever) would only be a warning without
     # --strict-markers, and the test would silently get a default server.

@@ -150,6 +150,14 @@ def test_a_misspelt_marker_says_did_you_mean(pytester):
     assert result.ret != 0
 
 
+def test_a_misspelt_marker_with_strict_markers_says_did_you_mean(pytester):
+    pytester.makepyfile(test_inner=MISSPELT)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--strict-markers")
+    result.stdout.fnmatch_lines(["'nats_sever' not found in `markers` configuration option",
+                                 "did you mean @pytest.mark.nats_server?"])
+    assert result.ret != 0
+
+
 def test_a_misspelt_marker_option_says_did_you_mean(pytester):
     pytester.makepyfile(test_inner=MISSPELT_OPTION)
     result = pytester.runpytest("-p", "no:cacheprovider", "-q")
