@@ -78,3 +78,23 @@ def test_a_wheel_built_from_the_checkout(tmp_path):
     assert f"Source, {SOURCE}" in meta.get_all("Project-URL")
     for needed in ("natserver/py.typed", "natserver/jetstream/crypto.py", "natserver/pytest_plugin.py"):
         assert needed in names, needed
+
+
+def test_documented_git_requirements_parse_and_a_git_url_installs(tmp_path):
+    """The README's form, `pip install "natserver @ git+<url>"`, is a valid requirement, and
+    pip installs natserver from a git URL (this checkout's, when it is a git checkout)."""
+    from pip._vendor.packaging.requirements import Requirement
+
+    specs = set()
+    for path in DOCS:
+        specs.update(re.findall(r'"(natserver(?:\[[a-z,]+\])? @ git\+[^"]+)"', path.read_text()))
+    assert specs
+    for spec in specs:
+        requirement = Requirement(spec)
+        assert requirement.name == "natserver" and requirement.url == "git+" + SOURCE
+    source = f"natserver @ git+file://localhost{ROOT}" if (ROOT / ".git").exists() else str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                           str(tmp_path / "site"), source], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "natserver" / "py.typed").is_file()
