@@ -8,6 +8,7 @@ import email
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -65,7 +66,11 @@ def test_readme_links_work_off_the_repository():
 
 
 def test_a_wheel_built_from_the_checkout(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+    # From a copy: setuptools builds in the source tree (build/, *.egg-info).
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", ".hypothesis",
+                                                              "__pycache__", "results"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(tree)],
                           capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     assert done.returncode == 0, done.stderr
