@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         leaves = _leaves(group)
         if leaves and all(isinstance(exc, ListenError) for exc in leaves):
             return 1  # logged once, as nats-server's [FTL] line
-        if leaves and all(isinstance(exc, OSError) for exc in leaves):
+        if leaves and all(isinstance(exc, OSError) or getattr(exc, "fatal_startup", False) for exc in leaves):
             print(f"natserver: {leaves[0]}", file=sys.stderr)
             return 1
         raise

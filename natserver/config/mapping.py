@@ -263,11 +263,12 @@ REFUSED_KEYS = {
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
     "mappings": "subject mappings", "maps": "subject mappings",
 }
-# jetstream {} members: natserver acts on store_dir, the limits, enabled and (an extension:
-# nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These are refused, as above ...
-REFUSED_JETSTREAM_KEYS = {"domain": "JetStream domain", "cipher": "encryption at rest", "key": "encryption at rest"}
-# ... and these only warn: clustered JetStream's settings, meaningless on one server.
+# jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
+# and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
+# clustered JetStream's settings, meaningless on one server.
 UNSUPPORTED_JETSTREAM_KEYS = frozenset({"unique_tag", "max_outstanding_catchup", "limits"})
+# jetstream { cipher } spellings nats-server accepts (opts.go parseJetStream), to the cipher used.
+JETSTREAM_CIPHERS = {"chacha": "chacha", "chachapoly": "chacha", "aes": "aes"}
 
 
 def refused_text(key: str, what: str) -> str:
@@ -439,8 +440,15 @@ class _Builder:
                     c["max_file_store"] = _expect(item, int, member)
                 elif name == "enabled":
                     c["jetstream"] = _expect(item, bool, member)
-                elif name in REFUSED_JETSTREAM_KEYS:
-                    self.errors.append(f"{member_where}: {refused_text(member, REFUSED_JETSTREAM_KEYS[name])}")
+                elif name == "domain":
+                    c["jetstream_domain"] = _expect(item, str, member)
+                elif name == "cipher":
+                    cipher = JETSTREAM_CIPHERS.get(_expect(item, str, member).lower())
+                    if cipher is None:
+                        raise _Bad(f'Unknown cipher type: "{item}"')
+                    c["jetstream_cipher"] = cipher
+                elif name in ("key", "ek", "jetstream_key"):
+                    c["jetstream_key"] = _expect(item, str, member)
                 elif name == "sync_interval" or name in UNSUPPORTED_JETSTREAM_KEYS:
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):

@@ -57,6 +57,9 @@ class Options:
     store_dir: str = ""  # empty: a "jetstream" directory under the system temp dir
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
+    jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
+    jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"
+    jetstream_key: str = ""  # jetstream { key }: encryption at rest (natserver.jetstream.crypto)
     # Logging
     debug: bool = False
     trace: bool = False

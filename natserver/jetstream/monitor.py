@@ -53,7 +53,10 @@ def _usage(js) -> tuple[int, int]:
 
 
 def _config(js) -> dict:
-    return {"max_memory": js.max_memory, "max_storage": js.max_store, "store_dir": js.store_dir}
+    config = {"max_memory": js.max_memory, "max_storage": js.max_store, "store_dir": js.store_dir}
+    if js.domain:
+        config["domain"] = js.domain
+    return config
 
 
 def _stats(js) -> dict:

@@ -364,6 +364,9 @@ class Stream:
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         prefix = dumps({"stream": self.name})
+        domain = getattr(engine, "domain", "")
+        if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
+            prefix = prefix[:-1] + b', "domain":' + dumps(domain) + b"}"
         self._ack_prefix = prefix[:-1] + b', "seq":'  # nats-server's pubAck template
         self._name_b = self.name.encode()
         recovered = getattr(store, "recovered_ids", None)

@@ -12,7 +12,7 @@ import sys
 import time
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
-__all__ = ["configure_logging", "reopen_log_file"]
+__all__ = ["configure_logging", "reopen_log_file"]  # configure_library_logging: internal
 
 _LEVELS = {
     logging.DEBUG: "DBG",
@@ -90,3 +90,20 @@ def reopen_log_file() -> bool:
             handler.reopen()
             reopened = True
     return reopened
+
+
+def configure_library_logging(options) -> None:
+    """An in-process server (the library) only logs: no handler on the "natserver" logger and
+    propagation left on, so the application's logging and pytest's caplog see its records.
+    ``debug``/``trace`` lower the logger's level so those records are made at all; ``-l FILE``
+    is an explicit request, so it gets its file handler (propagation still on)."""
+    logger = logging.getLogger("natserver")
+    if options.trace or options.debug:
+        level = TRACE if options.trace else logging.DEBUG
+        if logger.getEffectiveLevel() > level:
+            logger.setLevel(level)
+    if options.log_file and not any(getattr(h, "_natserver", False) for h in logger.handlers):
+        handler = _ReopenableFileHandler(options.log_file)
+        handler._natserver = True  # type: ignore[attr-defined]
+        handler.setFormatter(NatsFormatter(options.logtime))
+        logger.addHandler(handler)

@@ -34,7 +34,7 @@ from ..routing.sublist import Sublist
 from .client import Client, connection_record
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error
-from .log import configure_logging
+from .log import configure_library_logging
 from .monitor import serve_monitor
 from .signals import handle_signal, reauthorize_clients
 
@@ -175,8 +175,8 @@ class Server:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until ``shutdown()``; ``task_status.started(self)`` when ready."""
         options = self.options
-        if not getattr(self, "_logging_configured", False):
-            configure_logging(options)
+        if not getattr(self, "_logging_configured", False):  # in-process: the library only logs
+            configure_library_logging(options)
         log.info("Starting natserver (nats-server %s compatible)", const.SERVER_VERSION)
         log.info("  Version:  %s", const.SERVER_VERSION)
         log.info("  Name:     %s", self.server_name)
@@ -366,6 +366,8 @@ class Server:
         info["client_ip"] = client.ip
         if client.nonce:
             info["nonce"] = client.nonce.decode()
+        if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
+            info["domain"] = self.options.jetstream_domain
         if self.lame_duck:
             info["ldm"] = True
         return b"INFO " + orjson.dumps(info) + b" \r\n"

@@ -28,7 +28,7 @@ from ..config.options import Options
 from ..protocol import errors
 from ..protocol.gotext import go_duration
 from .files import remove_ports_file, write_pid_file, write_ports_file
-from .log import configure_logging, reopen_log_file
+from .log import configure_library_logging, configure_logging, reopen_log_file
 
 __all__ = ["handle_signal", "reload", "reopen_log", "lame_duck_mode", "ReloadError"]
 
@@ -59,7 +59,10 @@ def reopen_log(server) -> None:
         log.info("File log re-opened")
     else:
         # Logging was configured elsewhere (in-process server): set it up as the options say.
-        configure_logging(server.options)
+        if getattr(server, "_logging_configured", False):
+            configure_logging(server.options)
+        else:
+            configure_library_logging(server.options)
         log.info("File log re-opened")
 
 
@@ -182,7 +185,10 @@ def reload(server) -> list[str]:
     server.options = new
     _apply_to_server(server, old, new)
     if logging_changed:
-        configure_logging(new)
+        if getattr(server, "_logging_configured", False):  # the CLI owns logging
+            configure_logging(new)
+        else:
+            configure_library_logging(new)
     for line in lines:
         log.info("%s", line)
     if new.max_connections != old.max_connections:

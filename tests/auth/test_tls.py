@@ -64,6 +64,8 @@ class Certs:
             .not_valid_before(self._now - datetime.timedelta(hours=1))
             .not_valid_after(self._now + datetime.timedelta(days=1))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            # Key identifiers: Python 3.13's default context (VERIFY_X509_STRICT) requires them.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                          content_commitment=False, key_encipherment=False,
                                          data_encipherment=False, key_agreement=False, encipher_only=False,
@@ -81,6 +83,8 @@ class Certs:
             .not_valid_before(self._now - datetime.timedelta(hours=1))
             .not_valid_after(self._now + datetime.timedelta(days=1))
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         )  # fmt: skip
         if server:
             names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

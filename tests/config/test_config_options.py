@@ -156,8 +156,6 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
     ("https: 8443", "https", "HTTPS monitoring listener"),
     ("mappings { a: b }", "mappings", "subject mappings"),
     ("ocsp: false", "ocsp", "OCSP stapling"),
-    ("jetstream { cipher: aes, key: s3cret }", "cipher", "encryption at rest"),
-    ("jetstream { domain: hub }", "domain", "JetStream domain"),
 ])  # fmt: skip
 def test_keys_whose_absence_would_mislead_refuse_the_file(tmp_path, line, key, what):
     path = write(tmp_path, f"port: 4333\n{line}\n")

@@ -473,7 +473,16 @@ def _tls_files(directory):
         b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
              .public_key(key.public_key()).serial_number(x509.random_serial_number())
              .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+             # Key identifiers: Python 3.13's default context (VERIFY_X509_STRICT) requires them.
+             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()),
+                            critical=False))
+        if ca:
+            b = b.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                              content_commitment=False, key_encipherment=False,
+                                              data_encipherment=False, key_agreement=False,
+                                              encipher_only=False, decipher_only=False), critical=True)
         if not ca:
             b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                                 critical=False)

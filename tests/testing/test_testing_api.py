@@ -143,12 +143,17 @@ def test_start_failure_is_raised_and_leaves_nothing():
 def test_restart_on_the_same_port_nats_py_reconnects():
     async def main(server):
         events = []
+        reconnected_called = asyncio.Event()
 
         async def disconnected():
             events.append("disconnected")
 
         async def reconnected():
+            # nats-py resends the subscriptions before it calls this (and a slow callback
+            # must not fail the test): wait for the callback itself, not the SUB.
+            await asyncio.sleep(0)
             events.append("reconnected")
+            reconnected_called.set()
 
         nc = await nats.connect(server.url, name="app", reconnect_time_wait=0.05,
                                 disconnected_cb=disconnected, reconnected_cb=reconnected)
@@ -159,6 +164,7 @@ def test_restart_on_the_same_port_nats_py_reconnects():
             await server.restart_async(down_for=0.1)
             assert server.port == port and server.server.server_id != old_id
             await server.wait_for_subscription_async("after.restart", timeout=5)
+            await asyncio.wait_for(reconnected_called.wait(), timeout=5)
             assert events == ["disconnected", "reconnected"]
             await nc.publish("after.restart", b"hello again")
             assert (await sub.next_msg(timeout=2)).data == b"hello again"

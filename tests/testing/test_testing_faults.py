@@ -258,7 +258,7 @@ def test_delay_deliveries(server):
             await nc.subscribe("slow.svc", cb=respond)
             sub = await nc.subscribe("feed")
             await settle(nc)
-            server.delay("slow.svc", 0.3)
+            server.delay("slow.svc", 0.3, count=2)
             with pytest.raises(nats.errors.TimeoutError):
                 await nc.request("slow.svc", b"", timeout=0.1)
             t0 = time.monotonic()
