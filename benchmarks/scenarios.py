@@ -193,7 +193,7 @@ class Workers:
                     while wid not in self.results and time.monotonic() < end:
                         self._pump(0.1, dead_check=False)
                     if wid not in self.results:
-                        raise WorkerError(f"worker {self.names[wid]} died (exit code {p.exitcode})")
+                        raise WorkerError(f"worker {self.names[wid]} died (exit code {p.exitcode})") from None
             return
         if kind == "ready":
             self.ready.add(wid)

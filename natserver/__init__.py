@@ -18,43 +18,43 @@ from ._version import __version__ as __version__
 # Public names, imported on first use (PEP 562): pytest imports natserver.pytest_plugin in every
 # run wherever natserver is installed, and that must not import trio and the server (~150 ms).
 _PUBLIC = {
-    "ProtocolError": "_errors",
-    "NEED_DATA": "_ops",
-    "Connect": "_ops",
-    "Ping": "_ops",
-    "Pong": "_ops",
-    "Pub": "_ops",
-    "PubRun": "_ops",
-    "Sub": "_ops",
-    "Unsub": "_ops",
-    "Options": "_options",
-    "Parser": "_parser",
-    "Server": "_server",
-    "serve": "_server",
-    "Sublist": "_sublist",
-    "is_valid_literal_subject": "_sublist",
-    "is_valid_subject": "_sublist",
+    "ProtocolError": "protocol.errors",
+    "NEED_DATA": "protocol.ops",
+    "Connect": "protocol.ops",
+    "Ping": "protocol.ops",
+    "Pong": "protocol.ops",
+    "Pub": "protocol.ops",
+    "PubRun": "protocol.ops",
+    "Sub": "protocol.ops",
+    "Unsub": "protocol.ops",
+    "Options": "config.options",
+    "Parser": "protocol.parser",
+    "Server": "app",
+    "serve": "app",
+    "Sublist": "routing.sublist",
+    "is_valid_literal_subject": "routing.sublist",
+    "is_valid_subject": "routing.sublist",
     "NatsServer": "testing",
 }
 __all__ = sorted([*_PUBLIC, "__version__"])
 
 if TYPE_CHECKING:
-    from ._errors import ProtocolError as ProtocolError
-    from ._ops import NEED_DATA as NEED_DATA
-    from ._ops import Connect as Connect
-    from ._ops import Ping as Ping
-    from ._ops import Pong as Pong
-    from ._ops import Pub as Pub
-    from ._ops import PubRun as PubRun
-    from ._ops import Sub as Sub
-    from ._ops import Unsub as Unsub
-    from ._options import Options as Options
-    from ._parser import Parser as Parser
-    from ._server import Server as Server
-    from ._server import serve as serve
-    from ._sublist import Sublist as Sublist
-    from ._sublist import is_valid_literal_subject as is_valid_literal_subject
-    from ._sublist import is_valid_subject as is_valid_subject
+    from .app import Server as Server
+    from .app import serve as serve
+    from .config.options import Options as Options
+    from .protocol.errors import ProtocolError as ProtocolError
+    from .protocol.ops import NEED_DATA as NEED_DATA
+    from .protocol.ops import Connect as Connect
+    from .protocol.ops import Ping as Ping
+    from .protocol.ops import Pong as Pong
+    from .protocol.ops import Pub as Pub
+    from .protocol.ops import PubRun as PubRun
+    from .protocol.ops import Sub as Sub
+    from .protocol.ops import Unsub as Unsub
+    from .protocol.parser import Parser as Parser
+    from .routing.sublist import Sublist as Sublist
+    from .routing.sublist import is_valid_literal_subject as is_valid_literal_subject
+    from .routing.sublist import is_valid_subject as is_valid_subject
     from .testing import NatsServer as NatsServer
 
 

@@ -10,7 +10,8 @@ Fixtures:
     A :class:`natserver.testing.NatsServer` for one test, on 127.0.0.1 and a random port, in a
     background thread: usable from plain, asyncio and trio tests. Options per test with the
     marker ``@pytest.mark.nats_server(max_payload=1024, user="u", password="p", ...)`` (on a
-    test, class or module; the closest wins per keyword).
+    test, class or module; the closest wins per keyword). ``jetstream=True``: JetStream with
+    a private store in a temporary directory, removed after the test.
 ``nats_url``
     ``nats_server.url``.
 ``nats_server_session``
@@ -25,13 +26,18 @@ See docs/testing.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+if TYPE_CHECKING:
+    from natserver.testing import NatsServer
 
 MARKER = "nats_server"
 
 # The nats_server_session server while it runs (on the config: in-process pytester sessions
 # each have their own).
-_SESSION_SERVER = pytest.StashKey[object]()
+_SESSION_SERVER: pytest.StashKey[NatsServer] = pytest.StashKey()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,7 +55,50 @@ def _marker_options(request: pytest.FixtureRequest) -> dict:
         if marker.args:
             raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only, got {marker.args!r}")
         options.update(marker.kwargs)
+    from natserver.testing import _check_option_names
+
+    try:
+        _check_option_names({k: v for k, v in options.items() if k not in _NOT_OPTIONS})
+    except TypeError as exc:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from None
     return options
+
+
+# NatsServer's keyword arguments that are not server options.
+_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    # With --strict-markers pytest itself refuses a misspelt marker while importing the
+    # module ("'nats_sever' not found in `markers` configuration option"): add the hint.
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    import difflib
+    import re
+
+    found = re.search(r"'(\w+)' not found in `markers` configuration option", str(report.longrepr))
+    if found and difflib.get_close_matches(found.group(1), [MARKER, "natserver"], n=1, cutoff=0.8):
+        hint = f"did you mean @pytest.mark.{MARKER}?"
+        try:
+            report.longrepr.reprtraceback.reprentries[-1].lines.append(hint)
+        except (AttributeError, IndexError):  # another pytest's report shape: keep its own
+            pass
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    # A misspelt marker (@pytest.mark.nats_sever) would only be a warning without
+    # --strict-markers, and the test would silently get a default server.
+    import difflib
+
+    for item in items:
+        for marker in item.iter_markers():
+            name = marker.name
+            if name != MARKER and difflib.get_close_matches(name, [MARKER, "natserver"], n=1, cutoff=0.8):
+                raise pytest.UsageError(f"{item.nodeid}: unknown marker @pytest.mark.{name}: "
+                                        f"did you mean @pytest.mark.{MARKER}?")
 
 
 @pytest.fixture
@@ -96,6 +145,9 @@ def nats_server_session(request: pytest.FixtureRequest, nats_server_session_opti
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Runs before the test's fixtures are set up: a test using the shared server starts
     # without the faults and records of the previous one (its clients stay connected).
+    if "trio_nats_server" in getattr(item, "fixturenames", ()) and not item.config.pluginmanager.hasplugin("trio"):
+        pytest.fail("the trio_nats_server fixture needs pytest-trio: pip install pytest-trio "
+                    "(and trio_mode = true, or @pytest.mark.trio on the test)", pytrace=False)
     server = item.config.stash.get(_SESSION_SERVER, None)
     if server is not None and "nats_server_session" in getattr(item, "fixturenames", ()):
         server.reset()

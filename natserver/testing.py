@@ -31,6 +31,9 @@ import collections
 import dataclasses
 import heapq
 import math
+import shutil
+import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Literal
@@ -38,9 +41,12 @@ from typing import Any, Callable, Literal
 import outcome
 import trio
 
-from ._client import DELIVER, DROP, NO_RESPONDERS
-from ._options import Options
-from ._server import Server
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+from .app import Server
+from .config.options import Options
+from .server.client import DELIVER, DROP, NO_RESPONDERS
 
 __all__ = [
     "ClientInfo",
@@ -60,8 +66,24 @@ _STAGES = {"before_info": "accept", "after_info": "info", "after_connect": "conn
 _ALIASES = {"user": "username", "token": "authorization"}
 _ACTION_NAMES = {DELIVER: "deliver", DROP: "drop", NO_RESPONDERS: "no_responders"}
 
+# Every fault acts once unless told otherwise: count=N for the next N, count=None until cancelled
+# (one rule for drop, delay, no_responders and close_connections).
+DEFAULT_FAULT_COUNT = 1
+
 DEFAULT_MAX_MESSAGES = 10_000
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def _check_option_names(changes: dict) -> None:
+    """A misspelt option (``max_paylod=``, in a marker too) says what was meant."""
+    known = {f.name for f in dataclasses.fields(Options)} | set(_ALIASES)
+    for key in changes:
+        if key not in known:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"unknown natserver option {key!r}{hint}")
 
 
 # -- subjects ---------------------------------------------------------------------------------
@@ -299,6 +321,7 @@ class NatsServer:
                  **changes: Any) -> None:
         base = options if options is not None else Options(host="127.0.0.1", port=-1, quiet=True)
         changes = {_ALIASES.get(key, key): value for key, value in changes.items()}
+        _check_option_names(changes)
         if options is None and ("debug" in changes or "trace" in changes) and "quiet" not in changes:
             changes["quiet"] = False
         self.options: Options = base.copy(**changes) if changes else base.copy()
@@ -332,6 +355,10 @@ class NatsServer:
         self._delay_wakeup = trio.Event()
         # cid -> (client, its max_pending, its stall mark) for clients we stopped
         self._gated: dict[int, tuple] = {}
+        # jetstream=True without a store_dir: a private store in a temporary directory, kept
+        # across restarts, removed by stop() (not the shared <tmp>/nats/jetstream)
+        self._private_store: str | None = None
+        self._discard_store_when_done = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -360,15 +387,51 @@ class NatsServer:
         if self.running:
             raise RuntimeError("the server is already running")
         self._nursery = None
-        self._start_thread(self.options, timeout)
+        self._start_thread(self._options_for_start(), timeout)
         return self
 
+    def _options_for_start(self) -> Options:
+        """The options, with a private JetStream store directory when JetStream is on and no
+        store_dir was given (created on the first start, kept across restarts)."""
+        if self.options.jetstream and not self.options.store_dir:
+            self._private_store = tempfile.mkdtemp(prefix="natserver-jetstream-")
+            self.options = self.options.copy(store_dir=self._private_store)
+        self._discard_store_when_done = False
+        return self.options
+
+    def _discard_private_store(self) -> None:
+        """After the final stop: remove the private store (the next start gets a new one)."""
+        if self.running:  # trio-native stop() from the server's thread: when the task ends
+            self._discard_store_when_done = True
+            return
+        path, self._private_store = self._private_store, None
+        self._discard_store_when_done = False
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            if self.options.store_dir == path:
+                self.options = self.options.copy(store_dir="")
+
+    @property
+    def store_dir(self) -> str:
+        """The JetStream store directory in use ("" without JetStream); streams are under
+        ``<store_dir>/jetstream``."""
+        if not self.options.jetstream:
+            return ""
+        return self.options.store_dir
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server: every client is closed ("Server Shutdown"), the port is released.
+        """Stop the server: every client is closed ("Server Shutdown"), the port is released,
+        a private JetStream store is removed.
 
         Blocks until the server's thread has ended. In trio-native mode, called from the trio
         thread, it only initiates the stop (use ``await stop_async()`` to wait for it).
         """
+        try:
+            self._stop(timeout)
+        finally:
+            self._discard_private_store()
+
+    def _stop(self, timeout: float) -> None:
         if self.running:
             try:
                 self._call(self.server.stop)
@@ -392,7 +455,7 @@ class NatsServer:
         if self._nursery is not None:
             raise RuntimeError("a trio-native server restarts with `await restart_async()`")
         port = self.port
-        self.stop(timeout)
+        self._stop(timeout)
         if down_for > 0:
             time.sleep(down_for)
         self._start_thread(self.options.copy(port=port), timeout)
@@ -406,7 +469,7 @@ class NatsServer:
             raise RuntimeError("the server is already running")
         self._nursery = nursery
         try:
-            await nursery.start(self._run, self.options)
+            await nursery.start(self._run, self._options_for_start())
         except BaseException:
             self._nursery = None
             raise
@@ -414,17 +477,21 @@ class NatsServer:
 
     async def stop_async(self) -> None:
         """``stop()`` for async code: in trio-native mode waits until the server task ended."""
+        await self._stop_async()
+        self._discard_private_store()
+
+    async def _stop_async(self) -> None:
         if self._nursery is not None and self._in_server_thread():
             if self.running:
                 self.server.stop()
                 await self._finished_trio.wait()
             return
-        self.stop()
+        self._stop(10.0)
 
     async def restart_async(self, down_for: float = 0.0) -> None:
         """``restart()`` for async code (sleeps with the caller's event loop)."""
         port = self.port
-        await self.stop_async()
+        await self._stop_async()
         if down_for > 0:
             await _sleep(down_for)
         if self._nursery is not None:
@@ -512,6 +579,8 @@ class NatsServer:
             self._gated.clear()
             self._finished.set()
             self._finished_trio.set()
+            if self._discard_store_when_done:
+                self._discard_private_store()
 
     # -- running code in the server's trio loop ----------------------------------------------
 
@@ -993,29 +1062,33 @@ class NatsServer:
             self._stage_faults = tuple(f for f in self._stage_faults if f is not fault)
         self._install_hooks()
 
-    def drop(self, subject: str, count: int | None = 1) -> Fault:
+    def drop(self, subject: str, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
         """Drop the next ``count`` messages published on ``subject`` (wildcards allowed;
-        ``None``: all until cancelled). Subscribers never get them; a request times out."""
+        default 1; ``None``: all until cancelled). Subscribers never get them; a request
+        times out."""
         return self._add_fault(Fault(self, "drop", subject, count, pattern=_Pattern(subject)))
 
-    def delay(self, subject: str, seconds: float, count: int | None = None) -> Fault:
-        """Deliver messages on ``subject`` ``seconds`` late (the next ``count``, or all until
-        cancelled). Each is published again by the server after the delay, to whoever is
-        subscribed by then."""
+    def delay(self, subject: str, seconds: float, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
+        """Deliver the next ``count`` messages on ``subject`` ``seconds`` late (default 1;
+        ``None``: all until cancelled). Each is published again by the server after the
+        delay, to whoever is subscribed by then."""
         if seconds <= 0:
             raise ValueError("seconds must be positive")
         return self._add_fault(Fault(self, "delay", subject, count, pattern=_Pattern(subject), seconds=seconds))
 
-    def no_responders(self, subject: str, count: int | None = None) -> Fault:
-        """Answer requests on ``subject`` as if nobody were subscribed, even if a responder is:
-        the requester gets the 503 no-responders status (nats-py: ``NoRespondersError``).
-        Plain publishes (no reply subject) are not affected."""
+    def no_responders(self, subject: str, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
+        """Answer the next ``count`` requests on ``subject`` (default 1; ``None``: all until
+        cancelled) as if nobody were subscribed, even if a responder is: the requester gets
+        the 503 no-responders status (nats-py: ``NoRespondersError``). Plain publishes (no
+        reply subject) are not affected and not counted."""
         return self._add_fault(Fault(self, "no_responders", subject, count, pattern=_Pattern(subject)))
 
     # -- faults: connections --------------------------------------------------------------------
 
-    def close_connections(self, stage: Stage, count: int | None = 1, *, name: str | None = None) -> Fault:
-        """Close the next ``count`` connections at ``stage`` of their handshake:
+    def close_connections(self, stage: Stage, count: int | None = DEFAULT_FAULT_COUNT, *,
+                          name: str | None = None) -> Fault:
+        """Close the next ``count`` connections (default 1; ``None``: all until cancelled) at
+        ``stage`` of their handshake:
 
         ``"before_info"``: right after accept, before the server says anything;
         ``"after_info"``: after sending INFO, before CONNECT is read;

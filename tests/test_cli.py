@@ -2,13 +2,14 @@
 syntax, flags over the config file, one-line errors with exit code 1, ``-v``, ``-h`` and
 ``-sl`` (against a real process found through its pid file).
 
-Mostly in-process (``natserver._cli``); a few tests run ``python -m natserver``.
+Mostly in-process (``natserver.cli`` and ``natserver.config.flags``); a few tests run ``python -m natserver``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from natserver import Options
-from natserver import _const as const
-from natserver._cli import USAGE, UsageError, build_options, main, parse_args, ports_file_path, send_signal
-from natserver._config import unsupported_warnings
+from natserver.cli import main, send_signal
+from natserver.config.flags import USAGE, UsageError, build_options, parse_args
+from natserver.config.mapping import unsupported_warnings
+from natserver.protocol import const
+from natserver.server.files import ports_file_path
 
 REPO = Path(__file__).resolve().parent.parent
+NATS_SERVER = shutil.which("nats-server")
 TIMEOUT = 15.0
 
 
@@ -105,12 +109,22 @@ def test_flags_that_do_not_become_options():
 
 
 def test_unsupported_nats_server_flags_are_accepted_and_reported():
-    # (the TLS flags are supported since the security work: tests/test_tls.py)
-    result = options("--no_advertise", "-js", "--cluster", "nats://127.0.0.1:6222", "-p", "1")
+    # (the TLS flags are supported since the security work: tests/auth/test_tls.py)
+    result = options("--no_advertise", "-js", "--syslog", "-p", "1")
     assert result.port == 1
     assert result.jetstream is True  # -js is supported
-    assert result.extra["cli"] == {"no_advertise": True, "cluster": "nats://127.0.0.1:6222"}
-    assert "Command line flag -cluster is not supported by natserver and is ignored" in unsupported_warnings(result)
+    assert result.extra["cli"] == {"no_advertise": True, "syslog": True}
+    assert "Command line flag -syslog is not supported by natserver and is ignored" in unsupported_warnings(result)
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--cluster", "nats://127.0.0.1:6222"), ("--routes", "nats://127.0.0.1:6222"),
+    ("--cluster_listen", "nats://127.0.0.1:6222"), ("--https_port", "8443"), ("-ms", "8443"),
+])  # fmt: skip
+def test_flags_for_listeners_natserver_lacks_are_refused(flag, value, capsys):
+    assert main([flag, value, "-p", "-1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"natserver: flag -{flag.lstrip('-')} (") and err.endswith("refusing to run without it\n")
 
 
 def test_every_flag_in_the_usage_is_parsed():
@@ -202,18 +216,51 @@ def test_bad_flag_in_a_real_process_has_no_traceback():
     assert done.stderr == "natserver: flag provided but not defined: -bogus-flag\n"
 
 
-def test_port_in_use_is_one_line_exit_1(tmp_path):
+def _fatal_lines(cmd: list[str]) -> tuple[int, list[str]]:
+    """Exit code and the log lines from [FTL] on, with the pid and time masked."""
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT)
+    assert "Traceback" not in done.stderr
+    lines = [re.sub(r"^\[\d+\] \S+ \S+ ", "", line) for line in done.stderr.splitlines()]
+    first = next((i for i, line in enumerate(lines) if line.startswith("[FTL]")), len(lines))
+    return done.returncode, lines[first:]
+
+
+@pytest.fixture
+def taken_port():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT,
-        )  # fmt: skip
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    assert done.stderr.splitlines()[-1] == "natserver: [Errno 98] Address already in use"
+        yield taken.getsockname()[1]
+
+
+# nats-server 2.9.10's answers (recorded; compared live below when it is installed).
+_PORT_IN_USE = '[FTL] Error listening on port: 127.0.0.1:{port}, "listen tcp 127.0.0.1:{port}: bind: address already in use"'
+_MONITOR_IN_USE = ("[FTL] Can't start monitoring: can't listen to the monitor port: listen tcp 127.0.0.1:{port}: bind: "
+                   "address already in use")
+
+
+def test_port_in_use_is_nats_servers_fatal_line_once(taken_port):
+    code, lines = _fatal_lines([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", str(taken_port)])
+    assert code == 1
+    assert lines == [_PORT_IN_USE.format(port=taken_port)]
+
+
+def test_monitor_port_in_use_is_nats_servers_fatal_line(taken_port):
+    code, lines = _fatal_lines([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1", "-m", str(taken_port)])
+    assert code == 1
+    assert lines[0] == _MONITOR_IN_USE.format(port=taken_port)
+    assert not any("Errno" in line or "FTL" in line for line in lines[1:])
+
+
+@pytest.mark.needs_nats_server
+@pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+@pytest.mark.parametrize("flag", ["-p", "-m"])
+def test_port_in_use_matches_nats_server(taken_port, flag):
+    args = ["-a", "127.0.0.1", "-p", str(taken_port)] if flag == "-p" else ["-a", "127.0.0.1", "-p", "-1", "-m", str(taken_port)]
+    theirs = _fatal_lines([NATS_SERVER, *args])
+    ours = _fatal_lines([sys.executable, "-m", "natserver", *args])
+    assert ours[0] == theirs[0] == 1
+    assert ours[1][0] == theirs[1][0]
 
 
 # -- -v, -h ------------------------------------------------------------------------------------
@@ -302,12 +349,12 @@ def test_server_runs_with_flags(tmp_path, spawn):
 
 def test_config_warnings_are_printed_and_the_server_starts(tmp_path, spawn):
     conf = tmp_path / "nats.conf"
-    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\ncluster { name: c }\n")
+    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\nserver_tags: [a]\n")
     proc, log = spawn("-c", str(conf))
     _wait_for(log, r"Server is ready", proc)
     text = log.read_text()
     assert text.startswith(f'{conf}:2:1: invalid use of field "ping_interval": ping_interval should be converted to a duration\n')
-    assert '[WRN] Config option "cluster" is not supported by natserver and is ignored' in text
+    assert '[WRN] Config option "server_tags" is not supported by natserver and is ignored' in text
     proc.send_signal(signal.SIGINT)
     assert proc.wait(TIMEOUT) == 0
 
@@ -356,7 +403,7 @@ def test_signal_commands(tmp_path, spawn, command, signum, code):
 
 
 def test_signal_without_pid_looks_for_natserver_processes(monkeypatch, capsys):
-    import natserver._cli as cli
+    import natserver.cli as cli
 
     monkeypatch.setattr(cli, "resolve_pids", lambda: [])
     assert main(["-sl", "reload"]) == 1
@@ -367,7 +414,7 @@ def test_signal_without_pid_looks_for_natserver_processes(monkeypatch, capsys):
 
 
 def test_resolve_pids_recognises_natserver_command_lines():
-    from natserver._cli import _is_natserver
+    from natserver.cli import _is_natserver
 
     assert _is_natserver(["/usr/bin/python3", "-m", "natserver", "-p", "4222"])
     assert _is_natserver(["/usr/local/bin/natserver", "-p", "4222"])

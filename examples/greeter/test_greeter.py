@@ -1,8 +1,8 @@
 """Tests of the greeter service, written against natserver's pytest plugin only.
 
-``pip install natserver nats-py pytest`` is all they need: the ``nats_server`` fixture is a
-real NATS server (in-process, on a random port), so there is no binary to download and no
-Docker. The tests are plain functions that run their asyncio code with ``asyncio.run``, so
+``pip install ../.. nats-py pytest`` (from a checkout; natserver is not on PyPI) is all they
+need: the ``nats_server`` fixture is a real NATS server (in-process, on a random port), so
+there is no binary to download and no Docker. The tests are plain functions that run their asyncio code with ``asyncio.run``, so
 they need no async pytest plugin either.
 """
 
@@ -12,7 +12,6 @@ import asyncio
 import json
 
 import pytest
-
 from greeter import ANNOUNCEMENTS, Greeter, GreeterUnavailable, connect, greet
 
 

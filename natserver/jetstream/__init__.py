@@ -33,7 +33,8 @@ import time
 
 import trio
 
-from . import errors
+from ..protocol.gotext import parse_duration
+from . import crypto, errors, monitor
 from .api import Api
 from .errors import ApiError
 from .store import FileStore, MemoryStore, sync_all, write_atomic
@@ -56,8 +57,6 @@ def parse_sync(value) -> tuple[bool, float]:
         return True, 0.0
     if isinstance(value, str) and value.strip().lower() in ("never", "none", "off"):
         return False, 0.0
-    from .._conf import parse_duration
-
     seconds = parse_duration(value)
     if seconds < 0:
         raise ValueError(f"invalid sync_interval {value!r}")
@@ -88,6 +87,12 @@ class JetStream:
             if key.lower() in ("sync_interval", "sync"):
                 sync = value
         self.sync_always, self.sync_interval = parse_sync(sync)
+        self.domain = check_domain(options.jetstream_domain)
+        # Encryption at rest (crypto.py): nats-server encrypts only when a key is given; the
+        # cipher alone does nothing (warned about in run()).
+        self.key = None
+        if options.jetstream_key:
+            self.key = crypto.ServerKey(options.jetstream_cipher or crypto.DEFAULT_CIPHER, options.jetstream_key)
         self.segment_size = None  # None: the store's default (tests make it small)
         self.streams: dict[str, Stream] = {}
         self.api = Api(self)
@@ -100,6 +105,7 @@ class JetStream:
         self._expiry_scope: trio.CancelScope | None = None
         self._sync_scope: trio.CancelScope | None = None
         self._api_sub = None
+        self._domain_sub = None
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -122,17 +128,42 @@ class JetStream:
         if self._sync_scope is not None:
             self._sync_scope.cancel()
 
+    # -- monitoring (called by the core's monitor, which never imports this package) -------------
+
+    def varz(self) -> dict:
+        return monitor.varz_jetstream(self)
+
+    def jsz(self, **flags) -> dict:
+        return monitor.jsz(self, **flags)
+
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        os.makedirs(self.streams_dir, exist_ok=True)
+        # Unset limits take nats-server's defaults, so that what /jsz reports is what applies.
+        if self.max_memory < 0:
+            self.max_memory = monitor.default_max_memory()
+        if self.max_store < 0:
+            self.max_store = monitor.default_max_store(self.store_dir)
         log.info("Starting JetStream")
-        log.info("  Store Directory: %r", self.store_dir)
+        log.info("  Max Memory:      %s", monitor.friendly_bytes(self.max_memory))
+        log.info("  Max Storage:     %s", monitor.friendly_bytes(self.max_store))
+        log.info('  Store Directory: "%s"', self.store_dir)
         log.info("  Sync:            %s", "always" if self.sync_always else
                  (f"every {self.sync_interval:g}s" if self.sync_interval else "never"))
+        if self.domain:
+            log.info("  Domain:          %s", self.domain)
+        if self.key is not None:
+            log.info("  Encryption:      %s", self.key.label)
+        elif self.server.options.jetstream_cipher:
+            log.warning("JetStream cipher %s is set without a key: streams are NOT encrypted",
+                        crypto.cipher_label(self.server.options.jetstream_cipher))
         try:
             os.makedirs(self.streams_dir, exist_ok=True)
             self._recover()
             self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+            if self.domain:
+                self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
@@ -143,8 +174,18 @@ class JetStream:
             with trio.CancelScope(shield=True):
                 self.close()
 
+    def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
+        self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
+
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""
+        if self._domain_sub is not None:
+            try:
+                self.unsubscribe(self._domain_sub)
+            except Exception:  # the server may be half torn down already
+                pass
+            self._domain_sub = None
         if self._api_sub is not None:
             try:
                 self.unsubscribe(self._api_sub)
@@ -169,21 +210,26 @@ class JetStream:
                 continue
             meta_path = os.path.join(path, META_FILE)
             try:
+                cipher = self._stream_cipher(path, name)
                 with open(meta_path, "rb") as f:
-                    meta = loads(f.read())
+                    raw = f.read()
+                meta = loads(cipher.open_meta(raw) if cipher is not None else raw)
                 cfg = check_stream_config(StreamConfig.from_json(meta["config"]), self.streams)
                 created = int(meta.get("created", 0))
             except FileNotFoundError:
                 log.warning("JetStream: %s has no %s (not a natserver stream, or a crash during its "
                             "creation); skipped", path, META_FILE)
                 continue
+            except crypto.EncryptionKeyError as exc:
+                log.error("JetStream: can not load the stream in %s: %s", path, exc)
+                raise
             except (ValueError, KeyError, TypeError, ApiError) as exc:
                 log.error("JetStream: can not load the stream in %s: %s", path, exc)
                 continue
             if cfg.storage != "file":
                 continue
             try:
-                store = self._file_store(path, cfg, now)
+                store = self._file_store(path, cfg, now, cipher)
             except OSError as exc:
                 log.error("JetStream: can not open the stream in %s: %s", path, exc)
                 continue
@@ -196,12 +242,36 @@ class JetStream:
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
 
-    def _file_store(self, path: str, cfg: StreamConfig, now: int) -> FileStore:
+    def _stream_cipher(self, path: str, name: str):
+        """The stream's keys (None: a plain stream); EncryptionKeyError when the stream and
+        the configuration do not fit (wrong key, no key, a plain stream under a key)."""
+        key_path = os.path.join(path, crypto.KEY_FILE)
+        where = f"stream '{name}'"
+        if not os.path.exists(key_path):
+            if self.key is not None and os.path.exists(os.path.join(path, META_FILE)):
+                raise crypto.EncryptionKeyError(
+                    f"{where} is stored unencrypted but jetstream encryption is configured: natserver does "
+                    f"not convert stores (remove the key, or move the stream away)")
+            return None
+        if self.key is None:
+            raise crypto.EncryptionKeyError(f"{where} is encrypted but no jetstream key is configured")
+        with open(key_path, "rb") as f:
+            cipher = self.key.open_key_file(f.read(), where)
+        if cipher.cipher != self.key.cipher:
+            log.warning("JetStream: %s stays encrypted with %s (new streams use %s)", where,
+                        crypto.cipher_label(cipher.cipher), self.key.label)
+        return cipher
+
+    def _meta_bytes(self, cipher, cfg: StreamConfig, created: int) -> bytes:
+        meta = self._meta(cfg, created)
+        return cipher.seal_meta(meta) if cipher is not None else meta
+
+    def _file_store(self, path: str, cfg: StreamConfig, now: int, cipher=None) -> FileStore:
         kwargs = {}
         if self.segment_size:
             kwargs["segment_size"] = self.segment_size
         store = FileStore(path, cfg, sync_always=self.sync_always, dedup_window=cfg.duplicate_window,
-                          now=now, **kwargs)
+                          now=now, cipher=cipher, **kwargs)
         store.notify = self._store_dirty
         return store
 
@@ -252,8 +322,12 @@ class JetStream:
                         raise errors.stream_create("a nats-server stream of this name is in the store directory")
                     shutil.rmtree(path)  # leftovers of a stream that could not be loaded
                 os.makedirs(path)
-                write_atomic(os.path.join(path, META_FILE), self._meta(cfg, created))
-                store = self._file_store(path, cfg, created)
+                cipher = None
+                if self.key is not None:
+                    key_file, cipher = self.key.key_file_bytes()
+                    write_atomic(os.path.join(path, crypto.KEY_FILE), key_file)
+                write_atomic(os.path.join(path, META_FILE), self._meta_bytes(cipher, cfg, created))
+                store = self._file_store(path, cfg, created, cipher)
             else:
                 store = MemoryStore(cfg)
         except (OSError, ValueError) as exc:  # ValueError: a name the file system refuses (NUL)
@@ -283,7 +357,8 @@ class JetStream:
             self.check_reservation(cfg.storage, grow, max(old.max_bytes, 0), exclude=stream.name)
         if isinstance(stream.store, FileStore):
             try:
-                write_atomic(os.path.join(stream.store.path, META_FILE), self._meta(cfg, stream.created))
+                write_atomic(os.path.join(stream.store.path, META_FILE),
+                             self._meta_bytes(stream.store.cipher, cfg, stream.created))
             except OSError as exc:
                 raise errors.stream_update(str(exc)) from None
         stream.cfg = cfg
@@ -434,6 +509,21 @@ class JetStream:
             if targets:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_sync_many, targets)
+
+
+class DomainError(ValueError):
+    fatal_startup = True  # the CLI prints it as one line (natserver: ...) and exits 1
+
+
+def check_domain(domain: str) -> str:
+    """nats-server's checks of jetstream.domain (validateJetStreamOptions), its messages."""
+    if not domain:
+        return ""
+    if any(c in domain for c in ".*>"):
+        raise DomainError("invalid domain name: may not contain ., * or >")
+    if any(c in domain for c in " \t\r\n\f"):
+        raise DomainError(f'invalid domain name: derived "$JS.{domain}.API.>" is not a valid subject')
+    return domain
 
 
 def _sync_many(targets) -> None:

@@ -154,6 +154,7 @@ class Api:
                 "storage_max_stream_bytes": -1,
                 "max_bytes_required": False,
             },
+            **({"domain": js.domain} if js.domain else {}),
             "api": {"total": js.api_total, "errors": js.api_errors},
         }
         self._send(reply, response)

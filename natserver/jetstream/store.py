@@ -35,6 +35,10 @@ records in order. A torn or corrupt record at the end of the last segment (a cra
 write) is cut off; a corrupt record followed by good ones is skipped (counted as lost, never
 served). Segments whose messages are all gone are deleted once every older segment is.
 
+With encryption at rest (``jetstream { key }``, crypto.py) the segments hold exactly these
+records XORed with a keystream per segment, by offset (``FileStore._disk``), so everything
+here (offsets, checksums of the plain records, recovery) is the same for both.
+
 Writes go to a buffer that the engine flushes (one ``write``) before it sends the acks of the
 messages in it, so an acknowledged message has reached the operating system; with sync
 "always" the engine also fsyncs before acking (group commit).
@@ -597,9 +601,10 @@ class FileStore(Store):
     _replace_equal_refused = True
 
     def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
-                 dedup_window: int = 0, now: int = 0) -> None:
+                 dedup_window: int = 0, now: int = 0, cipher=None) -> None:
         super().__init__(cfg)
         self.path = path
+        self.cipher = cipher  # crypto.StreamCipher: encrypted segments (None: plain)
         self.msgs_dir = os.path.join(path, "msgs")
         os.makedirs(self.msgs_dir, exist_ok=True)
         self.sync_always = sync_always
@@ -629,6 +634,7 @@ class FileStore(Store):
         last_seq = last_ts = floor = 0
         horizon = now - dedup_window if dedup_window > 0 else None
         candidates: list = []
+        torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
         for k, seg in enumerate(ids):
@@ -638,7 +644,7 @@ class FileStore(Store):
             self.segs.append(seg)
             self.live[seg] = 0
             with open(seg_path, "rb") as f:
-                data = f.read()
+                data = self._disk(seg, f.read(), 0)
             view = memoryview(data)
             n = len(data)
             pos = 0
@@ -689,6 +695,9 @@ class FileStore(Store):
                     os.truncate(seg_path, bad_at)
                     self.lost += 1
                     n = bad_at
+                    # Encrypted: never write a keystream's bytes twice (the cut tail may have
+                    # been copied): the next writes go to a new segment.
+                    torn_tail = True
                 else:
                     log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
                     self.lost += 1
@@ -731,7 +740,7 @@ class FileStore(Store):
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
         # Write to the newest segment while it has room.
-        if self.segs and self.size < self.segment_size:
+        if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
             self.active = self.segs[-1]
             self.flushed = self.size
             if self.size == 0:
@@ -741,6 +750,12 @@ class FileStore(Store):
             self._new_segment()
         self.flush()
         self._drop_dead_segments()
+
+    def _disk(self, seg: int, data, offset: int):
+        """Bytes between memory and disk: XORed with the segment's keystream when the store is
+        encrypted (crypto.py; the same operation both ways), unchanged otherwise."""
+        cipher = self.cipher
+        return data if cipher is None else cipher.xor(seg, offset, data)
 
     def _seg_path(self, seg: int) -> str:
         return os.path.join(self.msgs_dir, f"{seg}{SEGMENT_SUFFIX}")
@@ -810,7 +825,7 @@ class FileStore(Store):
             rec = bytes(self.buf[start : start + total])
         else:
             try:
-                rec = os.pread(self.fds[seg], total, offset)
+                rec = self._disk(seg, os.pread(self.fds[seg], total, offset), offset)
             except (OSError, KeyError):
                 rec = b""
         if len(rec) != total or zlib.crc32(memoryview(rec)[:-4]) != _U32.unpack_from(rec, total - 4)[0] \
@@ -850,7 +865,7 @@ class FileStore(Store):
         else:
             fd = self.fds.get(seg)
             if fd is not None:
-                _write_all(fd, rec, offset)
+                _write_all(fd, self._disk(seg, rec, offset), offset)
                 self.unsynced.add(seg)
 
     def _skipped(self, seq):
@@ -873,7 +888,7 @@ class FileStore(Store):
             self.buf += rec
             self.size += len(rec)
         if self.buf:
-            _write_all(self.fds[self.active], self.buf, self.flushed)
+            _write_all(self.fds[self.active], self._disk(self.active, self.buf, self.flushed), self.flushed)
             self.flushed += len(self.buf)
             self.buf = bytearray()
             self.unsynced.add(self.active)

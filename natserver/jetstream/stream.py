@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING
 from . import errors
 from .errors import ApiError
 from .store import StoreError
-from .util import dumps, get_header, go_quote, is_subset_match, is_valid_subject, parse_uint, remove_header, subjects_collide
+from .util import (
+    dumps,
+    get_header,
+    go_quote,
+    is_subset_match,
+    is_valid_subject,
+    parse_uint,
+    remove_header,
+    rfc3339nano,
+    subjects_collide,
+)
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -354,6 +364,9 @@ class Stream:
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         prefix = dumps({"stream": self.name})
+        domain = getattr(engine, "domain", "")
+        if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
+            prefix = prefix[:-1] + b', "domain":' + dumps(domain) + b"}"
         self._ack_prefix = prefix[:-1] + b', "seq":'  # nats-server's pubAck template
         self._name_b = self.name.encode()
         recovered = getattr(store, "recovered_ids", None)
@@ -483,8 +496,6 @@ class Stream:
 
     def state_json(self, details: bool = False, subjects: dict | None = None) -> dict:
         """StreamState in Go's field order (FastState, or State with details)."""
-        from .util import rfc3339nano
-
         store = self.store
         out: dict = {
             "messages": store.msgs,
@@ -511,6 +522,4 @@ class Stream:
         return out
 
     def info_json(self) -> dict:
-        from .util import rfc3339nano
-
         return {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}

@@ -19,7 +19,10 @@ import time
 
 import trio
 
+from .._version import __version__
 from .config import VERSION, NsqOptions, _duration, parse_nsq_options
+from .lookupd import serve_lookupd
+from .tcp import serve_nsq
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
 __all__ = ["nsqd_main", "nsqlookupd_main", "main"]
@@ -145,8 +148,6 @@ async def _run_until_signal(serve, *args) -> None:
 
 
 def nsqd_main(argv: list[str] | None = None) -> int:
-    from .._version import __version__
-
     try:
         values, host = parse_flags(list(sys.argv[1:] if argv is None else argv), _NSQD_FLAGS)
         if values.pop("version", False):
@@ -160,8 +161,6 @@ def nsqd_main(argv: list[str] | None = None) -> int:
         return 2
     _log_to_stderr("nsqd")
     log.info("nsqd v%s (natserver %s)", VERSION, __version__)
-    from .tcp import serve_nsq
-
     try:
         trio.run(_run_until_signal, serve_nsq, None, options)
     except OSError as exc:
@@ -171,8 +170,6 @@ def nsqd_main(argv: list[str] | None = None) -> int:
 
 
 def nsqlookupd_main(argv: list[str] | None = None) -> int:
-    from .._version import __version__
-
     try:
         values, host = parse_flags(list(sys.argv[1:] if argv is None else argv), _LOOKUPD_FLAGS)
     except UsageError as exc:
@@ -183,8 +180,6 @@ def nsqlookupd_main(argv: list[str] | None = None) -> int:
         return 0
     _log_to_stderr("nsqlookupd")
     log.info("nsqlookupd v%s (natserver %s)", VERSION, __version__)
-    from .lookupd import serve_lookupd
-
     tcp = values.get("tcp", 4160)  # nsqlookupd --tcp-address 0.0.0.0:4160
     http = values.get("http", 4161)  # nsqlookupd --http-address 0.0.0.0:4161
     try:

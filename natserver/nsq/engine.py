@@ -32,7 +32,9 @@ import struct
 import threading
 import time
 
-from .config import NsqOptions
+from ..jetstream.store import FileStore
+from .config import VERSION, NsqOptions
+from .protocol import is_valid_name
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
 __all__ = ["Engine", "Topic", "Channel", "Message", "Consumer", "GuidFactory"]
@@ -144,8 +146,6 @@ class DiskQueue:
     handed out stays on disk."""
 
     def __init__(self, path: str, segment_size: int) -> None:
-        from ..jetstream.store import FileStore
-
         self.path = path
         self.store = FileStore(path, _QueueConfig(), segment_size=segment_size)
         self._ahead: collections.deque = collections.deque()  # (seq, Message) read, not popped
@@ -683,8 +683,6 @@ class Engine:
                 continue
             channels = [{"name": c.name, "paused": c.paused} for c in topic.channels.values() if not c.ephemeral]
             topics.append({"channels": channels, "name": topic.name, "paused": topic.paused})
-        from .config import VERSION
-
         return {"topics": topics, "version": VERSION}
 
     def save_metadata(self) -> None:
@@ -709,8 +707,6 @@ class Engine:
             return
         except (OSError, ValueError) as exc:
             raise ValueError(f"nsq: failed to read {path}: {exc}") from None
-        from .protocol import is_valid_name
-
         self.loading = True
         try:
             self._load(data, path)
@@ -718,8 +714,6 @@ class Engine:
             self.loading = False
 
     def _load(self, data: dict, path: str) -> None:
-        from .protocol import is_valid_name
-
         for entry in data.get("topics") or []:
             name = entry.get("name", "")
             if not is_valid_name(name):

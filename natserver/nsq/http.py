@@ -22,8 +22,8 @@ import trio
 
 from .config import VERSION
 from .errors import HttpError
-from .protocol import is_valid_name
 from .protocol import _LEN as _INT32
+from .protocol import is_valid_name
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
 __all__ = ["NsqHttp", "stats"]
@@ -145,6 +145,12 @@ async def _linger(stream) -> None:
                 pass
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass
+
+
+def listen_label(listener) -> str:
+    """HOST:PORT of a listener as nsqd logs it ("TCP: listening on 127.0.0.1:4150")."""
+    host, port = listener.socket.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class HttpApi:

@@ -20,7 +20,7 @@ import trio
 
 from .config import VERSION
 from .errors import HttpError
-from .http import JSON, TEXT, HttpApi
+from .http import JSON, TEXT, HttpApi, listen_label
 from .protocol import is_valid_name
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
@@ -386,15 +386,13 @@ async def _accept(listener, handler, nursery) -> None:
 async def serve_lookupd(host: str | None, tcp_port: int, http_port: int, broadcast_address: str = "", *,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run an nsqlookupd; ``task_status.started(lookupd)``."""
-    from .tcp import _listen_label
-
     lookupd = Lookupd(broadcast_address)
     tcp = await trio.open_tcp_listeners(tcp_port, host=host)
     lookupd.tcp_port = tcp[0].socket.getsockname()[1]
-    log.info("TCP: listening on %s", _listen_label(tcp[0]))
+    log.info("TCP: listening on %s", listen_label(tcp[0]))
     http = await trio.open_tcp_listeners(http_port, host=host)
     lookupd.http_port = http[0].socket.getsockname()[1]
-    log.info("HTTP: listening on %s", _listen_label(http[0]))
+    log.info("HTTP: listening on %s", listen_label(http[0]))
     api = LookupdHttp(lookupd)
     try:
         async with trio.open_nursery() as nursery:

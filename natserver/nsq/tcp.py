@@ -17,12 +17,28 @@ import time
 import orjson
 import trio
 
+from ..auth.tls import PrefixedStream
+from .auth import AuthError, query_any_authd
+from .bridge import Bridge
+from .codecs import DeflateCodec, SnappyCodec
 from .config import OUTPUT_BUFFER_SIZE, VERSION, NsqOptions, parse_nsq_options
 from .engine import Consumer, Engine, Message
 from .errors import NsqError
+from .http import NsqHttp, listen_label
+from .lookupd import LookupPeer
 from .protocol import (
-    HEARTBEAT, MSG_ID_LENGTH, NEED_DATA, OK, OK_FRAME, V2Parser, encode_message, error_frame, go_quote,
-    is_valid_name, parse_base10, response,
+    HEARTBEAT,
+    MSG_ID_LENGTH,
+    NEED_DATA,
+    OK,
+    OK_FRAME,
+    V2Parser,
+    encode_message,
+    error_frame,
+    go_quote,
+    is_valid_name,
+    parse_base10,
+    response,
 )
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
@@ -392,8 +408,6 @@ class NsqClient(Consumer):
                            f"AUTH failed for {command} on {go_quote(topic.encode())} {go_quote(channel.encode())}")
 
     async def _query_auth(self, secret: str):
-        from .auth import AuthError, query_any_authd
-
         try:
             return await query_any_authd(self.front.options.auth_http_addresses, self.ip, self.tls, "", secret)
         except AuthError as exc:
@@ -514,8 +528,6 @@ class NsqClient(Consumer):
                 self.send_response(OK)
                 await self._send_pending()
             if snappy or deflate:
-                from .codecs import DeflateCodec, SnappyCodec
-
                 self.codec = SnappyCodec() if snappy else DeflateCodec(level)
                 self.snappy, self.deflate = snappy, deflate
                 self.front.upgrades["snappy" if snappy else "deflate"] += 1
@@ -530,8 +542,6 @@ class NsqClient(Consumer):
         leftover = self.parser.take_unread()
         stream = self.stream
         if leftover:  # a client that did not wait for the IDENTIFY answer
-            from .._tls import PrefixedStream
-
             stream = PrefixedStream(stream, leftover)
         ssl_stream = trio.SSLStream(stream, self.front.ssl_context, server_side=True)
         try:
@@ -597,7 +607,7 @@ class NsqServer:
         self.hostname = socket.gethostname()
         self.broadcast_address = options.broadcast_address or self.hostname
         if options.snappy and not _have_cramjam():
-            log.warning("NSQ: snappy is not offered: the cramjam package is not installed (pip install natserver[nsq])")
+            log.warning("NSQ: snappy is not offered: the cramjam package is not installed (natserver's nsq extra)")
             self.options = options = options.copy(snappy=False)
         self.ssl_context = None
         if options.tls_cert:
@@ -690,11 +700,6 @@ def _have_cramjam() -> bool:
     return True
 
 
-def _listen_label(listener) -> str:
-    host, port = listener.socket.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve NSQ's TCP and HTTP protocols beside ``server`` (a natserver Server, or None for
     a stand-alone nsqd); ``task_status.started(front)`` with ``.tcp_port``/``.http_port``."""
@@ -710,9 +715,7 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
         log.error("NSQ: error listening on TCP port %s:%d, %r", front.host, options.port, exc)
         raise
     front.tcp_port = front.listeners[0].socket.getsockname()[1]
-    log.info("TCP: listening on %s", _listen_label(front.listeners[0]))
-    from .http import NsqHttp
-
+    log.info("TCP: listening on %s", listen_label(front.listeners[0]))
     try:
         http_listeners = await trio.open_tcp_listeners(http_port, host=host)
     except OSError as exc:
@@ -722,13 +725,13 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
         raise
     front.http_port = http_listeners[0].socket.getsockname()[1]
     front.http = NsqHttp(front)
-    log.info("HTTP: listening on %s", _listen_label(http_listeners[0]))
+    log.info("HTTP: listening on %s", listen_label(http_listeners[0]))
     https_listeners = []
     if options.https_port is not None:
         https_listeners = await trio.open_tcp_listeners(0 if options.https_port == -1 else options.https_port,
                                                         host=host)
         front.https_port = https_listeners[0].socket.getsockname()[1]
-        log.info("HTTPS: listening on %s", _listen_label(https_listeners[0]))
+        log.info("HTTPS: listening on %s", listen_label(https_listeners[0]))
     try:
         async with trio.open_nursery() as nursery:
             front._nursery = nursery
@@ -741,16 +744,12 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
                 for listener in https_listeners:
                     nursery.start_soon(https.accept_loop, listener, nursery)
             if options.lookupd_tcp_addresses:
-                from .lookupd import LookupPeer
-
                 for address in options.lookupd_tcp_addresses:
                     peer = LookupPeer(front, address)
                     front.engine.watchers.append(peer.watch)
                     nursery.start_soon(peer.run)
             nursery.start_soon(front._scanner)
             if options.bridge and server is not None:
-                from .bridge import Bridge
-
                 front.bridge = Bridge(front, server, options.bridge_prefix)
                 front.bridge.start()
             task_status.started(front)

@@ -123,7 +123,7 @@ def read_credentials(path: str) -> tuple[str, str]:
 
 def _sign(seed: str, nonce: str) -> tuple[str, str]:
     """(public key, base64url signature of the nonce) for an nkey seed."""
-    from natserver import _nkeys  # cryptography, imported only when needed
+    from natserver.auth import nkeys as _nkeys  # cryptography, imported only when needed
 
     try:
         kp = _nkeys.from_seed(seed.encode())

@@ -1,0 +1,71 @@
+"""A whole natserver: the core server (natserver.server) with the subsystems built on top of it
+(JetStream today; the NSQ and NATS Streaming front-ends and clustering plug in the same way).
+
+The core never imports what is built on it: it runs the ``Subsystem`` objects it is given.
+This module, at the top of the package, is where they are listed. Each one's code is imported
+only when a server's options ask for it, so a plain core server starts without loading it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import trio
+
+from .config.options import Options
+from .server import server as core
+
+__all__ = ["Server", "serve", "build_server", "check_options", "SUBSYSTEMS"]
+
+
+@dataclass(frozen=True)
+class LazySubsystem:
+    """A subsystem named by module and entry point: ``entry(server, task_status=...)`` is
+    started by the core server when ``wanted(options)``; its module is imported then."""
+
+    name: str
+    wanted: Callable[[Options], bool]
+    module: str
+    entry: str
+    check: str = ""  # the module's ``check(options)``: ValueError for options it cannot use
+
+    def check_options(self, options: Options) -> None:
+        if self.check and self.wanted(options):
+            getattr(importlib.import_module(self.module), self.check)(options)
+
+    async def start(self, server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        entry = getattr(importlib.import_module(self.module), self.entry)
+        await entry(server, task_status=task_status)
+
+
+SUBSYSTEMS: tuple[LazySubsystem, ...] = (
+    LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream"),
+    LazySubsystem("nsq", lambda options: options.nsq is not None, "natserver.nsq", "enable_nsq", "check_options"),
+)
+
+
+def check_options(options: Options, subsystems: tuple = SUBSYSTEMS) -> None:
+    """Every wanted subsystem's checks of its own options (ValueError), before anything starts."""
+    for subsystem in subsystems:
+        if isinstance(subsystem, LazySubsystem):
+            subsystem.check_options(options)
+
+
+class Server(core.Server):
+    """natserver's server: the core with every subsystem its options enable."""
+
+    def __init__(self, options: Options | None = None, *, subsystems: tuple = SUBSYSTEMS, **changes) -> None:
+        super().__init__(options, subsystems=subsystems, **changes)
+        check_options(self.options, subsystems)
+
+
+def build_server(options: Options | None = None, **changes) -> Server:
+    return Server(options, **changes)
+
+
+async def serve(options: Options | None = None, *, task_status=trio.TASK_STATUS_IGNORED, **changes) -> None:
+    """Run a server; use as ``server = await nursery.start(serve, options)``."""
+    server = Server(options, **changes)
+    await server.run(task_status=task_status)

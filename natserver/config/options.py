@@ -1,0 +1,111 @@
+"""Server options: every setting with nats-server's name and default (see protocol/const.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..protocol import const
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["Options"]
+
+
+@dataclass
+class Options:
+    """Settings of one server. Field names follow nats-server's config keys."""
+
+    host: str = const.DEFAULT_HOST
+    port: int = const.DEFAULT_PORT  # -1: a random free port (nats-server RANDOM_PORT)
+    server_name: str = ""  # empty: the server id, as nats-server does
+    max_payload: int = const.MAX_PAYLOAD_SIZE
+    max_control_line: int = const.MAX_CONTROL_LINE_SIZE
+    max_pending: int = const.MAX_PENDING_SIZE
+    max_connections: int = const.DEFAULT_MAX_CONNECTIONS
+    max_subscriptions: int = const.DEFAULT_MAX_SUBSCRIPTIONS  # 0: unlimited
+    ping_interval: float = const.DEFAULT_PING_INTERVAL  # seconds
+    ping_max: int = const.DEFAULT_PING_MAX_OUT
+    write_deadline: float = const.DEFAULT_WRITE_DEADLINE  # seconds
+    auth_timeout: float = const.DEFAULT_AUTH_TIMEOUT  # seconds
+    headers: bool = True  # config: no_header_support (inverted)
+    lame_duck_duration: float = const.DEFAULT_LAME_DUCK_DURATION
+    lame_duck_grace_period: float = const.DEFAULT_LAME_DUCK_GRACE_PERIOD
+    max_closed_clients: int = const.DEFAULT_MAX_CLOSED_CLIENTS
+    # Monitoring HTTP (0 = off; -1 = random port)
+    http_host: str = ""
+    http_port: int = 0
+    # Authentication (see auth/users.py): one user, a token, or users (with passwords or nkeys)
+    username: str = ""
+    password: str = ""
+    authorization: str = ""  # token
+    users: list = field(default_factory=list)  # natserver.auth.users.User, from authorization.users
+    nkeys: list = field(default_factory=list)  # natserver.auth.users.NkeyUser
+    no_auth_user: str = ""  # the user a client without credentials becomes
+    accounts: list = field(default_factory=list)  # natserver.routing.accounts.AccountConfig
+    # Operator mode (decentralised JWT auth, see auth/jwt.py): operator JWTs (or files), the
+    # resolver (only "MEMORY") and its preloaded account JWTs {account public key: JWT}
+    trusted_operators: list = field(default_factory=list)
+    trusted_keys: list = field(default_factory=list)
+    resolver: str = ""
+    resolver_preload: dict = field(default_factory=dict)
+    system_account: str = ""
+    # TLS for client connections (natserver.auth.tls.TLSConfig); allow_non_tls lets clients choose
+    tls: object = None
+    allow_non_tls: bool = False
+    # JetStream-shaped persisted streams (natserver.jetstream)
+    jetstream: bool = False
+    store_dir: str = ""  # empty: a "jetstream" directory under the system temp dir
+    max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
+    max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
+    jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
+    jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"
+    jetstream_key: str = ""  # jetstream { key }: encryption at rest (natserver.jetstream.crypto)
+    # The nsqd-compatible front-end (natserver.nsq): the nsq {} block; None: off
+    nsq: dict | None = None
+    # Logging
+    debug: bool = False
+    trace: bool = False
+    logtime: bool = True
+    log_file: str = ""
+    quiet: bool = False  # no log output at all (in-process test servers)
+    pid_file: str = ""
+    ports_file_dir: str = ""
+    config_file: str = ""
+    extra: dict = field(default_factory=dict)  # config keys we accept but do not act on
+
+    def copy(self, **changes) -> "Options":
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> None:
+        """Startup checks nats-server makes (server.go validateOptions)."""
+        if self.max_payload > self.max_pending:
+            raise ValueError(
+                f"max_payload ({self.max_payload}) cannot be higher than max_pending ({self.max_pending})"
+            )
+        if self.port < -1 or self.port > 65535:
+            raise ValueError(f"invalid port {self.port}")
+        if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
+            raise ValueError("lame duck grace period must be less than lame duck duration")
+        self.validate_security()
+
+    def validate_security(self) -> None:
+        """auth.go validateAuth / validateNoAuthUser, jwt.go validateTrustedOperators."""
+        if self.no_auth_user:
+            if self.trusted_operators:
+                raise ValueError("no_auth_user not compatible with Trusted Operator")
+            if not self.users:
+                raise ValueError(f'no_auth_user: "{self.no_auth_user}" present, but users are not defined')
+            if not any(u.username == self.no_auth_user for u in self.users):
+                raise ValueError(
+                    f'no_auth_user: "{self.no_auth_user}" not present as user in authorization block or account '
+                    "configuration"
+                )
+        if self.trusted_operators:
+            if not self.resolver:
+                raise ValueError("operators require an account resolver to be configured")
+            if self.accounts:
+                raise ValueError("operators do not allow Accounts to be configured directly")
+            if self.users or self.nkeys:
+                raise ValueError("operators do not allow users to be configured directly")
+            if self.trusted_keys:
+                raise ValueError("conflicting options for 'TrustedKeys' and 'TrustedOperators'")

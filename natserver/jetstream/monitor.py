@@ -1,0 +1,116 @@
+"""What the monitoring endpoints report about JetStream, in nats-server 2.9.10's JSON: the
+``jetstream`` object of /varz and the body of /jsz (``monitor.go`` Jsz, JSInfo, AccountDetail,
+StreamDetail). The core's monitor calls these through the engine (``JetStream.jsz``,
+``JetStream.varz``), so it never imports this package."""
+
+from __future__ import annotations
+
+import os
+
+from .util import rfc3339nano
+
+__all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz"]
+
+# nats-server (jetstream.go): unset limits are 75 % of the machine's memory and 75 % of the
+# store directory's free disk, the disk capped at JetStreamMaxStoreDefault (1 TB) first.
+_DEFAULT_SHARE_PERCENT = 75
+_MAX_STORE_CAP = 1 << 40
+# An account's reservations when it has no limits of its own: Go's uint64(-1), as 2.9.10 prints.
+_UNLIMITED_RESERVATION = (1 << 64) - 1
+GLOBAL_ACCOUNT = "$G"
+
+
+def default_max_memory() -> int:
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return total * _DEFAULT_SHARE_PERCENT // 100
+
+
+def default_max_store(store_dir: str) -> int:
+    fs = os.statvfs(store_dir)
+    return min(fs.f_bavail * fs.f_frsize, _MAX_STORE_CAP) * _DEFAULT_SHARE_PERCENT // 100
+
+
+def friendly_bytes(n: int) -> str:
+    """nats-server's friendlyBytes: "512 B", "17.66 GB" (powers of 1024, two decimals)."""
+    if n < 1024:
+        return f"{n} B"
+    exp = 0
+    value = float(n)
+    while value >= 1024 and exp < 6:
+        value /= 1024
+        exp += 1
+    return f"{value:.2f} {'KMGTPE'[exp - 1]}B"
+
+
+def _usage(js) -> tuple[int, int]:
+    memory = storage = 0
+    for stream in js.streams.values():
+        if stream.store.kind == "memory":
+            memory += stream.store.bytes
+        else:
+            storage += stream.store.bytes
+    return memory, storage
+
+
+def _config(js) -> dict:
+    config = {"max_memory": js.max_memory, "max_storage": js.max_store, "store_dir": js.store_dir}
+    if js.domain:
+        config["domain"] = js.domain
+    return config
+
+
+def _stats(js) -> dict:
+    memory, storage = _usage(js)
+    return {
+        "memory": memory, "storage": storage, "reserved_memory": 0, "reserved_storage": 0,
+        "accounts": 1, "ha_assets": 0, "api": {"total": js.api_total, "errors": js.api_errors},
+    }
+
+
+def varz_jetstream(js) -> dict:
+    """/varz "jetstream": {config, stats} (an empty object when JetStream is off)."""
+    return {"config": _config(js), "stats": _stats(js)}
+
+
+def _consumer_count(stream) -> int:
+    return int(stream.state_json().get("consumer_count", 0))
+
+
+def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
+    detail: dict = {"name": stream.name, "created": rfc3339nano(stream.created),
+                    "cluster": {"leader": js.server.server_id}}
+    if config:
+        detail["config"] = stream.cfg.to_json()
+    detail["state"] = stream.state_json()
+    if consumers:
+        consumer_infos = getattr(stream, "consumer_infos", None)  # the consumer engine's, when present
+        infos = consumer_infos(config=config) if consumer_infos is not None else []
+        if infos:
+            detail["consumer_detail"] = infos
+    return detail
+
+
+def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = False, config: bool = False) -> dict:
+    """The /jsz body after server_id and now. ``streams``/``consumers`` imply ``accounts``.
+    (``acc=`` selects an account; natserver has one, ``$G``, and 2.9.10 answers an unknown
+    name with every account, so it changes nothing here.)"""
+    stats = _stats(js)
+    out = {"config": _config(js), **{k: v for k, v in stats.items()}}
+    out["streams"] = len(js.streams)
+    out["consumers"] = sum(_consumer_count(s) for s in js.streams.values())
+    out["messages"] = sum(s.store.msgs for s in js.streams.values())
+    out["bytes"] = sum(s.store.bytes for s in js.streams.values())
+    if accounts or streams or consumers:
+        detail: dict = {
+            "name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT,
+            "memory": stats["memory"], "storage": stats["storage"],
+            "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
+            "accounts": 0, "ha_assets": 0, "api": stats["api"],
+        }
+        if (streams or consumers) and js.streams:
+            detail["stream_detail"] = [
+                _stream_detail(js, s, config=config, consumers=consumers)
+                for s in sorted(js.streams.values(), key=lambda s: s.name)
+            ]
+        out["account_details"] = [detail]
+    return out

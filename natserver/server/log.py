@@ -1,0 +1,109 @@
+"""Log lines in nats-server's format: ``[pid] 2026/11/21 12:19:31.555216 [INF] text``.
+
+Wrappers and test harnesses scrape these (e.g. "Listening for client connections on" and
+"Server is ready"), so the shape matters, not just the words.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["configure_logging", "reopen_log_file"]  # configure_library_logging: internal
+
+_LEVELS = {
+    logging.DEBUG: "DBG",
+    logging.INFO: "INF",
+    logging.WARNING: "WRN",
+    logging.ERROR: "ERR",
+    logging.CRITICAL: "FTL",
+}
+TRACE = 5  # below DEBUG: protocol tracing (-V)
+logging.addLevelName(TRACE, "TRC")
+_LEVELS[TRACE] = "TRC"
+
+
+class NatsFormatter(logging.Formatter):
+    def __init__(self, logtime: bool = True) -> None:
+        super().__init__()
+        self.logtime = logtime
+        self.pid = os.getpid()
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = _LEVELS.get(record.levelno, "INF")
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if self.logtime:
+            t = record.created
+            stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 1e6):06d}"
+            return f"[{self.pid}] {stamp} [{level}] {message}"
+        return f"[{self.pid}] [{level}] {message}"
+
+
+class _ReopenableFileHandler(logging.FileHandler):
+    """``-l FILE``: appends, as nats-server's file logger; ``reopen()`` after log rotation
+    (SIGUSR1) starts a new file at the same path."""
+
+    def reopen(self) -> None:
+        self.acquire()
+        try:
+            if self.stream:
+                self.stream.close()
+            self.stream = self._open()
+        finally:
+            self.release()
+
+
+def configure_logging(options) -> logging.Handler | None:
+    """Route the "natserver" logger as nats-server would: stderr, or -l FILE."""
+    logger = logging.getLogger("natserver")
+    for handler in list(logger.handlers):
+        if getattr(handler, "_natserver", False):
+            logger.removeHandler(handler)
+            handler.close()
+    if options.quiet:
+        logger.setLevel(logging.CRITICAL + 1)
+        return None
+    if options.log_file:
+        handler: logging.Handler = _ReopenableFileHandler(options.log_file)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler._natserver = True  # type: ignore[attr-defined]
+    handler.setFormatter(NatsFormatter(options.logtime))
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(TRACE if options.trace else logging.DEBUG if options.debug else logging.INFO)
+    return handler
+
+
+def reopen_log_file() -> bool:
+    """SIGUSR1: reopen the log file (after it was renamed by a log rotator). False when the
+    server is not logging to a file."""
+    logger = logging.getLogger("natserver")
+    reopened = False
+    for handler in logger.handlers:
+        if getattr(handler, "_natserver", False) and isinstance(handler, _ReopenableFileHandler):
+            handler.reopen()
+            reopened = True
+    return reopened
+
+
+def configure_library_logging(options) -> None:
+    """An in-process server (the library) only logs: no handler on the "natserver" logger and
+    propagation left on, so the application's logging and pytest's caplog see its records.
+    ``debug``/``trace`` lower the logger's level so those records are made at all; ``-l FILE``
+    is an explicit request, so it gets its file handler (propagation still on)."""
+    logger = logging.getLogger("natserver")
+    if options.trace or options.debug:
+        level = TRACE if options.trace else logging.DEBUG
+        if logger.getEffectiveLevel() > level:
+            logger.setLevel(level)
+    if options.log_file and not any(getattr(h, "_natserver", False) for h in logger.handlers):
+        handler = _ReopenableFileHandler(options.log_file)
+        handler._natserver = True  # type: ignore[attr-defined]
+        handler.setFormatter(NatsFormatter(options.logtime))
+        logger.addHandler(handler)

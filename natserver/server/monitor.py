@@ -1,0 +1,945 @@
+"""The monitoring HTTP server (nats-server's ``-m``/``http_port``): /varz, /connz, /subsz, /healthz...
+
+HTTP/1.1 is spoken with h11 (sans-IO) over trio streams: keep-alive, HEAD, bounded requests.
+The JSON documents reproduce nats-server v2.9.10's (server/monitor.go): the same keys in the
+same order, Go's formatting of times (RFC 3339 with up to nanoseconds), durations ("2m0s",
+"437µs") and uptimes ("1d2h3m4s"), its query parameters and its error messages, so tools that
+scrape a nats-server's monitoring port can scrape ours.
+
+Use it the trio way::
+
+    monitor = await nursery.start(serve_monitor, server)
+    print(monitor.url)
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import logging
+import os
+import re
+import time
+import urllib.parse
+
+import h11
+import orjson
+import trio
+
+from ..protocol import const
+from ..routing.sublist import is_valid_literal_subject
+from .client import connection_record
+from .listen import listen_error
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["Monitor", "serve_monitor"]
+
+log = logging.getLogger("natserver")
+
+# Requests are tiny (a GET and a query string). Go's http.Server allows 1 MiB of headers;
+# we bound what one connection can make us buffer much lower, and discard bodies up to a cap.
+MAX_REQUEST_HEAD = 64 * 1024
+MAX_REQUEST_BODY = 1024 * 1024
+READ_SIZE = 16 * 1024
+# Go's server has no timeouts here; a dead peer must not hold a task forever, so an idle
+# keep-alive connection (or one trickling a request) is closed after this long.
+IDLE_TIMEOUT = 300.0
+# Responses are written within this long or the connection is dropped.
+WRITE_TIMEOUT = 30.0
+
+DEFAULT_CONN_LIST_SIZE = 1024  # monitor.go DefaultConnListSize
+DEFAULT_SUB_LIST_SIZE = 1024  # monitor.go DefaultSubListSize
+GLOBAL_ACCOUNT = "$G"
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+
+
+# -- Go formatting -------------------------------------------------------------------------------
+
+
+def go_time(ts: float, local: bool = False) -> str:
+    """A Unix time as Go's encoding/json writes a time.Time: RFC 3339 with the fraction's
+    trailing zeros cut, "Z" for UTC. Our clocks are floats, so we keep microseconds."""
+    us = round(ts * 1_000_000)
+    secs, frac = divmod(us, 1_000_000)
+    if local:
+        dt = datetime.datetime.fromtimestamp(secs).astimezone()
+    else:
+        dt = datetime.datetime.fromtimestamp(secs, datetime.timezone.utc)
+    out = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        out += "." + f"{frac:06d}".rstrip("0")
+    offset = dt.utcoffset()
+    if not offset:
+        return out + "Z"
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    minutes = abs(minutes)
+    return f"{out}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _frac(value: int, unit: int, width: int) -> str:
+    whole, rest = divmod(value, unit)
+    if not rest:
+        return str(whole)
+    return f"{whole}." + f"{rest:0{width}d}".rstrip("0")
+
+
+def go_duration(ns: int) -> str:
+    """Go's time.Duration.String(): "0s", "437µs", "1.5ms", "2m0s", "1h2m3.5s"."""
+    if ns == 0:
+        return "0s"
+    sign = "-" if ns < 0 else ""
+    u = abs(int(ns))
+    if u < 1_000_000_000:
+        if u < 1_000:
+            return f"{sign}{u}ns"
+        if u < 1_000_000:
+            return f"{sign}{_frac(u, 1_000, 3)}µs"
+        return f"{sign}{_frac(u, 1_000_000, 6)}ms"
+    secs, rest = divmod(u, 1_000_000_000)
+    hours, secs = divmod(secs, 3600)
+    minutes, secs = divmod(secs, 60)
+    out = sign
+    if hours:
+        out += f"{hours}h"
+    if hours or minutes:
+        out += f"{minutes}m"
+    out += _frac(secs * 1_000_000_000 + rest, 1_000_000_000, 9) + "s"
+    return out
+
+
+def my_uptime(seconds: float) -> str:
+    """monitor.go myUptime: whole seconds as "5s", "1m2s", "1h2m3s", "1d2h3m4s", "1y2d3h4m5s"."""
+    tsecs = max(0, int(seconds))
+    tmins, thrs, tdays = tsecs // 60, tsecs // 3600, tsecs // 86400
+    tyrs = tdays // 365
+    if tyrs:
+        return f"{tyrs}y{tdays % 365}d{thrs % 24}h{tmins % 60}m{tsecs % 60}s"
+    if tdays:
+        return f"{tdays}d{thrs % 24}h{tmins % 60}m{tsecs % 60}s"
+    if thrs:
+        return f"{thrs}h{tmins % 60}m{tsecs % 60}s"
+    if tmins:
+        return f"{tmins}m{tsecs % 60}s"
+    return f"{tsecs}s"
+
+
+def go_rtt(rtt: float | None) -> str:
+    """client.getRTT().String(): 0 when never measured; µs precision under a millisecond."""
+    if not rtt:
+        return "0s"
+    ns = round(rtt * 1_000_000_000)
+    if 1_000 < ns < 1_000_000:
+        ns -= ns % 1_000
+    return go_duration(ns)
+
+
+def _seconds_ns(seconds: float) -> int:
+    return round(seconds * 1_000_000_000)
+
+
+def _go_float(value: float):
+    """encoding/json writes an integral float64 without ".0" (auth_timeout: 2, cpu: 0)."""
+    if value == int(value) and abs(value) < 1e21:
+        return int(value)
+    return value
+
+
+def _go_quote(text: str) -> str:
+    return orjson.dumps(text).decode()
+
+
+_HTML_ESCAPES = ((b"<", b"\\u003c"), (b">", b"\\u003e"), (b"&", b"\\u0026"),
+                 ("\u2028".encode(), b"\\u2028"), ("\u2029".encode(), b"\\u2029"))
+
+
+def go_json(value, indent: bool = True) -> bytes:
+    """json.MarshalIndent(v, "", "  ") (or json.Marshal): Go escapes <, > and & inside strings;
+    those bytes cannot occur in JSON outside strings, so replacing them is safe."""
+    data = orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0)
+    for raw, escaped in _HTML_ESCAPES:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return data
+
+
+# -- query decoding (monitor.go decodeBool/decodeInt/...) --------------------------------------
+
+
+class BadRequest(Exception):
+    """A 400 with nats-server's message as the body."""
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+_UINT_RE = re.compile(r"[0-9]+\Z")
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+class Query:
+    """r.URL.Query().Get(): the first value of a parameter, "" when absent."""
+
+    def __init__(self, query: str) -> None:
+        try:
+            self._values = urllib.parse.parse_qs(query, keep_blank_values=True)
+        except ValueError:
+            self._values = {}
+
+    def get(self, name: str) -> str:
+        values = self._values.get(name)
+        return values[0] if values else ""
+
+    def bool(self, name: str) -> bool:
+        text = self.get(name)
+        if text == "" or text in _FALSE:
+            return False
+        if text in _TRUE:
+            return True
+        raise BadRequest(f"Error decoding boolean for '{name}': strconv.ParseBool: parsing {_go_quote(text)}: invalid syntax")
+
+    def int(self, name: str) -> int:
+        text = self.get(name)
+        if text == "":
+            return 0
+        if not _INT_RE.match(text):
+            raise BadRequest(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(text)}: invalid syntax")
+        value = int(text)
+        if not -(1 << 63) <= value < (1 << 63):
+            raise BadRequest(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(text)}: value out of range")
+        return value
+
+    def uint64(self, name: str) -> int:
+        text = self.get(name)
+        if text == "":
+            return 0
+        if not _UINT_RE.match(text):
+            raise BadRequest(f"Error decoding uint64 for '{name}': strconv.ParseUint: parsing {_go_quote(text)}: invalid syntax")
+        value = int(text)
+        if value >= 1 << 64:
+            raise BadRequest(f"Error decoding uint64 for '{name}': strconv.ParseUint: parsing {_go_quote(text)}: value out of range")
+        return value
+
+    def subs(self) -> tuple[bool, bool]:
+        """decodeSubs: (subscriptions, subscriptions_detail)."""
+        if self.get("subs").lower() == "detail":
+            return False, True
+        return self.bool("subs"), False
+
+    def state(self) -> str:
+        text = self.get("state")
+        if text == "":
+            return "open"
+        lowered = text.lower()
+        if lowered in ("open", "closed"):
+            return lowered
+        if lowered in ("any", "all"):
+            return "all"
+        raise BadRequest(f"Error decoding state for {text}")
+
+
+# -- process statistics ------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        except Exception:  # pragma: no cover - no /proc and no resource
+            return 0
+
+
+def _num_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover
+        return os.cpu_count() or 1
+
+
+class _CpuSampler:
+    """pse.ProcUsage: percent of one core used over the last sampling window (≥ 1 s), with
+    one decimal. nats-server samples every second in the background; we sample on demand."""
+
+    def __init__(self) -> None:
+        self._cpu = self._cpu_time()
+        self._wall = time.monotonic()
+        self.percent = 0.0
+
+    @staticmethod
+    def _cpu_time() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def sample(self) -> float:
+        wall = time.monotonic()
+        if wall - self._wall >= 1.0:
+            cpu = self._cpu_time()
+            self.percent = int((cpu - self._cpu) * 1000 / (wall - self._wall)) / 10.0
+            self._cpu, self._wall = cpu, wall
+        return self.percent
+
+
+# -- the monitor --------------------------------------------------------------------------------
+
+_ROUTES: dict[str, str] = {
+    "/": "root",
+    "/varz": "varz",
+    "/connz": "connz",
+    "/routez": "routez",
+    "/gatewayz": "gatewayz",
+    "/leafz": "leafz",
+    "/subsz": "subsz",
+    "/subscriptionsz": "subsz",  # nats-server's alias for backwards compatibility
+    "/accountz": "accountz",
+    "/accstatz": "accstatz",
+    "/jsz": "jsz",
+    "/healthz": "healthz",
+}
+
+_SORTS = {"cid", "start", "subs", "pending", "msgs_to", "msgs_from", "bytes_to", "bytes_from",
+          "last", "idle", "uptime", "stop", "reason"}
+
+_INDEX = """<html lang="en">
+	<head>
+	<title>natserver monitoring</title>
+	<link rel="shortcut icon" href="https://nats.io/favicon.ico">
+	<style type="text/css">
+		body {{ font-family: ui-sans-serif,system-ui,-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,"Noto Sans",sans-serif; font-size: 18; font-weight: light-bold; margin-left: 32px }}
+		a {{ display:block; margin-left: 7px; padding-bottom: 6px; color: rgb(72 72 92); text-decoration: none }}
+		a:hover {{ font-weight: 600; color: rgb(59 50 202) }}
+		a.help {{ display:inline; font-weight: 600; color: rgb(59 50 202); font-size: 20}}
+		a.last {{ padding-bottom: 16px }}
+		a.version {{ font-size: 14; font-weight: 400; width: 312px; text-align: right }}
+	</style>
+	</head>
+	<body>
+	<h1>natserver</h1>
+	<a href=https://github.com/nats-io/nats-server class='version'>v{version}</a>
+	<br/>
+	<a href=./varz>General</a>
+	<a href=./jsz>JetStream</a>
+	<a href=./connz>Connections</a>
+	<a href=./accountz>Accounts</a>
+	<a href=./accstatz>Account Stats</a>
+	<a href=./subsz>Subscriptions</a>
+	<a href=./routez>Routes</a>
+	<a href=./leafz>LeafNodes</a>
+	<a href=./gatewayz>Gateways</a>
+	<a href=./healthz class=last>Health Probe</a>
+    <a href=https://docs.nats.io/running-a-nats-service/nats_admin/monitoring class="help">Help</a>
+  </body>
+</html>"""
+
+
+class Monitor:
+    """The monitoring endpoint of one server: ``host``, ``port``, ``url`` and request counts."""
+
+    def __init__(self, server, host: str) -> None:
+        self.server = server
+        self.host = host
+        self.port: int | None = None
+        self.listeners: list = []
+        self.http_req_stats: dict[str, int] = {}
+        self._cpu = _CpuSampler()
+        self._cancel_scope: trio.CancelScope | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def stop(self) -> None:
+        """Stop listening and drop every monitoring connection."""
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    def _count(self, path: str) -> None:
+        self.http_req_stats[path] = self.http_req_stats.get(path, 0) + 1
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    async def handle_stream(self, stream: trio.abc.Stream) -> None:
+        """Serve one HTTP connection: requests one after another until either side closes."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
+        try:
+            while True:
+                request, body_ok = await self._read_request(conn, stream)
+                if request is None:
+                    return
+                if not body_ok:
+                    await self._send(conn, stream, 413, TEXT, b"413 Request Entity Too Large", head=False, close=True)
+                    return
+                status, ctype, body = self.respond(request)
+                await self._send(conn, stream, status, ctype, body, head=request.method == b"HEAD")
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            # Malformed or oversized request: answer like Go's server ("400 Bad Request",
+            # "431 Request Header Fields Too Large") if we still can, then close.
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                status = exc.error_status_hint
+                reason = _REASONS.get(status, "Bad Request")
+                try:
+                    await self._send(conn, stream, status, TEXT, f"{status} {reason}".encode(), head=False, close=True)
+                except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
+                    pass
+        except (h11.LocalProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError):
+            pass
+        except Exception:  # a bug here must cost one HTTP connection, never the server
+            log.exception("monitoring: internal error; closing this HTTP connection")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _read_request(self, conn: h11.Connection, stream) -> tuple[h11.Request | None, bool]:
+        """The next request (its body read and discarded), or None when the peer is gone."""
+        request = None
+        body_size = 0
+        with trio.move_on_after(IDLE_TIMEOUT):
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    if conn.they_are_waiting_for_100_continue:
+                        await self._send_all(conn, stream, h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+                    data = await stream.receive_some(READ_SIZE)
+                    conn.receive_data(data)
+                    continue
+                kind = type(event)
+                if kind is h11.Request:
+                    request = event
+                elif kind is h11.Data:
+                    body_size += len(event.data)
+                    if body_size > MAX_REQUEST_BODY:
+                        return request, False
+                elif kind is h11.EndOfMessage:
+                    return request, True
+                else:  # ConnectionClosed, PAUSED
+                    return None, True
+        return None, True
+
+    async def _send_all(self, conn: h11.Connection, stream, *events) -> None:
+        data = b"".join(conn.send(event) or b"" for event in events)
+        with trio.fail_after(WRITE_TIMEOUT):
+            await stream.send_all(data)
+
+    async def _send(self, conn, stream, status: int, ctype: str, body: bytes, *, head: bool, close: bool = False) -> None:
+        headers = [("Content-Type", ctype)]
+        if ctype == JSON:
+            headers.append(("Access-Control-Allow-Origin", "*"))
+        if status == 404:
+            headers.append(("X-Content-Type-Options", "nosniff"))
+        headers.append(("Date", email.utils.formatdate(usegmt=True)))
+        headers.append(("Content-Length", str(len(body))))
+        if close:
+            headers.append(("Connection", "close"))
+        events = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, "").encode())]
+        if body and not head:
+            events.append(h11.Data(data=body))
+        events.append(h11.EndOfMessage())
+        await self._send_all(conn, stream, *events)
+
+    def respond(self, request: h11.Request) -> tuple[int, str, bytes]:
+        """(status, content type, body) for one request; never raises."""
+        target = request.target.decode("latin-1")
+        try:
+            split = urllib.parse.urlsplit(target)
+            path = urllib.parse.unquote(split.path) or "/"
+            query = Query(split.query)
+        except ValueError:
+            return 400, TEXT, b"400 Bad Request"
+        name = _ROUTES.get(path)
+        if name is None:
+            return 404, TEXT, b"404 page not found\n"
+        try:
+            result = getattr(self, "handle_" + name)(query)
+        except BadRequest as exc:
+            return 400, TEXT, str(exc).encode()
+        except Exception:
+            log.exception("monitoring: error handling %s", path)
+            return 500, TEXT, b"500 Internal Server Error"
+        if isinstance(result, tuple):
+            return result
+        callback = query.get("callback")
+        if callback:
+            return 200, "application/javascript", callback.encode() + b"(" + result + b")"
+        return 200, JSON, result
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def handle_root(self, query: Query):
+        self._count("/")
+        return 200, HTML, _INDEX.format(version=const.SERVER_VERSION).encode()
+
+    def _varz_jetstream(self) -> dict:
+        js = getattr(self.server, "jetstream", None)
+        return js.varz() if js is not None else {}
+
+    def handle_healthz(self, query: Query):
+        """monitor.go healthz (2.9.10): ok, unless the server is not accepting clients yet or
+        JetStream is configured and not running (503 with the reason). A single server has no
+        meta group or replicas to check, so js-enabled-only and a full check answer alike."""
+        self._count("/healthz")
+        for name in ("js-enabled", "js-enabled-only", "js-server-only"):
+            query.bool(name)
+        server = self.server
+        if server.port is None or server.shutting_down:
+            return 503, JSON, go_json({"status": "unavailable", "error": "server not ready for connections"}, indent=False)
+        if server.options.jetstream and getattr(server, "jetstream", None) is None:
+            return 503, JSON, go_json({"status": "unavailable", "error": "JetStream not enabled"}, indent=False)
+        return go_json({"status": "ok"}, indent=False)
+
+    def handle_varz(self, query: Query) -> bytes:
+        self._count("/varz")
+        return go_json(self.varz())
+
+    def varz(self) -> dict:
+        server = self.server
+        o = server.options
+        now = time.time()
+        info = getattr(server, "_info_base", None) or {}
+        v: dict = {
+            "server_id": server.server_id,
+            "server_name": server.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": info.get("go", const.GO_VERSION_FIELD),
+            "host": o.host,
+            "port": server.port if server.port is not None else o.port,
+        }
+        if server.auth_required:
+            v["auth_required"] = True
+        v["max_connections"] = o.max_connections
+        if o.max_subscriptions > 0:
+            v["max_subscriptions"] = o.max_subscriptions
+        cpus = _num_cpus()
+        v.update({
+            "ping_interval": _seconds_ns(o.ping_interval),
+            "ping_max": o.ping_max,
+            "http_host": o.http_host or o.host,
+            "http_port": o.http_port,
+            "http_base_path": "",
+            "https_port": 0,
+            "auth_timeout": _go_float(o.auth_timeout),
+            "max_control_line": o.max_control_line,
+            "max_payload": o.max_payload,
+            "max_pending": o.max_pending,
+            "cluster": {},
+            "gateway": {},
+            "leaf": {},
+            "mqtt": {},
+            "websocket": {},
+            "jetstream": self._varz_jetstream(),
+            "tls_timeout": _go_float(getattr(o, "tls_timeout", const.DEFAULT_TLS_TIMEOUT)),
+            "write_deadline": _seconds_ns(o.write_deadline),
+            "start": go_time(server.start_time, local=True),
+            "now": go_time(now),
+            "uptime": my_uptime(now - server.start_time),
+            "mem": _rss_bytes(),
+            "cores": cpus,
+            "gomaxprocs": cpus,
+            "cpu": _go_float(self._cpu.sample()),
+            "connections": len(server.clients),
+            "total_connections": server.total_connections,
+            "routes": 0,
+            "remotes": 0,
+            "leafnodes": 0,
+            "in_msgs": server.in_msgs,
+            "out_msgs": server.out_msgs,
+            "in_bytes": server.in_bytes,
+            "out_bytes": server.out_bytes,
+            "slow_consumers": server.slow_consumers,
+            "subscriptions": server.sublist.count,
+            "http_req_stats": dict(sorted(self.http_req_stats.items())),
+            "config_load_time": go_time(getattr(server, "config_load_time", server.start_time), local=True),
+        })
+        return v
+
+    # /connz ------------------------------------------------------------------------------
+
+    def handle_connz(self, query: Query) -> bytes:
+        sort = query.get("sort")
+        auth = query.bool("auth")
+        subs, subs_detail = query.subs()
+        offset = query.int("offset")
+        limit = query.int("limit")
+        cid = query.uint64("cid")
+        state = query.state()
+        self._count("/connz")
+        return go_json(self.connz(
+            sort=sort, auth=auth, subs=subs, subs_detail=subs_detail, offset=offset, limit=limit,
+            cid=cid, state=state, user=query.get("user"), acc=query.get("acc"),
+            mqtt_client=query.get("mqtt_client"),
+        ))
+
+    def connz(self, *, sort: str = "", auth: bool = False, subs: bool = False, subs_detail: bool = False,
+              offset: int = 0, limit: int = 0, cid: int = 0, state: str = "open", user: str = "",
+              acc: str = "", mqtt_client: str = "") -> dict:
+        """monitor.go Connz(), quirks included (e.g. ``total`` ignores the cid/user filters)."""
+        server = self.server
+        sort = sort or "cid"
+        if sort not in _SORTS:
+            raise BadRequest(f"invalid sorting option: {sort}")
+        offset = max(offset, 0)
+        if limit <= 0:
+            limit = DEFAULT_CONN_LIST_SIZE
+        if sort in ("stop", "reason") and state != "closed":
+            raise BadRequest(f"sort by {sort} only valid on closed connections")
+        if cid > 0:
+            limit = 1
+        now = time.time()
+        if acc and acc != GLOBAL_ACCOUNT:  # an unknown account: nats-server returns this
+            return {"server_id": "", "now": go_time(now), "num_connections": 0, "total": 0,
+                    "offset": offset, "limit": limit, "connections": None}
+
+        open_clients = list(server.clients.values()) if state in ("open", "all") else []
+        closed = list(server.closed_clients) if state in ("closed", "all") else []
+        if acc:  # closed records only remember accounts other than the global one
+            closed = []
+        total = len(open_clients) + len(closed)
+
+        if cid > 0:
+            if state in ("closed", "all"):  # sic: state=all looks among the closed ones only
+                closed = [r for r in closed if r.get("cid") == cid][:1]
+                open_clients = []
+            else:
+                client = server.clients.get(cid)
+                open_clients = [client] if client is not None else []
+        else:
+            if user:
+                open_clients = [c for c in open_clients if c.user == user]
+            if mqtt_client:
+                open_clients = []
+        if cid == 0:
+            if user:
+                closed = [r for r in closed if r.get("user") == user]
+            if mqtt_client:
+                closed = []
+
+        rows = [_open_row(c) for c in open_clients]
+        rows.extend(_closed_row(r) for r in closed)
+        _sort_rows(rows, sort, now)
+        page = rows[min(offset, len(rows)):min(offset + limit, len(rows))]
+        return {
+            "server_id": server.server_id,
+            "now": go_time(now),
+            "num_connections": len(page),
+            "total": total,
+            "offset": offset,
+            "limit": limit,
+            "connections": [_conn_info(row, now, auth, subs, subs_detail) for row in page],
+        }
+
+    # /subsz ------------------------------------------------------------------------------
+
+    def handle_subsz(self, query: Query) -> bytes:
+        self._count("/subsz")
+        subs = query.bool("subs")
+        offset = query.int("offset")
+        limit = query.int("limit")
+        result = self.subsz(subs=subs, offset=offset, limit=limit, test=query.get("test"), acc=query.get("acc"))
+        if not result.get("subscriptions_list"):
+            result = {key: result[key] for key in _SUBLIST_STATS_KEYS}
+        return go_json(result)
+
+    def subsz(self, *, subs: bool = False, offset: int = 0, limit: int = 0, test: str = "", acc: str = "") -> dict:
+        offset = max(offset, 0)
+        if limit <= 0:
+            limit = DEFAULT_SUB_LIST_SIZE
+        literal = None
+        if test:
+            if not is_valid_literal_subject(test.encode()):
+                raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
+            literal = test.encode().split(b".")
+        server = self.server
+        counted = not acc or acc == GLOBAL_ACCOUNT
+        out = {"server_id": server.server_id, "now": go_time(time.time())}
+        out.update(sublist_stats(server.sublist) if counted else dict.fromkeys(_SUBLIST_STATS_KEYS, 0))
+        out.update({"total": 0, "offset": offset, "limit": limit})
+        if subs and counted:
+            details = []
+            for sub in server.sublist.subscriptions():
+                if literal is not None and not match_literal(literal, sub.subject):
+                    continue
+                details.append(sub_detail(sub, account=True))
+            page = details[min(offset, len(details)):min(offset + limit, len(details))]
+            out["total"] = len(page)  # sic: nats-server reports the page's length
+            if page:
+                out["subscriptions_list"] = page
+        return out
+
+    # stubs for what natserver does not have (no routes, gateways, leafnodes, JetStream) ----
+
+    def _header(self) -> dict:
+        return {"server_id": self.server.server_id, "now": go_time(time.time())}
+
+    def handle_routez(self, query: Query) -> bytes:
+        query.subs()
+        self._count("/routez")
+        return go_json({**self._header(), "num_routes": 0, "routes": []})
+
+    def handle_gatewayz(self, query: Query) -> bytes:
+        self._count("/gatewayz")
+        query.bool("accs")
+        return go_json({**self._header(), "outbound_gateways": {}, "inbound_gateways": {}})
+
+    def handle_leafz(self, query: Query) -> bytes:
+        self._count("/leafz")
+        query.bool("subs")
+        return go_json({**self._header(), "leafnodes": 0, "leafs": None})
+
+    def handle_accountz(self, query: Query) -> bytes:
+        self._count("/accountz")
+        if query.get("acc"):
+            raise BadRequest(f"Account {query.get('acc')} does not exist")
+        return go_json({**self._header(), "accounts": [GLOBAL_ACCOUNT]})
+
+    def handle_accstatz(self, query: Query) -> bytes:
+        self._count("/accstatz")
+        query.bool("unused")
+        return go_json({**self._header(), "account_statz": []})
+
+    def handle_jsz(self, query: Query) -> bytes:
+        self._count("/jsz")
+        flags = {name: query.bool(name) for name in ("accounts", "streams", "consumers", "config")}
+        query.get("acc")  # one account ($G): an unknown name lists every account, as in 2.9.10
+        js = getattr(self.server, "jetstream", None)
+        if js is None:
+            return go_json({**self._header(), **_JSZ_DISABLED})
+        return go_json({**self._header(), **js.jsz(**flags)})
+
+
+# /jsz of a server without JetStream (monitor.go Jsz with JetStream off).
+_JSZ_DISABLED = {
+    "disabled": True,
+    "config": {"max_memory": 0, "max_storage": 0},
+    "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
+    "accounts": 0, "ha_assets": 0, "api": {"total": 0, "errors": 0},
+    "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+}
+
+
+_REASONS = {
+    100: "Continue", 200: "OK", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
+    413: "Request Entity Too Large", 414: "URI Too Long", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 501: "Not Implemented", 505: "HTTP Version Not Supported",
+}
+
+_SUBLIST_STATS_KEYS = ("num_subscriptions", "num_cache", "num_inserts", "num_removes", "num_matches",
+                       "cache_hit_rate", "max_fanout", "avg_fanout")
+
+
+def sublist_stats(sublist) -> dict:
+    """sublist.go Stats(): counters plus fan-out figures over the result cache."""
+    cache = getattr(sublist, "cache", None)
+    if cache is None:
+        cache = getattr(sublist, "_cache", None)
+    if not isinstance(cache, dict):
+        cache = {}
+    total = largest = 0
+    for result in list(cache.values()):
+        n = len(result.psubs) + len(result.qsubs)
+        total += n
+        largest = max(largest, n)
+    matches = sublist.matches
+    return {
+        "num_subscriptions": sublist.count,
+        "num_cache": len(cache),
+        "num_inserts": sublist.inserts,
+        "num_removes": sublist.removes,
+        "num_matches": matches,
+        "cache_hit_rate": _go_float(sublist.cache_hits / matches) if matches else 0,
+        "max_fanout": largest,
+        "avg_fanout": _go_float(total / len(cache)) if total else 0,
+    }
+
+
+def match_literal(literal: list[bytes], subject: bytes) -> bool:
+    """sublist.go matchLiteral: would a message on ``literal`` (tokens) reach ``subject``?"""
+    tokens = subject.split(b".")
+    for i, token in enumerate(tokens):
+        if token == b">":
+            return len(literal) > i
+        if i >= len(literal):
+            return False
+        if token != b"*" and token != literal[i]:
+            return False
+    return len(tokens) == len(literal)
+
+
+def sub_detail(sub, *, account: bool) -> dict:
+    """SubDetail: /subsz lists (and closed connections) carry the account, /connz's do not."""
+    detail = {"account": GLOBAL_ACCOUNT} if account else {}
+    detail["subject"] = sub.subject.decode("utf-8", "replace")
+    if sub.queue:
+        detail["qgroup"] = sub.queue.decode("utf-8", "replace")
+    detail["sid"] = sub.sid.decode("utf-8", "replace")
+    detail["msgs"] = getattr(sub, "delivered", 0)
+    if getattr(sub, "max_msgs", 0):
+        detail["max"] = sub.max_msgs
+    detail["cid"] = sub.client.cid
+    return detail
+
+
+# -- /connz rows ----------------------------------------------------------------------------------
+
+
+def _open_row(client) -> dict:
+    # The same record a closed connection leaves behind, plus the live subscriptions.
+    row = connection_record(client)
+    row["_subs"] = list(client.subs.values())
+    return row
+
+
+def _closed_row(record: dict) -> dict:
+    row = dict(record)
+    row.setdefault("stop", None)
+    return row
+
+
+def _sort_rows(rows: list, sort: str, now: float) -> None:
+    """monitor_sort_opts.go: cid/start and reason ascending, uptime ascending, the rest descending."""
+    if sort in ("cid", "start"):
+        rows.sort(key=lambda r: r["cid"])
+    elif sort == "reason":
+        rows.sort(key=lambda r: r.get("reason") or "")
+    elif sort == "uptime":
+        rows.sort(key=lambda r: (r.get("stop") or now) - r["start"])
+    else:
+        key = {
+            "subs": lambda r: r["subscriptions"],
+            "pending": lambda r: r["pending_bytes"],
+            "msgs_to": lambda r: r["out_msgs"],
+            "msgs_from": lambda r: r["in_msgs"],
+            "bytes_to": lambda r: r["out_bytes"],
+            "bytes_from": lambda r: r["in_bytes"],
+            "last": lambda r: r["last_activity"],
+            # sic: nats-server's byIdle compares last_activity - start
+            "idle": lambda r: r["last_activity"] - r["start"],
+            "stop": lambda r: r.get("stop") or 0.0,
+        }[sort]
+        rows.sort(key=key, reverse=True)
+
+
+def _conn_info(row: dict, now: float, auth: bool, subs: bool, subs_detail: bool) -> dict:
+    """ConnInfo, fields in nats-server's order; closed ones are frozen at their stop time."""
+    stop = row.get("stop")
+    at = stop if stop is not None else now
+    info = {
+        "cid": row["cid"],
+        "kind": "Client",
+        "type": "nats",
+        "ip": row["ip"],
+        "port": row["port"],
+        "start": go_time(row["start"], local=True),
+        "last_activity": go_time(row["last_activity"], local=True),
+    }
+    if stop is not None:
+        info["stop"] = go_time(stop)
+        if row.get("reason"):
+            info["reason"] = row["reason"]
+    info.update({
+        "rtt": go_rtt(row.get("rtt")),
+        "uptime": my_uptime(at - row["start"]),
+        "idle": my_uptime(at - row["last_activity"]),
+        "pending_bytes": row["pending_bytes"],
+        "in_msgs": row["in_msgs"],
+        "out_msgs": row["out_msgs"],
+        "in_bytes": row["in_bytes"],
+        "out_bytes": row["out_bytes"],
+        "subscriptions": row["subscriptions"],
+    })
+    for key in ("name", "lang", "version"):
+        if row.get(key):
+            info[key] = row[key]
+    if auth and row.get("user"):
+        info["authorized_user"] = row["user"]
+    if subs or subs_detail:
+        live = row.get("_subs")
+        if live is not None:  # an open connection
+            if live:
+                if subs_detail:
+                    info["subscriptions_list_detail"] = [sub_detail(s, account=False) for s in live]
+                else:
+                    info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in live]
+        else:  # a closed one: what connection_record kept
+            details = row.get("subs_detail")
+            subjects = row.get("subjects") or []
+            if subs_detail and (details or subjects):
+                if details is None:
+                    details = [{"subject": s, "sid": "", "msgs": 0, "cid": row["cid"]} for s in subjects]
+                info["subscriptions_list_detail"] = [{"account": GLOBAL_ACCOUNT, **d} for d in details]
+            elif subs and (details or subjects):
+                info["subscriptions_list"] = [d["subject"] for d in details] if details else list(subjects)
+    return info
+
+
+# -- serving ------------------------------------------------------------------------------------
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _open_listeners(host: str, port: int) -> list:
+    bind = None if host in ("", "0.0.0.0") else host
+    listeners = await trio.open_tcp_listeners(port, host=bind)
+    ports = {listener.socket.getsockname()[1] for listener in listeners}
+    if len(ports) > 1:
+        # A random port on a wildcard gave IPv4 and IPv6 different ports: use one for both.
+        chosen = listeners[0].socket.getsockname()[1]
+        for listener in listeners:
+            await listener.aclose()
+        try:
+            listeners = await trio.open_tcp_listeners(chosen, host=bind)
+        except OSError:
+            listeners = await trio.open_tcp_listeners(0, host="0.0.0.0")
+    return listeners
+
+
+async def serve_monitor(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the monitoring endpoints of ``server`` until cancelled or the server stops.
+
+    ``task_status.started(monitor)`` once listening; ``monitor.port``/``monitor.url`` tell where.
+    """
+    options = server.options
+    host = options.http_host or options.host or "0.0.0.0"
+    port = 0 if options.http_port == const.RANDOM_PORT else options.http_port
+    monitor = Monitor(server, host)
+    try:
+        listeners = await _open_listeners(host, port)
+    except OSError as exc:
+        error = listen_error(host, port, exc)
+        log.critical("Can't start monitoring: can't listen to the monitor port: %s", error)
+        raise error from exc
+    monitor.listeners = listeners
+    monitor.port = listeners[0].socket.getsockname()[1]
+    log.info("Starting http monitor on %s", _join_host_port(host, monitor.port))
+    try:
+        async with trio.open_nursery() as nursery:
+            monitor._cancel_scope = nursery.cancel_scope
+            await nursery.start(trio.serve_listeners, monitor.handle_stream, listeners)
+            stopped = getattr(server, "_stopped", None)
+            if isinstance(stopped, trio.Event):
+                nursery.start_soon(_stop_with_server, stopped, nursery.cancel_scope)
+            task_status.started(monitor)
+    finally:
+        monitor._cancel_scope = None
+        for listener in listeners:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(listener)
+
+
+async def _stop_with_server(stopped: trio.Event, scope: trio.CancelScope) -> None:
+    await stopped.wait()
+    scope.cancel()

@@ -1,0 +1,471 @@
+"""The server: listeners, the client registry, INFO, counters, authentication and shutdown.
+
+Use it the trio way::
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(natserver.serve, natserver.Options(port=-1))
+        print(server.port)
+        ...
+        await server.shutdown()
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import os
+import sys
+import time
+from typing import Protocol
+
+import orjson
+import trio
+
+from ..auth import tls as tls_module
+from ..auth.jwt import OperatorMode
+from ..auth.nkeys import PREFIX_SERVER, encode_public_key
+from ..auth.tls import server_context
+from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
+from ..config.options import Options
+from ..protocol import const, errors
+from ..routing.accounts import Accounts
+from ..routing.sublist import Sublist
+from .client import Client, connection_record
+from .keepalive import PingTimers
+from .listen import ListenError, listen_error
+from .log import configure_library_logging
+from .monitor import serve_monitor
+from .signals import handle_signal, reauthorize_clients
+
+# Everything in __all__ gets re-exported as part of natserver's public API.
+__all__ = ["ListenError", "Server", "Subsystem"]
+
+log = logging.getLogger("natserver")
+
+# trio's serve_listeners and nats-server (ACCEPT_MIN_SLEEP/ACCEPT_MAX_SLEEP, const.go:141/144)
+# both back off when accept fails for lack of resources instead of spinning.
+_ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+ACCEPT_MIN_SLEEP = 0.010
+ACCEPT_MAX_SLEEP = 1.0
+
+
+def make_server_id() -> str:
+    """A server id shaped like nats-server's: an nkey server public key (56 chars, "N...")."""
+    return encode_public_key(PREFIX_SERVER, os.urandom(32)).decode()
+
+
+class Subsystem(Protocol):
+    """A part built on the core that the server starts when its options ask for it."""
+
+    name: str  # the Server attribute that holds what start() returned ("jetstream")
+
+    def wanted(self, options: Options) -> bool: ...
+
+    async def start(self, server: Server, *, task_status=trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+class Server:
+    """A running (or about to run) natserver. Create with options, then ``await run()``."""
+
+    def __init__(self, options: Options | None = None, *, subsystems: tuple = (), **changes) -> None:
+        options = (options or Options()).copy(**changes) if changes else (options or Options())
+        options.validate()
+        self.options = options
+        self.server_id = make_server_id()
+        self.server_name = options.server_name or self.server_id
+        self.sublist = Sublist()
+        self.clients: dict[int, Client] = {}
+        self.ping_timers = PingTimers(self)  # every client's ping timer, one task
+        self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
+        # Clients given output while the current chunk was processed; flushed once after it.
+        self.touched: set[Client] = set()
+        self.start_time = time.time()
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
+        self.slow_consumers = 0
+        self.total_connections = 0
+        self._next_cid = 0
+        self.listeners: list[trio.SocketListener] = []
+        self.port: int | None = None
+        self.host = options.host
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+        self.shutting_down = False
+        self.lame_duck = False
+        self._info_base: dict = {}
+        # Test-double hooks (natserver.testing): None in normal operation.
+        # publish_hook(client, subject, reply, header_size, payload) -> DELIVER|DROP|NO_RESPONDERS
+        self.publish_hook = None
+        # connection_hook(client, stage) -> True to close the connection at that stage;
+        # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
+        self.connection_hook = None
+        self._internal: Client | None = None
+        self._internal_sids = 0
+        self.monitor = None  # the monitoring HTTP server, when options.http_port is set
+        # What runs on top of the core (JetStream, ...), each a Subsystem started by run() when
+        # the options ask for it and kept in the attribute it names; natserver.app lists them,
+        # so the core never imports what is built on it.
+        self.subsystems: tuple[Subsystem, ...] = tuple(subsystems)
+        self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
+        # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
+        # accounts, operator mode and the TLS context; rebuilt by a config reload.
+        self.accounts = None
+        self.auth = None
+        self.operator = None
+        self.tls = None
+        self._import_depth = 0  # chained account imports being followed (cycle guard)
+        self.callback_publisher = None  # the client whose message an internal callback handles
+        self.configure_security(options)
+
+    # -- properties used by clients ----------------------------------------------------------
+
+    @property
+    def auth_required(self) -> bool:
+        """Clients must authenticate (CONNECT first, within auth_timeout)."""
+        return self.auth is not None and self.auth.required
+
+    def configure_security(self, options: Options) -> list[str]:
+        """Build accounts, operator mode, the authenticator and the TLS context from
+        ``options`` (at start and on reload). Returns what changed, as reload log lines.
+        Raises ValueError for a configuration that cannot be used."""
+        changed = []
+        old = self.auth.options if self.auth is not None else None
+        if options.tls is not None:
+            server_context(options.tls)  # fails early on bad certificates
+        if self.accounts is None:
+            self.accounts = Accounts(self)
+        operator = None
+        if options.trusted_operators or options.trusted_keys:
+            operator = OperatorMode(self, options)
+        self.operator = operator
+        if operator is not None:
+            operator.configure_accounts()
+        else:
+            self.accounts.configure(list(options.accounts))
+        self.auth = Authenticator(options, self.accounts, operator)
+        self.tls = options.tls
+        if old is not None and plaintext_password_warning(options) and not plaintext_password_warning(old):
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
+        if old is not None:
+            if (old.users, old.nkeys, old.no_auth_user) != (options.users, options.nkeys, options.no_auth_user):
+                changed.append("Reloaded: authorization users")
+            if old.accounts != options.accounts:
+                changed.append("Reloaded: accounts")
+            if old.tls != options.tls:
+                changed.append(f"Reloaded: tls = {'enabled' if options.tls is not None else 'disabled'}")
+        return changed
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"nats://{host}:{self.port}"
+
+    @property
+    def subscriptions(self) -> int:
+        """All accounts' subscriptions (nats-server numSubscriptions)."""
+        if self.accounts is None or len(self.accounts.by_name) == 1:
+            return self.sublist.count
+        return sum(account.sublist.count for account in self.accounts.by_name.values())
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until ``shutdown()``; ``task_status.started(self)`` when ready."""
+        options = self.options
+        if not getattr(self, "_logging_configured", False):  # in-process: the library only logs
+            configure_library_logging(options)
+        log.info("Starting natserver (nats-server %s compatible)", const.SERVER_VERSION)
+        log.info("  Version:  %s", const.SERVER_VERSION)
+        log.info("  Name:     %s", self.server_name)
+        log.info("  ID:       %s", self.server_id)
+        if options.config_file:
+            log.info("Using configuration file: %s", options.config_file)
+        if plaintext_password_warning(options):
+            log.warning("Plaintext passwords detected, use nkeys or bcrypt")
+        port = 0 if options.port == const.RANDOM_PORT else options.port
+        host = None if options.host in ("", "0.0.0.0") else options.host
+        try:
+            self.listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            # nats-server's fatal line, once; the command line then exits 1 without repeating it.
+            error = listen_error(options.host or "0.0.0.0", port, exc)
+            log.critical('Error listening on port: %s:%d, "%s"', options.host, options.port, error)
+            raise error from exc
+        self.port = self.listeners[0].socket.getsockname()[1]
+        self._info_base = self._make_info_base()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if options.http_port:
+                    # nats-server starts monitoring before the client listener, so a wrapper
+                    # that saw "Server is ready" can query it at once.
+                    self.monitor = await nursery.start(serve_monitor, self)
+                for subsystem in self.subsystems:
+                    if subsystem.wanted(options):
+                        setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
+                nursery.start_soon(self.ping_timers.run)
+                for listener in self.listeners:
+                    nursery.start_soon(self._accept_loop, listener)
+                log.info("Listening for client connections on %s:%d", options.host, self.port)
+                if options.tls is not None:
+                    log.info("TLS required for client connections")
+                log.info("Server is ready")
+                task_status.started(self)
+                await self._stopped.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            for listener in self.listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            log.info("Server Exiting..")
+
+    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+        sleep = ACCEPT_MIN_SLEEP
+        while not self.lame_duck:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in _ACCEPT_RESOURCE_ERRORS:
+                    log.error("Temporary Client Accept Error(%r), sleeping %dms", exc, sleep * 1000)
+                    await trio.sleep(sleep)
+                    sleep = min(sleep * 2, ACCEPT_MAX_SLEEP)
+                    continue
+                if self.shutting_down or self.lame_duck:
+                    return
+                raise
+            except trio.ClosedResourceError:
+                return
+            sleep = ACCEPT_MIN_SLEEP
+            self._nursery.start_soon(self._handle_connection, stream)
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        self._next_cid += 1
+        cid = self._next_cid
+        try:
+            peer = stream.socket.getpeername()
+            ip, port = peer[0], peer[1]
+        except OSError:
+            ip, port = "", 0
+        client = Client(self, stream, cid, ip, port)
+        if self.auth.nonce_required:
+            client.nonce = new_nonce()
+        info = self.info_for(client)
+        self.total_connections += 1
+        if self.connection_hook is not None and self.connection_hook(client, "accept"):
+            await trio.aclose_forcefully(stream)
+            return
+        if len(self.clients) >= self.options.max_connections or self.shutting_down:
+            # server.go: INFO first, then the error, then close.
+            log.error("%s:%d - cid:%d - Maximum Connections Exceeded", ip, port, cid)
+            with trio.move_on_after(self.options.write_deadline):
+                try:
+                    await stream.send_all(info + errors.MAX_CONNECTIONS.wire)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            await trio.aclose_forcefully(stream)
+            return
+        self.clients[cid] = client
+        log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
+        tls = self.tls
+        if tls is not None:
+            # nats-server 2.9: the INFO goes out in plain text, then the TLS handshake.
+            if not await self._start_tls(client, stream, info, tls):
+                return
+            info = b""
+        await client.run(info)
+
+    async def _start_tls(self, client: Client, stream, info: bytes, tls) -> bool:
+        """Send INFO, then do the server side of the TLS handshake (bounded by the TLS
+        timeout); on success the client reads and writes through TLS. server.go createClient."""
+        label = f"{client.ip}:{client.port} - cid:{client.cid}"
+        failed = False
+        with trio.move_on_after(self.options.write_deadline):
+            try:
+                await stream.send_all(info)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                failed = True
+        if failed:
+            client.close("Write Error")
+            await trio.aclose_forcefully(stream)
+            return False
+        transport = stream
+        if self.options.allow_non_tls:
+            prefix = await tls_module.read_prefix(stream, tls.timeout if tls.timeout > 0 else tls_module.DEFAULT_TLS_TIMEOUT)
+            if prefix:
+                transport = tls_module.PrefixedStream(stream, prefix)
+            if prefix[:1] != b"\x16":
+                client.stream = transport  # plain text, as the client chose
+                return True
+        log.debug("%s - Starting TLS client connection handshake", label)
+        ssl_stream, error = await tls_module.handshake(transport, tls)
+        if ssl_stream is None:
+            if error == "i/o timeout":
+                local = stream.socket.getsockname()
+                error = f"read tcp {local[0]}:{local[1]}->{client.ip}:{client.port}: i/o timeout"
+            log.error("%s - TLS handshake error: %s", label, error)
+            client.close("TLS Handshake Failure")
+            await trio.aclose_forcefully(stream)
+            return False
+        client.stream = ssl_stream
+        client.tls_stream = ssl_stream
+        log.debug("%s - TLS handshake complete", label)
+        version = ssl_stream.version() or ""
+        cipher = (ssl_stream.cipher() or ("",))[0]
+        log.debug("%s - TLS version %s, cipher suite %s", label, version.replace("TLSv", ""), cipher)
+        return True
+
+    def refresh_info(self) -> None:
+        """Rebuild INFO from the current options (after a config reload), with the users,
+        accounts and TLS they now configure; connected clients are checked again."""
+        if self.auth is not None and self.auth.options is not self.options:
+            old = self.auth.options
+            lines = self.configure_security(self.options)
+            for line in lines:
+                log.info("%s", line)
+            if lines or _auth_fields(old) != _auth_fields(self.options):
+                reauthorize_clients(self)
+        if self.port is not None:
+            self._info_base = self._make_info_base()
+
+    def _make_info_base(self) -> dict:
+        """INFO's fields in nats-server's Info struct order (server.go): clients do not care,
+        but byte-level comparisons with nats-server do."""
+        options = self.options
+        info = {
+            "server_id": self.server_id,
+            "server_name": self.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": options.host,
+            "port": self.port,
+            "headers": options.headers,
+        }
+        if self.auth.info_auth_required:
+            info["auth_required"] = True
+        tls = options.tls
+        if tls is not None:
+            if not options.allow_non_tls:
+                info["tls_required"] = True
+            if tls.verify:
+                info["tls_verify"] = True
+            if options.allow_non_tls:
+                info["tls_available"] = True
+        info["max_payload"] = options.max_payload
+        if options.jetstream:
+            info["jetstream"] = True
+        return info
+
+    def info_for(self, client: Client) -> bytes:
+        info = dict(self._info_base)
+        info["client_id"] = client.cid
+        info["client_ip"] = client.ip
+        if client.nonce:
+            info["nonce"] = client.nonce.decode()
+        if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
+            info["domain"] = self.options.jetstream_domain
+        if self.lame_duck:
+            info["ldm"] = True
+        return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    def make_internal_client(self, sublist) -> Client:
+        """A new connection-less client of this server in ``sublist``'s subject space (an
+        account's own internal client is made this way, so accounts need not know Client)."""
+        return Client.internal(self, sublist)
+
+    @property
+    def internal_client(self) -> Client:
+        """The server's own connection-less client: it publishes server.publish() messages
+        and owns internal subscriptions."""
+        if self._internal is None:
+            self._internal = Client.internal(self, self.sublist)
+        return self._internal
+
+    def subscribe_internal(self, subject: str | bytes, callback, queue: str | bytes | None = None):
+        """Call ``callback(subject, reply, headers, payload)`` (bytes; headers None or the
+        NATS/1.0 block) for every message on ``subject``, synchronously, while the publisher's
+        chunk is being handled. Returns the subscription, for ``unsubscribe_internal``."""
+        as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        self._internal_sids += 1
+        queue = as_bytes(queue) if queue else None
+        return self.internal_client.subscribe_callback(as_bytes(subject), callback, b"%d" % self._internal_sids, queue)
+
+    def unsubscribe_internal(self, sub) -> None:
+        self.internal_client.remove_subscription(sub)
+
+    def publish(self, subject: str | bytes, payload: bytes = b"", reply: str | bytes | None = None,
+                headers: bytes | None = None, flush: bool = True) -> None:
+        """Publish a message from the server itself (no echo rules apply; not counted as a
+        client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio.
+        With ``flush=False`` the output waits for the next ``flush_touched()`` (a publisher's
+        read loop does one after each chunk), so many responses go out in one write."""
+        as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+        subject = as_bytes(subject)
+        reply = as_bytes(reply) if reply is not None else None
+        body = (headers or b"") + payload
+        header_size = len(headers) if headers else -1
+        sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
+        self.internal_client.publish(subject, reply, header_size, sizes, body)
+        if flush:
+            self.flush_touched()
+
+    # -- hooks the clients call ---------------------------------------------------------------
+
+    def flush_touched(self) -> None:
+        """Send the output of every client given some since the last flush (Client.flush)."""
+        for client in self.touched:
+            client.flush()
+        self.touched.clear()
+
+    def client_closed(self, client: Client) -> None:
+        if self.clients.pop(client.cid, None) is None:
+            return
+        self.touched.discard(client)
+        if self.accounts is not None:
+            self.accounts.unregister(client)
+        self.closed_clients.append(connection_record(client))
+        log.debug("%s:%d - cid:%d - Client connection closed: %s", client.ip, client.port, client.cid, client.close_reason)
+
+    def note_slow_consumer(self, client: Client, detail: str) -> None:
+        self.slow_consumers += 1
+        log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
+
+    def authenticate(self, client: Client, opts: dict) -> bool:
+        """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
+        A client refused because its account is full gets ``client._auth_error`` set."""
+        try:
+            return self.auth.authenticate(client, opts)
+        except AccountLimitError:
+            client._auth_error = errors.MAX_ACCOUNT_CONNECTIONS
+            return False
+
+    async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
+        """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see server/signals.py."""
+        await handle_signal(self, signum, nursery)
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    async def shutdown(self) -> None:
+        """Close every client ("Server Shutdown") and stop listening; returns when stopped."""
+        self.stop()
+        # Let client tasks observe their cancellation before we return.
+        await trio.lowlevel.checkpoint()
+
+    def stop(self) -> None:
+        """Synchronous version of shutdown(): everything is cancelled, nothing awaited."""
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        for client in list(self.clients.values()):
+            client.close("Server Shutdown", flush=False)
+        self._stopped.set()
+
+
+def _auth_fields(options: Options) -> tuple:
+    return (options.username, options.password, options.authorization, options.users, options.nkeys,
+            options.no_auth_user, options.accounts, options.trusted_operators, options.trusted_keys,
+            options.resolver_preload)

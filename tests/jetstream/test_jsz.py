@@ -1,0 +1,172 @@
+"""/jsz, /varz's "jetstream" and /healthz with JetStream (issue #18 item 5): the same traffic
+against natserver and nats-server 2.9.10 (when installed) gives the same documents, after
+masking ids, times, the store directory and the machine-dependent default limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nats
+import pytest
+
+NATS_SERVER = shutil.which("nats-server")
+TIMEOUT = 20
+QUERIES = ["/jsz", "/jsz?accounts=true", "/jsz?streams=true", "/jsz?streams=true&config=true",
+           "/jsz?consumers=true&accounts=true", "/jsz?acc=NOPE&accounts=true"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Running:
+    def __init__(self, cmd: list[str], store: Path, jetstream: bool = True) -> None:
+        self.port, self.http = _free_port(), _free_port()
+        js = ["-js", "-sd", str(store)] if jetstream else []
+        self.proc = subprocess.Popen([*cmd, "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http), *js],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                self.get("/healthz")
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"{cmd} did not start") from None
+                time.sleep(0.05)
+
+    def get(self, path: str) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}{path}", timeout=TIMEOUT) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(TIMEOUT)
+
+
+def _traffic(port: int) -> None:
+    async def main() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=5)
+        js = nc.jetstream()
+        await js.add_stream(name="S1", subjects=["s1.>"])
+        await js.add_stream(name="S2", subjects=["s2"], storage="memory")
+        for i in range(3):
+            await js.publish(f"s1.{i % 2}", b"hello")
+        await js.publish("s2", b"x")
+        await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+_MASKED_KEYS = {"server_id", "now", "created", "first_ts", "last_ts", "leader", "store_dir", "max_memory",
+                "max_storage"}
+
+
+def _mask(value):
+    if isinstance(value, dict):
+        if "stream_detail" in value:  # nats-server lists streams in Go map order
+            value = {**value, "stream_detail": sorted(value["stream_detail"], key=lambda s: s["name"])}
+        return {k: ("<masked>" if k in _MASKED_KEYS else _mask(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mask(v) for v in value]
+    return value
+
+
+def _documents(server: Running) -> dict:
+    docs = {q: server.get(q) for q in QUERIES}
+    docs["/varz jetstream"] = (200, server.get("/varz")[1]["jetstream"])
+    for q in ("/healthz", "/healthz?js-enabled-only=true"):
+        docs[q] = server.get(q)
+    return docs
+
+
+@pytest.fixture
+def natserver_js(tmp_path):
+    server = Running([sys.executable, "-m", "natserver"], tmp_path / "ours")
+    yield server
+    server.stop()
+
+
+def test_jsz_reports_the_real_state(natserver_js):
+    _traffic(natserver_js.port)
+    status, doc = natserver_js.get("/jsz?streams=true&config=true")
+    assert status == 200
+    assert list(doc)[:3] == ["server_id", "now", "config"]
+    assert (doc["streams"], doc["consumers"], doc["messages"], doc["accounts"]) == (2, 0, 4, 1)
+    assert doc["memory"] == 19 and doc["storage"] == doc["bytes"] - 19
+    assert doc["api"]["total"] >= 2 and doc["api"]["errors"] == 0
+    assert doc["config"]["store_dir"].endswith("/ours/jetstream")
+    assert doc["config"]["max_memory"] > 0 and doc["config"]["max_storage"] > 0
+    (account,) = doc["account_details"]
+    assert (account["name"], account["reserved_memory"]) == ("$G", 2**64 - 1)
+    streams = {s["name"]: s for s in account["stream_detail"]}
+    assert list(streams) == ["S1", "S2"]
+    assert streams["S1"]["state"]["messages"] == 3 and streams["S1"]["state"]["num_subjects"] == 2
+    assert streams["S2"]["config"]["storage"] == "memory"
+    assert streams["S1"]["cluster"]["leader"] == doc["server_id"]
+    varz = natserver_js.get("/varz")[1]["jetstream"]
+    assert varz["config"] == doc["config"] and varz["stats"]["memory"] == 19
+    # Without details asked for, none are given; an unknown account has none.
+    assert "account_details" not in natserver_js.get("/jsz")[1]
+    assert natserver_js.get("/jsz?acc=NOPE&accounts=true")[1]["account_details"][0]["name"] == "$G"  # as 2.9.10
+    assert "stream_detail" not in natserver_js.get("/jsz?accounts=true")[1]["account_details"][0]
+    assert natserver_js.get("/healthz?js-enabled-only=true") == (200, {"status": "ok"})
+
+
+def test_jsz_without_jetstream(tmp_path):
+    server = Running([sys.executable, "-m", "natserver"], tmp_path, jetstream=False)
+    try:
+        status, doc = server.get("/jsz?accounts=true")
+        assert status == 200 and doc["disabled"] is True and doc["streams"] == 0
+        assert server.get("/varz")[1]["jetstream"] == {}
+        assert server.get("/healthz?js-enabled-only=true") == (200, {"status": "ok"})
+    finally:
+        server.stop()
+
+
+@pytest.mark.needs_nats_server
+@pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+def test_jsz_matches_nats_server(natserver_js, tmp_path):
+    theirs = Running([NATS_SERVER], tmp_path / "theirs")
+    try:
+        _traffic(theirs.port)
+        _traffic(natserver_js.port)
+        ours_docs, their_docs = _documents(natserver_js), _documents(theirs)
+    finally:
+        theirs.stop()
+    for query in their_docs:
+        ours, expected = _mask(ours_docs[query]), _mask(their_docs[query])
+        assert json.dumps(ours) == json.dumps(expected), query  # values and key order
+
+
+def test_store_directory_logged_as_nats_server_does(tmp_path):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", str(port), "-js",
+                             "-sd", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    deadline = time.monotonic() + TIMEOUT
+    for line in proc.stderr:
+        lines.append(line)
+        if "Server is ready" in line or time.monotonic() > deadline:
+            break
+    proc.terminate()
+    proc.wait(TIMEOUT)
+    text = "".join(lines)
+    assert f'  Store Directory: "{tmp_path}/jetstream"' in text
+    assert re.search(r"  Max Memory:      \d+\.\d\d [KMGT]B\n", text)

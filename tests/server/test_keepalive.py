@@ -1,0 +1,163 @@
+"""Server PINGs, client PONGs and stale connections, on trio's autojumping mock clock.
+
+nats-server (client.go processPingTimer, server.go firstClientPingInterval): the ping timer is
+armed at accept with the full ping_interval; CONNECT re-arms it with the short first ping,
+min(ping_interval, 2 s) plus up to 20 % jitter. When the timer fires the server sends PING
+unless the client was active within the interval (once the RTT is known); when the PINGs
+outstanding would exceed ping_max it sends -ERR 'Stale Connection' and closes.
+
+Every test requests ``autojump_clock``: sleeps cost no real time, and ``trio.fail_after``
+limits are in mock seconds (a hang on real I/O jumps straight to them).
+"""
+
+from __future__ import annotations
+
+import trio
+
+Q = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+TIMEOUT = 600  # mock seconds
+STALE = b"-ERR 'Stale Connection'\r\n"
+
+
+async def connect(raw_connect, server, connect_line: bytes | None = Q):
+    client = await raw_connect(server)
+    await client.read_info()
+    if connect_line is not None:
+        await client.send(connect_line)
+    return client
+
+
+async def test_first_ping_about_two_seconds_after_connect(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()  # ping_interval: 2 min
+        client = await connect(raw_connect, server, None)
+        await trio.sleep(30)  # the CONNECT re-arms the timer, however late it comes
+        await client.send(Q)
+        start = trio.current_time()
+        assert await client.nothing_within(1.999) == b""
+        assert await client.read_line() == b"PING\r\n"
+        elapsed = trio.current_time() - start
+        assert 2.0 <= elapsed <= 2.4 + 1e-6
+        await client.send(b"PONG\r\n")
+        assert await client.ping() == b""
+
+
+async def test_first_ping_uses_ping_interval_when_shorter(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=0.5)
+        client = await connect(raw_connect, server)
+        start = trio.current_time()
+        assert await client.read_line() == b"PING\r\n"
+        assert 0.5 <= trio.current_time() - start <= 0.6 + 1e-6
+
+
+async def test_no_connect_first_ping_after_full_interval(autojump_clock, start_server, raw_connect):
+    # Without CONNECT (telnet) the timer armed at accept runs: the full ping_interval.
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=10)
+        start = trio.current_time()
+        client = await connect(raw_connect, server, None)
+        assert await client.nothing_within(9.9) == b""
+        assert await client.read_line() == b"PING\r\n"
+        assert trio.current_time() - start <= 10.1
+
+
+async def test_client_answering_pongs_stays_connected(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server)
+        pings = 0
+        with trio.move_on_after(10):  # ten ping intervals
+            while True:
+                line = await client.read_line()
+                assert line == b"PING\r\n"
+                pings += 1
+                await client.send(b"PONG\r\n")
+        assert pings >= 1
+        assert not client.eof
+        assert await client.ping() == b""
+        assert len(server.clients) == 1
+
+
+async def test_silent_client_is_stale_after_ping_max_plus_one_intervals(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server)
+        start = trio.current_time()
+        data = await client.read_until_eof()
+        elapsed = trio.current_time() - start
+        assert data == b"PING\r\nPING\r\n" + STALE
+        # First PING after 1-1.2 s, the second one interval later, then Stale one more later.
+        assert 3.0 <= elapsed <= 3.2 + 1e-6
+        assert server.clients == {}
+        assert server.closed_clients[-1]["reason"] == "Stale Connection"
+
+
+async def test_silent_telnet_client_is_stale_too(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server, None)
+        assert await client.read_until_eof() == b"PING\r\nPING\r\n" + STALE
+
+
+async def test_ping_max_counts_outstanding_pings(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=4)
+        client = await connect(raw_connect, server)
+        start = trio.current_time()
+        assert await client.read_until_eof() == b"PING\r\n" * 4 + STALE
+        assert 5.0 <= trio.current_time() - start <= 5.2 + 1e-6
+
+
+async def test_client_that_goes_silent_after_answering_becomes_stale(autojump_clock, start_server, raw_connect):
+    # The client answers the first PING (the server now knows the RTT), then never sends
+    # anything again: with no activity, the server keeps pinging and declares it stale.
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server)
+        assert await client.read_line() == b"PING\r\n"
+        await client.send(b"PONG\r\n")
+        with trio.move_on_after(20) as waited:  # twenty ping intervals
+            data = await client.read_until_eof()
+        assert not waited.cancelled_caught, "no Stale Connection within 20 ping intervals of silence"
+        assert data.endswith(STALE)
+        assert data[: -len(STALE)] == b"PING\r\n" * (len(data[: -len(STALE)]) // 6)
+
+
+# -- the timers' task (natserver.server.keepalive): one heap for the whole server -------------------
+
+
+async def test_timers_of_closed_clients_do_not_pile_up(autojump_clock, start_server, raw_connect, monkeypatch):
+    from natserver.server import keepalive as _keepalive
+
+    monkeypatch.setattr(_keepalive, "_HEAP_SLACK", 8)
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()  # ping_interval: 2 min, so no timer fires here
+        keep = await connect(raw_connect, server)
+        await keep.ping()
+        heap = server.ping_timers._heap
+        for _ in range(60):  # each connection arms twice (accept, CONNECT), then closes
+            client = await connect(raw_connect, server)
+            await client.ping()
+            await client.aclose()
+            # at most 2 clients live at once, so at most 2 * 2 + slack entries, plus the new one
+            assert len(heap) <= 2 * 2 + 8 + 1
+        # and the timer of the connection that stayed still fires
+        assert await keep.read_line() == b"PING\r\n"
+
+
+async def test_a_failing_timer_closes_only_its_client(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1)
+        bad = await connect(raw_connect, server)
+        await bad.ping()
+        good = await connect(raw_connect, server)
+        await good.ping()
+        broken = server.clients[min(server.clients)]
+        broken.rtt = None  # makes the timer check pings_out...
+        broken.pings_out = None  # ...which then fails: a bug in the timer for this client
+        assert b"PING" not in await bad.read_until_eof()
+        for _ in range(3):  # the one task serving every timer lives on
+            assert await good.read_line() == b"PING\r\n"
+            await good.send(b"PONG\r\n")
+        assert broken.closed and len(server.clients) == 1
