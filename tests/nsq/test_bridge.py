@@ -89,7 +89,9 @@ def test_nsq_to_nats_and_back_without_loops(server):
         # invalid topic names and empty payloads are not bridged
         await nc.publish("nsq.bad!name", b"x")
         await nc.publish("nsq.orders", b"")
-        await nc.flush()
+        await nc.publish("nsq.orders", b"marker")  # handled after the two before it
+        kind, data = await consumer.frame()
+        assert kind == 2 and data[26:] == b"marker"
         dropped = server.call(lambda: server.server.nsq.bridge.dropped)
         assert dropped == 2
         await sub.unsubscribe()
