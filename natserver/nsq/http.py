@@ -26,7 +26,7 @@ from .protocol import _LEN as _INT32
 from .protocol import is_valid_name
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
-__all__ = ["NsqHttp", "stats"]
+__all__ = ["NsqHttp", "HttpApi", "stats", "summary", "listen_label"]
 
 log = logging.getLogger("natserver")
 
@@ -151,6 +151,21 @@ def listen_label(listener) -> str:
     """HOST:PORT of a listener as nsqd logs it ("TCP: listening on 127.0.0.1:4150")."""
     host, port = listener.socket.getsockname()[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def summary(front) -> dict:
+    """/nsqz: connections, upgrades, topic and channel counts, the bridge's counters, and the
+    /stats topics (on the NSQ HTTP port and on natserver's monitoring port)."""
+    engine = front.engine
+    bridge = front.bridge
+    return {"version": VERSION, "tcp_port": front.tcp_port, "http_port": front.http_port,
+            "clients": len(front.clients), "total_connections": front.total_connections,
+            "upgrades": dict(front.upgrades), "topic_count": len(engine.topics),
+            "channel_count": sum(len(t.channels) for t in engine.topics.values()),
+            "bridge": None if bridge is None else {
+                "prefix": bridge.prefix, "to_nats": bridge.to_nats_count,
+                "from_nats": bridge.from_nats_count, "dropped": bridge.dropped},
+            **stats(front)}
 
 
 class HttpApi:
@@ -488,15 +503,5 @@ class NsqHttp(HttpApi):
             producer["topics"] = sorted(engine.topics)
             return {"producers": [producer]}
         if path == "/nsqz":
-            front = self.front
-            bridge = front.bridge
-            return {"version": VERSION, "tcp_port": front.tcp_port, "http_port": front.http_port,
-                    "clients": len(front.clients), "total_connections": front.total_connections,
-                    "upgrades": dict(front.upgrades),
-                    "topic_count": len(engine.topics),
-                    "channel_count": sum(len(t.channels) for t in engine.topics.values()),
-                    "bridge": None if bridge is None else {
-                        "prefix": bridge.prefix, "to_nats": bridge.to_nats_count,
-                        "from_nats": bridge.from_nats_count, "dropped": bridge.dropped},
-                    **stats(front)}
+            return summary(self.front)
         raise HttpError(404, "NOT_FOUND")

@@ -24,7 +24,7 @@ from .codecs import DeflateCodec, SnappyCodec
 from .config import OUTPUT_BUFFER_SIZE, VERSION, NsqOptions, parse_nsq_options
 from .engine import Consumer, Engine, Message
 from .errors import NsqError
-from .http import NsqHttp, listen_label
+from .http import NsqHttp, listen_label, summary
 from .lookupd import LookupPeer
 from .protocol import (
     HEARTBEAT,
@@ -639,6 +639,10 @@ class NsqServer:
     def after_batch(self) -> None:
         if self.bridge is not None:
             self.bridge.flush()
+
+    def summary(self) -> dict:
+        """What /nsqz reports (natserver's monitoring port asks for it by this name)."""
+        return summary(self)
 
     def client_closed(self, client: NsqClient) -> None:
         self.clients.pop(client.cid, None)

@@ -300,6 +300,7 @@ _ROUTES: dict[str, str] = {
     "/accountz": "accountz",
     "/accstatz": "accstatz",
     "/jsz": "jsz",
+    "/nsqz": "nsqz",  # natserver: the NSQ front-end (natserver.nsq), when it runs
     "/healthz": "healthz",
 }
 
@@ -717,6 +718,15 @@ class Monitor:
         if js is None:
             return go_json({**self._header(), **_JSZ_DISABLED})
         return go_json({**self._header(), **js.jsz(**flags)})
+
+    def handle_nsqz(self, query: Query) -> bytes:
+        """The NSQ front-end's counters, topics and channels (its ``summary()``); a subsystem
+        the core only knows by this attribute."""
+        self._count("/nsqz")
+        nsq = getattr(self.server, "nsq", None)
+        if nsq is None:
+            return go_json({**self._header(), "disabled": True})
+        return go_json({**self._header(), **nsq.summary()})
 
 
 # /jsz of a server without JetStream (monitor.go Jsz with JetStream off).

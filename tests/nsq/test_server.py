@@ -184,3 +184,28 @@ async def test_bad_input_from_many_clients_never_disturbs_healthy_ones(tmp_path)
                 got += await nats_stream.receive_some(4096)
             assert b"MSG healthy.nats 1 2\r\nok\r\n" in got
             await server.shutdown()
+
+
+async def test_nsqz_on_the_monitoring_port(tmp_path):
+    """NSQ clients, topics and channels appear in natserver's monitoring /nsqz; without the
+    front-end /nsqz says it is disabled."""
+    from tests.nsq.helpers import http_request
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            options = Options(port=-1, http_port=-1, quiet=True, nsq=nsq_options(tmp_path))
+            server = await nursery.start(natserver.serve, options)
+            c = await RawClient.connect(server.nsq.tcp_port)
+            await c.cmd(b"SUB watched ch")
+            assert await c.frame() == (FRAME_RESPONSE, b"OK")
+            status, _, body = await http_request(server.monitor.port, "GET", "/nsqz")
+            nsqz = json.loads(body)
+            assert status == 200 and nsqz["server_id"] == server.server_id
+            assert (nsqz["clients"], nsqz["topic_count"], nsqz["channel_count"]) == (1, 1, 1)
+            assert nsqz["topics"][0]["channels"][0]["client_count"] == 1
+            await server.shutdown()
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, Options(port=-1, http_port=-1, quiet=True))
+            status, _, body = await http_request(server.monitor.port, "GET", "/nsqz")
+            assert json.loads(body)["disabled"] is True
+            await server.shutdown()
