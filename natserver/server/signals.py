@@ -97,6 +97,7 @@ _NOT_RELOADABLE = (
     ("max_closed_clients", "MaxClosedClients", _go_value),
     ("lame_duck_duration", "LameDuckDuration", _go_duration_value),
     ("lame_duck_grace_period", "LameDuckGracePeriod", _go_duration_value),
+    ("nsq", "Nsq", _go_value),  # natserver: the NSQ front-end's listeners and queues need a restart
 )
 
 

@@ -209,3 +209,20 @@ async def test_nsqz_on_the_monitoring_port(tmp_path):
             status, _, body = await http_request(server.monitor.port, "GET", "/nsqz")
             assert json.loads(body)["disabled"] is True
             await server.shutdown()
+
+
+async def test_reload_refuses_a_changed_nsq_block(tmp_path):
+    from natserver.server.signals import ReloadError, reload_options
+
+    conf = tmp_path / "nsq.conf"
+    block = f'nsq {{\n  port: -1\n  http_port: -1\n  data_path: "{tmp_path / "data"}"\n  max_rdy_count: 100\n}}\n'
+    conf.write_text("port: -1\n" + block)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            options = build_options(parse_args(["-c", str(conf)])).copy(quiet=True)  # as the command line
+            server = await nursery.start(natserver.serve, options)
+            assert reload_options(server).nsq == server.options.nsq  # unchanged: fine
+            conf.write_text("port: -1\n" + block.replace("max_rdy_count: 100", "max_rdy_count: 200"))
+            with pytest.raises(ReloadError, match="config reload not supported for Nsq"):
+                reload_options(server)
+            await server.shutdown()
