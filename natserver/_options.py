@@ -57,6 +57,8 @@ class Options:
     store_dir: str = ""  # empty: a "jetstream" directory under the system temp dir
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
+    # NATS Streaming (natserver.stan.StanOptions; None: off): --stan or a streaming {} block
+    stan: object = None
     # Logging
     debug: bool = False
     trace: bool = False

@@ -88,6 +88,7 @@ class Server:
         self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
+        self.stan = None  # natserver.stan's engine, when options.stan is set
         # Security (see _auth.py, _accounts.py, _jwt.py, _tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
@@ -195,6 +196,10 @@ class Server:
                     from .jetstream import enable_jetstream
 
                     self.jetstream = await nursery.start(enable_jetstream, self)
+                if options.stan is not None:  # after JetStream: channels may be its streams
+                    from .stan import serve_stan
+
+                    self.stan = await nursery.start(serve_stan, self, options.stan)
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
                     nursery.start_soon(self._accept_loop, listener)
