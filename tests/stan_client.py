@@ -63,7 +63,9 @@ class _NoLoopAsyncio:
 
 stan_client = _import_stan()
 stan_client.asyncio = _NoLoopAsyncio()
-StanError = importlib.import_module("stan.aio.errors").StanError
+_errors = importlib.import_module("stan.aio.errors")
+StanError = _errors.StanError
+ConnectTimeout = _errors.ErrConnectReqTimeout
 protocol = importlib.import_module("stan.pb.protocol_pb2")
 
 
