@@ -395,6 +395,13 @@ class _Builder:
             c["max_closed_clients"] = _expect(value, int, key)
         elif name == "jetstream":
             self.apply_jetstream(key, value, where)
+        elif name == "streaming":  # NATS Streaming (natserver.stan): the block enables it
+            from .stan.config import StanConfigError, StanOptions
+
+            try:
+                c["stan"] = StanOptions.from_config(value)
+            except StanConfigError as exc:
+                raise _Bad(str(exc)) from None
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":

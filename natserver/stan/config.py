@@ -223,3 +223,25 @@ def _duration(value, key: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         raise StanConfigError(f"{key}: {exc}") from None
+
+
+def apply_flags(base: StanOptions | None, flags: dict) -> StanOptions | None:
+    """nats-streaming-server's command line flags over the ``streaming {}`` block (or the
+    defaults). Any streaming flag enables streaming except ``--stan=false``, which turns it off."""
+    if flags.get("enable") is False:
+        return None
+    options = (base or StanOptions()).copy(limits=dataclasses.replace((base or StanOptions()).limits))
+    for name, value in flags.items():
+        if name == "enable":
+            continue
+        if name == "debug_trace":
+            options.debug = options.trace = value
+        elif name == "store":
+            options.store = value.lower()
+        elif name in ("cluster_id", "dir", "debug", "trace", "hb_interval", "hb_timeout", "hb_fail_count",
+                      "max_channels"):
+            setattr(options, name, value)
+        else:
+            setattr(options.limits, name, value)
+    options.validate()
+    return options
