@@ -505,3 +505,39 @@ def test_jetstream_view_of_a_channel(threaded_server, tmp_path):
         await S.close(sc)
 
     run(main())
+
+
+def test_malformed_protobuf_from_many_clients(threaded_server):
+    """Junk on every _STAN subject from many connections at once while a stan.py client works:
+    the engine answers or ignores each junk message and the good client misses nothing."""
+    handle = stan_server(threaded_server)
+    subjects = ["_STAN.discover.test-cluster", "_STAN.discover.test-cluster.pings", "_STAN.pub.test-cluster.good",
+                "_STAN.sub.test-cluster", "_STAN.unsub.test-cluster", "_STAN.subclose.test-cluster",
+                "_STAN.close.test-cluster"]
+    junk = [b"\xff", b"\x0a\x7f", b"\x08", b"\x0b\x0c", b"\x12\x02ab\x1a", bytes(range(40)), b"\x80" * 12]
+
+    async def main():
+        good = await S.connect(handle.url, "good-client")
+        inbox = Inbox()
+        await good.subscribe("good", cb=inbox)
+        attackers = [await S.connect_nats(handle.url) for _ in range(12)]
+
+        async def attack(nc, k):
+            for i in range(40):
+                subject = subjects[(i + k) % len(subjects)]
+                await nc.publish(subject, junk[(i * 7 + k) % len(junk)], reply=f"_INBOX.junk{k}")
+            await nc.flush()
+
+        async def publish():
+            for i in range(50):
+                ack = await good.publish("good", b"%d" % i)
+                assert ack.error == ""
+
+        await asyncio.gather(publish(), *(attack(nc, k) for k, nc in enumerate(attackers)))
+        msgs = await inbox.take(50)
+        assert [m.data for m in msgs] == [b"%d" % i for i in range(50)]
+        for nc in attackers:
+            await nc.close()
+        await S.close(good)
+
+    run(main())
