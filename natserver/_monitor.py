@@ -457,6 +457,10 @@ class Monitor:
             query = Query(split.query)
         except ValueError:
             return 400, TEXT, b"400 Bad Request"
+        if path == "/streaming" or path.startswith("/streaming/"):  # NATS Streaming (natserver.stan)
+            from .stan.monitor import respond as streaming
+
+            return streaming(self, path, query)
         name = _ROUTES.get(path)
         if name is None:
             return 404, TEXT, b"404 page not found\n"

@@ -541,3 +541,63 @@ def test_malformed_protobuf_from_many_clients(threaded_server):
         await S.close(good)
 
     run(main())
+
+
+def _get(handle, path: str):
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = f"http://127.0.0.1:{handle.server.monitor.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_monitoring_endpoints(threaded_server):
+    handle = stan_server(threaded_server, http_port=-1)
+
+    async def main():
+        sc = await S.connect(handle.url, "watched")
+        inbox = Inbox()
+        await sc.subscribe("a.b", cb=inbox, durable_name="dur", manual_acks=True, deliver_all_available=True)
+        await sc.subscribe("a.b", cb=Inbox(), queue="q")
+        for i in range(3):
+            await sc.publish("a.b", b"xyz")
+        await inbox.take(3)
+        await sc.publish("other", b"1")
+        loop = asyncio.get_running_loop()
+
+        status, serverz = await loop.run_in_executor(None, _get, handle, "/streaming/serverz")
+        assert status == 200
+        assert list(serverz)[:6] == ["cluster_id", "server_id", "version", "go", "state", "now"]
+        assert (serverz["cluster_id"], serverz["state"], serverz["clients"], serverz["channels"],
+                serverz["subscriptions"], serverz["total_msgs"], serverz["in_msgs"]) == (
+            "test-cluster", "STANDALONE", 1, 2, 2, 4, 4)
+
+        status, storez = await loop.run_in_executor(None, _get, handle, "/streaming/storez")
+        assert storez["type"] == "MEMORY"
+        assert storez["limits"] == {"max_channels": 100, "max_msgs": 1000000, "max_bytes": 1024000000, "max_age": 0,
+                                    "max_subscriptions": 1000, "max_inactivity": 0}
+
+        status, clientsz = await loop.run_in_executor(None, _get, handle, "/streaming/clientsz?subs=1")
+        assert (clientsz["total"], clientsz["count"], clientsz["limit"]) == (1, 1, 1024)
+        client = clientsz["clients"][0]
+        assert (client["id"], client["subs_count"]) == ("watched", 2)
+        durable = [s for s in client["subscriptions"]["a.b"] if s.get("durable_name")][0]
+        assert (durable["is_durable"], durable["is_offline"], durable["last_sent"], durable["pending_count"]) == (
+            True, False, 3, 3)
+
+        status, channelsz = await loop.run_in_executor(None, _get, handle, "/streaming/channelsz")
+        assert channelsz["names"] == ["a.b", "other"]
+        status, one = await loop.run_in_executor(None, _get, handle, "/streaming/channelsz?channel=a.b&subs=1")
+        assert (one["msgs"], one["bytes"] > 0, one["first_seq"], one["last_seq"], one["subs_count"]) == (
+            3, True, 1, 3, 2)
+        assert {s.get("queue_name", "") for s in one["subscriptions"]} == {"", "q"}
+        status, missing = await loop.run_in_executor(None, _get, handle, "/streaming/channelsz?channel=nope")
+        assert (status, missing) == (404, "Channel nope not found\n")
+        await S.close(sc)
+
+    run(main())
