@@ -74,9 +74,21 @@ streaming {
     audit = stan.limits_for("audit")
     assert (audit.max_msgs, audit.max_age, audit.max_bytes) == (50, 60.0, 10 * 1024 * 1024)
     assert stan.limits_for("other") is stan.limits
+    orders = stan.limits_for("orders.eu")  # the wildcard entry: zeros inherit
+    assert (orders.max_msgs, orders.max_age) == (500, 7200.0)
     # flags override the block
     given = parse_args(["-c", str(conf), "-cid", "flagged"])
     assert build_options(given).stan.cluster_id == "flagged"
+
+
+def test_wildcard_channel_limits():
+    o = StanOptions(channels={"a.>": ChannelLimits(10, 0, 0.0, 0, 0.0), "a.*.c": ChannelLimits(20, 0, 5.0, 0, 0.0),
+                              "a.b.c": ChannelLimits(0, 7, 0.0, 0, 0.0)})
+    assert (o.limits_for("a.x").max_msgs, o.limits_for("a.x").max_bytes) == (10, o.limits.max_bytes)
+    abc = o.limits_for("a.b.c")
+    assert (abc.max_msgs, abc.max_bytes, abc.max_age) == (20, 7, 5.0)
+    assert o.limits_for("a") is o.limits
+    assert o.limits_for("b.c") is o.limits
 
 
 def test_streaming_block_errors(tmp_path):

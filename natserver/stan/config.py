@@ -37,6 +37,20 @@ DUP_CLIENT_ID_TIMEOUT = 0.5  # server.go defaultCheckDupCIDTimeout
 DELIVERY_BATCH = 1024
 
 
+_LIMIT_KEYS = ("max_msgs", "max_bytes", "max_age", "max_subs", "max_inactivity")
+
+
+def _channel_matches(pattern: str, channel: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` the rest (at least one token)."""
+    p, c = pattern.split("."), channel.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(c) > i
+        if i >= len(c) or (token != "*" and token != c[i]):
+            return False
+    return len(p) == len(c)
+
+
 class StanConfigError(ValueError):
     """A streaming setting that cannot be used (the server does not start)."""
 
@@ -101,16 +115,18 @@ class StanOptions:
             raise StanConfigError("max_channels can't be negative")
 
     def limits_for(self, channel: str) -> ChannelLimits:
-        """The channel's own limits over the global ones (zeros inherit), as
-        stores.StoreLimits.Build does for exact channel names."""
-        own = self.channels.get(channel)
-        base = self.limits
-        if own is None:
-            return base
-        values = {}
-        for key in ("max_msgs", "max_bytes", "max_age", "max_subs", "max_inactivity"):
-            mine = getattr(own, key)
-            values[key] = mine if mine else getattr(base, key)
+        """The channel's limits: the global ones, overridden by every per-channel entry whose
+        name (literal, or with ``*``/``>`` wildcards) matches it, the least specific first, a
+        literal last; zeros inherit, as stores.StoreLimits.Build does."""
+        matching = [(name, lim) for name, lim in self.channels.items() if _channel_matches(name, channel)]
+        if not matching:
+            return self.limits
+        matching.sort(key=lambda item: (item[0] == channel, item[0].count("."), -item[0].count("*")))
+        values = {key: getattr(self.limits, key) for key in _LIMIT_KEYS}
+        for _, lim in matching:
+            for key in _LIMIT_KEYS:
+                if getattr(lim, key):
+                    values[key] = getattr(lim, key)
         return ChannelLimits(**values)
 
     # -- configuration file -------------------------------------------------------------------
