@@ -269,3 +269,29 @@ async def test_malformed_input_on_every_subject_never_hurts(autojump_clock, stan
     assert fresh.publish("ch", b"after", guid="after").error == ""
     assert fresh_sub.msgs[-1].data == b"after"
     del sub
+
+
+async def test_max_inactivity_deletes_unused_channels(autojump_clock, stan):
+    from natserver.stan import ChannelLimits
+
+    server = await stan(limits=ChannelLimits(max_inactivity=60))
+    c = FakeClient(server, "i")
+    c.connect()
+    c.publish("idle", b"1")
+    sub = c.subscribe("busy")
+    c.publish("busy", b"1")
+    engine = server.stan
+    await trio.sleep(59)
+    c.publish("idle", b"2")  # activity pushes the deadline
+    await trio.sleep(59)
+    assert "idle" in engine.channels
+    await trio.sleep(2)
+    assert "idle" not in engine.channels
+    assert "busy" in engine.channels  # it has a subscription
+    assert sub.unsubscribe().error == ""
+    await trio.sleep(61)
+    assert "busy" not in engine.channels
+    # a deleted channel starts over
+    c.publish("idle", b"new")
+    again = c.subscribe("idle", startPosition=pb.FIRST)
+    assert [(m.sequence, m.data) for m in again.msgs] == [(1, b"new")]

@@ -119,7 +119,7 @@ class Sub:
 
 class Channel:
     __slots__ = ("name", "store", "limits", "plain", "durables", "queues", "by_ack_inbox", "next_sub_id",
-                 "in_msgs", "in_bytes")
+                 "in_msgs", "in_bytes", "last_activity")
 
     def __init__(self, name: str, store: ChannelStore, limits) -> None:
         self.name = name
@@ -132,9 +132,14 @@ class Channel:
         self.next_sub_id = 1
         self.in_msgs = 0
         self.in_bytes = 0
+        self.last_activity = trio.current_time()
 
     def count_subs(self) -> int:
         return len(self.plain) + sum(len(q.members) for q in self.queues.values())
+
+    def deletable(self) -> bool:
+        """No subscription at all (an offline durable or durable queue group counts)."""
+        return not self.plain and not self.durables and not self.queues
 
 
 def durable_key(client_id: str, subject: str, durable: str) -> str:
@@ -175,6 +180,7 @@ class StanEngine:
         self._timers: list = []  # heap of (deadline, n, sub)
         self._timer_n = 0
         self._timer_scope: trio.CancelScope | None = None
+        self._inactivity_scope: trio.CancelScope | None = None
         self._pub_acks: list = []  # (reply, payload) waiting for their file store's flush
         self._flush_wake = trio.Event()
         self._state_wake = trio.Event()
@@ -189,8 +195,6 @@ class StanEngine:
         log.info("STREAM: ServerID: %s", self.server_id)
         for line in opts.warnings:
             log.warning("STREAM: %s", line)
-        if any(lim.max_inactivity for lim in (opts.limits, *opts.channels.values())):
-            log.warning("STREAM: max_inactivity is not supported by natserver: channels are never deleted")
         self.store.notify = self._wake_flusher
         try:
             async with trio.open_nursery() as nursery:
@@ -211,6 +215,7 @@ class StanEngine:
                 nursery.start_soon(self._ack_timer_loop)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._state_writer)
+                nursery.start_soon(self._inactivity_loop)
                 for client in self.clients.values():
                     nursery.start_soon(self._heartbeats, client)
                 for channel in self.channels.values():
@@ -434,6 +439,7 @@ class StanEngine:
             return self._respond(reply, pb.PubAck(guid=msg.guid, error=str(exc)))
         channel.in_msgs += 1
         channel.in_bytes += len(msg.data)
+        channel.last_activity = trio.current_time()
         if reply:
             ack = pb.PubAck(guid=msg.guid).encode()
             if channel.store.file_backed or self._pub_acks:
@@ -474,6 +480,8 @@ class StanEngine:
             channel = Channel(name, self.store.create(name, limits), limits)
             self.channels[name] = channel
             log.debug("STREAM: Channel %r has been created", name)
+            if limits.max_inactivity and self._inactivity_scope is not None:
+                self._inactivity_scope.cancel()
             self._changed()
         return channel
 
@@ -679,6 +687,9 @@ class StanEngine:
                 sub.removed = True
                 if sub.key:
                     channel.durables.pop(sub.key, None)
+        channel.last_activity = trio.current_time()
+        if channel.limits.max_inactivity and self._inactivity_scope is not None:
+            self._inactivity_scope.cancel()  # recompute the next deadline
         self._changed()
 
     # -- acks and delivery --------------------------------------------------------------------
@@ -824,6 +835,39 @@ class StanEngine:
                 self._timer_scope = scope
                 await trio.sleep_forever()
             self._timer_scope = None
+
+    # -- channel inactivity -------------------------------------------------------------------
+
+    async def _inactivity_loop(self) -> None:
+        """Delete channels with max_inactivity set that had no subscription and no new message
+        for that long (server.go handleChannelDelete)."""
+        while True:
+            now = trio.current_time()
+            deadline = None
+            for channel in list(self.channels.values()):
+                limit = channel.limits.max_inactivity
+                if not limit or not channel.deletable():
+                    continue
+                due = channel.last_activity + limit
+                if due <= now:
+                    self._delete_channel(channel)
+                elif deadline is None or due < deadline:
+                    deadline = due
+            with trio.CancelScope() as scope:
+                self._inactivity_scope = scope
+                if deadline is not None:
+                    scope.deadline = deadline
+                await trio.sleep_forever()  # or until a sub removal / new channel cancels it
+            self._inactivity_scope = None
+
+    def _delete_channel(self, channel: Channel) -> None:
+        self.channels.pop(channel.name, None)
+        try:
+            self.store.delete(channel.store)
+        except OSError as exc:
+            log.error("STREAM: Error deleting channel %r: %s", channel.name, exc)
+        log.info("STREAM: Channel %r has been deleted", channel.name)
+        self._changed()
 
     # -- state --------------------------------------------------------------------------------
 

@@ -180,6 +180,8 @@ class StanStore:
         names = set(state.get("channels", {}))
         if self.file and self.jetstream is None:
             for entry in os.listdir(self.channels_dir):
+                if entry.startswith("."):  # ".deleted-...": a channel removal a crash interrupted
+                    continue
                 if os.path.isdir(os.path.join(self.channels_dir, entry)):
                     try:
                         names.add(unescape(entry))
@@ -247,6 +249,14 @@ class StanStore:
         if targets:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(_sync_many, targets)
+
+    def delete(self, cs: ChannelStore) -> None:
+        """Remove a channel's messages for good (its JetStream stream too)."""
+        self.dirty_stores.discard(cs.msgs)
+        if cs.stream is not None and self.jetstream is not None:
+            self.jetstream.delete_stream(cs.stream)
+        else:
+            cs.msgs.delete()
 
     def close(self, channel_stores) -> None:
         if self.closed:
