@@ -601,3 +601,33 @@ def test_monitoring_endpoints(threaded_server):
         await S.close(sc)
 
     run(main())
+
+
+def test_jetstream_file_streams_survive_restart(threaded_server, tmp_path):
+    options = StanOptions(store="file", dir=str(tmp_path / "stan"))
+    js_dir = str(tmp_path / "js")
+    handle = stan_server(threaded_server, stan=options, jetstream=True, store_dir=js_dir)
+
+    async def before():
+        sc = await S.connect(handle.url, "jsfile")
+        for i in range(3):
+            await sc.publish("logs.app", b"%d" % i)
+        info = await sc._nc.jetstream().stream_info("STAN_logs_app")
+        assert (str(getattr(info.config.storage, "value", info.config.storage)), info.state.messages) == ("file", 3)
+        await S.close(sc)
+
+    run(before())
+    handle.stop()
+    handle = stan_server(threaded_server, stan=options, jetstream=True, store_dir=js_dir)
+
+    async def after():
+        sc = await S.connect(handle.url, "jsfile")
+        await sc.publish("logs.app", b"3")
+        inbox = Inbox()
+        await sc.subscribe("logs.app", cb=inbox, deliver_all_available=True)
+        assert [(m.seq, m.data) for m in await inbox.take(4)] == [(1, b"0"), (2, b"1"), (3, b"2"), (4, b"3")]
+        info = await sc._nc.jetstream().stream_info("STAN_logs_app")
+        assert (info.state.messages, info.state.last_seq) == (4, 4)
+        await S.close(sc)
+
+    run(after())
