@@ -295,3 +295,17 @@ async def test_max_inactivity_deletes_unused_channels(autojump_clock, stan):
     c.publish("idle", b"new")
     again = c.subscribe("idle", startPosition=pb.FIRST)
     assert [(m.sequence, m.data) for m in again.msgs] == [(1, b"new")]
+
+
+async def test_ack_timer_heap_stays_small(autojump_clock, stan):
+    """One live timer entry per subscription, however many messages go through."""
+    server = await stan()
+    c = FakeClient(server, "t")
+    c.connect()
+    sub = c.subscribe("ch", ackWaitInSecs=30)
+    for i in range(500):
+        c.publish("ch", b"x")
+        sub.ack(i + 1)
+        await trio.sleep(0.01)
+    assert len(server.stan._timers) <= 2
+    assert len(sub.msgs) == 500

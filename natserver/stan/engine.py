@@ -90,7 +90,8 @@ class QueueGroup:
 
 class Sub:
     __slots__ = ("id", "channel", "client_id", "inbox", "ack_inbox", "queue", "durable_name", "is_durable",
-                 "max_in_flight", "ack_wait_secs", "last_sent", "pending", "ack_sub", "removed", "delivered", "key")
+                 "max_in_flight", "ack_wait_secs", "last_sent", "pending", "ack_sub", "removed", "delivered", "key",
+                 "timer_at")
 
     def __init__(self, id: int, channel: "Channel", client_id: str, inbox: str, ack_inbox: str, max_in_flight: int,
                  ack_wait_secs: int, durable_name: str = "", is_durable: bool = False, last_sent: int = 0) -> None:
@@ -111,6 +112,7 @@ class Sub:
         self.removed = False
         self.delivered = 0
         self.key = ""  # a plain durable's key in Channel.durables (its client id is kept there)
+        self.timer_at: float | None = None  # the deadline of its one live entry in the ack timer heap
 
     @property
     def ack_wait(self) -> float:
@@ -718,12 +720,10 @@ class StanEngine:
         self.out_bytes += len(msg.data)
         sub.delivered += 1
         pending = sub.pending
-        was_empty = not pending
         deadline = trio.current_time() + sub.ack_wait
         pending.pop(msg.seq, None)
         pending[msg.seq] = deadline
-        if was_empty:
-            self._schedule(sub, deadline)
+        self._schedule(sub, deadline)
 
     def _deliver_channel(self, channel: Channel) -> None:
         for sub in list(channel.plain):
@@ -807,6 +807,12 @@ class StanEngine:
             self._schedule(sub, next(iter(sub.pending.values())))
 
     def _schedule(self, sub: Sub, deadline: float) -> None:
+        """Make sure the ack timer looks at ``sub`` by ``deadline``. One live heap entry per
+        subscription (older ones are skipped when popped), so the heap stays as small as the
+        number of subscriptions with pending messages."""
+        if sub.timer_at is not None and sub.timer_at <= deadline:
+            return
+        sub.timer_at = deadline
         self._timer_n += 1
         heapq.heappush(self._timers, (deadline, self._timer_n, sub))
         scope = self._timer_scope
@@ -819,7 +825,10 @@ class StanEngine:
             now = trio.current_time()
             fired = False
             while timers and timers[0][0] <= now:
-                _, _, sub = heapq.heappop(timers)
+                at, _, sub = heapq.heappop(timers)
+                if at != sub.timer_at:
+                    continue  # superseded by an earlier entry
+                sub.timer_at = None
                 if sub.removed or not sub.client_id or not sub.pending:
                     continue  # gone, or offline (a durable's pending wait for its resume)
                 try:

@@ -78,6 +78,9 @@ def _from_varint(kind: int, raw: int):
     return raw
 
 
+_SMALL = [bytes([i]) for i in range(128)]  # one-byte varints
+
+
 class Message:
     """Base of the messages: slotted, with keyword construction and proto3 defaults."""
 
@@ -85,13 +88,23 @@ class Message:
     FIELDS: tuple = ()  # (number, name, kind), in number order
     _BY_NUMBER: dict = {}
     _DEFAULTS: dict = {}
+    _DEFAULT_ITEMS: tuple = ()
+    _ENCODE: tuple = ()
+    _ONE_BYTE_KEYS: dict = {}
 
     def __init_subclass__(cls) -> None:
         cls._BY_NUMBER = {number: (name, kind) for number, name, kind in cls.FIELDS}
         cls._DEFAULTS = {name: _default(kind) for _, name, kind in cls.FIELDS}
+        cls._DEFAULT_ITEMS = tuple(cls._DEFAULTS.items())
+        # (name, kind, tag bytes) for encoding; the tag of a varint or a length-delimited field
+        cls._ENCODE = tuple((name, kind, _varint(number << 3 | (2 if kind in (STRING, BYTES) else 0)))
+                            for number, name, kind in cls.FIELDS)
+        # first byte of the key -> (name, kind, wire) for fields whose key is one byte
+        cls._ONE_BYTE_KEYS = {number << 3 | (2 if kind in (STRING, BYTES) else 0): (name, kind)
+                              for number, name, kind in cls.FIELDS if number < 16}
 
     def __init__(self, **values) -> None:
-        for name, default in self._DEFAULTS.items():
+        for name, default in self._DEFAULT_ITEMS:
             object.__setattr__(self, name, values.pop(name, default))
         if values:
             raise TypeError(f"{type(self).__name__} has no field(s) {sorted(values)}")
@@ -104,63 +117,94 @@ class Message:
         return f"{type(self).__name__}({shown})"
 
     def encode(self) -> bytes:
-        out = bytearray()
-        for number, name, kind in self.FIELDS:
+        out = []
+        for name, kind, tag in self._ENCODE:
             value = getattr(self, name)
             if not value:
                 continue
-            if kind == STRING or kind == BYTES:
-                raw = value.encode("utf-8", "surrogateescape") if kind == STRING else bytes(value)
-                out += _varint(number << 3 | 2)
-                out += _varint(len(raw))
-                out += raw
+            if kind == STRING:
+                raw = value.encode("utf-8", "surrogateescape")
+            elif kind == BYTES:
+                raw = bytes(value)
             else:
-                out += _varint(number << 3)
-                out += _varint(int(value) & _MASK64)
-        return bytes(out)
+                value = int(value) & _MASK64
+                out.append(tag + (_SMALL[value] if value < 128 else _varint(value)))
+                continue
+            n = len(raw)
+            out.append(tag + (_SMALL[n] if n < 128 else _varint(n)))
+            out.append(raw)
+        return b"".join(out)
 
     @classmethod
     def decode(cls, data: bytes):
         """Parse ``data``; raises DecodeError when it is not a valid encoding."""
-        values = {}
-        by_number = cls._BY_NUMBER
+        obj = object.__new__(cls)
+        setattr_ = object.__setattr__
+        for name, default in cls._DEFAULT_ITEMS:
+            setattr_(obj, name, default)
+        one_byte = cls._ONE_BYTE_KEYS
         pos = 0
         end = len(data)
         while pos < end:
-            key, pos = _read_varint(data, pos, end)
-            number, wire = key >> 3, key & 7
-            if number == 0 or number > 0x1FFFFFFF:
-                raise DecodeError("invalid field number")
-            field = by_number.get(number)
-            if wire == 0:
-                raw, pos = _read_varint(data, pos, end)
-                if field is not None:
-                    if field[1] not in _VARINT_KINDS:
-                        raise DecodeError(f"wrong wire type for {field[0]}")
-                    values[field[0]] = _from_varint(field[1], raw)
-            elif wire == 2:
-                length, pos = _read_varint(data, pos, end)
-                if length > end - pos:
-                    raise DecodeError("truncated field")
-                chunk = data[pos : pos + length]
-                pos += length
-                if field is not None:
-                    if field[1] == STRING:
-                        values[field[0]] = bytes(chunk).decode("utf-8", "surrogateescape")
-                    elif field[1] == BYTES:
-                        values[field[0]] = bytes(chunk)
-                    else:
-                        raise DecodeError(f"wrong wire type for {field[0]}")
-            elif wire == 1 or wire == 5:
-                size = 8 if wire == 1 else 4
-                if size > end - pos:
-                    raise DecodeError("truncated field")
-                pos += size
-                if field is not None:
+            key = data[pos]
+            fast = one_byte.get(key)
+            if fast is not None:  # the common case: a known field with a one-byte key
+                pos += 1
+                name, kind = fast
+                if pos < end and data[pos] < 0x80:
+                    raw = data[pos]
+                    pos += 1
+                else:
+                    raw, pos = _read_varint(data, pos, end)
+                if kind == STRING or kind == BYTES:
+                    if raw > end - pos:
+                        raise DecodeError("truncated field")
+                    chunk = bytes(data[pos : pos + raw])
+                    pos += raw
+                    setattr_(obj, name, chunk.decode("utf-8", "surrogateescape") if kind == STRING else chunk)
+                else:
+                    setattr_(obj, name, _from_varint(kind, raw))
+                continue
+            pos = cls._decode_slow(obj, data, pos, end)
+        return obj
+
+    @classmethod
+    def _decode_slow(cls, obj, data: bytes, pos: int, end: int) -> int:
+        """One field the fast path does not know: a long key, an unknown field, a bad one."""
+        key, pos = _read_varint(data, pos, end)
+        number, wire = key >> 3, key & 7
+        if number == 0 or number > 0x1FFFFFFF:
+            raise DecodeError("invalid field number")
+        field = cls._BY_NUMBER.get(number)
+        if wire == 0:
+            raw, pos = _read_varint(data, pos, end)
+            if field is not None:
+                if field[1] not in _VARINT_KINDS:
                     raise DecodeError(f"wrong wire type for {field[0]}")
-            else:  # groups (3, 4) and the unused 6, 7: not in proto3
-                raise DecodeError(f"unsupported wire type {wire}")
-        return cls(**values)
+                object.__setattr__(obj, field[0], _from_varint(field[1], raw))
+        elif wire == 2:
+            length, pos = _read_varint(data, pos, end)
+            if length > end - pos:
+                raise DecodeError("truncated field")
+            chunk = bytes(data[pos : pos + length])
+            pos += length
+            if field is not None:
+                if field[1] == STRING:
+                    object.__setattr__(obj, field[0], chunk.decode("utf-8", "surrogateescape"))
+                elif field[1] == BYTES:
+                    object.__setattr__(obj, field[0], chunk)
+                else:
+                    raise DecodeError(f"wrong wire type for {field[0]}")
+        elif wire == 1 or wire == 5:
+            size = 8 if wire == 1 else 4
+            if size > end - pos:
+                raise DecodeError("truncated field")
+            pos += size
+            if field is not None:
+                raise DecodeError(f"wrong wire type for {field[0]}")
+        else:  # groups (3, 4) and the unused 6, 7: not in proto3
+            raise DecodeError(f"unsupported wire type {wire}")
+        return pos
 
 
 def _default(kind: int):
