@@ -309,3 +309,27 @@ async def test_ack_timer_heap_stays_small(autojump_clock, stan):
         await trio.sleep(0.01)
     assert len(server.stan._timers) <= 2
     assert len(sub.msgs) == 500
+
+
+async def test_stan_trace_logs_protocol(autojump_clock, nursery):
+    import logging
+
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    stan_log = logging.getLogger("natserver.stan")
+    server = await nursery.start(natserver.serve, make_options(quiet=False, stan=StanOptions(trace=True)))
+    c = FakeClient(server, "traced")
+    c.connect()
+    sub = c.subscribe("ch")
+    stan_log.addHandler(handler)
+    try:
+        c.publish("ch", b"x", guid="G1")
+        sub.ack(1)
+    finally:
+        stan_log.removeHandler(handler)
+    text = "\n".join(lines)
+    assert "Received message from publisher subj=ch guid=G1" in text
+    assert "Delivering msg to subid=1, subject=ch, seq=1" in text
+    assert "Processing ack for subid=1, subject=ch, seq=1" in text
+    logging.getLogger("natserver.stan").setLevel(logging.NOTSET)

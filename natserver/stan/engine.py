@@ -25,12 +25,13 @@ import trio
 
 from . import errors as err
 from . import pb
+from .._log import TRACE
 from .config import DELIVERY_BATCH, StanOptions
 from .store import ChannelStore, StanStore, StanStoreError, STATE_VERSION, STATE_WRITE_DELAY
 
 __all__ = ["StanEngine", "CLIENT_ID_RE", "valid_channel"]
 
-log = logging.getLogger("natserver")
+log = logging.getLogger("natserver.stan")  # -SD/-SV set its level (the core's -D/-V do not have to)
 
 CLIENT_ID_RE = re.compile(r"[A-Za-z0-9_-]+")  # server.go clientIDRegEx
 PROTOCOL_ONE = 1  # server.go protocolOne
@@ -188,11 +189,17 @@ class StanEngine:
         self._state_wake = trio.Event()
         self._state_dirty = False
         self.running = False
+        self._trace = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         opts = self.options
+        if not self.server.options.quiet and (opts.debug or opts.trace):
+            log.setLevel(TRACE if opts.trace else logging.DEBUG)
+        else:
+            log.setLevel(logging.NOTSET)  # the core's level (-D, -V)
+        self._trace = log.isEnabledFor(TRACE)
         log.info("STREAM: Starting nats-streaming-server[%s] version 0.25.6 (natserver)", opts.cluster_id)
         log.info("STREAM: ServerID: %s", self.server_id)
         for line in opts.warnings:
@@ -427,6 +434,9 @@ class StanEngine:
         self.in_bytes += len(data)
         if not msg.guid or not valid_channel(msg.subject):
             return self._respond(reply, pb.PubAck(guid=msg.guid, error=err.INVALID_PUB_REQ))
+        if self._trace:
+            log.log(TRACE, "STREAM: [Client:%s] Received message from publisher subj=%s guid=%s", msg.clientID,
+                    msg.subject, msg.guid)
         client = self.clients.get(msg.clientID)
         if client is None or (msg.connID and msg.connID != client.conn_id):
             log.error("STREAM: Received invalid client publish message (client %r)", msg.clientID)
@@ -704,6 +714,9 @@ class StanEngine:
             ack = pb.Ack.decode(data)
         except pb.DecodeError:
             return
+        if self._trace:
+            log.log(TRACE, "STREAM: [Client:%s] Processing ack for subid=%d, subject=%s, seq=%d", sub.client_id,
+                    sub.id, channel.name, ack.sequence)
         if sub.pending.pop(ack.sequence, None) is None:
             return
         self._changed()
@@ -716,6 +729,9 @@ class StanEngine:
         payload = pb.MsgProto(sequence=msg.seq, subject=sub.channel.name, data=msg.data, timestamp=msg.ts,
                               redelivered=redelivered).encode()
         self.server.publish(sub.inbox, payload, flush=False)
+        if self._trace:
+            log.log(TRACE, "STREAM: [Client:%s] %s msg to subid=%d, subject=%s, seq=%d", sub.client_id,
+                    "Redelivering" if redelivered else "Delivering", sub.id, sub.channel.name, msg.seq)
         self.out_msgs += 1
         self.out_bytes += len(msg.data)
         sub.delivered += 1
