@@ -108,3 +108,17 @@ def test_validation():
         StanOptions(limits=ChannelLimits(max_msgs=-1)).validate()
     options = StanOptions.from_config({"file_options": {"buffer_size": 1}})
     assert options.warnings == ['Streaming option "file_options" is not supported by natserver and is ignored']
+
+
+def test_reload_refuses_a_changed_streaming_block(tmp_path):
+    import types
+
+    from natserver._signals import ReloadError, reload_options
+
+    conf = tmp_path / "r.conf"
+    conf.write_text('port: 4999\nstreaming { cluster_id: "one" }\n')
+    server = types.SimpleNamespace(options=build_options(parse_args(["-c", str(conf)])), command_line=None, port=4999)
+    assert reload_options(server).stan.cluster_id == "one"  # unchanged: fine
+    conf.write_text('port: 4999\nstreaming { cluster_id: "two" }\n')
+    with pytest.raises(ReloadError, match="config reload not supported for Streaming: old=one/memory, new=two/memory"):
+        reload_options(server)
