@@ -333,3 +333,23 @@ async def test_stan_trace_logs_protocol(autojump_clock, nursery):
     assert "Delivering msg to subid=1, subject=ch, seq=1" in text
     assert "Processing ack for subid=1, subject=ch, seq=1" in text
     logging.getLogger("natserver.stan").setLevel(logging.NOTSET)
+
+
+async def test_queue_redelivery_skips_a_member_failing_heartbeats(autojump_clock, stan):
+    server = await stan(hb_interval=30, hb_timeout=10)
+    a = FakeClient(server, "member-a", answer_heartbeats=False)
+    b = FakeClient(server, "member-b")
+    a.connect()
+    b.connect()
+    sub_a = a.subscribe("jobs", qGroup="g", ackWaitInSecs=60)
+    sub_b = b.subscribe("jobs", qGroup="g", ackWaitInSecs=60)
+    b.publish("jobs", b"x")
+    holder, other = (sub_a, sub_b) if sub_a.msgs else (sub_b, sub_a)
+    if holder is sub_b:  # make a hold it: b acks, the next one goes to a
+        sub_b.ack(1)
+        b.publish("jobs", b"y")
+        holder, other = sub_a, sub_b
+    seq = holder.msgs[-1].sequence
+    await trio.sleep(61)  # a failed a heartbeat at 40 s: the redelivery goes to b
+    assert (other.msgs[-1].sequence, other.msgs[-1].redelivered) == (seq, True)
+    assert [m.sequence for m in holder.msgs].count(seq) == 1

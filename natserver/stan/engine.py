@@ -813,14 +813,27 @@ class StanEngine:
                 break
             due.append(seq)
         store = sub.channel.store
+        target = self._healthy_member(sub) if sub.queue is not None else sub
         for seq in due:
             msg = store.load(seq)
             if msg is None:
                 sub.pending.pop(seq, None)
                 continue
-            self._send_msg(sub, msg, True)
+            if target is not sub:
+                sub.pending.pop(seq, None)
+            self._send_msg(target, msg, True)
         if sub.pending:
             self._schedule(sub, next(iter(sub.pending.values())))
+
+    def _healthy_member(self, sub: Sub) -> Sub:
+        """Where a queue member's redeliveries go: the member itself, unless its client is
+        failing heartbeats and another member's is not (server.go performAckExpirationRedelivery)."""
+        client = self.clients.get(sub.client_id)
+        if client is None or not client.fhb:
+            return sub
+        healthy = [m for m in sub.queue.members
+                   if m is not sub and (c := self.clients.get(m.client_id)) is not None and not c.fhb]
+        return min(healthy, key=lambda m: len(m.pending)) if healthy else sub
 
     def _schedule(self, sub: Sub, deadline: float) -> None:
         """Make sure the ack timer looks at ``sub`` by ``deadline``. One live heap entry per
