@@ -353,3 +353,17 @@ async def test_queue_redelivery_skips_a_member_failing_heartbeats(autojump_clock
     await trio.sleep(61)  # a failed a heartbeat at 40 s: the redelivery goes to b
     assert (other.msgs[-1].sequence, other.msgs[-1].redelivered) == (seq, True)
     assert [m.sequence for m in holder.msgs].count(seq) == 1
+
+
+async def test_ping_from_a_client_failing_heartbeats_triggers_one_now(autojump_clock, stan):
+    server = await stan(hb_interval=30, hb_timeout=10)
+    c = FakeClient(server, "flaky", answer_heartbeats=False)
+    c.connect()
+    await trio.sleep(41)  # one failed heartbeat
+    client = server.stan.clients["flaky"]
+    assert client.fhb == 1
+    c.answer_heartbeats = True
+    before = c.heartbeats
+    assert c.request_raw("_STAN.discover.test-cluster.pings", pb.Ping(connID=c.conn_id).encode()) == b""
+    await trio.sleep(0.1)
+    assert c.heartbeats == before + 1 and client.fhb == 0

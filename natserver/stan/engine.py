@@ -61,7 +61,7 @@ class StanError(Exception):
 
 class StanClient:
     __slots__ = ("id", "hb_inbox", "conn_id", "protocol", "ping_interval", "ping_max_out", "subs", "fhb",
-                 "hb_scope", "closed")
+                 "hb_scope", "hb_sleep", "closed")
 
     def __init__(self, id: str, hb_inbox: str, conn_id: bytes, protocol: int, ping_interval: int,
                  ping_max_out: int) -> None:
@@ -74,6 +74,7 @@ class StanClient:
         self.subs: list[Sub] = []
         self.fhb = 0  # heartbeats failed in a row
         self.hb_scope: trio.CancelScope | None = None
+        self.hb_sleep: trio.CancelScope | None = None  # the wait before the next heartbeat
         self.closed = False
 
 
@@ -370,6 +371,8 @@ class StanEngine:
             return
         client = self.by_conn_id.get(ping.connID)
         if client is not None:
+            if client.fhb and client.hb_sleep is not None:
+                client.hb_sleep.cancel()  # it is alive after all: heartbeat it now, to clear the failures
             self._respond(reply, pb.PingResponse())
         else:
             self._respond(reply, pb.PingResponse(error=err.PING_CLIENT_REPLACED))
@@ -408,7 +411,10 @@ class StanEngine:
             if client.closed:
                 return
             while True:
-                await trio.sleep(opts.hb_interval)
+                with trio.CancelScope() as sleep:
+                    client.hb_sleep = sleep
+                    await trio.sleep(opts.hb_interval)
+                client.hb_sleep = None
                 alive = await self.request(client.hb_inbox, opts.hb_timeout)
                 if client.closed:
                     return
