@@ -132,3 +132,10 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path):
         assert [(s["client_id"], s["durable_name"]) for s in audit["subscriptions"]] == [("flooder", "keep")]
     finally:
         proc.kill()
+
+
+def test_sigterm_exits_143_as_nats_streaming_server(tmp_path):
+    proc = Proc(tmp_path, tmp_path / "stan")
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.proc.wait(10) == 143
+    proc.log.close()

@@ -367,3 +367,31 @@ async def test_ping_from_a_client_failing_heartbeats_triggers_one_now(autojump_c
     assert c.request_raw("_STAN.discover.test-cluster.pings", pb.Ping(connID=c.conn_id).encode()) == b""
     await trio.sleep(0.1)
     assert c.heartbeats == before + 1 and client.fhb == 0
+
+
+async def test_redelivery_count(autojump_clock, stan):
+    server = await stan()
+    c = FakeClient(server, "rc")
+    c.connect()
+    sub = c.subscribe("ch", ackWaitInSecs=5)
+    c.publish("ch", b"x")
+    await trio.sleep(5.1)
+    await trio.sleep(5.1)
+    assert [m.redeliveryCount for m in sub.msgs] == [0, 1, 2]
+    sub.ack(1)
+    c.publish("ch", b"y")
+    await trio.sleep(5.1)
+    assert [(m.sequence, m.redeliveryCount) for m in sub.msgs[3:]] == [(2, 0), (2, 1)]
+
+
+async def test_no_redelivery_to_a_client_missing_heartbeats(autojump_clock, stan):
+    server = await stan(hb_interval=30, hb_timeout=10)
+    c = FakeClient(server, "gone", answer_heartbeats=False)
+    c.connect()
+    sub = c.subscribe("ch", ackWaitInSecs=60)
+    c.publish("ch", b"x")
+    await trio.sleep(61)  # a heartbeat failed at 40 s: the redelivery waits
+    assert len(sub.msgs) == 1
+    c.answer_heartbeats = True
+    await trio.sleep(60)  # heartbeat answered at 80 s; redelivered at the next check
+    assert [(m.sequence, m.redelivered) for m in sub.msgs] == [(1, False), (1, True)]

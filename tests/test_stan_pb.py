@@ -1,6 +1,10 @@
 """natserver.stan.pb, the streaming protocol codec, checked byte for byte against Google's
-protobuf library running stan.py's own generated ``protocol_pb2`` module, in both directions,
-and against malformed input (only DecodeError, never another exception)."""
+protobuf library in both directions, and against malformed input (only DecodeError, never
+another exception).
+
+The reference messages are built at run time (no protoc) from stan.py's own descriptor, plus
+``MsgProto.redeliveryCount`` (7), which stan.go's and the server's protocol.proto have had since
+2019 and stan.py's 2018 module lacks."""
 
 from __future__ import annotations
 
@@ -14,7 +18,29 @@ from natserver.stan import pb
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from stan_client import protocol  # stan.py's generated module (protobuf 3.20.3)
+    from stan_client import protocol as stan_py  # stan.py's generated module (protobuf 3.20.3)
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # noqa: E402
+
+
+def _runtime_protocol():
+    """stan.go's current schema as protobuf classes built at run time."""
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(stan_py.DESCRIPTOR.serialized_pb)
+    fdp.name = "natserver_test_stan_protocol.proto"
+    for message in fdp.message_type:
+        if message.name == "MsgProto":
+            message.field.add(name="redeliveryCount", number=7, json_name="redeliveryCount",
+                              type=descriptor_pb2.FieldDescriptorProto.TYPE_UINT32,
+                              label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    file = pool.Add(fdp)
+    factory = message_factory.MessageFactory(pool)
+    classes = {name: factory.GetPrototype(pool.FindMessageTypeByName(f"{fdp.package}.{name}"))
+               for name in (m.name for m in fdp.message_type)}
+    return type("protocol", (), {"DESCRIPTOR": pool.FindFileByName(fdp.name), **classes}), file
+
+
+protocol, _ = _runtime_protocol()
 
 _VALUES = {
     pb.STRING: st.text(max_size=40),
@@ -40,8 +66,9 @@ def _google(message: type, values: dict):
     return proto
 
 
-def test_schema_matches_stan_py():
-    """Every message, field number and type of stan.py's protocol.proto is in ours."""
+def test_schema_matches_stan_go():
+    """Every message, field number and type of the protocol (stan.py's, plus field 7) is ours,
+    and stan.py's own schema is a subset."""
     kinds = {9: pb.STRING, 12: pb.BYTES, 4: pb.UINT64, 3: pb.INT64, 13: pb.UINT32, 5: pb.INT32, 8: pb.BOOL,
              14: pb.ENUM}
     google = protocol.DESCRIPTOR.message_types_by_name
@@ -49,6 +76,9 @@ def test_schema_matches_stan_py():
     for message in pb.MESSAGES:
         expected = sorted((f.number, f.name, kinds[f.type]) for f in google[message.__name__].fields)
         assert list(message.FIELDS) == expected
+    for message in pb.MESSAGES:
+        old = {f.number for f in stan_py.DESCRIPTOR.message_types_by_name[message.__name__].fields}
+        assert old <= {number for number, _, _ in message.FIELDS}
     start = protocol.DESCRIPTOR.enum_types_by_name["StartPosition"]
     assert [(v.name, v.number) for v in start.values] == [
         ("NewOnly", pb.NEW_ONLY), ("LastReceived", pb.LAST_RECEIVED), ("TimeDeltaStart", pb.TIME_DELTA_START),

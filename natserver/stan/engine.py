@@ -79,7 +79,7 @@ class StanClient:
 
 
 class QueueGroup:
-    __slots__ = ("name", "members", "last_sent", "shadow", "durable", "next")
+    __slots__ = ("name", "members", "last_sent", "shadow", "durable", "next", "rdlv")
 
     def __init__(self, name: str, last_sent: int, durable: bool) -> None:
         self.name = name  # "durable:group" for durable queue groups
@@ -88,12 +88,13 @@ class QueueGroup:
         self.shadow: Sub | None = None  # a durable group's state while it has no member
         self.durable = durable
         self.next = 0  # round robin start among equally loaded members
+        self.rdlv: dict[int, int] = {}  # seq -> redeliveries (the group's, as server.go qstate.rdlvCount)
 
 
 class Sub:
     __slots__ = ("id", "channel", "client_id", "inbox", "ack_inbox", "queue", "durable_name", "is_durable",
                  "max_in_flight", "ack_wait_secs", "last_sent", "pending", "ack_sub", "removed", "delivered", "key",
-                 "timer_at")
+                 "timer_at", "rdlv")
 
     def __init__(self, id: int, channel: "Channel", client_id: str, inbox: str, ack_inbox: str, max_in_flight: int,
                  ack_wait_secs: int, durable_name: str = "", is_durable: bool = False, last_sent: int = 0) -> None:
@@ -115,6 +116,7 @@ class Sub:
         self.delivered = 0
         self.key = ""  # a plain durable's key in Channel.durables (its client id is kept there)
         self.timer_at: float | None = None  # the deadline of its one live entry in the ack timer heap
+        self.rdlv: dict[int, int] = {}  # seq -> redeliveries (not persisted, as in nats-streaming-server)
 
     @property
     def ack_wait(self) -> float:
@@ -725,6 +727,9 @@ class StanEngine:
                     sub.id, channel.name, ack.sequence)
         if sub.pending.pop(ack.sequence, None) is None:
             return
+        rdlv = sub.queue.rdlv if sub.queue is not None else sub.rdlv
+        if rdlv:
+            rdlv.pop(ack.sequence, None)
         self._changed()
         if sub.queue is not None:
             self._deliver_group(sub.queue)
@@ -732,8 +737,12 @@ class StanEngine:
             self._deliver_sub(sub)
 
     def _send_msg(self, sub: Sub, msg, redelivered: bool) -> None:
+        count = 0
+        if redelivered:
+            rdlv = sub.queue.rdlv if sub.queue is not None else sub.rdlv
+            count = rdlv[msg.seq] = rdlv.get(msg.seq, 0) + 1
         payload = pb.MsgProto(sequence=msg.seq, subject=sub.channel.name, data=msg.data, timestamp=msg.ts,
-                              redelivered=redelivered).encode()
+                              redelivered=redelivered, redeliveryCount=count).encode()
         self.server.publish(sub.inbox, payload, flush=False)
         if self._trace:
             log.log(TRACE, "STREAM: [Client:%s] %s msg to subid=%d, subject=%s, seq=%d", sub.client_id,
@@ -813,6 +822,12 @@ class StanEngine:
         """Send again (flagged) what waited longer than ackWait (everything with
         ``all_pending``: a resumed durable). Messages gone from the store are dropped."""
         now = trio.current_time()
+        if sub.queue is None and not all_pending:
+            client = self.clients.get(sub.client_id)
+            if client is not None and client.fhb:
+                # server.go: no redelivery to a client missing heartbeats; try again later
+                self._schedule(sub, now + sub.ack_wait)
+                return
         due = []
         for seq, deadline in sub.pending.items():
             if not all_pending and deadline > now:

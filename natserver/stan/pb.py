@@ -219,8 +219,11 @@ def _message(name: str, *fields: tuple) -> type:
 PubMsg = _message("PubMsg", (1, "clientID", STRING), (2, "guid", STRING), (3, "subject", STRING),
                   (4, "reply", STRING), (5, "data", BYTES), (6, "connID", BYTES), (10, "sha256", BYTES))
 PubAck = _message("PubAck", (1, "guid", STRING), (2, "error", STRING))
+# redeliveryCount (7) came with stan.go v0.6 / nats-streaming-server v0.17; stan.py's 2018
+# generated module predates it (and, as any proto3 parser, skips it).
 MsgProto = _message("MsgProto", (1, "sequence", UINT64), (2, "subject", STRING), (3, "reply", STRING),
-                    (4, "data", BYTES), (5, "timestamp", INT64), (6, "redelivered", BOOL), (10, "CRC32", UINT32))
+                    (4, "data", BYTES), (5, "timestamp", INT64), (6, "redelivered", BOOL),
+                    (7, "redeliveryCount", UINT32), (10, "CRC32", UINT32))
 Ack = _message("Ack", (1, "subject", STRING), (2, "sequence", UINT64))
 ConnectRequest = _message("ConnectRequest", (1, "clientID", STRING), (2, "heartbeatInbox", STRING),
                           (3, "protocol", INT32), (4, "connID", BYTES), (5, "pingInterval", INT32),
