@@ -395,3 +395,96 @@ async def test_no_redelivery_to_a_client_missing_heartbeats(autojump_clock, stan
     c.answer_heartbeats = True
     await trio.sleep(60)  # heartbeat answered at 80 s; redelivered at the next check
     assert [(m.sequence, m.redelivered) for m in sub.msgs] == [(1, False), (1, True)]
+
+
+async def test_state_machine_invariants(autojump_clock, stan):
+    """Random publishes, subscriptions (plain, durable, queue, durable queue), acks, sub-closes,
+    unsubscribes, client closes and reconnects: no internal error, first deliveries in order
+    and never twice per plain subscription or queue group, maxInFlight respected."""
+    import logging
+
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+    server = await stan(max_channels=0)  # a channel per example
+    engine = server.stan
+    errors = []
+    handler = logging.Handler(level=logging.ERROR)
+    handler.emit = lambda record: errors.append(record) if record.exc_info else None
+    logging.getLogger("natserver.stan").addHandler(handler)
+    counter = [0]
+
+    class Machine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            counter[0] += 1
+            self.channel = f"ch{counter[0]}"
+            self.clients = {}
+            self.subs = []  # (FakeSub, kind)
+
+        def client(self, n):
+            c = self.clients.get(n)
+            if c is None or c.client_id not in engine.clients:
+                c = self.clients[n] = FakeClient(server, f"m{counter[0]}-{n}")
+                assert c.connect().error == ""
+            return c
+
+        @rule(n=st.integers(0, 2), k=st.integers(1, 3))
+        def publish(self, n, k):
+            for _ in range(k):
+                assert self.client(n).publish(self.channel, b"x").error == ""
+
+        @rule(n=st.integers(0, 2), kind=st.sampled_from(["plain", "durable", "queue", "dqueue"]),
+              mif=st.integers(1, 3), start=st.sampled_from([pb.NEW_ONLY, pb.FIRST, pb.LAST_RECEIVED]))
+        def subscribe(self, n, kind, mif, start):
+            fields = {"maxInFlight": mif, "startPosition": start}
+            if kind in ("durable", "dqueue"):
+                fields["durableName"] = "d"
+            if kind in ("queue", "dqueue"):
+                fields["qGroup"] = "q"
+            sub = self.client(n).subscribe(self.channel, **fields)
+            if not sub.error:
+                self.subs.append((sub, kind))
+            else:
+                assert sub.error == "stan: duplicate durable registration"
+
+        @rule(i=st.integers(0, 10))
+        def ack_first(self, i):
+            if self.subs:
+                sub, _ = self.subs[i % len(self.subs)]
+                if sub.msgs:
+                    sub.ack(sub.msgs[(i * 7) % len(sub.msgs)].sequence)
+
+        @rule(i=st.integers(0, 10), close=st.booleans())
+        def remove(self, i, close):
+            if self.subs:
+                sub, _ = self.subs.pop(i % len(self.subs))
+                resp = sub.unsubscribe(close=close)
+                assert resp.error in ("", "stan: unknown clientID", "stan: invalid subscription")
+
+        @rule(n=st.integers(0, 2))
+        def close_client(self, n):
+            c = self.clients.pop(n, None)
+            if c is not None:
+                assert c.close().error in ("", "stan: unknown clientID")
+                self.subs = [(s, k) for s, k in self.subs if s.client is not c]
+
+        @invariant()
+        def checks(self):
+            assert errors == []
+            for sub, kind in self.subs:
+                firsts = [m.sequence for m in sub.msgs if not m.redelivered]
+                if kind == "plain":
+                    assert firsts == sorted(set(firsts))
+            channel = engine.channels.get(self.channel)
+            if channel is not None:
+                for s in channel.plain:
+                    assert len(s.pending) <= s.max_in_flight
+                for group in channel.queues.values():
+                    for member in group.members:
+                        assert len(member.pending) <= member.max_in_flight
+
+    try:
+        run_state_machine_as_test(Machine, settings=settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                                             database=None))
+    finally:
+        logging.getLogger("natserver.stan").removeHandler(handler)
