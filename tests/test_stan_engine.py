@@ -488,3 +488,35 @@ async def test_state_machine_invariants(autojump_clock, stan):
                                                              database=None))
     finally:
         logging.getLogger("natserver.stan").removeHandler(handler)
+
+
+async def test_file_store_restart_keeps_queue_groups_and_pending(nursery, tmp_path):
+    options = StanOptions(store="file", dir=str(tmp_path))
+    with trio.fail_after(10):
+        server = await nursery.start(natserver.serve, make_options(stan=options))
+        c = FakeClient(server, "q")
+        c.connect()
+        member = c.subscribe("jobs", qGroup="g", durableName="dur", startPosition=pb.FIRST, maxInFlight=5)
+        plain = c.subscribe("jobs", durableName="solo", startPosition=pb.FIRST)
+        for i in range(3):
+            c.publish("jobs", b"%d" % i)
+        member.ack(1)
+        plain.ack(1)
+        plain.ack(2)
+        assert c.close().error == ""  # the durable queue group and the durable stay, offline
+        await server.shutdown()
+        await trio.sleep(0.05)
+
+        server = await nursery.start(natserver.serve, make_options(stan=options))
+        engine = server.stan
+        group = engine.channels["jobs"].queues["dur:g"]
+        assert group.members == [] and sorted(group.shadow.pending) == [2, 3]
+        other = FakeClient(server, "other")
+        other.connect()
+        joined = other.subscribe("jobs", qGroup="g", durableName="dur")
+        assert [(m.sequence, m.redelivered) for m in joined.msgs] == [(2, True), (3, True)]
+        again = FakeClient(server, "q")
+        again.connect()
+        solo = again.subscribe("jobs", durableName="solo")
+        assert [(m.sequence, m.redelivered) for m in solo.msgs] == [(3, True)]
+        await server.shutdown()
