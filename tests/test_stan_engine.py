@@ -399,8 +399,8 @@ async def test_no_redelivery_to_a_client_missing_heartbeats(autojump_clock, stan
 
 async def test_state_machine_invariants(autojump_clock, stan):
     """Random publishes, subscriptions (plain, durable, queue, durable queue), acks, sub-closes,
-    unsubscribes, client closes and reconnects: no internal error, first deliveries in order
-    and never twice per plain subscription or queue group, maxInFlight respected."""
+    unsubscribes, client closes and reconnects: no internal error, and first deliveries in
+    order and never twice per plain subscription."""
     import logging
 
     from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -475,13 +475,9 @@ async def test_state_machine_invariants(autojump_clock, stan):
                 firsts = [m.sequence for m in sub.msgs if not m.redelivered]
                 if kind == "plain":
                     assert firsts == sorted(set(firsts))
-            channel = engine.channels.get(self.channel)
-            if channel is not None:
-                for s in channel.plain:
-                    assert len(s.pending) <= s.max_in_flight
-                for group in channel.queues.values():
-                    for member in group.members:
-                        assert len(member.pending) <= member.max_in_flight
+            # (maxInFlight may be exceeded on purpose, as by nats-streaming-server: a leaving queue
+            # member's pending messages go to the others regardless, and a durable resumed with a
+            # smaller maxInFlight gets all its pending messages again. test_max_in_flight_* check it.)
 
     try:
         run_state_machine_as_test(Machine, settings=settings(max_examples=60, stateful_step_count=30, deadline=None,

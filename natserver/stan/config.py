@@ -33,8 +33,10 @@ DEFAULT_HB_INTERVAL = 30.0  # DefaultHeartBeatInterval
 DEFAULT_HB_TIMEOUT = 10.0  # DefaultClientHBTimeout
 DEFAULT_HB_FAIL_COUNT = 10  # DefaultMaxFailedHeartBeats = 5 min / 30 s
 DUP_CLIENT_ID_TIMEOUT = 0.5  # server.go defaultCheckDupCIDTimeout
-# natserver's bound on one subscription's delivery per timer/event run (batching, fairness)
-DELIVERY_BATCH = 1024
+# natserver's bound on the messages one event (a publish, an ack, a subscribe) sends to one
+# subscription or queue group, so that a huge maxInFlight cannot stall the server in one go;
+# the rest follows with the next event (an ack, a publish, a redelivery).
+MAX_DELIVERIES_PER_EVENT = 65536
 
 
 _LIMIT_KEYS = ("max_msgs", "max_bytes", "max_age", "max_subs", "max_inactivity")

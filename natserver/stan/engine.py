@@ -26,7 +26,7 @@ import trio
 from . import errors as err
 from . import pb
 from .._log import TRACE
-from .config import DELIVERY_BATCH, StanOptions
+from .config import MAX_DELIVERIES_PER_EVENT, StanOptions
 from .store import ChannelStore, StanStore, StanStoreError, STATE_VERSION, STATE_WRITE_DELAY
 
 __all__ = ["StanEngine", "CLIENT_ID_RE", "valid_channel"]
@@ -768,7 +768,7 @@ class StanEngine:
         store = sub.channel.store
         pending = sub.pending
         sent = 0
-        while len(pending) < sub.max_in_flight and sent < DELIVERY_BATCH * 64:
+        while len(pending) < sub.max_in_flight and sent < MAX_DELIVERIES_PER_EVENT:
             seq = store.next_seq(sub.last_sent)
             if not seq:
                 break
@@ -802,7 +802,7 @@ class StanEngine:
             return
         store = group.members[0].channel.store
         sent = 0
-        while sent < DELIVERY_BATCH * 64:
+        while sent < MAX_DELIVERIES_PER_EVENT:
             seq = store.next_seq(group.last_sent)
             if not seq:
                 break
