@@ -516,3 +516,13 @@ async def test_file_store_restart_keeps_queue_groups_and_pending(nursery, tmp_pa
         solo = again.subscribe("jobs", durableName="solo")
         assert [(m.sequence, m.redelivered) for m in solo.msgs] == [(3, True)]
         await server.shutdown()
+
+
+async def test_max_clients(autojump_clock, stan):
+    server = await stan(max_clients=2)
+    assert FakeClient(server, "one").connect().error == ""
+    assert FakeClient(server, "two").connect().error == ""
+    third = FakeClient(server, "three")
+    assert third.connect().error == "stan: maximum clients exceeded"
+    assert FakeClient(server, "one").close().error == ""
+    assert third.connect().error == ""

@@ -33,6 +33,9 @@ DEFAULT_HB_INTERVAL = 30.0  # DefaultHeartBeatInterval
 DEFAULT_HB_TIMEOUT = 10.0  # DefaultClientHBTimeout
 DEFAULT_HB_FAIL_COUNT = 10  # DefaultMaxFailedHeartBeats = 5 min / 30 s
 DUP_CLIENT_ID_TIMEOUT = 0.5  # server.go defaultCheckDupCIDTimeout
+# natserver's bound on registered clients (nats-streaming-server has none; each client costs a
+# heartbeat task): nats-server's default max_connections, as one connection per client is usual
+DEFAULT_MAX_CLIENTS = 64 * 1024
 # natserver's bound on the messages one event (a publish, an ack, a subscribe) sends to one
 # subscription or queue group, so that a huge maxInFlight cannot stall the server in one go;
 # the rest follows with the next event (an ack, a publish, a redelivery).
@@ -79,6 +82,7 @@ class StanOptions:
     store: str = DEFAULT_STORE  # "memory" or "file"
     dir: str = ""  # required with store "file"
     max_channels: int = DEFAULT_MAX_CHANNELS
+    max_clients: int = DEFAULT_MAX_CLIENTS  # natserver extension; 0: unlimited
     limits: ChannelLimits = field(default_factory=ChannelLimits)
     channels: dict = field(default_factory=dict)  # name -> ChannelLimits
     hb_interval: float = DEFAULT_HB_INTERVAL
@@ -115,6 +119,8 @@ class StanOptions:
                     raise StanConfigError(f"{where}{key} can't be negative")
         if self.max_channels < 0:
             raise StanConfigError("max_channels can't be negative")
+        if self.max_clients < 0:
+            raise StanConfigError("max_clients can't be negative")
 
     def limits_for(self, channel: str) -> ChannelLimits:
         """The channel's limits: the global ones, overridden by every per-channel entry whose
@@ -163,6 +169,8 @@ class StanOptions:
             self.hb_timeout = _duration(value, key)
         elif name in ("hb_fail_count", "hb_f"):
             self.hb_fail_count = _int(value, key)
+        elif name == "max_clients":
+            self.max_clients = _int(value, key)
         elif name in ("store_limits", "limits"):
             if not isinstance(value, dict):
                 raise StanConfigError(f"{key}: expected a map")

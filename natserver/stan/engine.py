@@ -321,6 +321,10 @@ class StanEngine:
                       req.clientID)
             return self._respond(reply, pb.ConnectResponse(error=err.INVALID_CLIENT_ID))
         old = self.clients.get(req.clientID)
+        limit = self.options.max_clients
+        if old is None and limit and len(self.clients) >= limit:
+            log.error("STREAM: [Client:%s] Connect failed: maximum clients (%d) reached", req.clientID, limit)
+            return self._respond(reply, pb.ConnectResponse(error=err.MAX_CLIENTS))
         if old is not None:
             if req.clientID in self._dup_checks:
                 return self._respond(reply, pb.ConnectResponse(error=err.INVALID_CLIENT))

@@ -33,3 +33,7 @@ TOO_MANY_SUBS = "too many subscriptions per channel"  # ErrTooManySubs
 
 # processClientPings: the PingResponse error for an unknown connection id
 PING_CLIENT_REPLACED = "client has been replaced or is no longer registered"
+
+# natserver's own: the bound on registered clients (StanOptions.max_clients) has no
+# nats-streaming-server counterpart, so no text to copy
+MAX_CLIENTS = "stan: maximum clients exceeded"
