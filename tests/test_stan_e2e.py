@@ -631,3 +631,30 @@ def test_jetstream_file_streams_survive_restart(threaded_server, tmp_path):
         await S.close(sc)
 
     run(after())
+
+
+def test_durable_resumes_after_a_crash(threaded_server):
+    """The client's connection dies without a CloseRequest; the same client id reconnects
+    (replacing the silent old registration) and resumes its durable."""
+    handle = stan_server(threaded_server)
+
+    async def main():
+        sc = await S.connect(handle.url, "crashy")
+        inbox = Inbox()
+        await sc.subscribe("ch", cb=inbox, durable_name="d", manual_acks=True, deliver_all_available=True)
+        await sc.publish("ch", b"1")
+        await sc.publish("ch", b"2")
+        first, _ = await inbox.take(2)
+        await sc.ack(first)
+        await sc._nc.flush()
+        sc._ping_server_task.cancel()
+        await sc._nc.close()  # crash: no CloseRequest
+
+        sc = await S.connect(handle.url, "crashy")  # replaces the silent registration
+        inbox = Inbox()
+        await sc.subscribe("ch", cb=inbox, durable_name="d", manual_acks=True)
+        msg = await inbox.get()
+        assert (msg.seq, msg.proto.redelivered) == (2, True)
+        await S.close(sc)
+
+    run(main())
