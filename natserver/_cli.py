@@ -76,6 +76,8 @@ Streaming Options (NATS Streaming on natserver, see natserver/stan):
     -mm,  --max_msgs <int>           Max number of messages per channel (0 for unlimited)
     -mb,  --max_bytes <size>         Max messages total size per channel (0 for unlimited)
     -ma,  --max_age <duration>       Max duration a message can be stored ("0s" for unlimited)
+    -mi,  --max_inactivity <dur>     Delete a channel idle (no message, no subscription) that long
+    -sc,  --stan_config <file>       Streaming server configuration file (its streaming {{}} block, or its top level)
     -hbi, --hb_interval <duration>   Interval at which server sends heartbeat to a client
     -hbt, --hb_timeout <duration>    How long server waits for a heartbeat response
     -hbf, --hb_fail_count <int>      Number of failed heartbeats before server closes the client connection
@@ -191,6 +193,8 @@ _flag("msu max_subs", "stan:max_subs", "int")
 _flag("mm max_msgs", "stan:max_msgs", "size")
 _flag("mb max_bytes", "stan:max_bytes", "size")
 _flag("ma max_age", "stan:max_age", "duration")
+_flag("mi max_inactivity", "stan:max_inactivity", "duration")
+_flag("sc stan_config", "stan:config_file")
 _flag("hbi hb_i hb_interval", "stan:hb_interval", "duration")
 _flag("hbt hb_t hb_timeout", "stan:hb_timeout", "duration")
 _flag("hbf hb_f hb_fail_count", "stan:hb_fail_count", "int")

@@ -122,3 +122,14 @@ def test_reload_refuses_a_changed_streaming_block(tmp_path):
     conf.write_text('port: 4999\nstreaming { cluster_id: "two" }\n')
     with pytest.raises(ReloadError, match="config reload not supported for Streaming: old=one/memory, new=two/memory"):
         reload_options(server)
+
+
+def test_stan_config_file_and_max_inactivity_flag(tmp_path):
+    sc = tmp_path / "stan.conf"
+    sc.write_text('id: "from-file"\nstore_limits { max_msgs: 7 }\n')
+    stan = build_options(parse_args(["-sc", str(sc), "-mi", "10m"])).stan
+    assert (stan.cluster_id, stan.limits.max_msgs, stan.limits.max_inactivity) == ("from-file", 7, 600.0)
+    sc.write_text('streaming { cluster_id: "block" }\n')
+    assert build_options(parse_args(["-sc", str(sc)])).stan.cluster_id == "block"
+    with pytest.raises(UsageError, match="streaming configuration file"):
+        build_options(parse_args(["-sc", str(tmp_path / "missing.conf")]))

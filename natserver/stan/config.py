@@ -251,14 +251,31 @@ def _duration(value, key: str) -> float:
         raise StanConfigError(f"{key}: {exc}") from None
 
 
+def from_file(path: str) -> StanOptions:
+    """nats-streaming-server's ``-sc`` file: its ``streaming {}`` block, or, without one, its
+    top-level keys."""
+    from .._conf import ConfigError, parse_file
+
+    try:
+        conf = parse_file(path)
+    except (ConfigError, OSError) as exc:
+        raise StanConfigError(f"streaming configuration file {path!r}: {exc}") from None
+    for key, value in conf.items():
+        if key.lower() == "streaming":
+            return StanOptions.from_config(value)
+    return StanOptions.from_config(conf)
+
+
 def apply_flags(base: StanOptions | None, flags: dict) -> StanOptions | None:
     """nats-streaming-server's command line flags over the ``streaming {}`` block (or the
     defaults). Any streaming flag enables streaming except ``--stan=false``, which turns it off."""
     if flags.get("enable") is False:
         return None
+    if flags.get("config_file"):
+        base = from_file(flags["config_file"])
     options = (base or StanOptions()).copy(limits=dataclasses.replace((base or StanOptions()).limits))
     for name, value in flags.items():
-        if name == "enable":
+        if name in ("enable", "config_file"):
             continue
         if name == "debug_trace":
             options.debug = options.trace = value
