@@ -1,5 +1,5 @@
 """A whole natserver: the core server (natserver.server) with the subsystems built on top of it
-(JetStream today; the NSQ and NATS Streaming front-ends and clustering plug in the same way).
+(JetStream, NATS Streaming; the NSQ front-end and clustering plug in the same way).
 
 The core never imports what is built on it: it runs the ``Subsystem`` objects it is given.
 This module, at the top of the package, is where they are listed. Each one's code is imported
@@ -42,6 +42,8 @@ class LazySubsystem:
 
 SUBSYSTEMS: tuple[LazySubsystem, ...] = (
     LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream"),
+    # After JetStream: NATS Streaming channels may be JetStream streams.
+    LazySubsystem("stan", lambda options: options.stan is not None, "natserver.stan", "enable_stan"),
     LazySubsystem("nsq", lambda options: options.nsq is not None, "natserver.nsq", "enable_nsq", "check_options"),
 )
 

@@ -92,7 +92,8 @@ async def run_server(options: Options, flags: dict | None = None) -> int:
                     if signum == signal.SIGTERM:
                         if server.lame_duck:
                             continue  # nats-server lets lame duck mode finish
-                        exit_code = 1
+                        # nats-streaming-server exits 143 (server/signal.go): its wrappers check
+                        exit_code = 143 if options.stan is not None else 1
                         break
                     try:
                         await server.on_signal(signum, nursery)

@@ -26,6 +26,7 @@ from ..protocol.gotext import go_duration, parse_duration
 from .conf import to_int
 from .mapping import ConfigFileError, apply_baseline, options_from_file
 from .options import Options
+from .stan import StanConfigError, apply_flags
 
 USAGE = f"""\
 Usage: natserver [options]
@@ -55,6 +56,25 @@ Logging Options:
 JetStream Options:
     -js, --jetstream                 Enable JetStream-shaped persisted streams
     -sd, --store_dir <dir>           Set the storage directory
+
+Streaming Options (NATS Streaming on natserver, see natserver/stan):
+        --stan                       Enable NATS Streaming (any flag below enables it too)
+    -cid, --cluster_id <string>      Cluster ID (default: test-cluster)
+    -st,  --store <string>           Store type: MEMORY|FILE (default: MEMORY)
+          --dir <string>             Directory of the file store
+    -mc,  --max_channels <int>       Max number of channels (0 for unlimited)
+    -msu, --max_subs <int>           Max number of subscriptions per channel (0 for unlimited)
+    -mm,  --max_msgs <int>           Max number of messages per channel (0 for unlimited)
+    -mb,  --max_bytes <size>         Max messages total size per channel (0 for unlimited)
+    -ma,  --max_age <duration>       Max duration a message can be stored ("0s" for unlimited)
+    -mi,  --max_inactivity <dur>     Delete a channel idle (no message, no subscription) that long
+    -sc,  --stan_config <file>       Streaming server configuration file (its streaming {{}} block, or its top level)
+    -hbi, --hb_interval <duration>   Interval at which server sends heartbeat to a client
+    -hbt, --hb_timeout <duration>    How long server waits for a heartbeat response
+    -hbf, --hb_fail_count <int>      Number of failed heartbeats before server closes the client connection
+    -SD,  --stan_debug               Enable STAN debugging output
+    -SV,  --stan_trace               Trace the raw STAN protocol
+    -SDV                             Debug and trace STAN
 
 Authorization Options:
         --user <user>                User required for connections
@@ -156,6 +176,24 @@ _flag("tlsverify", "tls_verify", "bool")
 _flag("tlscacert", "tls_ca_cert")
 _flag("js jetstream", "jetstream", "bool")
 _flag("sd store_dir", "store_dir")
+# NATS Streaming (nats-streaming-server's flags): collected under given["stan_flags"]
+_flag("stan", "stan:enable", "bool")
+_flag("cid cluster_id", "stan:cluster_id")
+_flag("st store", "stan:store")
+_flag("dir", "stan:dir")
+_flag("mc max_channels", "stan:max_channels", "int")
+_flag("msu max_subs", "stan:max_subs", "int")
+_flag("mm max_msgs", "stan:max_msgs", "size")
+_flag("mb max_bytes", "stan:max_bytes", "size")
+_flag("ma max_age", "stan:max_age", "duration")
+_flag("mi max_inactivity", "stan:max_inactivity", "duration")
+_flag("sc stan_config", "stan:config_file")
+_flag("hbi hb_i hb_interval", "stan:hb_interval", "duration")
+_flag("hbt hb_t hb_timeout", "stan:hb_timeout", "duration")
+_flag("hbf hb_f hb_fail_count", "stan:hb_fail_count", "int")
+_flag("SD stan_debug", "stan:debug", "bool")
+_flag("SV stan_trace", "stan:trace", "bool")
+_flag("SDV", "stan:debug_trace", "bool")
 _flag("nsq_port", "nsq_port", "int")  # natserver.nsq: nsqd's TCP port (-1 for random)
 _flag("nsq_http_port", "nsq_http_port", "int")  # natserver.nsq: nsqd's HTTP port
 # natserver extensions
@@ -271,6 +309,8 @@ def parse_args(argv: list[str]) -> dict:
         converted = _convert(name, flag, value)
         if flag.dest.startswith("unsupported:"):
             given.setdefault("unsupported", {})[name] = converted
+        elif flag.dest.startswith("stan:"):
+            given.setdefault("stan_flags", {})[flag.dest[5:]] = converted
         else:
             given[flag.dest] = converted
     for command in argv[i:]:
@@ -328,6 +368,11 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
         changes["nsq"] = {**(options.nsq or {}), **nsq_flags}
     options = options.copy(**changes)
     options = _override_tls(options, given)
+    if given.get("stan_flags"):  # streaming flags over the streaming {} block (natserver.stan)
+        try:
+            options = options.copy(stan=apply_flags(options.stan, given["stan_flags"]))
+        except StanConfigError as exc:
+            raise UsageError(str(exc)) from None
     return apply_baseline(options)
 
 

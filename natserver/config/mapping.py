@@ -37,6 +37,7 @@ from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, Expo
 from ..routing.sublist import is_valid_subject
 from . import conf
 from .options import Options
+from .stan import StanConfigError, StanOptions
 
 __all__ = [
     "ConfigFileError",
@@ -380,6 +381,11 @@ class _Builder:
             c["max_closed_clients"] = _expect(value, int, key)
         elif name == "jetstream":
             self.apply_jetstream(key, value, where)
+        elif name == "streaming":  # NATS Streaming (natserver.stan): the block enables it
+            try:
+                c["stan"] = StanOptions.from_config(value)
+            except StanConfigError as exc:
+                raise _Bad(str(exc)) from None
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":

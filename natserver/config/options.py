@@ -60,6 +60,8 @@ class Options:
     jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
     jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"
     jetstream_key: str = ""  # jetstream { key }: encryption at rest (natserver.jetstream.crypto)
+    # NATS Streaming (natserver.config.stan.StanOptions; None: off): --stan or a streaming {} block
+    stan: object = None
     # The nsqd-compatible front-end (natserver.nsq): the nsq {} block; None: off
     nsq: dict | None = None
     # Logging

@@ -459,6 +459,9 @@ class Monitor:
             query = Query(split.query)
         except ValueError:
             return 400, TEXT, b"400 Bad Request"
+        for prefix, respond in self.server.monitor_routes.items():  # a subsystem's (e.g. /streaming)
+            if path == prefix or path.startswith(prefix + "/"):
+                return respond(self, path, query)
         name = _ROUTES.get(path)
         if name is None:
             return 404, TEXT, b"404 page not found\n"

@@ -110,6 +110,10 @@ class Server:
         # so the core never imports what is built on it.
         self.subsystems: tuple[Subsystem, ...] = tuple(subsystems)
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
+        self.stan = None  # natserver.stan's engine, when options.stan is set
+        # Monitoring endpoints a subsystem adds (path prefix -> respond(monitor, path, query)),
+        # so the core's monitor serves them without importing the subsystem.
+        self.monitor_routes: dict = {}
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None

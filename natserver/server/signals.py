@@ -97,6 +97,8 @@ _NOT_RELOADABLE = (
     ("max_closed_clients", "MaxClosedClients", _go_value),
     ("lame_duck_duration", "LameDuckDuration", _go_duration_value),
     ("lame_duck_grace_period", "LameDuckGracePeriod", _go_duration_value),
+    # nats-streaming-server has no reload at all: the streaming {} block is fixed at start
+    ("stan", "Streaming", lambda v: f"{v.cluster_id}/{v.store}" if v is not None else "disabled"),
     ("nsq", "Nsq", _go_value),  # natserver: the NSQ front-end's listeners and queues need a restart
 )
 
