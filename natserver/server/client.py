@@ -494,22 +494,49 @@ class Client:
         size = len(payload)
         big = size >= BIG_PAYLOAD
         simple = header_size <= 0 and not big
-        if simple:  # the common case first: a small message without headers
+        touched = self.server.touched
+        echo = self.echo
+        delivered = 0
+        if simple:
+            # The common case, a small message without headers, in a loop of its own: no
+            # per-delivery branch on the message's kind, no byte count but one per message
+            # (callgrind, 1 -> 4 wildcards, 64 subjects, 32-256 B: see benchmarks/README.md).
             if reply is None:
                 tail = sizes + CRLF + payload + CRLF
             else:
                 tail = b"".join((reply, SP, sizes, CRLF, payload, CRLF))
+            for sub, client, head in targets:
+                if sub.limited or (not echo and client is self):
+                    # auto-unsubscribe, a permission filter, a callback, no echo: careful path
+                    if (not echo and client is self) or not self._may_deliver(sub, subject, reply, header_size, payload):
+                        continue
+                else:
+                    # nats-server counts every delivery (sub.nm), so a later UNSUB max sees them.
+                    sub.delivered += 1
+                data = head + tail
+                out = client.out
+                if not out:  # a non-empty list is already due to be flushed
+                    touched.add(client)
+                out.append(data)
+                pending = client.pending + len(data)
+                client.pending = pending
+                client.out_msgs += 1
+                client.out_bytes += size
+                delivered += 1
+                if pending > client._stall_at:
+                    self._over_stall_mark(client)
+            if delivered:
+                server = self.server
+                server.out_msgs += delivered
+                server.out_bytes += size * delivered
+            return delivered
+        reply_part = b"" if reply is None else reply + SP
+        if header_size > 0:  # HMSG line tail for header-aware clients, MSG for others
+            body = payload[header_size:]
+            line_tail = reply_part + sizes + CRLF
+            plain_line_tail = reply_part + str(size - header_size).encode() + CRLF
         else:
-            reply_part = b"" if reply is None else reply + SP
-            if header_size > 0:  # HMSG line tail for header-aware clients, MSG for others
-                body = payload[header_size:]
-                line_tail = reply_part + sizes + CRLF
-                plain_line_tail = reply_part + str(size - header_size).encode() + CRLF
-            else:
-                line_tail = reply_part + sizes + CRLF
-        touched = self.server.touched
-        echo = self.echo
-        delivered = 0
+            line_tail = reply_part + sizes + CRLF
         out_bytes = 0
         for sub, client, head in targets:
             if client is self and not echo:
@@ -523,23 +550,17 @@ class Client:
             out = client.out
             if not out:  # a non-empty list is already due to be flushed
                 touched.add(client)
-            if simple:
-                data = head + tail
-                out.append(data)
-                pending = client.pending + len(data)
-                body_len = size
+            if header_size <= 0:
+                line, data, body_len = head + line_tail, payload, size
+            elif client.headers:
+                line, data, body_len = b"H" + head + line_tail, payload, size
             else:
-                if header_size <= 0:
-                    line, data, body_len = head + line_tail, payload, size
-                elif client.headers:
-                    line, data, body_len = b"H" + head + line_tail, payload, size
-                else:
-                    line, data, body_len = head + plain_line_tail, body, size - header_size
-                if big:
-                    out.extend((line, data, CRLF))
-                else:
-                    out.append(b"".join((line, data, CRLF)))
-                pending = client.pending + len(line) + body_len + 2
+                line, data, body_len = head + plain_line_tail, body, size - header_size
+            if big:
+                out.extend((line, data, CRLF))
+            else:
+                out.append(b"".join((line, data, CRLF)))
+            pending = client.pending + len(line) + body_len + 2
             client.pending = pending
             client.out_msgs += 1
             client.out_bytes += body_len

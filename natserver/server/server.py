@@ -79,6 +79,8 @@ class Server:
         self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
+        # Client sockets already listening, bound by the command before its imports (cli.py).
+        self.listening_sockets: list | None = None
         self.start_time = time.time()
         self.in_msgs = 0
         self.in_bytes = 0
@@ -187,7 +189,11 @@ class Server:
         port = 0 if options.port == const.RANDOM_PORT else options.port
         host = None if options.host in ("", "0.0.0.0") else options.host
         try:
-            self.listeners = await trio.open_tcp_listeners(port, host=host)
+            if self.listening_sockets:  # bound before the imports (natserver.launch)
+                self.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.listening_sockets]
+                self.listening_sockets = None
+            else:
+                self.listeners = await trio.open_tcp_listeners(port, host=host)
         except OSError as exc:
             log.error("Error listening on port: %s:%d, %r", options.host, options.port, exc)
             raise
