@@ -51,6 +51,7 @@ Logging Options:
     -VV                              Verbose trace (same as -V in natserver)
     -DV                              Debug and trace
     -DVV                             Debug and verbose trace
+        --max_traced_msg_len <len>   Maximum printable length for traced messages (default: 0, unlimited)
 
 JetStream Options:
     -js, --jetstream                 Enable JetStream-shaped persisted streams
@@ -78,7 +79,7 @@ natserver extensions (same names as the config keys):
 
 Accepted and ignored (natserver has no clustering, syslog or profiling):
     -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, --routes, --cluster, --cluster_listen, --cluster_name,
+    --routes, --cluster, --cluster_listen, --cluster_name,
     --no_advertise, --cluster_advertise, --connect_retries, --profile
 
 Common Options:
@@ -141,6 +142,7 @@ _flag("V trace", "trace", "bool")
 _flag("VV", "trace_verbose", "bool")
 _flag("DV", "debug_trace", "bool")
 _flag("DVV", "debug_trace_verbose", "bool")
+_flag("max_traced_msg_len", "max_traced_msg_len", "int")
 _flag("user", "username")
 _flag("pass", "password")
 _flag("auth", "authorization")
@@ -165,7 +167,7 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("max_traced_msg_len", "int"), ("routes", "str"), ("cluster", "str"),
+    ("routes", "str"), ("cluster", "str"),
     ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip

@@ -245,7 +245,7 @@ UNSUPPORTED_KEYS = frozenset(
     """
     client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache
     https https_port http_base_path cluster gateway leaf leafnodes
-    logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
+    logfile_size_limit log_size_limit syslog remote_syslog prof_port
     max_sub_tokens max_subscription_tokens ocsp resolver_tls resolver_pinned_accounts
     no_system_account no_system no_sys_acc connect_error_reports
     reconnect_error_reports websocket ws mqtt server_tags default_js_domain
@@ -310,6 +310,8 @@ class _Builder:
             c["host"] = _expect(value, str, key)
         elif name in ("debug", "trace", "logtime"):
             c[name] = _expect(value, bool, key)
+        elif name == "max_traced_msg_len":
+            c[name] = _expect(value, int, key)
         elif name == "authorization":
             self.apply_authorization(key, value, where)
         elif name == "http":

@@ -311,6 +311,11 @@ class Parser:
         parser.feed(bytes(data))
         return parser.parse()
 
+    def failed_at(self) -> tuple[bytes, int]:
+        """After a ProtocolError: the buffer and where the op that failed starts in it (for the
+        server's parser ERROR log line)."""
+        return self._buf, self._pos
+
     def unread(self, ops) -> None:
         """Give back ops taken from parse() but not handled yet: they come first next time."""
         self._ready.extendleft(reversed(list(ops)))

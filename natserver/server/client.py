@@ -38,6 +38,7 @@ from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from ..protocol.parser import Parser
 from ..routing.sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
+from . import trace
 
 if TYPE_CHECKING:
     from .server import Server
@@ -202,6 +203,8 @@ class Client:
         # forward (server.go firstClientPingInterval).
         self.ping_due: float | None = None
         self._first_ping = False
+        # Protocol tracing (server/trace.py): a payload whose trace line waits for an -ERR.
+        self.trace_payload_due = None
         # Fault injection (natserver.testing): while set, the reader or writer waits here.
         self.read_gate: trio.Event | None = None
         self.write_gate: trio.Event | None = None
@@ -277,8 +280,11 @@ class Client:
         self.close_reason = reason
         self.stop = time.time()
         self.server.client_closed(self)
+        tracing = self.server.options.trace and self.cid
         for sub in self.subs.values():
             self.sublist.remove(sub)
+            if tracing:
+                trace.trace_delsub(self, sub.sid)
         if flush and self._scope is not None:
             # The writer drains what is queued (bounded by write_deadline), then cancels us.
             self._flush_before_close = True
@@ -340,13 +346,29 @@ class Client:
             feed(data)
             while True:
                 try:
-                    self._process_ops()
+                    # Tracing is chosen per chunk, so with it off the message path is untouched.
+                    if server.options.trace:
+                        traced = _TracedOps(self)
+                        try:
+                            self._process_ops(traced.parse)
+                        finally:
+                            traced.finish()
+                    else:
+                        self._process_ops()
                 except ProtocolError as exc:
                     if exc.error is errors.AUTH_VIOLATION and self._use_no_auth_user():
                         continue  # parse the same bytes again, as the no_auth_user
                     if exc.error.text is None:
                         log.debug("cid:%d - closing: %s", self.cid, exc)
-                    self.protocol_error(exc.error)
+                    if exc.error is errors.UNKNOWN_OP:
+                        # nats-server's "Client parser ERROR" line (and traces), see trace.py.
+                        buf, pos = self.parser.failed_at()
+                        stop = trace.parser_stop(self, buf, pos)
+                        self.queue(exc.error.wire)  # -ERR, the ERR line, then the close
+                        trace.log_parser_error(self, buf, stop, max(len(buf) - len(data), 0))
+                        self.close(exc.error.close_reason, flush=True)
+                    else:
+                        self.protocol_error(exc.error)
                 server.flush_touched()
                 stalled_on = self.stalled_on
                 if stalled_on is None or self.closed:
@@ -356,9 +378,11 @@ class Client:
                 self.stalled_on = None
                 await stalled_on.wait_drained()
 
-    def _process_ops(self) -> None:
-        """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint."""
-        parse = self.parser.parse
+    def _process_ops(self, parse=None) -> None:
+        """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint.
+        ``parse``: where the ops come from (default: the parser; tracing: _TracedOps)."""
+        if parse is None:
+            parse = self.parser.parse
         sublist = self.sublist
         cache = sublist.cache
         match = sublist.match_uncached  # lookups and misses are counted here, in bulk
@@ -371,13 +395,17 @@ class Client:
                 ops = parse()
                 if not ops:
                     return
+                # Read once per batch, not per message: verbose and pedantic change only at a
+                # CONNECT, which ends a batch; permissions and the hook change between chunks.
+                checked = self.pedantic or self.verbose or self.perms is not None
+                hooked = self.server.publish_hook is not None
                 remaining = iter(ops)
                 for op in remaining:
                     if op.__class__ is Pub:
                         subject, reply, header_size, sizes, payload = op
                         n_msgs += 1
                         n_bytes += len(payload)
-                        if self.pedantic or self.verbose or self.perms is not None:
+                        if checked:
                             if self.pedantic and not is_valid_literal_subject(subject):
                                 self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
                             if self.perms is not None and not self.perms.can_publish(subject, self._publish_allowed):
@@ -392,7 +420,7 @@ class Client:
                             n_misses += 1
                         else:
                             n_hits += 1
-                        if self.server.publish_hook is not None:
+                        if hooked:
                             self.publish(subject, reply, header_size, sizes, payload)
                         elif (result.psubs or result.qsubs) and self._route(
                             result, subject, reply, header_size, sizes, payload
@@ -731,6 +759,8 @@ class Client:
 
     def queue(self, data: bytes) -> None:
         """Queue protocol bytes for this client (flushed after the current chunk)."""
+        if self.server.options.trace and self.cid:
+            trace.trace_out(self, data)
         self.out.append(data)
         self.pending += len(data)
         self.server.touched.add(self)
@@ -815,6 +845,8 @@ class Client:
 
     def _process_unsub(self, op: Unsub) -> None:
         sid, max_msgs = op
+        if self.verbose:  # (before the removal: nats-server's trace has the OK first)
+            self.queue(OK)
         sub = self.subs.get(sid)
         if sub is not None:
             if max_msgs > 0 and max_msgs > sub.delivered:
@@ -822,13 +854,13 @@ class Client:
                 sub.limited = True
             else:
                 self.remove_subscription(sub)
-        if self.verbose:
-            self.queue(OK)
 
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
             self.sublist.remove(sub)
+            if self.server.options.trace and self.cid:
+                trace.trace_delsub(self, sub.sid)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -979,6 +1011,49 @@ class Client:
             self.queue(errors.AUTH_TIMEOUT.wire)
             self.close(errors.AUTH_TIMEOUT.close_reason, flush=True)
             self.server.flush_touched()
+
+
+class _TracedOps:
+    """The parse function of a traced chunk (Client._process_ops(parse)): hands out one op at a
+    time, tracing it first (``<<- [...]``) and, before the next, the MSGs it caused on each
+    receiver (``->> [MSG ...]``). One Pub per message: no runs while tracing."""
+
+    __slots__ = ("client", "before")
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.before: dict | None = None
+        client.parser.coalesce = False
+
+    def finish(self) -> None:
+        self.done()
+        self.client.parser.coalesce = True
+
+    def parse(self) -> list:
+        client = self.client
+        self.done()
+        ops = client.parser.parse()
+        if not ops:
+            return ops
+        op = ops[0]
+        if len(ops) > 1:
+            client.parser.unread(ops[1:])
+        if op.__class__ is PubRun:  # parsed before tracing was turned on: one by one
+            client.parser.unread(client.parser.expand(op.data))
+            return self.parse()
+        trace.trace_in(client, op)
+        if op.__class__ is Pub:
+            self.before = trace.receivers(client, op.subject)
+        return [op]
+
+    def done(self) -> None:
+        if self.before is not None:
+            trace.trace_deliveries(self.before)
+            self.before = None
+        client = self.client
+        if client.trace_payload_due is not None:  # no -ERR came after all
+            payload, client.trace_payload_due = client.trace_payload_due, None
+            trace.trace_payload(client, payload)
 
 
 def _make_plan(result, subject: bytes) -> list:

@@ -36,6 +36,7 @@ from .keepalive import PingTimers
 from .log import configure_logging
 from .monitor import serve_monitor
 from .signals import handle_signal, reauthorize_clients
+from .trace import log_prefix
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Server", "Subsystem"]
@@ -429,11 +430,11 @@ class Server:
         if self.accounts is not None:
             self.accounts.unregister(client)
         self.closed_clients.append(connection_record(client))
-        log.debug("%s:%d - cid:%d - Client connection closed: %s", client.ip, client.port, client.cid, client.close_reason)
+        log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
 
     def note_slow_consumer(self, client: Client, detail: str) -> None:
         self.slow_consumers += 1
-        log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
+        log.info("%s - Slow Consumer Detected: %s", log_prefix(client), detail)
 
     def authenticate(self, client: Client, opts: dict) -> bool:
         """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
