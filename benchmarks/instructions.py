@@ -1,8 +1,8 @@
 """Instructions per message on natserver's 1 -> 1 path, counted by callgrind (deterministic
 where seconds are not: see the README's note on this machine's noise).
 
-    python -m benchmarks.instructions             # 1 -> 1, 16 B, and 1 -> 1 sizes 16-512 B
-    python -m benchmarks.instructions --n 50000
+    python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects
+    python -m benchmarks.instructions --n 50000 --only traffic
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -23,20 +23,30 @@ import tempfile
 _WORKLOAD = r"""
 import sys, random, trio, natserver
 
-N, MIXED = int(sys.argv[1]), sys.argv[2] == "mixed"
+N, KIND = int(sys.argv[1]), sys.argv[2]
+BATCH = 2000
+SUBS = ["bench.s"] if KIND != "traffic" else ["bench.*", "bench.>", "bench.*", "bench.>"]
 
 async def main():
+    # One batch, sent N // BATCH times: building it costs the same in both runs, so it cancels.
     rng = random.Random(7)
-    sizes = [rng.randint(16, 512) if MIXED else 16 for _ in range(N)]
-    data = b"".join(b"PUB bench.s %d\r\n%s\r\n" % (n, b"x" * n) for n in sizes)
-    expected = sum(len(b"MSG bench.s 1 %d\r\n" % n) + n + 2 for n in sizes)
+    if KIND == "traffic":  # benchmarks scenario (n): 64 subjects, 32-256 B, 4 wildcard subscribers
+        msgs = [(b"bench.%d" % rng.randrange(64), rng.randint(32, 256)) for _ in range(BATCH)]
+    else:
+        msgs = [(b"bench.s", rng.randint(16, 512) if KIND == "mixed" else 16) for _ in range(BATCH)]
+    batch = b"".join(b"PUB %s %d\r\n%s\r\n" % (s, n, b"x" * n) for s, n in msgs)
+    expected = sum(len(b"MSG %s 1 %d\r\n" % (s, n)) + n + 2 for s, n in msgs) * (N // BATCH)
+    data = batch * (N // BATCH)
     async with trio.open_nursery() as nursery:
         server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
-        sub = await trio.open_tcp_stream("127.0.0.1", server.port)
-        await sub.send_all(b'CONNECT {"verbose":false}\r\nSUB bench.s 1\r\nPING\r\n')
-        got = b""
-        while b"PONG\r\n" not in got:
-            got += await sub.receive_some(65536)
+        subs = []
+        for subject in SUBS:
+            sub = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await sub.send_all(b'CONNECT {"verbose":false}\r\nSUB %s 1\r\nPING\r\n' % subject.encode())
+            got = b""
+            while b"PONG\r\n" not in got:
+                got += await sub.receive_some(65536)
+            subs.append(sub)
         pub = await trio.open_tcp_stream("127.0.0.1", server.port)
         await pub.send_all(b'CONNECT {"verbose":false}\r\n')
 
@@ -44,11 +54,16 @@ async def main():
             for i in range(0, len(data), 65536):
                 await pub.send_all(data[i:i + 65536])
 
-        nursery.start_soon(send)
-        received = 0
-        while received < expected:
-            received += len(await sub.receive_some(1 << 20))
-        assert received >= expected, (received, expected)  # (+ the server's PINGs under valgrind)
+        async def receive(sub):
+            received = 0
+            while received < expected:
+                received += len(await sub.receive_some(1 << 20))
+            assert received >= expected, (received, expected)  # (+ the server's PINGs under valgrind)
+
+        async with trio.open_nursery() as receivers:
+            for sub in subs:
+                receivers.start_soon(receive, sub)
+            nursery.start_soon(send)
         await server.shutdown()
         nursery.cancel_scope.cancel()
 
@@ -75,13 +90,23 @@ def count(n: int, kind: str) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000)")
+    parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic (default: all)")
+    parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
+    if args.workload:
+        with open(args.workload, "w") as f:
+            f.write(_WORKLOAD)
+        return 0
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install -y valgrind)", file=sys.stderr)
         return 2
     random.seed(0)
-    for kind, label in (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B")):
+    kinds = (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B"),
+             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"))
+    for kind, label in kinds:
+        if args.only and kind not in args.only.split(","):
+            continue
         long, short = count(args.n, kind), count(args.n // 5, kind)
         per = (long - short) / (args.n - args.n // 5)
         print(f"{label}: {per:,.0f} instructions a message ({long:,} and {short:,} in all)")

@@ -53,11 +53,12 @@ class CommandLine:
         self.ports_file: str | None = None
 
 
-async def run_server(options: Options, flags: dict | None = None) -> int:
+async def run_server(options: Options, flags: dict | None = None, listening: list | None = None) -> int:
     """Run until stopped (SIGINT, SIGTERM, lame duck); return the exit code (nats-server: 1
     after SIGTERM, 0 otherwise). Writes the pid and ports files; SIGHUP, SIGUSR1 and SIGUSR2
-    go to ``Server.on_signal``."""
+    go to ``Server.on_signal``. ``listening``: client sockets already listening (launch.py)."""
     server = build_server(options)
+    server.listening_sockets = listening
     command_line = CommandLine(flags or {})
     server.command_line = command_line
     configure_logging(options)
@@ -204,8 +205,33 @@ def send_signal(spec: str) -> None:
 # -- main --------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def _early_sockets(early, options: Options) -> list | None:
+    """The sockets launch.py bound before the imports, if the options listen just there; else
+    close them (the server binds as usual)."""
+    if early is None:
+        return None
+    address, sockets = early
+    host = None if options.host in ("", "0.0.0.0") else options.host
+    if address == (host, 0 if options.port == const.RANDOM_PORT else options.port):
+        return sockets
+    for sock in sockets:
+        sock.close()
+    return None
+
+
+def main(argv: list[str] | None = None, early=None) -> int:
+    """The command line; ``early``: (address, sockets) bound by natserver.launch."""
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv, early)
+    finally:
+        if early is not None:
+            for sock in early[1]:  # whatever the server did not take (closing twice is harmless)
+                if sock.fileno() >= 0:
+                    sock.close()
+
+
+def _main(argv: list[str], early) -> int:
     try:
         given = parse_args(argv)
         if given.get("version"):
@@ -240,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"natserver: {exc}", file=sys.stderr)
         return 1
     try:
-        return trio.run(run_server, options, given)
+        return trio.run(run_server, options, given, _early_sockets(early, options))
     except KeyboardInterrupt:
         return 0
     except ListenError:

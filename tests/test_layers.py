@@ -64,8 +64,11 @@ def _function_local_relative_imports(path: Path, root: Path = ROOT) -> list[str]
 
 # Imports inside functions that are there on purpose, not to dodge a cycle: the pytest plugin is
 # loaded by every pytest run wherever natserver is installed, so its fixtures import the server
-# only when used; the Spark package imports pyspark (an optional extra) only when asked for.
-_LAZY_ON_PURPOSE = {"natserver/pytest_plugin.py", "natserver/spark/__init__.py", "natserver/spark/_client.py"}
+# only when used; the Spark package imports pyspark (an optional extra) only when asked for; the
+# command (natserver/launch.py) opens its port before it imports the server (issue #17).
+_LAZY_ON_PURPOSE = {
+    "natserver/pytest_plugin.py", "natserver/spark/__init__.py", "natserver/spark/_client.py", "natserver/launch.py"
+}
 
 
 def test_no_import_inside_a_function_dodges_a_cycle():

@@ -52,6 +52,7 @@ Logging Options:
     -VV                              Verbose trace (same as -V in natserver)
     -DV                              Debug and trace
     -DVV                             Debug and verbose trace
+        --max_traced_msg_len <len>   Maximum printable length for traced messages (default: 0, unlimited)
 
 JetStream Options:
     -js, --jetstream                 Enable JetStream-shaped persisted streams
@@ -98,7 +99,7 @@ natserver extensions (same names as the config keys):
 
 Accepted and ignored with a warning (natserver has no syslog or profiling):
     --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, --cluster_name, --no_advertise, --cluster_advertise,
+    --cluster_name, --no_advertise, --cluster_advertise,
     --connect_retries, --profile
 Refused (a listener natserver does not have): -ms, --https_port, --routes, --cluster,
     --cluster_listen
@@ -163,6 +164,7 @@ _flag("V trace", "trace", "bool")
 _flag("VV", "trace_verbose", "bool")
 _flag("DV", "debug_trace", "bool")
 _flag("DVV", "debug_trace_verbose", "bool")
+_flag("max_traced_msg_len", "max_traced_msg_len", "int")
 _flag("user", "username")
 _flag("pass", "password")
 _flag("auth", "authorization")
@@ -207,7 +209,7 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("max_traced_msg_len", "int"), ("routes", "str"), ("cluster", "str"),
+    ("routes", "str"), ("cluster", "str"),
     ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip

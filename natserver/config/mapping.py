@@ -246,7 +246,7 @@ def _split_host_port(value: str) -> tuple[str | None, str]:
 UNSUPPORTED_KEYS = frozenset(
     """
     client_advertise trace_verbose disable_sublist_cache no_sublist_cache
-    logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
+    logfile_size_limit log_size_limit syslog remote_syslog prof_port
     max_sub_tokens max_subscription_tokens
     no_system_account no_system no_sys_acc connect_error_reports
     reconnect_error_reports server_tags default_js_domain
@@ -335,6 +335,8 @@ class _Builder:
             c["host"] = _expect(value, str, key)
         elif name in ("debug", "trace", "logtime"):
             c[name] = _expect(value, bool, key)
+        elif name == "max_traced_msg_len":
+            c[name] = _expect(value, int, key)
         elif name == "authorization":
             self.apply_authorization(key, value, where)
         elif name == "http":

@@ -67,6 +67,7 @@ class Options:
     # Logging
     debug: bool = False
     trace: bool = False
+    max_traced_msg_len: int = 0  # opts.go MaxTracedMsgLen: 0 traces whole payloads
     logtime: bool = True
     log_file: str = ""
     quiet: bool = False  # no log output at all (in-process test servers)

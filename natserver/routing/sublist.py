@@ -62,7 +62,7 @@ class SublistResult:
     subject go to successive members.
     """
 
-    __slots__ = ("psubs", "qsubs", "next_member", "plan")
+    __slots__ = ("psubs", "qsubs", "next_member", "plan", "qplan")
 
     def __init__(self, psubs: list, qsubs: list[list]) -> None:
         self.psubs = psubs
@@ -71,6 +71,7 @@ class SublistResult:
         # Free for the router to keep per-result precomputed data (the MSG line heads):
         # a cached result is for one subject and is replaced whenever its matches change.
         self.plan = None
+        self.qplan = None  # (only results with queue groups are made here and have one)
 
     def __len__(self) -> int:
         return len(self.psubs) + sum(len(group) for group in self.qsubs)

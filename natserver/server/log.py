@@ -77,7 +77,13 @@ def configure_logging(options) -> logging.Handler | None:
     logger.addHandler(handler)
     logger.propagate = False
     logger.setLevel(TRACE if options.trace else logging.DEBUG if options.debug else logging.INFO)
+    if options.trace and not options.debug:
+        handler.addFilter(_not_debug)  # -V alone: trace lines but no debug lines (nats-server)
     return handler
+
+
+def _not_debug(record: logging.LogRecord) -> bool:
+    return record.levelno != logging.DEBUG
 
 
 def reopen_log_file() -> bool:

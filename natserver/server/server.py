@@ -37,6 +37,7 @@ from .listen import ListenError, listen_error
 from .log import configure_library_logging
 from .monitor import serve_monitor
 from .signals import handle_signal, reauthorize_clients
+from .trace import log_prefix
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["ListenError", "Server", "Subsystem"]
@@ -80,6 +81,8 @@ class Server:
         self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
+        # Client sockets already listening, bound by the command before its imports (cli.py).
+        self.listening_sockets: list | None = None
         self.start_time = time.time()
         self.in_msgs = 0
         self.in_bytes = 0
@@ -192,7 +195,11 @@ class Server:
         port = 0 if options.port == const.RANDOM_PORT else options.port
         host = None if options.host in ("", "0.0.0.0") else options.host
         try:
-            self.listeners = await trio.open_tcp_listeners(port, host=host)
+            if self.listening_sockets:  # bound before the imports (natserver.launch)
+                self.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.listening_sockets]
+                self.listening_sockets = None
+            else:
+                self.listeners = await trio.open_tcp_listeners(port, host=host)
         except OSError as exc:
             # nats-server's fatal line, once; the command line then exits 1 without repeating it.
             error = listen_error(options.host or "0.0.0.0", port, exc)
@@ -432,11 +439,11 @@ class Server:
         if self.accounts is not None:
             self.accounts.unregister(client)
         self.closed_clients.append(connection_record(client))
-        log.debug("%s:%d - cid:%d - Client connection closed: %s", client.ip, client.port, client.cid, client.close_reason)
+        log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
 
     def note_slow_consumer(self, client: Client, detail: str) -> None:
         self.slow_consumers += 1
-        log.info("%s:%d - cid:%d - Slow Consumer Detected: %s", client.ip, client.port, client.cid, detail)
+        log.info("%s - Slow Consumer Detected: %s", log_prefix(client), detail)
 
     def authenticate(self, client: Client, opts: dict) -> bool:
         """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
