@@ -978,3 +978,23 @@ case("accounts_service_import_no_responder", S("c", b'CONNECT {"verbose":false,"
 case("accounts_service_import_headerless_responder", S("s", CAA + b"SUB help.me 1\r\n"), Flush("s"),
      S("p", CAB + b"PUB help 2\r\nhi\r\n"), Flush("p"), Flush("s"), config=ACCOUNTS,
      doc="no reply subject: the request arrives as is (a client without headers gets no Nats-Request-Info)")
+
+# ------------------------------------------------------------------------------------------
+# Subjects holding `*` or `>` as literal tokens (issue #19): a publish to `foo.*` reaches the
+# wildcard subscriptions that cover it, not `foo.bar`, before and after the match cache holds
+# it; permissions check such subjects as nats-server does.
+# ------------------------------------------------------------------------------------------
+
+case("literal_wildcard_tokens_match_and_cache",
+     S("s", Q + b"SUB foo.* 1\r\nSUB foo.bar 2\r\nSUB foo.> 3\r\nSUB > 4\r\n"), Flush("s"),
+     S("p", Q + b"PUB foo.* 1\r\na\r\nPUB foo.> 1\r\nb\r\nPUB foo.bar 1\r\nc\r\n"), Flush("p"), Flush("s"),
+     S("s", b"SUB foo.baz 5\r\nUNSUB 1\r\n"), Flush("s"),
+     S("p", b"PUB foo.* 1\r\nd\r\nPUB foo.baz 1\r\ne\r\n"), Flush("p"), Flush("s"))
+_PERMS = ((None, 'authorization { users = [ {user: u, password: p}, {user: v, password: p, permissions: '
+                 '{publish: {allow: ["foo.bar", "bar.*"], deny: ["bar.x"]}, subscribe: {allow: ["bar.>"], '
+                 'deny: ["bar.x"]}}} ] }'),)
+case("literal_wildcard_tokens_permissions",
+     S("a", b'CONNECT {"verbose":false,"pedantic":false,"user":"u","pass":"p"}\r\nSUB > 1\r\n'), Flush("a"),
+     S("b", b'CONNECT {"verbose":false,"pedantic":false,"user":"v","pass":"p"}\r\nPUB foo.* 1\r\na\r\n'
+            b"PUB foo.> 1\r\nb\r\nPUB foo.bar 1\r\nc\r\nPUB bar.* 1\r\nd\r\nPUB bar.x 1\r\ne\r\nSUB foo.* 9\r\n"
+            b"SUB bar.* 8\r\nSUB bar.x 7\r\n"), Flush("b"), Flush("a"), config=_PERMS)

@@ -386,11 +386,11 @@ class Store:
         none when it was deleted."""
         if not filter or filter == b">":
             return self.last_seq if self.last_seq in self.idx else 0
-        ss = self.fss.get(filter)
-        if ss is not None:
-            return ss[2]
+        # Wildcards first: a filter such as b"a.*" may also be a literal stored subject (a
+        # client may publish to it), and then it still matches every a.X (nats-server does).
         if not has_wildcard(filter):
-            return 0
+            ss = self.fss.get(filter)
+            return ss[2] if ss is not None else 0
         match = compile_filter(filter)
         best = 0
         for subj, ss in self.fss.items():
@@ -415,11 +415,11 @@ class Store:
                 if s in idx:
                     return s
             return 0
-        ss = self.fss.get(filter)
-        if ss is not None:
+        if not has_wildcard(filter):  # (wildcards first: see last_seq_for)
+            ss = self.fss.get(filter)
+            if ss is None:
+                return 0
             lo, hi = max(start, ss[1]), ss[2]
-        elif not has_wildcard(filter):
-            return 0
         else:
             lo, hi = start, self.last_seq
             if len(self.fss) < 1024:
@@ -448,11 +448,9 @@ class Store:
         if sseq == self.first_seq:
             if match is None:
                 return self.msgs, self.first_seq, self.last_live_seq()
-            ss = self.fss.get(filter)
-            if ss is not None:
-                return ss[0], ss[1], ss[2]
-            if not has_wildcard(filter):
-                return 0, 0, 0
+            if not has_wildcard(filter):  # (wildcards first: see last_seq_for)
+                ss = self.fss.get(filter)
+                return (ss[0], ss[1], ss[2]) if ss is not None else (0, 0, 0)
             n, first, last = 0, 0, 0
             for subj, ss in self.fss.items():
                 if match(subj):

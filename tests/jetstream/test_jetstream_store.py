@@ -304,7 +304,9 @@ def test_dedup_ids_recovered(tmp_path):
 
 # -- the model-based comparison ---------------------------------------------------------------
 
-SUBJECTS = [b"a.1", b"a.2", b"b.1", b"b.2.x"]
+# b"a.*" and b"b.>" are stored as literal subjects too (a client may publish to them): the
+# filters equal to them must still act as wildcards (issue #19).
+SUBJECTS = [b"a.1", b"a.2", b"b.1", b"b.2.x", b"a.*", b"b.>"]
 FILTERS = [b"", b">", b"a.*", b"b.>", b"a.1", b"c"]
 
 
@@ -357,10 +359,22 @@ class Model:
 
 
 def _matcher(filter):
-    from natserver.jetstream.util import compile_filter
+    """A naive filter match, independent of the store's: ``*`` is any one token, a last ``>``
+    one or more; b"" and b">" match everything."""
+    if filter in (b"", b">"):
+        return lambda s: True
+    want = filter.split(b".")
 
-    m = compile_filter(filter)
-    return (lambda s: True) if m is None else m
+    def match(subject):
+        got = subject.split(b".")
+        for i, token in enumerate(want):
+            if token == b">" and i == len(want) - 1:
+                return len(got) > i
+            if i >= len(got) or (token != b"*" and token != got[i]):
+                return False
+        return len(got) == len(want)
+
+    return match
 
 
 def m_has(model, seq) -> bool:
