@@ -77,8 +77,8 @@ def test_encode_decode_and_tampering():
 def test_expiry_and_not_before():
     account, user = _nkeys.create_account(), _nkeys.create_user()
     now = int(time.time())
-    expired = decode(encode({"sub": user.public_key.decode(), "exp": now - 10, "nats": {"type": "user"}}, account))
-    future = decode(encode({"sub": user.public_key.decode(), "nbf": now + 100, "nats": {"type": "user"}}, account))
+    expired = decode(encode({"sub": user.public_key.decode(), "exp": now - 10, "nats": {"type": "user", "version": 2}}, account))
+    future = decode(encode({"sub": user.public_key.decode(), "nbf": now + 100, "nats": {"type": "user", "version": 2}}, account))
     assert expired.time_error() == "claim is expired"
     assert future.time_error() == "claim is not yet valid"
 
