@@ -37,7 +37,7 @@ from ..protocol.gotext import parse_duration
 from . import crypto, errors, monitor
 from .api import Api
 from .errors import ApiError
-from .store import FileStore, MemoryStore, sync_all, write_atomic
+from .store import FileStore, MemoryStore, flush_for_sync, sync_many, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
 from .util import dumps, loads, subjects_collide
 
@@ -446,7 +446,7 @@ class JetStream:
                     targets.append(store.sync_targets())
             if targets:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_sync_many, targets)
+                    await trio.to_thread.run_sync(sync_many, targets)
         send = self.send
         try:
             for stream, reply, payload in acks:
@@ -497,18 +497,11 @@ class JetStream:
             self._sync_scope = None
             if self.sync_always or not self.sync_interval:
                 continue
-            targets = []
-            for stream in list(self.streams.values()):
-                store = stream.store
-                if isinstance(store, FileStore) and not store.closed:
-                    try:
-                        store.flush()
-                        targets.append(store.sync_targets())
-                    except OSError as exc:
-                        log.error("JetStream: syncing %s failed: %s", store.path, exc)
+            stores = [s.store for s in list(self.streams.values()) if isinstance(s.store, FileStore)]
+            targets = flush_for_sync(stores, "JetStream")
             if targets:
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(_sync_many, targets)
+                    await trio.to_thread.run_sync(sync_many, targets)
 
 
 class DomainError(ValueError):
@@ -524,11 +517,6 @@ def check_domain(domain: str) -> str:
     if any(c in domain for c in " \t\r\n\f"):
         raise DomainError(f'invalid domain name: derived "$JS.{domain}.API.>" is not a valid subject')
     return domain
-
-
-def _sync_many(targets) -> None:
-    for fds, directory in targets:
-        sync_all(fds, directory)
 
 
 async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -950,6 +950,27 @@ class FileStore(Store):
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def flush_for_sync(stores, label: str) -> list:
+    """Write each open store's buffered records and return what to fsync (see sync_many),
+    logging a store that fails (``label`` names the subsystem in that line)."""
+    targets = []
+    for store in stores:
+        if store.closed:
+            continue
+        try:
+            store.flush()
+            targets.append(store.sync_targets())
+        except OSError as exc:
+            log.error("%s: syncing %s failed: %s", label, store.path, exc)
+    return targets
+
+
+def sync_many(targets: list) -> None:
+    """fsync what flush_for_sync returned: runs in a worker thread (group commit)."""
+    for fds, directory in targets:
+        sync_all(fds, directory)
+
+
 def sync_all(fds: list[int], directory: str | None) -> None:
     """fsync (and close) descriptor duplicates, then the directory: runs in a worker thread."""
     try:

@@ -32,7 +32,7 @@ import orjson
 import trio
 
 from ..jetstream.errors import ApiError
-from ..jetstream.store import FileStore, MemoryStore, StoredMsg, sync_all, write_atomic
+from ..jetstream.store import FileStore, MemoryStore, StoredMsg, flush_for_sync, sync_many, write_atomic
 from ..jetstream.stream import StreamConfig
 
 log = logging.getLogger("natserver")
@@ -236,18 +236,10 @@ class StanStore:
     async def flush(self) -> None:
         """Write every dirty file store and fsync it (in a worker thread: group commit)."""
         dirty, self.dirty_stores = self.dirty_stores, set()
-        targets = []
-        for store in dirty:
-            if store.closed:
-                continue
-            try:
-                store.flush()
-                targets.append(store.sync_targets())
-            except OSError as exc:
-                log.error("streaming: writing %s failed: %s", store.path, exc)
+        targets = flush_for_sync(dirty, "streaming")
         if targets:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_sync_many, targets)
+                await trio.to_thread.run_sync(sync_many, targets)
 
     def delete(self, cs: ChannelStore) -> None:
         """Remove a channel's messages for good (its JetStream stream too)."""
@@ -287,8 +279,3 @@ class StanStore:
 
 class StanStoreError(Exception):
     pass
-
-
-def _sync_many(targets) -> None:
-    for fds, directory in targets:
-        sync_all(fds, directory)
