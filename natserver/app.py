@@ -37,6 +37,7 @@ class LazySubsystem:
 
 SUBSYSTEMS: tuple[LazySubsystem, ...] = (
     LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream"),
+    LazySubsystem("cluster", lambda options: options.clustered, "natserver.cluster", "enable_cluster"),
 )
 
 

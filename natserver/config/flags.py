@@ -18,6 +18,7 @@ flags on top of it; ``-t`` stops after reading the config file.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 from ..auth.tls import TLSConfig, TLSConfigError, server_context
@@ -76,10 +77,16 @@ natserver extensions (same names as the config keys):
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
 
-Accepted and ignored (natserver has no clustering, syslog or profiling):
+Cluster Options:
+        --routes <rurl-1, rurl-2>    Routes to solicit and connect
+        --cluster <cluster-url>      Cluster URL for solicited routes
+        --cluster_listen <url>       Cluster URL for solicited routes
+        --cluster_name <string>      Cluster Name, if not set one will be dynamically generated
+        --no_advertise <bool>        Do not advertise known cluster information to clients
+
+Accepted and ignored (natserver has no syslog or profiling):
     -ms, --https_port, --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --max_traced_msg_len, --routes, --cluster, --cluster_listen, --cluster_name,
-    --no_advertise, --cluster_advertise, --connect_retries, --profile
+    --max_traced_msg_len, --cluster_advertise, --connect_retries, --profile
 
 Common Options:
     -h, --help                       Show this message
@@ -154,6 +161,10 @@ _flag("tlsverify", "tls_verify", "bool")
 _flag("tlscacert", "tls_ca_cert")
 _flag("js jetstream", "jetstream", "bool")
 _flag("sd store_dir", "store_dir")
+_flag("cluster cluster_listen", "cluster_url")
+_flag("routes", "routes_flag")
+_flag("cluster_name", "cluster_name")
+_flag("no_advertise", "cluster_no_advertise", "bool")
 # natserver extensions
 _flag("max_payload", "max_payload", "size")
 _flag("max_pending", "max_pending", "size")
@@ -165,8 +176,7 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("max_traced_msg_len", "int"), ("routes", "str"), ("cluster", "str"),
-    ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
+    ("max_traced_msg_len", "int"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip
     _FLAGS[_name] = _Flag("unsupported:" + _name, _kind)
@@ -312,7 +322,29 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
         changes["extra"] = extra
     options = options.copy(**changes)
     options = _override_tls(options, given)
+    options = _override_cluster(options, given)
     return apply_baseline(options)
+
+
+def _override_cluster(options: Options, given: dict) -> Options:
+    """opts.go overrideCluster: --cluster nats://host:port (user:pass@ sets the route
+    authorization) and --routes url,url replace the file's settings."""
+    changes: dict = {}
+    if given.get("cluster_url"):
+        url = urllib.parse.urlsplit(given["cluster_url"])
+        try:
+            port = url.port
+        except ValueError:
+            raise UsageError(f"invalid cluster url {given['cluster_url']!r}") from None
+        if not url.hostname or port is None:
+            raise UsageError(f"invalid cluster url {given['cluster_url']!r}")
+        changes.update(cluster_host=url.hostname, cluster_port=port)
+        if url.username:
+            changes.update(cluster_username=urllib.parse.unquote(url.username),
+                           cluster_password=urllib.parse.unquote(url.password or ""))
+    if given.get("routes_flag"):
+        changes["routes"] = [r.strip() for r in given["routes_flag"].split(",") if r.strip()]
+    return options.copy(**changes) if changes else options
 
 
 _TLS_FLAGS = ("tls_enable", "tls_cert", "tls_key", "tls_verify", "tls_ca_cert")

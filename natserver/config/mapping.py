@@ -244,7 +244,7 @@ def _split_host_port(value: str) -> tuple[str | None, str]:
 UNSUPPORTED_KEYS = frozenset(
     """
     client_advertise trace_verbose mappings maps disable_sublist_cache no_sublist_cache
-    https https_port http_base_path cluster gateway leaf leafnodes
+    https https_port http_base_path gateway leaf leafnodes
     logfile_size_limit log_size_limit syslog remote_syslog prof_port max_traced_msg_len
     max_sub_tokens max_subscription_tokens ocsp resolver_tls resolver_pinned_accounts
     no_system_account no_system no_sys_acc connect_error_reports
@@ -356,6 +356,8 @@ class _Builder:
             c["max_closed_clients"] = _expect(value, int, key)
         elif name == "jetstream":
             self.apply_jetstream(key, value, where)
+        elif name == "cluster":
+            self.apply_cluster(key, value, where)
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":
@@ -382,6 +384,53 @@ class _Builder:
                 c["trace"] = _expect(value, bool, key)
         elif not self.used_as_variable(conf, key):
             self.errors.append(f'{where}: unknown field "{key}"')
+
+    def apply_cluster(self, key: str, value, where: str) -> None:
+        """``cluster { name, listen | host/port, routes [...], authorization { user, password },
+        no_advertise, connect_retries, pool_size, ... }`` (opts.go parseCluster)."""
+        c = self.changes
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
+        for member, item in value.items():
+            name = member.lower()
+            try:
+                if name == "name":
+                    c["cluster_name"] = _expect(item, str, member)
+                elif name == "listen":
+                    host, _, port = str(item).rpartition(":")
+                    if not port.isdigit():
+                        raise _Bad(f"could not parse address string {item!r}")
+                    c["cluster_host"] = host or const.DEFAULT_HOST
+                    c["cluster_port"] = int(port)
+                elif name in ("host", "net"):
+                    c["cluster_host"] = _expect(item, str, member)
+                elif name == "port":
+                    c["cluster_port"] = _expect(item, int, member)
+                elif name == "routes":
+                    routes = item if isinstance(item, list) else [item]
+                    c["routes"] = [_expect(route, str, member) for route in routes]
+                elif name == "authorization":
+                    auth = _expect(item, dict, member)
+                    for auth_key, auth_value in auth.items():
+                        lowered = auth_key.lower()
+                        if lowered in ("user", "username"):
+                            c["cluster_username"] = str(auth_value)
+                        elif lowered in ("pass", "password"):
+                            c["cluster_password"] = str(auth_value)
+                        else:
+                            self.extra.setdefault(key, {})[f"authorization.{auth_key}"] = auth_value
+                elif name == "no_advertise":
+                    c["cluster_no_advertise"] = _expect(item, bool, member)
+                elif name == "connect_retries":
+                    c["cluster_connect_retries"] = _expect(item, int, member)
+                elif name in ("pool_size", "advertise", "cluster_advertise", "tls", "permissions",
+                              "compression", "accounts"):
+                    # accepted, not acted on (pool_size is a 2.10 key nats-server 2.9 rejects)
+                    self.extra.setdefault(key, {})[member] = item
+                elif not self.used_as_variable(value, member):
+                    self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{self.where(value, member, where)}: {exc}")
 
     def apply_jetstream(self, key: str, value, where: str) -> None:
         """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,
