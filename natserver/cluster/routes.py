@@ -86,6 +86,7 @@ class Route:
         self.closed = False
         self.close_reason = ""
         self._wake = trio.Event()
+        self._flush_then_close = False
         self._scope: trio.CancelScope | None = None
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         self.start = trio.current_time()
@@ -96,7 +97,7 @@ class Route:
         return f"{self.ip}:{self.port} - rid:{self.rid}"
 
     def send(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or self._flush_then_close:
             return
         self.out.append(data)
         self.pending += len(data)
@@ -106,12 +107,16 @@ class Route:
             return
         self._wake.set()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, flush: bool = False) -> None:
+        """Close the route; with ``flush`` what is queued (an -ERR) is sent first."""
         if self.closed:
             return
         self.closed = True
         self.close_reason = reason
-        if self._scope is not None:
+        if flush and self.out:
+            self._flush_then_close = True
+            self._wake.set()
+        elif self._scope is not None:
             self._scope.cancel()
 
     async def run(self) -> None:
@@ -127,7 +132,8 @@ class Route:
                         self.send(cluster.connect_proto(self.url))
                     self.send(cluster.route_info())
                     await self._read_loop()
-                    nursery.cancel_scope.cancel()
+                    if not self._flush_then_close:
+                        nursery.cancel_scope.cancel()
         except Exception:
             log.exception("%s - internal error on route; closing it", self.label)
             self.close("Internal Server Error")
@@ -156,6 +162,9 @@ class Route:
                     self.close("Slow Consumer (Write Deadline)")
                     return
                 self.pending -= len(data)
+            if self._flush_then_close:
+                self._scope.cancel()
+                return
 
     async def _read_loop(self) -> None:
         server = self.cluster.server
@@ -191,7 +200,7 @@ class Route:
         except RouteProtocolError as exc:
             log.error("%s - Route Error '%s'", self.label, exc)
             self.send(exc.wire)
-            self.close("Protocol Violation")
+            self.close("Protocol Violation", flush=True)
             self.cluster.server.flush_touched()
             return False
         return not self.closed
@@ -442,13 +451,13 @@ class Cluster:
                                       or options.get("pass") != opts.cluster_password):
             log.error("%s - authentication error - User %r", route.label, options.get("user", ""))
             route.send(b"-ERR 'Authorization Violation'\r\n")
-            route.close("Authentication Failure")
+            route.close("Authentication Failure", flush=True)
             return
         name = options.get("cluster", "")
         if name and name != self.name and not options.get("dynamic") and not self.dynamic_name:
             log.error("%s - Rejecting connection, cluster name %r does not match %r", route.label, name, self.name)
             route.send(b"-ERR 'Cluster Name Conflict'\r\n")
-            route.close("Cluster Name Conflict")
+            route.close("Cluster Name Conflict", flush=True)
             return
         if name and self.dynamic_name and not options.get("dynamic"):
             self.adopt_name(name)
