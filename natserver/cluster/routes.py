@@ -21,8 +21,20 @@ import trio
 from ..protocol import const
 from ..routing.sublist import Sublist
 from .protocol import (
-    Connect, Err, Info, Ok, Ping, Pong, RemoteSub, RemoteUnsub, RouteParser, RouteProtocolError,
-    RoutedMsg, rmsg_head, rs_minus, rs_plus,
+    Connect,
+    Err,
+    Info,
+    Ok,
+    Ping,
+    Pong,
+    RemoteSub,
+    RemoteUnsub,
+    RoutedMsg,
+    RouteParser,
+    RouteProtocolError,
+    rmsg_head,
+    rs_minus,
+    rs_plus,
 )
 
 log = logging.getLogger("natserver")

@@ -7,8 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from natserver.cluster.protocol import (
-    Connect, Err, Info, Ping, Pong, RemoteSub, RemoteUnsub, RouteParser, RouteProtocolError, RoutedMsg,
-    rmsg_head, rs_minus, rs_plus,
+    Connect,
+    Err,
+    Info,
+    Ping,
+    Pong,
+    RemoteSub,
+    RemoteUnsub,
+    RoutedMsg,
+    RouteParser,
+    RouteProtocolError,
+    rmsg_head,
+    rs_minus,
+    rs_plus,
 )
 
 

@@ -11,7 +11,14 @@ import natserver
 from natserver.config.flags import build_options, parse_args
 from natserver.config.mapping import options_from_file
 from tests.cluster.helpers import (
-    STEP_TIMEOUT, connect, read_msgs, route_url, start_cluster, start_node, wait_interest, wait_routes,
+    STEP_TIMEOUT,
+    connect,
+    read_msgs,
+    route_url,
+    start_cluster,
+    start_node,
+    wait_interest,
+    wait_routes,
 )
 from tests.conftest import RawClient, make_options
 
