@@ -86,6 +86,7 @@ class Route:
         except OSError:
             self.ip, self.port = "", 0
         self.remote_id = ""
+        self.peer_id = ""  # the id the peer's INFO gave, even when not registered
         self.remote_name = ""
         self.remote_info: dict = {}
         self.registered = False
@@ -446,7 +447,14 @@ class Cluster:
                 route = self._start_route(stream, solicited=True, url=url)
                 route.done = trio.Event()
                 await route.done.wait()
-                if not configured or self.server.shutting_down or route.close_reason == "Duplicate Route":
+                if route.close_reason == "Duplicate Route":
+                    # Both sides dialled at once and each kept another connection: check
+                    # after a random pause that one route survived, else dial again.
+                    await trio.sleep(random.uniform(0.05, 0.3))
+                    if route.peer_id in self.routes or route.peer_id == self.server.server_id:
+                        return
+                    continue
+                if not configured or self.server.shutting_down:
                     return
                 attempts = 0
                 delay = ROUTE_CONNECT_DELAY
@@ -505,6 +513,7 @@ class Cluster:
                 log.error("%s - Rejecting connection, cluster name %r does not match %r", route.label, name, self.name)
                 route.close("Cluster Name Conflict")
                 return
+        route.peer_id = remote_id
         if remote_id in self.routes:
             log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
             route.close("Duplicate Route")
@@ -517,11 +526,12 @@ class Cluster:
         self.routes[remote_id] = route
         log.info("%s - Route connection registered with %s", route.label, remote_id)
         self.send_interest(route)
-        # Gossip: the peers we have learn about the new one, and the new one about them.
+        # Gossip (route.go forwardNewRouteInfoToKnownServers): the peers we have learn about
+        # the new one and dial it; the new one is not told about them, so no pair dials both
+        # ways at once.
         for other in self.routes.values():
             if other is not route:
                 other.send(self.gossip_info(route))
-                route.send(self.gossip_info(other))
         self.update_client_urls()
 
     def gossip_info(self, about: Route) -> bytes:
@@ -533,10 +543,7 @@ class Cluster:
         url = info.get("ip")
         if remote_id in self.routes or remote_id == self.server.server_id or not isinstance(url, str) or not url:
             return
-        # Of two servers told about each other, the one with the smaller id dials (avoids a
-        # pair of duplicate routes; the other side's duplicate check covers the rest).
-        if self.server.server_id < remote_id:
-            self.dial(url, configured=False)
+        self.dial(url, configured=False)
 
     def route_closed(self, route: Route) -> None:
         self.all_routes.discard(route)
