@@ -107,12 +107,16 @@ def test_flags_that_do_not_become_options():
 
 
 def test_unsupported_nats_server_flags_are_accepted_and_reported():
-    # (the TLS flags are supported since the security work: tests/auth/test_tls.py)
-    result = options("--no_advertise", "-js", "--cluster", "nats://127.0.0.1:6222", "-p", "1")
+    # (the TLS flags are supported since the security work: tests/auth/test_tls.py; the cluster
+    # flags since issue 16: tests/cluster/test_routes.py)
+    result = options("--no_advertise", "-js", "--cluster_advertise", "127.0.0.1:6222", "-p", "1")
     assert result.port == 1
     assert result.jetstream is True  # -js is supported
-    assert result.extra["cli"] == {"no_advertise": True, "cluster": "nats://127.0.0.1:6222"}
-    assert "Command line flag -cluster is not supported by natserver and is ignored" in unsupported_warnings(result)
+    assert result.cluster_no_advertise is True
+    assert result.extra["cli"] == {"cluster_advertise": "127.0.0.1:6222"}
+    assert "Command line flag -cluster_advertise is not supported by natserver and is ignored" in unsupported_warnings(
+        result
+    )
 
 
 def test_every_flag_in_the_usage_is_parsed():
@@ -304,12 +308,12 @@ def test_server_runs_with_flags(tmp_path, spawn):
 
 def test_config_warnings_are_printed_and_the_server_starts(tmp_path, spawn):
     conf = tmp_path / "nats.conf"
-    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\ncluster { name: c }\n")
+    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\ngateway { name: g }\n")
     proc, log = spawn("-c", str(conf))
     _wait_for(log, r"Server is ready", proc)
     text = log.read_text()
     assert text.startswith(f'{conf}:2:1: invalid use of field "ping_interval": ping_interval should be converted to a duration\n')
-    assert '[WRN] Config option "cluster" is not supported by natserver and is ignored' in text
+    assert '[WRN] Config option "gateway" is not supported by natserver and is ignored' in text
     proc.send_signal(signal.SIGINT)
     assert proc.wait(TIMEOUT) == 0
 

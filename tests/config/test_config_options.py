@@ -137,18 +137,19 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
         """,
     )
     assert options.port == 4333
-    assert options.extra["cluster"] == {"name": "c1", "listen": "127.0.0.1:6222"}
+    # (cluster is supported since issue 16: tests/cluster/)
+    assert (options.cluster_name, options.cluster_port) == ("c1", 6222)
     # (tls and accounts are supported since the security work: tests/auth/test_tls.py, tests/routing/test_accounts.py)
     assert set(options.extra) - {"security_warnings"} == {
-        "cluster", "leafnodes", "websocket", "mqtt", "gateway",
+        "leafnodes", "websocket", "mqtt", "gateway",
     }  # fmt: skip
     assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
     # As nats-server, permissions in authorization {} are the users array's defaults: a single
     # user gets none (tests/auth/test_auth.py checks the server against nats-server); a warning says so.
     assert (options.username, options.password, options.users) == ("a", "b", [])
     warnings = unsupported_warnings(options)
-    assert len(warnings) == 6
-    assert 'Config option "cluster" is not supported by natserver and is ignored' in warnings
+    assert len(warnings) == 5
+    assert 'Config option "gateway" is not supported by natserver and is ignored' in warnings
 
 
 # -- errors, as nats-server reports them -------------------------------------------------------
