@@ -271,9 +271,9 @@ class Route:
         if entry is not None:
             self.interest[account].remove(entry)
 
-    def record(self) -> dict:
+    def record(self, subs: bool = False) -> dict:
         """/routez's entry for this route (monitor.go RouteInfo)."""
-        return {
+        record = {
             "rid": self.rid,
             "remote_id": self.remote_id,
             "remote_name": self.remote_name,
@@ -288,6 +288,12 @@ class Route:
             "out_bytes": self.out_bytes,
             "subscriptions": len(self.entries),
         }
+        if subs:
+            record["subscriptions_list"] = sorted(
+                subject.decode(errors="replace") + ("" if queue is None else " " + queue.decode(errors="replace"))
+                for _, subject, queue in self.entries
+            )
+        return record
 
 
 class Cluster:
@@ -673,12 +679,17 @@ class Cluster:
 
     # -- monitoring ---------------------------------------------------------------------------
 
-    def routez(self) -> dict:
-        return {"num_routes": len(self.routes), "routes": [r.record() for r in self.routes.values()]}
+    def routez(self, subs: bool = False) -> dict:
+        """/routez's body (monitor.go Routez) without the server id and time."""
+        return {"num_routes": len(self.routes), "routes": [r.record(subs) for r in self.routes.values()]}
 
     def varz(self) -> dict:
-        return {"name": self.name, "addr": self.host, "cluster_port": self.port,
-                "urls": list(self.configured)}
+        """/varz's cluster object (monitor.go ClusterOptsVarz)."""
+        varz = {"name": self.name, "addr": self.host, "cluster_port": self.port,
+                "auth_timeout": int(ROUTE_HANDSHAKE_TIMEOUT / 2)}
+        if self.configured:
+            varz["urls"] = [urllib.parse.urlsplit(u).netloc.rpartition("@")[2] for u in self.configured]
+        return varz
 
 
 async def enable_cluster(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -237,3 +237,31 @@ async def test_global_account_interest_is_sent_as_dollar_g(nursery):
     assert list(route.interest) == [b"$G"]
     await cb.send(b"PUB x 1\r\n1\r\n")
     assert await read_msgs(ca, 1) == [b"MSG x 1 1\r\n1\r\n"]
+
+
+async def test_routez_and_varz(nursery):
+    a, b = await start_cluster(nursery, 2, http_port=-1)
+    ca = await connect(a.port)
+    await ca.send(b"SUB foo 1\r\nSUB bar g 2\r\n")
+    await ca.ping()
+    await wait_interest(b, b"bar")
+    await wait_interest(b, b"foo")
+
+    async def get(server, path):
+        stream = await trio.open_tcp_stream("127.0.0.1", server.monitor.port)
+        await stream.send_all(b"GET " + path + b" HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+        return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+    routez = await get(b, b"/routez?subs=1")
+    assert routez["num_routes"] == 1
+    (route,) = routez["routes"]
+    assert route["remote_id"] == a.server_id
+    assert route["subscriptions_list"] == ["bar g", "foo"]
+    varz = await get(b, b"/varz")
+    assert varz["cluster"]["name"] == "c1"
+    assert varz["cluster"]["cluster_port"] == b.cluster.port
+    assert varz["routes"] == 1
+    assert sorted(varz["connect_urls"]) == sorted([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
