@@ -22,7 +22,7 @@ import orjson
 
 __all__ = [
     "RouteProtocolError", "RouteParser", "Info", "Connect", "Ping", "Pong", "Ok", "Err",
-    "RemoteSub", "RemoteUnsub", "RoutedMsg", "rs_plus", "rs_minus", "rmsg_head",
+    "RemoteSub", "RemoteUnsub", "RoutedMsg", "rs_plus", "rs_minus", "rmsg_head", "ls_plus", "ls_minus",
 ]
 
 # nats-server's MAX_CONTROL_LINE_SIZE (const.go) bounds route control lines too.
@@ -93,6 +93,7 @@ class RoutedMsg:
     payload: bytes  # headers and body
 
 
+_LEAF_VERBS = {b"LS+": b"RS+", b"LS-": b"RS-", b"LMSG": b"RMSG"}
 _PING = Ping()
 _PONG = Pong()
 _OK = Ok()
@@ -107,8 +108,12 @@ def _size(token: bytes) -> int:
 class RouteParser:
     """Incremental parser of what a route peer sends."""
 
-    def __init__(self, max_payload: int, max_control_line: int = MAX_ROUTE_CONTROL_LINE) -> None:
+    def __init__(self, max_payload: int, max_control_line: int = MAX_ROUTE_CONTROL_LINE,
+                 leaf_account: bytes | None = None) -> None:
         self.max_payload = max_payload
+        # A leaf node connection is bound to one account: its LS+/LS-/LMSG lines name none
+        # (leafnode.go), so they are parsed as the route forms of this account.
+        self.leaf_account = leaf_account
         self.max_control_line = max_control_line
         self._buffer = bytearray()
         self._pending: tuple | None = None  # a parsed RMSG/HMSG line waiting for its payload
@@ -138,6 +143,15 @@ class RouteParser:
         del buffer[:end + 1]
         verb, _, rest = line.partition(b" ")
         verb = verb.upper()
+        if self.leaf_account is not None:
+            leaf_verb = _LEAF_VERBS.get(verb)
+            if leaf_verb is None:
+                if verb in (b"RS+", b"RS-", b"RMSG"):
+                    raise RouteProtocolError("Unknown Protocol Operation")
+            else:
+                verb = leaf_verb
+            if verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
+                rest = self.leaf_account + b" " + rest
         if verb == b"RMSG" or verb == b"HMSG":
             self._pending = self._msg_args(rest.split(), verb == b"HMSG")
             return self.next_op()
@@ -211,10 +225,22 @@ def rs_minus(account: bytes, subject: bytes, queue: bytes | None) -> bytes:
     return b"RS- %s %s %s\r\n" % (account, subject, queue)
 
 
-def rmsg_head(account: bytes, subject: bytes, reply: bytes | None, queues: list, header_size: int,
+def ls_plus(subject: bytes, queue: bytes | None, weight: int) -> bytes:
+    return b"LS+ %s\r\n" % subject if queue is None else b"LS+ %s %s %d\r\n" % (subject, queue, weight)
+
+
+def ls_minus(subject: bytes, queue: bytes | None) -> bytes:
+    return b"LS- %s\r\n" % subject if queue is None else b"LS- %s %s\r\n" % (subject, queue)
+
+
+def rmsg_head(account: bytes | None, subject: bytes, reply: bytes | None, queues: list, header_size: int,
               size: int) -> bytes:
-    """The RMSG (or route HMSG) line for one message, CRLF included."""
-    parts = [b"HMSG" if header_size > 0 else b"RMSG", account, subject]
+    """The RMSG (or route HMSG) line for one message, CRLF included; with ``account`` None,
+    the leaf node form (LMSG, or HMSG without an account)."""
+    if account is None:
+        parts = [b"HMSG" if header_size > 0 else b"LMSG", subject]
+    else:
+        parts = [b"HMSG" if header_size > 0 else b"RMSG", account, subject]
     if queues:
         if reply is not None:
             parts += [b"+", reply]

@@ -32,6 +32,8 @@ from .protocol import (
     RoutedMsg,
     RouteParser,
     RouteProtocolError,
+    ls_minus,
+    ls_plus,
     rmsg_head,
     rs_minus,
     rs_plus,
@@ -53,6 +55,8 @@ ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
 # Interest entries one route may hold per account before it is cut off (an interest flood).
 ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
+# leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
+LEAF_RECONNECT_DELAY = 1.0
 
 
 class _RemoteInterest:
@@ -75,8 +79,11 @@ def _parse_route_url(url: str) -> tuple[str, int, str, str]:
 class Route:
     """One route connection (dialled or accepted)."""
 
-    def __init__(self, cluster: Cluster, stream: trio.SocketStream, rid: int, solicited: bool, url: str = "") -> None:
+    def __init__(self, cluster: Cluster, stream: trio.SocketStream, rid: int, solicited: bool, url: str = "",
+                 leaf_account: bytes | None = None) -> None:
         self.cluster = cluster
+        # A leaf node connection (natserver dialled a hub) is bound to this local account.
+        self.leaf_account = leaf_account
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -91,7 +98,8 @@ class Route:
         self.remote_info: dict = {}
         self.registered = False
         self.headers = True
-        self.parser = RouteParser(max_payload=max(cluster.server.options.max_payload, const.MAX_PAYLOAD_SIZE))
+        self.parser = RouteParser(max_payload=max(cluster.server.options.max_payload, const.MAX_PAYLOAD_SIZE),
+                                  leaf_account=leaf_account)
         self.interest: dict[bytes, Sublist] = {}  # account -> the remote's subscriptions
         self.entries: dict[tuple, _RemoteInterest] = {}  # (account, subject, queue) -> entry
         self.out: list = []
@@ -107,7 +115,7 @@ class Route:
 
     @property
     def label(self) -> str:
-        return f"{self.ip}:{self.port} - rid:{self.rid}"
+        return f"{self.ip}:{self.port} - {'lid' if self.leaf_account is not None else 'rid'}:{self.rid}"
 
     def send(self, data: bytes) -> None:
         if self.closed or self._flush_then_close:
@@ -141,9 +149,10 @@ class Route:
                     scope.cancel()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop)
-                    if self.solicited:
-                        self.send(cluster.connect_proto(self.url))
-                    self.send(cluster.route_info())
+                    if self.leaf_account is None:  # a leaf waits for the hub's INFO
+                        if self.solicited:
+                            self.send(cluster.connect_proto(self.url))
+                        self.send(cluster.route_info())
                     await self._read_loop()
                     if not self._flush_then_close:
                         nursery.cancel_scope.cancel()
@@ -243,7 +252,10 @@ class Route:
         elif op.__class__ is Connect:
             cluster.check_connect(self, op.options)
         elif op.__class__ is Info:
-            cluster.process_info(self, op.info)
+            if self.leaf_account is not None:
+                cluster.process_leaf_info(self, op.info)
+            else:
+                cluster.process_info(self, op.info)
 
     def add_interest(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
         if not subject:
@@ -305,6 +317,7 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
+        self.leafs: dict[str, Route] = {}  # hub server id -> leaf node connection we dialled
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
         self.port = 0
@@ -400,6 +413,8 @@ class Cluster:
             self.server.set_forwarder(self)
             for url in self.configured:
                 self.dial(url, configured=True)
+            for remote in options.leafnode_remotes:
+                nursery.start_soon(self._leaf_loop, remote)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -467,6 +482,55 @@ class Cluster:
                 await trio.sleep(delay)
         finally:
             self._dialing.discard(url)
+
+    async def _leaf_loop(self, remote: dict) -> None:
+        """Keep a leaf node connection to one of ``remote``'s hub URLs (leafnode.go
+        connectToRemoteLeafNode: the URLs in turn, reconnecting after a delay)."""
+        urls = list(remote.get("urls") or ())
+        account = (remote.get("account") or "$G").encode()
+        attempt = 0
+        while urls:
+            url = urls[attempt % len(urls)]
+            attempt += 1
+            host, port, _, _ = _parse_route_url(url)
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as exc:
+                log.debug("Error trying to connect as leafnode to remote server %s: %s", url, exc)
+                await trio.sleep(LEAF_RECONNECT_DELAY)
+                continue
+            self._next_rid += 1
+            leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
+            leaf.done = trio.Event()
+            self.all_routes.add(leaf)
+            log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
+            self._nursery.start_soon(leaf.run)
+            await leaf.done.wait()
+            await trio.sleep(LEAF_RECONNECT_DELAY)
+
+    def process_leaf_info(self, leaf: Route, info: dict) -> None:
+        """The hub's INFO: the first one is answered with CONNECT and our interest."""
+        if leaf.registered:
+            return
+        remote_id = info.get("server_id")
+        if not isinstance(remote_id, str) or not remote_id:
+            raise RouteProtocolError("Unknown Protocol Operation")
+        _, _, user, password = _parse_route_url(leaf.url)
+        connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
+                   "version": const.SERVER_VERSION}
+        if user:
+            connect.update(user=user, **{"pass": password})
+        leaf.send(b"CONNECT " + orjson.dumps(connect) + b"\r\n")
+        leaf.remote_id = leaf.peer_id = remote_id
+        leaf.remote_name = str(info.get("server_name", ""))
+        leaf.remote_info = info
+        leaf.headers = bool(info.get("headers"))
+        leaf.registered = True
+        self.leafs[remote_id] = leaf
+        log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
+        lines = [ls_plus(subject, queue, count) for (subject, queue), count in self.local.get(leaf.leaf_account, {}).items()]
+        if lines:
+            leaf.send(b"".join(lines))
 
     # -- handshake ----------------------------------------------------------------------------
 
@@ -553,6 +617,13 @@ class Cluster:
 
     def route_closed(self, route: Route) -> None:
         self.all_routes.discard(route)
+        if route.leaf_account is not None:
+            if self.leafs.get(route.remote_id) is route:
+                del self.leafs[route.remote_id]
+            log.info("%s - Leafnode connection closed: %s", route.label, route.close_reason)
+            if route.done is not None:
+                route.done.set()
+            return
         if route.registered and self.routes.get(route.remote_id) is route:
             del self.routes[route.remote_id]
             self.update_client_urls()
@@ -604,6 +675,9 @@ class Cluster:
             line = rs_minus(account, sub.subject, sub.queue)
         for route in self.routes.values():
             route.send(line)
+        for leaf in self.leafs.values():
+            if leaf.leaf_account == account:
+                leaf.send(ls_plus(sub.subject, sub.queue, count) if count > 0 else ls_minus(sub.subject, sub.queue))
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -611,13 +685,14 @@ class Cluster:
         """A message published here: to each route with matching interest, at most once per
         route; each remote queue group with no local member gets it on one route (chosen by
         the groups' weights)."""
-        if not self.routes:
+        if not self.routes and not self.leafs:
             return False
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
         local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
         plain: list[Route] = []
         candidates: dict[bytes, list] = {}
-        for route in self.routes.values():
+        peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
+        for route in peers:
             interest = route.interest.get(account)
             if interest is None:
                 continue
@@ -643,11 +718,12 @@ class Cluster:
         size = len(payload)
         for route in {*plain, *chosen}:
             queues = chosen.get(route, [])
+            named = account if route.leaf_account is None else None  # leaf lines name no account
             if header_size > 0 and not route.headers:
                 body = payload[header_size:]
-                data = rmsg_head(account, subject, reply, queues, -1, len(body)) + body + b"\r\n"
+                data = rmsg_head(named, subject, reply, queues, -1, len(body)) + body + b"\r\n"
             else:
-                data = rmsg_head(account, subject, reply, queues, header_size, size) + payload + b"\r\n"
+                data = rmsg_head(named, subject, reply, queues, header_size, size) + payload + b"\r\n"
             route.out_msgs += 1
             route.out_bytes += size
             route.send(data)

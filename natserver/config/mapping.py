@@ -358,6 +358,8 @@ class _Builder:
             self.apply_jetstream(key, value, where)
         elif name == "cluster":
             self.apply_cluster(key, value, where)
+        elif name in ("leafnodes", "leaf") and isinstance(value, dict) and "remotes" in {k.lower() for k in value}:
+            self.apply_leaf_remotes(key, value, where)
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":
@@ -431,6 +433,37 @@ class _Builder:
                     self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')
             except _Bad as exc:
                 self.errors.append(f"{self.where(value, member, where)}: {exc}")
+
+    def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
+        """``leafnodes { remotes [{url | urls, account}] }`` (opts.go parseRemoteLeafNodes):
+        the hubs natserver dials. Other members (listen, credentials, tls) are kept and
+        warned about as not supported."""
+        rest = {}
+        for member, item in value.items():
+            if member.lower() != "remotes":
+                rest[member] = item
+                continue
+            remotes = []
+            for remote in item if isinstance(item, list) else [item]:
+                if not isinstance(remote, dict):
+                    self.errors.append(f"{where}: error parsing remote leafnode: expected a map")
+                    continue
+                urls: list = []
+                account = ""
+                for field_name, field_value in remote.items():
+                    lowered = field_name.lower()
+                    if lowered == "url":
+                        urls.append(str(field_value))
+                    elif lowered == "urls":
+                        urls += [str(u) for u in (field_value if isinstance(field_value, list) else [field_value])]
+                    elif lowered in ("account", "local"):
+                        account = str(field_value)
+                    else:
+                        rest[f"remotes.{field_name}"] = field_value
+                remotes.append({"urls": urls, "account": account})
+            self.changes["leafnode_remotes"] = remotes
+        if rest:
+            self.extra[key] = rest
 
     def apply_jetstream(self, key: str, value, where: str) -> None:
         """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,

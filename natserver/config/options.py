@@ -68,6 +68,8 @@ class Options:
     cluster_username: str = ""  # cluster { authorization { user, password } }
     cluster_password: str = ""
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
+    leafnode_remotes: list = field(default_factory=list)
     # Logging
     debug: bool = False
     trace: bool = False
