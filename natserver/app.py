@@ -37,7 +37,7 @@ class LazySubsystem:
 
 SUBSYSTEMS: tuple[LazySubsystem, ...] = (
     LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream"),
-    LazySubsystem("cluster", lambda options: options.clustered or bool(options.leafnode_remotes), "natserver.cluster", "enable_cluster"),
+    LazySubsystem("cluster", lambda options: options.clustered or bool(options.leafnode_remotes or options.leafnode_port), "natserver.cluster", "enable_cluster"),
 )
 
 

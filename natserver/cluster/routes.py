@@ -250,7 +250,10 @@ class Route:
         elif op.__class__ is Err:
             log.error("%s - Route Error '%s'", self.label, op.text)
         elif op.__class__ is Connect:
-            cluster.check_connect(self, op.options)
+            if self.leaf_account is not None:
+                cluster.process_leaf_connect(self, op.options)
+            else:
+                cluster.check_connect(self, op.options)
         elif op.__class__ is Info:
             if self.leaf_account is not None:
                 cluster.process_leaf_info(self, op.info)
@@ -317,7 +320,8 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
-        self.leafs: dict[str, Route] = {}  # hub server id -> leaf node connection we dialled
+        self.leafs: dict[str, Route] = {}  # remote server id -> leaf node connection (either way)
+        self.leaf_port = 0
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
         self.port = 0
@@ -415,6 +419,14 @@ class Cluster:
                 self.dial(url, configured=True)
             for remote in options.leafnode_remotes:
                 nursery.start_soon(self._leaf_loop, remote)
+            if options.leafnode_port:
+                port = 0 if options.leafnode_port == -1 else options.leafnode_port
+                host = None if options.leafnode_host in ("", "0.0.0.0") else options.leafnode_host
+                leaf_listeners = await trio.open_tcp_listeners(port, host=host)
+                self.leaf_port = leaf_listeners[0].socket.getsockname()[1]
+                log.info("Listening for leafnode connections on %s:%d", options.leafnode_host, self.leaf_port)
+                for listener in leaf_listeners:
+                    nursery.start_soon(self._accept_leafs, listener)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -508,9 +520,75 @@ class Cluster:
             await leaf.done.wait()
             await trio.sleep(LEAF_RECONNECT_DELAY)
 
+    async def _accept_leafs(self, listener) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except (OSError, trio.ClosedResourceError):
+                    return
+                self._next_rid += 1
+                leaf = Route(self, stream, self._next_rid, False, leaf_account=b"$G")
+                self.all_routes.add(leaf)
+                log.info("%s - Leafnode connection created", leaf.label)
+                leaf.send(self.leaf_info(leaf))
+                self._nursery.start_soon(leaf.run)
+
+    def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
+        """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
+        a second one says so (``connect_info``), which is when a nats-server leaf sends its
+        interest."""
+        server = self.server
+        host = self._advertise_host()
+        info = {
+            "server_id": server.server_id,
+            "server_name": server.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": self.server.options.leafnode_host,
+            "port": self.leaf_port,
+            "headers": True,
+            "auth_required": True,  # nats-server always asks a leaf for CONNECT
+            "max_payload": server.options.max_payload,
+            "ip": f"{host}:{self.leaf_port}",
+            "client_id": leaf.rid,
+            "info_on_connect": True,
+        }
+        if after_connect:
+            info["connect_info"] = True
+        info["leafnode_urls"] = [f"{host}:{self.leaf_port}"]
+        if after_connect:
+            info["remote_account"] = leaf.leaf_account.decode(errors="replace")
+        return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    def process_leaf_connect(self, leaf: Route, options: dict) -> None:
+        """A leaf node's CONNECT (leafnode.go processLeafnodeConnect): register it and send
+        it our interest."""
+        if leaf.registered:
+            return
+        remote_id = options.get("server_id") or options.get("name") or f"leaf-{leaf.rid}"
+        if not isinstance(remote_id, str):
+            raise RouteProtocolError("Unknown Protocol Operation")
+        if remote_id in self.leafs:
+            log.error("%s - Leafnode Error 'Duplicate Leafnode Connection'", leaf.label)
+            leaf.send(b"-ERR 'Duplicate Leafnode Connection'\r\n")
+            leaf.close("Duplicate Leafnode Connection", flush=True)
+            return
+        leaf.remote_id = leaf.peer_id = remote_id
+        leaf.remote_name = str(options.get("name", ""))
+        leaf.headers = bool(options.get("headers"))
+        leaf.registered = True
+        self.leafs[remote_id] = leaf
+        log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
+        leaf.send(self.leaf_info(leaf, after_connect=True))
+        lines = [ls_plus(subject, queue, count) for (subject, queue), count in self.local.get(leaf.leaf_account, {}).items()]
+        if lines:
+            leaf.send(b"".join(lines))
+
     def process_leaf_info(self, leaf: Route, info: dict) -> None:
         """The hub's INFO: the first one is answered with CONNECT and our interest."""
-        if leaf.registered:
+        if leaf.registered or not leaf.solicited:
             return
         remote_id = info.get("server_id")
         if not isinstance(remote_id, str) or not remote_id:
@@ -754,6 +832,22 @@ class Cluster:
         return found.sublist if found is not None else None
 
     # -- monitoring ---------------------------------------------------------------------------
+
+    def leafz(self, subs: bool = False) -> dict:
+        """/leafz's body (monitor.go Leafz) without the server id and time."""
+        leafs = []
+        for leaf in self.leafs.values():
+            record = {"name": leaf.remote_name, "is_spoke": leaf.solicited,
+                      "account": leaf.leaf_account.decode(errors="replace"),
+                      "ip": leaf.ip, "port": leaf.port, "rtt": "0s",
+                      "in_msgs": leaf.in_msgs, "out_msgs": leaf.out_msgs,
+                      "in_bytes": leaf.in_bytes, "out_bytes": leaf.out_bytes,
+                      "subscriptions": len(leaf.entries)}
+            if subs:
+                record["subscriptions_list"] = sorted(
+                    subject.decode(errors="replace") for _, subject, _ in leaf.entries)
+            leafs.append(record)
+        return {"leafnodes": len(leafs), "leafs": leafs}
 
     def routez(self, subs: bool = False) -> dict:
         """/routez's body (monitor.go Routez) without the server id and time."""

@@ -358,7 +358,7 @@ class _Builder:
             self.apply_jetstream(key, value, where)
         elif name == "cluster":
             self.apply_cluster(key, value, where)
-        elif name in ("leafnodes", "leaf") and isinstance(value, dict) and "remotes" in {k.lower() for k in value}:
+        elif name in ("leafnodes", "leaf") and isinstance(value, dict):
             self.apply_leaf_remotes(key, value, where)
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
@@ -440,7 +440,22 @@ class _Builder:
         warned about as not supported."""
         rest = {}
         for member, item in value.items():
-            if member.lower() != "remotes":
+            lowered_member = member.lower()
+            if lowered_member == "listen":
+                host, _, port = str(item).rpartition(":")
+                if not port.lstrip("-").isdigit():
+                    self.errors.append(f"{where}: could not parse address string {item!r}")
+                    continue
+                self.changes["leafnode_host"] = host or const.DEFAULT_HOST
+                self.changes["leafnode_port"] = int(port)
+                continue
+            if lowered_member in ("host", "net"):
+                self.changes["leafnode_host"] = str(item)
+                continue
+            if lowered_member == "port" and isinstance(item, int) and not isinstance(item, bool):
+                self.changes["leafnode_port"] = item
+                continue
+            if lowered_member != "remotes":
                 rest[member] = item
                 continue
             remotes = []

@@ -70,6 +70,9 @@ class Options:
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
     leafnode_remotes: list = field(default_factory=list)
+    # Leaf nodes that dial us: leafnodes { listen } (0: none; -1: a random port)
+    leafnode_host: str = const.DEFAULT_HOST
+    leafnode_port: int = 0
     # Logging
     debug: bool = False
     trace: bool = False

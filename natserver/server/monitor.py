@@ -540,7 +540,7 @@ class Monitor:
             "total_connections": server.total_connections,
             "routes": len(server.cluster.routes) if server.cluster is not None else 0,
             "remotes": len(server.cluster.routes) if server.cluster is not None else 0,
-            "leafnodes": 0,
+            "leafnodes": len(server.cluster.leafs) if server.cluster is not None else 0,
             "in_msgs": server.in_msgs,
             "out_msgs": server.out_msgs,
             "in_bytes": server.in_bytes,
@@ -686,7 +686,9 @@ class Monitor:
 
     def handle_leafz(self, query: Query) -> bytes:
         self._count("/leafz")
-        query.bool("subs")
+        subs = query.bool("subs")
+        if self.server.cluster is not None and self.server.cluster.leafs:  # natserver.cluster's leaf nodes
+            return go_json({**self._header(), **self.server.cluster.leafz(subs)})
         return go_json({**self._header(), "leafnodes": 0, "leafs": None})
 
     def handle_accountz(self, query: Query) -> bytes:

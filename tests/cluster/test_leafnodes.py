@@ -74,3 +74,41 @@ async def test_natserver_leaf_of_a_nats_server_hub(nursery, tmp_path):
     finally:
         hub.terminate()
         hub.wait(5)
+
+
+@pytest.mark.needs_nats_server
+@skip_without_nats_server
+async def test_nats_server_leaf_of_a_natserver_hub(nursery, tmp_path):
+    hub = await nursery.start(natserver.serve, make_options(leafnode_port=-1, leafnode_host="127.0.0.1", http_port=-1))
+    leaf_port = free_port()
+    conf = tmp_path / "leaf.conf"
+    conf.write_text(f"listen: 127.0.0.1:{leaf_port}\n"
+                    f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub.cluster.leaf_port}" }} ] }}\n')
+    leaf = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(STEP_TIMEOUT):
+            while not hub.cluster.leafs:
+                await trio.sleep(0.01)
+        on_hub = await connect(hub.port)
+        on_leaf = await connect(leaf_port)
+        await on_hub.send(b"SUB down 1\r\n")
+        await on_hub.ping()
+        await on_leaf.send(b"SUB up.* 1\r\n")
+        await on_leaf.ping()
+        (link,) = hub.cluster.leafs.values()
+        with trio.fail_after(STEP_TIMEOUT):
+            while (b"$G", b"up.*", None) not in link.entries:
+                await trio.sleep(0.01)
+        await on_hub.send(b"PUB up.x 2\r\nhi\r\n")
+        assert await read_msgs(on_leaf, 1) == [b"MSG up.x 1 2\r\nhi\r\n"]
+        with trio.fail_after(STEP_TIMEOUT):
+            got = b""
+            while b"MSG down" not in got:
+                await on_leaf.send(b"PUB down 3\r\nyes\r\n")
+                got += await on_hub.nothing_within(0.05)
+        assert b"MSG down 1 3\r\nyes\r\n" in got
+        leafz = hub.cluster.leafz(True)
+        assert leafz["leafnodes"] == 1 and "up.*" in leafz["leafs"][0]["subscriptions_list"]
+    finally:
+        leaf.terminate()
+        leaf.wait(5)

@@ -129,7 +129,7 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
         port: 4333
         cluster { name: c1, listen: 127.0.0.1:6222 }
         jetstream { store_dir: /tmp/js }
-        leafnodes { port: 7422 }
+        leafnodes { port: 7422, authorization { user: l, password: p } }
         websocket { port: 8080, no_tls: true }
         mqtt { port: 1883 }
         gateway { name: g }
@@ -139,6 +139,7 @@ def test_unsupported_keys_are_kept_with_a_warning(tmp_path):
     assert options.port == 4333
     # (cluster is supported since issue 16: tests/cluster/)
     assert (options.cluster_name, options.cluster_port) == ("c1", 6222)
+    assert options.leafnode_port == 7422  # leaf nodes since issue 16; their authorization is not supported
     # (tls and accounts are supported since the security work: tests/auth/test_tls.py, tests/routing/test_accounts.py)
     assert set(options.extra) - {"security_warnings"} == {
         "leafnodes", "websocket", "mqtt", "gateway",
