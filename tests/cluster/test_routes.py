@@ -13,6 +13,7 @@ from natserver.config.mapping import options_from_file
 from tests.cluster.helpers import (
     STEP_TIMEOUT,
     connect,
+    free_port,
     read_msgs,
     route_url,
     start_cluster,
@@ -265,3 +266,17 @@ async def test_routez_and_varz(nursery):
     assert varz["cluster"]["cluster_port"] == b.cluster.port
     assert varz["routes"] == 1
     assert sorted(varz["connect_urls"]) == sorted([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
+
+
+async def test_a_configured_route_is_redialled_when_its_node_comes_back(nursery):
+    port = free_port()
+    b = await start_node(nursery, cluster_port=port)
+    a = await start_node(nursery, routes=[f"nats://127.0.0.1:{port}"])
+    await wait_routes([a, b], 1)
+    await b.shutdown()
+    with trio.fail_after(STEP_TIMEOUT):
+        while a.cluster.routes:
+            await trio.sleep(0.01)
+    b2 = await start_node(nursery, cluster_port=port)
+    await wait_routes([a, b2], 1)  # a's dialler backs off and reconnects
+    assert list(a.cluster.routes) == [b2.server_id]
