@@ -111,6 +111,8 @@ class Route:
         self._scope: trio.CancelScope | None = None
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         self.start = trio.current_time()
+        # What we told this peer: (account, subject, queue) -> the weight (plain: 1).
+        self.told: dict[tuple, int] = {}
         self.done: trio.Event | None = None  # set when closed (a dialler waits on it)
 
     @property
@@ -234,7 +236,7 @@ class Route:
                 raise RouteProtocolError("Unknown Protocol Operation")
             self.in_msgs += 1
             self.in_bytes += len(op.payload)
-            cluster.deliver(op)
+            cluster.deliver(op, self)
         elif op.__class__ is RemoteSub:
             if not self.registered:
                 raise RouteProtocolError("Unknown Protocol Operation")
@@ -267,6 +269,7 @@ class Route:
         entry = self.entries.get(key)
         if entry is not None:
             entry.weight = weight  # a new queue weight
+            self.cluster.propagate(self, account, subject, queue)
             return
         if len(self.entries) >= ROUTE_MAX_INTEREST:
             raise RouteProtocolError("Maximum Subscriptions Exceeded")
@@ -280,11 +283,13 @@ class Route:
         except Exception:
             del self.entries[key]
             raise RouteProtocolError("processRemoteSub Parse Error") from None
+        self.cluster.propagate(self, account, subject, queue)
 
     def remove_interest(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         entry = self.entries.pop((account, subject, queue), None)
         if entry is not None:
             self.interest[account].remove(entry)
+            self.cluster.propagate(self, account, subject, queue)
 
     def record(self, subs: bool = False) -> dict:
         """/routez's entry for this route (monitor.go RouteInfo)."""
@@ -582,9 +587,7 @@ class Cluster:
         self.leafs[remote_id] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         leaf.send(self.leaf_info(leaf, after_connect=True))
-        lines = [ls_plus(subject, queue, count) for (subject, queue), count in self.local.get(leaf.leaf_account, {}).items()]
-        if lines:
-            leaf.send(b"".join(lines))
+        self.send_interest(leaf)
 
     def process_leaf_info(self, leaf: Route, info: dict) -> None:
         """The hub's INFO: the first one is answered with CONNECT and our interest."""
@@ -606,9 +609,7 @@ class Cluster:
         leaf.registered = True
         self.leafs[remote_id] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
-        lines = [ls_plus(subject, queue, count) for (subject, queue), count in self.local.get(leaf.leaf_account, {}).items()]
-        if lines:
-            leaf.send(b"".join(lines))
+        self.send_interest(leaf)
 
     # -- handshake ----------------------------------------------------------------------------
 
@@ -694,18 +695,24 @@ class Cluster:
         self.dial(url, configured=False)
 
     def route_closed(self, route: Route) -> None:
+        """A route or leaf connection ended: forget it, and withdraw its interest from the
+        peers it had been relayed to."""
         self.all_routes.discard(route)
-        if route.leaf_account is not None:
-            if self.leafs.get(route.remote_id) is route:
-                del self.leafs[route.remote_id]
-            log.info("%s - Leafnode connection closed: %s", route.label, route.close_reason)
-            if route.done is not None:
-                route.done.set()
-            return
-        if route.registered and self.routes.get(route.remote_id) is route:
+        was_route = self.routes.get(route.remote_id) is route
+        if was_route:
             del self.routes[route.remote_id]
-            self.update_client_urls()
-        log.info("%s - Router connection closed: %s", route.label, route.close_reason)
+        if self.leafs.get(route.remote_id) is route:
+            del self.leafs[route.remote_id]
+        gone = list(route.entries)
+        route.entries.clear()
+        for account, subject, queue in gone:
+            self.propagate(route, account, subject, queue)
+        if route.leaf_account is not None:
+            log.info("%s - Leafnode connection closed: %s", route.label, route.close_reason)
+        else:
+            if was_route:
+                self.update_client_urls()
+            log.info("%s - Router connection closed: %s", route.label, route.close_reason)
         if route.done is not None:
             route.done.set()
 
@@ -730,14 +737,61 @@ class Cluster:
 
     # -- interest -----------------------------------------------------------------------------
 
-    def send_interest(self, route: Route) -> None:
-        """All local interest, on a new route (route.go sendSubsToRoute)."""
-        lines = []
+    def send_interest(self, peer: Route) -> None:
+        """All interest this peer is to know of, on a new route or leaf (route.go
+        sendSubsToRoute, leafnode.go sendAllLeafSubs)."""
+        keys: set = set()
         for account, counts in self.local.items():
-            for (subject, queue), count in counts.items():
-                lines.append(rs_plus(account, subject, queue, count))
-        if lines:
-            route.send(b"".join(lines))
+            keys.update((account, subject, queue) for subject, queue in counts)
+        for other in self.all_peers():
+            if other is not peer and self._relays(other, peer):
+                keys.update(other.entries)
+        for account, subject, queue in keys:
+            self._tell(peer, account, subject, queue)
+
+    def all_peers(self) -> list:
+        return [*self.routes.values(), *self.leafs.values()]
+
+    @staticmethod
+    def _relays(source: Route, target: Route) -> bool:
+        """Whether interest (and messages) from ``source`` go on to ``target``: a route's to
+        leaves only; a leaf's to routes and other leaves (nats-server's rules)."""
+        return target.leaf_account is not None or source.leaf_account is not None
+
+    def _weight_for(self, target: Route, account: bytes, subject: bytes, queue) -> int:
+        """The interest ``target`` is to be told of: local subscriptions plus what the peers
+        it may hear through this server have (a plain subject counts 1)."""
+        if target.leaf_account is not None and target.leaf_account != account:
+            return 0
+        total = self.local.get(account, {}).get((subject, queue), 0)
+        for other in self.all_peers():
+            if other is target or not self._relays(other, target):
+                continue
+            entry = other.entries.get((account, subject, queue))
+            if entry is not None:
+                total += max(entry.weight, 1)
+        if queue is None:
+            return 1 if total else 0
+        return total
+
+    def _tell(self, target: Route, account: bytes, subject: bytes, queue) -> None:
+        key = (account, subject, queue)
+        weight = self._weight_for(target, account, subject, queue)
+        if target.told.get(key, 0) == weight:
+            return
+        leaf = target.leaf_account is not None
+        if weight:
+            target.told[key] = weight
+            target.send(ls_plus(subject, queue, weight) if leaf else rs_plus(account, subject, queue, weight))
+        else:
+            target.told.pop(key, None)
+            target.send(ls_minus(subject, queue) if leaf else rs_minus(account, subject, queue))
+
+    def propagate(self, source: Route | None, account: bytes, subject: bytes, queue) -> None:
+        """Interest changed (locally, or a peer's): tell every other registered peer."""
+        for target in self.all_peers():
+            if target is not source and target.registered:
+                self._tell(target, account, subject, queue)
 
     def interest_changed(self, account: bytes, sub, added: bool) -> None:
         counts = self.local.setdefault(account, {})
@@ -745,17 +799,9 @@ class Cluster:
         count = counts.get(key, 0) + (1 if added else -1)
         if count > 0:
             counts[key] = count
-            if sub.queue is None and count != 1:
-                return  # plain interest: only the first and the last matter
-            line = rs_plus(account, sub.subject, sub.queue, count)
         else:
             counts.pop(key, None)
-            line = rs_minus(account, sub.subject, sub.queue)
-        for route in self.routes.values():
-            route.send(line)
-        for leaf in self.leafs.values():
-            if leaf.leaf_account == account:
-                leaf.send(ls_plus(sub.subject, sub.queue, count) if count > 0 else ls_minus(sub.subject, sub.queue))
+        self.propagate(None, account, sub.subject, sub.queue)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -767,9 +813,15 @@ class Cluster:
             return False
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
         local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
+        peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
+        return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload)
+
+    def _send_to_peers(self, peers: list, account: bytes, local_queues, allowed_queues, subject: bytes, reply,
+                       header_size: int, payload) -> bool:
+        """The message to each of ``peers`` with plain interest, and each of their queue groups
+        (no local member; among ``allowed_queues`` unless None) to one peer, by weight."""
         plain: list[Route] = []
         candidates: dict[bytes, list] = {}
-        peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
         for route in peers:
             interest = route.interest.get(account)
             if interest is None:
@@ -779,7 +831,7 @@ class Cluster:
                 plain.append(route)
             for group in match.qsubs:
                 queue = group[0].queue
-                if queue in local_queues:
+                if queue in local_queues or (allowed_queues is not None and queue not in allowed_queues):
                     continue
                 weight = sum(entry.weight for entry in group) or 1
                 candidates.setdefault(queue, []).append((route, weight))
@@ -807,8 +859,10 @@ class Cluster:
             route.send(data)
         return True
 
-    def deliver(self, msg: RoutedMsg) -> None:
-        """A message from a route: to local subscribers only."""
+    def deliver(self, msg: RoutedMsg, origin: Route | None = None) -> None:
+        """A message from a route or a leaf: to local subscribers, then on to the peers that
+        hear ``origin`` through us (a route's messages to leaves; a leaf's to routes and
+        other leaves), never back to a route: a message crosses at most one route."""
         client = self._delivery_clients.get(msg.account)
         if client is None:
             sublist = self._account_sublist(msg.account)
@@ -821,6 +875,16 @@ class Cluster:
         sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
         header_size = msg.header_size if msg.header_size > 0 else -1
         client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
+        if origin is None or not self.leafs:
+            return
+        peers = [peer for peer in self.all_peers()
+                 if peer is not origin and self._relays(origin, peer)
+                 and (peer.leaf_account is None or peer.leaf_account == msg.account)]
+        if peers:
+            result = client.sublist.match(msg.subject)
+            local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
+            self._send_to_peers(peers, msg.account, local_queues, set(msg.queues), msg.subject, msg.reply,
+                                header_size, msg.payload)
 
     def _account_sublist(self, account: bytes):
         server = self.server

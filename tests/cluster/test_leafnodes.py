@@ -112,3 +112,36 @@ async def test_nats_server_leaf_of_a_natserver_hub(nursery, tmp_path):
     finally:
         leaf.terminate()
         leaf.wait(5)
+
+
+async def test_a_leaf_of_one_cluster_node_reaches_the_other_node(nursery):
+    a = await nursery.start(natserver.serve, make_options(
+        cluster_port=-1, cluster_name="c1", cluster_host="127.0.0.1", leafnode_port=-1, leafnode_host="127.0.0.1"))
+    b = await nursery.start(natserver.serve, make_options(
+        cluster_port=-1, cluster_name="c1", cluster_host="127.0.0.1", routes=[f"nats://127.0.0.1:{a.cluster.port}"]))
+    leaf = await nursery.start(natserver.serve, make_options(
+        leafnode_remotes=[{"urls": [f"nats://127.0.0.1:{a.cluster.leaf_port}"], "account": ""}]))
+    with trio.fail_after(STEP_TIMEOUT):
+        while not (a.cluster.routes and b.cluster.routes and leaf.cluster.leafs and a.cluster.leafs):
+            await trio.sleep(0.01)
+    on_b = await connect(b.port)
+    on_leaf = await connect(leaf.port)
+    await on_b.send(b"SUB from.leaf 1\r\n")
+    await on_b.ping()
+    await on_leaf.send(b"SUB from.b 1\r\n")
+    await on_leaf.ping()
+    (b_route,) = b.cluster.routes.values()
+    (leaf_link,) = leaf.cluster.leafs.values()
+    with trio.fail_after(STEP_TIMEOUT):
+        # b's interest reaches the leaf through a; the leaf's reaches b through a.
+        while (b"$G", b"from.leaf", None) not in leaf_link.entries or (b"$G", b"from.b", None) not in b_route.entries:
+            await trio.sleep(0.01)
+    await on_leaf.send(b"PUB from.leaf 2\r\nup\r\n")
+    await on_b.send(b"PUB from.b 4\r\ndown\r\n")
+    assert await read_msgs(on_b, 1) == [b"MSG from.leaf 1 2\r\nup\r\n"]
+    assert await read_msgs(on_leaf, 1) == [b"MSG from.b 1 4\r\ndown\r\n"]
+    # The leaf's client leaves: b hears the interest withdrawn.
+    await on_leaf.stream.aclose()
+    with trio.fail_after(STEP_TIMEOUT):
+        while (b"$G", b"from.b", None) in b_route.entries:
+            await trio.sleep(0.01)
