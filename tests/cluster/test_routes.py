@@ -280,3 +280,24 @@ async def test_a_configured_route_is_redialled_when_its_node_comes_back(nursery)
     b2 = await start_node(nursery, cluster_port=port)
     await wait_routes([a, b2], 1)  # a's dialler backs off and reconnects
     assert list(a.cluster.routes) == [b2.server_id]
+
+
+async def test_a_route_info_without_a_server_id_is_cut_off(nursery):
+    a, b = await start_cluster(nursery, 2)
+    client = await connect(a.port)
+    liar = RawClient(await trio.open_tcp_stream("127.0.0.1", a.cluster.port))
+    await liar.read_line()
+    await liar.send(b'CONNECT {"cluster":"c1"}\r\nINFO {"cluster":"c1"}\r\n')
+    with trio.fail_after(STEP_TIMEOUT):
+        assert await liar.read_until_eof() == b"-ERR 'Unknown Protocol Operation'\r\n"
+    assert await client.ping() == b""
+    assert list(a.cluster.routes) == [b.server_id]
+
+
+async def test_a_route_of_another_cluster_is_refused(nursery):
+    a = await start_node(nursery)
+    other = await start_node(nursery, cluster_name="c2", routes=[route_url(a)])
+    with trio.fail_after(STEP_TIMEOUT):  # until a has accepted and closed one attempt
+        while not (a.cluster._next_rid >= 1 and not a.cluster.all_routes):
+            await trio.sleep(0.01)
+    assert a.cluster.routes == {} and other.cluster.routes == {}
