@@ -109,18 +109,19 @@ def test_flags_that_do_not_become_options():
 
 
 def test_unsupported_nats_server_flags_are_accepted_and_reported():
-    # (the TLS flags are supported since the security work: tests/auth/test_tls.py)
-    result = options("--no_advertise", "-js", "--syslog", "-p", "1")
+    # (the TLS flags are supported since the security work: tests/auth/test_tls.py; the cluster
+    # flags since issue 16: tests/cluster/test_routes.py)
+    result = options("--no_advertise", "-js", "--cluster_advertise", "127.0.0.1:6222", "-p", "1")
     assert result.port == 1
     assert result.jetstream is True  # -js is supported
-    assert result.extra["cli"] == {"no_advertise": True, "syslog": True}
-    assert "Command line flag -syslog is not supported by natserver and is ignored" in unsupported_warnings(result)
+    assert result.cluster_no_advertise is True
+    assert result.extra["cli"] == {"cluster_advertise": "127.0.0.1:6222"}
+    assert "Command line flag -cluster_advertise is not supported by natserver and is ignored" in unsupported_warnings(
+        result
+    )
 
 
-@pytest.mark.parametrize("flag, value", [
-    ("--cluster", "nats://127.0.0.1:6222"), ("--routes", "nats://127.0.0.1:6222"),
-    ("--cluster_listen", "nats://127.0.0.1:6222"), ("--https_port", "8443"), ("-ms", "8443"),
-])  # fmt: skip
+@pytest.mark.parametrize("flag, value", [("--https_port", "8443"), ("-ms", "8443")])
 def test_flags_for_listeners_natserver_lacks_are_refused(flag, value, capsys):
     assert main([flag, value, "-p", "-1"]) == 1
     err = capsys.readouterr().err

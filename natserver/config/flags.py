@@ -18,6 +18,7 @@ flags on top of it; ``-t`` stops after reading the config file.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 from ..auth.tls import TLSConfig, TLSConfigError, server_context
@@ -97,12 +98,17 @@ natserver extensions (same names as the config keys):
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
 
+Cluster Options:
+        --routes <rurl-1, rurl-2>    Routes to solicit and connect
+        --cluster <cluster-url>      Cluster URL for solicited routes
+        --cluster_listen <url>       Cluster URL for solicited routes
+        --cluster_name <string>      Cluster Name, if not set one will be dynamically generated
+        --no_advertise <bool>        Do not advertise known cluster information to clients
+
 Accepted and ignored with a warning (natserver has no syslog or profiling):
     --client_advertise, -s, --syslog, -r, --remote_syslog, --log_size_limit,
-    --cluster_name, --no_advertise, --cluster_advertise,
-    --connect_retries, --profile
-Refused (a listener natserver does not have): -ms, --https_port, --routes, --cluster,
-    --cluster_listen
+    --cluster_advertise, --connect_retries, --profile
+Refused (a listener natserver does not have): -ms, --https_port
 
 Common Options:
     -h, --help                       Show this message
@@ -198,6 +204,10 @@ _flag("SV stan_trace", "stan:trace", "bool")
 _flag("SDV", "stan:debug_trace", "bool")
 _flag("nsq_port", "nsq_port", "int")  # natserver.nsq: nsqd's TCP port (-1 for random)
 _flag("nsq_http_port", "nsq_http_port", "int")  # natserver.nsq: nsqd's HTTP port
+_flag("cluster cluster_listen", "cluster_url")
+_flag("routes", "routes_flag")
+_flag("cluster_name", "cluster_name")
+_flag("no_advertise", "cluster_no_advertise", "bool")
 # natserver extensions
 _flag("max_payload", "max_payload", "size")
 _flag("max_pending", "max_pending", "size")
@@ -209,15 +219,12 @@ _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),
     ("syslog", "bool"), ("r", "str"), ("remote_syslog", "str"), ("log_size_limit", "int"),
-    ("routes", "str"), ("cluster", "str"),
-    ("cluster_listen", "str"), ("cluster_name", "str"), ("no_advertise", "bool"),
     ("cluster_advertise", "str"), ("connect_retries", "int"), ("profile", "int"),
 ):  # fmt: skip
     _FLAGS[_name] = _Flag("unsupported:" + _name, _kind)
 # Of those, the ones whose absence would mislead (a listener that would not exist): refused.
 _REFUSED_FLAGS = {
     "ms": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
-    "routes": "cluster routes", "cluster": "cluster listener (routes)", "cluster_listen": "cluster listener (routes)",
 }
 
 _GO_INT_RE = re.compile(r"[+-]?(0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|0[0-7_]*|[1-9][0-9]*)")
@@ -375,7 +382,29 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
             options = options.copy(stan=apply_flags(options.stan, given["stan_flags"]))
         except StanConfigError as exc:
             raise UsageError(str(exc)) from None
+    options = _override_cluster(options, given)
     return apply_baseline(options)
+
+
+def _override_cluster(options: Options, given: dict) -> Options:
+    """opts.go overrideCluster: --cluster nats://host:port (user:pass@ sets the route
+    authorization) and --routes url,url replace the file's settings."""
+    changes: dict = {}
+    if given.get("cluster_url"):
+        url = urllib.parse.urlsplit(given["cluster_url"])
+        try:
+            port = url.port
+        except ValueError:
+            raise UsageError(f"invalid cluster url {given['cluster_url']!r}") from None
+        if not url.hostname or port is None:
+            raise UsageError(f"invalid cluster url {given['cluster_url']!r}")
+        changes.update(cluster_host=url.hostname, cluster_port=port)
+        if url.username:
+            changes.update(cluster_username=urllib.parse.unquote(url.username),
+                           cluster_password=urllib.parse.unquote(url.password or ""))
+    if given.get("routes_flag"):
+        changes["routes"] = [r.strip() for r in given["routes_flag"].split(",") if r.strip()]
+    return options.copy(**changes) if changes else options
 
 
 _TLS_FLAGS = ("tls_enable", "tls_cert", "tls_key", "tls_verify", "tls_ca_cert")

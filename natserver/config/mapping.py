@@ -257,13 +257,15 @@ UNSUPPORTED_KEYS = frozenset(
 # does not start), naming the key in one line.
 REFUSED_KEYS = {
     "websocket": "WebSocket listener", "ws": "WebSocket listener", "mqtt": "MQTT listener",
-    "gateway": "gateway listener", "cluster": "cluster listener (routes)",
-    "leaf": "leaf node listener", "leafnodes": "leaf node listener",
+    "gateway": "gateway listener",
     "https": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
     "mappings": "subject mappings", "maps": "subject mappings",
 }
+# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS, no
+# credentials and no authorization yet): refused.
+_LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "authorization", "nkey", "users", "ws_compression"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
 # clustered JetStream's settings, meaningless on one server.
@@ -388,6 +390,10 @@ class _Builder:
                 c["stan"] = StanOptions.from_config(value)
             except StanConfigError as exc:
                 raise _Bad(str(exc)) from None
+        elif name == "cluster":
+            self.apply_cluster(key, value, where)
+        elif name in ("leafnodes", "leaf") and isinstance(value, dict):
+            self.apply_leaf_remotes(key, value, where)
         elif name in ("store_dir", "storedir"):
             c["store_dir"] = _expect(value, str, key)
         elif name == "tls":
@@ -418,6 +424,104 @@ class _Builder:
                 c["trace"] = _expect(value, bool, key)
         elif not self.used_as_variable(conf, key):
             self.errors.append(f'{where}: unknown field "{key}"')
+
+    def apply_cluster(self, key: str, value, where: str) -> None:
+        """``cluster { name, listen | host/port, routes [...], authorization { user, password },
+        no_advertise, connect_retries, pool_size, ... }`` (opts.go parseCluster)."""
+        c = self.changes
+        if not isinstance(value, dict):
+            raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
+        for member, item in value.items():
+            name = member.lower()
+            try:
+                if name == "name":
+                    c["cluster_name"] = _expect(item, str, member)
+                elif name == "listen":
+                    host, _, port = str(item).rpartition(":")
+                    if not port.isdigit():
+                        raise _Bad(f"could not parse address string {item!r}")
+                    c["cluster_host"] = host or const.DEFAULT_HOST
+                    c["cluster_port"] = int(port)
+                elif name in ("host", "net"):
+                    c["cluster_host"] = _expect(item, str, member)
+                elif name == "port":
+                    c["cluster_port"] = _expect(item, int, member)
+                elif name == "routes":
+                    routes = item if isinstance(item, list) else [item]
+                    c["routes"] = [_expect(route, str, member) for route in routes]
+                elif name == "authorization":
+                    auth = _expect(item, dict, member)
+                    for auth_key, auth_value in auth.items():
+                        lowered = auth_key.lower()
+                        if lowered in ("user", "username"):
+                            c["cluster_username"] = str(auth_value)
+                        elif lowered in ("pass", "password"):
+                            c["cluster_password"] = str(auth_value)
+                        else:
+                            self.extra.setdefault(key, {})[f"authorization.{auth_key}"] = auth_value
+                elif name == "no_advertise":
+                    c["cluster_no_advertise"] = _expect(item, bool, member)
+                elif name == "connect_retries":
+                    c["cluster_connect_retries"] = _expect(item, int, member)
+                elif name in ("pool_size", "advertise", "cluster_advertise", "tls", "permissions",
+                              "compression", "accounts"):
+                    # accepted, not acted on (pool_size is a 2.10 key nats-server 2.9 rejects)
+                    self.extra.setdefault(key, {})[member] = item
+                elif not self.used_as_variable(value, member):
+                    self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{self.where(value, member, where)}: {exc}")
+
+    def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
+        """``leafnodes { remotes [{url | urls, account}] }`` (opts.go parseRemoteLeafNodes):
+        the hubs natserver dials, and ``listen``/``host``/``port`` for leaves that dial us.
+        Security members natserver does not apply (credentials, tls, authorization, ...) refuse
+        the file; other members are kept and named in a warning."""
+        rest = {}
+        for member, item in value.items():
+            lowered_member = member.lower()
+            if lowered_member == "listen":
+                host, _, port = str(item).rpartition(":")
+                if not port.lstrip("-").isdigit():
+                    self.errors.append(f"{where}: could not parse address string {item!r}")
+                    continue
+                self.changes["leafnode_host"] = host or const.DEFAULT_HOST
+                self.changes["leafnode_port"] = int(port)
+                continue
+            if lowered_member in ("host", "net"):
+                self.changes["leafnode_host"] = str(item)
+                continue
+            if lowered_member == "port" and isinstance(item, int) and not isinstance(item, bool):
+                self.changes["leafnode_port"] = item
+                continue
+            if lowered_member != "remotes":
+                rest[member] = item
+                continue
+            remotes = []
+            for remote in item if isinstance(item, list) else [item]:
+                if not isinstance(remote, dict):
+                    self.errors.append(f"{where}: error parsing remote leafnode: expected a map")
+                    continue
+                urls: list = []
+                account = ""
+                for field_name, field_value in remote.items():
+                    lowered = field_name.lower()
+                    if lowered == "url":
+                        urls.append(str(field_value))
+                    elif lowered == "urls":
+                        urls += [str(u) for u in (field_value if isinstance(field_value, list) else [field_value])]
+                    elif lowered in ("account", "local"):
+                        account = str(field_value)
+                    else:
+                        rest[f"remotes.{field_name}"] = field_value
+                remotes.append({"urls": urls, "account": account})
+            self.changes["leafnode_remotes"] = remotes
+        for member in list(rest):
+            if member.split(".")[-1].lower() in _LEAF_SECURITY_KEYS:
+                self.errors.append(f"{where}: {refused_text(f'leafnodes {member}', 'leaf node security')}")
+                del rest[member]
+        if rest:
+            self.extra[key] = rest
 
     def apply_jetstream(self, key: str, value, where: str) -> None:
         """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,
@@ -1037,6 +1141,9 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f"Config option authorization {{{members}}} is not supported by natserver and is ignored")
         elif name in UNSUPPORTED_KEYS:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
+        elif name in ("leafnodes", "leaf") and isinstance(value, dict):
+            for member in value:
+                lines.append(f'Leaf node option "{member}" is not supported by natserver and is ignored')
         elif name == "jetstream" and isinstance(value, dict):
             for member in value:
                 if member.lower() in UNSUPPORTED_JETSTREAM_KEYS:

@@ -64,6 +64,22 @@ class Options:
     stan: object = None
     # The nsqd-compatible front-end (natserver.nsq): the nsq {} block; None: off
     nsq: dict | None = None
+    # Clustering (natserver.cluster): the cluster {} block and --cluster/--routes flags. Routes
+    # listen on cluster_host:cluster_port (0: no cluster; -1: a random port) and dial ``routes``
+    # (nats-route://[user:pass@]host:port URLs).
+    cluster_name: str = ""  # empty: one is made up, as nats-server does (a random id)
+    cluster_host: str = const.DEFAULT_HOST
+    cluster_port: int = 0
+    routes: list = field(default_factory=list)
+    cluster_no_advertise: bool = False  # do not tell clients about the other servers
+    cluster_username: str = ""  # cluster { authorization { user, password } }
+    cluster_password: str = ""
+    cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
+    leafnode_remotes: list = field(default_factory=list)
+    # Leaf nodes that dial us: leafnodes { listen } (0: none; -1: a random port)
+    leafnode_host: str = const.DEFAULT_HOST
+    leafnode_port: int = 0
     # Logging
     debug: bool = False
     trace: bool = False
@@ -75,6 +91,11 @@ class Options:
     ports_file_dir: str = ""
     config_file: str = ""
     extra: dict = field(default_factory=dict)  # config keys we accept but do not act on
+
+    @property
+    def clustered(self) -> bool:
+        """Routes are configured: a cluster listener or routes to dial."""
+        return bool(self.cluster_port or self.routes)
 
     def copy(self, **changes) -> "Options":
         return dataclasses.replace(self, **changes)
@@ -89,6 +110,12 @@ class Options:
             raise ValueError(f"invalid port {self.port}")
         if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
             raise ValueError("lame duck grace period must be less than lame duck duration")
+        if self.jetstream and self.clustered:
+            # natserver's JetStream is single-server: no home-made replication.
+            raise ValueError("JetStream cannot be used in a cluster with natserver: remove the cluster "
+                             "(cluster {} block, --cluster, --routes) or disable JetStream")
+        if self.cluster_port < -1 or self.cluster_port > 65535:
+            raise ValueError(f"invalid cluster port {self.cluster_port}")
         self.validate_security()
 
     def validate_security(self) -> None:

@@ -233,6 +233,10 @@ class Sublist:
         self.removes = 0
         self.matches = 0
         self.misses = 0
+        # Interest hook for what is built on the core (clustering): ``watcher(sub, added)`` is
+        # called after every insert and every remove that found the subscription. None: no one
+        # watches (the default; inserts and removes then cost one attribute test more).
+        self.watcher = None
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -277,6 +281,8 @@ class Sublist:
         self.count += 1
         self.inserts += 1
         self._changed(subject, wildcard)
+        if self.watcher is not None:
+            self.watcher(sub, True)
 
     def remove(self, sub) -> bool:
         """Remove ``sub``; returns False when it was not there."""
@@ -323,6 +329,8 @@ class Sublist:
         self.count -= 1
         self.removes += 1
         self._changed(subject, _PWC in tokens or _FWC in tokens)
+        if self.watcher is not None:
+            self.watcher(sub, False)
         return True
 
     def _unindex(self, subject: bytes, tokens: list) -> None:

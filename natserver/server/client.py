@@ -37,7 +37,7 @@ from ..protocol.const import (
 from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from ..protocol.parser import Parser
-from ..routing.sublist import EMPTY_RESULT, is_valid_literal_subject, is_valid_subject
+from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
 from . import trace
 
 if TYPE_CHECKING:
@@ -126,6 +126,9 @@ class Client:
         options = server.options
         self.server = server
         self.closed = False
+        # False for the clients through which messages from peer servers are delivered: what
+        # they publish is never forwarded to peers again (see Server.set_forwarder).
+        self.forwards = True
         self.stream = stream
         self.cid = cid
         self.ip = ip
@@ -398,7 +401,7 @@ class Client:
                 # Read once per batch, not per message: verbose and pedantic change only at a
                 # CONNECT, which ends a batch; permissions and the hook change between chunks.
                 checked = self.pedantic or self.verbose or self.perms is not None
-                hooked = self.server.publish_hook is not None
+                hooked = self.server.publish_slow  # a publish hook or a cluster forwarder
                 remaining = iter(ops)
                 for op in remaining:
                     if op.__class__ is Pub:
@@ -490,10 +493,30 @@ class Client:
                 return
             if action == NO_RESPONDERS:
                 result = EMPTY_RESULT
-        if (result.psubs or result.qsubs) and self._route(result, subject, reply, header_size, sizes, payload):
-            return
-        if reply is not None and self.no_responders:
+        delivered = (result.psubs or result.qsubs) and self._route(result, subject, reply, header_size, sizes, payload)
+        forwarder = server._forwarder
+        if forwarder is not None and self.forwards:
+            if forwarder.forward(self, result, subject, reply, header_size, payload):
+                delivered = True
+        if not delivered and reply is not None and self.no_responders:
             self._no_responders(reply, result)
+
+    def deliver_routed(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload,
+                       queues: tuple = ()) -> int:
+        """Deliver a message that came from a peer server (a route) to this server's own
+        subscribers only, never forwarding it again (a message crosses at most one route).
+        Of the queue groups, only those named in ``queues`` get it (the sender chose this
+        server for them); each picks one member, from a random start."""
+        result = self.sublist.match(subject)
+        if result.qsubs:
+            groups = [group for group in result.qsubs if group[0].queue in queues] if queues else []
+            filtered = SublistResult(result.psubs, groups)
+            filtered.plan = result.plan
+            filtered.next_member = [random.randrange(len(group)) for group in groups]
+            result = filtered
+        if not result.psubs and not result.qsubs:
+            return 0
+        return self._route(result, subject, reply, header_size, sizes, payload)
 
     def _route(self, result, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> int:
         """Queue one message to every plain match and one member of each queue group;
@@ -606,7 +629,7 @@ class Client:
         """
         subject, count, size, uniform, replies, data, pattern = run
         server = self.server
-        if self.verbose or server.publish_hook is not None or self.perms is not None:
+        if self.verbose or server.publish_slow or self.perms is not None:
             return False
         if self.pedantic and not is_valid_literal_subject(subject):
             return False

@@ -538,7 +538,7 @@ class Monitor:
             "max_control_line": o.max_control_line,
             "max_payload": o.max_payload,
             "max_pending": o.max_pending,
-            "cluster": {},
+            "cluster": server.cluster.varz() if server.cluster is not None else {},
             "gateway": {},
             "leaf": {},
             "mqtt": {},
@@ -555,9 +555,9 @@ class Monitor:
             "cpu": _go_float(self._cpu.sample()),
             "connections": len(server.clients),
             "total_connections": server.total_connections,
-            "routes": 0,
-            "remotes": 0,
-            "leafnodes": 0,
+            "routes": len(server.cluster.routes) if server.cluster is not None else 0,
+            "remotes": len(server.cluster.routes) if server.cluster is not None else 0,
+            "leafnodes": len(server.cluster.leafs) if server.cluster is not None else 0,
             "in_msgs": server.in_msgs,
             "out_msgs": server.out_msgs,
             "in_bytes": server.in_bytes,
@@ -567,6 +567,8 @@ class Monitor:
             "http_req_stats": dict(sorted(self.http_req_stats.items())),
             "config_load_time": go_time(getattr(server, "config_load_time", server.start_time), local=True),
         })
+        if server._info_base.get("connect_urls"):  # set by natserver.cluster
+            v["connect_urls"] = list(server._info_base["connect_urls"])
         return v
 
     # /connz ------------------------------------------------------------------------------
@@ -688,8 +690,10 @@ class Monitor:
         return {"server_id": self.server.server_id, "now": go_time(time.time())}
 
     def handle_routez(self, query: Query) -> bytes:
-        query.subs()
+        subs = query.subs()
         self._count("/routez")
+        if self.server.cluster is not None:  # natserver.cluster's routes (a subsystem)
+            return go_json({**self._header(), **self.server.cluster.routez(any(subs))})
         return go_json({**self._header(), "num_routes": 0, "routes": []})
 
     def handle_gatewayz(self, query: Query) -> bytes:
@@ -699,7 +703,9 @@ class Monitor:
 
     def handle_leafz(self, query: Query) -> bytes:
         self._count("/leafz")
-        query.bool("subs")
+        subs = query.bool("subs")
+        if self.server.cluster is not None and self.server.cluster.leafs:  # natserver.cluster's leaf nodes
+            return go_json({**self._header(), **self.server.cluster.leafz(subs)})
         return go_json({**self._header(), "leafnodes": 0, "leafs": None})
 
     def handle_accountz(self, query: Query) -> bytes:

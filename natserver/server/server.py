@@ -101,7 +101,15 @@ class Server:
         self._info_base: dict = {}
         # Test-double hooks (natserver.testing): None in normal operation.
         # publish_hook(client, subject, reply, header_size, payload) -> DELIVER|DROP|NO_RESPONDERS
-        self.publish_hook = None
+        self._publish_hook = None
+        # The forwarding hook of what links this server to others (natserver.cluster), None when
+        # alone: ``forwarder.forward(client, result, subject, reply, header_size, payload)`` gets
+        # every message a local client publishes (after local delivery; ``result`` is the local
+        # match) and returns True when some peer took it. Messages that came from a peer are
+        # delivered with Client.deliver_routed and never given to it again. See set_forwarder.
+        self._forwarder = None
+        # The one attribute the publish hot path tests: True when either hook is set.
+        self.publish_slow = False
         # connection_hook(client, stage) -> True to close the connection at that stage;
         # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
         self.connection_hook = None
@@ -117,6 +125,7 @@ class Server:
         # Monitoring endpoints a subsystem adds (path prefix -> respond(monitor, path, query)),
         # so the core's monitor serves them without importing the subsystem.
         self.monitor_routes: dict = {}
+        self.cluster = None  # natserver.cluster's routes, when the options configure a cluster
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
@@ -128,6 +137,24 @@ class Server:
         self.configure_security(options)
 
     # -- properties used by clients ----------------------------------------------------------
+
+    @property
+    def publish_hook(self):
+        return self._publish_hook
+
+    @publish_hook.setter
+    def publish_hook(self, hook) -> None:
+        self._publish_hook = hook
+        self.publish_slow = hook is not None or self._forwarder is not None
+
+    @property
+    def forwarder(self):
+        return self._forwarder
+
+    def set_forwarder(self, forwarder) -> None:
+        """Install (or with None remove) the hook that forwards local messages to peers."""
+        self._forwarder = forwarder
+        self.publish_slow = forwarder is not None or self._publish_hook is not None
 
     @property
     def auth_required(self) -> bool:

@@ -148,8 +148,6 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
 
 
 @pytest.mark.parametrize("line, key, what", [
-    ("cluster { name: c1, listen: 127.0.0.1:6222 }", "cluster", "cluster listener (routes)"),
-    ("leafnodes { port: 7422 }", "leafnodes", "leaf node listener"),
     ("websocket { port: 8080, no_tls: true }", "websocket", "WebSocket listener"),
     ("mqtt { port: 1883 }", "mqtt", "MQTT listener"),
     ("gateway { name: g }", "gateway", "gateway listener"),
@@ -414,3 +412,21 @@ def test_check_config_matches_nats_server(tmp_path, case):
     assert ours[1] == theirs[1] == ""
     assert ours[2].replace("natserver:", "nats-server:", 1) == theirs[2]
     assert path.exists()
+
+
+@pytest.mark.parametrize("block, member", [
+    ('leafnodes { port: 7422, authorization { user: l, password: p } }', "authorization"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", credentials: "/x.creds" } ] }', "remotes.credentials"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", tls { ca_file: "/ca.pem" } } ] }', "remotes.tls"),
+])  # fmt: skip
+def test_leaf_node_security_natserver_lacks_refuses_the_file(tmp_path, block, member):
+    path = write(tmp_path, f"port: 4333\n{block}\n")
+    with pytest.raises(ConfigFileError) as info:
+        options_from_file(path)
+    assert f'"leafnodes {member}" (leaf node security) is not supported by natserver' in str(info.value)
+
+
+def test_other_leaf_node_options_warn(tmp_path):
+    options = load(tmp_path, "leafnodes { port: 7422, advertise: 'x:1' }\n")
+    assert options.leafnode_port == 7422
+    assert 'Leaf node option "advertise" is not supported by natserver and is ignored' in unsupported_warnings(options)

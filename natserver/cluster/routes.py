@@ -1,0 +1,932 @@
+"""Routes: natserver as a member of a nats-server 2.9 cluster (a full mesh of routes).
+
+The cluster sits on the core through three hooks (see natserver.server.server.Server):
+each account's ``Sublist.watcher`` tells it when local interest changes (it sends RS+/RS- with
+queue weights); ``Server.set_forwarder`` hands it every locally published message (it sends an
+RMSG to each route whose interest matches, choosing one server for each queue group, a local
+member first); and ``Client.deliver_routed`` delivers what a route brings to local subscribers
+only, so a message crosses at most one route.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import urllib.parse
+
+import orjson
+import trio
+
+from ..protocol import const
+from ..routing.sublist import Sublist
+from .protocol import (
+    Connect,
+    Err,
+    Info,
+    Ok,
+    Ping,
+    Pong,
+    RemoteSub,
+    RemoteUnsub,
+    RoutedMsg,
+    RouteParser,
+    RouteProtocolError,
+    ls_minus,
+    ls_plus,
+    rmsg_head,
+    rs_minus,
+    rs_plus,
+)
+
+log = logging.getLogger("natserver")
+
+__all__ = ["Cluster", "enable_cluster"]
+
+# server/const.go DEFAULT_ROUTE_CONNECT (1 s between attempts) and opts.go's
+# DEFAULT_ROUTE_RECONNECT; we back off from the first up to the cap.
+ROUTE_CONNECT_DELAY = 1.0
+ROUTE_CONNECT_MAX_DELAY = 30.0
+# How long a dialled peer has to send its INFO (nats-server: the auth timeout, 2 s; doubled).
+ROUTE_HANDSHAKE_TIMEOUT = 4.0
+# Bytes a route may have queued before it is cut off as a slow consumer (nats-server gives
+# routes a larger max_pending than clients: 2x MAX_PENDING_SIZE is our bound).
+ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
+# Interest entries one route may hold per account before it is cut off (an interest flood).
+ROUTE_MAX_INTEREST = 1_000_000
+READ_SIZE = 65536
+# leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
+LEAF_RECONNECT_DELAY = 1.0
+
+
+class _RemoteInterest:
+    """One route's interest in a subject (with a queue group's weight), as a Sublist entry."""
+
+    __slots__ = ("subject", "queue", "weight")
+
+    def __init__(self, subject: bytes, queue: bytes | None, weight: int) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.weight = weight
+
+
+def _parse_route_url(url: str) -> tuple[str, int, str, str]:
+    parts = urllib.parse.urlsplit(url if "://" in url else "nats-route://" + url)
+    return (parts.hostname or "127.0.0.1", parts.port or const.DEFAULT_PORT + 2000,
+            urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+
+
+class Route:
+    """One route connection (dialled or accepted)."""
+
+    def __init__(self, cluster: Cluster, stream: trio.SocketStream, rid: int, solicited: bool, url: str = "",
+                 leaf_account: bytes | None = None) -> None:
+        self.cluster = cluster
+        # A leaf node connection (natserver dialled a hub) is bound to this local account.
+        self.leaf_account = leaf_account
+        self.stream = stream
+        self.rid = rid
+        self.solicited = solicited
+        self.url = url
+        try:
+            self.ip, self.port = stream.socket.getpeername()[:2]
+        except OSError:
+            self.ip, self.port = "", 0
+        self.remote_id = ""
+        self.peer_id = ""  # the id the peer's INFO gave, even when not registered
+        self.remote_name = ""
+        self.remote_info: dict = {}
+        self.registered = False
+        self.headers = True
+        self.parser = RouteParser(max_payload=max(cluster.server.options.max_payload, const.MAX_PAYLOAD_SIZE),
+                                  leaf_account=leaf_account)
+        self.interest: dict[bytes, Sublist] = {}  # account -> the remote's subscriptions
+        self.entries: dict[tuple, _RemoteInterest] = {}  # (account, subject, queue) -> entry
+        self.out: list = []
+        self.pending = 0
+        self.closed = False
+        self.close_reason = ""
+        self._wake = trio.Event()
+        self._flush_then_close = False
+        self._scope: trio.CancelScope | None = None
+        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self.start = trio.current_time()
+        # What we told this peer: (account, subject, queue) -> the weight (plain: 1).
+        self.told: dict[tuple, int] = {}
+        self.done: trio.Event | None = None  # set when closed (a dialler waits on it)
+
+    @property
+    def label(self) -> str:
+        return f"{self.ip}:{self.port} - {'lid' if self.leaf_account is not None else 'rid'}:{self.rid}"
+
+    def send(self, data: bytes) -> None:
+        if self.closed or self._flush_then_close:
+            return
+        self.out.append(data)
+        self.pending += len(data)
+        if self.pending > ROUTE_MAX_PENDING:
+            log.info("%s - Slow Consumer Detected: MaxPending of %d Exceeded", self.label, ROUTE_MAX_PENDING)
+            self.close("Slow Consumer (Pending Bytes)")
+            return
+        self._wake.set()
+
+    def close(self, reason: str, flush: bool = False) -> None:
+        """Close the route; with ``flush`` what is queued (an -ERR) is sent first."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        if flush and self.out:
+            self._flush_then_close = True
+            self._wake.set()
+        elif self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        cluster = self.cluster
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                if self.closed:
+                    scope.cancel()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop)
+                    if self.leaf_account is None:  # a leaf waits for the hub's INFO
+                        if self.solicited:
+                            self.send(cluster.connect_proto(self.url))
+                        self.send(cluster.route_info())
+                    await self._read_loop()
+                    if not self._flush_then_close:
+                        nursery.cancel_scope.cancel()
+        except Exception:
+            log.exception("%s - internal error on route; closing it", self.label)
+            self.close("Internal Server Error")
+        finally:
+            if not self.closed:
+                self.close("Client Closed")
+            cluster.route_closed(self)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    async def _write_loop(self) -> None:
+        deadline = self.cluster.server.options.write_deadline
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self.out:
+                data = b"".join(self.out)
+                self.out = []
+                with trio.move_on_after(deadline) as timeout:
+                    try:
+                        await self.stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        self.close("Write Error")
+                        return
+                if timeout.cancelled_caught:
+                    self.close("Slow Consumer (Write Deadline)")
+                    return
+                self.pending -= len(data)
+            if self._flush_then_close:
+                self._scope.cancel()
+                return
+
+    async def _read_loop(self) -> None:
+        server = self.cluster.server
+        handshake = trio.move_on_after(ROUTE_HANDSHAKE_TIMEOUT)
+        with handshake:
+            while not self.registered and not self.closed:
+                if not await self._read_once():
+                    return
+        if handshake.cancelled_caught:
+            log.error("%s - Route Error 'Authentication Timeout'", self.label)
+            self.close("Authentication Timeout")
+            return
+        while not self.closed:
+            if not await self._read_once():
+                return
+            server.flush_touched()
+
+    async def _read_once(self) -> bool:
+        try:
+            data = await self.stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            data = b""
+        if not data:
+            self.close("Client Closed")
+            return False
+        self.parser.feed(data)
+        try:
+            while not self.closed:
+                op = self.parser.next_op()
+                if op is None:
+                    break
+                self._handle(op)
+        except RouteProtocolError as exc:
+            log.error("%s - Route Error '%s'", self.label, exc)
+            self.send(exc.wire)
+            self.close("Protocol Violation", flush=True)
+            self.cluster.server.flush_touched()
+            return False
+        return not self.closed
+
+    def _handle(self, op) -> None:
+        cluster = self.cluster
+        if op.__class__ is RoutedMsg:
+            if not self.registered:
+                raise RouteProtocolError("Unknown Protocol Operation")
+            self.in_msgs += 1
+            self.in_bytes += len(op.payload)
+            cluster.deliver(op, self)
+        elif op.__class__ is RemoteSub:
+            if not self.registered:
+                raise RouteProtocolError("Unknown Protocol Operation")
+            self.add_interest(op.account, op.subject, op.queue, op.weight)
+        elif op.__class__ is RemoteUnsub:
+            if not self.registered:
+                raise RouteProtocolError("Unknown Protocol Operation")
+            self.remove_interest(op.account, op.subject, op.queue)
+        elif op.__class__ is Ping:
+            self.send(b"PONG\r\n")
+        elif op.__class__ in (Pong, Ok):
+            pass
+        elif op.__class__ is Err:
+            log.error("%s - Route Error '%s'", self.label, op.text)
+        elif op.__class__ is Connect:
+            if self.leaf_account is not None:
+                cluster.process_leaf_connect(self, op.options)
+            else:
+                cluster.check_connect(self, op.options)
+        elif op.__class__ is Info:
+            if self.leaf_account is not None:
+                cluster.process_leaf_info(self, op.info)
+            else:
+                cluster.process_info(self, op.info)
+
+    def add_interest(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
+        if not subject:
+            raise RouteProtocolError("processRemoteSub Parse Error")
+        key = (account, subject, queue)
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.weight = weight  # a new queue weight
+            self.cluster.propagate(self, account, subject, queue)
+            return
+        if len(self.entries) >= ROUTE_MAX_INTEREST:
+            raise RouteProtocolError("Maximum Subscriptions Exceeded")
+        entry = _RemoteInterest(subject, queue, weight)
+        self.entries[key] = entry
+        sublist = self.interest.get(account)
+        if sublist is None:
+            sublist = self.interest[account] = Sublist()
+        try:
+            sublist.insert(entry)
+        except Exception:
+            del self.entries[key]
+            raise RouteProtocolError("processRemoteSub Parse Error") from None
+        self.cluster.propagate(self, account, subject, queue)
+
+    def remove_interest(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
+        entry = self.entries.pop((account, subject, queue), None)
+        if entry is not None:
+            self.interest[account].remove(entry)
+            self.cluster.propagate(self, account, subject, queue)
+
+    def record(self, subs: bool = False) -> dict:
+        """/routez's entry for this route (monitor.go RouteInfo)."""
+        record = {
+            "rid": self.rid,
+            "remote_id": self.remote_id,
+            "remote_name": self.remote_name,
+            "did_solicit": self.solicited,
+            "is_configured": self.solicited and self.url in self.cluster.configured,
+            "ip": self.ip,
+            "port": self.port,
+            "pending_size": self.pending,
+            "in_msgs": self.in_msgs,
+            "out_msgs": self.out_msgs,
+            "in_bytes": self.in_bytes,
+            "out_bytes": self.out_bytes,
+            "subscriptions": len(self.entries),
+        }
+        if subs:
+            record["subscriptions_list"] = sorted(
+                subject.decode(errors="replace") + ("" if queue is None else " " + queue.decode(errors="replace"))
+                for _, subject, queue in self.entries
+            )
+        return record
+
+
+class Cluster:
+    """This server's routes: the listener, the dialled routes, interest and forwarding."""
+
+    def __init__(self, server) -> None:
+        options = server.options
+        self.server = server
+        self.name = options.cluster_name or server.server_id[:22]
+        self.dynamic_name = not options.cluster_name
+        self.routes: dict[str, Route] = {}  # remote server id -> registered route
+        self.leafs: dict[str, Route] = {}  # remote server id -> leaf node connection (either way)
+        self.leaf_port = 0
+        self.all_routes: set[Route] = set()
+        self.configured = list(options.routes)
+        self.port = 0
+        self.host = options.cluster_host
+        self._next_rid = 0
+        self._nursery: trio.Nursery | None = None
+        self._dialing: set[str] = set()  # route URLs being dialled
+        # account name -> {(subject, queue): local subscription count}
+        self.local: dict[bytes, dict[tuple, int]] = {}
+        self._sublist_accounts: dict[int, bytes] = {}
+        self._delivery_clients: dict[bytes, object] = {}
+
+    # -- setup --------------------------------------------------------------------------------
+
+    def watch_accounts(self) -> None:
+        """Hook every account's subject space, and count what it already holds."""
+        server = self.server
+        spaces = {b"$G": server.sublist}
+        if server.accounts is not None:
+            for name, account in server.accounts.by_name.items():
+                spaces[name.encode()] = account.sublist
+        for name, sublist in spaces.items():
+            self._sublist_accounts[id(sublist)] = name
+            counts = self.local.setdefault(name, {})
+            for sub in sublist.subscriptions():
+                key = (sub.subject, sub.queue)
+                counts[key] = counts.get(key, 0) + 1
+            sublist.watcher = (lambda sub, added, _name=name: self.interest_changed(_name, sub, added))
+
+    def route_info(self, extra: dict | None = None) -> bytes:
+        """The INFO a route peer gets (route.go routeInfo)."""
+        server = self.server
+        info = {
+            "server_id": server.server_id,
+            "server_name": server.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": self.host,
+            "port": self.port,
+            "headers": True,
+            "max_payload": server.options.max_payload,
+            "ip": f"nats-route://{self._advertise_host()}:{self.port}/",
+            "connect_urls": [] if server.options.cluster_no_advertise else [self.client_url()],
+            "cluster": self.name,
+            "lnoc": True,
+        }
+        if server.options.cluster_username:
+            info["auth_required"] = True
+        if self.dynamic_name:
+            info["cluster_dynamic"] = True
+        if extra:
+            info.update(extra)
+        return b"INFO " + orjson.dumps(info) + b"\r\n"
+
+    def _advertise_host(self) -> str:
+        return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+
+    def client_url(self) -> str:
+        host = self.server.options.host
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        return f"{host}:{self.server.port}"
+
+    def connect_proto(self, url: str) -> bytes:
+        _, _, user, password = _parse_route_url(url) if url else ("", 0, "", "")
+        connect = {
+            "echo": False, "verbose": False, "pedantic": False,
+            "user": user or None, "pass": password or None,
+            "tls_required": False, "headers": True,
+            "name": self.server.server_id, "cluster": self.name,
+            "dynamic": self.dynamic_name, "lnoc": True,
+        }
+        connect = {k: v for k, v in connect.items() if v is not None}
+        return b"CONNECT " + orjson.dumps(connect) + b"\r\n"
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        options = self.server.options
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            listeners = []
+            if options.cluster_port:
+                port = 0 if options.cluster_port == -1 else options.cluster_port
+                host = None if options.cluster_host in ("", "0.0.0.0") else options.cluster_host
+                listeners = await trio.open_tcp_listeners(port, host=host)
+                self.port = listeners[0].socket.getsockname()[1]
+                log.info("Cluster name is %s", self.name)
+                if self.dynamic_name:
+                    log.warning("Cluster name was dynamically generated, consider setting one")
+                log.info("Listening for route connections on %s:%d", options.cluster_host, self.port)
+                for listener in listeners:
+                    nursery.start_soon(self._accept_loop, listener)
+            self.watch_accounts()
+            self.server.set_forwarder(self)
+            for url in self.configured:
+                self.dial(url, configured=True)
+            for remote in options.leafnode_remotes:
+                nursery.start_soon(self._leaf_loop, remote)
+            if options.leafnode_port:
+                port = 0 if options.leafnode_port == -1 else options.leafnode_port
+                host = None if options.leafnode_host in ("", "0.0.0.0") else options.leafnode_host
+                leaf_listeners = await trio.open_tcp_listeners(port, host=host)
+                self.leaf_port = leaf_listeners[0].socket.getsockname()[1]
+                log.info("Listening for leafnode connections on %s:%d", options.leafnode_host, self.leaf_port)
+                for listener in leaf_listeners:
+                    nursery.start_soon(self._accept_leafs, listener)
+            task_status.started(self)
+            try:
+                await trio.sleep_forever()
+            finally:
+                self.server.set_forwarder(None)
+                for route in list(self.all_routes):
+                    route.close("Server Shutdown")
+
+    async def _accept_loop(self, listener) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except (OSError, trio.ClosedResourceError):
+                    return
+                self._start_route(stream, solicited=False)
+
+    def _start_route(self, stream, solicited: bool, url: str = "") -> Route:
+        self._next_rid += 1
+        route = Route(self, stream, self._next_rid, solicited, url)
+        self.all_routes.add(route)
+        log.info("%s - Route connection created", route.label)
+        self._nursery.start_soon(route.run)
+        return route
+
+    def dial(self, url: str, configured: bool) -> None:
+        if url in self._dialing or self._nursery is None:
+            return
+        self._dialing.add(url)
+        self._nursery.start_soon(self._dial_loop, url, configured)
+
+    async def _dial_loop(self, url: str, configured: bool) -> None:
+        """Keep a route to ``url`` (back-off between attempts); an implicit (gossiped) route is
+        not redialled once it dropped, as nats-server does."""
+        host, port, _, _ = _parse_route_url(url)
+        delay = ROUTE_CONNECT_DELAY
+        attempts = 0
+        retries = self.server.options.cluster_connect_retries
+        try:
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream(host, port)
+                except OSError as exc:
+                    attempts += 1
+                    log.debug("Error trying to connect to route (attempt %d): %s", attempts, exc)
+                    if not configured and attempts > 1 or retries and attempts > retries:
+                        return
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, ROUTE_CONNECT_MAX_DELAY)
+                    continue
+                route = self._start_route(stream, solicited=True, url=url)
+                route.done = trio.Event()
+                await route.done.wait()
+                if route.close_reason == "Duplicate Route":
+                    # Both sides dialled at once and each kept another connection: check
+                    # after a random pause that one route survived, else dial again.
+                    await trio.sleep(random.uniform(0.05, 0.3))
+                    if route.peer_id in self.routes or route.peer_id == self.server.server_id:
+                        return
+                    continue
+                if not configured or self.server.shutting_down:
+                    return
+                attempts = 0
+                delay = ROUTE_CONNECT_DELAY
+                await trio.sleep(delay)
+        finally:
+            self._dialing.discard(url)
+
+    async def _leaf_loop(self, remote: dict) -> None:
+        """Keep a leaf node connection to one of ``remote``'s hub URLs (leafnode.go
+        connectToRemoteLeafNode: the URLs in turn, reconnecting after a delay)."""
+        urls = list(remote.get("urls") or ())
+        account = (remote.get("account") or "$G").encode()
+        attempt = 0
+        while urls:
+            url = urls[attempt % len(urls)]
+            attempt += 1
+            host, port, _, _ = _parse_route_url(url)
+            try:
+                stream = await trio.open_tcp_stream(host, port)
+            except OSError as exc:
+                log.debug("Error trying to connect as leafnode to remote server %s: %s", url, exc)
+                await trio.sleep(LEAF_RECONNECT_DELAY)
+                continue
+            self._next_rid += 1
+            leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
+            leaf.done = trio.Event()
+            self.all_routes.add(leaf)
+            log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
+            self._nursery.start_soon(leaf.run)
+            await leaf.done.wait()
+            await trio.sleep(LEAF_RECONNECT_DELAY)
+
+    async def _accept_leafs(self, listener) -> None:
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except (OSError, trio.ClosedResourceError):
+                    return
+                self._next_rid += 1
+                leaf = Route(self, stream, self._next_rid, False, leaf_account=b"$G")
+                self.all_routes.add(leaf)
+                log.info("%s - Leafnode connection created", leaf.label)
+                leaf.send(self.leaf_info(leaf))
+                self._nursery.start_soon(leaf.run)
+
+    def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
+        """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
+        a second one says so (``connect_info``), which is when a nats-server leaf sends its
+        interest."""
+        server = self.server
+        host = self._advertise_host()
+        info = {
+            "server_id": server.server_id,
+            "server_name": server.server_name,
+            "version": const.SERVER_VERSION,
+            "proto": const.PROTO_VERSION,
+            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
+            "host": self.server.options.leafnode_host,
+            "port": self.leaf_port,
+            "headers": True,
+            "auth_required": True,  # nats-server always asks a leaf for CONNECT
+            "max_payload": server.options.max_payload,
+            "ip": f"{host}:{self.leaf_port}",
+            "client_id": leaf.rid,
+            "info_on_connect": True,
+        }
+        if after_connect:
+            info["connect_info"] = True
+        info["leafnode_urls"] = [f"{host}:{self.leaf_port}"]
+        if after_connect:
+            info["remote_account"] = leaf.leaf_account.decode(errors="replace")
+        return b"INFO " + orjson.dumps(info) + b" \r\n"
+
+    def process_leaf_connect(self, leaf: Route, options: dict) -> None:
+        """A leaf node's CONNECT (leafnode.go processLeafnodeConnect): register it and send
+        it our interest."""
+        if leaf.registered:
+            return
+        remote_id = options.get("server_id") or options.get("name") or f"leaf-{leaf.rid}"
+        if not isinstance(remote_id, str):
+            raise RouteProtocolError("Unknown Protocol Operation")
+        if remote_id in self.leafs:
+            log.error("%s - Leafnode Error 'Duplicate Leafnode Connection'", leaf.label)
+            leaf.send(b"-ERR 'Duplicate Leafnode Connection'\r\n")
+            leaf.close("Duplicate Leafnode Connection", flush=True)
+            return
+        leaf.remote_id = leaf.peer_id = remote_id
+        leaf.remote_name = str(options.get("name", ""))
+        leaf.headers = bool(options.get("headers"))
+        leaf.registered = True
+        self.leafs[remote_id] = leaf
+        log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
+        leaf.send(self.leaf_info(leaf, after_connect=True))
+        self.send_interest(leaf)
+
+    def process_leaf_info(self, leaf: Route, info: dict) -> None:
+        """The hub's INFO: the first one is answered with CONNECT and our interest."""
+        if leaf.registered or not leaf.solicited:
+            return
+        remote_id = info.get("server_id")
+        if not isinstance(remote_id, str) or not remote_id:
+            raise RouteProtocolError("Unknown Protocol Operation")
+        _, _, user, password = _parse_route_url(leaf.url)
+        connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
+                   "version": const.SERVER_VERSION}
+        if user:
+            connect.update(user=user, **{"pass": password})
+        leaf.send(b"CONNECT " + orjson.dumps(connect) + b"\r\n")
+        leaf.remote_id = leaf.peer_id = remote_id
+        leaf.remote_name = str(info.get("server_name", ""))
+        leaf.remote_info = info
+        leaf.headers = bool(info.get("headers"))
+        leaf.registered = True
+        self.leafs[remote_id] = leaf
+        log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
+        self.send_interest(leaf)
+
+    # -- handshake ----------------------------------------------------------------------------
+
+    def check_connect(self, route: Route, options: dict) -> None:
+        """route.go processRouteConnect: route authorization and the cluster name."""
+        opts = self.server.options
+        if opts.cluster_username and (options.get("user") != opts.cluster_username
+                                      or options.get("pass") != opts.cluster_password):
+            log.error("%s - authentication error - User %r", route.label, options.get("user", ""))
+            route.send(b"-ERR 'Authorization Violation'\r\n")
+            route.close("Authentication Failure", flush=True)
+            return
+        name = options.get("cluster", "")
+        if name and name != self.name and not options.get("dynamic") and not self.dynamic_name:
+            log.error("%s - Rejecting connection, cluster name %r does not match %r", route.label, name, self.name)
+            route.send(b"-ERR 'Cluster Name Conflict'\r\n")
+            route.close("Cluster Name Conflict", flush=True)
+            return
+        if name and self.dynamic_name and not options.get("dynamic"):
+            self.adopt_name(name)
+
+    def adopt_name(self, name: str) -> None:
+        log.info("Cluster name updated to %s", name)
+        self.name = name
+        self.dynamic_name = False
+
+    def process_info(self, route: Route, info: dict) -> None:
+        """route.go processRouteInfo: the first INFO registers the route; a later one from a
+        peer about another server is gossip (an implicit route to dial)."""
+        remote_id = info.get("server_id")
+        if not isinstance(remote_id, str) or not remote_id:
+            raise RouteProtocolError("Unknown Protocol Operation")
+        if route.registered:
+            if remote_id != route.remote_id:
+                self.implicit(info)
+            else:
+                route.remote_info = info
+                self.update_client_urls()
+            return
+        if remote_id == self.server.server_id:
+            log.debug("%s - Detected route to self, ignoring", route.label)
+            route.close("Duplicate Route")
+            self.configured = [u for u in self.configured if u != route.url]
+            return
+        name = info.get("cluster", "")
+        if isinstance(name, str) and name and name != self.name:
+            if self.dynamic_name and not info.get("cluster_dynamic"):
+                self.adopt_name(name)
+            elif not info.get("cluster_dynamic"):
+                log.error("%s - Rejecting connection, cluster name %r does not match %r", route.label, name, self.name)
+                route.close("Cluster Name Conflict")
+                return
+        route.peer_id = remote_id
+        if remote_id in self.routes:
+            log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
+            route.close("Duplicate Route")
+            return
+        route.remote_id = remote_id
+        route.remote_name = str(info.get("server_name", ""))
+        route.remote_info = info
+        route.headers = bool(info.get("headers"))
+        route.registered = True
+        self.routes[remote_id] = route
+        log.info("%s - Route connection registered with %s", route.label, remote_id)
+        self.send_interest(route)
+        # Gossip (route.go forwardNewRouteInfoToKnownServers): the peers we have learn about
+        # the new one and dial it; the new one is not told about them, so no pair dials both
+        # ways at once.
+        for other in self.routes.values():
+            if other is not route:
+                other.send(self.gossip_info(route))
+        self.update_client_urls()
+
+    def gossip_info(self, about: Route) -> bytes:
+        info = dict(about.remote_info)
+        return b"INFO " + orjson.dumps(info) + b"\r\n"
+
+    def implicit(self, info: dict) -> None:
+        remote_id = info.get("server_id")
+        url = info.get("ip")
+        if remote_id in self.routes or remote_id == self.server.server_id or not isinstance(url, str) or not url:
+            return
+        self.dial(url, configured=False)
+
+    def route_closed(self, route: Route) -> None:
+        """A route or leaf connection ended: forget it, and withdraw its interest from the
+        peers it had been relayed to."""
+        self.all_routes.discard(route)
+        was_route = self.routes.get(route.remote_id) is route
+        if was_route:
+            del self.routes[route.remote_id]
+        if self.leafs.get(route.remote_id) is route:
+            del self.leafs[route.remote_id]
+        gone = list(route.entries)
+        route.entries.clear()
+        for account, subject, queue in gone:
+            self.propagate(route, account, subject, queue)
+        if route.leaf_account is not None:
+            log.info("%s - Leafnode connection closed: %s", route.label, route.close_reason)
+        else:
+            if was_route:
+                self.update_client_urls()
+            log.info("%s - Router connection closed: %s", route.label, route.close_reason)
+        if route.done is not None:
+            route.done.set()
+
+    def update_client_urls(self) -> None:
+        """INFO connect_urls for clients, and an updated INFO to those that take it (protocol
+        1 clients), unless no_advertise."""
+        server = self.server
+        if server.options.cluster_no_advertise or not server._info_base:
+            return
+        urls = [self.client_url()]
+        for route in self.routes.values():
+            for url in route.remote_info.get("connect_urls") or ():
+                if isinstance(url, str) and url not in urls:
+                    urls.append(url)
+        if server._info_base.get("connect_urls") == urls:
+            return
+        server._info_base["connect_urls"] = urls
+        for client in list(server.clients.values()):
+            if client.protocol >= 1 and client.connect_received and not client.closed:
+                client.queue(server.info_for(client))
+        server.flush_touched()
+
+    # -- interest -----------------------------------------------------------------------------
+
+    def send_interest(self, peer: Route) -> None:
+        """All interest this peer is to know of, on a new route or leaf (route.go
+        sendSubsToRoute, leafnode.go sendAllLeafSubs)."""
+        keys: set = set()
+        for account, counts in self.local.items():
+            keys.update((account, subject, queue) for subject, queue in counts)
+        for other in self.all_peers():
+            if other is not peer and self._relays(other, peer):
+                keys.update(other.entries)
+        for account, subject, queue in keys:
+            self._tell(peer, account, subject, queue)
+
+    def all_peers(self) -> list:
+        return [*self.routes.values(), *self.leafs.values()]
+
+    @staticmethod
+    def _relays(source: Route, target: Route) -> bool:
+        """Whether interest (and messages) from ``source`` go on to ``target``: a route's to
+        leaves only; a leaf's to routes and other leaves (nats-server's rules)."""
+        return target.leaf_account is not None or source.leaf_account is not None
+
+    def _weight_for(self, target: Route, account: bytes, subject: bytes, queue) -> int:
+        """The interest ``target`` is to be told of: local subscriptions plus what the peers
+        it may hear through this server have (a plain subject counts 1)."""
+        if target.leaf_account is not None and target.leaf_account != account:
+            return 0
+        total = self.local.get(account, {}).get((subject, queue), 0)
+        for other in self.all_peers():
+            if other is target or not self._relays(other, target):
+                continue
+            entry = other.entries.get((account, subject, queue))
+            if entry is not None:
+                total += max(entry.weight, 1)
+        if queue is None:
+            return 1 if total else 0
+        return total
+
+    def _tell(self, target: Route, account: bytes, subject: bytes, queue) -> None:
+        key = (account, subject, queue)
+        weight = self._weight_for(target, account, subject, queue)
+        if target.told.get(key, 0) == weight:
+            return
+        leaf = target.leaf_account is not None
+        if weight:
+            target.told[key] = weight
+            target.send(ls_plus(subject, queue, weight) if leaf else rs_plus(account, subject, queue, weight))
+        else:
+            target.told.pop(key, None)
+            target.send(ls_minus(subject, queue) if leaf else rs_minus(account, subject, queue))
+
+    def propagate(self, source: Route | None, account: bytes, subject: bytes, queue) -> None:
+        """Interest changed (locally, or a peer's): tell every other registered peer."""
+        for target in self.all_peers():
+            if target is not source and target.registered:
+                self._tell(target, account, subject, queue)
+
+    def interest_changed(self, account: bytes, sub, added: bool) -> None:
+        counts = self.local.setdefault(account, {})
+        key = (sub.subject, sub.queue)
+        count = counts.get(key, 0) + (1 if added else -1)
+        if count > 0:
+            counts[key] = count
+        else:
+            counts.pop(key, None)
+        self.propagate(None, account, sub.subject, sub.queue)
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def forward(self, client, result, subject: bytes, reply, header_size: int, payload) -> bool:
+        """A message published here: to each route with matching interest, at most once per
+        route; each remote queue group with no local member gets it on one route (chosen by
+        the groups' weights)."""
+        if not self.routes and not self.leafs:
+            return False
+        account = self._sublist_accounts.get(id(client.sublist), b"$G")
+        local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
+        peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
+        return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload)
+
+    def _send_to_peers(self, peers: list, account: bytes, local_queues, allowed_queues, subject: bytes, reply,
+                       header_size: int, payload) -> bool:
+        """The message to each of ``peers`` with plain interest, and each of their queue groups
+        (no local member; among ``allowed_queues`` unless None) to one peer, by weight."""
+        plain: list[Route] = []
+        candidates: dict[bytes, list] = {}
+        for route in peers:
+            interest = route.interest.get(account)
+            if interest is None:
+                continue
+            match = interest.match(subject)
+            if match.psubs:
+                plain.append(route)
+            for group in match.qsubs:
+                queue = group[0].queue
+                if queue in local_queues or (allowed_queues is not None and queue not in allowed_queues):
+                    continue
+                weight = sum(entry.weight for entry in group) or 1
+                candidates.setdefault(queue, []).append((route, weight))
+        chosen: dict[Route, list] = {}
+        for queue, options in candidates.items():
+            if len(options) == 1:
+                route = options[0][0]
+            else:
+                route = random.choices([o[0] for o in options], weights=[o[1] for o in options])[0]
+            chosen.setdefault(route, []).append(queue)
+        if not plain and not chosen:
+            return False
+        payload = bytes(payload)
+        size = len(payload)
+        for route in {*plain, *chosen}:
+            queues = chosen.get(route, [])
+            named = account if route.leaf_account is None else None  # leaf lines name no account
+            if header_size > 0 and not route.headers:
+                body = payload[header_size:]
+                data = rmsg_head(named, subject, reply, queues, -1, len(body)) + body + b"\r\n"
+            else:
+                data = rmsg_head(named, subject, reply, queues, header_size, size) + payload + b"\r\n"
+            route.out_msgs += 1
+            route.out_bytes += size
+            route.send(data)
+        return True
+
+    def deliver(self, msg: RoutedMsg, origin: Route | None = None) -> None:
+        """A message from a route or a leaf: to local subscribers, then on to the peers that
+        hear ``origin`` through us (a route's messages to leaves; a leaf's to routes and
+        other leaves), never back to a route: a message crosses at most one route."""
+        client = self._delivery_clients.get(msg.account)
+        if client is None:
+            sublist = self._account_sublist(msg.account)
+            if sublist is None:
+                return  # an account this server does not have: nobody here is interested
+            client = self.server.make_internal_client(sublist)
+            client.forwards = False
+            self._delivery_clients[msg.account] = client
+        size = len(msg.payload)
+        sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
+        header_size = msg.header_size if msg.header_size > 0 else -1
+        client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
+        if origin is None or not self.leafs:
+            return
+        peers = [peer for peer in self.all_peers()
+                 if peer is not origin and self._relays(origin, peer)
+                 and (peer.leaf_account is None or peer.leaf_account == msg.account)]
+        if peers:
+            result = client.sublist.match(msg.subject)
+            local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
+            self._send_to_peers(peers, msg.account, local_queues, set(msg.queues), msg.subject, msg.reply,
+                                header_size, msg.payload)
+
+    def _account_sublist(self, account: bytes):
+        server = self.server
+        if account == b"$G":
+            return server.sublist
+        if server.accounts is None:
+            return None
+        found = server.accounts.by_name.get(account.decode(errors="replace"))
+        return found.sublist if found is not None else None
+
+    # -- monitoring ---------------------------------------------------------------------------
+
+    def leafz(self, subs: bool = False) -> dict:
+        """/leafz's body (monitor.go Leafz) without the server id and time."""
+        leafs = []
+        for leaf in self.leafs.values():
+            record = {"name": leaf.remote_name, "is_spoke": leaf.solicited,
+                      "account": leaf.leaf_account.decode(errors="replace"),
+                      "ip": leaf.ip, "port": leaf.port, "rtt": "0s",
+                      "in_msgs": leaf.in_msgs, "out_msgs": leaf.out_msgs,
+                      "in_bytes": leaf.in_bytes, "out_bytes": leaf.out_bytes,
+                      "subscriptions": len(leaf.entries)}
+            if subs:
+                record["subscriptions_list"] = sorted(
+                    subject.decode(errors="replace") for _, subject, _ in leaf.entries)
+            leafs.append(record)
+        return {"leafnodes": len(leafs), "leafs": leafs}
+
+    def routez(self, subs: bool = False) -> dict:
+        """/routez's body (monitor.go Routez) without the server id and time."""
+        return {"num_routes": len(self.routes), "routes": [r.record(subs) for r in self.routes.values()]}
+
+    def varz(self) -> dict:
+        """/varz's cluster object (monitor.go ClusterOptsVarz)."""
+        varz = {"name": self.name, "addr": self.host, "cluster_port": self.port,
+                "auth_timeout": int(ROUTE_HANDSHAKE_TIMEOUT / 2)}
+        if self.configured:
+            varz["urls"] = [urllib.parse.urlsplit(u).netloc.rpartition("@")[2] for u in self.configured]
+        return varz
+
+
+async def enable_cluster(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The Subsystem entry (natserver.app): run this server's routes."""
+    cluster = Cluster(server)
+    await cluster.serve(task_status=task_status)

@@ -1,0 +1,157 @@
+"""Shared helpers for the cluster tests: in-process natserver clusters, nats-server peers,
+raw clients and waiting for interest to propagate."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+import trio
+
+import natserver
+from tests.conftest import RawClient, make_options
+
+NATS_SERVER = os.environ.get("NATS_SERVER_BIN") or shutil.which("nats-server")
+needs_nats_server = pytest.mark.needs_nats_server
+skip_without_nats_server = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server not installed")
+
+# Limits for one cluster test step (interest to cross, a route to form).
+STEP_TIMEOUT = 10.0
+POLL = 0.01  # seconds between looks at another process's state (not a timing assertion)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def start_node(nursery, routes=(), **changes) -> natserver.Server:
+    changes.setdefault("cluster_port", -1)
+    changes.setdefault("cluster_name", "c1")
+    changes.setdefault("cluster_host", "127.0.0.1")
+    return await nursery.start(natserver.serve, make_options(routes=list(routes), **changes))
+
+
+def route_url(server: natserver.Server) -> str:
+    return f"nats://127.0.0.1:{server.cluster.port}"
+
+
+async def wait_routes(servers, count: int) -> None:
+    with trio.fail_after(STEP_TIMEOUT):
+        while any(len(s.cluster.routes) < count for s in servers):
+            await trio.sleep(POLL)
+
+
+async def start_cluster(nursery, n: int, **changes) -> list:
+    first = await start_node(nursery, **changes)
+    servers = [first]
+    for _ in range(n - 1):
+        servers.append(await start_node(nursery, routes=[route_url(first)], **changes))
+    await wait_routes(servers, n - 1)
+    return servers
+
+
+async def connect(port: int, name: str = "") -> RawClient:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    client = RawClient(stream)
+    await client.read_info()
+    await client.send(b'CONNECT {"verbose":false,"pedantic":false,"protocol":1,"headers":true,"name":"%s"}\r\n'
+                      % name.encode())
+    await client.ping()
+    return client
+
+
+async def wait_interest(server: natserver.Server, subject: bytes, count: int = 1, account: bytes = b"$G") -> None:
+    """Until ``count`` routes of ``server`` have told it of interest matching ``subject``."""
+    with trio.fail_after(STEP_TIMEOUT):
+        while True:
+            seen = 0
+            for route in server.cluster.routes.values():
+                interest = route.interest.get(account)
+                if interest is not None and len(interest.match(subject)):
+                    seen += 1
+            if seen >= count:
+                return
+            await trio.sleep(POLL)
+
+
+async def read_msgs(client: RawClient, n: int) -> list[bytes]:
+    """The next ``n`` MSG lines (with payloads) a client gets."""
+    msgs = []
+    with trio.fail_after(STEP_TIMEOUT):
+        while len(msgs) < n:
+            line = await client.read_line()
+            if line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                size = int(line.split()[-1])
+                payload = await client.read_exactly(size + 2)
+                msgs.append(line + payload)
+            elif line == b"PING\r\n":
+                await client.send(b"PONG\r\n")
+            elif line.startswith(b"INFO "):
+                continue
+    return msgs
+
+
+class NatsServerProcess:
+    """A nats-server 2.9.10 child process on loopback ports, in a cluster."""
+
+    def __init__(self, routes=(), cluster_name: str = "c1", extra=()) -> None:
+        self.port = free_port()
+        self.cluster_port = free_port()
+        self.http_port = free_port()
+        args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http_port),
+                "--cluster", f"nats://127.0.0.1:{self.cluster_port}", "--cluster_name", cluster_name, *extra]
+        if routes:
+            args += ["--routes", ",".join(routes)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    @property
+    def route_url(self) -> str:
+        return f"nats://127.0.0.1:{self.cluster_port}"
+
+    async def wait_ready(self) -> None:
+        with trio.fail_after(STEP_TIMEOUT):
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+                except OSError:
+                    await trio.sleep(POLL)
+                    continue
+                await stream.aclose()
+                return
+
+    async def routez(self) -> dict:
+        stream = await trio.open_tcp_stream("127.0.0.1", self.http_port)
+        await stream.send_all(b"GET /routez?subs=1 HTTP/1.0\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+        await stream.aclose()
+        return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+    async def wait_routes(self, count: int) -> None:
+        with trio.fail_after(STEP_TIMEOUT):
+            while (await self.routez())["num_routes"] < count:
+                await trio.sleep(POLL * 5)
+
+    async def wait_remote_interest(self, subject: str, count: int = 1) -> None:
+        """Until ``count`` routes told this nats-server of interest in ``subject`` (exact)."""
+        with trio.fail_after(STEP_TIMEOUT):
+            while True:
+                routes = (await self.routez())["routes"] or []
+                if sum(subject in (r.get("subscriptions_list") or []) for r in routes) >= count:
+                    return
+                await trio.sleep(POLL * 5)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
