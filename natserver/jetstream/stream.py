@@ -350,6 +350,7 @@ class Stream:
         self.created = created
         self.file_backed = store.kind == "file"
         self.subs: list = []
+        self.consumers: dict = {}  # name -> consumer.Consumer
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
@@ -507,7 +508,7 @@ class Stream:
             n = store.num_deleted()
             if n:
                 out["num_deleted"] = n
-        out["consumer_count"] = 0
+        out["consumer_count"] = len(self.consumers)
         return out
 
     def info_json(self) -> dict:
