@@ -35,6 +35,7 @@ import trio
 
 from . import errors
 from .api import Api
+from .delivery import Delivery
 from .errors import ApiError
 from .store import FileStore, MemoryStore, sync_all, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
@@ -91,6 +92,7 @@ class JetStream:
         self.segment_size = None  # None: the store's default (tests make it small)
         self.streams: dict[str, Stream] = {}
         self.api = Api(self)
+        self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -133,7 +135,9 @@ class JetStream:
             os.makedirs(self.streams_dir, exist_ok=True)
             self._recover()
             self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+            self.delivery.start()
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.delivery.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._syncer)
@@ -151,6 +155,7 @@ class JetStream:
             except Exception:  # the server may be half torn down already
                 pass
             self._api_sub = None
+        self.delivery.stop()
         for stream in list(self.streams.values()):
             stream.unsubscribe()
             stream.store.stop()

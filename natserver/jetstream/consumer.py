@@ -258,7 +258,8 @@ def _matches(filter: bytes, subject: bytes) -> bool:
 
 
 class Consumer:
-    """One consumer of a stream: its configuration and its delivery/ack state."""
+    """One consumer of a stream: its configuration and its delivery/ack state (sans-IO: the
+    caller passes the time in and sends what ``next_msg`` returns)."""
 
     def __init__(self, stream, name: str, cfg: ConsumerConfig, created: int) -> None:
         self.stream = stream
@@ -266,13 +267,22 @@ class Consumer:
         self.cfg = cfg
         self.created = created
         self.delivered_cseq = 0  # last consumer sequence delivered
-        # Stream sequence of that delivery; before any, the one before the start position.
+        # Stream sequence of the last delivery; before any, the one before the start position.
         self.delivered_sseq = start_sequence(cfg, stream.store) - 1
         self.ack_floor_cseq = 0
         self.ack_floor_sseq = 0
-        self.pending: dict[int, tuple[int, int]] = {}  # stream seq -> (consumer seq, delivery ts)
-        self.redelivered: dict[int, int] = {}  # stream seq -> times delivered beyond the first
-        self.waiting = 0
+        self.last_delivered = 0  # ns, for info's last_active
+        self.last_acked = 0
+        # stream seq -> [consumer seq, delivery time ns], in delivery order (the first entry has
+        # the earliest ack deadline, as every redelivery moves its entry to the end).
+        self.pending: dict[int, list] = {}
+        self.rdc: dict[int, int] = {}  # stream seq -> deliveries so far (only when > 1 matters)
+        self.rdq: list[int] = []  # stream seqs due for redelivery, in order
+        self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
+        self.waiting: list = []  # pull requests (PullRequest), oldest first
+        self.match = compile_filter(cfg.filter_subject.encode())
+
+    # -- delivery -----------------------------------------------------------------------------
 
     def num_pending(self) -> int:
         """Messages of the stream beyond what was delivered that match the filter."""
@@ -282,19 +292,185 @@ class Consumer:
             return 0
         return store.num_pending(start, self.cfg.filter_subject.encode())
 
-    def info_json(self, now: int | None = None) -> dict:
-        out: dict = {
+    def blocked(self) -> bool:
+        """max_ack_pending reached: nothing more until something is acked."""
+        cfg = self.cfg
+        return cfg.ack_policy != "none" and 0 < cfg.max_ack_pending <= len(self.pending)
+
+    def next_msg(self, now: int):
+        """The next message to deliver and its delivery count, or None; records the delivery."""
+        store = self.stream.store
+        while self.rdq:
+            seq = self.rdq[0]
+            until = self.nak_until.get(seq)
+            if until is not None and until > now:
+                break
+            self.rdq.pop(0)
+            self.nak_until.pop(seq, None)
+            if seq not in self.pending:
+                continue
+            msg = store.load_msg(seq)
+            if msg is None:  # gone from the stream meanwhile
+                self._forget(seq)
+                continue
+            count = self.rdc.get(seq, 1) + 1
+            self.rdc[seq] = count
+            self.delivered_cseq += 1
+            del self.pending[seq]
+            self.pending[seq] = [self.delivered_cseq, now]
+            self.last_delivered = now
+            return msg, count
+        if self.blocked():
+            return None
+        start = max(self.delivered_sseq + 1, store.first_seq)
+        if start > store.last_seq:
+            return None
+        msg = store.load_next_msg(self.cfg.filter_subject.encode(), start)
+        if msg is None:
+            self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
+            return None
+        self.delivered_cseq += 1
+        self.delivered_sseq = msg.seq
+        self.last_delivered = now
+        if self.cfg.ack_policy == "none":
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
+        else:
+            self.pending[msg.seq] = [self.delivered_cseq, now]
+        return msg, 1
+
+    def undo(self, seq: int, count: int) -> None:
+        """Take back the delivery next_msg just recorded (the request could not take it)."""
+        self.delivered_cseq -= 1
+        if count == 1:
+            self.delivered_sseq = seq - 1
+            self.pending.pop(seq, None)
+        else:
+            self.rdc[seq] = count - 1
+            self.rdq.insert(0, seq)
+
+    def _forget(self, seq: int) -> None:
+        self.pending.pop(seq, None)
+        self.rdc.pop(seq, None)
+        self.nak_until.pop(seq, None)
+
+    # -- acks ---------------------------------------------------------------------------------
+
+    def ack(self, sseq: int, cseq: int, now: int) -> bool:
+        """+ACK (and +NXT, +TERM's removal). True when it acked something pending."""
+        if self.cfg.ack_policy == "all":
+            done = [s for s in self.pending if s <= sseq]
+            for s in done:
+                self._forget(s)
+            hit = bool(done)
+        else:
+            hit = sseq in self.pending
+            self._forget(sseq)
+        if hit:
+            self.last_acked = now
+            self._update_floor()
+        return hit
+
+    def _update_floor(self) -> None:
+        if not self.pending:
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.delivered_sseq
+            return
+        first = min(self.pending)
+        self.ack_floor_sseq = first - 1
+        self.ack_floor_cseq = self.pending[first][0] - 1
+
+    def nak(self, sseq: int, delay_ns: int, now: int) -> None:
+        if sseq not in self.pending:
+            return
+        if delay_ns > 0:
+            self.nak_until[sseq] = now + delay_ns
+        if sseq not in self.rdq:
+            self.rdq.append(sseq)
+            self.rdq.sort()
+
+    def progress(self, sseq: int, now: int) -> None:
+        """+WPI: the ack_wait clock starts again."""
+        entry = self.pending.pop(sseq, None)
+        if entry is not None:
+            entry[1] = now
+            self.pending[sseq] = entry
+
+    def term(self, sseq: int, now: int) -> bool:
+        return self.ack(sseq, 0, now) if self.cfg.ack_policy != "all" else self._term_one(sseq, now)
+
+    def _term_one(self, sseq: int, now: int) -> bool:
+        hit = sseq in self.pending
+        self._forget(sseq)
+        if hit:
+            self.last_acked = now
+            self._update_floor()
+        return hit
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def ack_wait_for(self, seq: int) -> int:
+        backoff = self.cfg.backoff
+        if backoff:
+            n = self.rdc.get(seq, 1) - 1
+            return backoff[min(n, len(backoff) - 1)]
+        return self.cfg.ack_wait
+
+    def expire_acks(self, now: int) -> list[int]:
+        """Pending messages whose ack_wait passed: queued for redelivery, or, after
+        max_deliver deliveries, dropped from pending and returned (for the advisory)."""
+        exhausted = []
+        max_deliver = self.cfg.max_deliver
+        for seq, (cseq, at) in list(self.pending.items()):
+            if at + self.ack_wait_for(seq) > now:
+                if not self.cfg.backoff:
+                    break  # in delivery order: the rest are younger
+                continue
+            if seq in self.rdq:
+                continue
+            if 0 < max_deliver <= self.rdc.get(seq, 1):
+                self._forget(seq)
+                exhausted.append(seq)
+                continue
+            self.rdq.append(seq)
+        if exhausted:
+            self._update_floor()
+        self.rdq.sort()
+        return exhausted
+
+    def next_deadline(self) -> int | None:
+        """When expire_acks next has something to do (ns), or None."""
+        deadlines = []
+        if self.pending:
+            if self.cfg.backoff:
+                deadlines.append(min(at + self.ack_wait_for(s) for s, (_, at) in self.pending.items()
+                                     if s not in self.rdq) if len(self.rdq) < len(self.pending) else None)
+            else:
+                for s, (_, at) in self.pending.items():
+                    if s not in self.rdq:
+                        deadlines.append(at + self.cfg.ack_wait)
+                        break
+        if self.nak_until:
+            deadlines.append(min(self.nak_until.values()))
+        deadlines = [d for d in deadlines if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # -- info ---------------------------------------------------------------------------------
+
+    def info_json(self) -> dict:
+        delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
+        if self.last_delivered:
+            delivered["last_active"] = rfc3339nano(self.last_delivered)
+        floor: dict = {"consumer_seq": self.ack_floor_cseq, "stream_seq": self.ack_floor_sseq}
+        if self.last_acked:
+            floor["last_active"] = rfc3339nano(self.last_acked)
+        return {
             "stream_name": self.stream.name,
             "name": self.name,
             "created": rfc3339nano(self.created),
             "config": self.cfg.to_json(),
-            "delivered": {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq},
-            "ack_floor": {"consumer_seq": self.ack_floor_cseq, "stream_seq": self.ack_floor_sseq},
+            "delivered": delivered,
+            "ack_floor": floor,
             "num_ack_pending": len(self.pending),
-            "num_redelivered": len(self.redelivered),
-            "num_waiting": self.waiting,
+            "num_redelivered": sum(1 for s, n in self.rdc.items() if n > 1 and s in self.pending),
+            "num_waiting": len(self.waiting),
             "num_pending": self.num_pending(),
         }
-        return out
-
-

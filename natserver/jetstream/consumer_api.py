@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 _T = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024  # JSApiNamesLimit
 LIST_LIMIT = 256  # JSApiListLimit
+_HDR_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
 _CREATE_REQUEST = {"stream_name": _str, "config": _object}
 _PAGE_REQUEST = {"offset": lambda v: _int(v, _INT64)}
 
@@ -57,6 +58,11 @@ class ConsumerApi:
             self.info(text[4], text[5], reply)
         elif op == b"DELETE" and n == 6:
             self.delete(text[4], text[5], reply)
+        elif op == b"MSG" and n == 7 and tokens[4] == b"NEXT":
+            stream = self.js.streams.get(text[5])
+            consumer = stream.consumers.get(text[6]) if stream is not None else None
+            if consumer is not None:  # nats-server answers nothing for an unknown consumer
+                self.js.delivery.pull(consumer, reply, payload)
         elif op in (b"NAMES", b"LIST") and n == 5:
             self.names(text[4], reply, payload, full=op == b"LIST")
 
@@ -132,8 +138,12 @@ class ConsumerApi:
         rtype = _T + "consumer_delete_response"
         try:
             stream = self._stream(stream_name)
-            if stream.consumers.pop(name, None) is None:
+            consumer = stream.consumers.pop(name, None)
+            if consumer is None:
                 raise errors.consumer_not_found()
+            for req in consumer.waiting:
+                self.js.send(req.reply, b"", _HDR_DELETED)
+            consumer.waiting.clear()
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return

@@ -458,7 +458,7 @@ class Stream:
         if self.engine.over_limit(store.kind):
             self._reject(reply, errors.insufficient_resources())
             return
-        if cfg.retention == "interest":
+        if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)
         else:
@@ -479,6 +479,8 @@ class Stream:
             store.purge_ex(b"", 0, 1)
         if reply and not cfg.no_ack:
             self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+        if self.consumers:
+            self.engine.delivery.stream_changed(self)
 
     # -- reports ------------------------------------------------------------------------------
 

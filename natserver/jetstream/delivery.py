@@ -1,0 +1,315 @@
+"""Consumer delivery on the wire: pull requests ($JS.API.CONSUMER.MSG.NEXT), acks on
+``$JS.ACK.>``, ack_wait redelivery and request expiry on one timer task, advisories.
+The per-consumer rules are in consumer.py (sans-IO); this module does the sending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._client import MSG_, SP
+from .consumer import ephemeral_name
+from .stream import _INT64, _bool, _int, decode_struct
+from .util import dumps, loads, rfc3339nano
+
+if TYPE_CHECKING:
+    from . import JetStream
+    from .consumer import Consumer
+
+log = logging.getLogger("natserver")
+
+_HDR_NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
+_HDR_MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
+_HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
+_ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
+_PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v, _INT64),
+                 "no_wait": _bool, "max_bytes": lambda v: _int(v, _INT64),
+                 "idle_heartbeat": lambda v: _int(v, _INT64)}
+
+
+def _timeout_header(batch: int, max_bytes: int) -> bytes:
+    return (b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
+            % (batch, max_bytes))
+
+
+def _too_big_header(batch: int, max_bytes: int) -> bytes:
+    return (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: %d\r\n"
+            b"Nats-Pending-Bytes: %d\r\n\r\n" % (batch, max_bytes))
+
+
+class PullRequest:
+    __slots__ = ("batch", "expires", "max_bytes", "no_wait", "reply", "sent")
+
+    def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
+        self.reply = reply
+        self.batch = batch  # messages still wanted
+        self.max_bytes = max_bytes  # bytes still allowed (0: no limit)
+        self.no_wait = no_wait
+        self.expires = expires  # ns deadline, 0: none
+        self.sent = 0
+
+
+class _Plan:
+    """What Client._route needs of a sublist result: the delivery plan, no queue groups."""
+
+    __slots__ = ("plan", "qsubs")
+
+    def __init__(self, plan: tuple) -> None:
+        self.plan = plan
+        self.qsubs = ()
+
+
+def deliver(server, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+    """Send a stored message to the subscribers of ``dsubj`` with its own ``subject`` on the
+    MSG line (as nats-server delivers consumer messages); one member per queue group."""
+    client = server.internal_client
+    result = client.sublist.match(dsubj)
+    subs = list(result.psubs)
+    for i, group in enumerate(result.qsubs):
+        member = client._pick_member(result, i, group)
+        if member is not None:
+            subs.append(member)
+    if not subs:
+        return 0
+    prefix = MSG_ + subject + SP
+    plan = _Plan(tuple((sub, sub.client, prefix + sub.sid_part) for sub in subs))
+    body = (hdr or b"") + data
+    if hdr:
+        sizes = b"%d %d" % (len(hdr), len(body))
+        header_size = len(hdr)
+    else:
+        sizes = b"%d" % len(body)
+        header_size = -1
+    return client._route(plan, subject, reply, header_size, sizes, body)
+
+
+class Delivery:
+    """Owned by the engine: the ack subscription and the timer task."""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+        self.server = js.server
+        self._wake = trio.Event()
+        self._ack_sub = None
+
+    def start(self) -> None:
+        self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
+
+    def stop(self) -> None:
+        if self._ack_sub is not None:
+            try:
+                self.js.unsubscribe(self._ack_sub)
+            except Exception:  # noqa: BLE001 (the server may be half torn down already)
+                log.debug("ack subscription already gone")
+            self._ack_sub = None
+
+    def poke(self) -> None:
+        if not self._wake.is_set():
+            self._wake.set()
+
+    # -- pull requests ------------------------------------------------------------------------
+
+    def pull(self, consumer: Consumer, reply, payload: bytes) -> None:
+        if not reply:
+            return
+        now = time.time_ns()
+        batch, expires, no_wait, max_bytes = 1, 0, False, 0
+        body = payload.strip()
+        if body:
+            try:
+                if body[:1] == b"{":
+                    req = decode_struct(loads(body), _PULL_REQUEST, {})
+                    batch = req.get("batch", 1)
+                    expires = req.get("expires", 0)
+                    no_wait = req.get("no_wait", False)
+                    max_bytes = req.get("max_bytes", 0)
+                else:
+                    batch = int(body)
+            except ValueError:
+                self.js.send(reply, b"", _HDR_BAD_REQUEST)
+                return
+        if batch <= 0:
+            batch = 1
+        if consumer.cfg.is_push:
+            return  # nats-server ignores pull requests to push consumers
+        self._expire_requests(consumer, now)
+        if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):
+            self.js.send(reply, b"", _HDR_MAX_WAITING)
+            return
+        consumer.waiting.append(PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0))
+        self.serve(consumer, now)
+        if consumer.waiting and consumer.waiting[-1].expires:
+            self.poke()
+
+    def serve(self, consumer: Consumer, now: int) -> None:
+        """Deliver to waiting pull requests while there is something for them."""
+        send = self.js.send
+        server = self.server
+        waiting = consumer.waiting
+        while waiting:
+            req = waiting[0]
+            got = consumer.next_msg(now)
+            if got is None:
+                break
+            msg, count = got
+            size = len(msg.hdr or b"") + len(msg.data) + len(msg.subject)
+            if req.max_bytes and size > req.max_bytes:
+                consumer.undo(msg.seq, count)
+                waiting.pop(0)
+                send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
+                continue
+            deliver(server, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
+            req.batch -= 1
+            req.sent += 1
+            if req.max_bytes:
+                req.max_bytes -= size
+            if req.batch <= 0:
+                waiting.pop(0)
+        # Requests that may not wait: told now that there is nothing (more).
+        i = 0
+        while i < len(waiting):
+            req = waiting[i]
+            if req.no_wait:
+                waiting.pop(i)
+                if req.sent:
+                    send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+                else:
+                    send(req.reply, b"", _HDR_NO_MESSAGES)
+            else:
+                i += 1
+
+    def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
+        cfg = consumer.cfg
+        if cfg.filter_subject:
+            pending = consumer.num_pending()
+        else:  # interior deletes not subtracted: counting them would cost a scan per message
+            pending = max(0, consumer.stream.store.last_seq - consumer.delivered_sseq)
+        return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
+            consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
+            msg.ts, pending)
+
+    def _expire_requests(self, consumer: Consumer, now: int) -> None:
+        waiting = consumer.waiting
+        if not waiting:
+            return
+        keep = []
+        for req in waiting:
+            if req.expires and req.expires <= now:
+                self.js.send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+            else:
+                keep.append(req)
+        consumer.waiting[:] = keep
+
+    # -- new messages -------------------------------------------------------------------------
+
+    def stream_changed(self, stream) -> None:
+        now = time.time_ns()
+        for consumer in stream.consumers.values():
+            if consumer.waiting:
+                self.serve(consumer, now)
+
+    # -- acks ---------------------------------------------------------------------------------
+
+    def on_ack(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        try:
+            self._on_ack(subject, reply, payload)
+        except Exception:  # a bug must not take the acker's connection down
+            log.exception("ack on %r failed", subject)
+
+    def _on_ack(self, subject: bytes, reply, payload: bytes) -> None:
+        tokens = subject.split(b".")
+        if len(tokens) < 9:
+            return
+        stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+        if stream is None:
+            return
+        consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace"))
+        if consumer is None:
+            return
+        try:
+            count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
+        except ValueError:
+            return
+        now = time.time_ns()
+        kind = payload[:4]
+        if not payload or kind == b"+ACK":
+            consumer.ack(sseq, cseq, now)
+        elif kind == b"-NAK":
+            delay = 0
+            rest = payload[4:].strip()
+            if rest:
+                try:
+                    delay = int(loads(rest).get("delay", 0))
+                except (ValueError, AttributeError, TypeError):
+                    delay = 0
+            consumer.nak(sseq, delay, now)
+            if delay:
+                self.poke()
+        elif kind == b"+WPI":
+            consumer.progress(sseq, now)
+            self.poke()
+            return  # nats-server answers no progress ack
+        elif kind == b"+NXT":
+            consumer.ack(sseq, cseq, now)
+            if reply:
+                self.pull(consumer, reply, payload[4:].strip())
+                reply = None
+        elif payload[:5] == b"+TERM":
+            if consumer.term(sseq, now):
+                self._advisory(b"MSG_TERMINATED", consumer, {
+                    "type": "io.nats.jetstream.advisory.v1.terminated",
+                    "consumer_seq": cseq, "stream_seq": sseq, "deliveries": count})
+        else:
+            return
+        if reply:
+            self.js.send(reply, b"")
+        self.serve(consumer, now)
+
+    def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
+        doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(time.time_ns()),
+               "stream": consumer.stream.name, "consumer": consumer.name, **fields}
+        self.js.send(_ADVISORY + kind + b"." + consumer.stream.name.encode() + b"." + consumer.name.encode(),
+                     dumps(doc))
+
+    # -- the timer ----------------------------------------------------------------------------
+
+    def _next_deadline(self) -> int | None:
+        best = None
+        for stream in self.js.streams.values():
+            for consumer in stream.consumers.values():
+                d = consumer.next_deadline()
+                for req in consumer.waiting:
+                    if req.expires and (d is None or req.expires < d):
+                        d = req.expires
+                if d is not None and (best is None or d < best):
+                    best = d
+        return best
+
+    async def run(self) -> None:
+        while True:
+            deadline = self._next_deadline()
+            self._wake = trio.Event()
+            if deadline is None:
+                await self._wake.wait()
+            else:
+                delay = max(0.0, (deadline - time.time_ns()) / 1e9) + 0.001
+                with trio.move_on_after(delay):
+                    await self._wake.wait()
+            now = time.time_ns()
+            for stream in list(self.js.streams.values()):
+                for consumer in list(stream.consumers.values()):
+                    self._tick(consumer, now)
+            self.server.flush_touched()
+
+    def _tick(self, consumer: Consumer, now: int) -> None:
+        for seq in consumer.expire_acks(now):
+            self._advisory(b"MAX_DELIVERIES", consumer, {
+                "type": "io.nats.jetstream.advisory.v1.max_deliver",
+                "stream_seq": seq, "deliveries": consumer.cfg.max_deliver})
+        self._expire_requests(consumer, now)
+        if consumer.waiting:
+            self.serve(consumer, now)

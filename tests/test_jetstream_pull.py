@@ -1,0 +1,122 @@
+"""Pull consumers through nats-py (js.pull_subscribe + fetch) on natserver and, when it is
+installed, nats-server -js: every ack kind, redelivery after ack_wait, max_deliver, the
+consumer info counters, and the raw MSG.NEXT statuses."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+from test_jetstream import connect, run, target  # noqa: F401 (fixture)
+
+
+async def _setup(url: str, n: int = 5, **consumer):
+    nc = await connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="P", subjects=["p.>"])
+    for i in range(n):
+        await js.publish(f"p.{i % 2}", b"m%d" % i)
+    return nc, js
+
+
+def test_fetch_ack_and_info_counters(target):  # noqa: F811
+    async def main():
+        nc, js = await _setup(target.url)
+        sub = await js.pull_subscribe("p.>", "work")
+        msgs = await sub.fetch(3, timeout=2)
+        assert [m.data for m in msgs] == [b"m0", b"m1", b"m2"]
+        assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3]
+        assert msgs[2].metadata.num_pending == 2 and msgs[0].metadata.num_delivered == 1
+        await msgs[0].ack()
+        await msgs[1].ack_sync()
+        info = await js.consumer_info("P", "work")
+        assert info.delivered.consumer_seq == 3 and info.delivered.stream_seq == 3
+        assert info.ack_floor.consumer_seq == 2 and info.ack_floor.stream_seq == 2
+        assert (info.num_ack_pending, info.num_pending, info.num_redelivered) == (1, 2, 0)
+        await msgs[2].ack()
+        rest = await sub.fetch(5, timeout=1)
+        assert [m.data for m in rest] == [b"m3", b"m4"]
+        for m in rest:
+            await m.ack_sync()
+        info = await js.consumer_info("P", "work")
+        assert (info.num_ack_pending, info.num_pending) == (0, 0)
+        assert info.ack_floor.stream_seq == 5
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=0.5)
+        await nc.close()
+
+    run(main())
+
+
+def test_nak_term_and_redelivery(target):  # noqa: F811
+    async def main():
+        nc, js = await _setup(target.url, n=3)
+        sub = await js.pull_subscribe("p.>", "redo", config=ConsumerConfig(ack_wait=0.5, max_deliver=2))
+        first = await sub.fetch(3, timeout=2)
+        await first[0].nak()
+        await first[1].term()
+        again = await sub.fetch(1, timeout=2)
+        assert again[0].data == b"m0" and again[0].metadata.num_delivered == 2
+        await again[0].ack()
+        # m2 was never acked: redelivered after ack_wait, then dropped after max_deliver (2).
+        late = await sub.fetch(1, timeout=3)
+        assert late[0].data == b"m2" and late[0].metadata.num_delivered == 2
+        await asyncio.sleep(0.8)
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=0.5)
+        info = await js.consumer_info("P", "redo")
+        assert info.num_pending == 0
+        await nc.close()
+
+    run(main())
+
+
+def test_in_progress_and_ack_none(target):  # noqa: F811
+    async def main():
+        nc, js = await _setup(target.url, n=2)
+        sub = await js.pull_subscribe("p.0", "one", config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+        msgs = await sub.fetch(5, timeout=1)
+        assert [m.data for m in msgs] == [b"m0"]
+        info = await js.consumer_info("P", "one")
+        assert info.ack_floor.stream_seq == 1 and info.num_ack_pending == 0
+        sub2 = await js.pull_subscribe("p.1", "two")
+        got = await sub2.fetch(1, timeout=1)
+        await got[0].in_progress()
+        info = await js.consumer_info("P", "two")
+        assert info.num_ack_pending == 1
+        await got[0].ack()
+        await nc.close()
+
+    run(main())
+
+
+def test_raw_next_statuses(target):  # noqa: F811
+    async def main():
+        nc, js = await _setup(target.url, n=1)
+        await js.add_consumer("P", ConsumerConfig(durable_name="raw", ack_policy=AckPolicy.EXPLICIT,
+                                                  max_waiting=1))
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.raw", b'{"batch":2,"no_wait":true}', reply=inbox)
+        msg = await sub.next_msg(timeout=2)
+        # Delivered on the request's inbox, with the message's own subject on the MSG line.
+        assert (msg.subject, msg.data) == ("p.0", b"m0") and msg.reply.startswith("$JS.ACK.P.raw.1.1.1.")
+        assert msg.reply.endswith(".0")  # nothing pending after it
+        status = await sub.next_msg(timeout=2)
+        assert status.headers == {"Status": "408", "Description": "Request Timeout",
+                                  "Nats-Pending-Messages": "1", "Nats-Pending-Bytes": "0"}
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.raw", b'{"batch":1,"no_wait":true}', reply=inbox)
+        status = await sub.next_msg(timeout=2)
+        assert status.headers == {"Status": "404", "Description": "No Messages"}
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.raw", b'{"batch":1,"expires":300000000}', reply=inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.raw", b'{"batch":1,"expires":300000000}', reply=inbox)
+        status = await sub.next_msg(timeout=2)
+        assert status.headers["Status"] == "409" and status.headers["Description"] == "Exceeded MaxWaiting"
+        status = await sub.next_msg(timeout=2)
+        assert status.headers["Status"] == "408"
+        assert status.headers["Nats-Pending-Messages"] == "1"
+        await nc.close()
+
+    run(main())
