@@ -280,6 +280,8 @@ class Consumer:
         self.rdq: list[int] = []  # stream seqs due for redelivery, in order
         self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
         self.waiting: list = []  # pull requests (PullRequest), oldest first
+        self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
+        self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
         self.match = compile_filter(cfg.filter_subject.encode())
 
     # -- delivery -----------------------------------------------------------------------------

@@ -121,6 +121,8 @@ class ConsumerApi:
                 name = ephemeral_name()
         consumer = Consumer(stream, name, cfg, time.time_ns())
         consumers[name] = consumer
+        if cfg.deliver_subject:
+            self.js.delivery.push(consumer, consumer.created)
         return consumer
 
     def info(self, stream_name: str, name: str, reply) -> None:

@@ -31,6 +31,15 @@ _PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v
                  "idle_heartbeat": lambda v: _int(v, _INT64)}
 
 
+PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task
+NO_INTEREST_RETRY = 50_000_000  # ns; how often a push consumer without subscribers looks again
+
+
+def _heartbeat_header(consumer) -> bytes:
+    return (b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n\r\n"
+            % (consumer.delivered_cseq, consumer.delivered_sseq))
+
+
 def _timeout_header(batch: int, max_bytes: int) -> bytes:
     return (b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
             % (batch, max_bytes))
@@ -209,8 +218,41 @@ class Delivery:
     def stream_changed(self, stream) -> None:
         now = time.time_ns()
         for consumer in stream.consumers.values():
-            if consumer.waiting:
+            if consumer.cfg.deliver_subject:
+                self.push(consumer, now)
+            elif consumer.waiting:
                 self.serve(consumer, now)
+
+    def push(self, consumer: Consumer, now: int) -> None:
+        """Deliver to a push consumer's deliver subject while it has subscribers (one member
+        of a deliver_group each time), at most PUSH_BURST at a time."""
+        dsubj = consumer.cfg.deliver_subject.encode()
+        server = self.server
+        client = server.internal_client
+        result = client.sublist.match(dsubj)
+        if not (result.psubs or result.qsubs):
+            consumer.retry_at = now + NO_INTEREST_RETRY
+            self.poke()
+            return
+        consumer.retry_at = 0
+        headers_only = consumer.cfg.headers_only
+        for _ in range(PUSH_BURST):
+            got = consumer.next_msg(now)
+            if got is None:
+                return
+            msg, count = got
+            hdr, data = msg.hdr or None, msg.data
+            if headers_only:
+                hdr = (hdr or b"NATS/1.0\r\n\r\n")[:-2] + b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
+                data = b""
+            if not deliver(server, dsubj, msg.subject, self.ack_reply(consumer, msg, count), hdr, data):
+                consumer.undo(msg.seq, count)
+                consumer.retry_at = now + NO_INTEREST_RETRY
+                self.poke()
+                return
+            consumer.last_push = now
+        consumer.retry_at = now  # more to send: the timer task goes on at once
+        self.poke()
 
     # -- acks ---------------------------------------------------------------------------------
 
@@ -267,7 +309,10 @@ class Delivery:
             return
         if reply:
             self.js.send(reply, b"")
-        self.serve(consumer, now)
+        if consumer.cfg.deliver_subject:
+            self.push(consumer, now)
+        else:
+            self.serve(consumer, now)
 
     def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
         doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(time.time_ns()),
@@ -282,6 +327,12 @@ class Delivery:
         for stream in self.js.streams.values():
             for consumer in stream.consumers.values():
                 d = consumer.next_deadline()
+                if consumer.retry_at and (d is None or consumer.retry_at < d):
+                    d = consumer.retry_at
+                if consumer.cfg.idle_heartbeat:
+                    beat = consumer.last_push + consumer.cfg.idle_heartbeat
+                    if d is None or beat < d:
+                        d = beat
                 for req in consumer.waiting:
                     if req.expires and (d is None or req.expires < d):
                         d = req.expires
@@ -310,6 +361,14 @@ class Delivery:
             self._advisory(b"MAX_DELIVERIES", consumer, {
                 "type": "io.nats.jetstream.advisory.v1.max_deliver",
                 "stream_seq": seq, "deliveries": consumer.cfg.max_deliver})
+        if consumer.cfg.deliver_subject:
+            if consumer.retry_at and consumer.retry_at <= now or consumer.rdq:
+                self.push(consumer, now)
+            beat = consumer.cfg.idle_heartbeat
+            if beat and consumer.last_push + beat <= now:
+                consumer.last_push = now
+                self.js.send(consumer.cfg.deliver_subject.encode(), b"", _heartbeat_header(consumer))
+            return
         self._expire_requests(consumer, now)
-        if consumer.waiting:
+        if consumer.waiting or consumer.rdq:
             self.serve(consumer, now)
