@@ -105,3 +105,22 @@ def test_key_value(target):  # noqa: F811
         await nc.close()
 
     run(main())
+
+
+def test_object_store(target):  # noqa: F811
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        obs = await js.create_object_store("files")
+        blob = bytes(range(256)) * (3 * 4096 + 7)  # 3 MiB and a bit
+        info = await obs.put("big", blob)
+        assert info.size == len(blob)
+        got = await obs.get("big")
+        assert got.data == blob
+        await obs.put("small", b"hello")
+        assert sorted(i.name for i in await obs.list()) == ["big", "small"]  # nats-py has no links API
+        await obs.delete("small")
+        assert sorted(i.name for i in await obs.list() if not i.deleted) == ["big"]
+        await nc.close()
+
+    run(main())
