@@ -120,3 +120,46 @@ def test_raw_next_statuses(target):  # noqa: F811
         await nc.close()
 
     run(main())
+
+
+def test_workqueue_and_interest_retention(target):  # noqa: F811
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="WQ", subjects=["wq"], retention="workqueue")
+        await js.add_stream(name="IN", subjects=["in"], retention="interest")
+        wq = await js.pull_subscribe("wq", "wqc")
+        a = await js.pull_subscribe("in", "a")
+        b = await js.pull_subscribe("in", "b")
+        for _ in range(3):
+            await js.publish("wq", b"job")
+            await js.publish("in", b"event")
+        for m in await wq.fetch(3, timeout=2):
+            await m.ack_sync()
+        assert (await js.stream_info("WQ")).state.messages == 0
+        for m in await a.fetch(3, timeout=2):
+            await m.ack_sync()
+        assert (await js.stream_info("IN")).state.messages == 3  # b has not acked yet
+        got = await b.fetch(3, timeout=2)
+        await got[0].ack_sync()
+        assert (await js.stream_info("IN")).state.messages == 2
+        await nc.close()
+
+    run(main())
+
+
+def test_ephemeral_goes_after_inactive_threshold(target):  # noqa: F811
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="E", subjects=["e"])
+        info = await js.add_consumer("E", ConsumerConfig(inactive_threshold=0.3))
+        assert info.config.inactive_threshold == 0.3
+        for _ in range(50):
+            if not await js.consumers_info("E"):
+                break
+            await asyncio.sleep(0.1)
+        assert await js.consumers_info("E") == []
+        await nc.close()
+
+    run(main())

@@ -282,6 +282,7 @@ class Consumer:
         self.waiting: list = []  # pull requests (PullRequest), oldest first
         self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
         self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
+        self.active_at = created  # ns: last sign of a client (ephemerals' inactive_threshold)
         self.match = compile_filter(cfg.filter_subject.encode())
 
     # -- delivery -----------------------------------------------------------------------------
@@ -357,20 +358,24 @@ class Consumer:
 
     # -- acks ---------------------------------------------------------------------------------
 
-    def ack(self, sseq: int, cseq: int, now: int) -> bool:
-        """+ACK (and +NXT, +TERM's removal). True when it acked something pending."""
+    def ack(self, sseq: int, cseq: int, now: int) -> list[int]:
+        """+ACK (and +NXT). The stream sequences it acknowledged (for retention)."""
         if self.cfg.ack_policy == "all":
             done = [s for s in self.pending if s <= sseq]
-            for s in done:
-                self._forget(s)
-            hit = bool(done)
         else:
-            hit = sseq in self.pending
-            self._forget(sseq)
-        if hit:
+            done = [sseq] if sseq in self.pending else []
+        for s in done:
+            self._forget(s)
+        if done:
             self.last_acked = now
             self._update_floor()
-        return hit
+        return done
+
+    def is_done_with(self, seq: int, subject: bytes) -> bool:
+        """Interest retention: this consumer no longer needs message ``seq``."""
+        if self.match is not None and not self.match(subject):
+            return True
+        return seq <= self.delivered_sseq and seq not in self.pending and seq not in self.rdq
 
     def _update_floor(self) -> None:
         if not self.pending:
@@ -397,9 +402,6 @@ class Consumer:
             self.pending[sseq] = entry
 
     def term(self, sseq: int, now: int) -> bool:
-        return self.ack(sseq, 0, now) if self.cfg.ack_policy != "all" else self._term_one(sseq, now)
-
-    def _term_one(self, sseq: int, now: int) -> bool:
         hit = sseq in self.pending
         self._forget(sseq)
         if hit:

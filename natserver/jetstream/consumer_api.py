@@ -123,6 +123,7 @@ class ConsumerApi:
         consumers[name] = consumer
         if cfg.deliver_subject:
             self.js.delivery.push(consumer, consumer.created)
+        self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
         return consumer
 
     def info(self, stream_name: str, name: str, reply) -> None:
@@ -140,16 +141,21 @@ class ConsumerApi:
         rtype = _T + "consumer_delete_response"
         try:
             stream = self._stream(stream_name)
-            consumer = stream.consumers.pop(name, None)
+            consumer = stream.consumers.get(name)
             if consumer is None:
                 raise errors.consumer_not_found()
-            for req in consumer.waiting:
-                self.js.send(req.reply, b"", _HDR_DELETED)
-            consumer.waiting.clear()
+            self.remove(consumer)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
         self.api._send(reply, {"type": rtype, "success": True})
+
+    def remove(self, consumer: Consumer) -> None:
+        """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
+        consumer.stream.consumers.pop(consumer.name, None)
+        for req in consumer.waiting:
+            self.js.send(req.reply, b"", _HDR_DELETED)
+        consumer.waiting.clear()
 
     def names(self, stream_name: str, reply, payload: bytes, *, full: bool) -> None:
         rtype = _T + ("consumer_list_response" if full else "consumer_names_response")

@@ -145,6 +145,7 @@ class Delivery:
             batch = 1
         if consumer.cfg.is_push:
             return  # nats-server ignores pull requests to push consumers
+        consumer.active_at = now
         self._expire_requests(consumer, now)
         if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):
             self.js.send(reply, b"", _HDR_MAX_WAITING)
@@ -279,7 +280,7 @@ class Delivery:
         now = time.time_ns()
         kind = payload[:4]
         if not payload or kind == b"+ACK":
-            consumer.ack(sseq, cseq, now)
+            self._retain(consumer, consumer.ack(sseq, cseq, now))
         elif kind == b"-NAK":
             delay = 0
             rest = payload[4:].strip()
@@ -296,12 +297,13 @@ class Delivery:
             self.poke()
             return  # nats-server answers no progress ack
         elif kind == b"+NXT":
-            consumer.ack(sseq, cseq, now)
+            self._retain(consumer, consumer.ack(sseq, cseq, now))
             if reply:
                 self.pull(consumer, reply, payload[4:].strip())
                 reply = None
         elif payload[:5] == b"+TERM":
             if consumer.term(sseq, now):
+                self._retain(consumer, [sseq])
                 self._advisory(b"MSG_TERMINATED", consumer, {
                     "type": "io.nats.jetstream.advisory.v1.terminated",
                     "consumer_seq": cseq, "stream_seq": sseq, "deliveries": count})
@@ -313,6 +315,24 @@ class Delivery:
             self.push(consumer, now)
         else:
             self.serve(consumer, now)
+
+    def _retain(self, consumer: Consumer, acked: list) -> None:
+        """Interest and workqueue retention: an acknowledged message goes once no consumer
+        needs it any more (workqueue: at once, one consumer per message)."""
+        stream = consumer.stream
+        policy = stream.cfg.retention
+        if not acked or policy == "limits":
+            return
+        store = stream.store
+        removed = False
+        for seq in acked:
+            if policy == "interest":
+                msg = store.load_msg(seq)
+                if msg is None or not all(c.is_done_with(seq, msg.subject) for c in stream.consumers.values()):
+                    continue
+            removed = store.remove_msg(seq) or removed
+        if removed:
+            self.js._store_dirty(store)
 
     def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
         doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(time.time_ns()),
@@ -327,6 +347,10 @@ class Delivery:
         for stream in self.js.streams.values():
             for consumer in stream.consumers.values():
                 d = consumer.next_deadline()
+                if not consumer.cfg.durable_name and consumer.cfg.inactive_threshold:
+                    gone = consumer.active_at + consumer.cfg.inactive_threshold
+                    if d is None or gone < d:
+                        d = gone
                 if consumer.retry_at and (d is None or consumer.retry_at < d):
                     d = consumer.retry_at
                 if consumer.cfg.idle_heartbeat:
@@ -357,6 +381,17 @@ class Delivery:
             self.server.flush_touched()
 
     def _tick(self, consumer: Consumer, now: int) -> None:
+        cfg = consumer.cfg
+        if not cfg.durable_name and cfg.inactive_threshold:
+            if cfg.deliver_subject:
+                result = self.server.internal_client.sublist.match(cfg.deliver_subject.encode())
+                if result.psubs or result.qsubs:
+                    consumer.active_at = now
+            elif consumer.waiting:
+                consumer.active_at = now
+            if now - consumer.active_at >= cfg.inactive_threshold:
+                self.js.api.consumers.remove(consumer)
+                return
         for seq in consumer.expire_acks(now):
             self._advisory(b"MAX_DELIVERIES", consumer, {
                 "type": "io.nats.jetstream.advisory.v1.max_deliver",
