@@ -35,6 +35,7 @@ import trio
 
 from . import errors
 from .api import Api
+from . import consumer_store
 from .delivery import Delivery
 from .errors import ApiError
 from .store import FileStore, MemoryStore, sync_all, write_atomic
@@ -156,6 +157,7 @@ class JetStream:
                 pass
             self._api_sub = None
         self.delivery.stop()
+        self.delivery.save_durables(time.time_ns(), force=True)
         for stream in list(self.streams.values()):
             stream.unsubscribe()
             stream.store.stop()
@@ -198,8 +200,12 @@ class JetStream:
             stream = Stream(self, cfg, store, created)
             self.streams[cfg.name] = stream
             stream.subscribe()
+            stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
+
+    def stream_path(self, stream: Stream) -> str:
+        return os.path.join(self.streams_dir, stream.name)
 
     def _file_store(self, path: str, cfg: StreamConfig, now: int) -> FileStore:
         kwargs = {}

@@ -283,6 +283,8 @@ class Consumer:
         self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
         self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
         self.active_at = created  # ns: last sign of a client (ephemerals' inactive_threshold)
+        self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
+        self.saved_at = 0  # ns
         self.match = compile_filter(cfg.filter_subject.encode())
 
     # -- delivery -----------------------------------------------------------------------------
@@ -322,6 +324,7 @@ class Consumer:
             del self.pending[seq]
             self.pending[seq] = [self.delivered_cseq, now]
             self.last_delivered = now
+            self.dirty = True
             return msg, count
         if self.blocked():
             return None
@@ -335,6 +338,7 @@ class Consumer:
         self.delivered_cseq += 1
         self.delivered_sseq = msg.seq
         self.last_delivered = now
+        self.dirty = True
         if self.cfg.ack_policy == "none":
             self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
         else:
@@ -352,6 +356,7 @@ class Consumer:
             self.rdq.insert(0, seq)
 
     def _forget(self, seq: int) -> None:
+        self.dirty = True
         self.pending.pop(seq, None)
         self.rdc.pop(seq, None)
         self.nak_until.pop(seq, None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from . import errors
+from . import consumer_store, errors
 from .consumer import (
     Consumer,
     ConsumerConfig,
@@ -112,6 +112,7 @@ class ConsumerApi:
                 return existing
             check_update(existing.cfg, cfg)
             existing.cfg = cfg
+            self._save(existing)
             return existing
         if stream.cfg.max_consumers > 0 and len(consumers) >= stream.cfg.max_consumers:
             raise errors.max_consumers_reached()
@@ -121,6 +122,7 @@ class ConsumerApi:
                 name = ephemeral_name()
         consumer = Consumer(stream, name, cfg, time.time_ns())
         consumers[name] = consumer
+        self._save(consumer)
         if cfg.deliver_subject:
             self.js.delivery.push(consumer, consumer.created)
         self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
@@ -150,9 +152,19 @@ class ConsumerApi:
             return
         self.api._send(reply, {"type": rtype, "success": True})
 
+    def _save(self, consumer: Consumer) -> None:
+        """A durable's configuration is on disk before the API answers."""
+        if consumer.cfg.durable_name and consumer.stream.file_backed:
+            try:
+                consumer_store.save(consumer, self.js.stream_path(consumer.stream))
+            except OSError as exc:
+                raise errors.consumer_create(str(exc)) from None
+
     def remove(self, consumer: Consumer) -> None:
         """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
         consumer.stream.consumers.pop(consumer.name, None)
+        if consumer.cfg.durable_name and consumer.stream.file_backed:
+            consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:
             self.js.send(req.reply, b"", _HDR_DELETED)
         consumer.waiting.clear()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .._client import MSG_, SP
+from . import consumer_store
 from .consumer import ephemeral_name
 from .stream import _INT64, _bool, _int, decode_struct
 from .util import dumps, loads, rfc3339nano
@@ -347,6 +348,10 @@ class Delivery:
         for stream in self.js.streams.values():
             for consumer in stream.consumers.values():
                 d = consumer.next_deadline()
+                if consumer.dirty and consumer.cfg.durable_name and stream.file_backed:
+                    save_at = consumer.saved_at + consumer_store.SNAPSHOT_INTERVAL
+                    if d is None or save_at < d:
+                        d = save_at
                 if not consumer.cfg.durable_name and consumer.cfg.inactive_threshold:
                     gone = consumer.active_at + consumer.cfg.inactive_threshold
                     if d is None or gone < d:
@@ -379,6 +384,21 @@ class Delivery:
                 for consumer in list(stream.consumers.values()):
                     self._tick(consumer, now)
             self.server.flush_touched()
+            self.save_durables(now)
+
+    def save_durables(self, now: int, force: bool = False) -> None:
+        """Snapshot changed durables of file streams (at most every SNAPSHOT_INTERVAL)."""
+        for stream in self.js.streams.values():
+            if not stream.file_backed:
+                continue
+            for consumer in stream.consumers.values():
+                if consumer.cfg.durable_name and consumer.dirty and (
+                        force or now - consumer.saved_at >= consumer_store.SNAPSHOT_INTERVAL):
+                    try:
+                        consumer_store.save(consumer, self.js.stream_path(stream))
+                    except OSError as exc:
+                        log.error("JetStream: can not save consumer %s: %s", consumer.name, exc)
+                    consumer.saved_at = now
 
     def _tick(self, consumer: Consumer, now: int) -> None:
         cfg = consumer.cfg
