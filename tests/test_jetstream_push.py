@@ -124,3 +124,21 @@ def test_object_store(target):  # noqa: F811
         await nc.close()
 
     run(main())
+
+
+def test_flow_control_requests_answered(target):  # noqa: F811
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="F", subjects=["f"])
+        chunk = b"z" * 100_000
+        for _ in range(30):  # 3 MB: several flow control rounds
+            await js.publish("f", chunk)
+        sub = await js.subscribe("f", ordered_consumer=True)
+        total = 0
+        for _ in range(30):
+            total += len((await sub.next_msg(timeout=5)).data)
+        assert total == 30 * len(chunk)
+        await nc.close()
+
+    run(main())

@@ -283,6 +283,9 @@ class Consumer:
         self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
         self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
         self.active_at = created  # ns: last sign of a client (ephemerals' inactive_threshold)
+        self.fc_reply = b""  # push flow control: the request the client has yet to answer
+        self.fc_bytes = 0  # bytes pushed since the last flow control answer
+        self.fc_count = 0
         self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
         self.saved_at = 0  # ns
         self.match = compile_filter(cfg.filter_subject.encode())

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("natserver")
 
+_HDR_FLOW_CONTROL = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
 _HDR_NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
 _HDR_MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
 _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
@@ -33,6 +34,7 @@ _PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v
 
 
 PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task
+FLOW_CONTROL_BYTES = 512 * 1024  # a push consumer with flow_control asks after this much data
 NO_INTEREST_RETRY = 50_000_000  # ns; how often a push consumer without subscribers looks again
 
 
@@ -105,14 +107,29 @@ class Delivery:
         self.server = js.server
         self._wake = trio.Event()
         self._ack_sub = None
+        self._fc_sub = None
 
     def start(self) -> None:
         self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
+        self._fc_sub = self.js.subscribe("$JS.FC.>", self.on_flow_control)
+
+    def on_flow_control(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        """A client answered a flow control request: its consumer may go on."""
+        tokens = subject.split(b".")
+        if len(tokens) < 5:
+            return
+        stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+        consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace")) if stream else None
+        if consumer is not None and consumer.fc_reply == subject:
+            consumer.fc_reply = b""
+            consumer.fc_bytes = 0
+            self.push(consumer, time.time_ns())
 
     def stop(self) -> None:
         if self._ack_sub is not None:
             try:
                 self.js.unsubscribe(self._ack_sub)
+                self.js.unsubscribe(self._fc_sub)
             except Exception:  # noqa: BLE001 (the server may be half torn down already)
                 log.debug("ack subscription already gone")
             self._ack_sub = None
@@ -237,7 +254,10 @@ class Delivery:
             self.poke()
             return
         consumer.retry_at = 0
+        if consumer.fc_reply:
+            return  # waiting for the client's flow control answer
         headers_only = consumer.cfg.headers_only
+        flow_control = consumer.cfg.flow_control
         for _ in range(PUSH_BURST):
             got = consumer.next_msg(now)
             if got is None:
@@ -253,6 +273,14 @@ class Delivery:
                 self.poke()
                 return
             consumer.last_push = now
+            if flow_control:
+                consumer.fc_bytes += len(data) + len(hdr or b"")
+                if consumer.fc_bytes >= FLOW_CONTROL_BYTES:
+                    consumer.fc_count += 1
+                    consumer.fc_reply = b"$JS.FC.%s.%s.%d" % (
+                        consumer.stream.name.encode(), consumer.name.encode(), consumer.fc_count)
+                    deliver(server, dsubj, dsubj, consumer.fc_reply, _HDR_FLOW_CONTROL, b"")
+                    return
         consumer.retry_at = now  # more to send: the timer task goes on at once
         self.poke()
 
