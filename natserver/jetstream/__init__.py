@@ -33,9 +33,8 @@ import time
 
 import trio
 
-from . import errors
+from . import consumer_store, errors
 from .api import Api
-from . import consumer_store
 from .delivery import Delivery
 from .errors import ApiError
 from .store import FileStore, MemoryStore, sync_all, write_atomic

@@ -286,6 +286,8 @@ class Consumer:
         self.fc_reply = b""  # push flow control: the request the client has yet to answer
         self.fc_bytes = 0  # bytes pushed since the last flow control answer
         self.fc_count = 0
+        self._all_key: tuple | None = None  # filter_is_all's cache
+        self._all = False
         self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
         self.saved_at = 0  # ns
         self.match = compile_filter(cfg.filter_subject.encode())
@@ -299,6 +301,16 @@ class Consumer:
         if start > store.last_seq:
             return 0
         return store.num_pending(start, self.cfg.filter_subject.encode())
+
+    def filter_is_all(self) -> bool:
+        """The filter takes every subject of the stream (nats-py sets it to the stream's one
+        subject): pending can be counted from sequences alone."""
+        key = (self.cfg.filter_subject, tuple(self.stream.cfg.subjects or ()))
+        if self._all_key != key:
+            f = key[0]
+            self._all_key = key
+            self._all = not f or f == ">" or all(is_subset_match(s, f) for s in key[1])
+        return self._all
 
     def blocked(self) -> bool:
         """max_ack_pending reached: nothing more until something is acked."""

@@ -211,11 +211,11 @@ class Delivery:
                 i += 1
 
     def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
-        cfg = consumer.cfg
-        if cfg.filter_subject:
-            pending = consumer.num_pending()
-        else:  # interior deletes not subtracted: counting them would cost a scan per message
+        if consumer.filter_is_all():
+            # Interior deletes not subtracted: counting them would cost a scan per message.
             pending = max(0, consumer.stream.store.last_seq - consumer.delivered_sseq)
+        else:
+            pending = consumer.num_pending()
         return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
             consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
             msg.ts, pending)
