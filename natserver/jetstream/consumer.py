@@ -290,6 +290,7 @@ class Consumer:
         self._all = False
         self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
         self.saved_at = 0  # ns
+        self.save_queued = False  # the timer task knows a snapshot is due
         self.match = compile_filter(cfg.filter_subject.encode())
 
     # -- delivery -----------------------------------------------------------------------------

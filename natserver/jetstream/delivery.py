@@ -197,6 +197,7 @@ class Delivery:
                 req.max_bytes -= size
             if req.batch <= 0:
                 waiting.pop(0)
+        self._queue_save(consumer)
         # Requests that may not wait: told now that there is nothing (more).
         i = 0
         while i < len(waiting):
@@ -344,6 +345,13 @@ class Delivery:
             self.push(consumer, now)
         else:
             self.serve(consumer, now)
+        self._queue_save(consumer)
+
+    def _queue_save(self, consumer: Consumer) -> None:
+        """A durable's state changed: make sure the timer task plans a snapshot."""
+        if consumer.dirty and not consumer.save_queued and consumer.cfg.durable_name and consumer.stream.file_backed:
+            consumer.save_queued = True
+            self.poke()
 
     def _retain(self, consumer: Consumer, acked: list) -> None:
         """Interest and workqueue retention: an acknowledged message goes once no consumer
@@ -422,6 +430,7 @@ class Delivery:
             for consumer in stream.consumers.values():
                 if consumer.cfg.durable_name and consumer.dirty and (
                         force or now - consumer.saved_at >= consumer_store.SNAPSHOT_INTERVAL):
+                    consumer.save_queued = False
                     try:
                         consumer_store.save(consumer, self.js.stream_path(stream))
                     except OSError as exc:
