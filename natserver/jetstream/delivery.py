@@ -418,7 +418,10 @@ class Delivery:
             now = time.time_ns()
             for stream in list(self.js.streams.values()):
                 for consumer in list(stream.consumers.values()):
-                    self._tick(consumer, now)
+                    try:
+                        self._tick(consumer, now)
+                    except Exception:  # a bug in one consumer must not stop the others' timers
+                        log.exception("JetStream consumer %s > %s: timer failed", stream.name, consumer.name)
             self.server.flush_touched()
             self.save_durables(now)
 
