@@ -142,3 +142,26 @@ def test_flow_control_requests_answered(target):  # noqa: F811
         await nc.close()
 
     run(main())
+
+
+def test_key_value_purge_ttl_and_update_conflict(target):  # noqa: F811
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="ttl", history=5, ttl=0.5)
+        await kv.put("k", b"1")
+        await kv.put("k", b"2")
+        with pytest.raises(Exception) as exc:  # nats-py raises KeyWrongLastSequenceError
+            await kv.update("k", b"3", last=1)
+        assert "wrong last sequence" in str(exc.value)
+        await kv.purge("k")
+        with pytest.raises(KeyNotFoundError):
+            await kv.get("k")
+        assert len(await kv.history("k")) == 1  # the purge marker alone
+        await kv.put("gone", b"soon")
+        await asyncio.sleep(1.0)
+        with pytest.raises(KeyNotFoundError):
+            await kv.get("gone")
+        await nc.close()
+
+    run(main())
