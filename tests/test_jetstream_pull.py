@@ -191,3 +191,23 @@ def test_durable_survives_restart(target):  # noqa: F811
         await nc.close()
 
     run(main())
+
+
+def test_pull_request_idle_heartbeat(target):  # noqa: F811
+    async def main():
+        nc, js = await _setup(target.url, n=0)
+        await js.add_consumer("P", ConsumerConfig(durable_name="hb", ack_policy=AckPolicy.EXPLICIT))
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.hb", b'{"batch":1,"expires":1000000000,'
+                         b'"idle_heartbeat":600000000}', reply=inbox)
+        status = await sub.next_msg(timeout=2)
+        assert status.headers == {"Status": "400", "Description": "Bad Request - heartbeat value too large"}
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.hb", b'{"batch":1,"expires":1500000000,'
+                         b'"idle_heartbeat":500000000}', reply=inbox)
+        beat = await sub.next_msg(timeout=2)
+        assert beat.headers == {"Status": "100", "Description": "Idle Heartbeat",
+                                "Nats-Last-Consumer": "0", "Nats-Last-Stream": "0"}
+        await nc.close()
+
+    run(main())

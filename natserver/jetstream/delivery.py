@@ -26,6 +26,7 @@ log = logging.getLogger("natserver")
 _HDR_FLOW_CONTROL = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
 _HDR_NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
 _HDR_MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
+_HDR_HEARTBEAT_TOO_LARGE = b"NATS/1.0 400 Bad Request - heartbeat value too large\r\n\r\n"
 _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
 _ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
 _PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v, _INT64),
@@ -54,7 +55,7 @@ def _too_big_header(batch: int, max_bytes: int) -> bytes:
 
 
 class PullRequest:
-    __slots__ = ("batch", "expires", "max_bytes", "no_wait", "reply", "sent")
+    __slots__ = ("batch", "expires", "heartbeat", "last_beat", "max_bytes", "no_wait", "reply", "sent")
 
     def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
         self.reply = reply
@@ -63,6 +64,8 @@ class PullRequest:
         self.no_wait = no_wait
         self.expires = expires  # ns deadline, 0: none
         self.sent = 0
+        self.heartbeat = 0  # ns between idle heartbeats while the request waits (0: none)
+        self.last_beat = 0
 
 
 class _Plan:
@@ -144,7 +147,7 @@ class Delivery:
         if not reply:
             return
         now = time.time_ns()
-        batch, expires, no_wait, max_bytes = 1, 0, False, 0
+        batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
         body = payload.strip()
         if body:
             try:
@@ -154,6 +157,7 @@ class Delivery:
                     expires = req.get("expires", 0)
                     no_wait = req.get("no_wait", False)
                     max_bytes = req.get("max_bytes", 0)
+                    heartbeat = req.get("idle_heartbeat", 0)
                 else:
                     batch = int(body)
             except ValueError:
@@ -161,6 +165,9 @@ class Delivery:
                 return
         if batch <= 0:
             batch = 1
+        if heartbeat > 0 and heartbeat * 2 > expires:
+            self.js.send(reply, b"", _HDR_HEARTBEAT_TOO_LARGE)
+            return
         if consumer.cfg.is_push:
             return  # nats-server ignores pull requests to push consumers
         consumer.active_at = now
@@ -168,7 +175,9 @@ class Delivery:
         if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):
             self.js.send(reply, b"", _HDR_MAX_WAITING)
             return
-        consumer.waiting.append(PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0))
+        request = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0)
+        request.heartbeat, request.last_beat = max(heartbeat, 0), now
+        consumer.waiting.append(request)
         self.serve(consumer, now)
         if consumer.waiting and consumer.waiting[-1].expires:
             self.poke()
@@ -401,6 +410,8 @@ class Delivery:
                 for req in consumer.waiting:
                     if req.expires and (d is None or req.expires < d):
                         d = req.expires
+                    if req.heartbeat and (d is None or req.last_beat + req.heartbeat < d):
+                        d = req.last_beat + req.heartbeat
                 if d is not None and (best is None or d < best):
                     best = d
         return best
@@ -467,3 +478,7 @@ class Delivery:
         self._expire_requests(consumer, now)
         if consumer.waiting or consumer.rdq:
             self.serve(consumer, now)
+        for req in consumer.waiting:
+            if req.heartbeat and req.last_beat + req.heartbeat <= now:
+                req.last_beat = now
+                self.js.send(req.reply, b"", _heartbeat_header(consumer))
