@@ -34,8 +34,9 @@ import time
 import trio
 
 from ..protocol.gotext import parse_duration
-from . import crypto, errors, monitor
+from . import consumer_store, crypto, errors, monitor
 from .api import Api
+from .delivery import Delivery
 from .errors import ApiError
 from .store import FileStore, MemoryStore, flush_for_sync, sync_many, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
@@ -96,6 +97,7 @@ class JetStream:
         self.segment_size = None  # None: the store's default (tests make it small)
         self.streams: dict[str, Stream] = {}
         self.api = Api(self)
+        self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -164,7 +166,9 @@ class JetStream:
             self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
             if self.domain:
                 self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
+            self.delivery.start()
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.delivery.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._syncer)
@@ -192,6 +196,8 @@ class JetStream:
             except Exception:  # the server may be half torn down already
                 pass
             self._api_sub = None
+        self.delivery.stop()
+        self.delivery.save_durables(time.time_ns(), force=True)
         for stream in list(self.streams.values()):
             stream.unsubscribe()
             stream.store.stop()
@@ -239,6 +245,7 @@ class JetStream:
             stream = Stream(self, cfg, store, created)
             self.streams[cfg.name] = stream
             stream.subscribe()
+            stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
 
@@ -265,6 +272,9 @@ class JetStream:
     def _meta_bytes(self, cipher, cfg: StreamConfig, created: int) -> bytes:
         meta = self._meta(cfg, created)
         return cipher.seal_meta(meta) if cipher is not None else meta
+
+    def stream_path(self, stream: Stream) -> str:
+        return os.path.join(self.streams_dir, stream.name)
 
     def _file_store(self, path: str, cfg: StreamConfig, now: int, cipher=None) -> FileStore:
         kwargs = {}

@@ -3,8 +3,7 @@ as nats-server v2.9.10's (field order included), and DIRECT.GET.
 
 Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
 MSG.DELETE; DIRECT.GET (by sequence, next by subject, last by subject in the body or in the
-subject, and batches as nats-server 2.11 serves them). CONSUMER requests are answered as by a
-server where no consumer exists (creation is refused). Anything else gets no response, as
+subject, and batches as nats-server 2.11 serves them). CONSUMER requests go to consumer_api.py. Anything else gets no response, as
 nats-server gives none to unknown API subjects.
 """
 
@@ -15,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from . import errors
+from .consumer_api import ConsumerApi
 from .errors import ApiError
 from .store import StoreError
 from .stream import _INT64, _UINT64, StreamConfig, _bool, _int, _str, check_stream_config, decode_struct
@@ -39,7 +39,6 @@ _PURGE_REQUEST = {"seq": _uint, "filter": _str, "keep": _uint}
 _MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": _bool}
 _MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": _str, "next_by_subj": _str}
 _DIRECT_REQUEST = {**_MSG_GET_REQUEST, "batch": _goint, "max_bytes": _goint}
-_CONSUMERS_REQUEST = {"offset": _goint}
 
 _HDR_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
 _HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
@@ -78,6 +77,7 @@ class Api:
             b"DELETE": self.stream_delete,
             b"PURGE": self.stream_purge,
         }
+        self.consumers = ConsumerApi(self)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class Api:
             "memory": memory,
             "storage": storage,
             "streams": len(js.streams),
-            "consumers": 0,
+            "consumers": sum(len(s.consumers) for s in js.streams.values()),
             "limits": {
                 "max_memory": -1,
                 "max_storage": -1,
@@ -482,37 +482,7 @@ class Api:
             pending = store.num_pending(seq, next_for)
             publish(reply, b"", headers=b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, prev))
 
-    # -- consumers: none exist here -----------------------------------------------------------
+    # -- consumers (consumer_api.py) ---------------------------------------------------------
 
     def consumer(self, tokens: list, reply, payload: bytes) -> None:
-        n = len(tokens)
-        op = tokens[3] if n > 3 else b""
-        if op == b"DURABLE" and n == 7 and tokens[4] == b"CREATE":
-            stream_name, rtype = tokens[5], "consumer_create_response"
-        elif op == b"CREATE" and n >= 5:
-            stream_name, rtype = tokens[4], "consumer_create_response"
-        elif op in (b"INFO", b"DELETE") and n == 6:
-            stream_name, rtype = tokens[4], "consumer_%s_response" % op.decode().lower()
-        elif op in (b"NAMES", b"LIST") and n == 5:
-            stream_name, rtype = tokens[4], "consumer_%s_response" % op.decode().lower()
-        else:
-            return
-        rtype = _T + rtype
-        name = stream_name.decode("utf-8", "replace")
-        try:
-            if op in (b"NAMES", b"LIST") and not is_empty_request(payload):
-                _decode(payload, _CONSUMERS_REQUEST)
-            if name not in self.js.streams:
-                raise errors.stream_not_found()
-            if rtype.endswith("create_response"):
-                raise errors.consumer_create("consumers are not supported by natserver")
-            if op in (b"INFO", b"DELETE"):
-                raise errors.consumer_not_found()
-        except ApiError as exc:
-            if op in (b"NAMES", b"LIST"):
-                self._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
-            else:
-                self._fail(reply, rtype, exc)
-            return
-        limit = NAMES_LIMIT if op == b"NAMES" else LIST_LIMIT
-        self._send(reply, {"type": rtype, "total": 0, "offset": 0, "limit": limit, "consumers": []})
+        self.consumers.handle(tokens, reply, payload)

@@ -112,3 +112,30 @@ def stream_rollup_failed(err: str) -> ApiError:
 
 def consumer_create(err: str) -> ApiError:
     return ApiError(500, 10012, err)
+
+
+# Consumers (nats-server v2.9.10 server/errors.json).
+consumer_name_exist = _fixed(400, 10013, "consumer name already in use")
+consumer_name_mismatch = _fixed(400, 10017, "consumer name in subject does not match durable name in request")
+consumer_durable_required = _fixed(400, 10018, "consumer expected to be durable but a durable name was not set")
+consumer_ephemeral_with_durable = _fixed(
+    400, 10020, "consumer expected to be ephemeral but a durable name was set in request")
+consumer_fc_requires_push = _fixed(400, 10089, "consumer flow control requires a push based consumer")
+consumer_hb_requires_push = _fixed(400, 10088, "consumer idle heartbeat requires a push based consumer")
+consumer_deliver_group_requires_push = _fixed(400, 10078, "consumer deliver group requires a push based consumer")
+consumer_invalid_deliver_subject = _fixed(400, 10112, "invalid push consumer deliver subject")
+consumer_max_waiting_negative = _fixed(400, 10087, "consumer max waiting needs to be positive")
+consumer_filter_not_subset = _fixed(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
+consumer_invalid_filter = _fixed(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
+consumer_durable_name_mismatch = _fixed(
+    400, 10132, "Consumer Durable and Name have to be equal if both are provided")
+consumer_max_deliver_backoff = _fixed(400, 10116, "max deliver is required to be > length of backoff values")
+max_consumers_reached = _fixed(400, 10026, "maximum consumers limit reached")
+
+
+def consumer_invalid_policy(err: str) -> ApiError:
+    return ApiError(400, 10094, err)
+
+
+def consumer_name_invalid(name: str) -> ApiError:
+    return ApiError(400, 10103, "Durable name can not contain '.', '*', '>'")

@@ -360,6 +360,7 @@ class Stream:
         self.created = created
         self.file_backed = store.kind == "file"
         self.subs: list = []
+        self.consumers: dict = {}  # name -> consumer.Consumer
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
@@ -470,7 +471,7 @@ class Stream:
         if self.engine.over_limit(store.kind):
             self._reject(reply, errors.insufficient_resources())
             return
-        if cfg.retention == "interest":
+        if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)
         else:
@@ -491,6 +492,8 @@ class Stream:
             store.purge_ex(b"", 0, 1)
         if reply and not cfg.no_ack:
             self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+        if self.consumers:
+            self.engine.delivery.stream_changed(self)
 
     # -- reports ------------------------------------------------------------------------------
 
@@ -518,7 +521,7 @@ class Stream:
             n = store.num_deleted()
             if n:
                 out["num_deleted"] = n
-        out["consumer_count"] = 0
+        out["consumer_count"] = len(self.consumers)
         return out
 
     def info_json(self) -> dict:

@@ -726,6 +726,26 @@ class Client:
         elif client is not self and self.stalled_on is None:
             self.stalled_on = client
 
+    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+        """Deliver to the subscribers of ``match_subject`` a message with ``subject`` on its
+        MSG line (JetStream push consumers deliver stored messages to their deliver subject
+        this way): every plain subscriber and one member per queue group. Returns how many got
+        it. Part of the core's interface to what is built on it."""
+        result = self.sublist.match(match_subject)
+        subs = list(result.psubs)
+        if result.qsubs:
+            subs += [entry[0] for entry in self._queue_targets(result, match_subject)]
+        if not subs:
+            return 0
+        prefix = MSG_ + subject + SP
+        plan = _DeliveryPlan(tuple((sub, sub.client, prefix + sub.sid_part) for sub in subs))
+        body = (hdr or b"") + data
+        if hdr:
+            sizes, header_size = b"%d %d" % (len(hdr), len(body)), len(hdr)
+        else:
+            sizes, header_size = b"%d" % len(body), -1
+        return self._route(plan, subject, reply, header_size, sizes, body)
+
     def _queue_targets(self, result, subject: bytes) -> list:
         """One member of each queue group, round robin, skipping members that cannot take the
         message, as (sub, client, MSG head) like a plan's entries: the heads are built once
@@ -1174,3 +1194,13 @@ def _sub_detail(client: Client, sub) -> dict:
         detail["max"] = sub.max_msgs
     detail["cid"] = client.cid
     return detail
+
+
+class _DeliveryPlan:
+    """What _route needs of a sublist result: a delivery plan already chosen, no queue groups."""
+
+    __slots__ = ("plan", "qsubs")
+
+    def __init__(self, plan: tuple) -> None:
+        self.plan = plan
+        self.qsubs = ()

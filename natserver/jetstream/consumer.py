@@ -1,0 +1,511 @@
+"""JetStream consumers: configuration (nats-server v2.9.10's ConsumerConfig with its JSON
+field order, defaults from setConsumerConfigDefaults and validation from checkConsumerCfg),
+the update rules for an existing consumer, and the consumer's state as consumer info shows it.
+
+Sans-IO: nothing here sends or sleeps; times are passed in as nanoseconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import secrets
+import string
+
+from . import errors
+from .stream import (
+    _INT64,
+    _UINT64,
+    DecodeError,
+    _bool,
+    _enum,
+    _int,
+    _str,
+    decode_struct,
+)
+from .util import compile_filter, is_subset_match, is_valid_subject, rfc3339nano
+
+DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
+DEFAULT_MAX_ACK_PENDING = 1000  # nats-server's JsDefaultMaxAckPending
+DEFAULT_MAX_WAITING = 512  # nats-server's JSWaitQueueDefaultMax (pull consumers)
+DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000  # ns; nats-server's JsDeleteWaitTimeDefault (5s), ephemerals
+EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base62
+_NAME_ALPHABET = string.ascii_letters + string.digits
+
+_DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
+_goint = lambda v: _int(v, _INT64)
+_uint = lambda v: _int(v, _UINT64)
+
+log = logging.getLogger("natserver")
+
+
+def _durations(value):
+    if not isinstance(value, list):
+        raise DecodeError("backoff: not a list")
+    return [_goint(v) for v in value]
+
+
+def _time(value):
+    """opt_start_time: an RFC 3339 string, kept as given and as nanoseconds."""
+    if not isinstance(value, str):
+        raise DecodeError("opt_start_time: not a string")
+    return value
+
+
+_FIELDS = {
+    "durable_name": _str,
+    "name": _str,
+    "description": _str,
+    "deliver_policy": _enum(*_DELIVER_POLICIES),
+    "opt_start_seq": _uint,
+    "opt_start_time": _time,
+    "ack_policy": _enum("none", "all", "explicit"),
+    "ack_wait": _goint,
+    "max_deliver": _goint,
+    "backoff": _durations,
+    "filter_subject": _str,
+    "replay_policy": _enum("instant", "original"),
+    "rate_limit_bps": _uint,
+    "sample_freq": _str,
+    "max_waiting": _goint,
+    "max_ack_pending": _goint,
+    "idle_heartbeat": _goint,
+    "flow_control": _bool,
+    "headers_only": _bool,
+    "max_batch": _goint,
+    "max_expires": _goint,
+    "max_bytes": _goint,
+    "deliver_subject": _str,
+    "deliver_group": _str,
+    "inactive_threshold": _goint,
+    "num_replicas": _goint,
+    "mem_storage": _bool,
+    "direct": _bool,
+}
+
+# Go's zero values; which of them are omitted (omitempty) is in to_json.
+_DEFAULTS = {
+    "durable_name": "", "name": "", "description": "", "deliver_policy": "all", "opt_start_seq": 0,
+    "opt_start_time": None, "ack_policy": "none", "ack_wait": 0, "max_deliver": 0, "backoff": None,
+    "filter_subject": "", "replay_policy": "instant", "rate_limit_bps": 0, "sample_freq": "",
+    "max_waiting": 0, "max_ack_pending": 0, "idle_heartbeat": 0, "flow_control": False,
+    "headers_only": False, "max_batch": 0, "max_expires": 0, "max_bytes": 0, "deliver_subject": "",
+    "deliver_group": "", "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
+    "direct": False,
+}
+# Written even when zero (no omitempty in nats-server's struct tags).
+_ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
+
+
+class ConsumerConfig:
+    """A consumer's configuration; attribute names are nats-server's JSON names."""
+
+    __slots__ = tuple(_DEFAULTS)
+
+    def __init__(self, **values) -> None:
+        for key, default in _DEFAULTS.items():
+            setattr(self, key, values.get(key, default))
+
+    @classmethod
+    def from_json(cls, obj) -> ConsumerConfig:
+        return cls(**decode_struct(obj, _FIELDS, {}))
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        for key, default in _DEFAULTS.items():
+            value = getattr(self, key)
+            if key in _ALWAYS or (value != default and value is not None and value != []):
+                out[key] = value
+        return out
+
+    @property
+    def is_push(self) -> bool:
+        return bool(self.deliver_subject)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ConsumerConfig) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"ConsumerConfig({self.to_json()!r})"
+
+
+def ephemeral_name() -> str:
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(EPHEMERAL_NAME_LEN))
+
+
+def set_defaults(cfg: ConsumerConfig) -> None:
+    """nats-server's setConsumerConfigDefaults."""
+    if cfg.max_deliver == 0:
+        cfg.max_deliver = -1
+    if not cfg.deliver_subject and cfg.max_waiting == 0:
+        cfg.max_waiting = DEFAULT_MAX_WAITING
+    if cfg.backoff:
+        cfg.ack_wait = cfg.backoff[0]
+    if cfg.ack_policy != "none":
+        if cfg.ack_wait == 0:
+            cfg.ack_wait = DEFAULT_ACK_WAIT
+        if cfg.max_ack_pending == 0:
+            cfg.max_ack_pending = DEFAULT_MAX_ACK_PENDING
+    if not cfg.durable_name and cfg.inactive_threshold == 0:
+        cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
+
+
+def check_config(cfg: ConsumerConfig, stream_subjects: list) -> None:
+    """nats-server's checkConsumerCfg for a standalone server (the subset natserver knows)."""
+    if cfg.durable_name and cfg.name and cfg.durable_name != cfg.name:
+        raise errors.consumer_durable_name_mismatch()
+    for name in (cfg.durable_name, cfg.name):
+        if name and any(c in name for c in ".*> \t"):
+            raise errors.consumer_name_invalid(name)
+    if not cfg.deliver_subject:
+        if cfg.flow_control:
+            raise errors.consumer_fc_requires_push()
+        if cfg.idle_heartbeat:
+            raise errors.consumer_hb_requires_push()
+    elif not is_valid_subject(cfg.deliver_subject) or any(c in cfg.deliver_subject for c in "*>"):
+        raise errors.consumer_invalid_deliver_subject()
+    if cfg.deliver_group and not cfg.deliver_subject:
+        raise errors.consumer_deliver_group_requires_push()
+    if cfg.max_waiting < 0:
+        raise errors.consumer_max_waiting_negative()
+    if cfg.deliver_policy == "by_start_sequence":
+        if cfg.opt_start_seq == 0:
+            raise errors.consumer_invalid_policy(
+                "consumer delivery policy is deliver by start sequence, but optional start sequence is not set")
+    elif cfg.deliver_policy == "by_start_time":
+        if cfg.opt_start_time is None:
+            raise errors.consumer_invalid_policy(
+                "consumer delivery policy is deliver by start time, but optional start time is not set")
+    elif cfg.deliver_policy == "last_per_subject" and not cfg.filter_subject:
+        raise errors.consumer_invalid_policy(
+            "consumer delivery policy is deliver last per subject, but optional filter subject is not set")
+    if cfg.backoff and cfg.max_deliver <= len(cfg.backoff):  # -1 (unlimited) too, as nats-server
+        raise errors.consumer_max_deliver_backoff()
+    if cfg.filter_subject:
+        if not is_valid_subject(cfg.filter_subject):
+            raise errors.consumer_invalid_filter()
+        if not any(is_subset_match(cfg.filter_subject, s) for s in stream_subjects):
+            raise errors.consumer_filter_not_subset()
+
+
+# nats-server's checkNewConsumerConfig: what an existing consumer can not change, in its order.
+_FIXED = (
+    ("deliver_policy", "deliver policy can not be updated"),
+    ("opt_start_seq", "start sequence can not be updated"),
+    ("opt_start_time", "start time can not be updated"),
+    ("ack_policy", "ack policy can not be updated"),
+    ("replay_policy", "replay policy can not be updated"),
+    ("idle_heartbeat", "heart beats can not be updated"),
+    ("rate_limit_bps", "rate limit can not be updated"),
+    ("sample_freq", "sampling can not be updated"),
+    ("max_waiting", "max waiting can not be updated"),
+)
+
+
+def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
+    for key, message in _FIXED:
+        if getattr(old, key) != getattr(new, key):
+            raise errors.consumer_create(message)
+    if old.is_push and not new.is_push:
+        raise errors.consumer_create("can not update push consumer to pull based")
+    if not old.is_push and new.is_push:
+        raise errors.consumer_create("can not update pull consumer to push based")
+
+
+def parse_time(text: str) -> int:
+    """RFC 3339 (with up to nanoseconds) to Unix nanoseconds; ValueError when malformed."""
+    main, _, frac = text.partition(".")
+    if frac:
+        zone_at = next((i for i, c in enumerate(frac) if not c.isdigit()), len(frac))
+        digits, zone = frac[:zone_at], frac[zone_at:]
+    else:
+        zone_at = next((i for i, c in enumerate(main) if c in "Zz" or (i > 18 and c in "+-")), len(main))
+        main, zone, digits = main[:zone_at], main[zone_at:], ""
+    when = datetime.datetime.fromisoformat(main + (zone if zone not in ("Z", "z") else "+00:00"))
+    if when.tzinfo is None:
+        raise ValueError("time without zone")
+    return int(when.timestamp()) * 1_000_000_000 + int((digits + "000000000")[:9] or 0)
+
+
+def start_sequence(cfg: ConsumerConfig, store) -> int:
+    """nats-server's selectStartingSeqNo: the first stream sequence the consumer looks at."""
+    policy = cfg.deliver_policy
+    filter = cfg.filter_subject.encode()
+    if policy == "all":
+        seq = store.first_seq
+    elif policy == "last":
+        seq = store.last_seq_for(filter) if filter else store.last_seq
+    elif policy == "new":
+        seq = store.last_seq + 1
+    elif policy == "by_start_sequence":
+        seq = cfg.opt_start_seq
+    elif policy == "by_start_time":
+        try:
+            at = parse_time(cfg.opt_start_time or "")
+        except ValueError:
+            at = 0
+        seq = store.last_seq + 1
+        for candidate, entry in sorted(store.idx.items()):
+            if entry[1] >= at:
+                seq = candidate
+                break
+    else:  # last_per_subject: the earliest of the subjects' last messages
+        lasts = [ss[2] for subj, ss in store.fss.items() if _matches(filter, subj)]
+        seq = min(lasts) if lasts else store.last_seq + 1
+    return max(seq, 1)
+
+
+def _matches(filter: bytes, subject: bytes) -> bool:
+    match = compile_filter(filter)
+    return match is None or match(subject)
+
+
+class Consumer:
+    """One consumer of a stream: its configuration and its delivery/ack state (sans-IO: the
+    caller passes the time in and sends what ``next_msg`` returns)."""
+
+    def __init__(self, stream, name: str, cfg: ConsumerConfig, created: int) -> None:
+        self.stream = stream
+        self.name = name
+        self.cfg = cfg
+        # Accepted as nats-server does, not yet applied by natserver: said, never silent.
+        if cfg.replay_policy == "original":
+            log.warning("JetStream: consumer %r > %r: replay_policy original is not supported by natserver; "
+                        "messages are delivered at once (instant)", stream.name, name)
+        if cfg.rate_limit_bps:
+            log.warning("JetStream: consumer %r > %r: rate_limit_bps is not supported by natserver and is ignored",
+                        stream.name, name)
+        self.created = created
+        self.delivered_cseq = 0  # last consumer sequence delivered
+        # Stream sequence of the last delivery; before any, the one before the start position.
+        self.delivered_sseq = start_sequence(cfg, stream.store) - 1
+        self.ack_floor_cseq = 0
+        self.ack_floor_sseq = 0
+        self.last_delivered = 0  # ns, for info's last_active
+        self.last_acked = 0
+        # stream seq -> [consumer seq, delivery time ns], in delivery order (the first entry has
+        # the earliest ack deadline, as every redelivery moves its entry to the end).
+        self.pending: dict[int, list] = {}
+        self.rdc: dict[int, int] = {}  # stream seq -> deliveries so far (only when > 1 matters)
+        self.rdq: list[int] = []  # stream seqs due for redelivery, in order
+        self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
+        self.waiting: list = []  # pull requests (PullRequest), oldest first
+        self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
+        self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
+        self.active_at = created  # ns: last sign of a client (ephemerals' inactive_threshold)
+        self.fc_reply = b""  # push flow control: the request the client has yet to answer
+        self.fc_bytes = 0  # bytes pushed since the last flow control answer
+        self.fc_count = 0
+        self._all_key: tuple | None = None  # filter_is_all's cache
+        self._all = False
+        self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
+        self.saved_at = 0  # ns
+        self.save_queued = False  # the timer task knows a snapshot is due
+        self.match = compile_filter(cfg.filter_subject.encode())
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def num_pending(self) -> int:
+        """Messages of the stream beyond what was delivered that match the filter."""
+        store = self.stream.store
+        start = max(self.delivered_sseq + 1, store.first_seq)
+        if start > store.last_seq:
+            return 0
+        return store.num_pending(start, self.cfg.filter_subject.encode())
+
+    def filter_is_all(self) -> bool:
+        """The filter takes every subject of the stream (nats-py sets it to the stream's one
+        subject): pending can be counted from sequences alone."""
+        key = (self.cfg.filter_subject, tuple(self.stream.cfg.subjects or ()))
+        if self._all_key != key:
+            f = key[0]
+            self._all_key = key
+            self._all = not f or f == ">" or all(is_subset_match(s, f) for s in key[1])
+        return self._all
+
+    def blocked(self) -> bool:
+        """max_ack_pending reached: nothing more until something is acked."""
+        cfg = self.cfg
+        return cfg.ack_policy != "none" and 0 < cfg.max_ack_pending <= len(self.pending)
+
+    def next_msg(self, now: int):
+        """The next message to deliver and its delivery count, or None; records the delivery."""
+        store = self.stream.store
+        while self.rdq:
+            seq = self.rdq[0]
+            until = self.nak_until.get(seq)
+            if until is not None and until > now:
+                break
+            self.rdq.pop(0)
+            self.nak_until.pop(seq, None)
+            if seq not in self.pending:
+                continue
+            msg = store.load_msg(seq)
+            if msg is None:  # gone from the stream meanwhile
+                self._forget(seq)
+                continue
+            count = self.rdc.get(seq, 1) + 1
+            self.rdc[seq] = count
+            self.delivered_cseq += 1
+            del self.pending[seq]
+            self.pending[seq] = [self.delivered_cseq, now]
+            self.last_delivered = now
+            self.dirty = True
+            return msg, count
+        if self.blocked():
+            return None
+        start = max(self.delivered_sseq + 1, store.first_seq)
+        if start > store.last_seq:
+            return None
+        msg = store.load_next_msg(self.cfg.filter_subject.encode(), start)
+        if msg is None:
+            self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
+            return None
+        self.delivered_cseq += 1
+        self.delivered_sseq = msg.seq
+        self.last_delivered = now
+        self.dirty = True
+        if self.cfg.ack_policy == "none":
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
+        else:
+            self.pending[msg.seq] = [self.delivered_cseq, now]
+        return msg, 1
+
+    def undo(self, seq: int, count: int) -> None:
+        """Take back the delivery next_msg just recorded (the request could not take it)."""
+        self.delivered_cseq -= 1
+        if count == 1:
+            self.delivered_sseq = seq - 1
+            self.pending.pop(seq, None)
+        else:
+            self.rdc[seq] = count - 1
+            self.rdq.insert(0, seq)
+
+    def _forget(self, seq: int) -> None:
+        self.dirty = True
+        self.pending.pop(seq, None)
+        self.rdc.pop(seq, None)
+        self.nak_until.pop(seq, None)
+
+    # -- acks ---------------------------------------------------------------------------------
+
+    def ack(self, sseq: int, cseq: int, now: int) -> list[int]:
+        """+ACK (and +NXT). The stream sequences it acknowledged (for retention)."""
+        if self.cfg.ack_policy == "all":
+            done = [s for s in self.pending if s <= sseq]
+        else:
+            done = [sseq] if sseq in self.pending else []
+        for s in done:
+            self._forget(s)
+        if done:
+            self.last_acked = now
+            self._update_floor()
+        return done
+
+    def is_done_with(self, seq: int, subject: bytes) -> bool:
+        """Interest retention: this consumer no longer needs message ``seq``."""
+        if self.match is not None and not self.match(subject):
+            return True
+        return seq <= self.delivered_sseq and seq not in self.pending and seq not in self.rdq
+
+    def _update_floor(self) -> None:
+        if not self.pending:
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.delivered_sseq
+            return
+        first = min(self.pending)
+        self.ack_floor_sseq = first - 1
+        self.ack_floor_cseq = self.pending[first][0] - 1
+
+    def nak(self, sseq: int, delay_ns: int, now: int) -> None:
+        if sseq not in self.pending:
+            return
+        if delay_ns > 0:
+            self.nak_until[sseq] = now + delay_ns
+        if sseq not in self.rdq:
+            self.rdq.append(sseq)
+            self.rdq.sort()
+
+    def progress(self, sseq: int, now: int) -> None:
+        """+WPI: the ack_wait clock starts again."""
+        entry = self.pending.pop(sseq, None)
+        if entry is not None:
+            entry[1] = now
+            self.pending[sseq] = entry
+
+    def term(self, sseq: int, now: int) -> bool:
+        hit = sseq in self.pending
+        self._forget(sseq)
+        if hit:
+            self.last_acked = now
+            self._update_floor()
+        return hit
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def ack_wait_for(self, seq: int) -> int:
+        backoff = self.cfg.backoff
+        if backoff:
+            n = self.rdc.get(seq, 1) - 1
+            return backoff[min(n, len(backoff) - 1)]
+        return self.cfg.ack_wait
+
+    def expire_acks(self, now: int) -> list[int]:
+        """Pending messages whose ack_wait passed: queued for redelivery, or, after
+        max_deliver deliveries, dropped from pending and returned (for the advisory)."""
+        exhausted = []
+        max_deliver = self.cfg.max_deliver
+        for seq, (cseq, at) in list(self.pending.items()):
+            if at + self.ack_wait_for(seq) > now:
+                if not self.cfg.backoff:
+                    break  # in delivery order: the rest are younger
+                continue
+            if seq in self.rdq:
+                continue
+            if 0 < max_deliver <= self.rdc.get(seq, 1):
+                self._forget(seq)
+                exhausted.append(seq)
+                continue
+            self.rdq.append(seq)
+        if exhausted:
+            self._update_floor()
+        self.rdq.sort()
+        return exhausted
+
+    def next_deadline(self) -> int | None:
+        """When expire_acks next has something to do (ns), or None."""
+        deadlines = []
+        if self.pending:
+            if self.cfg.backoff:
+                deadlines.append(min(at + self.ack_wait_for(s) for s, (_, at) in self.pending.items()
+                                     if s not in self.rdq) if len(self.rdq) < len(self.pending) else None)
+            else:
+                for s, (_, at) in self.pending.items():
+                    if s not in self.rdq:
+                        deadlines.append(at + self.cfg.ack_wait)
+                        break
+        if self.nak_until:
+            deadlines.append(min(self.nak_until.values()))
+        deadlines = [d for d in deadlines if d is not None]
+        return min(deadlines) if deadlines else None
+
+    # -- info ---------------------------------------------------------------------------------
+
+    def info_json(self) -> dict:
+        delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
+        if self.last_delivered:
+            delivered["last_active"] = rfc3339nano(self.last_delivered)
+        floor: dict = {"consumer_seq": self.ack_floor_cseq, "stream_seq": self.ack_floor_sseq}
+        if self.last_acked:
+            floor["last_active"] = rfc3339nano(self.last_acked)
+        return {
+            "stream_name": self.stream.name,
+            "name": self.name,
+            "created": rfc3339nano(self.created),
+            "config": self.cfg.to_json(),
+            "delivered": delivered,
+            "ack_floor": floor,
+            "num_ack_pending": len(self.pending),
+            "num_redelivered": sum(1 for s, n in self.rdc.items() if n > 1 and s in self.pending),
+            "num_waiting": len(self.waiting),
+            "num_pending": self.num_pending(),
+        }

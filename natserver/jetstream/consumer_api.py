@@ -1,0 +1,191 @@
+"""The ``$JS.API.CONSUMER.*`` handlers: CREATE (ephemeral, named, with a filter token),
+DURABLE.CREATE, INFO, DELETE, NAMES and LIST, answered with nats-server v2.9.10's JSON
+and error codes. Consumers live in ``stream.consumers`` (name -> Consumer).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from . import consumer_store, errors
+from .consumer import (
+    Consumer,
+    ConsumerConfig,
+    check_config,
+    check_update,
+    ephemeral_name,
+    set_defaults,
+)
+from .errors import ApiError
+from .stream import _INT64, _int, _object, _str, decode_struct
+from .util import loads
+
+if TYPE_CHECKING:
+    from .api import Api
+
+_T = "io.nats.jetstream.api.v1."
+NAMES_LIMIT = 1024  # JSApiNamesLimit
+LIST_LIMIT = 256  # JSApiListLimit
+_HDR_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
+_CREATE_REQUEST = {"stream_name": _str, "config": _object}
+_PAGE_REQUEST = {"offset": lambda v: _int(v, _INT64)}
+
+
+def _decode(payload: bytes, fields: dict) -> dict:
+    try:
+        return decode_struct(loads(payload), fields, {})
+    except ValueError as exc:
+        raise errors.invalid_json() from exc
+
+
+class ConsumerApi:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.js = api.js
+
+    def handle(self, tokens: list, reply, payload: bytes) -> None:
+        n = len(tokens)
+        op = tokens[3] if n > 3 else b""
+        text = [t.decode("utf-8", "replace") for t in tokens]
+        if op == b"DURABLE" and n == 7 and tokens[4] == b"CREATE":
+            self.create(text[5], reply, payload, name=text[6], durable=True)
+        elif op == b"CREATE" and n == 5:
+            self.create(text[4], reply, payload)
+        elif op == b"CREATE" and n >= 6:
+            self.create(text[4], reply, payload, name=text[5], filter=".".join(text[6:]))
+        elif op == b"INFO" and n == 6:
+            self.info(text[4], text[5], reply)
+        elif op == b"DELETE" and n == 6:
+            self.delete(text[4], text[5], reply)
+        elif op == b"MSG" and n == 7 and tokens[4] == b"NEXT":
+            stream = self.js.streams.get(text[5])
+            consumer = stream.consumers.get(text[6]) if stream is not None else None
+            if consumer is not None:  # nats-server answers nothing for an unknown consumer
+                self.js.delivery.pull(consumer, reply, payload)
+        elif op in (b"NAMES", b"LIST") and n == 5:
+            self.names(text[4], reply, payload, full=op == b"LIST")
+
+    def _stream(self, name: str):
+        stream = self.js.streams.get(name)
+        if stream is None:
+            raise errors.stream_not_found()
+        return stream
+
+    def create(self, stream_name: str, reply, payload: bytes, *, name: str = "", durable: bool = False,
+               filter: str = "") -> None:
+        rtype = _T + "consumer_create_response"
+        try:
+            req = _decode(payload, _CREATE_REQUEST)
+            if req.get("stream_name", "") != stream_name:
+                raise errors.stream_mismatch()
+            try:
+                cfg = ConsumerConfig.from_json(req.get("config"))
+            except ValueError:
+                raise errors.invalid_json() from None
+            if durable:
+                if not cfg.durable_name:
+                    raise errors.consumer_durable_required()
+                if cfg.durable_name != name:
+                    raise errors.consumer_name_mismatch()
+            elif not name and cfg.durable_name:
+                raise errors.consumer_ephemeral_with_durable()
+            elif name:
+                if cfg.name and cfg.name != name or cfg.durable_name and cfg.durable_name != name:
+                    raise errors.consumer_name_mismatch()
+                if filter and cfg.filter_subject != filter:
+                    raise errors.consumer_create("consumer filter subject does not match the request subject")
+            stream = self._stream(stream_name)
+            set_defaults(cfg)
+            check_config(cfg, stream.cfg.subjects or [])
+            consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc)
+            return
+        self.api._send(reply, {"type": rtype, **consumer.info_json()})
+
+    def add(self, stream, cfg: ConsumerConfig, name: str) -> Consumer:
+        consumers = stream.consumers
+        existing = consumers.get(name) if name else None
+        if existing is not None:
+            if existing.cfg == cfg:
+                return existing
+            check_update(existing.cfg, cfg)
+            existing.cfg = cfg
+            self._save(existing)
+            return existing
+        if stream.cfg.max_consumers > 0 and len(consumers) >= stream.cfg.max_consumers:
+            raise errors.max_consumers_reached()
+        if not name:
+            name = ephemeral_name()
+            while name in consumers:
+                name = ephemeral_name()
+        consumer = Consumer(stream, name, cfg, time.time_ns())
+        consumers[name] = consumer
+        self._save(consumer)
+        if cfg.deliver_subject:
+            self.js.delivery.push(consumer, consumer.created)
+        self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
+        return consumer
+
+    def info(self, stream_name: str, name: str, reply) -> None:
+        rtype = _T + "consumer_info_response"
+        try:
+            consumer = self._stream(stream_name).consumers.get(name)
+            if consumer is None:
+                raise errors.consumer_not_found()
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc)
+            return
+        self.api._send(reply, {"type": rtype, **consumer.info_json()})
+
+    def delete(self, stream_name: str, name: str, reply) -> None:
+        rtype = _T + "consumer_delete_response"
+        try:
+            stream = self._stream(stream_name)
+            consumer = stream.consumers.get(name)
+            if consumer is None:
+                raise errors.consumer_not_found()
+            self.remove(consumer)
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc)
+            return
+        self.api._send(reply, {"type": rtype, "success": True})
+
+    def _save(self, consumer: Consumer) -> None:
+        """A durable's configuration is on disk before the API answers."""
+        if consumer.cfg.durable_name and consumer.stream.file_backed:
+            try:
+                consumer_store.save(consumer, self.js.stream_path(consumer.stream))
+            except OSError as exc:
+                raise errors.consumer_create(str(exc)) from None
+
+    def remove(self, consumer: Consumer) -> None:
+        """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
+        consumer.stream.consumers.pop(consumer.name, None)
+        if consumer.cfg.durable_name and consumer.stream.file_backed:
+            consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
+        for req in consumer.waiting:
+            self.js.send(req.reply, b"", _HDR_DELETED)
+        consumer.waiting.clear()
+
+    def names(self, stream_name: str, reply, payload: bytes, *, full: bool) -> None:
+        rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
+        offset = 0
+        try:
+            if payload and payload != b"{}":
+                offset = _decode(payload, _PAGE_REQUEST).get("offset", 0)
+            stream = self._stream(stream_name)
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
+            return
+        names = sorted(stream.consumers)
+        offset = min(max(offset, 0), len(names))
+        limit = LIST_LIMIT if full else NAMES_LIMIT
+        page = names[offset : offset + limit]
+        if full:
+            listed: list = [stream.consumers[n].info_json() for n in page]
+        else:
+            listed = page
+        self.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": limit,
+                               "consumers": listed})

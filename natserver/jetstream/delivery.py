@@ -1,0 +1,455 @@
+"""Consumer delivery on the wire: pull requests ($JS.API.CONSUMER.MSG.NEXT), acks on
+``$JS.ACK.>``, ack_wait redelivery and request expiry on one timer task, advisories.
+The per-consumer rules are in consumer.py (sans-IO); this module does the sending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from . import consumer_store
+from .consumer import ephemeral_name
+from .stream import _INT64, _bool, _int, decode_struct
+from .util import dumps, loads, rfc3339nano
+
+if TYPE_CHECKING:
+    from . import JetStream
+    from .consumer import Consumer
+
+log = logging.getLogger("natserver")
+
+_HDR_FLOW_CONTROL = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
+_HDR_NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
+_HDR_MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
+_HDR_HEARTBEAT_TOO_LARGE = b"NATS/1.0 400 Bad Request - heartbeat value too large\r\n\r\n"
+_HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
+_ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
+_PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v, _INT64),
+                 "no_wait": _bool, "max_bytes": lambda v: _int(v, _INT64),
+                 "idle_heartbeat": lambda v: _int(v, _INT64)}
+
+
+PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task
+FLOW_CONTROL_BYTES = 512 * 1024  # a push consumer with flow_control asks after this much data
+NO_INTEREST_RETRY = 50_000_000  # ns; how often a push consumer without subscribers looks again
+
+
+def _heartbeat_header(consumer) -> bytes:
+    return (b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: %d\r\nNats-Last-Stream: %d\r\n\r\n"
+            % (consumer.delivered_cseq, consumer.delivered_sseq))
+
+
+def _timeout_header(batch: int, max_bytes: int) -> bytes:
+    return (b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
+            % (batch, max_bytes))
+
+
+def _too_big_header(batch: int, max_bytes: int) -> bytes:
+    return (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: %d\r\n"
+            b"Nats-Pending-Bytes: %d\r\n\r\n" % (batch, max_bytes))
+
+
+class PullRequest:
+    __slots__ = ("batch", "expires", "heartbeat", "last_beat", "max_bytes", "no_wait", "reply", "sent")
+
+    def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
+        self.reply = reply
+        self.batch = batch  # messages still wanted
+        self.max_bytes = max_bytes  # bytes still allowed (0: no limit)
+        self.no_wait = no_wait
+        self.expires = expires  # ns deadline, 0: none
+        self.sent = 0
+        self.heartbeat = 0  # ns between idle heartbeats while the request waits (0: none)
+        self.last_beat = 0
+
+
+def deliver(server, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+    """Send a stored message to the subscribers of ``dsubj`` with its own ``subject`` on the
+    MSG line (as nats-server delivers consumer messages); one member per queue group."""
+    return server.internal_client.deliver_as(dsubj, subject, reply, hdr, data)
+
+
+class Delivery:
+    """Owned by the engine: the ack subscription and the timer task."""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+        self.server = js.server
+        self._wake = trio.Event()
+        self._ack_sub = None
+        self._fc_sub = None
+
+    def start(self) -> None:
+        self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
+        self._fc_sub = self.js.subscribe("$JS.FC.>", self.on_flow_control)
+
+    def on_flow_control(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        """A client answered a flow control request: its consumer may go on."""
+        tokens = subject.split(b".")
+        if len(tokens) < 5:
+            return
+        stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+        consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace")) if stream else None
+        if consumer is not None and consumer.fc_reply == subject:
+            consumer.fc_reply = b""
+            consumer.fc_bytes = 0
+            self.push(consumer, time.time_ns())
+
+    def stop(self) -> None:
+        if self._ack_sub is not None:
+            try:
+                self.js.unsubscribe(self._ack_sub)
+                self.js.unsubscribe(self._fc_sub)
+            except Exception:  # noqa: BLE001 (the server may be half torn down already)
+                log.debug("ack subscription already gone")
+            self._ack_sub = None
+
+    def poke(self) -> None:
+        if not self._wake.is_set():
+            self._wake.set()
+
+    # -- pull requests ------------------------------------------------------------------------
+
+    def pull(self, consumer: Consumer, reply, payload: bytes) -> None:
+        if not reply:
+            return
+        now = time.time_ns()
+        batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
+        body = payload.strip()
+        if body:
+            try:
+                if body[:1] == b"{":
+                    req = decode_struct(loads(body), _PULL_REQUEST, {})
+                    batch = req.get("batch", 1)
+                    expires = req.get("expires", 0)
+                    no_wait = req.get("no_wait", False)
+                    max_bytes = req.get("max_bytes", 0)
+                    heartbeat = req.get("idle_heartbeat", 0)
+                else:
+                    batch = int(body)
+            except ValueError:
+                self.js.send(reply, b"", _HDR_BAD_REQUEST)
+                return
+        if batch <= 0:
+            batch = 1
+        if heartbeat > 0 and heartbeat * 2 > expires:
+            self.js.send(reply, b"", _HDR_HEARTBEAT_TOO_LARGE)
+            return
+        if consumer.cfg.is_push:
+            return  # nats-server ignores pull requests to push consumers
+        consumer.active_at = now
+        self._expire_requests(consumer, now)
+        if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):
+            self.js.send(reply, b"", _HDR_MAX_WAITING)
+            return
+        request = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0)
+        request.heartbeat, request.last_beat = max(heartbeat, 0), now
+        consumer.waiting.append(request)
+        self.serve(consumer, now)
+        if consumer.waiting and consumer.waiting[-1].expires:
+            self.poke()
+
+    def serve(self, consumer: Consumer, now: int) -> None:
+        """Deliver to waiting pull requests while there is something for them."""
+        send = self.js.send
+        server = self.server
+        waiting = consumer.waiting
+        while waiting:
+            req = waiting[0]
+            got = consumer.next_msg(now)
+            if got is None:
+                break
+            msg, count = got
+            size = len(msg.hdr or b"") + len(msg.data) + len(msg.subject)
+            if req.max_bytes and size > req.max_bytes:
+                consumer.undo(msg.seq, count)
+                waiting.pop(0)
+                send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
+                continue
+            deliver(server, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
+            req.batch -= 1
+            req.sent += 1
+            if req.max_bytes:
+                req.max_bytes -= size
+            if req.batch <= 0:
+                waiting.pop(0)
+        self._queue_save(consumer)
+        # Requests that may not wait: told now that there is nothing (more).
+        i = 0
+        while i < len(waiting):
+            req = waiting[i]
+            if req.no_wait:
+                waiting.pop(i)
+                if req.sent:
+                    send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+                else:
+                    send(req.reply, b"", _HDR_NO_MESSAGES)
+            else:
+                i += 1
+
+    def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
+        if consumer.filter_is_all():
+            # Interior deletes not subtracted: counting them would cost a scan per message.
+            pending = max(0, consumer.stream.store.last_seq - consumer.delivered_sseq)
+        else:
+            pending = consumer.num_pending()
+        return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
+            consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
+            msg.ts, pending)
+
+    def _expire_requests(self, consumer: Consumer, now: int) -> None:
+        waiting = consumer.waiting
+        if not waiting:
+            return
+        keep = []
+        for req in waiting:
+            if req.expires and req.expires <= now:
+                self.js.send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+            else:
+                keep.append(req)
+        consumer.waiting[:] = keep
+
+    # -- new messages -------------------------------------------------------------------------
+
+    def stream_changed(self, stream) -> None:
+        now = time.time_ns()
+        for consumer in stream.consumers.values():
+            if consumer.cfg.deliver_subject:
+                self.push(consumer, now)
+            elif consumer.waiting:
+                self.serve(consumer, now)
+
+    def push(self, consumer: Consumer, now: int) -> None:
+        """Deliver to a push consumer's deliver subject while it has subscribers (one member
+        of a deliver_group each time), at most PUSH_BURST at a time."""
+        dsubj = consumer.cfg.deliver_subject.encode()
+        server = self.server
+        client = server.internal_client
+        result = client.sublist.match(dsubj)
+        if not (result.psubs or result.qsubs):
+            consumer.retry_at = now + NO_INTEREST_RETRY
+            self.poke()
+            return
+        consumer.retry_at = 0
+        if consumer.fc_reply:
+            return  # waiting for the client's flow control answer
+        headers_only = consumer.cfg.headers_only
+        flow_control = consumer.cfg.flow_control
+        for _ in range(PUSH_BURST):
+            got = consumer.next_msg(now)
+            if got is None:
+                return
+            msg, count = got
+            hdr, data = msg.hdr or None, msg.data
+            if headers_only:
+                hdr = (hdr or b"NATS/1.0\r\n\r\n")[:-2] + b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
+                data = b""
+            if not deliver(server, dsubj, msg.subject, self.ack_reply(consumer, msg, count), hdr, data):
+                consumer.undo(msg.seq, count)
+                consumer.retry_at = now + NO_INTEREST_RETRY
+                self.poke()
+                return
+            consumer.last_push = now
+            if flow_control:
+                consumer.fc_bytes += len(data) + len(hdr or b"")
+                if consumer.fc_bytes >= FLOW_CONTROL_BYTES:
+                    consumer.fc_count += 1
+                    consumer.fc_reply = b"$JS.FC.%s.%s.%d" % (
+                        consumer.stream.name.encode(), consumer.name.encode(), consumer.fc_count)
+                    deliver(server, dsubj, dsubj, consumer.fc_reply, _HDR_FLOW_CONTROL, b"")
+                    return
+        consumer.retry_at = now  # more to send: the timer task goes on at once
+        self.poke()
+
+    # -- acks ---------------------------------------------------------------------------------
+
+    def on_ack(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        try:
+            self._on_ack(subject, reply, payload)
+        except Exception:  # a bug must not take the acker's connection down
+            log.exception("ack on %r failed", subject)
+
+    def _on_ack(self, subject: bytes, reply, payload: bytes) -> None:
+        tokens = subject.split(b".")
+        if len(tokens) < 9:
+            return
+        stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+        if stream is None:
+            return
+        consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace"))
+        if consumer is None:
+            return
+        try:
+            count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
+        except ValueError:
+            return
+        now = time.time_ns()
+        kind = payload[:4]
+        if not payload or kind == b"+ACK":
+            self._retain(consumer, consumer.ack(sseq, cseq, now))
+        elif kind == b"-NAK":
+            delay = 0
+            rest = payload[4:].strip()
+            if rest:
+                try:
+                    delay = int(loads(rest).get("delay", 0))
+                except (ValueError, AttributeError, TypeError):
+                    delay = 0
+            consumer.nak(sseq, delay, now)
+            if delay:
+                self.poke()
+        elif kind == b"+WPI":
+            consumer.progress(sseq, now)
+            self.poke()
+            return  # nats-server answers no progress ack
+        elif kind == b"+NXT":
+            self._retain(consumer, consumer.ack(sseq, cseq, now))
+            if reply:
+                self.pull(consumer, reply, payload[4:].strip())
+                reply = None
+        elif payload[:5] == b"+TERM":
+            if consumer.term(sseq, now):
+                self._retain(consumer, [sseq])
+                self._advisory(b"MSG_TERMINATED", consumer, {
+                    "type": "io.nats.jetstream.advisory.v1.terminated",
+                    "consumer_seq": cseq, "stream_seq": sseq, "deliveries": count})
+        else:
+            return
+        if reply:
+            self.js.send(reply, b"")
+        if consumer.cfg.deliver_subject:
+            self.push(consumer, now)
+        else:
+            self.serve(consumer, now)
+        self._queue_save(consumer)
+
+    def _queue_save(self, consumer: Consumer) -> None:
+        """A durable's state changed: make sure the timer task plans a snapshot."""
+        if consumer.dirty and not consumer.save_queued and consumer.cfg.durable_name and consumer.stream.file_backed:
+            consumer.save_queued = True
+            self.poke()
+
+    def _retain(self, consumer: Consumer, acked: list) -> None:
+        """Interest and workqueue retention: an acknowledged message goes once no consumer
+        needs it any more (workqueue: at once, one consumer per message)."""
+        stream = consumer.stream
+        policy = stream.cfg.retention
+        if not acked or policy == "limits":
+            return
+        store = stream.store
+        removed = False
+        for seq in acked:
+            if policy == "interest":
+                msg = store.load_msg(seq)
+                if msg is None or not all(c.is_done_with(seq, msg.subject) for c in stream.consumers.values()):
+                    continue
+            removed = store.remove_msg(seq) or removed
+        if removed:
+            self.js._store_dirty(store)
+
+    def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
+        doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(time.time_ns()),
+               "stream": consumer.stream.name, "consumer": consumer.name, **fields}
+        self.js.send(_ADVISORY + kind + b"." + consumer.stream.name.encode() + b"." + consumer.name.encode(),
+                     dumps(doc))
+
+    # -- the timer ----------------------------------------------------------------------------
+
+    def _next_deadline(self) -> int | None:
+        best = None
+        for stream in self.js.streams.values():
+            for consumer in stream.consumers.values():
+                d = consumer.next_deadline()
+                if consumer.dirty and consumer.cfg.durable_name and stream.file_backed:
+                    save_at = consumer.saved_at + consumer_store.SNAPSHOT_INTERVAL
+                    if d is None or save_at < d:
+                        d = save_at
+                if not consumer.cfg.durable_name and consumer.cfg.inactive_threshold:
+                    gone = consumer.active_at + consumer.cfg.inactive_threshold
+                    if d is None or gone < d:
+                        d = gone
+                if consumer.retry_at and (d is None or consumer.retry_at < d):
+                    d = consumer.retry_at
+                if consumer.cfg.idle_heartbeat:
+                    beat = consumer.last_push + consumer.cfg.idle_heartbeat
+                    if d is None or beat < d:
+                        d = beat
+                for req in consumer.waiting:
+                    if req.expires and (d is None or req.expires < d):
+                        d = req.expires
+                    if req.heartbeat and (d is None or req.last_beat + req.heartbeat < d):
+                        d = req.last_beat + req.heartbeat
+                if d is not None and (best is None or d < best):
+                    best = d
+        return best
+
+    async def run(self) -> None:
+        while True:
+            deadline = self._next_deadline()
+            self._wake = trio.Event()
+            if deadline is None:
+                await self._wake.wait()
+            else:
+                delay = max(0.0, (deadline - time.time_ns()) / 1e9) + 0.001
+                with trio.move_on_after(delay):
+                    await self._wake.wait()
+            now = time.time_ns()
+            for stream in list(self.js.streams.values()):
+                for consumer in list(stream.consumers.values()):
+                    try:
+                        self._tick(consumer, now)
+                    except Exception:  # a bug in one consumer must not stop the others' timers
+                        log.exception("JetStream consumer %s > %s: timer failed", stream.name, consumer.name)
+            self.server.flush_touched()
+            self.save_durables(now)
+
+    def save_durables(self, now: int, force: bool = False) -> None:
+        """Snapshot changed durables of file streams (at most every SNAPSHOT_INTERVAL)."""
+        for stream in self.js.streams.values():
+            if not stream.file_backed:
+                continue
+            for consumer in stream.consumers.values():
+                if consumer.cfg.durable_name and consumer.dirty and (
+                        force or now - consumer.saved_at >= consumer_store.SNAPSHOT_INTERVAL):
+                    consumer.save_queued = False
+                    try:
+                        consumer_store.save(consumer, self.js.stream_path(stream))
+                    except OSError as exc:
+                        log.error("JetStream: can not save consumer %s: %s", consumer.name, exc)
+                    consumer.saved_at = now
+
+    def _tick(self, consumer: Consumer, now: int) -> None:
+        cfg = consumer.cfg
+        if not cfg.durable_name and cfg.inactive_threshold:
+            if cfg.deliver_subject:
+                result = self.server.internal_client.sublist.match(cfg.deliver_subject.encode())
+                if result.psubs or result.qsubs:
+                    consumer.active_at = now
+            elif consumer.waiting:
+                consumer.active_at = now
+            if now - consumer.active_at >= cfg.inactive_threshold:
+                self.js.api.consumers.remove(consumer)
+                return
+        for seq in consumer.expire_acks(now):
+            self._advisory(b"MAX_DELIVERIES", consumer, {
+                "type": "io.nats.jetstream.advisory.v1.max_deliver",
+                "stream_seq": seq, "deliveries": consumer.cfg.max_deliver})
+        if consumer.cfg.deliver_subject:
+            if consumer.retry_at and consumer.retry_at <= now or consumer.rdq:
+                self.push(consumer, now)
+            beat = consumer.cfg.idle_heartbeat
+            if beat and consumer.last_push + beat <= now:
+                consumer.last_push = now
+                self.js.send(consumer.cfg.deliver_subject.encode(), b"", _heartbeat_header(consumer))
+            return
+        self._expire_requests(consumer, now)
+        if consumer.waiting or consumer.rdq:
+            self.serve(consumer, now)
+        for req in consumer.waiting:
+            if req.heartbeat and req.last_beat + req.heartbeat <= now:
+                req.last_beat = now
+                self.js.send(req.reply, b"", _heartbeat_header(consumer))
