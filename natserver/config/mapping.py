@@ -457,14 +457,19 @@ class _Builder:
                             c["cluster_username"] = str(auth_value)
                         elif lowered in ("pass", "password"):
                             c["cluster_password"] = str(auth_value)
-                        else:
+                        elif lowered == "timeout":
                             self.extra.setdefault(key, {})[f"authorization.{auth_key}"] = auth_value
+                        else:  # users, permissions...: security natserver's routes do not apply
+                            self.errors.append(f"{self.where(value, member, where)}: "
+                                               f"{refused_text(f'cluster authorization {auth_key}', 'route security')}")
                 elif name == "no_advertise":
                     c["cluster_no_advertise"] = _expect(item, bool, member)
                 elif name == "connect_retries":
                     c["cluster_connect_retries"] = _expect(item, int, member)
-                elif name in ("pool_size", "advertise", "cluster_advertise", "tls", "permissions",
-                              "compression", "accounts"):
+                elif name in ("tls", "permissions"):  # security natserver's routes do not apply
+                    self.errors.append(f"{self.where(value, member, where)}: "
+                                       f"{refused_text(f'cluster {member}', 'route security')}")
+                elif name in ("pool_size", "advertise", "cluster_advertise", "compression", "accounts"):
                     # accepted, not acted on (pool_size is a 2.10 key nats-server 2.9 rejects)
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
@@ -1141,6 +1146,12 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f"Config option authorization {{{members}}} is not supported by natserver and is ignored")
         elif name in UNSUPPORTED_KEYS:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
+        elif name == "cluster" and isinstance(value, dict):
+            for member in value:
+                lines.append(f'Cluster option "{member}" is not supported by natserver and is ignored')
+        elif name == "cluster" and isinstance(value, dict):
+            for member in value:
+                lines.append(f'Cluster option "{member}" is not supported by natserver and is ignored')
         elif name in ("leafnodes", "leaf") and isinstance(value, dict):
             for member in value:
                 lines.append(f'Leaf node option "{member}" is not supported by natserver and is ignored')

@@ -430,3 +430,21 @@ def test_other_leaf_node_options_warn(tmp_path):
     options = load(tmp_path, "leafnodes { port: 7422, advertise: 'x:1' }\n")
     assert options.leafnode_port == 7422
     assert 'Leaf node option "advertise" is not supported by natserver and is ignored' in unsupported_warnings(options)
+
+
+@pytest.mark.parametrize("block, member", [
+    ("cluster { port: 6222, tls { ca_file: '/ca.pem' } }", "cluster tls"),
+    ("cluster { port: 6222, permissions { import: 'a' } }", "cluster permissions"),
+    ("cluster { port: 6222, authorization { users: [ {user: a, password: b} ] } }", "cluster authorization users"),
+])  # fmt: skip
+def test_route_security_natserver_lacks_refuses_the_file(tmp_path, block, member):
+    path = write(tmp_path, f"port: 4333\n{block}\n")
+    with pytest.raises(ConfigFileError) as info:
+        options_from_file(path)
+    assert f'"{member}" (route security) is not supported by natserver' in str(info.value)
+
+
+def test_other_cluster_options_warn(tmp_path):
+    options = load(tmp_path, "cluster { port: 6222, name: c, pool_size: 3 }\n")
+    assert options.cluster_port == 6222
+    assert 'Cluster option "pool_size" is not supported by natserver and is ignored' in unsupported_warnings(options)
