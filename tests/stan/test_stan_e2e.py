@@ -498,10 +498,21 @@ def test_jetstream_view_of_a_channel(threaded_server, tmp_path):
         assert (msg.subject, msg.data) == ("orders.eu", b"order-1")
         last = await js.get_msg(name, subject="orders.eu", direct=True, next=False)
         assert last.data == b"order-2"
+        # JetStream consumers read the channel, and see what STAN publishers add afterwards
+        puller = await js.pull_subscribe("orders.eu", "reader", stream=name)
+        got = await puller.fetch(3, timeout=5)
+        assert [m.data for m in got] == [b"order-0", b"order-1", b"order-2"]
+        for m in got:
+            await m.ack()
+        pushed = await js.subscribe("orders.eu", stream=name, ordered_consumer=True)
+        assert (await pushed.next_msg(timeout=5)).data == b"order-0"
+        await sc.publish("orders.eu", b"order-3")
+        (later,) = await puller.fetch(1, timeout=5)
+        assert later.data == b"order-3"
         # a core publish on the channel's subject does not reach the channel
         await sc._nc.publish("orders.eu", b"not stan")
         await sc._nc.flush()
-        assert (await js.stream_info(name)).state.messages == 3
+        assert (await js.stream_info(name)).state.messages == 4
         await S.close(sc)
 
     run(main())
