@@ -30,7 +30,9 @@ Quirks kept from nats-server (server/parser.go, client.go), because clients and 
 from __future__ import annotations
 
 import collections
+import importlib
 import json
+import os
 import re
 import sys
 
@@ -57,6 +59,28 @@ MAX_SIZE_DIGITS = 9
 _IGNORED_LINE_KEEP = 16
 
 _new = tuple.__new__
+
+# The compiled twin of the per-message PUB loop (_cscan.c, built by setup.py when a compiler is
+# at hand): it reads plain PUBs whose subject changes, and stops before anything it is not sure
+# of, so this module's Python path stays complete and decides everything else. callgrind, 64
+# subjects -> 4 wildcard subscribers, 32-256 B: see benchmarks/README.md. NATSERVER_NO_EXTENSIONS=1
+# runs the pure-Python path (as CI does on one Python).
+
+
+def compiled_pub_loop(environ=os.environ):
+    """The compiled scan_pubs, or None: not built, or NATSERVER_NO_EXTENSIONS set."""
+    if environ.get("NATSERVER_NO_EXTENSIONS"):
+        return None
+    try:
+        return importlib.import_module("natserver.protocol._cscan").scan_pubs
+    except ImportError:  # no compiler at install time: the pure-Python path alone
+        return None
+
+
+_scan_pubs = compiled_pub_loop()
+
+# Which parser a process runs, for the startup log and /varz.
+PARSER_IMPLEMENTATION = "python" if _scan_pubs is None else "compiled"
 
 # A run of PUBs with one subject and one size this long is skipped to its end with a regex
 # (Parser._uniform_run_end): long enough that compiling the pattern is paid back.
@@ -414,6 +438,20 @@ class Parser:
                             if pos != run_from:
                                 in_pub = buf[pos : pos + 4] == b"PUB "  # it may not even be a PUB
                                 continue
+                        if _scan_pubs is not None and not run_count:
+                            # Plain PUBs whose subject changes, read in C (see _scan_pubs above);
+                            # it stops before the next one it leaves to the code below.
+                            pos, scanned_last = _scan_pubs(
+                                buf, pos, self._view, ops, Pub, max_payload, max_control_line,
+                                last[0] if last is not None else None, coalesce,
+                            )
+                            if scanned_last >= 0:
+                                if coalesce:
+                                    last = ops[-1]
+                                    last_start = scanned_last
+                                    last_arg = buf[scanned_last + 4 : buf.find(b"\r\n", scanned_last)]
+                                if buf[pos : pos + 4] != b"PUB ":
+                                    break
                         # The arguments: what comes before the first CR LF of the next few
                         # bytes (partition: one fast call where find(b"\n", pos), the CR check
                         # and the slice took three; callgrind: -1.2k instructions a message);

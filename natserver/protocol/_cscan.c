@@ -1,0 +1,210 @@
+/* The compiled twin of the parser's per-message PUB loop (natserver/protocol/parser.py).
+
+   scan_pubs() takes over the one piece of Parser.parse() that costs the most when subjects and
+   sizes change every message: reading "PUB <subject> [reply] <size>\r\n<payload>\r\n" control
+   lines one after another (callgrind: about 10.8k instructions a message in Python, see
+   benchmarks/README.md). It accepts exactly what the Python fast path accepts and nothing else:
+   at the first byte it is not sure of (not a PUB, a size that is not canonical digits of at most
+   1024, a line without CR LF, an incomplete payload, \x0b or \x0c, a control line over the limit,
+   or the same subject twice in a row, which may open a run) it stops before that message and
+   the Python code goes on from there, so the pure-Python path stays the reference and the ops
+   are identical either way (tests/protocol/test_cscan.py feeds both).
+
+   Built by setup.py as an optional extension: without a compiler, or with
+   NATSERVER_NO_EXTENSIONS=1 at run time, the parser runs in Python alone. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* The Python fast path's table holds canonical digits of 0..1024 (parser._SIZE_OF). */
+#define MAX_FAST_SIZE 1024
+/* parser.ZERO_COPY_MIN: payloads from this size on are memoryview slices, not copies. */
+#define ZERO_COPY_MIN 512
+
+static PyObject *size_digits[MAX_FAST_SIZE + 1]; /* b"0" .. b"1024", shared, never freed */
+static PyObject *minus_one;
+
+/* The size as canonical decimal digits (no sign, no leading zero), or -1. */
+static Py_ssize_t
+canonical_size(const char *p, Py_ssize_t n)
+{
+    if (n < 1 || n > 4 || (n > 1 && p[0] == '0'))
+        return -1;
+    Py_ssize_t v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v <= MAX_FAST_SIZE ? v : -1;
+}
+
+static inline int
+is_blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* scan_pubs(buf, pos, view, ops, pub_type, max_payload, max_control_line, repeat, coalesce)
+   -> (pos, last_start)
+
+   Appends a pub_type(subject, reply, -1, size digits, payload) to ``ops`` for each PUB from
+   ``pos`` on that the Python fast path would accept; stops before the first one it would not,
+   and (when ``coalesce``) before one whose subject equals the previous one's (``repeat`` is
+   the subject of the Pub appended just before the call, or None). Returns the position reached
+   and where the last appended PUB started (-1: none appended). */
+static PyObject *
+scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "scan_pubs takes 9 arguments");
+        return NULL;
+    }
+    PyObject *buf_obj = args[0];
+    PyObject *view = args[2];
+    PyObject *ops = args[3];
+    PyTypeObject *pub_type = (PyTypeObject *)args[4];
+    PyObject *repeat = args[7];
+    if (!PyBytes_CheckExact(buf_obj) || !PyList_CheckExact(ops) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "scan_pubs: bytes, list and type expected");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t max_control_line = PyLong_AsSsize_t(args[6]);
+    int coalesce = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || coalesce < 0)
+        return NULL;
+
+    const char *buf = PyBytes_AS_STRING(buf_obj);
+    Py_ssize_t len = PyBytes_GET_SIZE(buf_obj);
+    const char *last_subject = NULL;
+    Py_ssize_t last_subject_len = 0;
+    if (repeat != Py_None && PyBytes_Check(repeat)) {
+        last_subject = PyBytes_AS_STRING(repeat);
+        last_subject_len = PyBytes_GET_SIZE(repeat);
+    }
+    Py_ssize_t last_start = -1;
+
+    while (pos >= 0 && len - pos >= 4 && memcmp(buf + pos, "PUB ", 4) == 0) {
+        Py_ssize_t arg_start = pos + 4;
+        const char *nlp = memchr(buf + arg_start, '\n', (size_t)(len - arg_start));
+        if (nlp == NULL)
+            break;
+        Py_ssize_t nl = nlp - buf;
+        if (nl == arg_start || buf[nl - 1] != '\r')
+            break;
+        Py_ssize_t arg_end = nl - 1; /* the arguments: buf[arg_start:arg_end] */
+        if (arg_end - arg_start > max_control_line)
+            break;
+        /* Up to three blank-separated tokens; any CR, \x0b or \x0c sends the line to Python. */
+        Py_ssize_t tok_start[3], tok_end[3];
+        int n_tok = 0, odd = 0;
+        Py_ssize_t i = arg_start;
+        while (i < arg_end) {
+            char c = buf[i];
+            if (is_blank(c)) {
+                i++;
+                continue;
+            }
+            if (n_tok == 3) {
+                odd = 1;
+                break;
+            }
+            tok_start[n_tok] = i;
+            while (i < arg_end && !is_blank(buf[i])) {
+                c = buf[i];
+                if (c == '\r' || c == '\x0b' || c == '\x0c') {
+                    odd = 1;
+                    break;
+                }
+                i++;
+            }
+            if (odd)
+                break;
+            tok_end[n_tok++] = i;
+        }
+        if (odd || n_tok < 2)
+            break;
+        int last_tok = n_tok - 1;
+        Py_ssize_t size = canonical_size(buf + tok_start[last_tok], tok_end[last_tok] - tok_start[last_tok]);
+        if (size < 0 || size > max_payload)
+            break;
+        Py_ssize_t start = nl + 1, stop = start + size;
+        if (stop + 2 > len || buf[stop] != '\r' || buf[stop + 1] != '\n')
+            break;
+        Py_ssize_t subject_len = tok_end[0] - tok_start[0];
+        if (coalesce && last_subject != NULL && subject_len == last_subject_len &&
+            memcmp(buf + tok_start[0], last_subject, (size_t)subject_len) == 0)
+            break; /* the same subject again: Python decides whether a run opens */
+
+        PyObject *subject = PyBytes_FromStringAndSize(buf + tok_start[0], subject_len);
+        if (subject == NULL)
+            return NULL;
+        PyObject *reply;
+        if (n_tok == 3) {
+            reply = PyBytes_FromStringAndSize(buf + tok_start[1], tok_end[1] - tok_start[1]);
+            if (reply == NULL) {
+                Py_DECREF(subject);
+                return NULL;
+            }
+        } else {
+            reply = Py_NewRef(Py_None);
+        }
+        PyObject *payload = size < ZERO_COPY_MIN ? PyBytes_FromStringAndSize(buf + start, size)
+                                                 : PySequence_GetSlice(view, start, stop);
+        if (payload == NULL) {
+            Py_DECREF(subject);
+            Py_DECREF(reply);
+            return NULL;
+        }
+        /* A NamedTuple subclass of tuple: allocated as one, its five items set in place. */
+        PyObject *op = pub_type->tp_alloc(pub_type, 5);
+        if (op == NULL) {
+            Py_DECREF(subject);
+            Py_DECREF(reply);
+            Py_DECREF(payload);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(op, 0, subject);
+        PyTuple_SET_ITEM(op, 1, reply);
+        PyTuple_SET_ITEM(op, 2, Py_NewRef(minus_one));
+        PyTuple_SET_ITEM(op, 3, Py_NewRef(size_digits[size]));
+        PyTuple_SET_ITEM(op, 4, payload);
+        int failed = PyList_Append(ops, op);
+        Py_DECREF(op);
+        if (failed)
+            return NULL;
+        last_start = pos;
+        last_subject = buf + tok_start[0];
+        last_subject_len = subject_len;
+        pos = stop + 2;
+    }
+    return Py_BuildValue("(nn)", pos, last_start);
+}
+
+static PyMethodDef methods[] = {
+    {"scan_pubs", (PyCFunction)(void (*)(void))scan_pubs, METH_FASTCALL,
+     "Parse consecutive plain PUBs exactly as the Python fast path would (see module doc)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "natserver.protocol._cscan",
+    "Compiled twin of the parser's per-message PUB loop.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__cscan(void)
+{
+    minus_one = PyLong_FromLong(-1);
+    if (minus_one == NULL)
+        return NULL;
+    for (int n = 0; n <= MAX_FAST_SIZE; n++) {
+        size_digits[n] = PyBytes_FromFormat("%d", n);
+        if (size_digits[n] == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&module_def);
+}
