@@ -85,6 +85,10 @@ PARSER_IMPLEMENTATION = "python" if _scan_pubs is None else "compiled"
 # A run of PUBs with one subject and one size this long is skipped to its end with a regex
 # (Parser._uniform_run_end): long enough that compiling the pattern is paid back.
 _UNIFORM_RUN_SKIP = 32
+# ... and this long when the pattern for its subject and size is already compiled (the run goes
+# on from the last chunk): 1 KiB messages come about 60 to a 64 KiB chunk, and parsing 32 of them
+# one by one was most of their parse cost (callgrind, 1 -> 1 1 KiB: see benchmarks/README.md).
+_UNIFORM_RUN_SKIP_CACHED = 3
 # "*+": possessive (3.11+), no backtracking state kept per message; plain "*" matches the same.
 _POSSESSIVE = b"*+" if sys.version_info >= (3, 11) else b"*"
 
@@ -237,7 +241,9 @@ class Parser:
         "_pos",
         "_extra",
         "_extra_len",
+        "_extra_skip",
         "_need",
+        "_op_size",
         "_odd_space",
         "_ready",
         "_error",
@@ -264,7 +270,13 @@ class Parser:
         # complete (_need bytes from _pos), so a 1 MiB payload in 64 KiB reads costs one copy.
         self._extra: list[bytes] = []
         self._extra_len = 0
+        # Bytes at the start of _extra[0] already parsed: an op that straddled two chunks is
+        # joined alone (at most twice: its control line, then its payload), then parsing goes
+        # on in the next chunk itself, not in a copy of it (callgrind, 1 -> 1 1 KiB: the copy
+        # of a 64 KiB chunk for each one).
+        self._extra_skip = 0
         self._need = 0
+        self._op_size = 0  # the incomplete op's whole size from _pos, when known (a PUB's payload)
         # True when the buffer holds a vertical tab or form feed: bytes.split() treats those
         # as spaces and nats-server does not, so such buffers use the exact (slower) split.
         self._odd_space = False
@@ -294,7 +306,7 @@ class Parser:
     @property
     def buffered(self) -> int:
         """Bytes received and not yet returned as ops."""
-        return len(self._buf) - self._pos + self._extra_len
+        return len(self._buf) - self._pos + self._extra_len - self._extra_skip
 
     def next_op(self) -> Op | NeedData:
         """Return the next op, or ``NEED_DATA``. Raises ``ProtocolError``."""
@@ -423,7 +435,11 @@ class Parser:
                                 run_bytes += size
                                 if size != run_size:
                                     run_uniform = False
-                                elif run_count == _UNIFORM_RUN_SKIP:
+                                elif run_count == _UNIFORM_RUN_SKIP or (
+                                    run_count == _UNIFORM_RUN_SKIP_CACHED
+                                    and self._uniform is not None
+                                    and self._uniform[0] == (run_prefix, size)
+                                ):
                                     # A long run of one subject and size: skip the rest of it
                                     # in one regex match (see _uniform_run_end).
                                     stride = stop + 2 - pos
@@ -542,12 +558,46 @@ class Parser:
             return ops
 
     def _next_op(self):
-        if self._extra:
-            if len(self._buf) - self._pos + self._extra_len < self._need:
+        while True:
+            if self._extra and not self._join_extra():
                 return NEED_DATA
-            self._set_buffer(b"".join([self._view[self._pos :], *self._extra]))
-            self._extra.clear()
-            self._extra_len = 0
+            op = self._op_in_buffer()
+            if op is not NEED_DATA or not self._extra:
+                return op
+
+    def _join_extra(self) -> bool:
+        """Bring later chunks into the buffer for the incomplete op, once it can complete;
+        False while it cannot."""
+        extra = self._extra
+        skip = self._extra_skip
+        left = len(self._buf) - self._pos
+        if not left:  # the straddling op is done: on in the next chunk, where it ended
+            first = extra.pop(0)
+            self._extra_len -= len(first)
+            self._extra_skip = 0
+            self._set_buffer(first)
+            self._pos = skip
+        elif left + self._extra_len - skip < self._need:
+            return False
+        else:
+            # Join what the op still needs from the next chunk, up to its end if known (a
+            # PUB waiting for its payload), else to the end of its control line.
+            first = extra[0]
+            if self._op_size:
+                take = self._op_size - left
+            else:
+                take = first.find(b"\n", skip) + 1 - skip
+            if 0 < take < len(first) - skip:
+                self._set_buffer(b"".join((self._view[self._pos :], memoryview(first)[skip : skip + take])))
+                self._extra_skip = skip + take
+            else:
+                self._set_buffer(b"".join([self._view[self._pos :], memoryview(first)[skip:], *extra[1:]]))
+                extra.clear()
+                self._extra_len = 0
+                self._extra_skip = 0
+        return True
+
+    def _op_in_buffer(self):
         while True:
             buf = self._buf
             pos = self._pos
@@ -657,6 +707,7 @@ class Parser:
                 raise ProtocolError(errors.UNKNOWN_OP, "payload not followed by CRLF")
             # Wake up for the first byte after the payload, so a wrong one fails at once.
             self._need = end + 2 - pos if len(buf) > end else end + 1 - pos
+            self._op_size = end + 2 - pos
             return NEED_DATA
         if buf[end] != 13 or buf[end + 1] != 10:
             raise ProtocolError(errors.UNKNOWN_OP, "payload not followed by CRLF")
@@ -681,6 +732,7 @@ class Parser:
             elif len(line) - arg_start - (13 in line[arg_start:]) > self.max_control_line:
                 raise ProtocolError(errors.MAX_CONTROL_LINE, "partial control line too long")
         self._need = len(line) + 1
+        self._op_size = 0
 
     @staticmethod
     def _json_object(arg: bytes) -> dict:
