@@ -1,7 +1,7 @@
 """Instructions per message on natserver's 1 -> 1 path, counted by callgrind (deterministic
 where seconds are not: see the README's note on this machine's noise).
 
-    python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects
+    python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects; 1 -> 1 1 KiB
     python -m benchmarks.instructions --n 50000 --only traffic
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
@@ -33,7 +33,8 @@ async def main():
     if KIND == "traffic":  # benchmarks scenario (n): 64 subjects, 32-256 B, 4 wildcard subscribers
         msgs = [(b"bench.%d" % rng.randrange(64), rng.randint(32, 256)) for _ in range(BATCH)]
     else:
-        msgs = [(b"bench.s", rng.randint(16, 512) if KIND == "mixed" else 16) for _ in range(BATCH)]
+        size = {"uniform": 16, "kib": 1024}.get(KIND)
+        msgs = [(b"bench.s", size or rng.randint(16, 512)) for _ in range(BATCH)]
     batch = b"".join(b"PUB %s %d\r\n%s\r\n" % (s, n, b"x" * n) for s, n in msgs)
     expected = sum(len(b"MSG %s 1 %d\r\n" % (s, n)) + n + 2 for s, n in msgs) * (N // BATCH)
     data = batch * (N // BATCH)
@@ -91,7 +92,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
         return 2
     random.seed(0)
     kinds = (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B"),
-             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"))
+             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue

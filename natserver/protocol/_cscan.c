@@ -184,7 +184,48 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", pos, last_start);
 }
 
+/* restride(data, count, skip, head) -> bytes
+
+   ``data`` is ``count`` messages of one length each (a PubRun whose payloads have one size and
+   no reply: its control lines are alike too); each message's first ``skip`` bytes (the PUB
+   prefix) are replaced with ``head`` (the MSG head). What data.replace(prefix, head) gives when
+   the prefix is in no payload, in one copy and without searching (callgrind, 1 -> 1 1 KiB: the
+   search was a sixth of a message's instructions), and exact even when a payload holds it. */
+static PyObject *
+restride(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "restride(data: bytes, count: int, skip: int, head: bytes)");
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t skip = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *data = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+    const char *head = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(args[3]);
+    if (count <= 0 || len % count != 0 || skip < 0 || skip > len / count) {
+        PyErr_SetString(PyExc_ValueError, "restride: data is not count messages of one length");
+        return NULL;
+    }
+    Py_ssize_t stride = len / count, rest = stride - skip;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * (head_len + rest));
+    if (out == NULL)
+        return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        memcpy(p, head, (size_t)head_len);
+        memcpy(p + head_len, data + i * stride + skip, (size_t)rest);
+        p += head_len + rest;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"restride", (PyCFunction)(void (*)(void))restride, METH_FASTCALL,
+     "Replace the prefix of each of count equal-length messages (see the comment above)."},
     {"scan_pubs", (PyCFunction)(void (*)(void))scan_pubs, METH_FASTCALL,
      "Parse consecutive plain PUBs exactly as the Python fast path would (see module doc)."},
     {NULL, NULL, 0, NULL},

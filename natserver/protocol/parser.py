@@ -67,17 +67,21 @@ _new = tuple.__new__
 # runs the pure-Python path (as CI does on one Python).
 
 
-def compiled_pub_loop(environ=os.environ):
-    """The compiled scan_pubs, or None: not built, or NATSERVER_NO_EXTENSIONS set."""
+def compiled(name: str, environ=os.environ):
+    """A function of the compiled module (_cscan.c), or None: not built, or
+    NATSERVER_NO_EXTENSIONS set."""
     if environ.get("NATSERVER_NO_EXTENSIONS"):
         return None
     try:
-        return importlib.import_module("natserver.protocol._cscan").scan_pubs
+        return getattr(importlib.import_module("natserver.protocol._cscan"), name)
     except ImportError:  # no compiler at install time: the pure-Python path alone
         return None
 
 
-_scan_pubs = compiled_pub_loop()
+_scan_pubs = compiled("scan_pubs")
+# restride(run.data, run.count, len(run.prefix), head): a uniform run without replies rewritten
+# by stride, for the router (see _cscan.c); None: data.replace does it.
+restride = compiled("restride")
 
 # Which parser a process runs, for the startup log and /varz.
 PARSER_IMPLEMENTATION = "python" if _scan_pubs is None else "compiled"

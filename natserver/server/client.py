@@ -36,7 +36,7 @@ from ..protocol.const import (
 )
 from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
-from ..protocol.parser import Parser
+from ..protocol.parser import Parser, restride
 from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
 from . import trace
 
@@ -668,8 +668,14 @@ class Client:
             # next message (nats-server's order); one block per subscription would reorder.
             return False
         shares: list = []  # (sub, client, MSG bytes, messages)
+        # One size and no replies: every message has one length, so the compiled restride
+        # rewrites them by stride, exactly, without replace's search (see _cscan.c).
+        by_stride = restride is not None and uniform and not replies
         for sub, client, head in plan:
             if client is not self or echo:
+                if by_stride:
+                    shares.append((sub, client, restride(data, count, len(pattern), head), count))
+                    continue
                 out = data.replace(pattern, head)
                 # The rewrite is exact only if the prefix occurs once per message, not also
                 # inside a payload: the first replace's length tells (or, when the head is no

@@ -142,5 +142,34 @@ def test_the_implementation_in_use_is_reported():
     running_compiled = built and not os.environ.get("NATSERVER_NO_EXTENSIONS")
     assert parser_module.PARSER_IMPLEMENTATION == ("compiled" if running_compiled else "python")
     assert (parser_module._scan_pubs is not None) == running_compiled
-    assert parser_module.compiled_pub_loop({"NATSERVER_NO_EXTENSIONS": "1"}) is None
-    assert (parser_module.compiled_pub_loop({}) is not None) == built
+    assert (parser_module.restride is not None) == running_compiled
+    assert parser_module.compiled("scan_pubs", {"NATSERVER_NO_EXTENSIONS": "1"}) is None
+    assert (parser_module.compiled("scan_pubs", {}) is not None) == built
+
+
+@needs_extension
+@settings(max_examples=300, deadline=None)
+@given(
+    count=st.integers(1, 20),
+    size=st.integers(0, 40),
+    subject=st.sampled_from([b"a", b"foo.bar", b"x" * 30]),
+    head=st.sampled_from([b"MSG a 1 ", b"MSG foo.bar 12345 ", b"M"]),
+    fill=st.sampled_from([b"x", b"PUB a ", b"\r\n"]),
+)
+def test_restride_is_replace_where_replace_is_exact(count, size, subject, head, fill):
+    prefix = b"PUB " + subject + b" "
+    message = prefix + str(size).encode() + b"\r\n" + (fill * size)[:size] + b"\r\n"
+    data = message * count
+    out = _cscan.restride(data, count, len(prefix), head)
+    expected = b"".join(head + message[len(prefix) :] for _ in range(count))
+    assert out == expected
+    if data.count(prefix) == count:  # the prefix is in no payload: what the router's replace gives
+        assert out == data.replace(prefix, head)
+
+
+@needs_extension
+def test_restride_refuses_data_that_is_not_count_messages_of_one_length():
+    with pytest.raises(ValueError):
+        _cscan.restride(b"PUB a 1\r\nx\r\nPUB a 2\r\n", 2, 6, b"MSG a 1 ")
+    with pytest.raises(ValueError):
+        _cscan.restride(b"PUB a 1\r\nx\r\n", 1, 100, b"MSG a 1 ")
