@@ -184,6 +184,60 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", pos, last_start);
 }
 
+/* scan_run(buf, pos, prefix, run_size, max_payload, max_control_line)
+   -> (pos, messages, payload bytes, all of size run_size)
+
+   The rest of an open run: the messages from ``pos`` on that are exactly
+   "<prefix><size>\r\n<payload>\r\n" (canonical size digits of at most 1024, within the
+   limits), as the Python run loop reads them; it stops where that loop would. */
+static PyObject *
+scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "scan_run(buf, pos, prefix, run_size, max_payload, max_control_line)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t run_size = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t max_control_line = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *buf = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+    const char *prefix = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t skip = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t count = 0, bytes = 0;
+    int uniform = 1;
+    while (pos >= 0 && len - pos >= skip && memcmp(buf + pos, prefix, (size_t)skip) == 0) {
+        /* The digits end at the first CR LF of the next 6 bytes (the Python loop's window). */
+        Py_ssize_t d = pos + skip, window = len - d < 6 ? len - d : 6, n = -1;
+        for (Py_ssize_t i = 0; i + 1 < window; i++) {
+            if (buf[d + i] == '\r' && buf[d + i + 1] == '\n') {
+                n = i;
+                break;
+            }
+        }
+        if (n < 0)
+            break;
+        Py_ssize_t size = canonical_size(buf + d, n);
+        if (size < 0 || size > max_payload)
+            break;
+        Py_ssize_t nl = d + n + 1;
+        if (nl - pos - 5 > max_control_line)
+            break;
+        Py_ssize_t stop = nl + 1 + size;
+        if (stop + 2 > len || buf[stop] != '\r' || buf[stop + 1] != '\n')
+            break;
+        count++;
+        bytes += size;
+        if (size != run_size)
+            uniform = 0;
+        pos = stop + 2;
+    }
+    return Py_BuildValue("(nnnO)", pos, count, bytes, uniform ? Py_True : Py_False);
+}
+
 /* restride(data, count, skip, head) -> bytes
 
    ``data`` is ``count`` messages of one length each (a PubRun whose payloads have one size and
@@ -224,6 +278,8 @@ restride(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
+    {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
+     "Read the rest of an open run of PUBs exactly as the Python run loop would."},
     {"restride", (PyCFunction)(void (*)(void))restride, METH_FASTCALL,
      "Replace the prefix of each of count equal-length messages (see the comment above)."},
     {"scan_pubs", (PyCFunction)(void (*)(void))scan_pubs, METH_FASTCALL,

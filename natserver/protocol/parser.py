@@ -79,6 +79,7 @@ def compiled(name: str, environ=os.environ):
 
 
 _scan_pubs = compiled("scan_pubs")
+_scan_run = compiled("scan_run")
 # restride(run.data, run.count, len(run.prefix), head): a uniform run without replies rewritten
 # by stride, for the router (see _cscan.c); None: data.replace does it.
 restride = compiled("restride")
@@ -422,7 +423,16 @@ class Parser:
                             skip = len(run_prefix)
                             next_start = b"\r\n" + run_prefix
                             span = skip + 2
-                            in_run = buf[pos : pos + skip] == run_prefix
+                            if _scan_run is not None:  # the loop below, compiled (_cscan.c)
+                                pos, more, more_bytes, same_size = _scan_run(
+                                    buf, pos, run_prefix, run_size, max_payload, max_control_line
+                                )
+                                run_count += more
+                                run_bytes += more_bytes
+                                run_uniform = run_uniform and same_size
+                                in_run = False
+                            else:
+                                in_run = buf[pos : pos + skip] == run_prefix
                             while in_run:
                                 digits, crlf, _ = buf[pos + skip : pos + skip + _SIZE_WINDOW].partition(b"\r\n")
                                 size = _SIZE_OF.get(digits)

@@ -90,14 +90,14 @@ def test_compiled_and_python_parsers_give_the_same_ops(stream, coalesce, max_pay
 
 
 def assert_same_ops(stream: bytes, cuts: list[int], coalesce: bool, max_payload: int) -> None:
-    saved = parser_module._scan_pubs
+    saved = parser_module._scan_pubs, parser_module._scan_run
     try:
-        parser_module._scan_pubs = _cscan.scan_pubs
+        parser_module._scan_pubs, parser_module._scan_run = _cscan.scan_pubs, _cscan.scan_run
         compiled = parse(stream, cuts, coalesce, max_payload)
-        parser_module._scan_pubs = None
+        parser_module._scan_pubs = parser_module._scan_run = None
         python = parse(stream, cuts, coalesce, max_payload)
     finally:
-        parser_module._scan_pubs = saved
+        parser_module._scan_pubs, parser_module._scan_run = saved
     assert compiled == python
 
 
@@ -128,6 +128,7 @@ def test_the_compiled_loop_reads_changing_subjects_and_stops_at_a_repeat():
 @needs_extension
 def test_runs_still_form_with_the_compiled_loop(monkeypatch):
     monkeypatch.setattr(parser_module, "_scan_pubs", _cscan.scan_pubs)
+    monkeypatch.setattr(parser_module, "_scan_run", _cscan.scan_run)
     data = b"PUB a 1\r\nx\r\n" + b"PUB b 1\r\ny\r\n" * 3 + b"PUB c 1\r\nz\r\n"
     parser = Parser()
     parser.coalesce = True
@@ -173,3 +174,20 @@ def test_restride_refuses_data_that_is_not_count_messages_of_one_length():
         _cscan.restride(b"PUB a 1\r\nx\r\nPUB a 2\r\n", 2, 6, b"MSG a 1 ")
     with pytest.raises(ValueError):
         _cscan.restride(b"PUB a 1\r\nx\r\n", 1, 100, b"MSG a 1 ")
+
+
+@st.composite
+def clean_pubs(draw) -> bytes:
+    """Well-formed PUBs on two subjects and two sizes: long runs, uniform or not."""
+    subject = draw(st.sampled_from([b"a", b"a", b"a", b"b"]))
+    size = draw(st.sampled_from([1, 1, 2, 600]))
+    reply = draw(st.sampled_from([None, None, None, b"r"]))
+    return b"PUB " + subject + b" " + (reply + b" " if reply else b"") + b"%d\r\n" % size + b"p" * size + b"\r\n"
+
+
+@needs_extension
+@settings(max_examples=300, deadline=None)
+@given(stream=st.lists(clean_pubs(), min_size=1, max_size=40).map(b"".join), data=st.data())
+def test_compiled_and_python_runs_are_the_same(stream, data):
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=2))
+    assert_same_ops(stream, cuts, True, 1 << 20)
