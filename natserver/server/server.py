@@ -29,6 +29,7 @@ from ..auth.tls import server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
 from ..config.options import Options
 from ..protocol import const, errors
+from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import Accounts
 from ..routing.sublist import Sublist
 from .client import Client, connection_record
@@ -215,6 +216,8 @@ class Server:
         log.info("  Version:  %s", const.SERVER_VERSION)
         log.info("  Name:     %s", self.server_name)
         log.info("  ID:       %s", self.server_id)
+        # natserver's own line: the compiled PUB loop (natserver/protocol/_cscan.c) or Python alone.
+        log.info("  Parser:   %s", PARSER_IMPLEMENTATION)
         if options.config_file:
             log.info("Using configuration file: %s", options.config_file)
         if plaintext_password_warning(options):

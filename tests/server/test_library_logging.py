@@ -12,6 +12,7 @@ import sys
 import trio
 
 import natserver
+from natserver.protocol.parser import PARSER_IMPLEMENTATION
 from natserver.testing import NatsServer
 from tests.conftest import make_options
 
@@ -73,3 +74,22 @@ def test_cli_still_prints_nats_server_lines():
         proc.stderr.close()
     assert any(" [INF] Starting natserver" in line for line in lines)
     assert lines[-1].rstrip().endswith("[INF] Server is ready")
+    # Which parser the process runs: the compiled PUB loop, unless it is not built or turned off.
+    assert any(line.rstrip().endswith(f"[INF]   Parser:   {PARSER_IMPLEMENTATION}") for line in lines)
+
+
+def test_cli_says_when_it_runs_the_pure_python_parser():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), NATSERVER_NO_EXTENSIONS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1"],
+                            stderr=subprocess.PIPE, env=env)
+    try:
+        lines = []
+        for raw in proc.stderr:
+            lines.append(raw.decode())
+            if "Server is ready" in lines[-1]:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stderr.close()
+    assert any(line.rstrip().endswith("[INF]   Parser:   python") for line in lines)
