@@ -10,6 +10,7 @@ only, so a message crosses at most one route.
 
 from __future__ import annotations
 
+import base64
 import logging
 import random
 import sys
@@ -18,6 +19,8 @@ import urllib.parse
 import orjson
 import trio
 
+from ..auth import nkeys
+from ..auth.jwt import parse_decorated
 from ..protocol import const
 from ..routing.sublist import Sublist
 from .protocol import (
@@ -76,6 +79,26 @@ def _parse_route_url(url: str) -> tuple[str, int, str, str]:
             urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
 
 
+def leaf_credentials(path: str, nonce: str) -> dict:
+    """CONNECT's ``jwt`` and ``sig`` for a remote's ``credentials`` file (leafnode.go
+    sendLeafConnect: the user JWT, and the nonce signed with the file's nkey seed). A missing or
+    malformed file ends this attempt; the loop retries after its delay, as nats-server does."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise RouteProtocolError(f"error reading leafnode credentials {path!r}: {exc.strerror or exc}") from None
+    lines = [line.strip() for line in text.splitlines()]
+    seed = next((value for i, line in enumerate(lines) if line.startswith("-----BEGIN") and "SEED" in line.upper()
+                 for value in lines[i + 1:] if value and not value.startswith("---")), "")
+    try:
+        keypair = nkeys.from_seed(seed.encode())
+    except ValueError as exc:
+        raise RouteProtocolError(f"bad nkey seed in leafnode credentials {path!r}: {exc}") from None
+    signature = base64.urlsafe_b64encode(keypair.sign(nonce.encode())).rstrip(b"=").decode()
+    return {"jwt": parse_decorated(text), "sig": signature}
+
+
 class Route:
     """One route connection (dialled or accepted)."""
 
@@ -84,6 +107,8 @@ class Route:
         self.cluster = cluster
         # A leaf node connection (natserver dialled a hub) is bound to this local account.
         self.leaf_account = leaf_account
+        # The remote's credentials file (a solicited leaf): signs the hub's nonce in CONNECT.
+        self.credentials = ""
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -518,6 +543,7 @@ class Cluster:
                 continue
             self._next_rid += 1
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
+            leaf.credentials = remote.get("credentials") or ""
             leaf.done = trio.Event()
             self.all_routes.add(leaf)
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
@@ -601,6 +627,8 @@ class Cluster:
                    "version": const.SERVER_VERSION}
         if user:
             connect.update(user=user, **{"pass": password})
+        if leaf.credentials:
+            connect.update(leaf_credentials(leaf.credentials, str(info.get("nonce", ""))))
         leaf.send(b"CONNECT " + orjson.dumps(connect) + b"\r\n")
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(info.get("server_name", ""))

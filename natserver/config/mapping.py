@@ -263,8 +263,8 @@ REFUSED_KEYS = {
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
     "mappings": "subject mappings", "maps": "subject mappings",
 }
-# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS, no
-# credentials and no authorization yet): refused.
+# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS and no
+# listener authorization yet; a remote's ``credentials`` is applied): refused.
 _LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "authorization", "nkey", "users", "ws_compression"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
@@ -508,7 +508,7 @@ class _Builder:
                     self.errors.append(f"{where}: error parsing remote leafnode: expected a map")
                     continue
                 urls: list = []
-                account = ""
+                account = credentials = ""
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
                     if lowered == "url":
@@ -517,9 +517,12 @@ class _Builder:
                         urls += [str(u) for u in (field_value if isinstance(field_value, list) else [field_value])]
                     elif lowered in ("account", "local"):
                         account = str(field_value)
+                    elif lowered == "credentials":
+                        credentials = str(field_value)
                     else:
                         rest[f"remotes.{field_name}"] = field_value
-                remotes.append({"urls": urls, "account": account})
+                remotes.append({"urls": urls, "account": account, "credentials": credentials}
+                               if credentials else {"urls": urls, "account": account})
             self.changes["leafnode_remotes"] = remotes
         for member in list(rest):
             if member.split(".")[-1].lower() in _LEAF_SECURITY_KEYS:
