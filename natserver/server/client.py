@@ -546,7 +546,7 @@ class Client:
             # per-delivery branch on the message's kind, no byte count but one per message
             # (callgrind, 1 -> 4 wildcards, 64 subjects, 32-256 B: see benchmarks/README.md).
             if reply is None:
-                tail = sizes + CRLF + payload + CRLF
+                tail = b"".join((sizes, CRLF, payload, CRLF))  # one allocation, not three
             else:
                 tail = b"".join((reply, SP, sizes, CRLF, payload, CRLF))
             for sub, client, head in targets:
