@@ -60,12 +60,6 @@ _IGNORED_LINE_KEEP = 16
 
 _new = tuple.__new__
 
-# The compiled twin of the per-message PUB loop (_cscan.c, built by setup.py when a compiler is
-# at hand): it reads plain PUBs whose subject changes, and stops before anything it is not sure
-# of, so this module's Python path stays complete and decides everything else. callgrind, 64
-# subjects -> 4 wildcard subscribers, 32-256 B: see benchmarks/README.md. NATSERVER_NO_EXTENSIONS=1
-# runs the pure-Python path (as CI does on one Python).
-
 
 def compiled(name: str, environ=os.environ):
     """A function of the compiled module (_cscan.c), or None: not built, or
@@ -78,13 +72,18 @@ def compiled(name: str, environ=os.environ):
         return None
 
 
+# The compiled twins of the per-message PUB loops (_cscan.c, built by setup.py when a compiler
+# is at hand): scan_pubs reads plain PUBs whose subject changes, scan_run the rest of an open
+# run; each stops before anything it is not sure of, so this module's Python path stays complete
+# and decides everything else (callgrind: see README.md, "Compiled or pure Python").
+# NATSERVER_NO_EXTENSIONS=1 runs the pure-Python path (as CI does on one Python).
 _scan_pubs = compiled("scan_pubs")
 _scan_run = compiled("scan_run")
 # restride(run.data, run.count, len(run.prefix), head): a uniform run without replies rewritten
 # by stride, for the router (see _cscan.c); None: data.replace does it.
 restride = compiled("restride")
 
-# Which parser a process runs, for the startup log and /varz.
+# Which parser a process runs, for the startup log.
 PARSER_IMPLEMENTATION = "python" if _scan_pubs is None else "compiled"
 
 # A run of PUBs with one subject and one size this long is skipped to its end with a regex

@@ -58,8 +58,9 @@ def test_in_process_log_file_is_the_one_handler_it_adds(tmp_path, caplog):
             handler.close()
 
 
-def test_cli_still_prints_nats_server_lines():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+def _cli_startup_lines(**env_extra: str) -> list[str]:
+    """What ``natserver -a 127.0.0.1 -p -1`` writes to stderr up to "Server is ready"."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **env_extra)
     proc = subprocess.Popen([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1"],
                             stderr=subprocess.PIPE, env=env)
     try:
@@ -72,6 +73,11 @@ def test_cli_still_prints_nats_server_lines():
         proc.terminate()
         proc.wait(timeout=10)
         proc.stderr.close()
+    return lines
+
+
+def test_cli_still_prints_nats_server_lines():
+    lines = _cli_startup_lines()
     assert any(" [INF] Starting natserver" in line for line in lines)
     assert lines[-1].rstrip().endswith("[INF] Server is ready")
     # Which parser the process runs: the compiled PUB loop, unless it is not built or turned off.
@@ -79,17 +85,5 @@ def test_cli_still_prints_nats_server_lines():
 
 
 def test_cli_says_when_it_runs_the_pure_python_parser():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), NATSERVER_NO_EXTENSIONS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1"],
-                            stderr=subprocess.PIPE, env=env)
-    try:
-        lines = []
-        for raw in proc.stderr:
-            lines.append(raw.decode())
-            if "Server is ready" in lines[-1]:
-                break
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        proc.stderr.close()
+    lines = _cli_startup_lines(NATSERVER_NO_EXTENSIONS="1")
     assert any(line.rstrip().endswith("[INF]   Parser:   python") for line in lines)
