@@ -18,9 +18,9 @@ revocations, ``src`` networks, ``times`` windows, allowed connection types, scop
 keys (their template replaces the user's permissions and limits). Enforced limits: account
 ``conn``, ``subs``, ``payload``, ``imports``, ``exports``, ``wildcards``; user ``subs``,
 ``payload``. A user JWT that expires while connected is disconnected ("User Authentication
-Expired"). What natserver does not support is refused with a clear error in the log: an
-account JWT with subject ``mappings`` cannot be used, and URL or directory resolvers are a
-configuration error. JetStream and leaf node limits are ignored (logged once).
+Expired"). What natserver does not support is refused with a clear error: URL or directory
+resolvers are a configuration error. An account's subject ``mappings`` apply as in a
+configuration file. JetStream and leaf node limits are ignored (logged once).
 
 ``encode()`` and ``OperatorTree`` build JWTs too, for tests and tools.
 """
@@ -42,6 +42,7 @@ import orjson
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, find_export
 from ..routing.subjects import is_subset_match
 from ..routing.sublist import is_valid_subject
+from ..routing.transform import MapDest, MappingError, SubjectMappings
 from . import nkeys
 from .users import Permissions, client_label, decode_signature, register
 
@@ -373,8 +374,6 @@ class OperatorMode:
             account.error = "account JWT subject does not match the resolver key"
         elif claims.issuer not in self.trusted_keys:
             account.error = "Account JWT not signed by trusted operator"
-        elif claims.nats.get("mappings"):
-            account.error = "account JWT has subject mappings, which natserver does not support"
         if account.error:
             log.error("Account %s: %s", name, account.error)
         ignored = [k for k in ("data", "leaf", "mem_storage", "disk_storage", "streams", "consumer",
@@ -421,6 +420,18 @@ class OperatorMode:
                     int(export.get("account_token_position") or 0),
                 ))
                 config.extra.setdefault("revocations", {})[subject] = export.get("revocations") or {}
+            mappings = nats.get("mappings")
+            for source, dests in (mappings.items() if isinstance(mappings, dict) else ()):
+                # jwt WeightedMapping: a weight of 0 (unset) means 100.
+                entries = [MapDest(str(d.get("subject") or ""), int(d.get("weight") or 100), str(d.get("cluster") or ""))
+                           for d in (dests if isinstance(dests, list) else []) if isinstance(d, dict)]
+                try:
+                    SubjectMappings([(source, entries)])
+                except (MappingError, ValueError) as exc:
+                    # nats-server skips a mapping it cannot add (updateAccountClaims).
+                    log.error("Account %s: mapping %s refused: %s", name, source, exc)
+                    continue
+                config.mappings.append((source, entries))
             for imp in nats.get("imports") or []:
                 if not isinstance(imp, dict) or not isinstance(imp.get("subject"), str):
                     continue

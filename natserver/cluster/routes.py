@@ -11,6 +11,7 @@ only, so a message crosses at most one route.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import random
 import sys
@@ -899,6 +900,12 @@ class Cluster:
             client = self.server.make_internal_client(sublist)
             client.forwards = False
             self._delivery_clients[msg.account] = client
+        mappings = client.sublist.mappings
+        if mappings is not None and origin is not None and origin.leaf_account is not None:
+            # nats-server maps what leaves publish as what clients publish (never a route's).
+            mapped = mappings.select(msg.subject)
+            if mapped is not None:
+                msg = dataclasses.replace(msg, subject=mapped)
         size = len(msg.payload)
         sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
         header_size = msg.header_size if msg.header_size > 0 else -1

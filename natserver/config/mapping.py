@@ -35,6 +35,7 @@ from ..protocol import const
 from ..protocol.gotext import go_duration, go_duration_error, parse_duration
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
 from ..routing.sublist import is_valid_subject
+from ..routing.transform import MapDest, MappingError, SubjectMappings
 from . import conf
 from .options import Options
 from .stan import StanConfigError, StanOptions
@@ -261,7 +262,6 @@ REFUSED_KEYS = {
     "https": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
-    "mappings": "subject mappings", "maps": "subject mappings",
 }
 # leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS and no
 # listener authorization yet; a remote's ``credentials`` is applied): refused.
@@ -412,6 +412,8 @@ class _Builder:
             c["resolver"] = _resolver(value)
         elif name == "resolver_preload":
             c["resolver_preload"] = _preload(value)
+        elif name in ("mappings", "maps"):
+            c["mappings"] = self.mappings(value, where)
         elif name in ("system_account", "system"):
             c["system_account"] = _expect(value, str, key)
         elif name in ("trusted", "trusted_keys"):
@@ -424,6 +426,21 @@ class _Builder:
                 c["trace"] = _expect(value, bool, key)
         elif not self.used_as_variable(conf, key):
             self.errors.append(f'{where}: unknown field "{key}"')
+
+    def mappings(self, value, where: str) -> list:
+        """``mappings { source: dest | {dest, weight, cluster} | [{...}, ...] }`` at the top
+        level or in an account (opts.go parseAccountMappings, parseAccountMapDest). Every bad
+        entry is reported, with nats-server's text; the good ones are kept, in order."""
+        if not isinstance(value, dict):
+            raise _Bad(f"Expected mappings to be a map/struct, got {value}")
+        out = []
+        for source, dest in value.items():
+            entry_where = self.where(value, source, where)
+            try:
+                out.append((source, _mapping_entry(source, dest)))
+            except _Bad as exc:
+                self.errors.append(f"{entry_where}: {exc}")
+        return out
 
     def apply_cluster(self, key: str, value, where: str) -> None:
         """``cluster { name, listen | host/port, routes [...], authorization { user, password },
@@ -766,7 +783,9 @@ class _Builder:
                     config.imports = _imports(item)
                 elif lowered == "limits":
                     _account_limits(config, item)
-                elif lowered in ("jetstream", "mappings", "maps"):
+                elif lowered in ("mappings", "maps"):
+                    config.mappings = self.mappings(item, member_where)
+                elif lowered == "jetstream":
                     config.extra[member] = item
                     self.extra.setdefault("account_options", []).append(f"{name}.{member}")
                 elif not self.used_as_variable(block, member):
@@ -1077,6 +1096,58 @@ def _imports(value) -> list:
     return out
 
 
+def _mapping_entry(source: str, dest) -> list:
+    """One mapping's destinations, checked as nats-server's AddWeightedMappings does."""
+    if not is_valid_subject(source.encode()) or any(c in source for c in " \t\r\n\f"):
+        raise _Bad(f'Subject "{source}" is not a valid subject')
+    if isinstance(dest, str):
+        dests = [MapDest(dest, 100)]
+    elif isinstance(dest, list):
+        dests = [_map_dest(item) for item in dest]
+    else:
+        dests = [_map_dest(dest)]
+    try:
+        SubjectMappings([(source, dests)])
+    except MappingError as exc:
+        if not isinstance(dest, str):
+            # nats-server 2.9.10 names the destination as if it were a string, and fails on that.
+            kind = "[]interface {}" if isinstance(dest, list) else "map[string]interface {}"
+            raise _Bad(f"interface conversion: interface {{}} is {kind}, not string") from exc
+        raise _Bad(f'Error adding mapping for "{source}" to "{dest}" : {exc}') from exc
+    return dests
+
+
+def _map_dest(value) -> MapDest:
+    """opts.go parseAccountMapDest: {dest | destination, weight (N or "N%"), cluster}."""
+    if not isinstance(value, dict):
+        raise _Bad("Expected an entry for the mapping destination")
+    subject, weight, cluster = "", None, ""
+    for key, v in value.items():
+        lowered = str(key).lower()
+        if lowered in ("dest", "destination"):
+            subject = _expect(v, str, key)
+        elif lowered == "weight":
+            if isinstance(v, str):
+                text = v.removesuffix("%")
+                try:
+                    weight = int(text)
+                except ValueError:
+                    raise _Bad(f'Invalid weight "{text}" for mapping destination') from None
+            elif isinstance(v, int) and not isinstance(v, bool):
+                weight = v
+            else:
+                raise _Bad(f"Unknown entry type for weight of {v}\n")
+            if not 0 <= weight <= 100:
+                raise _Bad(f"Invalid weight {weight} for mapping destination")
+        elif lowered == "cluster":
+            cluster = _expect(v, str, key)
+        else:
+            raise _Bad(f'Unknown field "{key}" for mapping destination')
+    if weight is None:
+        raise _Bad(f'Missing weight for mapping destination "{subject}"')
+    return MapDest(subject, weight, cluster)
+
+
 def _account_limits(config, value) -> None:
     """opts.go parseAccountLimits: max_connections, max_subscriptions, max_payload, max_leafnodes."""
     if not isinstance(value, dict):
@@ -1149,9 +1220,6 @@ def unsupported_warnings(options: Options) -> list[str]:
             lines.append(f"Config option authorization {{{members}}} is not supported by natserver and is ignored")
         elif name in UNSUPPORTED_KEYS:
             lines.append(f'Config option "{key}" is not supported by natserver and is ignored')
-        elif name == "cluster" and isinstance(value, dict):
-            for member in value:
-                lines.append(f'Cluster option "{member}" is not supported by natserver and is ignored')
         elif name == "cluster" and isinstance(value, dict):
             for member in value:
                 lines.append(f'Cluster option "{member}" is not supported by natserver and is ignored')

@@ -42,6 +42,8 @@ class Options:
     nkeys: list = field(default_factory=list)  # natserver.auth.users.NkeyUser
     no_auth_user: str = ""  # the user a client without credentials becomes
     accounts: list = field(default_factory=list)  # natserver.routing.accounts.AccountConfig
+    # Top-level subject mappings, for the global account: [(source, [routing.transform.MapDest])]
+    mappings: list = field(default_factory=list)
     # Operator mode (decentralised JWT auth, see auth/jwt.py): operator JWTs (or files), the
     # resolver (only "MEMORY") and its preloaded account JWTs {account public key: JWT}
     trusted_operators: list = field(default_factory=list)

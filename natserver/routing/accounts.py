@@ -39,6 +39,7 @@ import orjson
 
 from .subjects import has_wildcard, subject_tokens, subjects_collide, subset_match
 from .sublist import Sublist, is_valid_subject
+from .transform import SubjectMappings
 
 __all__ = ["AccountConfig", "Account", "Accounts", "GLOBAL_ACCOUNT", "SYSTEM_ACCOUNT"]
 
@@ -86,6 +87,7 @@ class AccountConfig:
     max_payload: int = -1
     nkey: str = ""
     jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
+    mappings: list = field(default_factory=list)  # [(source, [transform.MapDest])], in order
     extra: dict = field(default_factory=dict)
 
 
@@ -483,6 +485,17 @@ class Accounts:
             account.config = config
         for config in configs:
             self.wire_imports(self.by_name[config.name])
+
+    def configure_mappings(self, global_mappings: list, cluster: str = "") -> None:
+        """Give every account's subject space its subject mappings (the global account's come
+        from the top level of the configuration); clients apply them to what they publish.
+        Raises MappingError for one nats-server would refuse (configs are checked earlier)."""
+        for account in self.by_name.values():
+            config = account.config
+            entries = config.mappings if config is not None else []
+            if account is self.global_account:
+                entries = [*global_mappings, *entries]
+            account.sublist.mappings = SubjectMappings(entries, cluster) if entries else None
 
     def wire_imports(self, account: Account) -> None:
         config = account.config

@@ -237,6 +237,9 @@ class Sublist:
         # called after every insert and every remove that found the subscription. None: no one
         # watches (the default; inserts and removes then cost one attribute test more).
         self.watcher = None
+        # The subject space's account's subject mappings (routing/transform.SubjectMappings),
+        # applied by clients to what they publish; None: no mappings (one test per batch).
+        self.mappings = None
 
     # -- changes ------------------------------------------------------------------------------
 

@@ -384,9 +384,12 @@ class Client:
     def _process_ops(self, parse=None) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint.
         ``parse``: where the ops come from (default: the parser; tracing: _TracedOps)."""
+        # Subject mappings are applied here, or by the tracer (which traces the mapping).
+        traced = parse is not None
         if parse is None:
             parse = self.parser.parse
         sublist = self.sublist
+        mappings = None if traced else sublist.mappings
         cache = sublist.cache
         match = sublist.match_uncached  # lookups and misses are counted here, in bulk
         n_msgs = 0
@@ -400,7 +403,7 @@ class Client:
                     return
                 # Read once per batch, not per message: verbose and pedantic change only at a
                 # CONNECT, which ends a batch; permissions and the hook change between chunks.
-                checked = self.pedantic or self.verbose or self.perms is not None
+                checked = self.pedantic or self.verbose or self.perms is not None or mappings is not None
                 hooked = self.server.publish_slow  # a publish hook or a cluster forwarder
                 remaining = iter(ops)
                 for op in remaining:
@@ -411,6 +414,11 @@ class Client:
                         if checked:
                             if self.pedantic and not is_valid_literal_subject(subject):
                                 self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)
+                            if mappings is not None:
+                                # nats-server maps after the pedantic check, before permissions.
+                                mapped = mappings.select(subject)
+                                if mapped is not None:
+                                    subject = mapped  # b"" when the weights chose to drop it
                             if self.perms is not None and not self.perms.can_publish(subject, self._publish_allowed):
                                 self.queue(errors.permissions_violation("Publish", subject).wire)
                                 continue
@@ -469,6 +477,7 @@ class Client:
                         sublist = self.sublist
                         cache = sublist.cache
                         match = sublist.match_uncached
+                        mappings = None if traced else sublist.mappings
                     if self.closed:
                         return
         finally:
@@ -629,7 +638,7 @@ class Client:
         """
         subject, count, size, uniform, replies, data, pattern = run
         server = self.server
-        if self.verbose or server.publish_slow or self.perms is not None:
+        if self.verbose or server.publish_slow or self.perms is not None or self.sublist.mappings is not None:
             return False
         if self.pedantic and not is_valid_literal_subject(subject):
             return False
@@ -1096,8 +1105,13 @@ class _TracedOps:
         if op.__class__ is PubRun:  # parsed before tracing was turned on: one by one
             client.parser.unread(client.parser.expand(op.data))
             return self.parse()
-        trace.trace_in(client, op)
+        mapped = None
+        if op.__class__ is Pub and client.sublist.mappings is not None and op.subject:
+            mapped = client.sublist.mappings.select(op.subject)
+        trace.trace_in(client, op, mapped)
         if op.__class__ is Pub:
+            if mapped is not None:
+                op = op._replace(subject=mapped)
             self.before = trace.receivers(client, op.subject)
         return [op]
 

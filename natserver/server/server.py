@@ -180,6 +180,7 @@ class Server:
             operator.configure_accounts()
         else:
             self.accounts.configure(list(options.accounts))
+        self.accounts.configure_mappings(options.mappings, options.cluster_name)
         self.auth = Authenticator(options, self.accounts, operator)
         self.tls = options.tls
         if old is not None and plaintext_password_warning(options) and not plaintext_password_warning(old):
@@ -187,7 +188,8 @@ class Server:
         if old is not None:
             if (old.users, old.nkeys, old.no_auth_user) != (options.users, options.nkeys, options.no_auth_user):
                 changed.append("Reloaded: authorization users")
-            if old.accounts != options.accounts:
+            # Top-level mappings belong to the global account in nats-server's options.
+            if old.accounts != options.accounts or old.mappings != options.mappings:
                 changed.append("Reloaded: accounts")
             if old.tls != options.tls:
                 changed.append(f"Reloaded: tls = {'enabled' if options.tls is not None else 'disabled'}")

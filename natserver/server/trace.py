@@ -103,8 +103,9 @@ def log_prefix(client) -> str:
     return f"{prefix} - {tag}" if tag else prefix
 
 
-def trace_in(client, op) -> bool:
-    """``<<- [OP args]`` (and ``<<- MSG_PAYLOAD: [...]``) for an op about to be handled.
+def trace_in(client, op, mapped: bytes | None = None) -> bool:
+    """``<<- [OP args]`` (and ``<<- MSG_PAYLOAD: [...]``) for an op about to be handled;
+    ``mapped``: the subject a PUB's subject mapping chose (``<<- [MAPPING foo -> bar]``).
     Returns True when the payload line must wait until the -ERR it precedes in nats-server
     (a pedantic client's bad subject: that -ERR comes from the control line)."""
     cls = op.__class__
@@ -116,6 +117,8 @@ def trace_in(client, op) -> bool:
             args.append(b"0")
         args.append(sizes)
         _trace(client, "<<-", verb, b" ".join(args))
+        if mapped is not None:  # parser.go: after the control line, before the payload
+            _trace(client, "<<-", "MAPPING", subject + b" -> " + mapped)
         if client.pedantic and not is_valid_literal_subject(subject):
             client.trace_payload_due = payload
             return True

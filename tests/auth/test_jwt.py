@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import sys
 import time
 
@@ -226,28 +225,20 @@ async def test_permissions_limits_and_imports(start_server, raw_connect, tree, t
         assert await second.read_until_eof() == b"-ERR 'Maximum Payload Violation'\r\n"
 
 
-async def test_unsupported_account_features_are_refused_clearly(start_server, raw_connect, tree, tmp_path, caplog):
-    tree.accounts["A"][1]["nats"]["mappings"] = {"foo": [{"subject": "bar", "weight": 100}]}
-    logger = logging.getLogger("natserver")
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler = Keep(level=logging.DEBUG)
-    logger.addHandler(handler)
-    old = logger.level
-    try:
-        server = await start_operator_server(start_server, tree, tmp_path)
-        logger.setLevel(logging.DEBUG)
-        token, key = tree.user("A")
-        _, data = await jwt_client(raw_connect, server, token, key)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old)
-    assert data == b"-ERR 'Authorization Violation'\r\n"
-    assert any("subject mappings, which natserver does not support" in r for r in records)
+async def test_account_jwt_mappings_apply(start_server, raw_connect, tree, tmp_path, caplog):
+    tree.accounts["A"][1]["nats"]["mappings"] = {
+        "foo": [{"subject": "bar", "weight": 100}],
+        "old.*": [{"subject": "new.$1"}],  # no weight: 100, as the jwt library reads it
+        "bad.*": [{"subject": "nowhere", "weight": 100}],  # skipped, as nats-server skips it
+    }
+    server = await start_operator_server(start_server, tree, tmp_path)
+    token, key = tree.user("A")
+    client, data = await jwt_client(raw_connect, server, token, key)
+    assert data == b"PONG\r\n"
+    await client.send(b"SUB > 1\r\nPUB foo 1\r\nx\r\nPUB old.y 1\r\ny\r\nPUB bad.z 1\r\nz\r\n")
+    with trio.fail_after(5):
+        await client.expect(b"MSG bar 1 1\r\nx\r\nMSG new.y 1 1\r\ny\r\nMSG bad.z 1 1\r\nz\r\n")
+    assert any("mapping bad.* refused: invalid mapping destination" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(

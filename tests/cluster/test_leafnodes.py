@@ -10,6 +10,7 @@ import trio
 import natserver
 from natserver.cluster.protocol import RemoteSub, RoutedMsg, RouteParser, ls_minus, ls_plus, rmsg_head
 from natserver.config.mapping import options_from_file
+from natserver.routing.transform import MapDest
 from tests.cluster.helpers import NATS_SERVER, STEP_TIMEOUT, connect, free_port, read_msgs, skip_without_nats_server
 from tests.conftest import make_options
 
@@ -145,3 +146,25 @@ async def test_a_leaf_of_one_cluster_node_reaches_the_other_node(nursery):
     with trio.fail_after(STEP_TIMEOUT):
         while (b"$G", b"from.b", None) in b_route.entries:
             await trio.sleep(0.01)
+
+
+async def test_what_a_leaf_connection_brings_is_mapped_as_a_clients_publish(nursery):
+    """nats-server applies subject mappings to messages from leaf connections (parser.go: kind
+    CLIENT or LEAF), never to a route's: the leaf maps what the hub sends it."""
+    hub = await nursery.start(natserver.serve, make_options(leafnode_port=-1, leafnode_host="127.0.0.1"))
+    leaf = await nursery.start(natserver.serve, make_options(
+        leafnode_remotes=[{"urls": [f"nats://127.0.0.1:{hub.cluster.leaf_port}"], "account": ""}],
+        mappings=[("in.*", [MapDest("out.$1")])]))
+    with trio.fail_after(STEP_TIMEOUT):
+        while not (leaf.cluster.leafs and hub.cluster.leafs):
+            await trio.sleep(0.01)
+    on_leaf = await connect(leaf.port)
+    await on_leaf.send(b"SUB > 1\r\n")
+    await on_leaf.ping()
+    (hub_link,) = hub.cluster.leafs.values()
+    with trio.fail_after(STEP_TIMEOUT):
+        while (b"$G", b">", None) not in hub_link.entries:
+            await trio.sleep(0.01)
+    on_hub = await connect(hub.port)
+    await on_hub.send(b"PUB in.x 2\r\nhi\r\nPUB other 0\r\n\r\n")
+    assert await read_msgs(on_leaf, 2) == [b"MSG out.x 1 2\r\nhi\r\n", b"MSG other 1 0\r\n\r\n"]

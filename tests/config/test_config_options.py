@@ -152,7 +152,6 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
     ("mqtt { port: 1883 }", "mqtt", "MQTT listener"),
     ("gateway { name: g }", "gateway", "gateway listener"),
     ("https: 8443", "https", "HTTPS monitoring listener"),
-    ("mappings { a: b }", "mappings", "subject mappings"),
     ("ocsp: false", "ocsp", "OCSP stapling"),
 ])  # fmt: skip
 def test_keys_whose_absence_would_mislead_refuse_the_file(tmp_path, line, key, what):

@@ -49,8 +49,16 @@ SESSIONS = {
         b'CONNECT {"verbose":false}\r\nSUB a 1\r\nPUB a 9\r\nab\r\ncdefg\r\nPUB a 3\r\nxyz\r\n'
         b"PUB a 7\r\n\xc3\xa9\xc3\xa9\x01xy\r\nPING\r\n",
     ],
+    # A subject mapping: <<- [MAPPING a.b -> mapped.b] between the PUB and its payload.
+    "mappings": [
+        b'CONNECT {"verbose":false}\r\nSUB > 1\r\nPUB a.b 2\r\nhi\r\nPUB plain 0\r\n\r\nPING\r\n',
+    ],
 }
-ARGS = {"default": ["-DV"], "max_traced_msg_len_5": ["-V", "--max_traced_msg_len", "5"]}
+ARGS = {
+    "default": ["-DV"],
+    "max_traced_msg_len_5": ["-V", "--max_traced_msg_len", "5"],
+    "mappings": ["-V", "-c", str(Path(__file__).with_name("trace_mappings.conf"))],
+}
 
 _LINE = re.compile(r"^\[\d+\] \S+ \S+ (\[(?:TRC|ERR|DBG)\]) (.*)$")
 _CLIENT = re.compile(r"127\.0\.0\.1:(\d+) - cid:\d+")
