@@ -45,6 +45,7 @@ SUBSYSTEMS: tuple[LazySubsystem, ...] = (
     # After JetStream: NATS Streaming channels may be JetStream streams.
     LazySubsystem("stan", lambda options: options.stan is not None, "natserver.stan", "enable_stan"),
     LazySubsystem("nsq", lambda options: options.nsq is not None, "natserver.nsq", "enable_nsq", "check_options"),
+    LazySubsystem("websocket", lambda options: options.websocket is not None and options.websocket.port != 0, "natserver.websocket", "enable_websocket"),
     LazySubsystem("cluster", lambda options: options.clustered or bool(options.leafnode_remotes or options.leafnode_port), "natserver.cluster", "enable_cluster"),
 )
 

@@ -37,7 +37,7 @@ from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, Expo
 from ..routing.sublist import is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
 from . import conf
-from .options import Options
+from .options import Options, WebsocketOptions
 from .stan import StanConfigError, StanOptions
 
 __all__ = [
@@ -257,7 +257,7 @@ UNSUPPORTED_KEYS = frozenset(
 # applied, messages that would go elsewhere. natserver refuses such a file (-t fails, the server
 # does not start), naming the key in one line.
 REFUSED_KEYS = {
-    "websocket": "WebSocket listener", "ws": "WebSocket listener", "mqtt": "MQTT listener",
+    "mqtt": "MQTT listener",
     "gateway": "gateway listener",
     "https": "HTTPS monitoring listener", "https_port": "HTTPS monitoring listener",
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
@@ -414,6 +414,8 @@ class _Builder:
             c["resolver_preload"] = _preload(value)
         elif name in ("mappings", "maps"):
             c["mappings"] = self.mappings(value, where)
+        elif name in ("websocket", "ws"):
+            c["websocket"] = self.websocket(value, where)
         elif name in ("system_account", "system"):
             c["system_account"] = _expect(value, str, key)
         elif name in ("trusted", "trusted_keys"):
@@ -426,6 +428,62 @@ class _Builder:
                 c["trace"] = _expect(value, bool, key)
         elif not self.used_as_variable(conf, key):
             self.errors.append(f'{where}: unknown field "{key}"')
+
+    def websocket(self, value, where: str) -> WebsocketOptions:
+        """opts.go parseWebsocket. Websocket-specific authentication (authorization,
+        no_auth_user, jwt_cookie) would be security not applied: refused; ``advertise`` only
+        feeds cluster gossip natserver does not send: a warning."""
+        if not isinstance(value, dict):
+            raise _Bad(f"Expected websocket to be a map, got {_go_type(value)}")
+        ws = WebsocketOptions()
+        for member, item in value.items():
+            member_where = self.where(value, member, where)
+            lowered = str(member).lower()
+            try:
+                if lowered == "listen":
+                    ws.host, ws.port = _listen(item)
+                elif lowered == "port":
+                    ws.port = _expect(item, int, member)
+                elif lowered in ("host", "net"):
+                    ws.host = _expect(item, str, member)
+                elif lowered == "advertise":
+                    ws.advertise = _expect(item, str, member)
+                    self.extra.setdefault("websocket_options", []).append(member)
+                elif lowered == "no_tls":
+                    ws.no_tls = _expect(item, bool, member)
+                elif lowered == "tls":
+                    if not isinstance(item, dict):
+                        raise _Bad(f"error parsing tls config, expected a map, got {_type_name(item)}")
+                    try:
+                        ws.tls, warnings = parse_tls_block(item)
+                        server_context(ws.tls)
+                    except TLSConfigError as exc:
+                        raise _Bad(str(exc)) from None
+                    self.extra.setdefault("security_warnings", []).extend(warnings)
+                elif lowered == "same_origin":
+                    ws.same_origin = _expect(item, bool, member)
+                elif lowered in ("allowed_origins", "allowed_origin", "allow_origins", "allow_origin", "origins", "origin"):
+                    items = item if isinstance(item, list) else [item]
+                    ws.allowed_origins = [_expect(origin, str, member) for origin in items]
+                elif lowered == "handshake_timeout":
+                    if isinstance(item, str):
+                        try:
+                            ws.handshake_timeout = parse_duration(item)
+                        except ValueError:
+                            raise _Bad(go_duration_error(item)) from None
+                    elif isinstance(item, int) and not isinstance(item, bool):
+                        ws.handshake_timeout = float(item)
+                    else:
+                        raise _Bad(f"error parsing handshake timeout: unsupported type {_go_type(item)}")
+                elif lowered in ("compress", "compression"):
+                    ws.compression = _expect(item, bool, member)
+                elif lowered in ("authorization", "authentication", "no_auth_user", "jwt_cookie"):
+                    self.errors.append(f"{member_where}: {refused_text('websocket.' + member, 'websocket authentication')}")
+                elif not self.used_as_variable(value, member):
+                    self.errors.append(f'{member_where}: unknown field "{member}"')
+            except _Bad as exc:
+                self.errors.append(f"{member_where}: {exc}")
+        return ws
 
     def mappings(self, value, where: str) -> list:
         """``mappings { source: dest | {dest, weight, cluster} | [{...}, ...] }`` at the top
@@ -1213,7 +1271,7 @@ def unsupported_warnings(options: Options) -> list[str]:
     lines = []
     for key, value in options.extra.items():
         name = key.lower()
-        if name in _QUIET_EXTRA_KEYS or name in ("cli", "security_warnings", "account_options"):
+        if name in _QUIET_EXTRA_KEYS or name in ("cli", "security_warnings", "account_options", "websocket_options"):
             continue
         if name == "authorization":
             members = ", ".join(sorted(value)) if isinstance(value, dict) else ""
@@ -1233,6 +1291,8 @@ def unsupported_warnings(options: Options) -> list[str]:
     for flag in (options.extra.get("cli") or {}):
         lines.append(f"Command line flag -{flag} is not supported by natserver and is ignored")
     lines += options.extra.get("security_warnings", [])
+    for name in options.extra.get("websocket_options", []):
+        lines.append(f'Websocket option "{name}" is not supported by natserver and is ignored')
     for name in options.extra.get("account_options", []):
         lines.append(f'Account option "{name}" is not supported by natserver and is ignored')
     return lines

@@ -77,6 +77,8 @@ class Options:
     cluster_username: str = ""  # cluster { authorization { user, password } }
     cluster_password: str = ""
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # The WebSocket listener (natserver.websocket): the websocket {} block; None: off
+    websocket: "WebsocketOptions | None" = None
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
     leafnode_remotes: list = field(default_factory=list)
     # Leaf nodes that dial us: leafnodes { listen } (0: none; -1: a random port)
@@ -116,6 +118,8 @@ class Options:
             # natserver's JetStream is single-server: no home-made replication.
             raise ValueError("JetStream cannot be used in a cluster with natserver: remove the cluster "
                              "(cluster {} block, --cluster, --routes) or disable JetStream")
+        if self.websocket is not None and self.websocket.port and self.websocket.tls is None and not self.websocket.no_tls:
+            raise ValueError("websocket requires TLS configuration")  # websocket.go validateWebsocketOptions
         if self.cluster_port < -1 or self.cluster_port > 65535:
             raise ValueError(f"invalid cluster port {self.cluster_port}")
         self.validate_security()
@@ -141,3 +145,23 @@ class Options:
                 raise ValueError("operators do not allow users to be configured directly")
             if self.trusted_keys:
                 raise ValueError("conflicting options for 'TrustedKeys' and 'TrustedOperators'")
+
+
+# websocket.go: no handshake_timeout means no deadline in nats-server (http.Server ReadTimeout 0);
+# natserver bounds the HTTP upgrade anyway, so a silent connection cannot hold a slot forever.
+WEBSOCKET_HANDSHAKE_TIMEOUT = 10.0
+
+
+@dataclass
+class WebsocketOptions:
+    """The websocket {} block (opts.go parseWebsocket): a listener for NATS over WebSocket."""
+
+    host: str = const.DEFAULT_HOST
+    port: int = 0  # 0: no listener; -1: a random port
+    no_tls: bool = False  # nats-server refuses a websocket listener without TLS unless this is set
+    tls: object = None  # natserver.auth.tls.TLSConfig
+    same_origin: bool = False
+    allowed_origins: list = field(default_factory=list)
+    handshake_timeout: float = 0.0  # 0: WEBSOCKET_HANDSHAKE_TIMEOUT
+    compression: bool = False  # permessage-deflate when the client offers it
+    advertise: str = ""

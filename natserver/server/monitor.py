@@ -542,7 +542,7 @@ class Monitor:
             "gateway": {},
             "leaf": {},
             "mqtt": {},
-            "websocket": {},
+            "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": self._varz_jetstream(),
             "tls_timeout": _go_float(getattr(o, "tls_timeout", const.DEFAULT_TLS_TIMEOUT)),
             "write_deadline": _seconds_ns(o.write_deadline),

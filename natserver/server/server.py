@@ -127,6 +127,7 @@ class Server:
         # so the core's monitor serves them without importing the subsystem.
         self.monitor_routes: dict = {}
         self.cluster = None  # natserver.cluster's routes, when the options configure a cluster
+        self.websocket = None  # natserver.websocket's listener, when a websocket {} block sets a port
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
@@ -286,13 +287,19 @@ class Server:
             self._nursery.start_soon(self._handle_connection, stream)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
-        self._next_cid += 1
-        cid = self._next_cid
         try:
             peer = stream.socket.getpeername()
             ip, port = peer[0], peer[1]
         except OSError:
             ip, port = "", 0
+        await self.serve_client(stream, ip, port)
+
+    async def serve_client(self, stream: trio.abc.Stream, ip: str, port: int, *, tls: bool = True) -> None:
+        """Serve a NATS client on an accepted ``stream`` until it closes: the client listener's
+        connections, and those a front-end carries over another transport (WebSocket) with
+        ``tls=False`` (that transport did its own TLS). Call from a task of its own."""
+        self._next_cid += 1
+        cid = self._next_cid
         client = Client(self, stream, cid, ip, port)
         if self.auth.nonce_required:
             client.nonce = new_nonce()
@@ -313,7 +320,7 @@ class Server:
             return
         self.clients[cid] = client
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
-        tls = self.tls
+        tls = self.tls if tls else None
         if tls is not None:
             # nats-server 2.9: the INFO goes out in plain text, then the TLS handshake.
             if not await self._start_tls(client, stream, info, tls):
