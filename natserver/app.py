@@ -46,6 +46,8 @@ SUBSYSTEMS: tuple[LazySubsystem, ...] = (
     LazySubsystem("stan", lambda options: options.stan is not None, "natserver.stan", "enable_stan"),
     LazySubsystem("nsq", lambda options: options.nsq is not None, "natserver.nsq", "enable_nsq", "check_options"),
     LazySubsystem("websocket", lambda options: options.websocket is not None and options.websocket.port != 0, "natserver.websocket", "enable_websocket"),
+    # The system account ($SYS events and requests): on unless no_system_account.
+    LazySubsystem("system", lambda options: not options.no_system_account, "natserver.system", "enable_system", "check_options"),
     LazySubsystem("cluster", lambda options: options.clustered or bool(options.leafnode_remotes or options.leafnode_port), "natserver.cluster", "enable_cluster"),
 )
 

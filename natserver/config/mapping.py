@@ -249,7 +249,7 @@ UNSUPPORTED_KEYS = frozenset(
     client_advertise trace_verbose disable_sublist_cache no_sublist_cache
     logfile_size_limit log_size_limit syslog remote_syslog prof_port
     max_sub_tokens max_subscription_tokens
-    no_system_account no_system no_sys_acc connect_error_reports
+    connect_error_reports
     reconnect_error_reports server_tags default_js_domain
     """.split()
 )
@@ -416,6 +416,8 @@ class _Builder:
             c["mappings"] = self.mappings(value, where)
         elif name in ("websocket", "ws"):
             c["websocket"] = self.websocket(value, where)
+        elif name in ("no_system_account", "no_system", "no_sys_acc"):
+            c["no_system_account"] = _expect(value, bool, key)
         elif name in ("system_account", "system"):
             c["system_account"] = _expect(value, str, key)
         elif name in ("trusted", "trusted_keys"):

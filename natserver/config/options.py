@@ -50,7 +50,8 @@ class Options:
     trusted_keys: list = field(default_factory=list)
     resolver: str = ""
     resolver_preload: dict = field(default_factory=dict)
-    system_account: str = ""
+    system_account: str = ""  # empty: "$SYS" (or the operator JWT's system account)
+    no_system_account: bool = False  # no system account: no $SYS events or requests
     # TLS for client connections (natserver.auth.tls.TLSConfig); allow_non_tls lets clients choose
     tls: object = None
     allow_non_tls: bool = False

@@ -534,6 +534,13 @@ class Accounts:
                 self.wire_imports(other)
         return account
 
+    def add_empty(self, name: str) -> Account:
+        """An account with no configuration (nats-server's automatic $SYS)."""
+        account = self.by_name.get(name)
+        if account is None:
+            account = self.by_name[name] = Account(self.server, name)
+        return account
+
     def register(self, client, name: str | None) -> bool:
         """Move ``client`` into account ``name`` (its subscriptions move with it). False when
         the account is at its max_connections."""

@@ -182,6 +182,7 @@ class Client:
         self._drained: trio.Event | None = None  # set by the writer when below _stall_at
         self.stalled_on: Client | None = None  # a subscriber this producer must wait for
         self._writer_lot = trio.lowlevel.ParkingLot()
+        self.announced = False  # connection_observers were told of this client's CONNECT
         # Whether the writer task has a send under way (then it goes first, see flush).
         self._sending = False
         self.close_reason = ""
@@ -872,6 +873,10 @@ class Client:
         if server.connection_hook is not None and server.connection_hook(self, "connect"):
             self.close("Client Closed", flush=True)
             return
+        if not self.announced and server.connection_observers:
+            self.announced = True
+            for observer in server.connection_observers:
+                observer.client_connected(self)
         if self.verbose:
             self.queue(OK)
         # server.go firstClientPingInterval: the first PING comes soon after CONNECT.

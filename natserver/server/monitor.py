@@ -567,6 +567,8 @@ class Monitor:
             "http_req_stats": dict(sorted(self.http_req_stats.items())),
             "config_load_time": go_time(getattr(server, "config_load_time", server.start_time), local=True),
         })
+        if server.system is not None:  # natserver.system's account (omitempty, after config_load_time)
+            v["system_account"] = server.system.name
         if server._info_base.get("connect_urls"):  # set by natserver.cluster
             v["connect_urls"] = list(server._info_base["connect_urls"])
         return v
@@ -668,13 +670,15 @@ class Monitor:
                 raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
             literal = test.encode().split(b".")
         server = self.server
-        counted = not acc or acc == GLOBAL_ACCOUNT
+        # One account's subject space (acc), or the global one's.
+        account = server.accounts.get(acc) if acc and server.accounts is not None else None
+        sublist = account.sublist if account is not None else server.sublist if not acc or acc == GLOBAL_ACCOUNT else None
         out = {"server_id": server.server_id, "now": go_time(time.time())}
-        out.update(sublist_stats(server.sublist) if counted else dict.fromkeys(_SUBLIST_STATS_KEYS, 0))
+        out.update(sublist_stats(sublist) if sublist is not None else dict.fromkeys(_SUBLIST_STATS_KEYS, 0))
         out.update({"total": 0, "offset": offset, "limit": limit})
-        if subs and counted:
+        if subs and sublist is not None:
             details = []
-            for sub in server.sublist.subscriptions():
+            for sub in sublist.subscriptions():
                 if literal is not None and not match_literal(literal, sub.subject):
                     continue
                 details.append(sub_detail(sub, account=True))
@@ -710,9 +714,46 @@ class Monitor:
 
     def handle_accountz(self, query: Query) -> bytes:
         self._count("/accountz")
-        if query.get("acc"):
-            raise BadRequest(f"Account {query.get('acc')} does not exist")
-        return go_json({**self._header(), "accounts": [GLOBAL_ACCOUNT]})
+        return go_json(self.accountz(query.get("acc")))
+
+    def accountz(self, acc: str = "") -> dict:
+        """monitor.go Accountz: the account names (the system account's named), or one
+        account's details (``acc``)."""
+        server = self.server
+        out = self._header()
+        if server.system is not None:
+            out["system_account"] = server.system.name
+        if acc:
+            out["account_detail"] = self.account_info(acc)
+        else:
+            out["accounts"] = list(server.accounts.by_name) if server.accounts is not None else [GLOBAL_ACCOUNT]
+        return out
+
+    def account_info(self, name: str) -> dict:
+        """monitor.go AccountInfo: one account's connections, subscriptions, imports, exports."""
+        server = self.server
+        account = server.accounts.get(name) if server.accounts is not None else None
+        if account is None or account.name != name and name != GLOBAL_ACCOUNT:
+            raise BadRequest(f"Account {name} does not exist")
+        config = account.config
+        info: dict = {
+            "account_name": name, "update_time": go_time(server.start_time), "expired": bool(account.expired),
+            "complete": True, "jetstream_enabled": getattr(server, "jetstream", None) is not None,
+            "leafnode_connections": 0, "client_connections": len(account.clients),
+            "subscriptions": account.sublist.count,
+        }
+        if config is not None and config.imports:
+            info["imports"] = [{
+                "subject": imp.subject, "account": imp.account,
+                "to": imp.to or (f"{imp.prefix}.{imp.subject}" if imp.prefix else imp.subject),
+                "type": "service" if imp.service else "stream", "invalid": False, "share": imp.share, "tracking": False,
+            } for imp in config.imports]
+        if config is not None and config.exports:
+            info["exports"] = [{"subject": exp.subject, "type": "service" if exp.service else "stream",
+                                **({"response_type": exp.response_type} if exp.service else {})}
+                               for exp in config.exports]
+        info["sublist_stats"] = sublist_stats(account.sublist)
+        return info
 
     def handle_accstatz(self, query: Query) -> bytes:
         self._count("/accstatz")

@@ -128,6 +128,10 @@ class Server:
         self.monitor_routes: dict = {}
         self.cluster = None  # natserver.cluster's routes, when the options configure a cluster
         self.websocket = None  # natserver.websocket's listener, when a websocket {} block sets a port
+        self.system = None  # natserver.system's system account ($SYS events and requests)
+        # What a subsystem watches clients come and go with: objects with client_connected(client)
+        # (after a client's first accepted CONNECT) and client_closed(client).
+        self.connection_observers: list = []
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None
@@ -478,6 +482,8 @@ class Server:
         if self.accounts is not None:
             self.accounts.unregister(client)
         self.closed_clients.append(connection_record(client))
+        for observer in self.connection_observers:
+            observer.client_closed(client)
         log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
 
     def note_slow_consumer(self, client: Client, detail: str) -> None:

@@ -34,6 +34,9 @@ async def start_node(nursery, routes=(), **changes) -> natserver.Server:
     changes.setdefault("cluster_port", -1)
     changes.setdefault("cluster_name", "c1")
     changes.setdefault("cluster_host", "127.0.0.1")
+    # The interest these tests count is their clients': the system account's own subscriptions
+    # cross routes too (tests/system/test_system.py has a cluster answering $SYS requests).
+    changes.setdefault("no_system_account", True)
     return await nursery.start(natserver.serve, make_options(routes=list(routes), **changes))
 
 

@@ -34,7 +34,7 @@ VARZ_KEYS = [
     "mqtt", "websocket", "jetstream", "tls_timeout", "write_deadline", "start", "now", "uptime",
     "mem", "cores", "gomaxprocs", "cpu", "connections", "total_connections", "routes", "remotes",
     "leafnodes", "in_msgs", "out_msgs", "in_bytes", "out_bytes", "slow_consumers", "subscriptions",
-    "http_req_stats", "config_load_time",
+    "http_req_stats", "config_load_time", "system_account",
 ]
 CONNZ_KEYS = ["server_id", "now", "num_connections", "total", "offset", "limit", "connections"]
 CONN_KEYS = [
@@ -321,6 +321,7 @@ async def test_varz_fields(monitored):
     server, monitor = monitored
     varz = await get_json(monitor, "/varz")
     assert list(varz) == VARZ_KEYS
+    assert varz["system_account"] == "$SYS"  # nats-server's default system account
     o = server.options
     assert varz["server_id"] == server.server_id and varz["server_id"].startswith("N")
     assert varz["version"] == "2.9.10" and varz["proto"] == 1
@@ -624,7 +625,7 @@ async def test_differential_against_nats_server(nursery, tmp_path):
         ref_ports = await wait_for(ports, "nats-server's ports file")
         ref_nats = int(ref_ports["nats"][0].rsplit(":", 1)[1])
         ref_http = int(ref_ports["monitoring"][0].rsplit(":", 1)[1])
-        server, monitor = await start(nursery)
+        server, monitor = await start(nursery, no_system_account=True)
 
         ref_clients = await same_traffic(ref_nats)
         our_clients = await same_traffic(server.port)

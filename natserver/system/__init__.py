@@ -1,0 +1,344 @@
+"""The system account, as nats-server 2.9.10 has it: ``$SYS`` events and requests.
+
+Every server has a system account (``$SYS``, or ``system_account``, or the operator JWT's)
+unless ``no_system_account`` is set. Users of that account (``accounts { SYS { users [...] } }``
+with ``system_account: SYS``) see, in its subject space:
+
+* **advisories**: ``$SYS.ACCOUNT.<acc>.CONNECT`` / ``.DISCONNECT`` when a client of an account
+  other than ``$G`` comes and goes, ``$SYS.ACCOUNT.<acc>.SERVER.CONNS`` (and the older
+  ``$SYS.SERVER.ACCOUNT.<acc>.CONNS``) with the account's connection counts, and
+  ``$SYS.SERVER.<id>.STATSZ`` every few seconds (250 ms at first, doubling up to 30 s) while
+  someone listens;
+* **requests** (the reply is JSON ``{"server": {...}, "data": {...}}``, as monitoring):
+  ``$SYS.REQ.SERVER.PING`` and ``$SYS.REQ.SERVER.PING.<KIND>`` (every server answers: what
+  ``nats server list`` sends), ``$SYS.REQ.SERVER.<id>.<KIND>`` for ``STATSZ``, ``VARZ``,
+  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``;
+  ``$SYS.REQ.ACCOUNT.<acc>.<KIND>`` for ``CONNZ``, ``SUBSZ``, ``LEAFZ``, ``JSZ``, and
+  ``$SYS.REQ.ACCOUNT.PING.STATZ``. The request's JSON body holds the endpoint's options
+  (``{"subscriptions": true}`` for CONNZ...), as in nats-server.
+
+The data comes from the core's monitoring code (natserver.server.monitor), run without its
+HTTP listener. The core only knows this package as a subsystem (natserver.app) and as an
+object in ``server.connection_observers``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import urllib.parse
+
+import orjson
+import trio
+
+from ..protocol import const
+from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
+from ..server.monitor import BadRequest, Monitor, Query, go_time
+
+__all__ = ["SystemAccount", "enable_system", "check_options"]
+
+log = logging.getLogger("natserver")
+
+# events.go: the first STATSZ heartbeat comes soon, then the interval doubles up to 30 s.
+STATSZ_FIRST_INTERVAL = 0.25
+STATSZ_INTERVAL = 30.0
+CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
+DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
+ACCOUNT_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
+SERVER_KINDS = ("STATSZ", "VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ", "HEALTHZ")
+ACCOUNT_KINDS = ("CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO")
+# Request JSON option names -> the monitoring endpoints' query parameters (monitor.go *Options).
+_OPTION_NAMES = {"subscriptions": "subs", "account": "acc", "consumer": "consumers", "include_unused": "unused"}
+_NUID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def system_account_name(options, server=None) -> str:
+    operator = getattr(server, "operator", None) if server is not None else None
+    return options.system_account or getattr(operator, "system_account", "") or SYSTEM_ACCOUNT
+
+
+def check_options(options) -> None:
+    """server.go: a system_account that names no account stops the server."""
+    name = options.system_account
+    if name and name != SYSTEM_ACCOUNT and not options.trusted_operators and not options.trusted_keys:
+        if all(config.name != name for config in options.accounts):
+            raise ValueError("error resolving system account: account missing")
+
+
+def _event_id() -> str:
+    """A 22-character id like nats-server's NUIDs (random here: ids only need to differ)."""
+    return "".join(secrets.choice(_NUID_ALPHABET) for _ in range(22))
+
+
+def _data_stats(msgs: int, size: int) -> dict:
+    return {"msgs": msgs, "bytes": size}
+
+
+class SystemAccount:
+    """The running system account (``server.system``): publishes events, answers requests."""
+
+    def __init__(self, server, name: str) -> None:
+        self.server = server
+        self.name = name
+        self.account = server.accounts.by_name.get(name)
+        if self.account is None:  # $SYS with no configured users: it exists all the same
+            self.account = server.accounts.add_empty(name)
+        # The monitoring code, without its HTTP listener: requests here are not HTTP requests,
+        # so they are not counted, and /varz's counts are the HTTP monitor's.
+        self.monitor = Monitor(server, "")
+        self.monitor._count = lambda path: None
+        if server.monitor is not None:
+            self.monitor.http_req_stats = server.monitor.http_req_stats
+        self.seq = 0
+        self._subs: list = []
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    def server_info(self) -> dict:
+        """events.go ServerInfo, with the next sequence number."""
+        server = self.server
+        self.seq += 1
+        info = {"name": server.server_name, "host": server.options.host, "id": server.server_id}
+        if server.options.cluster_name and server.cluster is not None:
+            info["cluster"] = server.options.cluster_name
+        if server.options.jetstream and server.options.jetstream_domain:
+            info["domain"] = server.options.jetstream_domain
+        info.update({"ver": const.SERVER_VERSION, "seq": self.seq, "jetstream": server.jetstream is not None,
+                     "time": go_time(time.time())})
+        return info
+
+    def _listened(self, subject: str) -> bool:
+        result = self.account.sublist.match(subject.encode())
+        return bool(result.psubs or result.qsubs)
+
+    def send(self, subject: str, message: dict, reply: bytes | None = None) -> None:
+        self.account.publish(subject.encode(), reply, None, orjson.dumps(message))
+        self.server.flush_touched()
+
+    # -- connection events (server.connection_observers) ---------------------------------------
+
+    def _client_info(self, client, closing: bool) -> dict:
+        account = client.account.name if client.account is not None else GLOBAL_ACCOUNT
+        info: dict = {"start": go_time(client.start), "host": client.ip, "id": client.cid, "acc": account}
+        for key, value in (("user", client.user), ("name", client.name), ("lang", client.lang), ("ver", client.version)):
+            if value:
+                info[key] = value
+        if closing and client.rtt:
+            info["rtt"] = int(client.rtt * 1e9)
+        if closing and client.stop:
+            info["stop"] = go_time(client.stop)
+        info["kind"] = "Client"
+        info["client_type"] = "nats"
+        return info
+
+    def client_connected(self, client) -> None:
+        account = client.account
+        if account is None or account.name == GLOBAL_ACCOUNT:
+            return  # events.go: the global account's activity is not reported
+        self._account_conns(account)
+        subject = f"$SYS.ACCOUNT.{account.name}.CONNECT"
+        if self._listened(subject):
+            self.send(subject, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": go_time(time.time()),
+                                "server": self.server_info(), "client": self._client_info(client, False)})
+
+    def client_closed(self, client) -> None:
+        account = client.account
+        if account is None or account.name == GLOBAL_ACCOUNT or not client.announced:
+            return
+        self._account_conns(account)
+        subject = f"$SYS.ACCOUNT.{account.name}.DISCONNECT"
+        if self._listened(subject):
+            self.send(subject, {
+                "type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": go_time(client.stop or time.time()),
+                "server": self.server_info(), "client": self._client_info(client, True),
+                "sent": _data_stats(client.in_msgs, client.in_bytes),
+                "received": _data_stats(client.out_msgs, client.out_bytes),
+                "reason": client.close_reason,
+            })
+
+    def account_stat(self, account) -> dict:
+        """events.go AccountStat for one account: its clients and what they moved."""
+        clients = [c for c in account.clients if not c.closed]
+        return {
+            "acc": account.name, "conns": len(clients), "leafnodes": 0, "total_conns": len(clients),
+            "sent": _data_stats(sum(c.out_msgs for c in clients), sum(c.out_bytes for c in clients)),
+            "received": _data_stats(sum(c.in_msgs for c in clients), sum(c.in_bytes for c in clients)),
+            "slow_consumers": 0,
+        }
+
+    def _account_conns(self, account) -> None:
+        new, old = f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS", f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS"
+        if not (self._listened(new) or self._listened(old)):
+            return
+        event = {"type": ACCOUNT_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(time.time())}
+        stat = self.account_stat(account)
+        for subject in (old, new):  # nats-server sends the older subject first
+            self.send(subject, {**event, "server": self.server_info(), **stat})
+
+    # -- statsz ---------------------------------------------------------------------------------
+
+    def statsz(self) -> dict:
+        """events.go ServerStats."""
+        server = self.server
+        varz = self.monitor.varz()
+        accounts = server.accounts.by_name.values() if server.accounts is not None else ()
+        stats = {
+            "start": go_time(server.start_time), "mem": varz["mem"], "cores": varz["cores"], "cpu": _number(varz["cpu"]),
+            "connections": len(server.clients), "total_connections": server.total_connections,
+            "active_accounts": sum(1 for account in accounts if account.clients),
+            "subscriptions": server.subscriptions,
+            "sent": _data_stats(server.out_msgs, server.out_bytes),
+            "received": _data_stats(server.in_msgs, server.in_bytes),
+            "slow_consumers": server.slow_consumers,
+            "active_servers": 1 + (len(server.cluster.routes) if server.cluster is not None else 0),
+        }
+        if server.jetstream is not None:
+            stats["jetstream"] = varz["jetstream"]
+        return stats
+
+    def statsz_message(self) -> dict:
+        return {"server": self.server_info(), "statsz": self.statsz()}
+
+    async def heartbeat(self) -> None:
+        interval = STATSZ_FIRST_INTERVAL
+        subject = f"$SYS.SERVER.{self.server.server_id}.STATSZ"
+        while True:
+            await trio.sleep(interval)
+            interval = min(interval * 2, STATSZ_INTERVAL)
+            if self._listened(subject):
+                self.send(subject, self.statsz_message())
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def subscribe(self) -> None:
+        server_id = self.server.server_id
+        self._subs.append(self.account.subscribe("$SYS.REQ.SERVER.PING", self._ping))
+        for kind in SERVER_KINDS:
+            for subject in (f"$SYS.REQ.SERVER.PING.{kind}", f"$SYS.REQ.SERVER.{server_id}.{kind}"):
+                self._subs.append(self.account.subscribe(subject, self._server_request(kind)))
+        for kind in ACCOUNT_KINDS:
+            self._subs.append(self.account.subscribe(f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_request(kind)))
+        self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.PING.STATZ", self._account_statz))
+
+    def _ping(self, subject, reply, headers, body) -> None:
+        if reply:
+            self.send(reply.decode(), self.statsz_message())
+
+    def _server_request(self, kind: str):
+        def handle(subject, reply, headers, body) -> None:
+            if not reply:
+                return
+            if kind == "STATSZ":
+                self.send(reply.decode(), self.statsz_message())
+                return
+            self._answer(reply, kind, body, None)
+        return handle
+
+    def _account_request(self, kind: str):
+        def handle(subject, reply, headers, body) -> None:
+            name = subject.decode().split(".")[3]
+            if reply and name != "PING":
+                self._answer(reply, kind, body, name)
+        return handle
+
+    def _account_statz(self, subject, reply, headers, body) -> None:
+        if not reply:
+            return
+        accounts = self.server.accounts.by_name.values() if self.server.accounts is not None else ()
+        stats = [self.account_stat(account) for account in accounts if account.clients]
+        data = {"server_id": self.server.server_id, "now": go_time(time.time()), "account_statz": stats}
+        self.send(reply.decode(), {"server": self.server_info(), "data": data})
+
+    def _answer(self, reply: bytes, kind: str, body: bytes, account: str | None) -> None:
+        """The monitoring endpoint's answer as ``data``, or nats-server's ``error`` object."""
+        message: dict = {"server": self.server_info()}
+        try:
+            query = _query(body, account)
+            message["data"] = _number(self._endpoint(kind, query, account))
+        except BadRequest as exc:
+            message["data"] = None
+            message["error"] = {"code": 400, "description": str(exc)}
+        except _Failed as exc:
+            message["data"] = None
+            message["error"] = {"code": exc.code, "description": exc.description}
+        except ValueError as exc:  # a body that is not a JSON object
+            message["data"] = None
+            message["error"] = {"code": 400, "description": f"invalid request: {exc}"}
+        self.send(reply.decode(), message)
+
+    def _endpoint(self, kind: str, query: Query, account: str | None = None):
+        monitor = self.monitor
+        if account is not None:
+            if kind == "INFO":
+                return monitor.account_info(account)
+            if kind == "JSZ" and self.server.jetstream is None:
+                raise _Failed(500, "jetstream not enabled")
+            if kind == "CONNZ":
+                data = orjson.loads(monitor.handle_connz(query))
+                data["connections"] = data.get("connections") or []
+                return data
+        if kind == "VARZ":
+            return monitor.varz()
+        if kind == "SUBSZ":
+            return monitor.subsz(subs=query.bool("subs"), offset=query.int("offset"), limit=query.int("limit"),
+                                 test=query.get("test"), acc=query.get("acc"))
+        if kind == "HEALTHZ":
+            answer = monitor.handle_healthz(query)
+            return orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
+        if kind == "ACCOUNTZ":
+            return monitor.accountz(query.get("acc"))
+        handler = getattr(monitor, f"handle_{kind.lower()}")
+        answer = handler(query)
+        return orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
+
+
+class _Failed(Exception):
+    """A request nats-server answers with an error object (code, description)."""
+
+    def __init__(self, code: int, description: str) -> None:
+        super().__init__(description)
+        self.code, self.description = code, description
+
+
+def _number(value):
+    """Floats as Go's JSON writes them: 0 for 0.0 (a whole float64 has no fraction)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _number(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_number(item) for item in value]
+    return value
+
+
+def _query(body: bytes, account: str | None) -> Query:
+    """A request's JSON options as the monitoring endpoint's query string."""
+    options = orjson.loads(body) if body.strip() else {}
+    if not isinstance(options, dict):
+        raise ValueError("expected a JSON object")
+    params = {}
+    for name, value in options.items():
+        key = _OPTION_NAMES.get(name, name)
+        if name == "subscriptions_detail":
+            key, value = "subs", "detail" if value else value
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        params[key] = str(value)
+    if account is not None:
+        params["acc"] = account
+    return Query(urllib.parse.urlencode(params))
+
+
+async def enable_system(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The subsystem's entry point: ``server.system``, run until cancelled."""
+    system = SystemAccount(server, system_account_name(server.options, server))
+    system.subscribe()
+    server.connection_observers.append(system)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(system.heartbeat)
+            task_status.started(system)
+    finally:
+        if system in server.connection_observers:
+            server.connection_observers.remove(system)
