@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
+import subprocess
 import time
 import urllib.request
 
@@ -374,3 +376,35 @@ def test_upgrade_answers_and_info_as_nats_server(tmp_path):
             results[kind] = answers
     assert results["natserver"] == results["nats-server"]
     assert results["natserver"]["evil origin"][0] == "HTTP/1.1 403 Forbidden"
+
+
+# -- nats.ws, the browser client ------------------------------------------------------------------
+
+NATS_WS_VERSION = "1.30.3"
+WS_VERSION = "8.18.0"  # the browser's WebSocket, in node
+SCENARIO = os.path.join(os.path.dirname(__file__), "natsws", "scenario.js")
+
+
+@pytest.fixture(scope="session")
+def natsws_modules(tmp_path_factory):
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed")
+    directory = tmp_path_factory.mktemp("natsws")
+    result = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent",
+                             f"nats.ws@{NATS_WS_VERSION}", f"ws@{WS_VERSION}"],
+                            cwd=directory, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        pytest.skip(f"npm could not install nats.ws: {result.stderr[-300:]}")
+    return str(directory / "node_modules")
+
+
+@pytest.mark.parametrize("compression", [False, True])
+def test_nats_ws_browser_client(threaded_server, natsws_modules, compression):
+    handle = threaded_server(websocket=_ws_options(compression=compression))
+    env = dict(os.environ, NODE_PATH=natsws_modules)
+    result = subprocess.run(["node", SCENARIO, f"ws://127.0.0.1:{handle.server.websocket.port}"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome == {"seen": [["greet.a", "hi a"], ["greet.b", "hi b"], ["greet.c", "hi c"]], "reply": "re:q",
+                       "server_id": handle.server.server_id}
