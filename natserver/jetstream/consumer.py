@@ -150,42 +150,113 @@ def set_defaults(cfg: ConsumerConfig) -> None:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
 
 
-def check_config(cfg: ConsumerConfig, stream_subjects: list) -> None:
-    """nats-server's checkConsumerCfg for a standalone server (the subset natserver knows)."""
-    if cfg.durable_name and cfg.name and cfg.durable_name != cfg.name:
-        raise errors.consumer_durable_name_mismatch()
+def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "limits") -> None:
+    """nats-server's checkConsumerCfg for a standalone server, in its order (the names first,
+    as the API handler checks them)."""
     for name in (cfg.durable_name, cfg.name):
         if name and any(c in name for c in ".*> \t"):
             raise errors.consumer_name_invalid(name)
-    if not cfg.deliver_subject:
-        if cfg.flow_control:
-            raise errors.consumer_fc_requires_push()
-        if cfg.idle_heartbeat:
-            raise errors.consumer_hb_requires_push()
-    elif not is_valid_subject(cfg.deliver_subject) or any(c in cfg.deliver_subject for c in "*>"):
-        raise errors.consumer_invalid_deliver_subject()
-    if cfg.deliver_group and not cfg.deliver_subject:
-        raise errors.consumer_deliver_group_requires_push()
-    if cfg.max_waiting < 0:
-        raise errors.consumer_max_waiting_negative()
-    if cfg.deliver_policy == "by_start_sequence":
-        if cfg.opt_start_seq == 0:
-            raise errors.consumer_invalid_policy(
-                "consumer delivery policy is deliver by start sequence, but optional start sequence is not set")
-    elif cfg.deliver_policy == "by_start_time":
-        if cfg.opt_start_time is None:
-            raise errors.consumer_invalid_policy(
-                "consumer delivery policy is deliver by start time, but optional start time is not set")
-    elif cfg.deliver_policy == "last_per_subject" and not cfg.filter_subject:
-        raise errors.consumer_invalid_policy(
-            "consumer delivery policy is deliver last per subject, but optional filter subject is not set")
     if cfg.backoff and cfg.max_deliver <= len(cfg.backoff):  # -1 (unlimited) too, as nats-server
         raise errors.consumer_max_deliver_backoff()
+    if cfg.deliver_subject:
+        if any(token in ("*", ">") for token in cfg.deliver_subject.split(".")):
+            raise errors.consumer_deliver_to_wildcards()
+        if not is_valid_subject(cfg.deliver_subject):
+            raise errors.consumer_invalid_deliver_subject()
+        if any(is_subset_match(cfg.deliver_subject, subject) for subject in stream_subjects):
+            raise errors.consumer_deliver_cycle()  # the stream would store its own deliveries
+        if cfg.max_waiting != 0:
+            raise errors.consumer_push_max_waiting()
+        if cfg.max_ack_pending > 0 and cfg.ack_policy == "none":
+            raise errors.consumer_max_pending_requires_ack()
+        if 0 < cfg.idle_heartbeat < 100_000_000:  # nanoseconds
+            raise errors.consumer_small_heartbeat()
+    else:
+        if cfg.ack_policy == "none" and retention == "workqueue":
+            raise errors.consumer_pull_requires_ack()
+        if cfg.rate_limit_bps > 0:
+            raise errors.consumer_pull_with_rate_limit()
+        if cfg.max_waiting < 0:
+            raise errors.consumer_max_waiting_negative()
+        if cfg.idle_heartbeat:
+            raise errors.consumer_hb_requires_push()
+        if cfg.flow_control:
+            raise errors.consumer_fc_requires_push()
+        if cfg.max_batch < 0:
+            raise errors.consumer_max_request_batch_negative()
+        if cfg.max_expires and cfg.max_expires < 1_000_000:  # nanoseconds: under 1 ms
+            raise errors.consumer_max_request_expires_too_small()
+    if cfg.deliver_group and not cfg.deliver_subject:
+        raise errors.consumer_deliver_group_requires_push()
     if cfg.filter_subject:
         if not is_valid_subject(cfg.filter_subject):
             raise errors.consumer_invalid_filter()
         if not any(is_subset_match(cfg.filter_subject, s) for s in stream_subjects):
             raise errors.consumer_filter_not_subset()
+    _check_deliver_policy(cfg)
+    if cfg.sample_freq:
+        text = cfg.sample_freq.removesuffix("%")
+        if not text.lstrip("+-").isdigit() or not text.isascii() or text[1:].lstrip("0123456789"):
+            raise errors.consumer_invalid_sampling(f'strconv.Atoi: parsing "{text}": invalid syntax')
+        if int(text) < 0:
+            raise errors.consumer_invalid_sampling("<nil>")  # (nats-server formats its nil error)
+    if cfg.flow_control and not cfg.idle_heartbeat:
+        raise errors.consumer_flow_control_needs_heartbeats()
+    if cfg.durable_name and cfg.name and cfg.durable_name != cfg.name:
+        raise errors.consumer_durable_name_mismatch()
+
+
+# checkConsumerCfg's start rules: per policy, which optional start must and must not be set.
+_POLICY_WORDS = {"all": "all", "last": "last", "last_per_subject": "last per subject", "new": "new",
+                 "by_start_sequence": "by start sequence", "by_start_time": "by start time"}
+
+
+def _check_deliver_policy(cfg: ConsumerConfig) -> None:
+    policy = cfg.deliver_policy
+    words = _POLICY_WORDS.get(policy)
+    if words is None:
+        return
+
+    def bad_start(start: str):
+        raise errors.consumer_invalid_policy(f"consumer delivery policy is deliver {words}, but optional start {start} is also set")
+
+    def not_set(what: str):
+        raise errors.consumer_invalid_policy(f"consumer delivery policy is deliver {words}, but optional {what} is not set")
+
+    if policy in ("all", "last", "last_per_subject", "new"):
+        if cfg.opt_start_seq > 0:
+            bad_start("sequence")
+        if cfg.opt_start_time is not None:
+            bad_start("time")
+        if policy == "last_per_subject" and not cfg.filter_subject:
+            not_set("filter subject")
+    elif policy == "by_start_sequence":
+        if cfg.opt_start_seq == 0:
+            not_set("start sequence")
+        if cfg.opt_start_time is not None:
+            bad_start("time")
+    elif policy == "by_start_time":
+        if cfg.opt_start_time is None:
+            not_set("start time")
+        if cfg.opt_start_seq != 0:
+            bad_start("start sequence")
+
+
+def check_workqueue(cfg: ConsumerConfig, others) -> None:
+    """consumer.go addConsumer on a workqueue stream: explicit acks, one consumer per subject
+    (stream.go partitionUnique), deliver all."""
+    if cfg.ack_policy != "explicit":
+        raise errors.consumer_wq_requires_explicit_ack()
+    others = list(others)
+    if others:
+        if not cfg.filter_subject:
+            raise errors.consumer_wq_multiple_unfiltered()
+        for other in others:
+            theirs = other.cfg.filter_subject
+            if not theirs or is_subset_match(cfg.filter_subject, theirs) or is_subset_match(theirs, cfg.filter_subject):
+                raise errors.consumer_wq_not_unique()
+    if cfg.deliver_policy != "all":
+        raise errors.consumer_wq_not_deliver_all()
 
 
 # nats-server's checkNewConsumerConfig: what an existing consumer can not change, in its order.

@@ -14,6 +14,7 @@ from .consumer import (
     ConsumerConfig,
     check_config,
     check_update,
+    check_workqueue,
     ephemeral_name,
     set_defaults,
 )
@@ -97,7 +98,7 @@ class ConsumerApi:
                     raise errors.consumer_create("consumer filter subject does not match the request subject")
             stream = self._stream(stream_name)
             set_defaults(cfg)
-            check_config(cfg, stream.cfg.subjects or [])
+            check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention)
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
@@ -116,6 +117,8 @@ class ConsumerApi:
             return existing
         if stream.cfg.max_consumers > 0 and len(consumers) >= stream.cfg.max_consumers:
             raise errors.max_consumers_reached()
+        if stream.cfg.retention == "workqueue":
+            check_workqueue(cfg, consumers.values())
         if not name:
             name = ephemeral_name()
             while name in consumers:

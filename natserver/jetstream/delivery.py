@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..protocol.gotext import go_duration
 from . import consumer_store
 from .consumer import ephemeral_name
 from .stream import _INT64, _bool, _int, decode_struct
@@ -141,6 +142,18 @@ class Delivery:
             return
         if consumer.cfg.is_push:
             return  # nats-server ignores pull requests to push consumers
+        # consumer.go processNextMsgRequest: the consumer's request limits, in this order.
+        cfg = consumer.cfg
+        if cfg.max_batch > 0 and batch > cfg.max_batch:
+            self.js.send(reply, b"", b"NATS/1.0 409 Exceeded MaxRequestBatch of %d\r\n\r\n" % cfg.max_batch)
+            return
+        if expires > 0 and cfg.max_expires > 0 and expires > cfg.max_expires:
+            limit = go_duration(cfg.max_expires / 1e9).encode()
+            self.js.send(reply, b"", b"NATS/1.0 409 Exceeded MaxRequestExpires of %s\r\n\r\n" % limit)
+            return
+        if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
+            self.js.send(reply, b"", b"NATS/1.0 409 Exceeded MaxRequestMaxBytes of %d\r\n\r\n" % cfg.max_bytes)
+            return
         consumer.active_at = now
         self._expire_requests(consumer, now)
         if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):

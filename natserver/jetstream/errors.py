@@ -129,8 +129,26 @@ consumer_filter_not_subset = _fixed(400, 10093, "consumer filter subject is not 
 consumer_invalid_filter = _fixed(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
 consumer_durable_name_mismatch = _fixed(
     400, 10132, "Consumer Durable and Name have to be equal if both are provided")
+consumer_deliver_to_wildcards = _fixed(400, 10079, "consumer deliver subject has wildcards")
+consumer_push_max_waiting = _fixed(400, 10080, "consumer in push mode can not set max waiting")
+consumer_deliver_cycle = _fixed(400, 10081, "consumer deliver subject forms a cycle")
+consumer_max_pending_requires_ack = _fixed(400, 10082, "consumer requires ack policy for max ack pending")
+consumer_small_heartbeat = _fixed(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
+consumer_pull_with_rate_limit = _fixed(400, 10086, "consumer in pull mode can not have rate limit set")
+consumer_flow_control_needs_heartbeats = _fixed(400, 10108, "consumer with flow control also needs heartbeats")
+consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires ack policy")
+consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")
+consumer_wq_multiple_unfiltered = _fixed(400, 10099, "multiple non-filtered consumers not allowed on workqueue stream")
+consumer_wq_not_unique = _fixed(400, 10100, "filtered consumer not unique on workqueue stream")
+consumer_wq_not_deliver_all = _fixed(400, 10101, "consumer must be deliver all on workqueue stream")
+consumer_max_request_batch_negative = _fixed(400, 10114, "consumer max request batch needs to be > 0")
+consumer_max_request_expires_too_small = _fixed(400, 10115, "consumer max request expires needs to be >= 1ms")
 consumer_max_deliver_backoff = _fixed(400, 10116, "max deliver is required to be > length of backoff values")
 max_consumers_reached = _fixed(400, 10026, "maximum consumers limit reached")
+
+
+def consumer_invalid_sampling(err: str) -> ApiError:
+    return ApiError(400, 10095, f"failed to parse consumer sampling configuration: {err}")
 
 
 def consumer_invalid_policy(err: str) -> ApiError:
