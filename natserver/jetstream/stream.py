@@ -426,7 +426,7 @@ class SubjectTransform:
                 raise ValueError("a destination may not have a '*' token")
             elif token == ">" and (i != len(dtokens) - 1 or not self.fwc):
                 raise ValueError("a destination '>' needs one in the source")
-        if len(refs) < len(self.pwcs):
+        if len(refs) < len(self.pwcs) or (self.fwc and dtokens[-1] != ">"):
             raise ValueError("not every wildcard of the source is used")
         self.refs = refs
 
