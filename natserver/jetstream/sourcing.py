@@ -202,6 +202,9 @@ class Sourcing:
                 by_name[spec["name"]] = link
             links = list(by_name.values())
         stream.links = links
+        for link in links:  # nats-server knows at once when the origin is missing
+            if link.origin not in self.engine.streams:
+                link.error, link.active = errors.stream_not_found(), 0
         if recovering:
             recover_source_positions(stream, links)
         self.refresh_followed()

@@ -680,6 +680,8 @@ class Stream:
         no ack; limits, republish, consumers and followers as for a published message.
         Raises StoreError when the store refuses it (discard new)."""
         store = self.store
+        if self.cfg.retention == "interest" and not self.consumers:
+            return store.skip_msg(ts)  # no interest: the sequence is used, nothing is kept
         was_empty = not store.msgs
         tlseq = store.last_seq_for(subject) if self.transform is not None else 0
         seq = store.store_msg(subject, hdr, msg, ts)
