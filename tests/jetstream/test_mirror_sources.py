@@ -14,6 +14,7 @@ import json
 import pathlib
 import re
 import sys
+import tempfile
 
 import nats
 import pytest
@@ -24,6 +25,7 @@ from nats.js.errors import APIError
 from natserver.jetstream.stream import SubjectTransform
 
 from .test_jetstream import NATS_SERVER, TIMEOUT, GoServer, Target, connect, run
+from .test_jsz import Running
 
 DATA = pathlib.Path(__file__).parent / "data" / "mirror_sources_nats_server_2.9.10.json"
 
@@ -376,8 +378,6 @@ def test_validation_answers_match_nats_server(tmp_path):
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         server = GoServer(pathlib.Path(tmp)).start()
         try:
@@ -385,3 +385,29 @@ if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
         finally:
             server.stop()
     DATA.write_text(json.dumps(answers, indent=1) + "\n")
+
+
+def test_jsz_stream_detail_has_mirror_and_sources(tmp_path):
+    """/jsz?streams=true lists a stream's mirror / sources after its state, as nats-server."""
+    server = Running([sys.executable, "-m", "natserver"], tmp_path)
+    try:
+        async def main():
+            nc = await connect(f"nats://127.0.0.1:{server.port}")
+            jsm = nc.jsm()
+            await jsm.add_stream(name="O", subjects=["o"])
+            await nc.request("o", b"x", timeout=2)
+            await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="O")))
+            await jsm.add_stream(StreamConfig(name="S", sources=[StreamSource(name="O")]))
+            await wait_msgs(jsm, "M", 1)
+            await wait_msgs(jsm, "S", 1)
+            await nc.close()
+
+        run(main())
+        _, doc = server.get("/jsz?streams=true")
+        details = {d["name"]: d for d in doc["account_details"][0]["stream_detail"]}
+        assert list(details["M"])[-2:] == ["state", "mirror"] and "sources" not in details["M"]
+        assert details["M"]["mirror"]["name"] == "O" and details["M"]["mirror"]["lag"] == 0
+        assert [s["name"] for s in details["S"]["sources"]] == ["O"]
+        assert "mirror" not in details["O"] and "sources" not in details["O"]
+    finally:
+        server.stop()
