@@ -223,7 +223,8 @@ class JetStream:
                 with open(meta_path, "rb") as f:
                     raw = f.read()
                 meta = loads(cipher.open_meta(raw) if cipher is not None else raw)
-                cfg = check_stream_config(StreamConfig.from_json(meta["config"]), self.streams)
+                # No origin checks here: a mirror loaded before or after its origin is the same stream.
+                cfg = check_stream_config(StreamConfig.from_json(meta["config"]), {})
                 created = int(meta.get("created", 0))
             except FileNotFoundError:
                 log.warning("JetStream: %s has no %s (not a natserver stream, or a crash during its "

@@ -295,6 +295,9 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
             raise invalid("detected cycle")
         origin = streams.get(cfg.mirror["name"])
         if origin is not None and "external" not in cfg.mirror:
+            if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
+                raise errors.mirror_max_message_size_too_big()
+            _check_source_filter("mirror", cfg.mirror, origin)
             # nats-server: a mirror inherits direct gets from the stream it mirrors.
             cfg.mirror_direct = origin.cfg.allow_direct
     if cfg.sources:
@@ -302,6 +305,11 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
         for src in cfg.sources:
             if src["name"] == cfg.name and "external" not in src:
                 raise invalid("detected cycle")
+            origin = streams.get(src["name"])
+            if origin is not None and "external" not in src:
+                if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
+                    raise errors.source_max_message_size_too_big()
+                _check_source_filter("source", src, origin)
     for src in ([cfg.mirror] if cfg.mirror else []) + (cfg.sources or []):
         if "external" in src:
             # Not in nats-server: a standalone natserver reaches no other JetStream domain.
@@ -331,6 +339,14 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
     if cfg.republish is not None:
         cfg.republish = check_republish(cfg.republish, cfg.subjects)
     return cfg
+
+
+def _check_source_filter(kind: str, spec: dict, origin) -> None:
+    """nats-server: a filter must overlap one of the origin's subjects."""
+    filter = spec.get("filter_subject", "")
+    if filter and not any(subjects_collide(filter, subj) for subj in origin.cfg.subjects):
+        raise errors.stream_invalid_config(f"{kind} '{spec['name']}' filter subject '{filter}' does not "
+                                           f"overlap with any origin stream subject")
 
 
 def decode_source(value) -> dict:
