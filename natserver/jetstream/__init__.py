@@ -38,6 +38,7 @@ from . import consumer_store, crypto, errors, monitor
 from .api import Api
 from .delivery import Delivery
 from .errors import ApiError
+from .sourcing import Sourcing
 from .store import FileStore, MemoryStore, flush_for_sync, sync_many, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
 from .util import dumps, loads, subjects_collide
@@ -98,6 +99,7 @@ class JetStream:
         self.streams: dict[str, Stream] = {}
         self.api = Api(self)
         self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
+        self.sourcing = Sourcing(self)  # mirrors and sources
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -169,6 +171,7 @@ class JetStream:
             self.delivery.start()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.delivery.run)
+                nursery.start_soon(self.sourcing.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._syncer)
@@ -220,7 +223,8 @@ class JetStream:
                 with open(meta_path, "rb") as f:
                     raw = f.read()
                 meta = loads(cipher.open_meta(raw) if cipher is not None else raw)
-                cfg = check_stream_config(StreamConfig.from_json(meta["config"]), self.streams)
+                # No origin checks here: a mirror loaded before or after its origin is the same stream.
+                cfg = check_stream_config(StreamConfig.from_json(meta["config"]), {})
                 created = int(meta.get("created", 0))
             except FileNotFoundError:
                 log.warning("JetStream: %s has no %s (not a natserver stream, or a crash during its "
@@ -248,6 +252,9 @@ class JetStream:
             stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
+        for stream in self.streams.values():
+            if stream.cfg.mirror is not None or stream.cfg.sources:
+                self.sourcing.attach(stream, recovering=True)
 
     def _stream_cipher(self, path: str, name: str):
         """The stream's keys (None: a plain stream); EncryptionKeyError when the stream and
@@ -346,6 +353,7 @@ class JetStream:
         stream = Stream(self, cfg, store, created)
         self.streams[cfg.name] = stream
         stream.subscribe()
+        self.sourcing.attach(stream)
         return stream
 
     @staticmethod
@@ -375,6 +383,9 @@ class JetStream:
         if cfg.subjects != old.subjects:
             stream.unsubscribe()
             stream.subscribe()
+        stream.set_republish()
+        if cfg.sources != old.sources:
+            self.sourcing.attach(stream)
         stream.store.update_config(cfg)
         if cfg.max_age > 0:
             stream.store.expire(time.time_ns())
@@ -385,6 +396,7 @@ class JetStream:
     def delete_stream(self, stream: Stream) -> None:
         stream.unsubscribe()
         self.streams.pop(stream.name, None)
+        self.sourcing.detach(stream)
         self._dirty.discard(stream.store)
         stream.store.delete()
 

@@ -181,7 +181,8 @@ class Api:
         except ApiError as exc:
             self._fail(reply, rtype, exc)
             return
-        self._send(reply, {"type": rtype, **stream.info_json(), "did_create": True})
+        # nats-server answers a create before its mirror/sources report anything.
+        self._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "did_create": True})
 
     def stream_update(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_update_response"
@@ -232,6 +233,7 @@ class Api:
             "config": stream.cfg.to_json(),
             "created": rfc3339nano(stream.created),
             "state": stream.state_json(details=details, subjects=subjects),
+            **stream.sourcing_json(),
         }
         self._send(reply, {"type": rtype, **paged, **info})
 

@@ -157,3 +157,10 @@ def consumer_invalid_policy(err: str) -> ApiError:
 
 def consumer_name_invalid(name: str) -> ApiError:
     return ApiError(400, 10103, "Durable name can not contain '.', '*', '>'")
+
+
+# Mirrors and sources (nats-server v2.9.10 server/errors.json).
+mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain other sources")
+mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
+mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")
+source_max_message_size_too_big = _fixed(400, 10046, "stream source must have max message size >= target")

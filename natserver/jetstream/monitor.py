@@ -87,6 +87,7 @@ def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
         infos = consumer_infos(config=config) if consumer_infos is not None else []
         if infos:
             detail["consumer_detail"] = infos
+    detail.update(stream.sourcing_json())  # "mirror" / "sources", after the consumers
     return detail
 
 

@@ -170,6 +170,18 @@ class Store:
         self._skipped(seq)
         return seq
 
+    def skip_to(self, seq: int, ts: int) -> None:
+        """Use every sequence up to ``seq`` without storing anything (a mirror's gaps: the
+        next message gets ``seq + 1``, the origin's sequence)."""
+        if seq <= self.last_seq:
+            return
+        self.last_seq = seq
+        self.last_ts = ts
+        if not self.msgs:
+            self.first_seq = seq + 1
+            self.first_ts = 0
+        self._skipped(seq)
+
     def _enforce_msgs(self) -> None:
         limit = self.cfg.max_msgs
         while self.msgs > limit:

@@ -12,6 +12,7 @@ from .errors import ApiError
 from .store import StoreError
 from .util import (
     dumps,
+    gen_header,
     get_header,
     go_quote,
     is_subset_match,
@@ -123,7 +124,15 @@ def _placement(value):
 def _sources(value):
     if not isinstance(value, list):
         raise DecodeError("sources: not a list")
-    return [_object(v) if v is not None else None for v in value]
+    return [decode_source(v) for v in value]
+
+
+def _republish(value):
+    raw = decode_struct(_object(value), {"src": _str, "dest": _str, "headers_only": _bool}, {})
+    out = {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
+    if raw.get("headers_only"):
+        out["headers_only"] = True
+    return out
 
 
 _CONFIG_FIELDS = {
@@ -144,9 +153,9 @@ _CONFIG_FIELDS = {
     "template_owner": _str,
     "duplicate_window": lambda v: _int(v, _INT64),
     "placement": _placement,
-    "mirror": _object,
+    "mirror": lambda v: decode_source(v),
     "sources": _sources,
-    "republish": _object,
+    "republish": _republish,
     "allow_direct": _bool,
     "mirror_direct": _bool,
     "discard_new_per_subject": _bool,
@@ -279,14 +288,39 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
     if cfg.mirror is not None:
         if cfg.subjects:
             raise errors.mirror_with_subjects()
-    if cfg.mirror is not None or cfg.sources:
-        raise invalid("stream mirrors and sources are not supported by natserver")
-    if cfg.republish is not None:
-        raise invalid("stream republish is not supported by natserver")
+        if cfg.sources:
+            raise errors.mirror_with_sources()
+        cfg.mirror = decode_source(cfg.mirror)
+        if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
+            raise invalid("detected cycle")
+        origin = streams.get(cfg.mirror["name"])
+        if origin is not None and "external" not in cfg.mirror:
+            if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
+                raise errors.mirror_max_message_size_too_big()
+            _check_source_filter("mirror", cfg.mirror, origin)
+            # nats-server: a mirror inherits direct gets from the stream it mirrors.
+            cfg.mirror_direct = origin.cfg.allow_direct
+    if cfg.sources:
+        cfg.sources = [decode_source(src) for src in cfg.sources]
+        for src in cfg.sources:
+            if src["name"] == cfg.name and "external" not in src:
+                raise invalid("detected cycle")
+            origin = streams.get(src["name"])
+            if origin is not None and "external" not in src:
+                if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
+                    raise errors.source_max_message_size_too_big()
+                _check_source_filter("source", src, origin)
+    for src in ([cfg.mirror] if cfg.mirror else []) + (cfg.sources or []):
+        if "external" in src:
+            # Not in nats-server: a standalone natserver reaches no other JetStream domain.
+            raise invalid("stream mirrors and sources from another JetStream domain (external) are "
+                          "not supported by natserver")
     if cfg.storage == "any":
         raise invalid("storage type 'any' can not be used for a stream")
-    if not cfg.subjects:
+    if not cfg.subjects and cfg.mirror is None and not cfg.sources:
         cfg.subjects = [cfg.name]
+    elif not cfg.subjects:
+        cfg.subjects = []
     else:
         seen: set = set()
         for subj in cfg.subjects:
@@ -302,7 +336,138 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
             for other in cfg.subjects:
                 if other != subj and subjects_collide(other, subj):
                     raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+    if cfg.republish is not None:
+        cfg.republish = check_republish(cfg.republish, cfg.subjects)
     return cfg
+
+
+def _check_source_filter(kind: str, spec: dict, origin) -> None:
+    """nats-server: a filter must overlap one of the origin's subjects."""
+    filter = spec.get("filter_subject", "")
+    if filter and not any(subjects_collide(filter, subj) for subj in origin.cfg.subjects):
+        raise errors.stream_invalid_config(f"{kind} '{spec['name']}' filter subject '{filter}' does not "
+                                           f"overlap with any origin stream subject")
+
+
+def decode_source(value) -> dict:
+    """A StreamSource (mirror or one of the sources) in Go's field order and omitempty rules:
+    name, opt_start_seq, opt_start_time, filter_subject, external {api, deliver}."""
+    if value is None:
+        raise DecodeError("source: null")
+    raw = decode_struct(value, _SOURCE_FIELDS, {})
+    out: dict = {"name": raw.get("name", "")}
+    if raw.get("opt_start_seq"):
+        out["opt_start_seq"] = raw["opt_start_seq"]
+    if raw.get("opt_start_time") is not None:
+        out["opt_start_time"] = raw["opt_start_time"]
+    if raw.get("filter_subject"):
+        out["filter_subject"] = raw["filter_subject"]
+    if raw.get("external") is not None:
+        ext = decode_struct(raw["external"], {"api": _str, "deliver": _str}, {})
+        out["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
+    return out
+
+
+def _source_time(value):
+    if not isinstance(value, str):
+        raise DecodeError("opt_start_time: not a string")
+    return value
+
+
+_SOURCE_FIELDS = {
+    "name": _str,
+    "opt_start_seq": lambda v: _int(v, _UINT64),
+    "opt_start_time": _source_time,
+    "filter_subject": _str,
+    "external": _object,
+}
+
+
+def check_republish(value: dict, subjects: list) -> dict:
+    """nats-server 2.9.10's republish checks, its messages (all 10052)."""
+    invalid = errors.stream_invalid_config
+    raw = _republish(value)
+    src = raw["src"] or ">"
+    dest = raw["dest"]
+    if not any(subjects_collide(src, subj) for subj in subjects):
+        raise invalid("stream configuration for republish source is not valid subset of subjects")
+    if any(subjects_collide(dest, subj) for subj in subjects):
+        raise invalid("stream configuration for republish destination forms a cycle")
+    try:
+        SubjectTransform(src, dest)
+    except ValueError:
+        raise invalid("stream configuration for republish not valid") from None
+    out = {"src": src, "dest": dest}
+    if raw.get("headers_only"):
+        out["headers_only"] = True
+    return out
+
+
+def _placeholder(token: str) -> int | None:
+    """``{{wildcard(n)}}`` (or the legacy ``$n``): n; None for a plain token."""
+    if token.startswith("$") and token[1:].isdigit():
+        return int(token[1:])
+    folded = token.replace(" ", "").lower()
+    if folded.startswith("{{") and folded.endswith("}}"):
+        if folded.startswith("{{wildcard(") and folded.endswith(")}}") and folded[11:-3].isdigit():
+            return int(folded[11:-3])
+        raise ValueError(f"unknown mapping function {token!r}")
+    return None
+
+
+class SubjectTransform:
+    """A republish mapping (nats-server's NewSubjectTransform, the 2.9 subset): the source's
+    ``*`` tokens are referenced by ``{{wildcard(n)}}`` in the destination, a trailing ``>``
+    carries over; every ``*`` of the source must be used."""
+
+    __slots__ = ("src", "dest", "pwcs", "refs", "fwc")
+
+    def __init__(self, src: str, dest: str) -> None:
+        if not dest or not is_valid_subject(dest) or not is_valid_subject(src):
+            raise ValueError("invalid subject")
+        stokens = src.split(".")
+        dtokens = dest.split(".")
+        self.src = src
+        self.dest = dtokens
+        self.pwcs = [i for i, t in enumerate(stokens) if t == "*"]
+        self.fwc = stokens[-1] == ">"
+        refs = []
+        for i, token in enumerate(dtokens):
+            n = _placeholder(token)
+            if n is not None:
+                if not 0 < n <= len(self.pwcs):
+                    raise ValueError("wildcard index out of range")
+                refs.append((i, self.pwcs[n - 1]))
+            elif token == "*":
+                raise ValueError("a destination may not have a '*' token")
+            elif token == ">" and (i != len(dtokens) - 1 or not self.fwc):
+                raise ValueError("a destination '>' needs one in the source")
+        if len(refs) < len(self.pwcs) or (self.fwc and dtokens[-1] != ">"):
+            raise ValueError("not every wildcard of the source is used")
+        self.refs = refs
+
+    def apply(self, subject: bytes) -> bytes | None:
+        """The destination for a subject (None: the source does not match it)."""
+        tokens = subject.split(b".")
+        src = self.src
+        if src != ">":
+            stokens = src.split(".")
+            if self.fwc:
+                if len(tokens) < len(stokens):
+                    return None
+            elif len(tokens) != len(stokens):
+                return None
+            for i, t in enumerate(stokens):
+                if t == ">":
+                    break
+                if t != "*" and t.encode() != tokens[i]:
+                    return None
+        out = [t.encode() for t in self.dest]
+        for i, at in self.refs:
+            out[i] = tokens[at]
+        if out[-1] == b">":
+            out[-1] = b".".join(tokens[len(src.split(".")) - 1 :])
+        return b".".join(out)
 
 
 def check_update(old: StreamConfig, new: StreamConfig, streams: dict) -> StreamConfig:
@@ -311,6 +476,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict) -> StreamC
     invalid = errors.stream_invalid_config
     if cfg.name != old.name:
         raise invalid("stream configuration name must match original")
+    if cfg.mirror != old.mirror:
+        raise errors.mirror_not_updatable()
     if cfg.max_consumers != old.max_consumers:
         raise invalid("stream configuration update can not change MaxConsumers")
     if cfg.storage != old.storage:
@@ -370,12 +537,20 @@ class Stream:
             prefix = prefix[:-1] + b', "domain":' + dumps(domain) + b"}"
         self._ack_prefix = prefix[:-1] + b', "seq":'  # nats-server's pubAck template
         self._name_b = self.name.encode()
+        self.followed = False  # a mirror or a source reads this stream (sourcing.py)
+        self.links: list = []  # this stream's own mirror/sources (sourcing.SourceLink)
+        self.transform = None
+        self.set_republish()
         recovered = getattr(store, "recovered_ids", None)
         if recovered:
             for msg_id, seq, ts in recovered:
                 self._store_msg_id(msg_id, seq, ts)
             if recovered[-1][1] == store.last_seq:
                 self.lmsgid = recovered[-1][0]
+
+    def set_republish(self) -> None:
+        rp = self.cfg.republish
+        self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp else None
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -476,6 +651,7 @@ class Stream:
             seq = store.skip_msg(now)
         else:
             was_empty = not store.msgs
+            tlseq = store.last_seq_for(subject) if self.transform is not None else 0
             try:
                 seq = store.store_msg(subject, hdr, msg, now)
             except StoreError as exc:
@@ -483,6 +659,8 @@ class Stream:
                 return
             if was_empty and cfg.max_age > 0:
                 self.engine.schedule_expiry(now + cfg.max_age)
+            if self.transform is not None:
+                self.republish(subject, hdr, msg, seq, tlseq)
         self.lmsgid = msg_id
         if msg_id:
             self._store_msg_id(msg_id, seq, now)
@@ -494,6 +672,49 @@ class Stream:
             self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
         if self.consumers:
             self.engine.delivery.stream_changed(self)
+        if self.followed:
+            self.engine.sourcing.wake()
+
+    def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
+        """nats-server's republish of a stored message: the mapped subject, the headers
+        Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
+        sequence) after the message's own, and Nats-Msg-Size instead of the data."""
+        dest = self.transform.apply(subject)
+        if dest is None:
+            return
+        hdr = gen_header(hdr or None, b"Nats-Stream", self._name_b)
+        hdr = gen_header(hdr, b"Nats-Subject", subject)
+        hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % seq)
+        hdr = gen_header(hdr, b"Nats-Last-Sequence", b"%d" % tlseq)
+        if self.cfg.republish.get("headers_only"):
+            hdr = gen_header(hdr, b"Nats-Msg-Size", b"%d" % len(msg))
+            msg = b""
+        self.engine.send(dest, msg, hdr)
+
+    def store_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
+        """Store a message a mirror or source brought in (sourcing.py): no publish checks and
+        no ack; limits, republish, consumers and followers as for a published message.
+        Raises StoreError when the store refuses it (discard new)."""
+        store = self.store
+        if self.cfg.retention == "interest" and not self.consumers:
+            return store.skip_msg(ts)  # no interest: the sequence is used, nothing is kept
+        was_empty = not store.msgs
+        tlseq = store.last_seq_for(subject) if self.transform is not None else 0
+        seq = store.store_msg(subject, hdr, msg, ts)
+        if was_empty and self.cfg.max_age > 0:
+            self.engine.schedule_expiry(store.first_ts + self.cfg.max_age)
+        if hdr and self.cfg.mirror is None:
+            msg_id = get_header(_NATS_MSG_ID, hdr)
+            self.lmsgid = msg_id
+            if msg_id:
+                self._store_msg_id(msg_id, seq, ts)
+        if self.transform is not None:
+            self.republish(subject, hdr, msg, seq, tlseq)
+        if self.consumers:
+            self.engine.delivery.stream_changed(self)
+        if self.followed:
+            self.engine.sourcing.wake()
+        return seq
 
     # -- reports ------------------------------------------------------------------------------
 
@@ -524,5 +745,17 @@ class Stream:
         out["consumer_count"] = len(self.consumers)
         return out
 
-    def info_json(self) -> dict:
-        return {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}
+    def sourcing_json(self) -> dict:
+        """The stream info's ``mirror`` / ``sources`` (SourceLink.info_json)."""
+        if not self.links:
+            return {}
+        now = time.time_ns()
+        if self.cfg.mirror is not None:
+            return {"mirror": self.links[0].info_json(now)}
+        return {"sources": [link.info_json(now) for link in self.links]}
+
+    def info_json(self, sourcing: bool = True) -> dict:
+        out = {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}
+        if sourcing:
+            out.update(self.sourcing_json())
+        return out

@@ -95,7 +95,9 @@ def test_config_defaults_and_checks():
         (dict(name="S", duplicate_window=5), "duplicates window needs to be >= 100ms"),
         (dict(name="S", max_age=10**9, duplicate_window=2 * 10**9), "duplicates window can not be larger then max age"),
         (dict(name="S", deny_purge=True, allow_rollup_hdrs=True), "roll-ups require the purge permission"),
-        (dict(name="S", mirror={"name": "X"}), "stream mirrors and sources are not supported by natserver"),
+        (dict(name="S", mirror={"name": "S"}), "detected cycle"),
+        (dict(name="S", subjects=["r.>"], republish={"src": "r.>", "dest": "r.x.>"}),
+         "stream configuration for republish destination forms a cycle"),
     ]
     for fields, message in cases:
         with pytest.raises(errors.ApiError) as exc:

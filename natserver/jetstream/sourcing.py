@@ -1,0 +1,247 @@
+"""Mirrors and sources: streams kept in sync with other streams of the same server.
+
+nats-server runs an internal consumer on the origin stream for each mirror or source; here the
+engine reads the origin's store directly (the same process), so nothing goes over the wire,
+but what a client sees is nats-server's:
+
+* a **mirror** holds the origin's messages with the same sequences, subjects, headers and
+  timestamps (gaps where the origin has none, or where ``filter_subject`` leaves them out);
+  it resumes after its own last sequence, so a restart leaves no gap and copies nothing twice.
+* a **source** appends the origin's messages with new sequences and the header
+  ``Nats-Stream-Source: <origin> <origin sequence>`` (nats-server 2.9.10's form); at start the
+  position of each source is found again from the last such header in the stream, as
+  nats-server does, so it is exactly as durable as the messages themselves.
+* an origin that does not exist (yet) is retried: the link reports ``active: -1`` and the
+  error ``stream not found``, and starts copying once the stream is created.
+
+A pump task copies whatever is new whenever a followed stream stores a message, at most
+``BATCH`` messages per link before it lets other tasks run, and refreshes ``active`` every
+``HEARTBEAT`` seconds as nats-server's idle heartbeats do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from . import errors
+from .consumer import parse_time
+from .store import StoreError
+from .util import gen_header, get_header
+
+if TYPE_CHECKING:
+    from . import JetStream
+    from .stream import Stream
+
+log = logging.getLogger("natserver")
+
+SOURCE_HEADER = b"Nats-Stream-Source"  # nats-server's JSStreamSource
+BATCH = 1024  # messages copied per link in one go (then the other tasks get a turn)
+HEARTBEAT = 1.0  # seconds: nats-server's source consumers send idle heartbeats every second
+
+
+class SourceLink:
+    """One mirror or source of a stream: where it is in the origin, and how it is doing."""
+
+    __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
+                 "_blocked")
+
+    def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
+        self.stream = stream
+        self.spec = spec
+        self.origin = spec["name"]
+        self.filter = spec.get("filter_subject", "").encode()
+        self.mirror = mirror
+        self.next = 0  # the next origin sequence to look at (0: not started yet)
+        self.active = 0  # time.time_ns() of the last contact with the origin (0: none)
+        self.error = None  # ApiError while the origin can not be read
+        self._iname = self.origin.encode()  # nats-server's index name (no external prefix)
+        self._blocked = ""  # the store's last refusal (logged once)
+
+    def info_json(self, now: int) -> dict:
+        """StreamSourceInfo: name, lag, active (ns since the last contact, -1: never), error."""
+        origin = self.stream.engine.streams.get(self.origin)
+        lag = 0
+        if origin is not None and self.next:
+            lag = max(origin.store.last_seq - (self.next - 1), 0)
+        out: dict = {"name": self.origin, "lag": lag, "active": now - self.active if self.active else -1}
+        if self.error is not None:
+            out["error"] = self.error.to_json()
+        return out
+
+    def start_seq(self, origin: "Stream") -> int:
+        """Where a new link starts in the origin: opt_start_seq, else the first message at or
+        after opt_start_time, else the origin's first message."""
+        store = origin.store
+        if self.spec.get("opt_start_seq"):
+            return self.spec["opt_start_seq"]
+        when = self.spec.get("opt_start_time")
+        if when:
+            try:
+                at = parse_time(when)
+            except ValueError:
+                at = 0
+            seq = store.next_seq(b"", store.first_seq)
+            while seq:
+                msg = store.load_msg(seq)
+                if msg is not None and msg.ts >= at:
+                    return seq
+                seq = store.next_seq(b"", seq + 1)
+            return store.last_seq + 1
+        return max(store.first_seq, 1)
+
+    def pump(self, now: int) -> bool:
+        """Copy up to BATCH new messages; True when there may be more."""
+        engine = self.stream.engine
+        origin = engine.streams.get(self.origin)
+        if origin is None:
+            self.error = errors.stream_not_found()
+            self.active = 0
+            return False
+        self.error = None
+        self.active = now
+        target = self.stream
+        tstore = target.store
+        if tstore.closed or origin.store.closed:
+            return False
+        ostore = origin.store
+        if not self.next:
+            self.next = self.start_seq(origin)
+            if self.mirror and tstore.last_seq:
+                self.next = max(self.next, tstore.last_seq + 1)
+        if self.next < ostore.first_seq:
+            self.next = ostore.first_seq
+        copied = 0
+        while copied < BATCH:
+            seq = ostore.next_seq(self.filter, self.next)
+            if not seq:
+                self.next = max(self.next, ostore.last_seq + 1)
+                return False
+            msg = ostore.load_msg(seq)
+            if msg is None:
+                self.next = seq + 1
+                continue
+            try:
+                if self.mirror:
+                    if seq <= tstore.last_seq:  # already there (the origin was recreated)
+                        self.next = seq + 1
+                        continue
+                    if seq > tstore.last_seq + 1:
+                        tstore.skip_to(seq - 1, msg.ts)
+                    target.store_sourced(msg.subject, msg.hdr, msg.data, msg.ts)
+                else:
+                    hdr = gen_header(msg.hdr or None, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
+                    target.store_sourced(msg.subject, hdr, msg.data, time.time_ns())
+            except StoreError as exc:
+                # Refused by the stream's limits (discard new): try again later, as nats-server.
+                if self._blocked != str(exc):
+                    self._blocked = str(exc)
+                    log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
+                                target.name, seq, self.origin, exc)
+                return False
+            self._blocked = ""
+            self.next = seq + 1
+            copied += 1
+        return True
+
+
+def recover_source_positions(stream: "Stream", links: list) -> None:
+    """Each source's next origin sequence from the last ``Nats-Stream-Source`` header in the
+    stream (scanning backwards until every source is found)."""
+    wanted = {link._iname: link for link in links if not link.mirror and not link.next}
+    store = stream.store
+    seq = store.last_seq
+    while wanted and seq >= store.first_seq and seq > 0:
+        msg = store.load_msg(seq)
+        seq -= 1
+        if msg is None or not msg.hdr:
+            continue
+        value = get_header(SOURCE_HEADER, msg.hdr)
+        if not value:
+            continue
+        parts = value.split()
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        link = wanted.pop(parts[0], None)
+        if link is not None:
+            link.next = int(parts[1]) + 1
+
+
+class Sourcing:
+    """Every stream's links, and the task that keeps them copying."""
+
+    def __init__(self, engine: "JetStream") -> None:
+        self.engine = engine
+        self._wake = trio.Event()
+
+    def wake(self) -> None:
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def attach(self, stream: "Stream", recovering: bool = False) -> None:
+        """(Re)build a stream's links from its configuration; a source that stays keeps its
+        position. nats-server indexes sources by origin name: a repeated one counts once."""
+        cfg = stream.cfg
+        old = {link.origin: link for link in stream.links}
+        links: list = []
+        if cfg.mirror is not None:
+            keep = stream.links[0] if stream.links and stream.links[0].mirror else None
+            links.append(keep or SourceLink(stream, cfg.mirror, True))
+        else:
+            by_name: dict = {}
+            for spec in cfg.sources or []:
+                link = old.get(spec["name"])
+                if link is None or link.spec != spec:
+                    fresh = SourceLink(stream, spec, False)
+                    if link is not None:  # a changed filter goes on from where it was
+                        fresh.next, fresh.active, fresh.error = link.next, link.active, link.error
+                    link = fresh
+                by_name[spec["name"]] = link
+            links = list(by_name.values())
+        stream.links = links
+        for link in links:  # nats-server knows at once when the origin is missing
+            if link.origin not in self.engine.streams:
+                link.error, link.active = errors.stream_not_found(), 0
+        if recovering:
+            recover_source_positions(stream, links)
+        self.refresh_followed()
+        self.wake()
+
+    def detach(self, stream: "Stream") -> None:
+        stream.links = []
+        self.refresh_followed()
+
+    def refresh_followed(self) -> None:
+        streams = self.engine.streams
+        followed = {link.origin for s in streams.values() for link in s.links}
+        for s in streams.values():
+            s.followed = s.name in followed
+        if followed:
+            self.wake()
+
+    def pump_round(self) -> bool:
+        now = time.time_ns()
+        more = False
+        for stream in list(self.engine.streams.values()):
+            for link in stream.links:
+                try:
+                    if link.pump(now):
+                        more = True
+                except Exception:  # never take the engine down; the next round retries
+                    log.exception("JetStream: copying '%s' into '%s' failed", link.origin, stream.name)
+        return more
+
+    async def run(self) -> None:
+        server = self.engine.server
+        while True:
+            with trio.move_on_after(HEARTBEAT):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            more = True
+            while more:
+                more = self.pump_round()
+                server.flush_touched()  # republished messages
+                await trio.sleep(0)
