@@ -7,6 +7,7 @@ import collections
 import time
 from typing import TYPE_CHECKING
 
+from ..routing.transform import SubjectTransform
 from . import errors
 from .errors import ApiError
 from .store import StoreError
@@ -403,73 +404,6 @@ def check_republish(value: dict, subjects: list) -> dict:
     return out
 
 
-def _placeholder(token: str) -> int | None:
-    """``{{wildcard(n)}}`` (or the legacy ``$n``): n; None for a plain token."""
-    if token.startswith("$") and token[1:].isdigit():
-        return int(token[1:])
-    folded = token.replace(" ", "").lower()
-    if folded.startswith("{{") and folded.endswith("}}"):
-        if folded.startswith("{{wildcard(") and folded.endswith(")}}") and folded[11:-3].isdigit():
-            return int(folded[11:-3])
-        raise ValueError(f"unknown mapping function {token!r}")
-    return None
-
-
-class SubjectTransform:
-    """A republish mapping (nats-server's NewSubjectTransform, the 2.9 subset): the source's
-    ``*`` tokens are referenced by ``{{wildcard(n)}}`` in the destination, a trailing ``>``
-    carries over; every ``*`` of the source must be used."""
-
-    __slots__ = ("src", "dest", "pwcs", "refs", "fwc")
-
-    def __init__(self, src: str, dest: str) -> None:
-        if not dest or not is_valid_subject(dest) or not is_valid_subject(src):
-            raise ValueError("invalid subject")
-        stokens = src.split(".")
-        dtokens = dest.split(".")
-        self.src = src
-        self.dest = dtokens
-        self.pwcs = [i for i, t in enumerate(stokens) if t == "*"]
-        self.fwc = stokens[-1] == ">"
-        refs = []
-        for i, token in enumerate(dtokens):
-            n = _placeholder(token)
-            if n is not None:
-                if not 0 < n <= len(self.pwcs):
-                    raise ValueError("wildcard index out of range")
-                refs.append((i, self.pwcs[n - 1]))
-            elif token == "*":
-                raise ValueError("a destination may not have a '*' token")
-            elif token == ">" and (i != len(dtokens) - 1 or not self.fwc):
-                raise ValueError("a destination '>' needs one in the source")
-        if len(refs) < len(self.pwcs) or (self.fwc and dtokens[-1] != ">"):
-            raise ValueError("not every wildcard of the source is used")
-        self.refs = refs
-
-    def apply(self, subject: bytes) -> bytes | None:
-        """The destination for a subject (None: the source does not match it)."""
-        tokens = subject.split(b".")
-        src = self.src
-        if src != ">":
-            stokens = src.split(".")
-            if self.fwc:
-                if len(tokens) < len(stokens):
-                    return None
-            elif len(tokens) != len(stokens):
-                return None
-            for i, t in enumerate(stokens):
-                if t == ">":
-                    break
-                if t != "*" and t.encode() != tokens[i]:
-                    return None
-        out = [t.encode() for t in self.dest]
-        for i, at in self.refs:
-            out[i] = tokens[at]
-        if out[-1] == b">":
-            out[-1] = b".".join(tokens[len(src.split(".")) - 1 :])
-        return b".".join(out)
-
-
 def check_update(old: StreamConfig, new: StreamConfig, streams: dict) -> StreamConfig:
     """nats-server's configUpdateCheck: what an update may not change."""
     cfg = check_stream_config(new, streams)
@@ -679,7 +613,7 @@ class Stream:
         """nats-server's republish of a stored message: the mapped subject, the headers
         Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
         sequence) after the message's own, and Nats-Msg-Size instead of the data."""
-        dest = self.transform.apply(subject)
+        dest = self.transform.apply_bytes(subject)
         if dest is None:
             return
         hdr = gen_header(hdr or None, b"Nats-Stream", self._name_b)

@@ -213,6 +213,11 @@ class SubjectTransform:
             return None
         return self.transform_tokens(tokens)
 
+    def apply_bytes(self, subject: bytes) -> bytes | None:
+        """``apply`` for a subject as the wire carries it."""
+        mapped = self.apply(subject.decode("utf-8", "surrogateescape"))
+        return None if mapped is None else mapped.encode("utf-8", "surrogateescape")
+
     def transform_tokens(self, tokens: list[str]) -> str:
         """accounts.go transform: ``tokens`` are a subject known to match the source."""
         if self.literal:

@@ -22,7 +22,7 @@ from nats.errors import NoRespondersError
 from nats.js.api import RePublish, StreamConfig, StreamSource
 from nats.js.errors import APIError
 
-from natserver.jetstream.stream import SubjectTransform
+from natserver.routing.transform import SubjectTransform
 
 from .test_jetstream import NATS_SERVER, TIMEOUT, GoServer, Target, connect, run
 from .test_jsz import Running
@@ -211,10 +211,10 @@ def test_republish_reaches_plain_subscribers(target):
 
 def test_subject_transform():
     t = SubjectTransform("r.*.*", "rp.{{wildcard(2)}}.{{Wildcard(1)}}")
-    assert t.apply(b"r.a.b") == b"rp.b.a" and t.apply(b"x.a.b") is None and t.apply(b"r.a") is None
-    assert SubjectTransform(">", "x.>").apply(b"a.b") == b"x.a.b"
-    assert SubjectTransform("a.*.>", "x.$1.>").apply(b"a.b.c.d") == b"x.b.c.d"
-    assert SubjectTransform("a.b", "c").apply(b"a.b") == b"c"
+    assert t.apply_bytes(b"r.a.b") == b"rp.b.a" and t.apply_bytes(b"x.a.b") is None and t.apply_bytes(b"r.a") is None
+    assert SubjectTransform(">", "x.>").apply_bytes(b"a.b") == b"x.a.b"
+    assert SubjectTransform("a.*.>", "x.$1.>").apply_bytes(b"a.b.c.d") == b"x.b.c.d"
+    assert SubjectTransform("a.b", "c").apply_bytes(b"a.b") == b"c"
     for src, dest in [("r.*", "x.>"), ("r.*", "x.*"), ("r.*", "x.{{wildcard(2)}}"), ("r.>", ""),
                       ("r.*", "x.{{split(1)}}"), ("r.>", "x.>.y"), (">", "x9")]:
         with pytest.raises(ValueError):
