@@ -82,13 +82,18 @@ def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
     if config:
         detail["config"] = stream.cfg.to_json()
     detail["state"] = stream.state_json()
-    if consumers:
-        consumer_infos = getattr(stream, "consumer_infos", None)  # the consumer engine's, when present
-        infos = consumer_infos(config=config) if consumer_infos is not None else []
-        if infos:
-            detail["consumer_detail"] = infos
+    if consumers and stream.consumers:
+        detail["consumer_detail"] = [_consumer_detail(c, config) for c in stream.consumers.values()]
     detail.update(stream.sourcing_json())  # "mirror" / "sources", after the consumers
     return detail
+
+
+def _consumer_detail(consumer, config: bool) -> dict:
+    """monitor.go's consumer detail: the consumer info, its configuration only with ``config``."""
+    info = consumer.info_json()
+    if not config:
+        del info["config"]
+    return info
 
 
 def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = False, config: bool = False) -> dict:

@@ -108,6 +108,10 @@ class Store:
         self.idx: dict[int, tuple] = {}
         self.fss: dict[bytes, list] = {}
         self.closed = False
+        # Called with the sequence of each message removed one by one (a delete, a limit, its
+        # age): the stream's consumers treat a pending one as acknowledged (nats-server's
+        # decStreamPending). Purges are not reported here.
+        self.on_remove = None
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -243,6 +247,8 @@ class Store:
         if seq == self.first_seq:
             self._advance_first(seq)
         self._dropped(seq, entry, erase)
+        if self.on_remove is not None:
+            self.on_remove(seq)
         return True
 
     def _next_of(self, subj: bytes, lo: int, hi: int) -> int:

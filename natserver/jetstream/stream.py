@@ -453,6 +453,17 @@ class Stream:
     """One stream: its configuration, its store, its internal subscriptions and the state
     the publish path needs (last message id, the deduplication window)."""
 
+    def _removed(self, seq: int) -> None:
+        """A message left the store on its own (deleted, over a limit, too old): a consumer
+        that was waiting for its ack takes it as acknowledged (consumer.go decStreamPending)."""
+        if not self.consumers:
+            return
+        now = time.time_ns()
+        for consumer in self.consumers.values():
+            entry = consumer.pending.get(seq)
+            if entry is not None:
+                consumer.ack(seq, entry[0], now)
+
     def __init__(self, engine: "JetStream", cfg: StreamConfig, store, created: int) -> None:
         self.engine = engine
         self.cfg = cfg
@@ -462,6 +473,7 @@ class Stream:
         self.file_backed = store.kind == "file"
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
+        store.on_remove = self._removed
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
