@@ -373,6 +373,14 @@ class Consumer:
         self.saved_at = 0  # ns
         self.save_queued = False  # the timer task knows a snapshot is due
         self.match = compile_filter(cfg.filter_subject.encode())
+        # Pacing (pace()): replay_policy original until caught up with the stream's last
+        # message at start, and rate_limit_bps as a token bucket.
+        self.replaying = cfg.replay_policy == "original"
+        self.replay_until = stream.store.last_seq
+        self.replay_ts = 0  # stored time of the last paced message
+        self.replay_sent = 0  # when it went out
+        self.rate_tokens = 0.0
+        self.rate_time = 0
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -441,6 +449,33 @@ class Consumer:
         else:
             self.pending[msg.seq] = [self.delivered_cseq, now]
         return msg, 1
+
+    def pace(self, seq: int, ts: int, size: int, now: int, burst: int) -> int:
+        """When message ``seq`` (stored at ``ts``, ``size`` bytes on the wire) may go out: 0 for
+        now (and the pacing state moves on), else the time to try again (consumer.go
+        loopAndGatherMsgs: ``replay_policy: original`` keeps the stored spacing between
+        messages, more than 1 ms of it, until caught up; ``rate_limit_bps`` is a token bucket
+        of ``burst`` bytes, the largest message)."""
+        at = now
+        if self.replaying and self.replay_ts and ts - self.replay_ts > 1_000_000:
+            at = max(at, self.replay_sent + ts - self.replay_ts)
+        rate = self.cfg.rate_limit_bps / 8  # bytes a second
+        tokens = 0.0
+        if rate > 0:
+            if not self.rate_time:
+                self.rate_tokens, self.rate_time = float(burst), now
+            tokens = min(float(burst), self.rate_tokens + (now - self.rate_time) * rate / 1e9)
+            if tokens < size:
+                at = max(at, now + int((size - tokens) / rate * 1e9) + 1)
+        if at > now:
+            return at
+        if self.replaying:
+            self.replay_ts, self.replay_sent = ts, now
+            if seq >= self.replay_until:
+                self.replaying = False
+        if rate > 0:
+            self.rate_tokens, self.rate_time = tokens - size, now
+        return 0
 
     def undo(self, seq: int, count: int) -> None:
         """Take back the delivery next_msg just recorded (the request could not take it)."""

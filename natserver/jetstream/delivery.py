@@ -252,6 +252,10 @@ class Delivery:
             return  # waiting for the client's flow control answer
         headers_only = consumer.cfg.headers_only
         flow_control = consumer.cfg.flow_control
+        paced = consumer.replaying or consumer.cfg.rate_limit_bps > 0
+        if paced:  # rate_limit_bps's bucket holds the largest message (consumer.go setRateLimit)
+            max_msg_size = consumer.stream.cfg.max_msg_size
+            burst = max_msg_size if max_msg_size > 0 else server.options.max_payload
         for _ in range(PUSH_BURST):
             got = consumer.next_msg(now)
             if got is None:
@@ -261,7 +265,16 @@ class Delivery:
             if headers_only:
                 hdr = (hdr or b"NATS/1.0\r\n\r\n")[:-2] + b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
                 data = b""
-            if not deliver(server, dsubj, msg.subject, self.ack_reply(consumer, msg, count), hdr, data):
+            ack_reply = self.ack_reply(consumer, msg, count)
+            if paced:
+                size = len(msg.subject) + len(ack_reply) + len(hdr or b"") + len(data)
+                at = consumer.pace(msg.seq, msg.ts, size, now, burst)
+                if at:
+                    consumer.undo(msg.seq, count)
+                    consumer.retry_at = at
+                    self.poke()
+                    return
+            if not deliver(server, dsubj, msg.subject, ack_reply, hdr, data):
                 consumer.undo(msg.seq, count)
                 consumer.retry_at = now + NO_INTEREST_RETRY
                 self.poke()
