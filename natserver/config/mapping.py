@@ -846,8 +846,10 @@ class _Builder:
                 elif lowered in ("mappings", "maps"):
                     config.mappings = self.mappings(item, member_where)
                 elif lowered == "jetstream":
-                    config.extra[member] = item
-                    self.extra.setdefault("account_options", []).append(f"{name}.{member}")
+                    config.jetstream = _account_jetstream(item)
+                    if isinstance(item, dict) and item:
+                        # Account JetStream limits: accepted, not enforced (warned).
+                        self.extra.setdefault("account_options", []).append(f"{name}.{member} limits")
                 elif not self.used_as_variable(block, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')
             except _Bad as exc:
@@ -1206,6 +1208,23 @@ def _map_dest(value) -> MapDest:
     if weight is None:
         raise _Bad(f'Missing weight for mapping destination "{subject}"')
     return MapDest(subject, weight, cluster)
+
+
+def _account_jetstream(value) -> bool:
+    """opts.go parseAccounts' jetstream: enabled/disabled (or true/false), or a map of limits
+    (which enables it)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.lower()
+        if lowered in ("enabled", "enable", "true"):
+            return True
+        if lowered in ("disabled", "disable", "false"):
+            return False
+        raise _Bad(f"Expected 'enabled' or 'disabled' for string value, got '{value}'")
+    if isinstance(value, dict):
+        return True
+    raise _Bad(f"Expected map, bool or string to define JetStream, got {_go_type(value)}")
 
 
 def _account_limits(config, value) -> None:

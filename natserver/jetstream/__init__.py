@@ -34,7 +34,8 @@ import time
 import trio
 
 from ..protocol.gotext import parse_duration
-from . import consumer_store, crypto, errors, monitor
+from ..routing.accounts import GLOBAL_ACCOUNT
+from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
 from .delivery import Delivery
 from .errors import ApiError
@@ -72,6 +73,23 @@ def _jetstream_extra(options) -> dict:
     return {}
 
 
+def jetstream_account(options) -> str | None:
+    """The account natserver serves JetStream to: ``$G`` without ``accounts {}`` (and in
+    operator mode); with accounts, the one with ``jetstream: enabled``, or None when none has
+    it (nats-server then serves it to nobody, ``$G`` included). ValueError for two or more."""
+    if not options.accounts or options.trusted_operators or options.trusted_keys:
+        return GLOBAL_ACCOUNT
+    enabled = [config.name for config in options.accounts if config.jetstream]
+    if len(enabled) > 1:
+        names = ", ".join(enabled[:-1]) + " and " + enabled[-1]
+        raise ValueError(f"JetStream is enabled for accounts {names}: natserver serves JetStream to one account")
+    return enabled[0] if enabled else None
+
+
+def check_options(options) -> None:
+    jetstream_account(options)
+
+
 class JetStream:
     """The engine: streams by name, the API, deferred acks and the background tasks."""
 
@@ -80,7 +98,13 @@ class JetStream:
         options = server.options
         base = options.store_dir or os.path.join(tempfile.gettempdir(), "nats")
         self.store_dir = os.path.join(base, "jetstream")
-        self.streams_dir = os.path.join(self.store_dir, "$G", "streams")
+        # The account whose subject space the streams and the API live in (None: no account
+        # has JetStream); every other account is told it is not enabled (not_enabled.py).
+        self.account_name = jetstream_account(options)
+        account = server.accounts.get(self.account_name) if self.account_name else None
+        self.account = account if account is not None and account.name != GLOBAL_ACCOUNT else None
+        self.client = self.account.internal if self.account is not None else server.internal_client
+        self.streams_dir = os.path.join(self.store_dir, self.account_name or GLOBAL_ACCOUNT, "streams")
         self.max_memory = options.max_memory_store
         self.max_store = options.max_file_store
         extra = _jetstream_extra(options)
@@ -110,16 +134,22 @@ class JetStream:
         self._sync_scope: trio.CancelScope | None = None
         self._api_sub = None
         self._domain_sub = None
+        self._other_subs: list = []  # (account, subscription): not_enabled answers
 
     # -- subscriptions ------------------------------------------------------------------------
 
     def subscribe(self, subject: str, callback):
-        """An internal subscription: a request whose only subscriber is one of these is
-        delivered (the core sends no no-responders status for it)."""
+        """An internal subscription in the JetStream account: a request whose only subscriber
+        is one of these is delivered (the core sends no no-responders status for it)."""
+        if self.account is not None:
+            return self.account.subscribe(subject, callback)
         return self.server.subscribe_internal(subject, callback)
 
     def unsubscribe(self, sub) -> None:
-        self.server.unsubscribe_internal(sub)
+        if self.account is not None:
+            self.account.unsubscribe(sub)
+        else:
+            self.server.unsubscribe_internal(sub)
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -164,10 +194,12 @@ class JetStream:
                         crypto.cipher_label(self.server.options.jetstream_cipher))
         try:
             os.makedirs(self.streams_dir, exist_ok=True)
-            self._recover()
-            self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
-            if self.domain:
-                self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
+            if self.account_name is not None:  # (None: nobody has JetStream, as in nats-server)
+                self._recover()
+                self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+                if self.domain:
+                    self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
+            self._tell_other_accounts()
             self.delivery.start()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.delivery.run)
@@ -181,12 +213,32 @@ class JetStream:
             with trio.CancelScope(shield=True):
                 self.close()
 
+    def _tell_other_accounts(self) -> None:
+        """Every other account's ``$JS.API.>`` answers that JetStream is not enabled for it."""
+        accounts = self.server.accounts
+        if accounts is None or not self.server.options.accounts:
+            return
+        system = self.server.options.system_account or "$SYS"
+        for account in list(accounts.by_name.values()):
+            if account.name in (self.account_name, system):
+                continue
+
+            def respond(subject, reply, hdr, payload, account=account) -> None:
+                body = not_enabled.answer(subject)
+                if reply and body is not None:
+                    account.publish(reply, None, None, body)
+
+            self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
+
     def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> None:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
         self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
 
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""
+        for account, sub in self._other_subs:
+            account.unsubscribe(sub)
+        self._other_subs = []
         if self._domain_sub is not None:
             try:
                 self.unsubscribe(self._domain_sub)
@@ -423,7 +475,10 @@ class JetStream:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
-        self.server.publish(subject, payload, headers=headers, flush=False)
+        if self.account is not None:
+            self.account.publish(subject, None, headers, payload)
+        else:
+            self.server.publish(subject, payload, headers=headers, flush=False)
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams, after the write (and fsync)

@@ -68,10 +68,11 @@ class PullRequest:
         self.last_beat = 0
 
 
-def deliver(server, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
     """Send a stored message to the subscribers of ``dsubj`` with its own ``subject`` on the
-    MSG line (as nats-server delivers consumer messages); one member per queue group."""
-    return server.internal_client.deliver_as(dsubj, subject, reply, hdr, data)
+    MSG line (as nats-server delivers consumer messages); one member per queue group.
+    ``client``: the JetStream account's internal client."""
+    return client.deliver_as(dsubj, subject, reply, hdr, data)
 
 
 class Delivery:
@@ -169,7 +170,6 @@ class Delivery:
     def serve(self, consumer: Consumer, now: int) -> None:
         """Deliver to waiting pull requests while there is something for them."""
         send = self.js.send
-        server = self.server
         waiting = consumer.waiting
         while waiting:
             req = waiting[0]
@@ -183,7 +183,7 @@ class Delivery:
                 waiting.pop(0)
                 send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
                 continue
-            deliver(server, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
+            deliver(self.js.client, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
             req.batch -= 1
             req.sent += 1
             if req.max_bytes:
@@ -241,7 +241,7 @@ class Delivery:
         of a deliver_group each time), at most PUSH_BURST at a time."""
         dsubj = consumer.cfg.deliver_subject.encode()
         server = self.server
-        client = server.internal_client
+        client = self.js.client
         result = client.sublist.match(dsubj)
         if not (result.psubs or result.qsubs):
             consumer.retry_at = now + NO_INTEREST_RETRY
@@ -274,7 +274,7 @@ class Delivery:
                     consumer.retry_at = at
                     self.poke()
                     return
-            if not deliver(server, dsubj, msg.subject, ack_reply, hdr, data):
+            if not deliver(self.js.client, dsubj, msg.subject, ack_reply, hdr, data):
                 consumer.undo(msg.seq, count)
                 consumer.retry_at = now + NO_INTEREST_RETRY
                 self.poke()
@@ -286,7 +286,7 @@ class Delivery:
                     consumer.fc_count += 1
                     consumer.fc_reply = b"$JS.FC.%s.%s.%d" % (
                         consumer.stream.name.encode(), consumer.name.encode(), consumer.fc_count)
-                    deliver(server, dsubj, dsubj, consumer.fc_reply, _HDR_FLOW_CONTROL, b"")
+                    deliver(self.js.client, dsubj, dsubj, consumer.fc_reply, _HDR_FLOW_CONTROL, b"")
                     return
         consumer.retry_at = now  # more to send: the timer task goes on at once
         self.poke()
@@ -452,7 +452,7 @@ class Delivery:
         cfg = consumer.cfg
         if not cfg.durable_name and cfg.inactive_threshold:
             if cfg.deliver_subject:
-                result = self.server.internal_client.sublist.match(cfg.deliver_subject.encode())
+                result = self.js.client.sublist.match(cfg.deliver_subject.encode())
                 if result.psubs or result.qsubs:
                     consumer.active_at = now
             elif consumer.waiting:

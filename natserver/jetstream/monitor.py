@@ -108,7 +108,7 @@ def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = 
     out["bytes"] = sum(s.store.bytes for s in js.streams.values())
     if accounts or streams or consumers:
         detail: dict = {
-            "name": GLOBAL_ACCOUNT, "id": GLOBAL_ACCOUNT,
+            "name": js.account_name or GLOBAL_ACCOUNT, "id": js.account_name or GLOBAL_ACCOUNT,
             "memory": stats["memory"], "storage": stats["storage"],
             "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
             "accounts": 0, "ha_assets": 0, "api": stats["api"],

@@ -88,6 +88,7 @@ class AccountConfig:
     nkey: str = ""
     jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
     mappings: list = field(default_factory=list)  # [(source, [transform.MapDest])], in order
+    jetstream: bool = False  # jetstream: enabled (natserver.jetstream serves one such account)
     extra: dict = field(default_factory=dict)
 
 

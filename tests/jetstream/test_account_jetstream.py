@@ -1,0 +1,140 @@
+"""JetStream per account (issue #13): with ``accounts {}`` configured, nats-server 2.9.10 serves
+JetStream only to accounts with ``jetstream: enabled``; every other account, ``$G`` included,
+gets ``503 JetStream not enabled for account`` (10039) in each API's own response type. natserver
+serves JetStream to one account: the one enabling it (or ``$G`` without accounts); two
+accounts enabling it stop the server with a clear message. The answers for a non-JetStream
+account are recorded from nats-server in data/account_jetstream_nats_server_2.9.10.json and
+checked live when it is installed (``python -m tests.jetstream.test_account_jetstream``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+import nats
+
+from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running, start_error
+
+TIMEOUT = 20
+RECORDED = Path(__file__).with_name("data") / "account_jetstream_nats_server_2.9.10.json"
+CONFIG = """
+jetstream { store_dir: "%s" }
+accounts {
+  A { users [{user: a, password: a}] }
+  B { users [{user: b, password: b}], jetstream: enabled }
+}
+authorization { users [{user: g, password: g}] }
+"""
+REQUESTS = [
+    ("$JS.API.INFO", b""),
+    ("$JS.API.STREAM.CREATE.X", b'{"name":"X","subjects":["x"]}'),
+    ("$JS.API.STREAM.UPDATE.X", b'{"name":"X","subjects":["x"]}'),
+    ("$JS.API.STREAM.INFO.X", b""),
+    ("$JS.API.STREAM.DELETE.X", b""),
+    ("$JS.API.STREAM.NAMES", b""),
+    ("$JS.API.STREAM.LIST", b""),
+    ("$JS.API.STREAM.PURGE.X", b""),
+    ("$JS.API.STREAM.MSG.GET.X", b'{"seq":1}'),
+    ("$JS.API.STREAM.MSG.DELETE.X", b'{"seq":1}'),
+    ("$JS.API.CONSUMER.CREATE.X", b'{"stream_name":"X","config":{}}'),
+    ("$JS.API.CONSUMER.DURABLE.CREATE.X.D", b'{"stream_name":"X","config":{"durable_name":"D"}}'),
+    ("$JS.API.CONSUMER.INFO.X.D", b""),
+    ("$JS.API.CONSUMER.DELETE.X.D", b""),
+    ("$JS.API.CONSUMER.NAMES.X", b""),
+    ("$JS.API.CONSUMER.LIST.X", b""),
+    ("$JS.API.CONSUMER.MSG.NEXT.X.D", b""),
+    ("$JS.API.DIRECT.GET.X", b'{"seq":1}'),
+    ("$JS.API.NOPE", b""),
+]
+
+
+def probe(port: int, user: str) -> dict:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    buf = b""
+
+    def read_until(marker: bytes) -> bytes:
+        nonlocal buf
+        deadline = time.monotonic() + TIMEOUT
+        while marker not in buf:
+            assert time.monotonic() < deadline
+            chunk = sock.recv(65536)
+            assert chunk
+            buf += chunk
+        data, _, buf = buf.partition(marker)
+        return data
+
+    read_until(b"\r\n")
+    connect = {"verbose": False, "headers": True, "no_responders": True, "user": user, "pass": user}
+    sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB r 1\r\nPING\r\n")
+    read_until(b"PONG\r\n")
+    out = {}
+    for subject, body in REQUESTS:
+        sock.sendall(b"PUB %s r %d\r\n%s\r\n" % (subject.encode(), len(body), body))
+        time.sleep(0.1)  # (nats-server answers these after the PONG: from another goroutine)
+        sock.sendall(b"PING\r\n")
+        data = read_until(b"PONG\r\n")
+        answers = []
+        while data:
+            line, _, data = data.partition(b"\r\n")
+            if line.startswith((b"MSG ", b"HMSG ")):
+                size = int(line.split()[-1])
+                answers.append(data[:size].decode())
+                data = data[size + 2 :]
+        out[subject] = answers
+    sock.close()
+    return out
+
+
+def test_accounts_without_jetstream_are_told_so(tmp_path):
+    with running("natserver", CONFIG % (tmp_path / "store"), tmp_path) as port:
+        for user in ("a", "g"):  # an account without it, and $G
+            assert probe(port, user) == json.loads(RECORDED.read_text()), user
+
+
+def test_the_account_enabling_jetstream_has_it(tmp_path):
+    with running("natserver", CONFIG % (tmp_path / "store"), tmp_path) as port:
+        async def main():
+            b = await nats.connect(f"nats://127.0.0.1:{port}", user="b", password="b")
+            a = await nats.connect(f"nats://127.0.0.1:{port}", user="a", password="a")
+            try:
+                js = b.jetstream()
+                await js.add_stream(name="S", subjects=["s"])
+                ack = await js.publish("s", b"in B")
+                assert (ack.stream, ack.seq) == ("S", 1)
+                sub = await js.subscribe("s", durable="c")
+                assert (await sub.next_msg(timeout=5)).data == b"in B"
+                # The same subject in account A is another subject space: nothing stored.
+                await a.publish("s", b"in A")
+                await a.flush()
+                assert (await js.stream_info("S")).state.messages == 1
+            finally:
+                await a.close()
+                await b.close()
+
+        asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    # The streams are stored under the account's name, as nats-server's.
+    assert (tmp_path / "store" / "jetstream" / "B" / "streams" / "S").is_dir()
+
+
+def test_two_accounts_enabling_jetstream_stop_the_server(tmp_path):
+    config = CONFIG.replace("A { users [{user: a, password: a}] }", "A { users [{user: a, password: a}], jetstream: enabled }")
+    assert start_error("natserver", config % (tmp_path / "store"), tmp_path) == (
+        "natserver: JetStream is enabled for accounts A and B: natserver serves JetStream to one account")
+
+
+@needs_nats_server
+def test_the_recording_is_what_nats_server_answers(tmp_path):
+    with running("nats-server", CONFIG % (tmp_path / "store"), tmp_path) as port:
+        assert probe(port, "a") == json.loads(RECORDED.read_text())
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    assert HAVE_NATS_SERVER, f"{NATS_SERVER} is not installed"
+    with tempfile.TemporaryDirectory() as folder, running("nats-server", CONFIG % folder, Path(folder)) as port:
+        RECORDED.write_text(json.dumps(probe(port, "a"), indent=1) + "\n")
+    print(f"wrote {RECORDED}")
