@@ -424,3 +424,22 @@ def test_jsz_stream_detail_has_mirror_and_sources(tmp_path):
         assert "mirror" not in details["O"] and "sources" not in details["O"]
     finally:
         server.stop()
+
+
+def test_key_value_bucket_with_republish(target):
+    """nats-py's KV republish option: every put reaches a plain subscriber."""
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="cfg", republish=RePublish(src="$KV.cfg.>", dest="changes.>"))
+        sub = await nc.subscribe("changes.>")
+        await kv.put("a", b"1")
+        await kv.put("a", b"2")
+        m1, m2 = await sub.next_msg(5), await sub.next_msg(5)
+        assert (m1.subject, m1.data, m2.data) == ("changes.a", b"1", b"2")  # ">" carries what it matched
+        assert (m2.headers["Nats-Stream"], m2.headers["Nats-Sequence"], m2.headers["Nats-Last-Sequence"]) == \
+               ("KV_cfg", "2", "1")
+        assert (await kv.get("a")).value == b"2"
+        await nc.close()
+
+    run(main())
