@@ -122,6 +122,9 @@ def test_mirror_of_a_missing_stream_starts_once_it_exists(target):
         js, jsm = nc.jetstream(), nc.jsm()
         await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="LATER")))
         info = await jsm.stream_info("M")
+        while info.mirror is None or info.mirror.error is None:  # nats-server may take a moment
+            await asyncio.sleep(0.02)
+            info = await jsm.stream_info("M")
         assert info.mirror.active == -1 and info.mirror.error["err_code"] == 10059
         await jsm.add_stream(name="LATER", subjects=["later"])
         await js.publish("later", b"hello")
