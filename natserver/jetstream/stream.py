@@ -4,6 +4,7 @@ the publish path (expected-* headers, deduplication, limits, acks)."""
 from __future__ import annotations
 
 import collections
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -368,10 +369,18 @@ def decode_source(value) -> dict:
     return out
 
 
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
 def _source_time(value):
-    if not isinstance(value, str):
-        raise DecodeError("opt_start_time: not a string")
-    return value
+    """Go's time.Time from JSON (RFC 3339) and back (RFC3339Nano: the fraction to at most 9
+    digits without trailing zeros, the zone as given)."""
+    match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise DecodeError(f"opt_start_time: not an RFC 3339 time: {value!r}")
+    main, frac, zone = match.groups()
+    frac = (frac or "")[:9].rstrip("0")
+    return main + ("." + frac if frac else "") + zone
 
 
 _SOURCE_FIELDS = {

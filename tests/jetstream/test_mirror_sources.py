@@ -22,7 +22,8 @@ from nats.errors import NoRespondersError
 from nats.js.api import RePublish, StreamConfig, StreamSource
 from nats.js.errors import APIError
 
-from natserver.jetstream.stream import SubjectTransform
+from natserver.jetstream.stream import DecodeError, SubjectTransform
+from natserver.jetstream.stream import StreamConfig as Config
 
 from .test_jetstream import NATS_SERVER, TIMEOUT, GoServer, Target, connect, run
 from .test_jsz import Running
@@ -446,3 +447,12 @@ def test_key_value_bucket_with_republish(target):
         await nc.close()
 
     run(main())
+
+
+def test_opt_start_time_is_kept_as_go_writes_it():
+    cfg = Config.from_json({"name": "M", "mirror": {"name": "O", "opt_start_time": "2022-01-01T00:00:00.500000Z"}})
+    assert cfg.mirror == {"name": "O", "opt_start_time": "2022-01-01T00:00:00.5Z"}
+    cfg = Config.from_json({"name": "S", "sources": [{"name": "O", "opt_start_time": "2022-01-01T01:00:00.000+01:00"}]})
+    assert cfg.sources == [{"name": "O", "opt_start_time": "2022-01-01T01:00:00+01:00"}]
+    with pytest.raises(DecodeError):
+        Config.from_json({"name": "M", "mirror": {"name": "O", "opt_start_time": "yesterday"}})
