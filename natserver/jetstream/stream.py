@@ -557,6 +557,17 @@ class Stream:
             if recovered[-1][1] == store.last_seq:
                 self.lmsgid = recovered[-1][0]
 
+    def interest_subjects(self, depth: int = 0) -> list:
+        """The stream's subjects and those of the streams it mirrors or sources, recursively
+        (nats-server's gatherSourceMirrorSubjects): what consumer filters are checked against."""
+        subjects = list(self.cfg.subjects or ())
+        if depth < 8:  # a cycle of mirrors can not be configured; bound the walk anyway
+            for spec in ([self.cfg.mirror] if self.cfg.mirror else []) + list(self.cfg.sources or ()):
+                origin = self.engine.streams.get(spec["name"])
+                if origin is not None:
+                    subjects += [s for s in origin.interest_subjects(depth + 1) if s not in subjects]
+        return subjects
+
     def set_republish(self) -> None:
         rp = self.cfg.republish
         self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp else None

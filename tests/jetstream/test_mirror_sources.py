@@ -456,3 +456,28 @@ def test_opt_start_time_is_kept_as_go_writes_it():
     assert cfg.sources == [{"name": "O", "opt_start_time": "2022-01-01T01:00:00+01:00"}]
     with pytest.raises(DecodeError):
         Config.from_json({"name": "M", "mirror": {"name": "O", "opt_start_time": "yesterday"}})
+
+
+def test_consumers_read_mirrors_and_sourced_streams(target):
+    async def main():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o.*"])
+        await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="O")))
+        await jsm.add_stream(StreamConfig(name="S", sources=[StreamSource(name="O")]))
+        pull = await js.pull_subscribe("", durable="d", stream="M")
+        push = await js.subscribe("o.*", stream="S", ordered_consumer=True)
+        for i in range(5):
+            await js.publish(f"o.{i}", b"%d" % i)
+        got = []
+        while len(got) < 5:
+            for msg in await pull.fetch(5 - len(got), timeout=5):
+                got.append((msg.subject, msg.metadata.sequence.stream))
+                await msg.ack()
+        assert got == [(f"o.{i}", i + 1) for i in range(5)]
+        pushed = [await push.next_msg(5) for _ in range(5)]
+        assert [m.data for m in pushed] == [b"%d" % i for i in range(5)]
+        assert pushed[0].headers["Nats-Stream-Source"] == "O 1"
+        await nc.close()
+
+    run(main())
