@@ -481,3 +481,23 @@ def test_consumers_read_mirrors_and_sourced_streams(target):
         await nc.close()
 
     run(main())
+
+
+def test_a_chain_of_sources_names_the_last_hop(target):
+    async def main():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o"])
+        await jsm.add_stream(StreamConfig(name="S1", sources=[StreamSource(name="O")]))
+        await jsm.add_stream(StreamConfig(name="S2", sources=[StreamSource(name="S1")]))
+        await jsm.add_stream(StreamConfig(name="M2", mirror=StreamSource(name="S1")))
+        await js.publish("o", b"x", headers={"X": "1"})
+        await js.publish("o", b"y")
+        await wait_msgs(jsm, "S2", 2)
+        await wait_msgs(jsm, "M2", 2)
+        assert (await jsm.get_msg("S2", 1)).headers == {"X": "1", "Nats-Stream-Source": "S1 1"}
+        assert (await jsm.get_msg("S2", 2)).headers == {"Nats-Stream-Source": "S1 2"}
+        assert (await jsm.get_msg("M2", 2)).headers == {"Nats-Stream-Source": "O 2"}
+        await nc.close()
+
+    run(main())
