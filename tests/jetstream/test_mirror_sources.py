@@ -501,3 +501,32 @@ def test_a_chain_of_sources_names_the_last_hop(target):
         await nc.close()
 
     run(main())
+
+
+def test_mirror_keeps_the_origins_gaps_across_a_restart(target):
+    async def fill():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o"])
+        for i in range(6):
+            await js.publish("o", b"%d" % i)
+        await jsm.delete_msg("O", 3)
+        await jsm.delete_msg("O", 4)
+        await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="O")))
+        info = await wait_msgs(jsm, "M", 4)
+        assert (info.state.first_seq, info.state.last_seq, info.state.num_deleted) == (1, 6, 2)
+        await nc.close()
+
+    async def more():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await js.publish("o", b"6")
+        info = await wait_msgs(jsm, "M", 5)
+        assert (info.state.first_seq, info.state.last_seq, info.state.num_deleted) == (1, 7, 2)
+        assert [(m.seq, m.data) for m in await all_msgs(jsm, "M")] == \
+               [(1, b"0"), (2, b"1"), (5, b"4"), (6, b"5"), (7, b"6")]
+        await nc.close()
+
+    run(fill())
+    target.restart()
+    run(more())
