@@ -395,11 +395,11 @@ class Consumer:
     def filter_is_all(self) -> bool:
         """The filter takes every subject of the stream (nats-py sets it to the stream's one
         subject): pending can be counted from sequences alone."""
-        key = (self.cfg.filter_subject, tuple(self.stream.cfg.subjects or ()))
+        key = (self.cfg.filter_subject, tuple(self.stream.interest_subjects()))
         if self._all_key != key:
             f = key[0]
             self._all_key = key
-            self._all = not f or f == ">" or all(is_subset_match(s, f) for s in key[1])
+            self._all = not f or f == ">" or bool(key[1]) and all(is_subset_match(s, f) for s in key[1])
         return self._all
 
     def blocked(self) -> bool:

@@ -98,7 +98,7 @@ class ConsumerApi:
                     raise errors.consumer_create("consumer filter subject does not match the request subject")
             stream = self._stream(stream_name)
             set_defaults(cfg)
-            check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention)
+            check_config(cfg, stream.interest_subjects(), stream.cfg.retention)  # mirrors/sources: the origins' too
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)

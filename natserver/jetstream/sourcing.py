@@ -30,7 +30,7 @@ import trio
 from . import errors
 from .consumer import parse_time
 from .store import StoreError
-from .util import gen_header, get_header
+from .util import gen_header, get_header, remove_header
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -133,7 +133,9 @@ class SourceLink:
                         tstore.skip_to(seq - 1, msg.ts)
                     target.store_sourced(msg.subject, msg.hdr, msg.data, msg.ts)
                 else:
-                    hdr = gen_header(msg.hdr or None, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
+                    # nats-server sets the header: a message sourced twice names only the last hop.
+                    hdr = remove_header(msg.hdr, SOURCE_HEADER) if msg.hdr else None
+                    hdr = gen_header(hdr, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
                     target.store_sourced(msg.subject, hdr, msg.data, time.time_ns())
             except StoreError as exc:
                 # Refused by the stream's limits (discard new): try again later, as nats-server.

@@ -4,6 +4,7 @@ the publish path (expected-* headers, deduplication, limits, acks)."""
 from __future__ import annotations
 
 import collections
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -369,10 +370,18 @@ def decode_source(value) -> dict:
     return out
 
 
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
 def _source_time(value):
-    if not isinstance(value, str):
-        raise DecodeError("opt_start_time: not a string")
-    return value
+    """Go's time.Time from JSON (RFC 3339) and back (RFC3339Nano: the fraction to at most 9
+    digits without trailing zeros, the zone as given)."""
+    match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise DecodeError(f"opt_start_time: not an RFC 3339 time: {value!r}")
+    main, frac, zone = match.groups()
+    frac = (frac or "")[:9].rstrip("0")
+    return main + ("." + frac if frac else "") + zone
 
 
 _SOURCE_FIELDS = {
@@ -493,6 +502,17 @@ class Stream:
                 self._store_msg_id(msg_id, seq, ts)
             if recovered[-1][1] == store.last_seq:
                 self.lmsgid = recovered[-1][0]
+
+    def interest_subjects(self, depth: int = 0) -> list:
+        """The stream's subjects and those of the streams it mirrors or sources, recursively
+        (nats-server's gatherSourceMirrorSubjects): what consumer filters are checked against."""
+        subjects = list(self.cfg.subjects or ())
+        if depth < 8:  # a cycle of mirrors can not be configured; bound the walk anyway
+            for spec in ([self.cfg.mirror] if self.cfg.mirror else []) + list(self.cfg.sources or ()):
+                origin = self.engine.streams.get(spec["name"])
+                if origin is not None:
+                    subjects += [s for s in origin.interest_subjects(depth + 1) if s not in subjects]
+        return subjects
 
     def set_republish(self) -> None:
         rp = self.cfg.republish

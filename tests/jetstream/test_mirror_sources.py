@@ -22,6 +22,8 @@ from nats.errors import NoRespondersError
 from nats.js.api import RePublish, StreamConfig, StreamSource
 from nats.js.errors import APIError
 
+from natserver.jetstream.stream import DecodeError
+from natserver.jetstream.stream import StreamConfig as Config
 from natserver.routing.transform import SubjectTransform
 
 from .test_jetstream import NATS_SERVER, TIMEOUT, GoServer, Target, connect, run
@@ -122,6 +124,9 @@ def test_mirror_of_a_missing_stream_starts_once_it_exists(target):
         js, jsm = nc.jetstream(), nc.jsm()
         await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="LATER")))
         info = await jsm.stream_info("M")
+        while info.mirror is None or info.mirror.error is None:  # nats-server may take a moment
+            await asyncio.sleep(0.02)
+            info = await jsm.stream_info("M")
         assert info.mirror.active == -1 and info.mirror.error["err_code"] == 10059
         await jsm.add_stream(name="LATER", subjects=["later"])
         await js.publish("later", b"hello")
@@ -424,3 +429,105 @@ def test_jsz_stream_detail_has_mirror_and_sources(tmp_path):
         assert "mirror" not in details["O"] and "sources" not in details["O"]
     finally:
         server.stop()
+
+
+def test_key_value_bucket_with_republish(target):
+    """nats-py's KV republish option: every put reaches a plain subscriber."""
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="cfg", republish=RePublish(src="$KV.cfg.>", dest="changes.>"))
+        sub = await nc.subscribe("changes.>")
+        await kv.put("a", b"1")
+        await kv.put("a", b"2")
+        m1, m2 = await sub.next_msg(5), await sub.next_msg(5)
+        assert (m1.subject, m1.data, m2.data) == ("changes.a", b"1", b"2")  # ">" carries what it matched
+        assert (m2.headers["Nats-Stream"], m2.headers["Nats-Sequence"], m2.headers["Nats-Last-Sequence"]) == \
+               ("KV_cfg", "2", "1")
+        assert (await kv.get("a")).value == b"2"
+        await nc.close()
+
+    run(main())
+
+
+def test_opt_start_time_is_kept_as_go_writes_it():
+    cfg = Config.from_json({"name": "M", "mirror": {"name": "O", "opt_start_time": "2022-01-01T00:00:00.500000Z"}})
+    assert cfg.mirror == {"name": "O", "opt_start_time": "2022-01-01T00:00:00.5Z"}
+    cfg = Config.from_json({"name": "S", "sources": [{"name": "O", "opt_start_time": "2022-01-01T01:00:00.000+01:00"}]})
+    assert cfg.sources == [{"name": "O", "opt_start_time": "2022-01-01T01:00:00+01:00"}]
+    with pytest.raises(DecodeError):
+        Config.from_json({"name": "M", "mirror": {"name": "O", "opt_start_time": "yesterday"}})
+
+
+def test_consumers_read_mirrors_and_sourced_streams(target):
+    async def main():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o.*"])
+        await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="O")))
+        await jsm.add_stream(StreamConfig(name="S", sources=[StreamSource(name="O")]))
+        pull = await js.pull_subscribe("", durable="d", stream="M")
+        push = await js.subscribe("o.*", stream="S", ordered_consumer=True)
+        for i in range(5):
+            await js.publish(f"o.{i}", b"%d" % i)
+        got = []
+        while len(got) < 5:
+            for msg in await pull.fetch(5 - len(got), timeout=5):
+                got.append((msg.subject, msg.metadata.sequence.stream))
+                await msg.ack()
+        assert got == [(f"o.{i}", i + 1) for i in range(5)]
+        pushed = [await push.next_msg(5) for _ in range(5)]
+        assert [m.data for m in pushed] == [b"%d" % i for i in range(5)]
+        assert pushed[0].headers["Nats-Stream-Source"] == "O 1"
+        await nc.close()
+
+    run(main())
+
+
+def test_a_chain_of_sources_names_the_last_hop(target):
+    async def main():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o"])
+        await jsm.add_stream(StreamConfig(name="S1", sources=[StreamSource(name="O")]))
+        await jsm.add_stream(StreamConfig(name="S2", sources=[StreamSource(name="S1")]))
+        await jsm.add_stream(StreamConfig(name="M2", mirror=StreamSource(name="S1")))
+        await js.publish("o", b"x", headers={"X": "1"})
+        await js.publish("o", b"y")
+        await wait_msgs(jsm, "S2", 2)
+        await wait_msgs(jsm, "M2", 2)
+        assert (await jsm.get_msg("S2", 1)).headers == {"X": "1", "Nats-Stream-Source": "S1 1"}
+        assert (await jsm.get_msg("S2", 2)).headers == {"Nats-Stream-Source": "S1 2"}
+        assert (await jsm.get_msg("M2", 2)).headers == {"Nats-Stream-Source": "O 2"}
+        await nc.close()
+
+    run(main())
+
+
+def test_mirror_keeps_the_origins_gaps_across_a_restart(target):
+    async def fill():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o"])
+        for i in range(6):
+            await js.publish("o", b"%d" % i)
+        await jsm.delete_msg("O", 3)
+        await jsm.delete_msg("O", 4)
+        await jsm.add_stream(StreamConfig(name="M", mirror=StreamSource(name="O")))
+        info = await wait_msgs(jsm, "M", 4)
+        assert (info.state.first_seq, info.state.last_seq, info.state.num_deleted) == (1, 6, 2)
+        await nc.close()
+
+    async def more():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await js.publish("o", b"6")
+        info = await wait_msgs(jsm, "M", 5)
+        assert (info.state.first_seq, info.state.last_seq, info.state.num_deleted) == (1, 7, 2)
+        assert [(m.seq, m.data) for m in await all_msgs(jsm, "M")] == \
+               [(1, b"0"), (2, b"1"), (5, b"4"), (6, b"5"), (7, b"6")]
+        await nc.close()
+
+    run(fill())
+    target.restart()
+    run(more())
