@@ -166,12 +166,7 @@ class Store:
     def skip_msg(self, ts: int) -> int:
         """Use the next sequence without storing anything (interest retention, no interest)."""
         seq = self.last_seq + 1
-        self.last_seq = seq
-        self.last_ts = ts
-        if not self.msgs:
-            self.first_seq = seq + 1
-            self.first_ts = 0
-        self._skipped(seq)
+        self.skip_to(seq, ts)
         return seq
 
     def skip_to(self, seq: int, ts: int) -> None:

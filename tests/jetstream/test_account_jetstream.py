@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import time
 from pathlib import Path
 
 import nats
 
 from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running, start_error
+from tests.jetstream.test_consumer_rules import RawClient
 
 TIMEOUT = 20
 RECORDED = Path(__file__).with_name("data") / "account_jetstream_nats_server_2.9.10.json"
@@ -52,40 +51,10 @@ REQUESTS = [
 
 
 def probe(port: int, user: str) -> dict:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-    buf = b""
-
-    def read_until(marker: bytes) -> bytes:
-        nonlocal buf
-        deadline = time.monotonic() + TIMEOUT
-        while marker not in buf:
-            assert time.monotonic() < deadline
-            chunk = sock.recv(65536)
-            assert chunk
-            buf += chunk
-        data, _, buf = buf.partition(marker)
-        return data
-
-    read_until(b"\r\n")
-    connect = {"verbose": False, "headers": True, "no_responders": True, "user": user, "pass": user}
-    sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nSUB r 1\r\nPING\r\n")
-    read_until(b"PONG\r\n")
-    out = {}
-    for subject, body in REQUESTS:
-        sock.sendall(b"PUB %s r %d\r\n%s\r\n" % (subject.encode(), len(body), body))
-        time.sleep(0.1)  # (nats-server answers these after the PONG: from another goroutine)
-        sock.sendall(b"PING\r\n")
-        data = read_until(b"PONG\r\n")
-        answers = []
-        while data:
-            line, _, data = data.partition(b"\r\n")
-            if line.startswith((b"MSG ", b"HMSG ")):
-                size = int(line.split()[-1])
-                answers.append(data[:size].decode())
-                data = data[size + 2 :]
-        out[subject] = answers
-    sock.close()
-    return out
+    client = RawClient(port, no_responders=True, user=user, **{"pass": user})
+    answers = {subject: client.request(subject, body) for subject, body in REQUESTS}
+    client.sock.close()
+    return answers
 
 
 def test_accounts_without_jetstream_are_told_so(tmp_path):

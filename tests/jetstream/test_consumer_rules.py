@@ -58,12 +58,16 @@ SCRIPT: list[tuple[str, str, object]] = [
 ]
 
 
-class _Client:
-    def __init__(self, port: int) -> None:
+class RawClient:
+    """A connection subscribed to ``_R.>`` that sends API requests and returns the payloads
+    of what answers each (a shared helper of the JetStream API differential tests)."""
+
+    def __init__(self, port: int, **connect) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
         self.buf = b""
         self._until(b"\r\n")
-        self.sock.sendall(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R.> 1\r\nPING\r\n')
+        options = {"verbose": False, "headers": True, **connect}
+        self.sock.sendall(b"CONNECT " + json.dumps(options).encode() + b"\r\nSUB _R.> 1\r\nPING\r\n")
         self._until(b"PONG\r\n")
 
     def _until(self, marker: bytes) -> bytes:
@@ -77,9 +81,9 @@ class _Client:
         return data
 
     def request(self, subject: str, body) -> list[str]:
-        payload = json.dumps(body).encode()
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.sock.sendall(b"PUB %s _R.x %d\r\n%s\r\nPING\r\n" % (subject.encode(), len(payload), payload))
-        time.sleep(0.05)  # (a status follows the request at once; a message batch too)
+        time.sleep(0.1)  # (nats-server answers some from another goroutine, after a PONG)
         self.sock.sendall(b"PING\r\n")
         data = self._until(b"PONG\r\n") + self._until(b"PONG\r\n")
         answers = []
@@ -102,7 +106,7 @@ def _normal(answer: str):
 
 
 def run_script(port: int) -> dict:
-    client = _Client(port)
+    client = RawClient(port)
     return {name: [_normal(a) for a in client.request(subject, body)] for name, subject, body in SCRIPT}
 
 
