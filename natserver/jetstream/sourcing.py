@@ -47,7 +47,7 @@ class SourceLink:
     """One mirror or source of a stream: where it is in the origin, and how it is doing."""
 
     __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
-                 "_blocked")
+                 "_blocked", "from_new")
 
     def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
         self.stream = stream
@@ -60,6 +60,7 @@ class SourceLink:
         self.error = None  # ApiError while the origin can not be read
         self._iname = self.origin.encode()  # nats-server's index name (no external prefix)
         self._blocked = ""  # the store's last refusal (logged once)
+        self.from_new = False  # start after the origin's last message (a purged stream's restart)
 
     def info_json(self, now: int) -> dict:
         """StreamSourceInfo: name, lag, active (ns since the last contact, -1: never), error."""
@@ -109,7 +110,7 @@ class SourceLink:
             return False
         ostore = origin.store
         if not self.next:
-            self.next = self.start_seq(origin)
+            self.next = ostore.last_seq + 1 if self.from_new else self.start_seq(origin)
             if self.mirror and tstore.last_seq:
                 self.next = max(self.next, tstore.last_seq + 1)
         if self.next < ostore.first_seq:
@@ -155,6 +156,12 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
     stream (scanning backwards until every source is found)."""
     wanted = {link._iname: link for link in links if not link.mirror and not link.next}
     store = stream.store
+    if not store.msgs and store.last_seq:
+        # Emptied (purged, expired): nothing tells where the sources were. nats-server then
+        # takes only what the origins get from now on, rather than everything again.
+        for link in wanted.values():
+            link.from_new = True
+        return
     seq = store.last_seq
     while wanted and seq >= store.first_seq and seq > 0:
         msg = store.load_msg(seq)

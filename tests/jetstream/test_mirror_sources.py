@@ -531,3 +531,29 @@ def test_mirror_keeps_the_origins_gaps_across_a_restart(target):
     run(fill())
     target.restart()
     run(more())
+
+
+def test_a_purged_sourcing_stream_does_not_copy_everything_again_after_a_restart(target):
+    async def fill():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await jsm.add_stream(name="O", subjects=["o"])
+        await jsm.add_stream(StreamConfig(name="S", sources=[StreamSource(name="O")]))
+        for i in range(3):
+            await js.publish("o", b"%d" % i)
+        await wait_msgs(jsm, "S", 3)
+        await jsm.purge_stream("S")
+        await nc.close()
+
+    async def after():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        await js.publish("o", b"new")
+        info = await wait_msgs(jsm, "S", 1)
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (1, 4, 4)
+        assert (await jsm.get_msg("S", 4)).headers["Nats-Stream-Source"] == "O 4"
+        await nc.close()
+
+    run(fill())
+    target.restart()
+    run(after())
