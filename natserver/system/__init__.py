@@ -133,20 +133,22 @@ class SystemAccount:
         return info
 
     def client_connected(self, client) -> None:
-        account = client.account
-        if account is None or account.name == GLOBAL_ACCOUNT:
-            return  # events.go: the global account's activity is not reported
+        account = client.account or self.server.accounts.global_account
         self._account_conns(account)
+        if account.name == GLOBAL_ACCOUNT:
+            return  # events.go: the global account's clients get connection counts only
         subject = f"$SYS.ACCOUNT.{account.name}.CONNECT"
         if self._listened(subject):
             self.send(subject, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": go_time(time.time()),
                                 "server": self.server_info(), "client": self._client_info(client, False)})
 
     def client_closed(self, client) -> None:
-        account = client.account
-        if account is None or account.name == GLOBAL_ACCOUNT or not client.announced:
+        if not client.announced:
             return
+        account = client.account or self.server.accounts.global_account
         self._account_conns(account)
+        if account.name == GLOBAL_ACCOUNT:
+            return
         subject = f"$SYS.ACCOUNT.{account.name}.DISCONNECT"
         if self._listened(subject):
             self.send(subject, {
@@ -159,7 +161,10 @@ class SystemAccount:
 
     def account_stat(self, account) -> dict:
         """events.go AccountStat for one account: its clients and what they moved."""
-        clients = [c for c in account.clients if not c.closed]
+        if account is self.server.accounts.global_account:  # (clients without a user are in no set)
+            clients = [c for c in self.server.clients.values() if c.account in (None, account) and not c.closed]
+        else:
+            clients = [c for c in account.clients if not c.closed]
         return {
             "acc": account.name, "conns": len(clients), "leafnodes": 0, "total_conns": len(clients),
             "sent": _data_stats(sum(c.out_msgs for c in clients), sum(c.out_bytes for c in clients)),

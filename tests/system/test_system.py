@@ -204,6 +204,33 @@ def test_nats_py_system_user(threaded_server):
     asyncio.run(asyncio.wait_for(main(), TIMEOUT))
 
 
+def test_global_account_clients_get_connection_counts_only(threaded_server):
+    """nats-server reports $G's connection counts (CONNS) but no CONNECT/DISCONNECT for it."""
+    from natserver.auth.users import User
+
+    handle = threaded_server(accounts=[AccountConfig("SYS")], users=[User("sys", "sys", account="SYS"), User("g", "g")],
+                             system_account="SYS")
+
+    async def main():
+        system = await nats.connect(handle.url, user="sys", password="sys")
+        try:
+            events = await system.subscribe("$SYS.>")
+            await system.flush()
+            other = await nats.connect(handle.url, user="g", password="g")
+            await other.close()
+            seen = []
+            while len(seen) < 4:
+                msg = await events.next_msg(timeout=5)
+                if not msg.subject.endswith(".STATSZ"):  # (the heartbeat may come in between)
+                    seen.append((msg.subject, json.loads(msg.data).get("conns")))
+            assert seen == [("$SYS.SERVER.ACCOUNT.$G.CONNS", 1), ("$SYS.ACCOUNT.$G.SERVER.CONNS", 1),
+                            ("$SYS.SERVER.ACCOUNT.$G.CONNS", 0), ("$SYS.ACCOUNT.$G.SERVER.CONNS", 0)]
+        finally:
+            await system.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
 async def test_no_system_account(nursery):
     import natserver
 
