@@ -43,6 +43,7 @@ log = logging.getLogger("natserver")
 # events.go: the first STATSZ heartbeat comes soon, then the interval doubles up to 30 s.
 STATSZ_FIRST_INTERVAL = 0.25
 STATSZ_INTERVAL = 30.0
+ACCOUNT_TRAFFIC_INTERVAL = 1.0  # seconds an account's summed message counts are reused
 CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
 DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
 ACCOUNT_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
@@ -92,6 +93,8 @@ class SystemAccount:
             self.monitor.http_req_stats = server.monitor.http_req_stats
         self.seq = 0
         self._subs: list = []
+        self._global_clients: set = set()  # the global account's announced clients
+        self._traffic: dict = {}  # account name -> (when, sent, received): account_stat's sums
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -134,6 +137,8 @@ class SystemAccount:
 
     def client_connected(self, client) -> None:
         account = client.account or self.server.accounts.global_account
+        if account.name == GLOBAL_ACCOUNT:
+            self._global_clients.add(client)
         self._account_conns(account)
         if account.name == GLOBAL_ACCOUNT:
             return  # events.go: the global account's clients get connection counts only
@@ -146,6 +151,7 @@ class SystemAccount:
         if not client.announced:
             return
         account = client.account or self.server.accounts.global_account
+        self._global_clients.discard(client)
         self._account_conns(account)
         if account.name == GLOBAL_ACCOUNT:
             return
@@ -160,17 +166,23 @@ class SystemAccount:
             })
 
     def account_stat(self, account) -> dict:
-        """events.go AccountStat for one account: its clients and what they moved."""
+        """events.go AccountStat for one account: its clients and what they moved. The message
+        counts are summed over the account's clients at most once a second (a burst of
+        connections must not cost a pass over every client each)."""
         if account is self.server.accounts.global_account:  # (clients without a user are in no set)
-            clients = [c for c in self.server.clients.values() if c.account in (None, account) and not c.closed]
+            clients = self._global_clients
         else:
-            clients = [c for c in account.clients if not c.closed]
-        return {
-            "acc": account.name, "conns": len(clients), "leafnodes": 0, "total_conns": len(clients),
-            "sent": _data_stats(sum(c.out_msgs for c in clients), sum(c.out_bytes for c in clients)),
-            "received": _data_stats(sum(c.in_msgs for c in clients), sum(c.in_bytes for c in clients)),
-            "slow_consumers": 0,
-        }
+            clients = account.clients
+        conns = len(clients)  # (a closing client has left the set before the observers hear of it)
+        now = time.monotonic()
+        cached = self._traffic.get(account.name)
+        if cached is None or now - cached[0] >= ACCOUNT_TRAFFIC_INTERVAL:
+            live = [c for c in clients if not c.closed]
+            cached = (now, _data_stats(sum(c.out_msgs for c in live), sum(c.out_bytes for c in live)),
+                      _data_stats(sum(c.in_msgs for c in live), sum(c.in_bytes for c in live)))
+            self._traffic[account.name] = cached
+        return {"acc": account.name, "conns": conns, "leafnodes": 0, "total_conns": conns,
+                "sent": cached[1], "received": cached[2], "slow_consumers": 0}
 
     def _account_conns(self, account) -> None:
         new, old = f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS", f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS"
