@@ -41,7 +41,7 @@ class LazySubsystem:
 
 
 SUBSYSTEMS: tuple[LazySubsystem, ...] = (
-    LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream", "check_options"),
+    LazySubsystem("jetstream", lambda options: bool(options.jetstream), "natserver.jetstream", "enable_jetstream"),
     # After JetStream: NATS Streaming channels may be JetStream streams.
     LazySubsystem("stan", lambda options: options.stan is not None, "natserver.stan", "enable_stan"),
     LazySubsystem("nsq", lambda options: options.nsq is not None, "natserver.nsq", "enable_nsq", "check_options"),

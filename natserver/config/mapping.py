@@ -847,9 +847,11 @@ class _Builder:
                     config.mappings = self.mappings(item, member_where)
                 elif lowered == "jetstream":
                     config.jetstream = _account_jetstream(item)
-                    if isinstance(item, dict) and item:
-                        # Account JetStream limits: accepted, not enforced (warned).
-                        self.extra.setdefault("account_options", []).append(f"{name}.{member} limits")
+                    if isinstance(item, dict):
+                        config.jetstream_limits = _account_jetstream_limits(item)
+                        for limit in config.jetstream_limits:
+                            if limit not in ("max_memory", "max_storage", "max_streams", "max_consumers"):
+                                self.extra.setdefault("account_options", []).append(f"{name}.jetstream.{limit}")
                 elif not self.used_as_variable(block, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')
             except _Bad as exc:
@@ -1225,6 +1227,33 @@ def _account_jetstream(value) -> bool:
     if isinstance(value, dict):
         return True
     raise _Bad(f"Expected map, bool or string to define JetStream, got {_go_type(value)}")
+
+
+# opts.go parseJetStreamForAccount: the account block's keys -> natserver's limit names. The
+# last four are accepted and not enforced (warned about).
+_ACCOUNT_JETSTREAM_LIMITS = {
+    "max_memory": "max_memory", "max_mem": "max_memory", "mem": "max_memory", "memory": "max_memory",
+    "max_store": "max_storage", "max_file": "max_storage", "max_disk": "max_storage", "store": "max_storage",
+    "disk": "max_storage", "max_streams": "max_streams", "streams": "max_streams",
+    "max_consumers": "max_consumers", "consumers": "max_consumers",
+    "max_bytes_required": "", "max_stream_bytes": "", "max_bytes": "", "mem_max_stream_bytes": "",
+    "memory_max_stream_bytes": "", "disk_max_stream_bytes": "", "store_max_stream_bytes": "", "max_ack_pending": "",
+}
+
+
+def _account_jetstream_limits(value: dict) -> dict:
+    limits = {}
+    for key, item in value.items():
+        name = _ACCOUNT_JETSTREAM_LIMITS.get(str(key).lower())
+        if name is None:
+            raise _Bad(f'unknown field "{key}"')
+        if str(key).lower() in ("max_bytes_required", "max_stream_bytes", "max_bytes"):
+            if not isinstance(item, bool):
+                raise _Bad(f'Expected a parseable bool for "{key}", got {item}')
+        elif not isinstance(item, int) or isinstance(item, bool):
+            raise _Bad(f'Expected a parseable size for "{key}", got {item}')
+        limits[name or key] = item
+    return limits
 
 
 def _account_limits(config, value) -> None:

@@ -73,35 +73,33 @@ def _jetstream_extra(options) -> dict:
     return {}
 
 
-def jetstream_account(options) -> str | None:
-    """The account natserver serves JetStream to: ``$G`` without ``accounts {}`` (and in
-    operator mode); with accounts, the one with ``jetstream: enabled``, or None when none has
-    it (nats-server then serves it to nobody, ``$G`` included). ValueError for two or more."""
+def jetstream_accounts(options) -> list:
+    """The accounts natserver serves JetStream to, as nats-server 2.9.10 decides: ``$G``
+    without ``accounts {}`` (and in operator mode); with accounts, those with
+    ``jetstream: enabled`` (or limits), none of them when none has it (``$G`` included)."""
     if not options.accounts or options.trusted_operators or options.trusted_keys:
-        return GLOBAL_ACCOUNT
-    enabled = [config.name for config in options.accounts if config.jetstream]
-    if len(enabled) > 1:
-        names = ", ".join(enabled[:-1]) + " and " + enabled[-1]
-        raise ValueError(f"JetStream is enabled for accounts {names}: natserver serves JetStream to one account")
-    return enabled[0] if enabled else None
-
-
-def check_options(options) -> None:
-    jetstream_account(options)
+        return [GLOBAL_ACCOUNT]
+    return [config.name for config in options.accounts if config.jetstream]
 
 
 class JetStream:
     """The engine: streams by name, the API, deferred acks and the background tasks."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server, account_name: str | None = GLOBAL_ACCOUNT, *, engines: list | None = None) -> None:
         self.server = server
         options = server.options
+        # Every engine of the server (one per JetStream account); the first one logs, reports
+        # for all (monitor.py) and answers the accounts without JetStream.
+        self.engines = engines if engines is not None else [self]
         base = options.store_dir or os.path.join(tempfile.gettempdir(), "nats")
         self.store_dir = os.path.join(base, "jetstream")
         # The account whose subject space the streams and the API live in (None: no account
         # has JetStream); every other account is told it is not enabled (not_enabled.py).
-        self.account_name = jetstream_account(options)
-        account = server.accounts.get(self.account_name) if self.account_name else None
+        self.account_name = account_name
+        account = server.accounts.get(account_name) if account_name else None
+        # The account's jetstream {} limits (-1: none): max_memory, max_storage, max_streams, max_consumers.
+        config = account.config if account is not None else None
+        self.limits = dict(getattr(config, "jetstream_limits", None) or {})
         self.account = account if account is not None and account.name != GLOBAL_ACCOUNT else None
         self.client = self.account.internal if self.account is not None else server.internal_client
         self.streams_dir = os.path.join(self.store_dir, self.account_name or GLOBAL_ACCOUNT, "streams")
@@ -179,19 +177,11 @@ class JetStream:
             self.max_memory = monitor.default_max_memory()
         if self.max_store < 0:
             self.max_store = monitor.default_max_store(self.store_dir)
-        log.info("Starting JetStream")
-        log.info("  Max Memory:      %s", monitor.friendly_bytes(self.max_memory))
-        log.info("  Max Storage:     %s", monitor.friendly_bytes(self.max_store))
-        log.info('  Store Directory: "%s"', self.store_dir)
-        log.info("  Sync:            %s", "always" if self.sync_always else
-                 (f"every {self.sync_interval:g}s" if self.sync_interval else "never"))
-        if self.domain:
-            log.info("  Domain:          %s", self.domain)
-        if self.key is not None:
-            log.info("  Encryption:      %s", self.key.label)
-        elif self.server.options.jetstream_cipher:
-            log.warning("JetStream cipher %s is set without a key: streams are NOT encrypted",
-                        crypto.cipher_label(self.server.options.jetstream_cipher))
+        primary = self.engines[0] is self
+        if not primary:
+            log.info("  Serving JetStream to account %s", self.account_name)
+        else:
+            self._banner()
         try:
             os.makedirs(self.streams_dir, exist_ok=True)
             if self.account_name is not None:  # (None: nobody has JetStream, as in nats-server)
@@ -199,7 +189,8 @@ class JetStream:
                 self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
                 if self.domain:
                     self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
-            self._tell_other_accounts()
+            if primary:
+                self._tell_other_accounts()
             self.delivery.start()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.delivery.run)
@@ -213,14 +204,30 @@ class JetStream:
             with trio.CancelScope(shield=True):
                 self.close()
 
+    def _banner(self) -> None:
+        log.info("Starting JetStream")
+        log.info("  Max Memory:      %s", monitor.friendly_bytes(self.max_memory))
+        log.info("  Max Storage:     %s", monitor.friendly_bytes(self.max_store))
+        log.info('  Store Directory: "%s"', self.store_dir)
+        log.info("  Sync:            %s", "always" if self.sync_always else
+                 (f"every {self.sync_interval:g}s" if self.sync_interval else "never"))
+        if self.domain:
+            log.info("  Domain:          %s", self.domain)
+        if self.key is not None:
+            log.info("  Encryption:      %s", self.key.label)
+        elif self.server.options.jetstream_cipher:
+            log.warning("JetStream cipher %s is set without a key: streams are NOT encrypted",
+                        crypto.cipher_label(self.server.options.jetstream_cipher))
+
     def _tell_other_accounts(self) -> None:
         """Every other account's ``$JS.API.>`` answers that JetStream is not enabled for it."""
         accounts = self.server.accounts
         if accounts is None or not self.server.options.accounts:
             return
         system = self.server.options.system_account or "$SYS"
+        served = {engine.account_name for engine in self.engines}
         for account in list(accounts.by_name.values()):
-            if account.name in (self.account_name, system):
+            if account.name in served or account.name == system:
                 continue
 
             def respond(subject, reply, hdr, payload, account=account) -> None:
@@ -303,7 +310,7 @@ class JetStream:
             stream.subscribe()
             stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
-            log.info("  Restored %d messages for stream '$G > %s'%s", store.msgs, cfg.name, lost)
+            log.info("  Restored %d messages for stream '%s > %s'%s", store.msgs, self.account_name, cfg.name, lost)
         for stream in self.streams.values():
             if stream.cfg.mirror is not None or stream.cfg.sources:
                 self.sourcing.attach(stream, recovering=True)
@@ -357,6 +364,9 @@ class JetStream:
             limit, error = self.max_store, errors.storage_resources_exceeded
         else:
             return
+        account_limit = self.limits.get("max_memory" if storage == "memory" else "max_storage", -1)
+        if account_limit >= 0 and (limit < 0 or account_limit < limit):
+            limit = account_limit  # the account's jetstream limit is the tighter one
         if limit < 0:
             return
         if add < 0:
@@ -375,6 +385,9 @@ class JetStream:
             if existing.cfg == cfg:
                 return existing
             raise errors.stream_name_exist()
+        max_streams = self.limits.get("max_streams", -1)
+        if max_streams >= 0 and len(self.streams) >= max_streams:
+            raise errors.max_streams_reached()
         self.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=cfg.name)
         for stream in self.streams.values():
             for mine in cfg.subjects:
@@ -597,6 +610,12 @@ def check_domain(domain: str) -> str:
 
 
 async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Set JetStream up on ``server``, ``task_status.started(engine)``, run until cancelled."""
-    engine = JetStream(server)
-    await engine.run(task_status=task_status)
+    """Set JetStream up on ``server``: one engine per JetStream account (or one serving
+    nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled."""
+    engines: list = []
+    for name in jetstream_accounts(server.options) or [None]:
+        engines.append(JetStream(server, name, engines=engines))
+    async with trio.open_nursery() as nursery:
+        for engine in engines:
+            await nursery.start(engine.run)
+        task_status.started(engines[0])

@@ -117,6 +117,9 @@ class ConsumerApi:
             return existing
         if stream.cfg.max_consumers > 0 and len(consumers) >= stream.cfg.max_consumers:
             raise errors.max_consumers_reached()
+        account_max = self.js.limits.get("max_consumers", -1)  # the account's jetstream limits
+        if account_max >= 0 and sum(len(s.consumers) for s in self.js.streams.values()) >= account_max:
+            raise errors.max_consumers_reached()
         if stream.cfg.retention == "workqueue":
             check_workqueue(cfg, consumers.values())
         if not name:

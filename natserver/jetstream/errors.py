@@ -145,6 +145,7 @@ consumer_max_request_batch_negative = _fixed(400, 10114, "consumer max request b
 consumer_max_request_expires_too_small = _fixed(400, 10115, "consumer max request expires needs to be >= 1ms")
 consumer_max_deliver_backoff = _fixed(400, 10116, "max deliver is required to be > length of backoff values")
 max_consumers_reached = _fixed(400, 10026, "maximum consumers limit reached")
+max_streams_reached = _fixed(400, 10027, "maximum number of streams reached")
 
 
 def consumer_invalid_sampling(err: str) -> ApiError:

@@ -60,10 +60,16 @@ def _config(js) -> dict:
 
 
 def _stats(js) -> dict:
-    memory, storage = _usage(js)
+    """Every engine's (JetStream account's) usage together."""
+    memory = storage = total = errors = 0
+    for engine in js.engines:
+        m, s = _usage(engine)
+        memory, storage = memory + m, storage + s
+        total, errors = total + engine.api_total, errors + engine.api_errors
     return {
         "memory": memory, "storage": storage, "reserved_memory": 0, "reserved_storage": 0,
-        "accounts": 1, "ha_assets": 0, "api": {"total": js.api_total, "errors": js.api_errors},
+        "accounts": sum(1 for engine in js.engines if engine.account_name is not None), "ha_assets": 0,
+        "api": {"total": total, "errors": errors},
     }
 
 
@@ -97,26 +103,31 @@ def _consumer_detail(consumer, config: bool) -> dict:
 
 
 def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = False, config: bool = False) -> dict:
-    """The /jsz body after server_id and now. ``streams``/``consumers`` imply ``accounts``.
-    (``acc=`` selects an account; natserver has one, ``$G``, and 2.9.10 answers an unknown
-    name with every account, so it changes nothing here.)"""
+    """The /jsz body after server_id and now, over every JetStream account. ``streams`` /
+    ``consumers`` imply ``accounts``. (2.9.10 answers an unknown ``acc=`` with every account.)"""
     stats = _stats(js)
+    engines = [engine for engine in js.engines if engine.account_name is not None]
+    every_stream = [s for engine in engines for s in engine.streams.values()]
     out = {"config": _config(js), **{k: v for k, v in stats.items()}}
-    out["streams"] = len(js.streams)
-    out["consumers"] = sum(_consumer_count(s) for s in js.streams.values())
-    out["messages"] = sum(s.store.msgs for s in js.streams.values())
-    out["bytes"] = sum(s.store.bytes for s in js.streams.values())
+    out["streams"] = len(every_stream)
+    out["consumers"] = sum(_consumer_count(s) for s in every_stream)
+    out["messages"] = sum(s.store.msgs for s in every_stream)
+    out["bytes"] = sum(s.store.bytes for s in every_stream)
     if accounts or streams or consumers:
-        detail: dict = {
-            "name": js.account_name or GLOBAL_ACCOUNT, "id": js.account_name or GLOBAL_ACCOUNT,
-            "memory": stats["memory"], "storage": stats["storage"],
-            "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
-            "accounts": 0, "ha_assets": 0, "api": stats["api"],
-        }
-        if (streams or consumers) and js.streams:
-            detail["stream_detail"] = [
-                _stream_detail(js, s, config=config, consumers=consumers)
-                for s in sorted(js.streams.values(), key=lambda s: s.name)
-            ]
-        out["account_details"] = [detail]
+        out["account_details"] = [_account_detail(engine, streams, consumers, config) for engine in engines]
     return out
+
+
+def _account_detail(engine, streams: bool, consumers: bool, config: bool) -> dict:
+    memory, storage = _usage(engine)
+    detail: dict = {
+        "name": engine.account_name, "id": engine.account_name, "memory": memory, "storage": storage,
+        "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
+        "accounts": 0, "ha_assets": 0, "api": {"total": engine.api_total, "errors": engine.api_errors},
+    }
+    if (streams or consumers) and engine.streams:
+        detail["stream_detail"] = [
+            _stream_detail(engine, s, config=config, consumers=consumers)
+            for s in sorted(engine.streams.values(), key=lambda s: s.name)
+        ]
+    return detail

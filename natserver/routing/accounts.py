@@ -88,7 +88,10 @@ class AccountConfig:
     nkey: str = ""
     jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
     mappings: list = field(default_factory=list)  # [(source, [transform.MapDest])], in order
-    jetstream: bool = False  # jetstream: enabled (natserver.jetstream serves one such account)
+    jetstream: bool = False  # jetstream: enabled, or limits (natserver.jetstream)
+    # jetstream { max_mem, max_file, max_streams, max_consumers } as max_memory, max_storage,
+    # max_streams, max_consumers (absent: no limit)
+    jetstream_limits: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 

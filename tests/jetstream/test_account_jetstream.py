@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nats
 
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running, start_error
+from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running
 from tests.jetstream.test_consumer_rules import RawClient
 
 TIMEOUT = 20
@@ -88,10 +88,58 @@ def test_the_account_enabling_jetstream_has_it(tmp_path):
     assert (tmp_path / "store" / "jetstream" / "B" / "streams" / "S").is_dir()
 
 
-def test_two_accounts_enabling_jetstream_stop_the_server(tmp_path):
-    config = CONFIG.replace("A { users [{user: a, password: a}] }", "A { users [{user: a, password: a}], jetstream: enabled }")
-    assert start_error("natserver", config % (tmp_path / "store"), tmp_path) == (
-        "natserver: JetStream is enabled for accounts A and B: natserver serves JetStream to one account")
+TWO_ACCOUNTS = """
+jetstream { store_dir: "%s" }
+accounts {
+  A { users [{user: a, password: a}], jetstream: { max_streams: 1, max_consumers: 1 } }
+  B { users [{user: b, password: b}], jetstream: enabled }
+}
+"""
+
+
+def _two_accounts(port: int) -> dict:
+    async def main():
+        a = await nats.connect(f"nats://127.0.0.1:{port}", user="a", password="a")
+        b = await nats.connect(f"nats://127.0.0.1:{port}", user="b", password="b")
+        out = {}
+        try:
+            for name, nc in (("a", a), ("b", b)):
+                js = nc.jetstream()
+                await js.add_stream(name="S", subjects=["s"])  # the same name in each account
+                await js.publish("s", name.encode())
+                out[name] = (await js.get_msg("S", 1)).data.decode()
+            info = await a.jetstream().account_info()
+            out["a limits"] = (info.limits.max_streams, info.limits.max_consumers, info.streams)
+            try:
+                await a.jetstream().add_stream(name="T", subjects=["t"])
+            except nats.js.errors.APIError as exc:
+                out["a second stream"] = (exc.code, exc.err_code, exc.description)
+            await a.jetstream().pull_subscribe("s", durable="one")
+            try:
+                await a.jetstream().pull_subscribe("s", durable="two")
+            except nats.js.errors.APIError as exc:
+                out["a second consumer"] = (exc.code, exc.err_code, exc.description)
+        finally:
+            await a.close()
+            await b.close()
+        return out
+
+    return asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+def test_each_account_has_its_own_jetstream_and_limits(tmp_path):
+    with running("natserver", TWO_ACCOUNTS % (tmp_path / "store"), tmp_path) as port:
+        ours = _two_accounts(port)
+    assert ours == {
+        "a": "a", "b": "b", "a limits": (1, 1, 1),
+        "a second stream": (400, 10027, "maximum number of streams reached"),
+        "a second consumer": (400, 10026, "maximum consumers limit reached"),
+    }
+    for account in ("A", "B"):
+        assert (tmp_path / "store" / "jetstream" / account / "streams" / "S").is_dir()
+    if HAVE_NATS_SERVER:
+        with running("nats-server", TWO_ACCOUNTS % (tmp_path / "theirs"), tmp_path) as port:
+            assert _two_accounts(port) == ours
 
 
 @needs_nats_server
