@@ -190,6 +190,18 @@ def _ws_options(**changes) -> WebsocketOptions:
     return WebsocketOptions(**{"host": "127.0.0.1", "port": -1, "no_tls": True, **changes})
 
 
+async def _interest(handle, subject: bytes) -> None:
+    """Wait until the server has a subscriber on ``subject``. (nats-py's websocket transport
+    sends what two tasks flush concurrently in either order, so a PING may overtake a SUB and
+    ``flush()`` return before the subscription exists: seen 1 run in 4.)"""
+    for _ in range(500):
+        result = handle.server.sublist.match(subject)
+        if result.psubs or result.qsubs:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no subscriber on {subject!r}")
+
+
 def _run(coro) -> None:
     asyncio.run(asyncio.wait_for(coro, TIMEOUT))
 
@@ -212,7 +224,7 @@ def test_nats_py_over_websocket_talks_to_tcp_clients(threaded_server, compressio
                     done.set()
 
             await ws.subscribe("events.*", cb=collect)
-            await ws.flush()
+            await _interest(handle, b"events.0")
             sent = [(f"events.{i % 7}", os.urandom(i % 400)) for i in range(500)]
             for subject, payload in sent:
                 await tcp.publish(subject, payload)
@@ -224,7 +236,7 @@ def test_nats_py_over_websocket_talks_to_tcp_clients(threaded_server, compressio
                 await msg.respond(b"ws:" + msg.data)
 
             await ws.subscribe("svc", cb=answer)
-            await ws.flush()
+            await _interest(handle, b"svc")
             assert (await tcp.request("svc", b"q", timeout=5)).data == b"ws:q"
             big = os.urandom(600_000)  # many frames' worth, and over TCP segments
             box = asyncio.get_running_loop().create_future()
@@ -253,6 +265,7 @@ def test_wss_with_tls(threaded_server, tmp_path):
         nc = await nats.connect(f"wss://localhost:{ws_port}", tls=certs.client_context())
         try:
             sub = await nc.subscribe("x")
+            await _interest(handle, b"x")
             await nc.publish("x", b"secure")
             msg = await sub.next_msg(timeout=5)
             assert msg.data == b"secure"
