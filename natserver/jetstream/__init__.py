@@ -34,7 +34,7 @@ import time
 import trio
 
 from ..protocol.gotext import parse_duration
-from ..routing.accounts import GLOBAL_ACCOUNT
+from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
 from .delivery import Delivery
@@ -224,7 +224,7 @@ class JetStream:
         accounts = self.server.accounts
         if accounts is None or not self.server.options.accounts:
             return
-        system = self.server.options.system_account or "$SYS"
+        system = self.server.options.system_account or SYSTEM_ACCOUNT
         served = {engine.account_name for engine in self.engines}
         for account in list(accounts.by_name.values()):
             if account.name in served or account.name == system:

@@ -391,6 +391,9 @@ class Client:
             parse = self.parser.parse
         sublist = self.sublist
         mappings = None if traced else sublist.mappings
+        if not traced:
+            # Mapped PUBs are handled one by one: runs would only be parsed to be taken apart.
+            self.parser.coalesce = mappings is None
         cache = sublist.cache
         match = sublist.match_uncached  # lookups and misses are counted here, in bulk
         n_msgs = 0
@@ -479,6 +482,8 @@ class Client:
                         cache = sublist.cache
                         match = sublist.match_uncached
                         mappings = None if traced else sublist.mappings
+                        if not traced:
+                            self.parser.coalesce = mappings is None
                     if self.closed:
                         return
         finally:

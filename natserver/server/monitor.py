@@ -670,9 +670,12 @@ class Monitor:
                 raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
             literal = test.encode().split(b".")
         server = self.server
-        # One account's subject space (acc), or the global one's.
-        account = server.accounts.get(acc) if acc and server.accounts is not None else None
-        sublist = account.sublist if account is not None else server.sublist if not acc or acc == GLOBAL_ACCOUNT else None
+        # One account's subject space (acc, "" for the global one's); None for an unknown name.
+        if server.accounts is not None:
+            account = server.accounts.get(acc)
+            sublist = account.sublist if account is not None else None
+        else:
+            sublist = server.sublist if acc in ("", GLOBAL_ACCOUNT) else None
         out = {"server_id": server.server_id, "now": go_time(time.time())}
         out.update(sublist_stats(sublist) if sublist is not None else dict.fromkeys(_SUBLIST_STATS_KEYS, 0))
         out.update({"total": 0, "offset": offset, "limit": limit})

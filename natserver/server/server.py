@@ -256,7 +256,7 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
-                    nursery.start_soon(self._accept_loop, listener)
+                    nursery.start_soon(self.accept_loop, listener, self._handle_connection)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
                 if options.tls is not None:
                     log.info("TLS required for client connections")
@@ -271,7 +271,10 @@ class Server:
                     await listener.aclose()
             log.info("Server Exiting..")
 
-    async def _accept_loop(self, listener: trio.SocketListener) -> None:
+    async def accept_loop(self, listener: trio.SocketListener, handle) -> None:
+        """Accept connections until lame duck or shutdown, each served by ``handle(stream)`` in
+        a task of its own (the client listener's, and a front-end's such as WebSocket). Out of
+        descriptors or memory, it backs off as nats-server does instead of spinning or dying."""
         sleep = ACCEPT_MIN_SLEEP
         while not self.lame_duck:
             try:
@@ -288,7 +291,7 @@ class Server:
             except trio.ClosedResourceError:
                 return
             sleep = ACCEPT_MIN_SLEEP
-            self._nursery.start_soon(self._handle_connection, stream)
+            self._nursery.start_soon(handle, stream)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -77,7 +78,7 @@ async def enable_websocket(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     try:
         async with trio.open_nursery() as nursery:
             for each in listeners:
-                nursery.start_soon(_accept_loop, server, each, origins, nursery)
+                nursery.start_soon(server.accept_loop, each, partial(_serve_connection, server, origins=origins))
             task_status.started(listener)
     finally:
         for each in listeners:
@@ -85,16 +86,7 @@ async def enable_websocket(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
                 await each.aclose()
 
 
-async def _accept_loop(server, listener: trio.SocketListener, origins: OriginPolicy, nursery) -> None:
-    while not server.lame_duck and not server.shutting_down:
-        try:
-            stream = await listener.accept()
-        except (trio.ClosedResourceError, OSError):
-            return
-        nursery.start_soon(_serve_connection, server, stream, origins)
-
-
-async def _serve_connection(server, stream: trio.SocketStream, origins: OriginPolicy) -> None:
+async def _serve_connection(server, stream: trio.SocketStream, *, origins: OriginPolicy) -> None:
     options: WebsocketOptions = server.options.websocket
     try:
         ip, port = stream.socket.getpeername()[:2]
