@@ -59,6 +59,8 @@ MSG_ = b"MSG "
 HMSG_ = b"HMSG "
 # Backlogs up to this size are written in place by Client.flush; bigger ones go to the writer.
 EAGER_WRITE_MAX = 256 * 1024
+# A read shorter than this most likely emptied the socket (see _receive_plain).
+SMALL_READ = 4096
 # Payloads at least this big are queued by reference instead of joined into the MSG bytes.
 BIG_PAYLOAD = 16 * 1024
 # client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
@@ -182,9 +184,11 @@ class Client:
         self._drained: trio.Event | None = None  # set by the writer when below _stall_at
         self.stalled_on: Client | None = None  # a subscriber this producer must wait for
         self._writer_lot = trio.lowlevel.ParkingLot()
+        self._writer_started = False  # the writer task starts on first need (wake_writer)
         self.announced = False  # connection_observers were told of this client's CONNECT
         # Whether the writer task has a send under way (then it goes first, see flush).
         self._sending = False
+        self._read_small = True  # the last read was small: wait for the socket before the next
         self.close_reason = ""
         self._flush_before_close = False
         self._scope: trio.CancelScope | None = None
@@ -259,7 +263,10 @@ class Client:
                 hook = self.server.connection_hook
                 if hook is not None and hook(self, "info"):
                     self.close("Client Closed", flush=True)
-                nursery.start_soon(self._write_loop)
+                # No writer task yet: flush() writes in place and starts one only when the
+                # socket does not take everything (or for TLS). Spawning and parking a writer
+                # for every connection cost 30 of its 128 us of CPU in a connect storm.
+                self.flush()
                 self._first_ping = True
                 self.server.ping_timers.arm(self, self.server.options.ping_interval)
                 if self.server.auth_required:
@@ -289,10 +296,10 @@ class Client:
             self.sublist.remove(sub)
             if tracing:
                 trace.trace_delsub(self, sub.sid)
-        if flush and self._scope is not None:
+        if flush and self._scope is not None and (self.out or self._sending):
             # The writer drains what is queued (bounded by write_deadline), then cancels us.
             self._flush_before_close = True
-            self._writer_lot.unpark_all()
+            self.wake_writer()
         else:
             self.out = []
             if self._scope is not None:
@@ -308,23 +315,29 @@ class Client:
 
     async def _receive_plain(self, max_bytes: int) -> bytes:
         """receive_some for a plain TCP socket, with less overhead per read than trio's (the
-        per-hop cost of a request/reply): read the descriptor, park in wait_readable when
-        it is empty, and yield once when data was there at once, so that a client that keeps
-        the socket full cannot starve the others. PING/PONG round trip (p50, Python client):
-        83 -> 75 us."""
+        per-hop cost of a request/reply): read the descriptor, park in wait_readable when it
+        is empty, and yield once when data was there at once, so that a client that keeps the
+        socket full cannot starve the others. PING/PONG round trip (p50, Python client):
+        83 -> 75 us. After a small read the socket is almost always empty, so the next read
+        waits first instead of failing with EAGAIN (a system call and an exception saved on
+        every hop of a request/reply)."""
+        wait = self._read_small
         while True:
+            if wait:
+                if self._fd < 0:
+                    return b""
+                await trio.lowlevel.wait_readable(self._fd)
             fd = self._fd
             if fd < 0:
                 return b""
             try:
                 data = os.read(fd, max_bytes)
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
-                try:
-                    return os.read(self._fd, max_bytes) if self._fd >= 0 else b""
-                except BlockingIOError:
-                    continue
-            await trio.lowlevel.checkpoint()
+                wait = True
+                continue
+            self._read_small = len(data) < SMALL_READ
+            if not wait:
+                await trio.lowlevel.checkpoint()
             return data
 
     async def _read_loop(self) -> None:
@@ -939,8 +952,18 @@ class Client:
     # -- writing ------------------------------------------------------------------------------
 
     def wake_writer(self) -> None:
-        if self._writer_lot:
-            self._writer_lot.unpark()
+        """Hand the outbound buffer to the writer task, starting it the first time."""
+        if self._writer_started:
+            if self._writer_lot:
+                self._writer_lot.unpark()
+            return
+        if self._nursery is None or (self.closed and not self._flush_before_close):
+            return
+        self._writer_started = True
+        try:
+            self._nursery.start_soon(self._write_loop)
+        except RuntimeError:  # the connection's nursery has closed: nobody is left to write to
+            pass
 
     def flush(self) -> None:
         """Send what is queued: straight to the socket when the writer task is idle and the
