@@ -339,13 +339,6 @@ class Consumer:
         self.stream = stream
         self.name = name
         self.cfg = cfg
-        # Accepted as nats-server does, not yet applied by natserver: said, never silent.
-        if cfg.replay_policy == "original":
-            log.warning("JetStream: consumer %r > %r: replay_policy original is not supported by natserver; "
-                        "messages are delivered at once (instant)", stream.name, name)
-        if cfg.rate_limit_bps:
-            log.warning("JetStream: consumer %r > %r: rate_limit_bps is not supported by natserver and is ignored",
-                        stream.name, name)
         self.created = created
         self.delivered_cseq = 0  # last consumer sequence delivered
         # Stream sequence of the last delivery; before any, the one before the start position.
@@ -367,12 +360,17 @@ class Consumer:
         self.fc_reply = b""  # push flow control: the request the client has yet to answer
         self.fc_bytes = 0  # bytes pushed since the last flow control answer
         self.fc_count = 0
-        self._all_key: tuple | None = None  # filter_is_all's cache
-        self._all = False
         self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
         self.saved_at = 0  # ns
         self.save_queued = False  # the timer task knows a snapshot is due
         self.match = compile_filter(cfg.filter_subject.encode())
+        # nats-server's cached count of messages left to deliver (consumer.go o.npc), the last
+        # token of every ack reply, and the stream sequence it was counted up to (o.npcm; 0:
+        # count again). Kept up to date as nats-server does: less by each first delivery, more
+        # by each new matching message past npcm, less by each removal past npcm; counted
+        # afresh on consumer info (streamNumPending).
+        self.npc = 0
+        self.npcm = 0
         # Pacing (pace()): replay_policy original until caught up with the stream's last
         # message at start, and rate_limit_bps as a token bucket.
         self.replaying = cfg.replay_policy == "original"
@@ -385,22 +383,62 @@ class Consumer:
     # -- delivery -----------------------------------------------------------------------------
 
     def num_pending(self) -> int:
-        """Messages of the stream beyond what was delivered that match the filter."""
+        """Messages left to deliver, counted afresh from the store (consumer.go
+        streamNumPending; also what consumer info reports): with ``last_per_subject``, the
+        subjects whose last message is still ahead, else the matching messages ahead."""
         store = self.stream.store
-        start = max(self.delivered_sseq + 1, store.first_seq)
-        if start > store.last_seq:
-            return 0
-        return store.num_pending(start, self.cfg.filter_subject.encode())
+        sseq = self.delivered_sseq + 1
+        if self.cfg.deliver_policy == "last_per_subject":
+            npc = npcm = 0
+            match = self.match
+            for subject, ss in store.fss.items():
+                if (match is None or match(subject)) and sseq <= ss[2]:
+                    npc += 1
+                    npcm = max(npcm, ss[2])
+        else:
+            npc, _, npcm = store.filtered_state(sseq, self.cfg.filter_subject.encode())
+        self.npc, self.npcm = npc, npcm
+        return npc
 
-    def filter_is_all(self) -> bool:
-        """The filter takes every subject of the stream (nats-py sets it to the stream's one
-        subject): pending can be counted from sequences alone."""
-        key = (self.cfg.filter_subject, tuple(self.stream.interest_subjects()))
-        if self._all_key != key:
-            f = key[0]
-            self._all_key = key
-            self._all = not f or f == ">" or bool(key[1]) and all(is_subset_match(s, f) for s in key[1])
-        return self._all
+    def cached_num_pending(self) -> int:
+        """The ack reply's pending count (consumer.go numPending): the cached one."""
+        if self.npcm == 0:
+            self.num_pending()
+        return max(self.npc, 0)
+
+    def filtered_match(self, subject: str) -> bool:
+        """consumer.go isFilteredMatch: does a purge of ``subject`` concern this consumer?"""
+        f = self.cfg.filter_subject
+        if not f:
+            return True
+        if "*" not in f and ">" not in f:
+            return subject == f
+        return is_subset_match(subject, f)
+
+    def purged(self, sseq: int, slseq: int) -> None:
+        """The stream was purged up to ``sseq`` (consumer.go purge): skip ahead to it, drop
+        every pending ack (whatever they were), and move the ack floor past what went."""
+        if sseq == 0:  # (nothing of the purge's filter is left)
+            sseq = slseq + 1
+        if self.delivered_sseq + 1 < sseq:
+            self.delivered_sseq = sseq - 1
+        if self.ack_floor_sseq < sseq:
+            self.ack_floor_sseq = sseq - 1
+            self.ack_floor_cseq = self.delivered_cseq
+        self.pending = {}
+        self.rdq = [seq for seq in self.rdq if seq > self.delivered_sseq]
+        self.nak_until = {seq: t for seq, t in self.nak_until.items() if seq in self.rdq}
+        self.dirty = True
+
+    def stream_stored(self, seq: int, subject: bytes) -> None:
+        """A new message in the stream (consumer.go processStreamSignal)."""
+        if seq > self.npcm and (self.match is None or self.match(subject)):
+            self.npc += 1
+
+    def stream_removed(self, seq: int, subject: bytes) -> None:
+        """A message left the stream (consumer.go decStreamPending, its count part)."""
+        if seq > self.npcm and seq > self.delivered_sseq and (self.match is None or self.match(subject)):
+            self.npc -= 1
 
     def blocked(self) -> bool:
         """max_ack_pending reached: nothing more until something is acked."""
@@ -444,6 +482,8 @@ class Consumer:
         self.delivered_sseq = msg.seq
         self.last_delivered = now
         self.dirty = True
+        if self.npcm > 0:
+            self.npc -= 1
         if self.cfg.ack_policy == "none":
             self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
         else:
@@ -483,6 +523,8 @@ class Consumer:
         if count == 1:
             self.delivered_sseq = seq - 1
             self.pending.pop(seq, None)
+            if self.npcm > 0:
+                self.npc += 1
         else:
             self.rdc[seq] = count - 1
             self.rdq.insert(0, seq)

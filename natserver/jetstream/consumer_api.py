@@ -127,6 +127,7 @@ class ConsumerApi:
             while name in consumers:
                 name = ephemeral_name()
         consumer = Consumer(stream, name, cfg, time.time_ns())
+        consumer.num_pending()  # the first count, as nats-server's setLeader makes it
         consumers[name] = consumer
         self._save(consumer)
         if cfg.deliver_subject:

@@ -71,6 +71,7 @@ def load_all(stream, stream_path: str) -> list[Consumer]:
             consumer.ack_floor_cseq, consumer.ack_floor_sseq = (int(v) for v in state["ack_floor"])
             consumer.pending = {int(s): [int(c), int(t)] for s, c, t in state["pending"]}
             consumer.rdc = {int(s): int(n) for s, n in state["rdc"]}
+            consumer.num_pending()  # counted from the recovered position (consumer.go setLeader)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("JetStream: can not load the consumer in %s: %s", path, exc)
             continue

@@ -168,9 +168,11 @@ class Delivery:
             self.poke()
 
     def serve(self, consumer: Consumer, now: int) -> None:
-        """Deliver to waiting pull requests while there is something for them."""
+        """Deliver to waiting pull requests while there is something for them (with
+        ``replay_policy: original``, at the stored spacing: the timer comes back for the rest)."""
         send = self.js.send
         waiting = consumer.waiting
+        consumer.retry_at = 0
         while waiting:
             req = waiting[0]
             got = consumer.next_msg(now)
@@ -183,6 +185,13 @@ class Delivery:
                 waiting.pop(0)
                 send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
                 continue
+            if consumer.replaying:  # (pull consumers have no rate_limit_bps: refused, 10086)
+                at = consumer.pace(msg.seq, msg.ts, size, now, 0)
+                if at:
+                    consumer.undo(msg.seq, count)
+                    consumer.retry_at = at
+                    self.poke()
+                    break
             deliver(self.js.client, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
             req.batch -= 1
             req.sent += 1
@@ -205,14 +214,9 @@ class Delivery:
                 i += 1
 
     def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
-        if consumer.filter_is_all():
-            # Interior deletes not subtracted: counting them would cost a scan per message.
-            pending = max(0, consumer.stream.store.last_seq - consumer.delivered_sseq)
-        else:
-            pending = consumer.num_pending()
         return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
             consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
-            msg.ts, pending)
+            msg.ts, consumer.cached_num_pending())
 
     def _expire_requests(self, consumer: Consumer, now: int) -> None:
         waiting = consumer.waiting

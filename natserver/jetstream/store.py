@@ -223,7 +223,7 @@ class Store:
             raise StoreError(ERR_STORE_CLOSED)
         return self._remove(seq, erase)
 
-    def _remove(self, seq: int, erase: bool = False) -> bool:
+    def _remove(self, seq: int, erase: bool = False, report: bool = True) -> bool:
         entry = self.idx.pop(seq, None)
         if entry is None:
             return False
@@ -242,8 +242,8 @@ class Store:
         if seq == self.first_seq:
             self._advance_first(seq)
         self._dropped(seq, entry, erase)
-        if self.on_remove is not None:
-            self.on_remove(seq)
+        if report and self.on_remove is not None:
+            self.on_remove(seq, subj)
         return True
 
     def _next_of(self, subj: bytes, lo: int, hi: int) -> int:
@@ -276,8 +276,8 @@ class Store:
 
     def _remove_bulk(self, seqs: list) -> int:
         """Remove many messages, then fix the per-subject state in one pass."""
-        if len(seqs) < _BULK:
-            return sum(1 for s in seqs if self._remove(s))
+        if len(seqs) < _BULK:  # (a purge: not reported to on_remove, as in nats-server)
+            return sum(1 for s in seqs if self._remove(s, report=False))
         idx = self.idx
         fss = self.fss
         touched: set = set()

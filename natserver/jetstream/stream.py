@@ -462,13 +462,14 @@ class Stream:
     """One stream: its configuration, its store, its internal subscriptions and the state
     the publish path needs (last message id, the deduplication window)."""
 
-    def _removed(self, seq: int) -> None:
+    def _removed(self, seq: int, subject: bytes) -> None:
         """A message left the store on its own (deleted, over a limit, too old): a consumer
         that was waiting for its ack takes it as acknowledged (consumer.go decStreamPending)."""
         if not self.consumers:
             return
         now = time.time_ns()
         for consumer in self.consumers.values():
+            consumer.stream_removed(seq, subject)
             entry = consumer.pending.get(seq)
             if entry is not None:
                 consumer.ack(seq, entry[0], now)
@@ -632,12 +633,14 @@ class Stream:
             self._store_msg_id(msg_id, seq, now)
         if rollup == b"sub":
             store.purge_ex(subject, 0, 1)
+            self.purge_consumers(subject)
         elif rollup == b"all":
             store.purge_ex(b"", 0, 1)
+            self.purge_consumers(b"")
         if reply and not cfg.no_ack:
             self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
         if self.consumers:
-            self.engine.delivery.stream_changed(self)
+            self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
 
@@ -677,10 +680,31 @@ class Stream:
         if self.transform is not None:
             self.republish(subject, hdr, msg, seq, tlseq)
         if self.consumers:
-            self.engine.delivery.stream_changed(self)
+            self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
         return seq
+
+    def purge_consumers(self, subject: bytes | None) -> None:
+        """After a purge (stream.go purge): the consumers it concerns skip what went, forget
+        their pending acks and move their ack floor. ``subject``: the purge request's filter
+        (b"": a request without one, which spares filtered consumers, as nats-server's
+        isFilteredMatch does; None: no request at all, every consumer)."""
+        if not self.consumers:
+            return
+        store = self.store
+        first, last = store.first_seq, store.last_seq
+        if subject:
+            first = store.filtered_state(first, subject)[1]
+        for consumer in self.consumers.values():
+            if subject is None or consumer.filtered_match(subject.decode()):
+                consumer.purged(first, last)
+
+    def _stored(self, seq: int, subject: bytes) -> None:
+        """A new message: its consumers count it and deliver what they can."""
+        for consumer in self.consumers.values():
+            consumer.stream_stored(seq, subject)
+        self.engine.delivery.stream_changed(self)
 
     # -- reports ------------------------------------------------------------------------------
 

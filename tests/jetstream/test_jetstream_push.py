@@ -166,23 +166,3 @@ def test_key_value_purge_ttl_and_update_conflict(target):  # noqa: F811
         await nc.close()
 
     run(main())
-
-
-def test_consumer_options_natserver_does_not_apply_are_logged(caplog):
-    """replay_policy original and rate_limit_bps are accepted (as nats-server does) but not
-    applied yet: a warning names each, never silence."""
-    import logging
-
-    from natserver.jetstream.consumer import Consumer, ConsumerConfig
-    from natserver.jetstream.store import MemoryStore
-    from natserver.jetstream.stream import StreamConfig
-
-    class _Stream:
-        name = "S"
-        store = MemoryStore(StreamConfig.from_json({"name": "S", "subjects": ["s"], "storage": "memory"}))
-
-    with caplog.at_level(logging.WARNING, logger="natserver"):
-        Consumer(_Stream(), "C", ConsumerConfig(replay_policy="original", rate_limit_bps=1000), 0)
-    text = caplog.text
-    assert "replay_policy original is not supported by natserver" in text
-    assert "rate_limit_bps is not supported by natserver and is ignored" in text
