@@ -22,6 +22,7 @@ import trio
 
 from ..auth import nkeys
 from ..auth.jwt import parse_decorated
+from ..auth.users import LEAFNODE, AccountLimitError, check_password, new_nonce
 from ..protocol import const
 from ..routing.sublist import Sublist
 from .protocol import (
@@ -61,6 +62,29 @@ ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
 # leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
 LEAF_RECONNECT_DELAY = 1.0
+# client.go authViolation's -ERR, sent to a leaf whose CONNECT does not authenticate.
+AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
+
+
+class _LeafCredentials:
+    """A leaf node's CONNECT as natserver.auth sees a client's: the same checks (user JWT and
+    nonce signature, nkeys, users) run on it, with the LEAFNODE connection type, and the
+    account they register it in is the one the leaf is bound to."""
+
+    connection_type = LEAFNODE
+
+    def __init__(self, leaf: Route) -> None:
+        self.ip, self.port, self.cid = leaf.ip, leaf.port, leaf.rid
+        self.nonce = leaf.nonce
+        self.tls_stream = None
+        self.subs: dict = {}
+        self.sublist = None
+        self.account = None
+        self.user = self.nkey = self.perms = self.deliver_filter = None
+        self._publish_allowed: dict = {}
+        self._auth_error = None
+        self.auth_expires = None
+        self.user_max_subs = self.user_max_payload = -1
 
 
 class _RemoteInterest:
@@ -110,6 +134,7 @@ class Route:
         self.leaf_account = leaf_account
         # The remote's credentials file (a solicited leaf): signs the hub's nonce in CONNECT.
         self.credentials = ""
+        self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -218,14 +243,17 @@ class Route:
 
     async def _read_loop(self) -> None:
         server = self.cluster.server
-        handshake = trio.move_on_after(ROUTE_HANDSHAKE_TIMEOUT)
+        handshake = trio.move_on_after(self.cluster.handshake_timeout(self))
         with handshake:
             while not self.registered and not self.closed:
                 if not await self._read_once():
                     return
         if handshake.cancelled_caught:
-            log.error("%s - Route Error 'Authentication Timeout'", self.label)
-            self.close("Authentication Timeout")
+            kind = "Leafnode" if self.leaf_account is not None else "Route"
+            log.error("%s - %s Error 'Authentication Timeout'", self.label, kind)
+            if self.leaf_account is not None and not self.solicited:
+                self.send(b"-ERR 'Authentication Timeout'\r\n")  # client.go authTimeout
+            self.close("Authentication Timeout", flush=True)
             return
         while not self.closed:
             if not await self._read_once():
@@ -560,11 +588,21 @@ class Cluster:
                 except (OSError, trio.ClosedResourceError):
                     return
                 self._next_rid += 1
+                # Bound to $G until its CONNECT says otherwise (authorize_leaf).
                 leaf = Route(self, stream, self._next_rid, False, leaf_account=b"$G")
+                leaf.nonce = new_nonce()
                 self.all_routes.add(leaf)
                 log.info("%s - Leafnode connection created", leaf.label)
                 leaf.send(self.leaf_info(leaf))
                 self._nursery.start_soon(leaf.run)
+
+    def handshake_timeout(self, peer: Route) -> float:
+        """How long a connection has to register: an accepted leaf has the leaf
+        authorization timeout (opts.go: the auth timeout default, 2 s); the others
+        ROUTE_HANDSHAKE_TIMEOUT."""
+        if peer.leaf_account is not None and not peer.solicited:
+            return self.server.options.leafnode_auth_timeout or const.DEFAULT_AUTH_TIMEOUT
+        return ROUTE_HANDSHAKE_TIMEOUT
 
     def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
         """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
@@ -585,8 +623,10 @@ class Cluster:
             "max_payload": server.options.max_payload,
             "ip": f"{host}:{self.leaf_port}",
             "client_id": leaf.rid,
-            "info_on_connect": True,
         }
+        if leaf.nonce and not after_connect:
+            info["nonce"] = leaf.nonce.decode()  # nats-server sends every leaf one (createLeafNode)
+        info["info_on_connect"] = True
         if after_connect:
             info["connect_info"] = True
         info["leafnode_urls"] = [f"{host}:{self.leaf_port}"]
@@ -599,9 +639,22 @@ class Cluster:
         it our interest."""
         if leaf.registered:
             return
+        if options.get("lang"):  # a client at the leaf node port: leaves send no lang
+            self._refuse_leaf(leaf, "attempted to connect to leaf node port", "Wrong Port")
+            return
+        cluster_name = options.get("cluster")
+        if cluster_name and self.server.options.clustered and cluster_name == self.name:
+            self._refuse_leaf(leaf, "remote leafnode has same cluster name", "Cluster Names Identical")
+            return
         remote_id = options.get("server_id") or options.get("name") or f"leaf-{leaf.rid}"
         if not isinstance(remote_id, str):
             raise RouteProtocolError("Unknown Protocol Operation")
+        account = self.authorize_leaf(leaf, options)
+        if account is None:
+            leaf.send(AUTH_VIOLATION)
+            leaf.close("Authentication Failure", flush=True)
+            return
+        leaf.leaf_account = leaf.parser.leaf_account = account.encode()
         if remote_id in self.leafs:
             log.error("%s - Leafnode Error 'Duplicate Leafnode Connection'", leaf.label)
             leaf.send(b"-ERR 'Duplicate Leafnode Connection'\r\n")
@@ -615,6 +668,57 @@ class Cluster:
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         leaf.send(self.leaf_info(leaf, after_connect=True))
         self.send_interest(leaf)
+
+    @staticmethod
+    def _refuse_leaf(leaf: Route, text: str, reason: str) -> None:
+        """client.go sendErrAndErr, then close."""
+        log.error("%s - %s", leaf.label, text)
+        leaf.send(b"-ERR '" + text.encode() + b"'\r\n")
+        leaf.close(reason, flush=True)
+
+    def authorize_leaf(self, leaf: Route, options: dict) -> str | None:
+        """auth.go isLeafNodeAuthorized: the account a leaf's CONNECT binds it to, or None
+        (refused, logged as client.go authViolation does). ``leafnodes { authorization }``'s
+        user, or its users, take precedence; without them the clients' authorization applies
+        (natserver.auth, on a stand-in with the LEAFNODE connection type)."""
+        opts = self.server.options
+        user = options.get("user") or ""
+        password = options.get("pass") or ""
+        if not isinstance(user, str) or not isinstance(password, str):
+            user = password = ""
+        account: str | None = None
+        if opts.leafnode_username or opts.leafnode_users:
+            if opts.leafnode_username:
+                known = [(opts.leafnode_username, opts.leafnode_password, opts.leafnode_account)]
+            else:
+                known = [(u.username, u.password, u.account or "") for u in opts.leafnode_users]
+            for name, secret, bound in known:
+                if name == user and check_password(password, secret):
+                    account = self._existing_account(leaf, user, bound or "$G")
+            if account is None:
+                log.error('%s - authentication error - User "%s"', leaf.label, user)
+            return account
+        auth = self.server.auth
+        stand_in = _LeafCredentials(leaf)
+        try:
+            ok = auth is None or auth.authenticate_leaf(stand_in, options, opts.leafnode_account or None)
+        except AccountLimitError:
+            ok = False
+        if not ok:
+            log.error("%s - %s", leaf.label, auth.failure_detail(options) if auth is not None else "authentication error")
+            return None
+        if stand_in.account is None:
+            return opts.leafnode_account or "$G"
+        self.server.accounts.unregister(stand_in)  # a leaf is not one of the account's clients
+        return stand_in.account.name
+
+    def _existing_account(self, leaf: Route, user: str, name: str) -> str | None:
+        """auth.go registerLeafWithAccount: the account must exist here."""
+        if self._account_sublist(name.encode()) is None:
+            log.error('%s - authentication of user "%s" failed, unable to lookup account "%s": account not found',
+                      leaf.label, user, name)
+            return None
+        return name
 
     def process_leaf_info(self, leaf: Route, info: dict) -> None:
         """The hub's INFO: the first one is answered with CONNECT and our interest."""

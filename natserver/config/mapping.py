@@ -263,9 +263,11 @@ REFUSED_KEYS = {
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
 }
-# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS and no
-# listener authorization yet; a remote's ``credentials`` is applied): refused.
-_LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "authorization", "nkey", "users", "ws_compression"})
+# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS yet and
+# no remote permissions; a remote's ``credentials`` and the listener's ``authorization`` are
+# applied): refused.
+_LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "nkey", "users", "ws_compression", "deny_imports",
+                                 "deny_exports"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
 # clustered JetStream's settings, meaningless on one server.
@@ -576,6 +578,9 @@ class _Builder:
             if lowered_member == "port" and isinstance(item, int) and not isinstance(item, bool):
                 self.changes["leafnode_port"] = item
                 continue
+            if lowered_member == "authorization":
+                self.apply_leaf_authorization(item, self.where(value, member, where))
+                continue
             if lowered_member != "remotes":
                 rest[member] = item
                 continue
@@ -607,6 +612,58 @@ class _Builder:
                 del rest[member]
         if rest:
             self.extra[key] = rest
+
+    def apply_leaf_authorization(self, value, where: str) -> None:
+        """``leafnodes { authorization { user, password, account, timeout, users [{user,
+        password, account}] } }`` (opts.go parseLeafAuthorization, parseLeafUsers and
+        leafnode.go validateLeafNodeAuthOptions). Any other member is an unknown field there."""
+        if not isinstance(value, dict):
+            self.errors.append(f"{where}: error parsing leafnode authorization: expected a map, got {_type_name(value)}")
+            return
+        c = self.changes
+        for member, item in value.items():
+            lowered = member.lower()
+            if lowered in ("user", "username"):
+                c["leafnode_username"] = str(item)
+            elif lowered in ("pass", "password"):
+                c["leafnode_password"] = str(item)
+            elif lowered == "account":
+                c["leafnode_account"] = str(item)
+            elif lowered == "timeout":
+                c["leafnode_auth_timeout"] = float(item) if isinstance(item, (int, float)) and not isinstance(
+                    item, bool) else 1.0  # opts.go: a timeout of another type is 1 s
+            elif lowered == "users":
+                if not isinstance(item, list):
+                    self.errors.append(f"{where}: Expected users field to be an array, got {item}")
+                    continue
+                users = []
+                for entry in item:
+                    if not isinstance(entry, dict):
+                        self.errors.append(f"{where}: Expected user entry to be a map/struct, got {entry}")
+                        continue
+                    user = User("")
+                    for field_name, field_value in entry.items():
+                        name = field_name.lower()
+                        if name in ("user", "username"):
+                            user.username = str(field_value)
+                        elif name in ("pass", "password"):
+                            user.password = str(field_value)
+                        elif name == "account":
+                            user.account = str(field_value)
+                        elif not self.used_as_variable(entry, field_name):
+                            self.errors.append(f'{self.where(entry, field_name, where)}: unknown field "{field_name}"')
+                    users.append(user)
+                c["leafnode_users"] = users
+            elif not self.used_as_variable(value, member):
+                self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')
+        users = c.get("leafnode_users") or []
+        if users and c.get("leafnode_username"):
+            self.errors.append(f"{where}: can not have a single user/pass and a users array")
+        seen: set = set()
+        for user in users:
+            if user.username in seen:
+                self.errors.append(f'{where}: duplicate user "{user.username}" detected in leafnode authorization')
+            seen.add(user.username)
 
     def apply_jetstream(self, key: str, value, where: str) -> None:
         """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,

@@ -417,7 +417,7 @@ def test_check_config_matches_nats_server(tmp_path, case):
 
 
 @pytest.mark.parametrize("block, member", [
-    ('leafnodes { port: 7422, authorization { user: l, password: p } }', "authorization"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_exports: ["a"] } ] }', "remotes.deny_exports"),
     ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", tls { ca_file: "/ca.pem" } } ] }', "remotes.tls"),
 ])  # fmt: skip
 def test_leaf_node_security_natserver_lacks_refuses_the_file(tmp_path, block, member):
