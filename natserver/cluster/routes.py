@@ -22,6 +22,7 @@ import trio
 
 from ..auth import nkeys
 from ..auth.jwt import parse_decorated
+from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
 from ..auth.users import LEAFNODE, AccountLimitError, check_password, new_nonce
 from ..protocol import const
 from ..routing.sublist import Sublist
@@ -62,6 +63,8 @@ ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
 # leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
 LEAF_RECONNECT_DELAY = 1.0
+# const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
+LEAF_INFO_WAIT = 1.0
 # client.go authViolation's -ERR, sent to a leaf whose CONNECT does not authenticate.
 AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 
@@ -135,6 +138,8 @@ class Route:
         # The remote's credentials file (a solicited leaf): signs the hub's nonce in CONNECT.
         self.credentials = ""
         self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
+        self.tls_config = None  # a solicited leaf's remote tls {} (natserver.auth.tls.TLSConfig)
+        self.tls = False  # the connection went over to TLS
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -200,15 +205,16 @@ class Route:
                 self._scope = scope
                 if self.closed:
                     scope.cancel()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write_loop)
-                    if self.leaf_account is None:  # a leaf waits for the hub's INFO
-                        if self.solicited:
-                            self.send(cluster.connect_proto(self.url))
-                        self.send(cluster.route_info())
-                    await self._read_loop()
-                    if not self._flush_then_close:
-                        nursery.cancel_scope.cancel()
+                if await cluster.secure(self):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._write_loop)
+                        if self.leaf_account is None:  # a leaf waits for the hub's INFO
+                            if self.solicited:
+                                self.send(cluster.connect_proto(self.url))
+                            self.send(cluster.route_info())
+                        await self._read_loop()
+                        if not self._flush_then_close:
+                            nursery.cancel_scope.cancel()
         except Exception:
             log.exception("%s - internal error on route; closing it", self.label)
             self.close("Internal Server Error")
@@ -245,6 +251,8 @@ class Route:
         server = self.cluster.server
         handshake = trio.move_on_after(self.cluster.handshake_timeout(self))
         with handshake:
+            if not self._process():  # the hub's INFO a leaf read before TLS
+                return
             while not self.registered and not self.closed:
                 if not await self._read_once():
                     return
@@ -269,6 +277,10 @@ class Route:
             self.close("Client Closed")
             return False
         self.parser.feed(data)
+        return self._process()
+
+    def _process(self) -> bool:
+        """Handle what the parser holds (False: the connection is done)."""
         try:
             while not self.closed:
                 op = self.parser.next_op()
@@ -422,6 +434,7 @@ class Cluster:
             "host": self.host,
             "port": self.port,
             "headers": True,
+            **self._tls_info(server.options.cluster_tls),
             "max_payload": server.options.max_payload,
             "ip": f"nats-route://{self._advertise_host()}:{self.port}/",
             "connect_urls": [] if server.options.cluster_no_advertise else [self.client_url()],
@@ -436,6 +449,13 @@ class Cluster:
             info.update(extra)
         return b"INFO " + orjson.dumps(info) + b"\r\n"
 
+    @staticmethod
+    def _tls_info(config) -> dict:
+        """INFO's tls_required and tls_verify (with a client certificate asked for)."""
+        if config is None:
+            return {}
+        return {"tls_required": True, "tls_verify": True} if config.verify else {"tls_required": True}
+
     def _advertise_host(self) -> str:
         return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
 
@@ -449,7 +469,7 @@ class Cluster:
         connect = {
             "echo": False, "verbose": False, "pedantic": False,
             "user": user or None, "pass": password or None,
-            "tls_required": False, "headers": True,
+            "tls_required": self.server.options.cluster_tls is not None, "headers": True,
             "name": self.server.server_id, "cluster": self.name,
             "dynamic": self.dynamic_name, "lnoc": True,
         }
@@ -573,6 +593,7 @@ class Cluster:
             self._next_rid += 1
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
             leaf.credentials = remote.get("credentials") or ""
+            leaf.tls_config = remote.get("tls")
             leaf.done = trio.Event()
             self.all_routes.add(leaf)
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
@@ -598,11 +619,84 @@ class Cluster:
 
     def handshake_timeout(self, peer: Route) -> float:
         """How long a connection has to register: an accepted leaf has the leaf
-        authorization timeout (opts.go: the auth timeout default, 2 s); the others
-        ROUTE_HANDSHAKE_TIMEOUT."""
+        authorization timeout (opts.go getDefaultAuthTimeout: 2 s, with TLS the TLS timeout
+        plus 1 s); the others ROUTE_HANDSHAKE_TIMEOUT."""
+        options = self.server.options
         if peer.leaf_account is not None and not peer.solicited:
-            return self.server.options.leafnode_auth_timeout or const.DEFAULT_AUTH_TIMEOUT
+            if options.leafnode_auth_timeout:
+                return options.leafnode_auth_timeout
+            if options.leafnode_tls is not None:
+                return (options.leafnode_tls.timeout or DEFAULT_TLS_TIMEOUT) + 1.0
+            return const.DEFAULT_AUTH_TIMEOUT
         return ROUTE_HANDSHAKE_TIMEOUT
+
+    async def secure(self, peer: Route) -> bool:
+        """TLS in nats-server 2.9.10's order, before the protocol loops start: on a route
+        both sides shake hands first (route.go createRoute); a hub sends its leaf INFO in plain
+        text, then shakes hands (leafnode.go createLeafNode); a leaf reads that INFO, then
+        upgrades when its remote has tls {} (or a tls:// URL) or the INFO says tls_required.
+        False: the connection failed (and is closed)."""
+        options = self.server.options
+        kind = "leafnode" if peer.leaf_account is not None else "route"
+        try:
+            if peer.leaf_account is None:
+                if options.cluster_tls is None:
+                    return True
+                if peer.solicited:
+                    stream, error = await client_handshake(peer.stream, options.cluster_tls,
+                                                           _parse_route_url(peer.url)[0])
+                else:
+                    stream, error = await handshake(peer.stream, options.cluster_tls)
+            elif not peer.solicited:
+                if options.leafnode_tls is None:
+                    return True
+                # The INFO (tls_required) goes out before the handshake, in plain text.
+                data = b"".join(peer.out)
+                peer.out.clear()
+                peer.pending = 0
+                await peer.stream.send_all(data)
+                stream, error = await handshake(peer.stream, options.leafnode_tls)
+            else:
+                info = await self._read_hub_info(peer)
+                if info is None:
+                    return False
+                wanted = peer.tls_config is not None or peer.url.startswith("tls://") or info.get("tls_required")
+                if not wanted:
+                    return True
+                stream, error = await client_handshake(peer.stream, peer.tls_config, _parse_route_url(peer.url)[0])
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            peer.close("Write Error")
+            return False
+        if stream is None:
+            log.error("%s - TLS %s handshake error: %s", peer.label, kind, error)
+            peer.close("TLS Handshake Failure")
+            return False
+        log.debug("%s - TLS handshake complete", peer.label)
+        peer.stream = stream
+        peer.tls = True
+        return True
+
+    async def _read_hub_info(self, leaf: Route) -> dict | None:
+        """A solicited leaf's first INFO, in plain text (fed to its parser, which handles it
+        as usual once the loops run); None if none came within LEAF_INFO_WAIT."""
+        data = b""
+        with trio.move_on_after(LEAF_INFO_WAIT):
+            while b"\r\n" not in data:
+                chunk = await leaf.stream.receive_some(READ_SIZE)
+                if not chunk:
+                    break
+                data += chunk
+        line = data.partition(b"\r\n")[0]
+        if not line.startswith(b"INFO "):
+            log.error("%s - Leafnode Error 'attempted to connect to wrong port'", leaf.label)
+            leaf.close("Wrong Port" if data else "Read Error")
+            return None
+        leaf.parser.feed(data)
+        try:
+            info = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            info = None
+        return info if isinstance(info, dict) else {}
 
     def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
         """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
@@ -620,6 +714,7 @@ class Cluster:
             "port": self.leaf_port,
             "headers": True,
             "auth_required": True,  # nats-server always asks a leaf for CONNECT
+            **self._tls_info(server.options.leafnode_tls),
             "max_payload": server.options.max_payload,
             "ip": f"{host}:{self.leaf_port}",
             "client_id": leaf.rid,
@@ -729,7 +824,7 @@ class Cluster:
             raise RouteProtocolError("Unknown Protocol Operation")
         _, _, user, password = _parse_route_url(leaf.url)
         connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
-                   "version": const.SERVER_VERSION}
+                   "version": const.SERVER_VERSION, "tls_required": leaf.tls}
         if user:
             connect.update(user=user, **{"pass": password})
         if leaf.credentials:

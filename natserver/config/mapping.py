@@ -29,7 +29,7 @@ import re
 
 from ..auth import jwt
 from ..auth.nkeys import is_valid_public_key
-from ..auth.tls import TLSConfigError, parse_tls_block, server_context
+from ..auth.tls import TLSConfigError, client_context, parse_tls_block, server_context
 from ..auth.users import NkeyUser, Permissions, User
 from ..protocol import const
 from ..protocol.gotext import go_duration, go_duration_error, parse_duration
@@ -263,11 +263,10 @@ REFUSED_KEYS = {
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
 }
-# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS yet and
-# no remote permissions; a remote's ``credentials`` and the listener's ``authorization`` are
+# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no remote
+# permissions; ``tls``, a remote's ``credentials`` and the listener's ``authorization`` are
 # applied): refused.
-_LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "nkey", "users", "ws_compression", "deny_imports",
-                                 "deny_exports"})
+_LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression", "deny_imports", "deny_exports"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
 # clustered JetStream's settings, meaningless on one server.
@@ -545,7 +544,12 @@ class _Builder:
                     c["cluster_no_advertise"] = _expect(item, bool, member)
                 elif name == "connect_retries":
                     c["cluster_connect_retries"] = _expect(item, int, member)
-                elif name in ("tls", "permissions"):  # security natserver's routes do not apply
+                elif name == "tls":
+                    # opts.go getTLSConfig: routes always verify the peer's certificate, both ways.
+                    config = self.peer_tls(item, "cluster", self.where(value, member, where), server=True, client=True)
+                    if config is not None:
+                        c["cluster_tls"] = config.copy(verify=True)
+                elif name == "permissions":  # security natserver's routes do not apply
                     self.errors.append(f"{self.where(value, member, where)}: "
                                        f"{refused_text(f'cluster {member}', 'route security')}")
                 elif name in ("pool_size", "advertise", "cluster_advertise", "compression", "accounts"):
@@ -581,6 +585,11 @@ class _Builder:
             if lowered_member == "authorization":
                 self.apply_leaf_authorization(item, self.where(value, member, where))
                 continue
+            if lowered_member == "tls":
+                config = self.peer_tls(item, "leafnodes", self.where(value, member, where), server=True, client=False)
+                if config is not None:
+                    self.changes["leafnode_tls"] = config
+                continue
             if lowered_member != "remotes":
                 rest[member] = item
                 continue
@@ -591,6 +600,7 @@ class _Builder:
                     continue
                 urls: list = []
                 account = credentials = ""
+                tls = None
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
                     if lowered == "url":
@@ -601,10 +611,17 @@ class _Builder:
                         account = str(field_value)
                     elif lowered == "credentials":
                         credentials = str(field_value)
+                    elif lowered == "tls":
+                        tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
+                                            server=False, client=True)
                     else:
                         rest[f"remotes.{field_name}"] = field_value
-                remotes.append({"urls": urls, "account": account, "credentials": credentials}
-                               if credentials else {"urls": urls, "account": account})
+                entry = {"urls": urls, "account": account}
+                if credentials:
+                    entry["credentials"] = credentials
+                if tls is not None:
+                    entry["tls"] = tls
+                remotes.append(entry)
             self.changes["leafnode_remotes"] = remotes
         for member in list(rest):
             if member.split(".")[-1].lower() in _LEAF_SECURITY_KEYS:
@@ -779,6 +796,28 @@ class _Builder:
         self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout)
         if unsupported:
             self.extra[key] = unsupported
+
+    def peer_tls(self, value, what: str, where: str, *, server: bool, client: bool):
+        """A route's or a leaf node's ``tls {}`` (opts.go parseTLS + GenTLSConfig): the
+        certificates are loaded now, for the side(s) this block serves. ``verify_and_map``
+        (users from certificates) is refused: natserver does not map leaf or route users."""
+        if not isinstance(value, dict):
+            self.errors.append(f"{where}: error parsing tls config, expected a map, got {_type_name(value)}")
+            return None
+        try:
+            config, warnings = parse_tls_block(value)
+            if config.verify_and_map:
+                self.errors.append(f"{where}: {refused_text(f'{what} tls verify_and_map', 'certificate user mapping')}")
+                return None
+            if server:
+                server_context(config)
+            if client:
+                client_context(config)
+        except TLSConfigError as exc:
+            self.errors.append(f"{where}: {exc}")
+            return None
+        self.extra.setdefault("security_warnings", []).extend(warnings)
+        return config
 
     def apply_tls(self, key: str, value, where: str) -> None:
         """opts.go parseTLS + GenTLSConfig: the certificates are loaded now, so that a missing

@@ -78,6 +78,9 @@ class Options:
     cluster_username: str = ""  # cluster { authorization { user, password } }
     cluster_password: str = ""
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # cluster { tls {} } (natserver.auth.tls.TLSConfig, verify forced on): every route is TLS,
+    # the handshake first, each side checking the other's certificate against ca_file
+    cluster_tls: object = None
     # The WebSocket listener (natserver.websocket): the websocket {} block; None: off
     websocket: "WebsocketOptions | None" = None
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
@@ -92,7 +95,10 @@ class Options:
     leafnode_password: str = ""
     leafnode_account: str = ""  # empty: the global account
     leafnode_users: list = field(default_factory=list)  # natserver.auth.users.User (no permissions)
-    leafnode_auth_timeout: float = 0.0  # seconds; 0: the auth timeout default (2 s)
+    leafnode_auth_timeout: float = 0.0  # seconds; 0: the auth timeout default (2 s; with TLS its timeout + 1 s)
+    # leafnodes { tls {} } (natserver.auth.tls.TLSConfig): leaves that dial us get INFO, then TLS.
+    # A remote's own tls {} is its dict's "tls".
+    leafnode_tls: object = None
     # Logging
     debug: bool = False
     trace: bool = False
