@@ -25,6 +25,7 @@ from ..auth.jwt import parse_decorated
 from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
 from ..auth.users import LEAFNODE, AccountLimitError, check_password, new_nonce
 from ..protocol import const
+from ..protocol.gotext import go_duration
 from ..routing.sublist import Sublist
 from .protocol import (
     Connect,
@@ -65,6 +66,15 @@ READ_SIZE = 65536
 LEAF_RECONNECT_DELAY = 1.0
 # const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
 LEAF_INFO_WAIT = 1.0
+# leafnode.go leafNodeLoopDetectionSubjectPrefix: each account tells its leaf connections of
+# interest in $LDS.<unique>; if that interest comes back over a leaf connection, the leaves
+# form a loop.
+LOOP_DETECTION_PREFIX = b"$LDS."
+# leafnode.go leafNodeReconnectDelayAfterLoopDetected and ...AfterClusterNameSame: a leaf
+# that closed for a loop, or for having the hub's cluster name, waits this long to redial.
+LEAF_LOOP_RECONNECT_DELAY = 30.0
+LOOP_DETECTED = "Loop detected"
+SAME_CLUSTER_NAME = "remote leafnode has same cluster name"
 # client.go authViolation's -ERR, sent to a leaf whose CONNECT does not authenticate.
 AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 
@@ -140,6 +150,8 @@ class Route:
         self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
         self.tls_config = None  # a solicited leaf's remote tls {} (natserver.auth.tls.TLSConfig)
         self.tls = False  # the connection went over to TLS
+        self.reconnect_delay = LEAF_RECONNECT_DELAY  # before a solicited leaf redials
+        self.remote_cluster = ""  # an accepted leaf's CONNECT cluster
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -306,6 +318,10 @@ class Route:
         elif op.__class__ is RemoteSub:
             if not self.registered:
                 raise RouteProtocolError("Unknown Protocol Operation")
+            if (self.leaf_account is not None and op.subject.startswith(LOOP_DETECTION_PREFIX)
+                    and op.subject == cluster.loop_subject(op.account)):
+                self.leaf_loop(send_error=True)
+                return
             self.add_interest(op.account, op.subject, op.queue, op.weight)
         elif op.__class__ is RemoteUnsub:
             if not self.registered:
@@ -316,7 +332,19 @@ class Route:
         elif op.__class__ in (Pong, Ok):
             pass
         elif op.__class__ is Err:
-            log.error("%s - Route Error '%s'", self.label, op.text)
+            if self.leaf_account is None:
+                log.error("%s - Route Error '%s'", self.label, op.text)
+                return
+            # client.go processErr / leafnode.go leafProcessErr: a leaf stays open on -ERR,
+            # but a loop or a cluster name clash the other side found delays the redial.
+            log.error("%s - Leafnode Error '%s'", self.label, op.text)
+            if SAME_CLUSTER_NAME in op.text:
+                if self.solicited:
+                    self.reconnect_delay = LEAF_LOOP_RECONNECT_DELAY
+                log.error("%s - Leafnode connection dropped with same cluster name error. Delaying attempt to "
+                          "reconnect for %s", self.label, go_duration(self.reconnect_delay))
+            elif LOOP_DETECTED in op.text:
+                self.leaf_loop(send_error=False)
         elif op.__class__ is Connect:
             if self.leaf_account is not None:
                 cluster.process_leaf_connect(self, op.options)
@@ -327,6 +355,20 @@ class Route:
                 cluster.process_leaf_info(self, op.info)
             else:
                 cluster.process_info(self, op.info)
+
+    def leaf_loop(self, send_error: bool) -> None:
+        """leafnode.go handleLeafNodeLoop: our loop detection subject came back (then the
+        other side is told), or the other side found a loop; a leaf that dialled waits
+        LEAF_LOOP_RECONNECT_DELAY before it tries again."""
+        delay = LEAF_LOOP_RECONNECT_DELAY
+        if self.solicited:
+            self.reconnect_delay = delay
+        text = (f'Loop detected for leafnode account="{self.leaf_account.decode(errors="replace")}". '
+                f"Delaying attempt to reconnect for {go_duration(delay)}")
+        if send_error:
+            self.send(b"-ERR '" + text.encode() + b"'\r\n")
+        log.error("%s - %s", self.label, text)
+        self.close("Protocol Violation", flush=True)
 
     def add_interest(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
         if not subject:
@@ -391,7 +433,9 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
-        self.leafs: dict[str, Route] = {}  # remote server id -> leaf node connection (either way)
+        # rid -> leaf node connection, either way (nats-server keys them by connection: two
+        # servers may be leaves of each other, a loop that $LDS interest then detects)
+        self.leafs: dict[int, Route] = {}
         self.leaf_port = 0
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
@@ -404,8 +448,18 @@ class Cluster:
         self.local: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
         self._delivery_clients: dict[bytes, object] = {}
+        self._loop_subjects: dict[bytes, bytes] = {}  # account -> its $LDS.<unique> subject
 
     # -- setup --------------------------------------------------------------------------------
+
+    def loop_subject(self, account: bytes) -> bytes:
+        """The account's leaf loop detection subject (leafnode.go: $LDS. and a nuid, made
+        once per account)."""
+        subject = self._loop_subjects.get(account)
+        if subject is None:
+            subject = self._loop_subjects[account] = LOOP_DETECTION_PREFIX + base64.urlsafe_b64encode(
+                random.randbytes(16)).rstrip(b"=").replace(b"-", b"A").replace(b"_", b"B")
+        return subject
 
     def watch_accounts(self) -> None:
         """Hook every account's subject space, and count what it already holds."""
@@ -599,7 +653,7 @@ class Cluster:
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
             self._nursery.start_soon(leaf.run)
             await leaf.done.wait()
-            await trio.sleep(LEAF_RECONNECT_DELAY)
+            await trio.sleep(leaf.reconnect_delay)
 
     async def _accept_leafs(self, listener) -> None:
         async with listener:
@@ -750,16 +804,20 @@ class Cluster:
             leaf.close("Authentication Failure", flush=True)
             return
         leaf.leaf_account = leaf.parser.leaf_account = account.encode()
-        if remote_id in self.leafs:
-            log.error("%s - Leafnode Error 'Duplicate Leafnode Connection'", leaf.label)
-            leaf.send(b"-ERR 'Duplicate Leafnode Connection'\r\n")
-            leaf.close("Duplicate Leafnode Connection", flush=True)
-            return
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
+        leaf.remote_cluster = str(options.get("cluster") or "")
         leaf.headers = bool(options.get("headers"))
+        # leafnode.go addLeafNodeConnection: an accepted leaf from the same server, cluster and
+        # account is a stale connection: the new one replaces it.
+        for old in list(self.leafs.values()):
+            if (not old.solicited and old.remote_name == leaf.remote_name and old.leaf_account == leaf.leaf_account
+                    and old.remote_cluster == leaf.remote_cluster and leaf.remote_name):
+                old.send(b"-ERR 'Duplicate Remote LeafNode Connection'\r\n")
+                old.close("Duplicate Remote LeafNode Connection", flush=True)
+                log.warning("%s - Replacing connection from same server", leaf.label)
         leaf.registered = True
-        self.leafs[remote_id] = leaf
+        self.leafs[leaf.rid] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         leaf.send(self.leaf_info(leaf, after_connect=True))
         self.send_interest(leaf)
@@ -835,7 +893,7 @@ class Cluster:
         leaf.remote_info = info
         leaf.headers = bool(info.get("headers"))
         leaf.registered = True
-        self.leafs[remote_id] = leaf
+        self.leafs[leaf.rid] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         self.send_interest(leaf)
 
@@ -929,8 +987,8 @@ class Cluster:
         was_route = self.routes.get(route.remote_id) is route
         if was_route:
             del self.routes[route.remote_id]
-        if self.leafs.get(route.remote_id) is route:
-            del self.leafs[route.remote_id]
+        if self.leafs.get(route.rid) is route:
+            del self.leafs[route.rid]
         gone = list(route.entries)
         route.entries.clear()
         for account, subject, queue in gone:
@@ -974,6 +1032,8 @@ class Cluster:
         for other in self.all_peers():
             if other is not peer and self._relays(other, peer):
                 keys.update(other.entries)
+        if peer.leaf_account is not None:
+            keys.add((peer.leaf_account, self.loop_subject(peer.leaf_account), None))
         for account, subject, queue in keys:
             self._tell(peer, account, subject, queue)
 
@@ -991,6 +1051,8 @@ class Cluster:
         it may hear through this server have (a plain subject counts 1)."""
         if target.leaf_account is not None and target.leaf_account != account:
             return 0
+        if target.leaf_account is not None and subject == self._loop_subjects.get(account):
+            return 1  # our loop detection subject, told to every leaf (never withdrawn)
         total = self.local.get(account, {}).get((subject, queue), 0)
         for other in self.all_peers():
             if other is target or not self._relays(other, target):

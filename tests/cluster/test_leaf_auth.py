@@ -130,8 +130,11 @@ async def test_a_leaf_user_binds_the_leaf_to_its_account(nursery):
     await leaf.send(LEAF_CONNECT % b',"user":"lu","pass":"lp"')
     info = json.loads((await leaf.read_line())[5:])
     assert info["remote_account"] == "A" and info["connect_info"] is True
-    # Account A's interest (and not B's: its in.a is another subject space) reaches the leaf.
-    assert await leaf.read_line() == b"LS+ in.a\r\n"
+    # Account A's interest (and not B's: its in.a is another subject space) reaches the leaf,
+    # with A's loop detection subject.
+    told = {await leaf.read_line(), await leaf.read_line()}
+    assert b"LS+ in.a\r\n" in told
+    assert any(line.startswith(b"LS+ $LDS.") for line in told)
     await leaf.send(b"LS+ out.a\r\nLMSG in.a 2\r\nhi\r\n")
     await wait_leaf_interest(hub, b"A", b"out.a")
     assert await on_a.read_line() == b"MSG in.a 1 2\r\n"
