@@ -498,7 +498,7 @@ class OperatorMode:
             return refuse(f"User JWT no longer valid: {problem}")
         nats = user.nats
         types = {str(t).upper() for t in nats.get("allowed_connection_types") or []}
-        if types and "STANDARD" not in types:
+        if types and getattr(client, "connection_type", "STANDARD") not in types:
             return refuse("Connection type not allowed")
         issuer = nats.get("issuer_account") or user.issuer
         account = self.accounts.get(issuer)

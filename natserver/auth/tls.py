@@ -29,7 +29,8 @@ import trio
 
 from ..protocol.gotext import go_duration_error, parse_duration
 
-__all__ = ["TLSConfig", "TLSConfigError", "server_context", "peer_certificate_identities", "PrefixedStream"]
+__all__ = ["TLSConfig", "TLSConfigError", "server_context", "client_context", "client_handshake", "handshake",
+           "peer_certificate_identities", "PrefixedStream"]
 
 log = logging.getLogger("natserver")
 
@@ -95,6 +96,79 @@ def server_context(config: TLSConfig) -> ssl.SSLContext:
             raise TLSConfigError("failed to parse root ca certificate") from None
     config.context = context
     return context
+
+
+def client_context(config: TLSConfig | None) -> ssl.SSLContext:
+    """The context for the connections this server dials (leaf node remotes, routes), as
+    nats-server's GenTLSConfig with RootCAs: its certificate (if any) is offered to the peer,
+    whose certificate is verified against ``ca_file`` (default: the system's roots) unless
+    ``insecure``. No config (a hub asked for TLS): TLS 1.2 or later against the system's roots.
+    Raises TLSConfigError with nats-server's messages."""
+    config = config if config is not None else TLSConfig()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_COMPRESSION
+    if config.cert_file and not config.key_file:
+        raise TLSConfigError("missing 'key_file' in TLS configuration")
+    if config.key_file and not config.cert_file:
+        raise TLSConfigError("missing 'cert_file' in TLS configuration")
+    if config.cert_file:
+        try:
+            context.load_cert_chain(config.cert_file, config.key_file)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise TLSConfigError(f"error parsing X509 certificate/key pair: {_reason(exc)}") from None
+    if config.ca_file:
+        if not os.path.exists(config.ca_file):
+            raise TLSConfigError(f"open {config.ca_file}: no such file or directory")
+        try:
+            context.load_verify_locations(cafile=config.ca_file)
+        except (ssl.SSLError, OSError, ValueError):
+            raise TLSConfigError("failed to parse root ca certificate") from None
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if config.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+async def client_handshake(stream: trio.abc.Stream, config: TLSConfig | None,
+                           server_hostname: str) -> tuple[trio.SSLStream | None, str]:
+    """The client side of the handshake (client.go doTLSClientHandshake), bounded by the
+    config's timeout; ``server_hostname`` is the dialled URL's host (an IP is checked against
+    the certificate's IP addresses, as Go does). Returns (the TLS stream, "") or (None, why)."""
+    try:
+        context = client_context(config)
+    except TLSConfigError as exc:
+        return None, str(exc)
+    timeout = config.timeout if config is not None and config.timeout > 0 else DEFAULT_TLS_TIMEOUT
+    ssl_stream = trio.SSLStream(stream, context, server_hostname=server_hostname)
+    error = ""
+    with trio.move_on_after(timeout) as scope:
+        try:
+            await ssl_stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            error = _client_handshake_error(cause) if cause is not None else "EOF"
+        except (trio.ClosedResourceError, OSError) as exc:
+            error = str(exc) or "EOF"
+    if scope.cancelled_caught:
+        return None, "i/o timeout"
+    if error:
+        return None, error
+    if config is not None and config.pinned_certs and not _matches_pinned(ssl_stream, config.pinned_certs):
+        return None, "certificate not pinned"
+    return ssl_stream, ""
+
+
+def _client_handshake_error(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "x509: " + (exc.verify_message or str(exc))
+    if isinstance(exc, ssl.SSLError):
+        return "tls: " + ((exc.reason or "").lower().replace("_", " ") or str(exc))
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "connection reset by peer"
+    return str(exc) or "EOF"
 
 
 def _reason(exc: BaseException) -> str:

@@ -367,6 +367,11 @@ def decode_signature(sig: str) -> bytes | None:
     return None
 
 
+# client.go's connection types (a user's allowed_connection_types names them).
+STANDARD = "STANDARD"
+LEAFNODE = "LEAFNODE"
+
+
 def new_nonce() -> bytes:
     return base64.urlsafe_b64encode(os.urandom(NONCE_RAW_LEN)).rstrip(b"=")
 
@@ -413,7 +418,7 @@ class Authenticator:
         nkey = opts.get("nkey") or ""
         if self.nkeys and nkey:
             user = self.nkeys.get(nkey) if isinstance(nkey, str) else None
-            if user is None or not _standard_allowed(user.connection_types):
+            if user is None or not _type_allowed(client, user.connection_types):
                 return False
             if not self._signed_nonce(client, nkey, opts.get("sig")):
                 return False
@@ -437,7 +442,7 @@ class Authenticator:
                     username, password = fallback.username, fallback.password
             if username:
                 user = self.users.get(username) if isinstance(username, str) else None
-                if user is None or not _standard_allowed(user.connection_types):
+                if user is None or not _type_allowed(client, user.connection_types):
                     check_password("", "")  # the same work as a wrong password, more or less
                     return False
                 if not check_password(password, user.password):
@@ -456,6 +461,22 @@ class Authenticator:
                 client.user = self.username
                 return True
         return False
+
+    def authenticate_leaf(self, client, opts: dict, default_account: str | None) -> bool:
+        """auth.go processClientOrLeafAuthentication for a leaf node's CONNECT (``client``
+        is a stand-in whose connection_type is LEAFNODE): a user JWT, an nkey or a user of
+        this server is checked as for a client and binds the leaf to its account. A CONNECT
+        naming none of them, to a server with users, a token or a single user, is bound to
+        ``default_account`` (leafnodes { authorization { account } }): nats-server 2.9.10
+        does not ask a leaf for the clients' token or single user."""
+        if not self.required or self.operator is not None:
+            return self.authenticate(client, opts)
+        nkey = opts.get("nkey") or ""
+        username = opts.get("user") or ""
+        if (self.nkeys and nkey) or (self.users and (self.tls_map or username or self.no_auth_user_record())):
+            return self.authenticate(client, opts)
+        register(client, "", None, default_account, self.accounts)
+        return True
 
     def use_no_auth_user(self, client) -> bool:
         """parser.go: with no_auth_user, a first op other than CONNECT makes the client that
@@ -498,9 +519,10 @@ class Authenticator:
         return "authentication error"
 
 
-def _standard_allowed(types) -> bool:
-    """client.go connectionTypeAllowed for a plain (STANDARD) client connection."""
-    return not types or "STANDARD" in types
+def _type_allowed(client, types) -> bool:
+    """client.go connectionTypeAllowed: a client connection is STANDARD unless it says
+    otherwise (a leaf node connection's stand-in says LEAFNODE)."""
+    return not types or getattr(client, "connection_type", STANDARD) in types
 
 
 def plaintext_password_warning(options) -> bool:

@@ -22,7 +22,10 @@ import trio
 
 from ..auth import nkeys
 from ..auth.jwt import parse_decorated
+from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
+from ..auth.users import LEAFNODE, AccountLimitError, check_password, new_nonce
 from ..protocol import const
+from ..protocol.gotext import go_duration
 from ..routing.sublist import Sublist
 from .protocol import (
     Connect,
@@ -61,6 +64,40 @@ ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
 # leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
 LEAF_RECONNECT_DELAY = 1.0
+# const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
+LEAF_INFO_WAIT = 1.0
+# leafnode.go leafNodeLoopDetectionSubjectPrefix: each account tells its leaf connections of
+# interest in $LDS.<unique>; if that interest comes back over a leaf connection, the leaves
+# form a loop.
+LOOP_DETECTION_PREFIX = b"$LDS."
+# leafnode.go leafNodeReconnectDelayAfterLoopDetected and ...AfterClusterNameSame: a leaf
+# that closed for a loop, or for having the hub's cluster name, waits this long to redial.
+LEAF_LOOP_RECONNECT_DELAY = 30.0
+LOOP_DETECTED = "Loop detected"
+SAME_CLUSTER_NAME = "remote leafnode has same cluster name"
+# client.go authViolation's -ERR, sent to a leaf whose CONNECT does not authenticate.
+AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
+
+
+class _LeafCredentials:
+    """A leaf node's CONNECT as natserver.auth sees a client's: the same checks (user JWT and
+    nonce signature, nkeys, users) run on it, with the LEAFNODE connection type, and the
+    account they register it in is the one the leaf is bound to."""
+
+    connection_type = LEAFNODE
+
+    def __init__(self, leaf: Route) -> None:
+        self.ip, self.port, self.cid = leaf.ip, leaf.port, leaf.rid
+        self.nonce = leaf.nonce
+        self.tls_stream = None
+        self.subs: dict = {}
+        self.sublist = None
+        self.account = None
+        self.user = self.nkey = self.perms = self.deliver_filter = None
+        self._publish_allowed: dict = {}
+        self._auth_error = None
+        self.auth_expires = None
+        self.user_max_subs = self.user_max_payload = -1
 
 
 class _RemoteInterest:
@@ -110,6 +147,11 @@ class Route:
         self.leaf_account = leaf_account
         # The remote's credentials file (a solicited leaf): signs the hub's nonce in CONNECT.
         self.credentials = ""
+        self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
+        self.tls_config = None  # a solicited leaf's remote tls {} (natserver.auth.tls.TLSConfig)
+        self.tls = False  # the connection went over to TLS
+        self.reconnect_delay = LEAF_RECONNECT_DELAY  # before a solicited leaf redials
+        self.remote_cluster = ""  # an accepted leaf's CONNECT cluster
         self.stream = stream
         self.rid = rid
         self.solicited = solicited
@@ -175,15 +217,16 @@ class Route:
                 self._scope = scope
                 if self.closed:
                     scope.cancel()
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write_loop)
-                    if self.leaf_account is None:  # a leaf waits for the hub's INFO
-                        if self.solicited:
-                            self.send(cluster.connect_proto(self.url))
-                        self.send(cluster.route_info())
-                    await self._read_loop()
-                    if not self._flush_then_close:
-                        nursery.cancel_scope.cancel()
+                if await cluster.secure(self):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._write_loop)
+                        if self.leaf_account is None:  # a leaf waits for the hub's INFO
+                            if self.solicited:
+                                self.send(cluster.connect_proto(self.url))
+                            self.send(cluster.route_info())
+                        await self._read_loop()
+                        if not self._flush_then_close:
+                            nursery.cancel_scope.cancel()
         except Exception:
             log.exception("%s - internal error on route; closing it", self.label)
             self.close("Internal Server Error")
@@ -218,14 +261,19 @@ class Route:
 
     async def _read_loop(self) -> None:
         server = self.cluster.server
-        handshake = trio.move_on_after(ROUTE_HANDSHAKE_TIMEOUT)
+        handshake = trio.move_on_after(self.cluster.handshake_timeout(self))
         with handshake:
+            if not self._process():  # the hub's INFO a leaf read before TLS
+                return
             while not self.registered and not self.closed:
                 if not await self._read_once():
                     return
         if handshake.cancelled_caught:
-            log.error("%s - Route Error 'Authentication Timeout'", self.label)
-            self.close("Authentication Timeout")
+            kind = "Leafnode" if self.leaf_account is not None else "Route"
+            log.error("%s - %s Error 'Authentication Timeout'", self.label, kind)
+            if self.leaf_account is not None and not self.solicited:
+                self.send(b"-ERR 'Authentication Timeout'\r\n")  # client.go authTimeout
+            self.close("Authentication Timeout", flush=True)
             return
         while not self.closed:
             if not await self._read_once():
@@ -241,6 +289,10 @@ class Route:
             self.close("Client Closed")
             return False
         self.parser.feed(data)
+        return self._process()
+
+    def _process(self) -> bool:
+        """Handle what the parser holds (False: the connection is done)."""
         try:
             while not self.closed:
                 op = self.parser.next_op()
@@ -266,6 +318,10 @@ class Route:
         elif op.__class__ is RemoteSub:
             if not self.registered:
                 raise RouteProtocolError("Unknown Protocol Operation")
+            if (self.leaf_account is not None and op.subject.startswith(LOOP_DETECTION_PREFIX)
+                    and op.subject == cluster.loop_subject(op.account)):
+                self.leaf_loop(send_error=True)
+                return
             self.add_interest(op.account, op.subject, op.queue, op.weight)
         elif op.__class__ is RemoteUnsub:
             if not self.registered:
@@ -276,7 +332,19 @@ class Route:
         elif op.__class__ in (Pong, Ok):
             pass
         elif op.__class__ is Err:
-            log.error("%s - Route Error '%s'", self.label, op.text)
+            if self.leaf_account is None:
+                log.error("%s - Route Error '%s'", self.label, op.text)
+                return
+            # client.go processErr / leafnode.go leafProcessErr: a leaf stays open on -ERR,
+            # but a loop or a cluster name clash the other side found delays the redial.
+            log.error("%s - Leafnode Error '%s'", self.label, op.text)
+            if SAME_CLUSTER_NAME in op.text:
+                if self.solicited:
+                    self.reconnect_delay = LEAF_LOOP_RECONNECT_DELAY
+                log.error("%s - Leafnode connection dropped with same cluster name error. Delaying attempt to "
+                          "reconnect for %s", self.label, go_duration(self.reconnect_delay))
+            elif LOOP_DETECTED in op.text:
+                self.leaf_loop(send_error=False)
         elif op.__class__ is Connect:
             if self.leaf_account is not None:
                 cluster.process_leaf_connect(self, op.options)
@@ -287,6 +355,20 @@ class Route:
                 cluster.process_leaf_info(self, op.info)
             else:
                 cluster.process_info(self, op.info)
+
+    def leaf_loop(self, send_error: bool) -> None:
+        """leafnode.go handleLeafNodeLoop: our loop detection subject came back (then the
+        other side is told), or the other side found a loop; a leaf that dialled waits
+        LEAF_LOOP_RECONNECT_DELAY before it tries again."""
+        delay = LEAF_LOOP_RECONNECT_DELAY
+        if self.solicited:
+            self.reconnect_delay = delay
+        text = (f'Loop detected for leafnode account="{self.leaf_account.decode(errors="replace")}". '
+                f"Delaying attempt to reconnect for {go_duration(delay)}")
+        if send_error:
+            self.send(b"-ERR '" + text.encode() + b"'\r\n")
+        log.error("%s - %s", self.label, text)
+        self.close("Protocol Violation", flush=True)
 
     def add_interest(self, account: bytes, subject: bytes, queue: bytes | None, weight: int) -> None:
         if not subject:
@@ -351,7 +433,9 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
-        self.leafs: dict[str, Route] = {}  # remote server id -> leaf node connection (either way)
+        # rid -> leaf node connection, either way (nats-server keys them by connection: two
+        # servers may be leaves of each other, a loop that $LDS interest then detects)
+        self.leafs: dict[int, Route] = {}
         self.leaf_port = 0
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
@@ -364,8 +448,18 @@ class Cluster:
         self.local: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
         self._delivery_clients: dict[bytes, object] = {}
+        self._loop_subjects: dict[bytes, bytes] = {}  # account -> its $LDS.<unique> subject
 
     # -- setup --------------------------------------------------------------------------------
+
+    def loop_subject(self, account: bytes) -> bytes:
+        """The account's leaf loop detection subject (leafnode.go: $LDS. and a nuid, made
+        once per account)."""
+        subject = self._loop_subjects.get(account)
+        if subject is None:
+            subject = self._loop_subjects[account] = LOOP_DETECTION_PREFIX + base64.urlsafe_b64encode(
+                random.randbytes(16)).rstrip(b"=").replace(b"-", b"A").replace(b"_", b"B")
+        return subject
 
     def watch_accounts(self) -> None:
         """Hook every account's subject space, and count what it already holds."""
@@ -394,6 +488,7 @@ class Cluster:
             "host": self.host,
             "port": self.port,
             "headers": True,
+            **self._tls_info(server.options.cluster_tls),
             "max_payload": server.options.max_payload,
             "ip": f"nats-route://{self._advertise_host()}:{self.port}/",
             "connect_urls": [] if server.options.cluster_no_advertise else [self.client_url()],
@@ -408,6 +503,13 @@ class Cluster:
             info.update(extra)
         return b"INFO " + orjson.dumps(info) + b"\r\n"
 
+    @staticmethod
+    def _tls_info(config) -> dict:
+        """INFO's tls_required and tls_verify (with a client certificate asked for)."""
+        if config is None:
+            return {}
+        return {"tls_required": True, "tls_verify": True} if config.verify else {"tls_required": True}
+
     def _advertise_host(self) -> str:
         return "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
 
@@ -421,7 +523,7 @@ class Cluster:
         connect = {
             "echo": False, "verbose": False, "pedantic": False,
             "user": user or None, "pass": password or None,
-            "tls_required": False, "headers": True,
+            "tls_required": self.server.options.cluster_tls is not None, "headers": True,
             "name": self.server.server_id, "cluster": self.name,
             "dynamic": self.dynamic_name, "lnoc": True,
         }
@@ -545,12 +647,13 @@ class Cluster:
             self._next_rid += 1
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
             leaf.credentials = remote.get("credentials") or ""
+            leaf.tls_config = remote.get("tls")
             leaf.done = trio.Event()
             self.all_routes.add(leaf)
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
             self._nursery.start_soon(leaf.run)
             await leaf.done.wait()
-            await trio.sleep(LEAF_RECONNECT_DELAY)
+            await trio.sleep(leaf.reconnect_delay)
 
     async def _accept_leafs(self, listener) -> None:
         async with listener:
@@ -560,11 +663,94 @@ class Cluster:
                 except (OSError, trio.ClosedResourceError):
                     return
                 self._next_rid += 1
+                # Bound to $G until its CONNECT says otherwise (authorize_leaf).
                 leaf = Route(self, stream, self._next_rid, False, leaf_account=b"$G")
+                leaf.nonce = new_nonce()
                 self.all_routes.add(leaf)
                 log.info("%s - Leafnode connection created", leaf.label)
                 leaf.send(self.leaf_info(leaf))
                 self._nursery.start_soon(leaf.run)
+
+    def handshake_timeout(self, peer: Route) -> float:
+        """How long a connection has to register: an accepted leaf has the leaf
+        authorization timeout (opts.go getDefaultAuthTimeout: 2 s, with TLS the TLS timeout
+        plus 1 s); the others ROUTE_HANDSHAKE_TIMEOUT."""
+        options = self.server.options
+        if peer.leaf_account is not None and not peer.solicited:
+            if options.leafnode_auth_timeout:
+                return options.leafnode_auth_timeout
+            if options.leafnode_tls is not None:
+                return (options.leafnode_tls.timeout or DEFAULT_TLS_TIMEOUT) + 1.0
+            return const.DEFAULT_AUTH_TIMEOUT
+        return ROUTE_HANDSHAKE_TIMEOUT
+
+    async def secure(self, peer: Route) -> bool:
+        """TLS in nats-server 2.9.10's order, before the protocol loops start: on a route
+        both sides shake hands first (route.go createRoute); a hub sends its leaf INFO in plain
+        text, then shakes hands (leafnode.go createLeafNode); a leaf reads that INFO, then
+        upgrades when its remote has tls {} (or a tls:// URL) or the INFO says tls_required.
+        False: the connection failed (and is closed)."""
+        options = self.server.options
+        kind = "leafnode" if peer.leaf_account is not None else "route"
+        try:
+            if peer.leaf_account is None:
+                if options.cluster_tls is None:
+                    return True
+                if peer.solicited:
+                    stream, error = await client_handshake(peer.stream, options.cluster_tls,
+                                                           _parse_route_url(peer.url)[0])
+                else:
+                    stream, error = await handshake(peer.stream, options.cluster_tls)
+            elif not peer.solicited:
+                if options.leafnode_tls is None:
+                    return True
+                # The INFO (tls_required) goes out before the handshake, in plain text.
+                data = b"".join(peer.out)
+                peer.out.clear()
+                peer.pending = 0
+                await peer.stream.send_all(data)
+                stream, error = await handshake(peer.stream, options.leafnode_tls)
+            else:
+                info = await self._read_hub_info(peer)
+                if info is None:
+                    return False
+                wanted = peer.tls_config is not None or peer.url.startswith("tls://") or info.get("tls_required")
+                if not wanted:
+                    return True
+                stream, error = await client_handshake(peer.stream, peer.tls_config, _parse_route_url(peer.url)[0])
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            peer.close("Write Error")
+            return False
+        if stream is None:
+            log.error("%s - TLS %s handshake error: %s", peer.label, kind, error)
+            peer.close("TLS Handshake Failure")
+            return False
+        log.debug("%s - TLS handshake complete", peer.label)
+        peer.stream = stream
+        peer.tls = True
+        return True
+
+    async def _read_hub_info(self, leaf: Route) -> dict | None:
+        """A solicited leaf's first INFO, in plain text (fed to its parser, which handles it
+        as usual once the loops run); None if none came within LEAF_INFO_WAIT."""
+        data = b""
+        with trio.move_on_after(LEAF_INFO_WAIT):
+            while b"\r\n" not in data:
+                chunk = await leaf.stream.receive_some(READ_SIZE)
+                if not chunk:
+                    break
+                data += chunk
+        line = data.partition(b"\r\n")[0]
+        if not line.startswith(b"INFO "):
+            log.error("%s - Leafnode Error 'attempted to connect to wrong port'", leaf.label)
+            leaf.close("Wrong Port" if data else "Read Error")
+            return None
+        leaf.parser.feed(data)
+        try:
+            info = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            info = None
+        return info if isinstance(info, dict) else {}
 
     def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
         """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
@@ -582,11 +768,14 @@ class Cluster:
             "port": self.leaf_port,
             "headers": True,
             "auth_required": True,  # nats-server always asks a leaf for CONNECT
+            **self._tls_info(server.options.leafnode_tls),
             "max_payload": server.options.max_payload,
             "ip": f"{host}:{self.leaf_port}",
             "client_id": leaf.rid,
-            "info_on_connect": True,
         }
+        if leaf.nonce and not after_connect:
+            info["nonce"] = leaf.nonce.decode()  # nats-server sends every leaf one (createLeafNode)
+        info["info_on_connect"] = True
         if after_connect:
             info["connect_info"] = True
         info["leafnode_urls"] = [f"{host}:{self.leaf_port}"]
@@ -599,22 +788,90 @@ class Cluster:
         it our interest."""
         if leaf.registered:
             return
+        if options.get("lang"):  # a client at the leaf node port: leaves send no lang
+            self._refuse_leaf(leaf, "attempted to connect to leaf node port", "Wrong Port")
+            return
+        cluster_name = options.get("cluster")
+        if cluster_name and self.server.options.clustered and cluster_name == self.name:
+            self._refuse_leaf(leaf, "remote leafnode has same cluster name", "Cluster Names Identical")
+            return
         remote_id = options.get("server_id") or options.get("name") or f"leaf-{leaf.rid}"
         if not isinstance(remote_id, str):
             raise RouteProtocolError("Unknown Protocol Operation")
-        if remote_id in self.leafs:
-            log.error("%s - Leafnode Error 'Duplicate Leafnode Connection'", leaf.label)
-            leaf.send(b"-ERR 'Duplicate Leafnode Connection'\r\n")
-            leaf.close("Duplicate Leafnode Connection", flush=True)
+        account = self.authorize_leaf(leaf, options)
+        if account is None:
+            leaf.send(AUTH_VIOLATION)
+            leaf.close("Authentication Failure", flush=True)
             return
+        leaf.leaf_account = leaf.parser.leaf_account = account.encode()
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
+        leaf.remote_cluster = str(options.get("cluster") or "")
         leaf.headers = bool(options.get("headers"))
+        # leafnode.go addLeafNodeConnection: an accepted leaf from the same server, cluster and
+        # account is a stale connection: the new one replaces it.
+        for old in list(self.leafs.values()):
+            if (not old.solicited and old.remote_name == leaf.remote_name and old.leaf_account == leaf.leaf_account
+                    and old.remote_cluster == leaf.remote_cluster and leaf.remote_name):
+                old.send(b"-ERR 'Duplicate Remote LeafNode Connection'\r\n")
+                old.close("Duplicate Remote LeafNode Connection", flush=True)
+                log.warning("%s - Replacing connection from same server", leaf.label)
         leaf.registered = True
-        self.leafs[remote_id] = leaf
+        self.leafs[leaf.rid] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         leaf.send(self.leaf_info(leaf, after_connect=True))
         self.send_interest(leaf)
+
+    @staticmethod
+    def _refuse_leaf(leaf: Route, text: str, reason: str) -> None:
+        """client.go sendErrAndErr, then close."""
+        log.error("%s - %s", leaf.label, text)
+        leaf.send(b"-ERR '" + text.encode() + b"'\r\n")
+        leaf.close(reason, flush=True)
+
+    def authorize_leaf(self, leaf: Route, options: dict) -> str | None:
+        """auth.go isLeafNodeAuthorized: the account a leaf's CONNECT binds it to, or None
+        (refused, logged as client.go authViolation does). ``leafnodes { authorization }``'s
+        user, or its users, take precedence; without them the clients' authorization applies
+        (natserver.auth, on a stand-in with the LEAFNODE connection type)."""
+        opts = self.server.options
+        user = options.get("user") or ""
+        password = options.get("pass") or ""
+        if not isinstance(user, str) or not isinstance(password, str):
+            user = password = ""
+        account: str | None = None
+        if opts.leafnode_username or opts.leafnode_users:
+            if opts.leafnode_username:
+                known = [(opts.leafnode_username, opts.leafnode_password, opts.leafnode_account)]
+            else:
+                known = [(u.username, u.password, u.account or "") for u in opts.leafnode_users]
+            for name, secret, bound in known:
+                if name == user and check_password(password, secret):
+                    account = self._existing_account(leaf, user, bound or "$G")
+            if account is None:
+                log.error('%s - authentication error - User "%s"', leaf.label, user)
+            return account
+        auth = self.server.auth
+        stand_in = _LeafCredentials(leaf)
+        try:
+            ok = auth is None or auth.authenticate_leaf(stand_in, options, opts.leafnode_account or None)
+        except AccountLimitError:
+            ok = False
+        if not ok:
+            log.error("%s - %s", leaf.label, auth.failure_detail(options) if auth is not None else "authentication error")
+            return None
+        if stand_in.account is None:
+            return opts.leafnode_account or "$G"
+        self.server.accounts.unregister(stand_in)  # a leaf is not one of the account's clients
+        return stand_in.account.name
+
+    def _existing_account(self, leaf: Route, user: str, name: str) -> str | None:
+        """auth.go registerLeafWithAccount: the account must exist here."""
+        if self._account_sublist(name.encode()) is None:
+            log.error('%s - authentication of user "%s" failed, unable to lookup account "%s": account not found',
+                      leaf.label, user, name)
+            return None
+        return name
 
     def process_leaf_info(self, leaf: Route, info: dict) -> None:
         """The hub's INFO: the first one is answered with CONNECT and our interest."""
@@ -625,7 +882,7 @@ class Cluster:
             raise RouteProtocolError("Unknown Protocol Operation")
         _, _, user, password = _parse_route_url(leaf.url)
         connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
-                   "version": const.SERVER_VERSION}
+                   "version": const.SERVER_VERSION, "tls_required": leaf.tls}
         if user:
             connect.update(user=user, **{"pass": password})
         if leaf.credentials:
@@ -636,7 +893,7 @@ class Cluster:
         leaf.remote_info = info
         leaf.headers = bool(info.get("headers"))
         leaf.registered = True
-        self.leafs[remote_id] = leaf
+        self.leafs[leaf.rid] = leaf
         log.info("%s - Leafnode connection registered with %s", leaf.label, remote_id)
         self.send_interest(leaf)
 
@@ -730,8 +987,8 @@ class Cluster:
         was_route = self.routes.get(route.remote_id) is route
         if was_route:
             del self.routes[route.remote_id]
-        if self.leafs.get(route.remote_id) is route:
-            del self.leafs[route.remote_id]
+        if self.leafs.get(route.rid) is route:
+            del self.leafs[route.rid]
         gone = list(route.entries)
         route.entries.clear()
         for account, subject, queue in gone:
@@ -775,6 +1032,8 @@ class Cluster:
         for other in self.all_peers():
             if other is not peer and self._relays(other, peer):
                 keys.update(other.entries)
+        if peer.leaf_account is not None:
+            keys.add((peer.leaf_account, self.loop_subject(peer.leaf_account), None))
         for account, subject, queue in keys:
             self._tell(peer, account, subject, queue)
 
@@ -792,6 +1051,8 @@ class Cluster:
         it may hear through this server have (a plain subject counts 1)."""
         if target.leaf_account is not None and target.leaf_account != account:
             return 0
+        if target.leaf_account is not None and subject == self._loop_subjects.get(account):
+            return 1  # our loop detection subject, told to every leaf (never withdrawn)
         total = self.local.get(account, {}).get((subject, queue), 0)
         for other in self.all_peers():
             if other is target or not self._relays(other, target):

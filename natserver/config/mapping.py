@@ -29,7 +29,7 @@ import re
 
 from ..auth import jwt
 from ..auth.nkeys import is_valid_public_key
-from ..auth.tls import TLSConfigError, parse_tls_block, server_context
+from ..auth.tls import TLSConfigError, client_context, parse_tls_block, server_context
 from ..auth.users import NkeyUser, Permissions, User
 from ..protocol import const
 from ..protocol.gotext import go_duration, go_duration_error, parse_duration
@@ -263,9 +263,10 @@ REFUSED_KEYS = {
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
 }
-# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no TLS and no
-# listener authorization yet; a remote's ``credentials`` is applied): refused.
-_LEAF_SECURITY_KEYS = frozenset({"tls", "credentials", "authorization", "nkey", "users", "ws_compression"})
+# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no remote
+# permissions; ``tls``, a remote's ``credentials`` and the listener's ``authorization`` are
+# applied): refused.
+_LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression", "deny_imports", "deny_exports"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
 # clustered JetStream's settings, meaningless on one server.
@@ -543,7 +544,12 @@ class _Builder:
                     c["cluster_no_advertise"] = _expect(item, bool, member)
                 elif name == "connect_retries":
                     c["cluster_connect_retries"] = _expect(item, int, member)
-                elif name in ("tls", "permissions"):  # security natserver's routes do not apply
+                elif name == "tls":
+                    # opts.go getTLSConfig: routes always verify the peer's certificate, both ways.
+                    config = self.peer_tls(item, "cluster", self.where(value, member, where), server=True, client=True)
+                    if config is not None:
+                        c["cluster_tls"] = config.copy(verify=True)
+                elif name == "permissions":  # security natserver's routes do not apply
                     self.errors.append(f"{self.where(value, member, where)}: "
                                        f"{refused_text(f'cluster {member}', 'route security')}")
                 elif name in ("pool_size", "advertise", "cluster_advertise", "compression", "accounts"):
@@ -555,10 +561,11 @@ class _Builder:
                 self.errors.append(f"{self.where(value, member, where)}: {exc}")
 
     def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
-        """``leafnodes { remotes [{url | urls, account}] }`` (opts.go parseRemoteLeafNodes):
-        the hubs natserver dials, and ``listen``/``host``/``port`` for leaves that dial us.
-        Security members natserver does not apply (credentials, tls, authorization, ...) refuse
-        the file; other members are kept and named in a warning."""
+        """``leafnodes { remotes [{url | urls, account, credentials, tls}] }`` (opts.go
+        parseRemoteLeafNodes): the hubs natserver dials, and ``listen``/``host``/``port``,
+        ``authorization`` and ``tls`` for leaves that dial us. Security members natserver does
+        not apply (a remote's deny_imports/deny_exports, ...) refuse the file; other members
+        are kept and named in a warning."""
         rest = {}
         for member, item in value.items():
             lowered_member = member.lower()
@@ -576,6 +583,14 @@ class _Builder:
             if lowered_member == "port" and isinstance(item, int) and not isinstance(item, bool):
                 self.changes["leafnode_port"] = item
                 continue
+            if lowered_member == "authorization":
+                self.apply_leaf_authorization(item, self.where(value, member, where))
+                continue
+            if lowered_member == "tls":
+                config = self.peer_tls(item, "leafnodes", self.where(value, member, where), server=True, client=False)
+                if config is not None:
+                    self.changes["leafnode_tls"] = config
+                continue
             if lowered_member != "remotes":
                 rest[member] = item
                 continue
@@ -586,6 +601,7 @@ class _Builder:
                     continue
                 urls: list = []
                 account = credentials = ""
+                tls = None
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
                     if lowered == "url":
@@ -596,10 +612,17 @@ class _Builder:
                         account = str(field_value)
                     elif lowered == "credentials":
                         credentials = str(field_value)
+                    elif lowered == "tls":
+                        tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
+                                            server=False, client=True)
                     else:
                         rest[f"remotes.{field_name}"] = field_value
-                remotes.append({"urls": urls, "account": account, "credentials": credentials}
-                               if credentials else {"urls": urls, "account": account})
+                entry = {"urls": urls, "account": account}
+                if credentials:
+                    entry["credentials"] = credentials
+                if tls is not None:
+                    entry["tls"] = tls
+                remotes.append(entry)
             self.changes["leafnode_remotes"] = remotes
         for member in list(rest):
             if member.split(".")[-1].lower() in _LEAF_SECURITY_KEYS:
@@ -607,6 +630,58 @@ class _Builder:
                 del rest[member]
         if rest:
             self.extra[key] = rest
+
+    def apply_leaf_authorization(self, value, where: str) -> None:
+        """``leafnodes { authorization { user, password, account, timeout, users [{user,
+        password, account}] } }`` (opts.go parseLeafAuthorization, parseLeafUsers and
+        leafnode.go validateLeafNodeAuthOptions). Any other member is an unknown field there."""
+        if not isinstance(value, dict):
+            self.errors.append(f"{where}: error parsing leafnode authorization: expected a map, got {_type_name(value)}")
+            return
+        c = self.changes
+        for member, item in value.items():
+            lowered = member.lower()
+            if lowered in ("user", "username"):
+                c["leafnode_username"] = str(item)
+            elif lowered in ("pass", "password"):
+                c["leafnode_password"] = str(item)
+            elif lowered == "account":
+                c["leafnode_account"] = str(item)
+            elif lowered == "timeout":
+                c["leafnode_auth_timeout"] = float(item) if isinstance(item, (int, float)) and not isinstance(
+                    item, bool) else 1.0  # opts.go: a timeout of another type is 1 s
+            elif lowered == "users":
+                if not isinstance(item, list):
+                    self.errors.append(f"{where}: Expected users field to be an array, got {item}")
+                    continue
+                users = []
+                for entry in item:
+                    if not isinstance(entry, dict):
+                        self.errors.append(f"{where}: Expected user entry to be a map/struct, got {entry}")
+                        continue
+                    user = User("")
+                    for field_name, field_value in entry.items():
+                        name = field_name.lower()
+                        if name in ("user", "username"):
+                            user.username = str(field_value)
+                        elif name in ("pass", "password"):
+                            user.password = str(field_value)
+                        elif name == "account":
+                            user.account = str(field_value)
+                        elif not self.used_as_variable(entry, field_name):
+                            self.errors.append(f'{self.where(entry, field_name, where)}: unknown field "{field_name}"')
+                    users.append(user)
+                c["leafnode_users"] = users
+            elif not self.used_as_variable(value, member):
+                self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')
+        users = c.get("leafnode_users") or []
+        if users and c.get("leafnode_username"):
+            self.errors.append(f"{where}: can not have a single user/pass and a users array")
+        seen: set = set()
+        for user in users:
+            if user.username in seen:
+                self.errors.append(f'{where}: duplicate user "{user.username}" detected in leafnode authorization')
+            seen.add(user.username)
 
     def apply_jetstream(self, key: str, value, where: str) -> None:
         """``jetstream: enabled|true|false`` or ``jetstream { store_dir, max_memory_store,
@@ -722,6 +797,28 @@ class _Builder:
         self.changes.update(username=user, password=password, authorization=token, auth_timeout=timeout)
         if unsupported:
             self.extra[key] = unsupported
+
+    def peer_tls(self, value, what: str, where: str, *, server: bool, client: bool):
+        """A route's or a leaf node's ``tls {}`` (opts.go parseTLS + GenTLSConfig): the
+        certificates are loaded now, for the side(s) this block serves. ``verify_and_map``
+        (users from certificates) is refused: natserver does not map leaf or route users."""
+        if not isinstance(value, dict):
+            self.errors.append(f"{where}: error parsing tls config, expected a map, got {_type_name(value)}")
+            return None
+        try:
+            config, warnings = parse_tls_block(value)
+            if config.verify_and_map:
+                self.errors.append(f"{where}: {refused_text(f'{what} tls verify_and_map', 'certificate user mapping')}")
+                return None
+            if server:
+                server_context(config)
+            if client:
+                client_context(config)
+        except TLSConfigError as exc:
+            self.errors.append(f"{where}: {exc}")
+            return None
+        self.extra.setdefault("security_warnings", []).extend(warnings)
+        return config
 
     def apply_tls(self, key: str, value, where: str) -> None:
         """opts.go parseTLS + GenTLSConfig: the certificates are loaded now, so that a missing

@@ -78,6 +78,9 @@ class Options:
     cluster_username: str = ""  # cluster { authorization { user, password } }
     cluster_password: str = ""
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # cluster { tls {} } (natserver.auth.tls.TLSConfig, verify forced on): every route is TLS,
+    # the handshake first, each side checking the other's certificate against ca_file
+    cluster_tls: object = None
     # The WebSocket listener (natserver.websocket): the websocket {} block; None: off
     websocket: "WebsocketOptions | None" = None
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
@@ -85,6 +88,17 @@ class Options:
     # Leaf nodes that dial us: leafnodes { listen } (0: none; -1: a random port)
     leafnode_host: str = const.DEFAULT_HOST
     leafnode_port: int = 0
+    # leafnodes { authorization { user, password, account, timeout, users [...] } }: what a leaf
+    # that dials us must send, and the account it is then bound to. With neither a user nor
+    # users, the server's own client authorization applies (auth.go isLeafNodeAuthorized).
+    leafnode_username: str = ""
+    leafnode_password: str = ""
+    leafnode_account: str = ""  # empty: the global account
+    leafnode_users: list = field(default_factory=list)  # natserver.auth.users.User (no permissions)
+    leafnode_auth_timeout: float = 0.0  # seconds; 0: the auth timeout default (2 s; with TLS its timeout + 1 s)
+    # leafnodes { tls {} } (natserver.auth.tls.TLSConfig): leaves that dial us get INFO, then TLS.
+    # A remote's own tls {} is its dict's "tls".
+    leafnode_tls: object = None
     # Logging
     debug: bool = False
     trace: bool = False
@@ -124,6 +138,20 @@ class Options:
         if self.cluster_port < -1 or self.cluster_port > 65535:
             raise ValueError(f"invalid cluster port {self.cluster_port}")
         self.validate_security()
+        self.validate_leafnodes()
+
+    def validate_leafnodes(self) -> None:
+        """leafnode.go validateLeafNode: the accounts leaf authorization binds to exist."""
+        if self.trusted_operators:
+            if self.leafnode_users:
+                raise ValueError("operator mode does not allow specifying user in leafnode config")
+            return
+        known = {"$G", "$SYS", *(getattr(a, "name", "") for a in self.accounts)}
+        if self.system_account:
+            known.add(self.system_account)
+        for name in (self.leafnode_account, *(u.account for u in self.leafnode_users)):
+            if name and name not in known:
+                raise ValueError(f'cannot find local account "{name}" specified in leafnode authorization')
 
     def validate_security(self) -> None:
         """auth.go validateAuth / validateNoAuthUser, jwt.go validateTrustedOperators."""

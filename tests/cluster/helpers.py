@@ -158,3 +158,81 @@ class NatsServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class ClusterCerts:
+    """Test certificates (``cryptography``) in ``directory``: ca.pem; node.pem/node-key.pem,
+    signed by it for localhost and 127.0.0.1 and usable both ways (a route or a leaf is a TLS
+    client and a TLS server: serverAuth and clientAuth); rogue.pem/rogue-key.pem, the same
+    from another CA."""
+
+    def __init__(self, directory) -> None:
+        import datetime
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = datetime.datetime.now(datetime.timezone.utc)
+
+        def name(cn: str) -> x509.Name:
+            return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+        def write(stem: str, cert, key) -> tuple[str, str]:
+            cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}-key.pem"
+            cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+            key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
+            return str(cert_path), str(key_path)
+
+        def base(subject: str, issuer: x509.Name, key) -> x509.CertificateBuilder:
+            return (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
+                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                    .not_valid_before(now - datetime.timedelta(hours=1))
+                    .not_valid_after(now + datetime.timedelta(days=1))
+                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+
+        def ca(cn: str):
+            key = ec.generate_private_key(ec.SECP256R1())
+            cert = (base(cn, name(cn), key)
+                    .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                    .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                                 content_commitment=False, key_encipherment=False,
+                                                 data_encipherment=False, key_agreement=False,
+                                                 encipher_only=False, decipher_only=False), critical=True)
+                    .sign(key, hashes.SHA256()))
+            return cert, key
+
+        def node(stem: str, ca_cert, ca_key) -> tuple[str, str]:
+            key = ec.generate_private_key(ec.SECP256R1())
+            sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            cert = (base(stem, ca_cert.subject, key)
+                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                    .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                   critical=False)
+                    .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                    .sign(ca_key, hashes.SHA256()))
+            return write(stem, cert, key)
+
+        ca_cert, ca_key = ca("Cluster Test CA")
+        (directory / "ca.pem").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+        self.ca = str(directory / "ca.pem")
+        self.cert, self.key = node("node", ca_cert, ca_key)
+        rogue_cert, rogue_key = ca("Rogue CA")
+        self.rogue, self.rogue_key = node("rogue", rogue_cert, rogue_key)
+
+    def tls(self, *, rogue: bool = False, **changes):
+        """A natserver TLSConfig with this node's (or the rogue) certificate and the CA."""
+        from natserver.auth.tls import TLSConfig
+
+        cert, key = (self.rogue, self.rogue_key) if rogue else (self.cert, self.key)
+        return TLSConfig(cert_file=cert, key_file=key, ca_file=self.ca, **changes)
+
+    def block(self, *, rogue: bool = False, verify: bool = True) -> str:
+        """The same as a nats-server tls {} block."""
+        cert, key = (self.rogue, self.rogue_key) if rogue else (self.cert, self.key)
+        return (f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{self.ca}"'
+                f'{", verify: true" if verify else ""} }}')

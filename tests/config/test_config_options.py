@@ -417,8 +417,8 @@ def test_check_config_matches_nats_server(tmp_path, case):
 
 
 @pytest.mark.parametrize("block, member", [
-    ('leafnodes { port: 7422, authorization { user: l, password: p } }', "authorization"),
-    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", tls { ca_file: "/ca.pem" } } ] }', "remotes.tls"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_exports: ["a"] } ] }', "remotes.deny_exports"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_imports: ["a"] } ] }', "remotes.deny_imports"),
 ])  # fmt: skip
 def test_leaf_node_security_natserver_lacks_refuses_the_file(tmp_path, block, member):
     path = write(tmp_path, f"port: 4333\n{block}\n")
@@ -434,7 +434,6 @@ def test_other_leaf_node_options_warn(tmp_path):
 
 
 @pytest.mark.parametrize("block, member", [
-    ("cluster { port: 6222, tls { ca_file: '/ca.pem' } }", "cluster tls"),
     ("cluster { port: 6222, permissions { import: 'a' } }", "cluster permissions"),
     ("cluster { port: 6222, authorization { users: [ {user: a, password: b} ] } }", "cluster authorization users"),
 ])  # fmt: skip
