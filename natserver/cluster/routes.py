@@ -164,6 +164,7 @@ class Route:
         self.peer_id = ""  # the id the peer's INFO gave, even when not registered
         self.remote_name = ""
         self.remote_info: dict = {}
+        self.lame_duck = False  # the peer said it is in lame duck mode (route INFO "ldm")
         self.registered = False
         self.headers = True
         self.parser = RouteParser(max_payload=max(cluster.server.options.max_payload, const.MAX_PAYLOAD_SIZE),
@@ -433,6 +434,7 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
+        server.lame_duck_hooks.append(self.enter_lame_duck)
         # rid -> leaf node connection, either way (nats-server keys them by connection: two
         # servers may be leaves of each other, a loop that $LDS interest then detects)
         self.leafs: dict[int, Route] = {}
@@ -933,6 +935,9 @@ class Cluster:
                 self.implicit(info)
             else:
                 route.remote_info = info
+                # route.go processRouteInfo: a peer entering lame duck mode ("ldm") takes its
+                # client URLs out of our clients' INFO for good.
+                route.lame_duck = route.lame_duck or bool(info.get("ldm"))
                 self.update_client_urls()
             return
         if remote_id == self.server.server_id:
@@ -1002,14 +1007,31 @@ class Cluster:
         if route.done is not None:
             route.done.set()
 
+    def enter_lame_duck(self) -> None:
+        """This server enters lame duck mode (a Server.lame_duck_hooks entry): the routes are
+        told with an INFO carrying "ldm" (server.go sendLDMToRoutes), and our own URL leaves
+        the connect_urls of the INFO our clients are about to get."""
+        info = self.route_info({"ldm": True})
+        for route in self.routes.values():
+            route.send(info)
+        server = self.server
+        if not server.options.cluster_no_advertise and server._info_base:
+            server._info_base["connect_urls"] = [
+                url for url in server._info_base.get("connect_urls") or () if url != self.client_url()
+            ]
+
     def update_client_urls(self) -> None:
         """INFO connect_urls for clients, and an updated INFO to those that take it (protocol
         1 clients), unless no_advertise."""
         server = self.server
         if server.options.cluster_no_advertise or not server._info_base:
             return
-        urls = [self.client_url()]
+        # In lame duck mode our own URL goes (server.go sendLDMToClients), and so do those of
+        # peers in lame duck mode.
+        urls = [] if server.lame_duck else [self.client_url()]
         for route in self.routes.values():
+            if route.lame_duck:
+                continue
             for url in route.remote_info.get("connect_urls") or ():
                 if isinstance(url, str) and url not in urls:
                     urls.append(url)

@@ -144,6 +144,10 @@ class Server:
         # What a subsystem watches clients come and go with: objects with client_connected(client)
         # (after a client's first accepted CONNECT) and client_closed(client).
         self.connection_observers: list = []
+        # Called (no arguments) when lame duck mode starts, before the clients are told: the
+        # cluster tells its routes, so their clients stop being sent here (server.go
+        # sendLDMToRoutes).
+        self.lame_duck_hooks: list = []
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
         self.accounts = None

@@ -286,6 +286,8 @@ async def lame_duck_mode(server) -> None:
     if duration <= 0:
         duration = 1.0
     interval = min(duration / len(clients), 1.0)
+    for hook in server.lame_duck_hooks:
+        hook()
     _send_ldm_info(server, clients)
     await trio.sleep(grace)
     log.info("Closing existing clients")

@@ -51,3 +51,34 @@ async def _run(natserver_port: int, nats_server_port: int, nats_server_process) 
     await subscriber.close()
     await publisher.close()
     return {"discovered": discovered[0] if discovered else "", "received": received}
+
+
+def lame_duck_moves(port: int, other_port: int, enter_lame_duck) -> dict:
+    """nats-py on one node (``port``) while it enters lame duck mode (``enter_lame_duck()``,
+    called from this thread): it is told (lame_duck_mode_cb), then moves to the other node."""
+    return asyncio.run(asyncio.wait_for(_lame_duck(port, other_port, enter_lame_duck), 30))
+
+
+async def _lame_duck(port: int, other_port: int, enter_lame_duck) -> dict:
+    told = asyncio.Event()
+    reconnected = asyncio.Event()
+
+    async def on_lame_duck() -> None:
+        told.set()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    nc = await nats.connect(f"nats://127.0.0.1:{port}", lame_duck_mode_cb=on_lame_duck, reconnected_cb=on_reconnect,
+                            reconnect_time_wait=0.05, max_reconnect_attempts=100, dont_randomize=True)
+    try:
+        discovered = sorted(url.port for url in nc.discovered_servers)
+        enter_lame_duck()
+        await asyncio.wait_for(told.wait(), STEP_TIMEOUT)
+        await asyncio.wait_for(reconnected.wait(), STEP_TIMEOUT)
+        sub = await nc.subscribe("after.move")
+        await nc.publish("after.move", b"still here")
+        msg = await sub.next_msg(timeout=STEP_TIMEOUT)
+        return {"discovered": discovered, "connected_port": nc.connected_url.port, "got": msg.data}
+    finally:
+        await nc.close()
