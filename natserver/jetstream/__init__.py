@@ -377,7 +377,7 @@ class JetStream:
             raise error()
 
     def add_stream(self, config: StreamConfig) -> Stream:
-        cfg = check_stream_config(config, self.streams)
+        cfg = check_stream_config(config, self.streams, self.limits)
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
         existing = self.streams.get(cfg.name)
@@ -427,7 +427,7 @@ class JetStream:
 
     def update_stream(self, stream: Stream, new: StreamConfig) -> None:
         old = stream.cfg
-        cfg = check_update(old, new, self.streams)
+        cfg = check_update(old, new, self.streams, self.limits)
         for other in self.streams.values():
             if other is stream:
                 continue

@@ -149,10 +149,10 @@ class Api:
                 "max_storage": js.limits.get("max_storage", -1),
                 "max_streams": js.limits.get("max_streams", -1),
                 "max_consumers": js.limits.get("max_consumers", -1),
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
+                "max_ack_pending": js.limits.get("max_ack_pending", -1),
+                "memory_max_stream_bytes": js.limits.get("memory_max_stream_bytes", -1),
+                "storage_max_stream_bytes": js.limits.get("storage_max_stream_bytes", -1),
+                "max_bytes_required": js.limits.get("max_bytes_required", False),
             },
             **({"domain": js.domain} if js.domain else {}),
             "api": {"total": js.api_total, "errors": js.api_errors},
@@ -191,7 +191,7 @@ class Api:
                 ncfg = StreamConfig.from_json(loads(payload))
             except ValueError:
                 raise errors.invalid_json() from None
-            cfg = check_stream_config(ncfg, self.js.streams)
+            cfg = check_stream_config(ncfg, self.js.streams, self.js.limits)
             if cfg.name != name:
                 raise errors.stream_mismatch()
             stream = self.js.streams.get(name)

@@ -133,8 +133,8 @@ def ephemeral_name() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(EPHEMERAL_NAME_LEN))
 
 
-def set_defaults(cfg: ConsumerConfig) -> None:
-    """nats-server's setConsumerConfigDefaults."""
+def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1) -> None:
+    """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's)."""
     if cfg.max_deliver == 0:
         cfg.max_deliver = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
@@ -146,13 +146,16 @@ def set_defaults(cfg: ConsumerConfig) -> None:
             cfg.ack_wait = DEFAULT_ACK_WAIT
         if cfg.max_ack_pending == 0:
             cfg.max_ack_pending = DEFAULT_MAX_ACK_PENDING
+            if 0 < max_ack_pending_limit < DEFAULT_MAX_ACK_PENDING:
+                cfg.max_ack_pending = max_ack_pending_limit
     if not cfg.durable_name and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
 
 
-def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "limits") -> None:
+def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "limits",
+                 max_ack_pending_limit: int = -1) -> None:
     """nats-server's checkConsumerCfg for a standalone server, in its order (the names first,
-    as the API handler checks them)."""
+    as the API handler checks them); ``max_ack_pending_limit``: the account's."""
     for name in (cfg.durable_name, cfg.name):
         if name and any(c in name for c in ".*> \t"):
             raise errors.consumer_name_invalid(name)
@@ -186,6 +189,8 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_max_request_batch_negative()
         if cfg.max_expires and cfg.max_expires < 1_000_000:  # nanoseconds: under 1 ms
             raise errors.consumer_max_request_expires_too_small()
+    if 0 < max_ack_pending_limit < cfg.max_ack_pending:
+        raise errors.consumer_max_pending_ack_excess(max_ack_pending_limit)
     if cfg.deliver_group and not cfg.deliver_subject:
         raise errors.consumer_deliver_group_requires_push()
     if cfg.filter_subject:

@@ -97,8 +97,10 @@ class ConsumerApi:
                 if filter and cfg.filter_subject != filter:
                     raise errors.consumer_create("consumer filter subject does not match the request subject")
             stream = self._stream(stream_name)
-            set_defaults(cfg)
-            check_config(cfg, stream.interest_subjects(), stream.cfg.retention)  # mirrors/sources: the origins' too
+            ack_limit = self.js.limits.get("max_ack_pending", -1)
+            set_defaults(cfg, ack_limit)
+            # (the stream subjects of mirrors and sources: the origins' too)
+            check_config(cfg, stream.interest_subjects(), stream.cfg.retention, ack_limit)
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)

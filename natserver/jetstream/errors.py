@@ -135,6 +135,12 @@ consumer_deliver_cycle = _fixed(400, 10081, "consumer deliver subject forms a cy
 consumer_max_pending_requires_ack = _fixed(400, 10082, "consumer requires ack policy for max ack pending")
 consumer_small_heartbeat = _fixed(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
 consumer_pull_with_rate_limit = _fixed(400, 10086, "consumer in pull mode can not have rate limit set")
+stream_max_bytes_required = _fixed(400, 10113, "account requires a stream config to have max bytes set")
+stream_max_stream_bytes_exceeded = _fixed(400, 10122, "stream max bytes exceeds account limit max stream bytes")
+
+
+def consumer_max_pending_ack_excess(limit: int) -> ApiError:
+    return ApiError(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
 consumer_flow_control_needs_heartbeats = _fixed(400, 10108, "consumer with flow control also needs heartbeats")
 consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires ack policy")
 consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")

@@ -245,9 +245,10 @@ class StreamConfig:
         return f"StreamConfig({self.to_json()!r})"
 
 
-def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
+def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None = None) -> StreamConfig:
     """nats-server's checkStreamCfg for a standalone server: defaults filled in, invalid
-    configurations refused (ApiError). ``streams`` are the existing ones (for mirrors)."""
+    configurations refused (ApiError). ``streams`` are the existing ones (for mirrors);
+    ``limits`` the account's JetStream limits (max_bytes_required, the per-stream byte limits)."""
     invalid = errors.stream_invalid_config
     if not config.name or any(c in config.name for c in " \t\r\n\f.*>"):
         raise invalid("stream name is required and can not contain '.', '*', '>'")
@@ -333,6 +334,12 @@ def check_stream_config(config: StreamConfig, streams: dict) -> StreamConfig:
             if not is_valid_subject(subj):
                 raise invalid("invalid subject")
             seen.add(subj)
+    if limits:  # jetstream.go maxBytesLimits: the account's rules for max_bytes
+        limit = limits.get("memory_max_stream_bytes" if cfg.storage == "memory" else "storage_max_stream_bytes", -1)
+        if limits.get("max_bytes_required") and cfg.max_bytes <= 0:
+            raise errors.stream_max_bytes_required()
+        if limit > 0 and cfg.max_bytes > limit:
+            raise errors.stream_max_stream_bytes_exceeded()
     if len(cfg.subjects) > 1:
         for subj in cfg.subjects:
             for other in cfg.subjects:
@@ -413,9 +420,9 @@ def check_republish(value: dict, subjects: list) -> dict:
     return out
 
 
-def check_update(old: StreamConfig, new: StreamConfig, streams: dict) -> StreamConfig:
+def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: dict | None = None) -> StreamConfig:
     """nats-server's configUpdateCheck: what an update may not change."""
-    cfg = check_stream_config(new, streams)
+    cfg = check_stream_config(new, streams, limits)
     invalid = errors.stream_invalid_config
     if cfg.name != old.name:
         raise invalid("stream configuration name must match original")
