@@ -143,17 +143,7 @@ async def client_handshake(stream: trio.abc.Stream, config: TLSConfig | None,
         return None, str(exc)
     timeout = config.timeout if config is not None and config.timeout > 0 else DEFAULT_TLS_TIMEOUT
     ssl_stream = trio.SSLStream(stream, context, server_hostname=server_hostname)
-    error = ""
-    with trio.move_on_after(timeout) as scope:
-        try:
-            await ssl_stream.do_handshake()
-        except trio.BrokenResourceError as exc:
-            cause = exc.__cause__
-            error = _client_handshake_error(cause) if cause is not None else "EOF"
-        except (trio.ClosedResourceError, OSError) as exc:
-            error = str(exc) or "EOF"
-    if scope.cancelled_caught:
-        return None, "i/o timeout"
+    error = await _do_handshake(ssl_stream, timeout, _client_handshake_error)
     if error:
         return None, error
     if config is not None and config.pinned_certs and not _matches_pinned(ssl_stream, config.pinned_certs):
@@ -225,22 +215,30 @@ async def read_prefix(stream: trio.abc.Stream, timeout: float) -> bytes:
     return data
 
 
+async def _do_handshake(ssl_stream: trio.SSLStream, timeout: float, describe) -> str:
+    """Run a handshake bounded by ``timeout``: "" when it worked, else why not ("i/o timeout",
+    or ``describe(ssl error)`` in nats-server's words)."""
+    error = ""
+    with trio.move_on_after(timeout) as scope:
+        try:
+            await ssl_stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            error = describe(cause) if cause is not None else "EOF"
+        except (trio.ClosedResourceError, OSError) as exc:
+            error = str(exc) or "EOF"
+    return "i/o timeout" if scope.cancelled_caught else error
+
+
 async def handshake(stream: trio.abc.Stream, config: TLSConfig) -> tuple[trio.SSLStream | None, str]:
     """The server side of the handshake, bounded by ``config.timeout``.
 
     Returns (the TLS stream, "") or (None, why it failed, in nats-server's words)."""
     ssl_stream = trio.SSLStream(stream, server_context(config), server_side=True)
-    error = ""
-    with trio.move_on_after(config.timeout if config.timeout > 0 else DEFAULT_TLS_TIMEOUT) as scope:
-        try:
-            await ssl_stream.do_handshake()
-        except trio.BrokenResourceError as exc:
-            cause = exc.__cause__
-            error = _handshake_error(cause) if cause is not None else "EOF"
-        except (trio.ClosedResourceError, OSError) as exc:
-            error = str(exc) or "EOF"
-    if scope.cancelled_caught:
-        return None, "i/o timeout"
+    error = await _do_handshake(ssl_stream, config.timeout if config.timeout > 0 else DEFAULT_TLS_TIMEOUT,
+                                _handshake_error)
+    if error == "i/o timeout":
+        return None, error
     if error:
         if "first record does not look like" not in error:
             await _send_alert(ssl_stream, stream)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running
+from tests.auth.test_auth_helpers import needs_nats_server
+from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
 
 RECORDED = Path(__file__).with_name("data") / "account_limits_nats_server_2.9.10.json"
@@ -89,24 +90,13 @@ def run_script(port: int) -> dict:
 
 
 def test_natserver_applies_account_limits_as_nats_server(tmp_path):
-    with running("natserver", CONFIG % (tmp_path / "store"), tmp_path) as port:
-        ours = run_script(port)
-    recorded = json.loads(RECORDED.read_text())
-    assert list(ours) == list(recorded)
-    for name in recorded:
-        assert ours[name] == recorded[name], name
+    assert_natserver_matches(run_script, CONFIG, RECORDED, tmp_path)
 
 
 @needs_nats_server
 def test_the_recording_is_what_nats_server_answers(tmp_path):
-    with running("nats-server", CONFIG % (tmp_path / "store"), tmp_path) as port:
-        assert run_script(port) == json.loads(RECORDED.read_text())
+    assert_nats_server_matches(run_script, CONFIG, RECORDED, tmp_path)
 
 
 if __name__ == "__main__":
-    import tempfile
-
-    assert HAVE_NATS_SERVER, f"{NATS_SERVER} is not installed"
-    with tempfile.TemporaryDirectory() as folder, running("nats-server", CONFIG % folder, Path(folder)) as port:
-        RECORDED.write_text(json.dumps(run_script(port), indent=1) + "\n")
-    print(f"wrote {RECORDED}")
+    record(run_script, CONFIG, RECORDED)

@@ -1,0 +1,35 @@
+"""The differential tests' recordings: a script run against natserver must give what was
+recorded from nats-server 2.9.10 (kept under data/, so the suite needs no nats-server), and a
+live nats-server, when installed, must still give the recording."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, running
+
+
+def assert_natserver_matches(run_script, config: str, recorded: Path, tmp_path: Path) -> None:
+    """``run_script(port)`` against natserver with ``config`` (``%s``: a store directory)
+    gives the recording, entry by entry (the first that differs is named)."""
+    with running("natserver", config % (tmp_path / "store"), tmp_path) as port:
+        ours = run_script(port)
+    expected = json.loads(recorded.read_text())
+    assert list(ours) == list(expected)
+    for name in expected:
+        assert ours[name] == expected[name], name
+
+
+def assert_nats_server_matches(run_script, config: str, recorded: Path, tmp_path: Path) -> None:
+    with running("nats-server", config % (tmp_path / "store"), tmp_path) as port:
+        assert run_script(port) == json.loads(recorded.read_text())
+
+
+def record(run_script, config: str, recorded: Path) -> None:
+    """Write the recording again from the installed nats-server (``python -m tests...``)."""
+    assert HAVE_NATS_SERVER, f"{NATS_SERVER} is not installed"
+    with tempfile.TemporaryDirectory() as folder, running("nats-server", config % folder, Path(folder)) as port:
+        recorded.write_text(json.dumps(run_script(port), indent=1) + "\n")
+    print(f"wrote {recorded}")
