@@ -62,6 +62,16 @@ class TLSConfig:
         return dataclasses.replace(self, context=None, **changes)
 
 
+def _load_ca(context: ssl.SSLContext, ca_file: str) -> None:
+    """Trust ``ca_file``'s certificates, failing with nats-server's words."""
+    if not os.path.exists(ca_file):
+        raise TLSConfigError(f"open {ca_file}: no such file or directory")
+    try:
+        context.load_verify_locations(cafile=ca_file)
+    except (ssl.SSLError, OSError, ValueError):
+        raise TLSConfigError("failed to parse root ca certificate") from None
+
+
 def server_context(config: TLSConfig) -> ssl.SSLContext:
     """The server-side SSLContext for ``config`` (built once, then cached on it).
 
@@ -88,12 +98,7 @@ def server_context(config: TLSConfig) -> ssl.SSLContext:
         if not config.ca_file:
             context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
     if config.ca_file:
-        if not os.path.exists(config.ca_file):
-            raise TLSConfigError(f"open {config.ca_file}: no such file or directory")
-        try:
-            context.load_verify_locations(cafile=config.ca_file)
-        except (ssl.SSLError, OSError, ValueError):
-            raise TLSConfigError("failed to parse root ca certificate") from None
+        _load_ca(context, config.ca_file)
     config.context = context
     return context
 
@@ -118,12 +123,7 @@ def client_context(config: TLSConfig | None) -> ssl.SSLContext:
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise TLSConfigError(f"error parsing X509 certificate/key pair: {_reason(exc)}") from None
     if config.ca_file:
-        if not os.path.exists(config.ca_file):
-            raise TLSConfigError(f"open {config.ca_file}: no such file or directory")
-        try:
-            context.load_verify_locations(cafile=config.ca_file)
-        except (ssl.SSLError, OSError, ValueError):
-            raise TLSConfigError("failed to parse root ca certificate") from None
+        _load_ca(context, config.ca_file)
     else:
         context.load_default_certs(ssl.Purpose.SERVER_AUTH)
     if config.insecure:

@@ -236,3 +236,19 @@ class ClusterCerts:
         cert, key = (self.rogue, self.rogue_key) if rogue else (self.cert, self.key)
         return (f'tls {{ cert_file: "{cert}", key_file: "{key}", ca_file: "{self.ca}"'
                 f'{", verify: true" if verify else ""} }}')
+
+
+def nats_server_leaf(tmp_path, remote: str, stderr=subprocess.DEVNULL) -> tuple[subprocess.Popen, int]:
+    """A nats-server 2.9.10 leaf (a child process, for the caller to stop) with one remote,
+    ``remote`` being what goes inside its ``{ }`` (url, credentials...); and its client port."""
+    port = free_port()
+    conf = tmp_path / "leaf.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\nleafnodes {{ remotes [ {{ {remote} }} ] }}\n")
+    return subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=stderr), port
+
+
+async def wait_leaf(hub: natserver.Server) -> None:
+    """Until a leaf has connected to ``hub``."""
+    with trio.fail_after(STEP_TIMEOUT):
+        while not hub.cluster.leafs:
+            await trio.sleep(POLL)

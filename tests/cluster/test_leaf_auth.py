@@ -16,7 +16,13 @@ import natserver
 from natserver.auth import jwt
 from natserver.auth.users import User
 from natserver.config.mapping import ConfigFileError, options_from_file
-from tests.cluster.helpers import NATS_SERVER, STEP_TIMEOUT, connect, free_port, skip_without_nats_server
+from tests.cluster.helpers import (
+    STEP_TIMEOUT,
+    connect,
+    nats_server_leaf,
+    skip_without_nats_server,
+    wait_leaf,
+)
 from tests.cluster.test_leaf_credentials import connect_with_jwt
 from tests.conftest import RawClient, make_options
 
@@ -206,15 +212,9 @@ async def test_natserver_leaf_with_url_credentials_of_a_natserver_hub(nursery):
 @skip_without_nats_server
 async def test_nats_server_leaf_with_credentials_bound_to_an_account(nursery, tmp_path):
     hub = await start_hub(nursery, leafnode_users=[User("lu", "lp", account="A")])
-    leaf_port = free_port()
-    conf = tmp_path / "leaf.conf"
-    conf.write_text(f"listen: 127.0.0.1:{leaf_port}\n"
-                    f'leafnodes {{ remotes [ {{ url: "nats://lu:lp@127.0.0.1:{hub.cluster.leaf_port}" }} ] }}\n')
-    leaf = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    leaf, leaf_port = nats_server_leaf(tmp_path, f'url: "nats://lu:lp@127.0.0.1:{hub.cluster.leaf_port}"')
     try:
-        with trio.fail_after(STEP_TIMEOUT):
-            while not hub.cluster.leafs:
-                await trio.sleep(0.01)
+        await wait_leaf(hub)
         on_a = await connect_with_password(hub.port, "a", "a")
         on_b = await connect_with_password(hub.port, "b", "b")
         on_leaf = await connect(leaf_port)
@@ -245,10 +245,8 @@ async def test_nats_server_leaf_with_credentials_bound_to_an_account(nursery, tm
 @skip_without_nats_server
 async def test_nats_server_leaf_with_wrong_credentials_is_refused(nursery, tmp_path):
     hub = await start_hub(nursery, leafnode_users=[User("lu", "lp", account="A")])
-    conf = tmp_path / "leaf.conf"
-    conf.write_text(f"listen: 127.0.0.1:{free_port()}\n"
-                    f'leafnodes {{ remotes [ {{ url: "nats://lu:nope@127.0.0.1:{hub.cluster.leaf_port}" }} ] }}\n')
-    leaf = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    leaf, _ = nats_server_leaf(tmp_path, f'url: "nats://lu:nope@127.0.0.1:{hub.cluster.leaf_port}"',
+                               stderr=subprocess.PIPE)
     try:
         with trio.fail_after(STEP_TIMEOUT):
             log = b""
@@ -277,15 +275,9 @@ async def test_nats_server_leaf_with_a_credentials_file_of_an_operator_mode_hub(
         resolver_preload=options.resolver_preload, leafnode_port=-1, leafnode_host="127.0.0.1",
         no_system_account=True))
     account_a = tree.accounts["A"][0].public_key
-    leaf_port = free_port()
-    conf = tmp_path / "leaf.conf"
-    conf.write_text(f"listen: 127.0.0.1:{leaf_port}\nleafnodes {{ remotes [ {{ "
-                    f'url: "nats://127.0.0.1:{hub.cluster.leaf_port}", credentials: "{creds}" }} ] }}\n')
-    leaf = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    leaf, leaf_port = nats_server_leaf(tmp_path, f'url: "nats://127.0.0.1:{hub.cluster.leaf_port}", credentials: "{creds}"')
     try:
-        with trio.fail_after(STEP_TIMEOUT):
-            while not hub.cluster.leafs:
-                await trio.sleep(0.01)
+        await wait_leaf(hub)
         (link,) = hub.cluster.leafs.values()
         assert link.leaf_account == account_a
         on_leaf = await connect(leaf_port)

@@ -11,7 +11,16 @@ import natserver
 from natserver.cluster.protocol import RemoteSub, RoutedMsg, RouteParser, ls_minus, ls_plus, rmsg_head
 from natserver.config.mapping import options_from_file
 from natserver.routing.transform import MapDest
-from tests.cluster.helpers import NATS_SERVER, STEP_TIMEOUT, connect, free_port, read_msgs, skip_without_nats_server
+from tests.cluster.helpers import (
+    NATS_SERVER,
+    STEP_TIMEOUT,
+    connect,
+    free_port,
+    nats_server_leaf,
+    read_msgs,
+    skip_without_nats_server,
+    wait_leaf,
+)
 from tests.conftest import make_options
 
 
@@ -81,15 +90,9 @@ async def test_natserver_leaf_of_a_nats_server_hub(nursery, tmp_path):
 @skip_without_nats_server
 async def test_nats_server_leaf_of_a_natserver_hub(nursery, tmp_path):
     hub = await nursery.start(natserver.serve, make_options(leafnode_port=-1, leafnode_host="127.0.0.1", http_port=-1))
-    leaf_port = free_port()
-    conf = tmp_path / "leaf.conf"
-    conf.write_text(f"listen: 127.0.0.1:{leaf_port}\n"
-                    f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{hub.cluster.leaf_port}" }} ] }}\n')
-    leaf = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    leaf, leaf_port = nats_server_leaf(tmp_path, f'url: "nats://127.0.0.1:{hub.cluster.leaf_port}"')
     try:
-        with trio.fail_after(STEP_TIMEOUT):
-            while not hub.cluster.leafs:
-                await trio.sleep(0.01)
+        await wait_leaf(hub)
         on_hub = await connect(hub.port)
         on_leaf = await connect(leaf_port)
         await on_hub.send(b"SUB down 1\r\n")
