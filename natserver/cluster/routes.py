@@ -23,10 +23,10 @@ import trio
 from ..auth import nkeys
 from ..auth.jwt import parse_decorated
 from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
-from ..auth.users import LEAFNODE, AccountLimitError, check_password, new_nonce
+from ..auth.users import LEAFNODE, AccountLimitError, Permissions, check_password, new_nonce
 from ..protocol import const
 from ..protocol.gotext import go_duration
-from ..routing.sublist import Sublist
+from ..routing.sublist import Sublist, is_valid_literal_subject
 from .protocol import (
     Connect,
     Err,
@@ -111,6 +111,11 @@ class _RemoteInterest:
         self.weight = weight
 
 
+def _checks_perms(subject: bytes) -> bool:
+    """Leaf permissions leave out the loop detection and gateway reply subjects."""
+    return not subject.startswith((LOOP_DETECTION_PREFIX, b"$GR.", b"_GR_."))
+
+
 def _parse_route_url(url: str) -> tuple[str, int, str, str]:
     parts = urllib.parse.urlsplit(url if "://" in url else "nats-route://" + url)
     return (parts.hostname or "127.0.0.1", parts.port or const.DEFAULT_PORT + 2000,
@@ -149,6 +154,11 @@ class Route:
         self.credentials = ""
         self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
         self.tls_config = None  # a solicited leaf's remote tls {} (natserver.auth.tls.TLSConfig)
+        # A leaf connection's permissions (leafnode.go: a remote's deny_exports as its publish
+        # deny list, deny_imports as its subscribe deny list; on a hub, the leaf's CONNECT
+        # deny_pub as the publish deny list): None, or natserver.auth.users.Permissions.
+        self.perms = None
+        self.deny_imports: list = []  # a solicited leaf's remote deny_imports (sent as deny_pub)
         self.tls = False  # the connection went over to TLS
         self.reconnect_delay = LEAF_RECONNECT_DELAY  # before a solicited leaf redials
         self.remote_cluster = ""  # an accepted leaf's CONNECT cluster
@@ -323,6 +333,8 @@ class Route:
                     and op.subject == cluster.loop_subject(op.account)):
                 self.leaf_loop(send_error=True)
                 return
+            if self.perms is not None and not self.leaf_sub_allowed(op.subject):
+                return
             self.add_interest(op.account, op.subject, op.queue, op.weight)
         elif op.__class__ is RemoteUnsub:
             if not self.registered:
@@ -356,6 +368,22 @@ class Route:
                 cluster.process_leaf_info(self, op.info)
             else:
                 cluster.process_info(self, op.info)
+
+    def leaf_sub_allowed(self, subject: bytes) -> bool:
+        """leafnode.go processLeafSub: interest in a literal subject we may not send on is
+        ignored by a leaf that dialled (the hub told it its permissions) and is a
+        subscription violation on a hub (-ERR, close)."""
+        if not _checks_perms(subject) or not is_valid_literal_subject(subject):
+            return True
+        if self.perms.publish_allowed(subject):
+            return True
+        if not self.solicited:
+            text = f'Permissions Violation for Subscription to "{subject.decode(errors="replace")}"'
+            self.send(b"-ERR '" + text.encode() + b"'\r\n")
+            log.error("%s - Subscription Violation on \"%s\" - Check other side configuration", self.label,
+                      subject.decode(errors="replace"))
+            self.close("Protocol Violation", flush=True)
+        return False
 
     def leaf_loop(self, send_error: bool) -> None:
         """leafnode.go handleLeafNodeLoop: our loop detection subject came back (then the
@@ -650,6 +678,10 @@ class Cluster:
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
             leaf.credentials = remote.get("credentials") or ""
             leaf.tls_config = remote.get("tls")
+            leaf.deny_imports = list(remote.get("deny_imports") or ())
+            if remote.get("deny_exports") or remote.get("deny_imports"):
+                leaf.perms = Permissions({"publish": {"deny": list(remote.get("deny_exports") or ())},
+                                          "subscribe": {"deny": leaf.deny_imports}})
             leaf.done = trio.Event()
             self.all_routes.add(leaf)
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
@@ -806,6 +838,10 @@ class Cluster:
             leaf.close("Authentication Failure", flush=True)
             return
         leaf.leaf_account = leaf.parser.leaf_account = account.encode()
+        deny_pub = options.get("deny_pub")
+        if isinstance(deny_pub, list) and deny_pub:
+            # leafnode.go mergeDenyPermissions: what the leaf will not import is not sent to it.
+            leaf.perms = Permissions({"publish": {"deny": [str(s) for s in deny_pub]}})
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
         leaf.remote_cluster = str(options.get("cluster") or "")
@@ -889,6 +925,8 @@ class Cluster:
             connect.update(user=user, **{"pass": password})
         if leaf.credentials:
             connect.update(leaf_credentials(leaf.credentials, str(info.get("nonce", ""))))
+        if leaf.deny_imports:
+            connect["deny_pub"] = leaf.deny_imports  # the hub then sends us none of those
         leaf.send(b"CONNECT " + orjson.dumps(connect) + b"\r\n")
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(info.get("server_name", ""))
@@ -1087,6 +1125,9 @@ class Cluster:
         return total
 
     def _tell(self, target: Route, account: bytes, subject: bytes, queue) -> None:
+        if target.perms is not None and target.solicited and _checks_perms(subject) and not target.perms.can_subscribe(
+                subject, queue):
+            return  # leafnode.go sendLeafNodeSubUpdate: a spoke keeps interest it may not import to itself
         key = (account, subject, queue)
         weight = self._weight_for(target, account, subject, queue)
         if target.told.get(key, 0) == weight:
@@ -1138,6 +1179,8 @@ class Cluster:
             interest = route.interest.get(account)
             if interest is None:
                 continue
+            if route.perms is not None and not route.perms.publish_allowed(subject):
+                continue  # client.go deliverMsg: not permitted to deliver to a leaf
             match = interest.match(subject)
             if match.psubs:
                 plain.append(route)

@@ -263,10 +263,10 @@ REFUSED_KEYS = {
     "http_base_path": "monitoring base path", "ocsp": "OCSP stapling",
     "resolver_tls": "account resolver TLS", "resolver_pinned_accounts": "resolver pinned accounts",
 }
-# leafnodes {} members whose absence would mislead (natserver's leaf nodes have no remote
-# permissions; ``tls``, a remote's ``credentials`` and the listener's ``authorization`` are
-# applied): refused.
-_LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression", "deny_imports", "deny_exports"})
+# leafnodes {} members whose absence would mislead (``tls``, a remote's ``credentials``,
+# ``deny_imports`` and ``deny_exports`` and the listener's ``authorization`` are applied):
+# refused.
+_LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
 # clustered JetStream's settings, meaningless on one server.
@@ -602,6 +602,7 @@ class _Builder:
                 urls: list = []
                 account = credentials = ""
                 tls = None
+                deny: dict = {}
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
                     if lowered == "url":
@@ -615,9 +616,19 @@ class _Builder:
                     elif lowered == "tls":
                         tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
                                             server=False, client=True)
+                    elif lowered in ("deny_imports", "deny_import", "deny_exports", "deny_export"):
+                        # opts.go parsePermSubjects: a subject or a list of them, each valid
+                        subjects = field_value if isinstance(field_value, list) else [field_value]
+                        bad = [str(x) for x in subjects if not is_valid_subject(str(x).encode())]
+                        if bad:
+                            self.errors.append(f"{self.where(remote, field_name, where)}: "
+                                               f'subject "{bad[0]}" is not a valid subject')
+                        deny["imports" if "import" in lowered else "exports"] = [str(x) for x in subjects]
                     else:
                         rest[f"remotes.{field_name}"] = field_value
                 entry = {"urls": urls, "account": account}
+                for kind, subjects in deny.items():
+                    entry[f"deny_{kind}"] = subjects
                 if credentials:
                     entry["credentials"] = credentials
                 if tls is not None:
