@@ -196,3 +196,13 @@ async def test_a_hub_cuts_off_a_leaf_subscribing_where_it_may_not_deliver(nurser
         while chunk := await stream.receive_some(65536):
             data += chunk
     assert b"-ERR 'Permissions Violation for Subscription to \"imp.denied\"'\r\n" in data
+
+
+def test_an_invalid_deny_subject_is_a_config_error(tmp_path):
+    from natserver.config.mapping import ConfigFileError
+
+    conf = tmp_path / "leaf.conf"
+    conf.write_text('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_exports: ["ok", "a..b"] } ] }\n')
+    with pytest.raises(ConfigFileError) as info:
+        options_from_file(str(conf))
+    assert 'subject "a..b" is not a valid subject' in str(info.value)

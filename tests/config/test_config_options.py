@@ -417,8 +417,8 @@ def test_check_config_matches_nats_server(tmp_path, case):
 
 
 @pytest.mark.parametrize("block, member", [
-    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_exports: ["a"] } ] }', "remotes.deny_exports"),
-    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", deny_imports: ["a"] } ] }', "remotes.deny_imports"),
+    ('leafnodes { remotes [ { url: "nats://127.0.0.1:7422", ws_compression: true } ] }', "remotes.ws_compression"),
+    ('leafnodes { port: 7422, users: [ {user: a, password: b} ] }', "users"),
 ])  # fmt: skip
 def test_leaf_node_security_natserver_lacks_refuses_the_file(tmp_path, block, member):
     path = write(tmp_path, f"port: 4333\n{block}\n")
