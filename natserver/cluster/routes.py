@@ -61,6 +61,8 @@ ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
 # leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
 LEAF_RECONNECT_DELAY = 1.0
+# jsAckPre: only replies under it may carry a delivery's subject after an "@".
+JS_ACK_PREFIX = b"$JS.ACK."
 
 
 class _RemoteInterest:
@@ -909,7 +911,16 @@ class Cluster:
         size = len(msg.payload)
         sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
         header_size = msg.header_size if msg.header_size > 0 else -1
-        client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
+        at = msg.reply.rfind(b"@") if msg.reply and msg.reply.startswith(JS_ACK_PREFIX) else -1
+        if 0 <= at < len(msg.reply) - 1:
+            # A JetStream push delivery (nats-server's processMsgResults): routed by its deliver
+            # subject, ``<ack reply>@<stored subject>`` carries the subject its MSG shows.
+            payload = bytes(msg.payload)
+            hdr = payload[:header_size] if header_size > 0 else None
+            body = payload[header_size:] if header_size > 0 else payload
+            client.deliver_as(msg.subject, msg.reply[at + 1:], msg.reply[:at], hdr, body)
+        else:
+            client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
         if origin is None or not self.leafs:
             return
         peers = [peer for peer in self.all_peers()

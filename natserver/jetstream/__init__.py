@@ -484,14 +484,14 @@ class JetStream:
 
     # -- acks and writes ----------------------------------------------------------------------
 
-    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None) -> None:
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
         if self.account is not None:
-            self.account.publish(subject, None, headers, payload)
+            self.account.publish(subject, reply, headers, payload)
         else:
-            self.server.publish(subject, payload, headers=headers, flush=False)
+            self.server.publish(subject, payload, reply=reply, headers=headers, flush=False)
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams, after the write (and fsync)

@@ -143,7 +143,7 @@ class Api:
             "memory": memory,
             "storage": storage,
             "streams": len(js.streams),
-            "consumers": sum(len(s.consumers) for s in js.streams.values()),
+            "consumers": sum(s.public_consumers() for s in js.streams.values()),
             "limits": {
                 "max_memory": js.limits.get("max_memory", -1),
                 "max_storage": js.limits.get("max_storage", -1),

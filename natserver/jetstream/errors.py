@@ -165,3 +165,15 @@ mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain ot
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")
 source_max_message_size_too_big = _fixed(400, 10046, "stream source must have max message size >= target")
+
+
+def stream_external_api_overlap(prefix: str, subject: str) -> ApiError:
+    return ApiError(400, 10021, f"stream external api prefix {prefix} must not overlap with {subject}")
+
+
+def stream_external_deliver_overlap(prefix: str, subject: str) -> ApiError:
+    return ApiError(400, 10022, f"stream external delivery prefix {prefix} overlaps with stream subject {subject}")
+
+
+def stream_external_deliver_wildcards(prefix: str) -> ApiError:
+    return ApiError(400, 10024, f"stream external delivery prefix {prefix} must not contain wildcards")

@@ -747,7 +747,7 @@ class Client:
         elif client is not self and self.stalled_on is None:
             self.stalled_on = client
 
-    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, hdr: bytes | None, data: bytes) -> int:
         """Deliver to the subscribers of ``match_subject`` a message with ``subject`` on its
         MSG line (JetStream push consumers deliver stored messages to their deliver subject
         this way): every plain subscriber and one member per queue group. Returns how many got
@@ -765,7 +765,15 @@ class Client:
             sizes, header_size = b"%d %d" % (len(hdr), len(body)), len(hdr)
         else:
             sizes, header_size = b"%d" % len(body), -1
-        return self._route(plan, subject, reply, header_size, sizes, body)
+        # An internal subscription (a stream import) takes the message in its callback, which
+        # _route does not count: it got it all the same.
+        callbacks = sum(1 for sub in subs if sub.callback is not None)
+        server = self.server
+        delivering, server.delivering = server.delivering, match_subject
+        try:
+            return self._route(plan, subject, reply, header_size, sizes, body) + callbacks
+        finally:
+            server.delivering = delivering
 
     def _queue_targets(self, result, subject: bytes) -> list:
         """One member of each queue group, round robin, skipping members that cannot take the

@@ -140,6 +140,9 @@ class Server:
         self.tls = None
         self._import_depth = 0  # chained account imports being followed (cycle guard)
         self.callback_publisher = None  # the client whose message an internal callback handles
+        # While Client.deliver_as runs: the subject it routes by (a push consumer's deliver
+        # subject) when that is not the message's own; a stream import carries it across.
+        self.delivering: bytes | None = None
         self.configure_security(options)
 
     # -- properties used by clients ----------------------------------------------------------
@@ -466,7 +469,11 @@ class Server:
         body = (headers or b"") + payload
         header_size = len(headers) if headers else -1
         sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
-        self.internal_client.publish(subject, reply, header_size, sizes, body)
+        delivering, self.delivering = self.delivering, None  # a publish of its own, not a delivery
+        try:
+            self.internal_client.publish(subject, reply, header_size, sizes, body)
+        finally:
+            self.delivering = delivering
         if flush:
             self.flush_touched()
 
