@@ -849,9 +849,6 @@ class _Builder:
                     config.jetstream = _account_jetstream(item)
                     if isinstance(item, dict):
                         config.jetstream_limits = _account_jetstream_limits(item)
-                        for limit in config.jetstream_limits:
-                            if limit not in ("max_memory", "max_storage", "max_streams", "max_consumers"):
-                                self.extra.setdefault("account_options", []).append(f"{name}.jetstream.{limit}")
                 elif not self.used_as_variable(block, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')
             except _Bad as exc:
@@ -1229,15 +1226,17 @@ def _account_jetstream(value) -> bool:
     raise _Bad(f"Expected map, bool or string to define JetStream, got {_go_type(value)}")
 
 
-# opts.go parseJetStreamForAccount: the account block's keys -> natserver's limit names. The
-# last four are accepted and not enforced (warned about).
+# opts.go parseJetStreamForAccount: the account block's keys -> natserver's limit names (those
+# of $JS.API.INFO's limits).
 _ACCOUNT_JETSTREAM_LIMITS = {
     "max_memory": "max_memory", "max_mem": "max_memory", "mem": "max_memory", "memory": "max_memory",
     "max_store": "max_storage", "max_file": "max_storage", "max_disk": "max_storage", "store": "max_storage",
     "disk": "max_storage", "max_streams": "max_streams", "streams": "max_streams",
     "max_consumers": "max_consumers", "consumers": "max_consumers",
-    "max_bytes_required": "", "max_stream_bytes": "", "max_bytes": "", "mem_max_stream_bytes": "",
-    "memory_max_stream_bytes": "", "disk_max_stream_bytes": "", "store_max_stream_bytes": "", "max_ack_pending": "",
+    "max_bytes_required": "max_bytes_required", "max_stream_bytes": "max_bytes_required",
+    "max_bytes": "max_bytes_required", "mem_max_stream_bytes": "memory_max_stream_bytes",
+    "memory_max_stream_bytes": "memory_max_stream_bytes", "disk_max_stream_bytes": "storage_max_stream_bytes",
+    "store_max_stream_bytes": "storage_max_stream_bytes", "max_ack_pending": "max_ack_pending",
 }
 
 

@@ -138,8 +138,7 @@ class Api:
                 memory += stream.store.bytes
             else:
                 storage += stream.store.bytes
-        response = {
-            "type": _T + "account_info_response",
+        usage = {
             "memory": memory,
             "storage": storage,
             "streams": len(js.streams),
@@ -149,14 +148,23 @@ class Api:
                 "max_storage": js.limits.get("max_storage", -1),
                 "max_streams": js.limits.get("max_streams", -1),
                 "max_consumers": js.limits.get("max_consumers", -1),
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
+                "max_ack_pending": js.limits.get("max_ack_pending", -1),
+                "memory_max_stream_bytes": js.limits.get("memory_max_stream_bytes", -1),
+                "storage_max_stream_bytes": js.limits.get("storage_max_stream_bytes", -1),
+                "max_bytes_required": js.limits.get("max_bytes_required", False),
             },
-            **({"domain": js.domain} if js.domain else {}),
-            "api": {"total": js.api_total, "errors": js.api_errors},
         }
+        tier = js.limits.get("tier")
+        if tier:  # tiered limits (a JWT's): the account-wide ones are Go's zero values
+            response = {"type": _T + "account_info_response", **usage,
+                        "limits": {key: type(value)() for key, value in usage["limits"].items()}}
+        else:
+            response = {"type": _T + "account_info_response", **usage}
+        if js.domain:
+            response["domain"] = js.domain
+        response["api"] = {"total": js.api_total, "errors": js.api_errors}
+        if tier:
+            response["tiers"] = {tier: usage}
         self._send(reply, response)
 
     # -- streams ------------------------------------------------------------------------------

@@ -133,8 +133,9 @@ def ephemeral_name() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(EPHEMERAL_NAME_LEN))
 
 
-def set_defaults(cfg: ConsumerConfig) -> None:
-    """nats-server's setConsumerConfigDefaults."""
+def set_defaults(cfg: ConsumerConfig, account_max_ack_pending: int = -1) -> None:
+    """nats-server's setConsumerConfigDefaults (an account's max_ack_pending, when lower,
+    is the default)."""
     if cfg.max_deliver == 0:
         cfg.max_deliver = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
@@ -146,6 +147,8 @@ def set_defaults(cfg: ConsumerConfig) -> None:
             cfg.ack_wait = DEFAULT_ACK_WAIT
         if cfg.max_ack_pending == 0:
             cfg.max_ack_pending = DEFAULT_MAX_ACK_PENDING
+            if 0 < account_max_ack_pending < DEFAULT_MAX_ACK_PENDING:
+                cfg.max_ack_pending = account_max_ack_pending
     if not cfg.durable_name and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
 

@@ -97,8 +97,11 @@ class ConsumerApi:
                 if filter and cfg.filter_subject != filter:
                     raise errors.consumer_create("consumer filter subject does not match the request subject")
             stream = self._stream(stream_name)
-            set_defaults(cfg)
+            max_ack_pending = self.js.limits.get("max_ack_pending", -1)  # the account's jetstream limits
+            set_defaults(cfg, max_ack_pending)
             check_config(cfg, stream.interest_subjects(), stream.cfg.retention)  # mirrors/sources: the origins' too
+            if max_ack_pending > 0 and cfg.max_ack_pending > max_ack_pending:
+                raise errors.consumer_max_ack_pending_excess(max_ack_pending)
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)

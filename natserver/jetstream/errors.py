@@ -146,6 +146,13 @@ consumer_max_request_expires_too_small = _fixed(400, 10115, "consumer max reques
 consumer_max_deliver_backoff = _fixed(400, 10116, "max deliver is required to be > length of backoff values")
 max_consumers_reached = _fixed(400, 10026, "maximum consumers limit reached")
 max_streams_reached = _fixed(400, 10027, "maximum number of streams reached")
+no_limits = _fixed(400, 10120, "no JetStream default or applicable tiered limit present")
+stream_max_bytes_required = _fixed(400, 10113, "account requires a stream config to have max bytes set")
+stream_max_stream_bytes_exceeded = _fixed(400, 10122, "stream max bytes exceeds account limit max stream bytes")
+
+
+def consumer_max_ack_pending_excess(limit: int) -> ApiError:
+    return ApiError(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
 
 
 def consumer_invalid_sampling(err: str) -> ApiError:

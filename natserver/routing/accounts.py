@@ -88,9 +88,9 @@ class AccountConfig:
     nkey: str = ""
     jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
     mappings: list = field(default_factory=list)  # [(source, [transform.MapDest])], in order
-    jetstream: bool = False  # jetstream: enabled, or limits (natserver.jetstream)
-    # jetstream { max_mem, max_file, max_streams, max_consumers } as max_memory, max_storage,
-    # max_streams, max_consumers (absent: no limit)
+    jetstream: bool = False  # jetstream: enabled, or limits, or a JWT's limits (natserver.jetstream)
+    # jetstream { max_mem, max_file, max_streams, max_consumers, ... } (or a JWT's) as
+    # $JS.API.INFO names them: max_memory, max_storage, max_streams, max_consumers, ... (absent: no limit)
     jetstream_limits: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
