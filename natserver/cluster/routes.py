@@ -847,6 +847,17 @@ class Cluster:
         peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
         return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload)
 
+    def has_interest(self, client, subject: bytes) -> bool:
+        """Whether a route, or a leaf of the client's account, listens on ``subject``."""
+        account = self._sublist_accounts.get(id(client.sublist), b"$G")
+        for route in [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]:
+            interest = route.interest.get(account)
+            if interest is not None:
+                match = interest.match(subject)
+                if match.psubs or match.qsubs:
+                    return True
+        return False
+
     def _send_to_peers(self, peers: list, account: bytes, local_queues, allowed_queues, subject: bytes, reply,
                        header_size: int, payload) -> bool:
         """The message to each of ``peers`` with plain interest, and each of their queue groups

@@ -107,6 +107,10 @@ class ConsumerApi:
             self.api._fail(reply, rtype, exc)
             return
         self.api._send(reply, {"type": rtype, **consumer.info_json()})
+        if consumer.cfg.deliver_subject:
+            # Only after the response, as nats-server's delivery loop starts: a mirror or source
+            # consumer's owner ignores what comes before it knows the consumer's name.
+            self.js.delivery.push(consumer, time.time_ns())
 
     def add(self, stream, cfg: ConsumerConfig, name: str) -> Consumer:
         consumers = stream.consumers
@@ -135,8 +139,6 @@ class ConsumerApi:
         consumer = Consumer(stream, name, cfg, time.time_ns())
         consumers[name] = consumer
         self._save(consumer)
-        if cfg.deliver_subject:
-            self.js.delivery.push(consumer, consumer.created)
         self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
         return consumer
 

@@ -108,6 +108,8 @@ class Server:
         # every message a local client publishes (after local delivery; ``result`` is the local
         # match) and returns True when some peer took it. Messages that came from a peer are
         # delivered with Client.deliver_routed and never given to it again. See set_forwarder.
+        # ``forwarder.has_interest(client, subject)`` tells whether a peer listens on ``subject``
+        # in the client's account (a JetStream push consumer's deliver subject).
         self._forwarder = None
         # The one attribute the publish hot path tests: True when either hook is set.
         self.publish_slow = False

@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from natserver.jetstream.external import get_hash, index_name
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, free_port, needs_nats_server, running
+from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, free_port, running
 
 TIMEOUT = 30  # seconds, for each scenario (consumers are retried every 2 s in both servers)
 SERVERS = ["natserver", pytest.param("nats-server", marks=[
@@ -289,14 +289,21 @@ async def _across_the_leaf(hub_port: int, leaf_port: int) -> dict:
         await leaf.close()
 
 
-@needs_nats_server
-@pytest.mark.parametrize("leaf_kind", ["natserver", "nats-server"])
-def test_a_stream_of_another_domain_is_mirrored_over_a_leaf_node(leaf_kind, tmp_path):
-    # The hub is nats-server: natserver leaves its consumers' deliveries to its own clients
-    # (they do not cross routes or leaf connections), so a natserver hub could not serve this.
-    assert HAVE_NATS_SERVER
+def _pair(hub: str, leaf: str):
+    marks = []
+    if "nats-server" in (hub, leaf):
+        marks = [pytest.mark.skipif(not HAVE_NATS_SERVER, reason="nats-server is not installed"),
+                 pytest.mark.needs_nats_server]
+    return pytest.param(hub, leaf, marks=marks, id=f"{hub}-hub-{leaf}-leaf")
+
+
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), [
+    _pair("natserver", "natserver"), _pair("nats-server", "natserver"), _pair("natserver", "nats-server"),
+    _pair("nats-server", "nats-server")])
+def test_a_stream_of_another_domain_is_mirrored_over_a_leaf_node(hub_kind, leaf_kind, tmp_path):
+    # The hub's consumer delivers over the leaf connection as "<ack reply>@<subject>".
     leaf_listen = free_port()
-    with running("nats-server", HUB % (tmp_path / "hub", leaf_listen), tmp_path) as hub_port, \
+    with running(hub_kind, HUB % (tmp_path / "hub", leaf_listen), tmp_path) as hub_port, \
             running(leaf_kind, LEAF % (tmp_path / "leaf", leaf_listen), tmp_path) as leaf_port:
         got = asyncio.run(asyncio.wait_for(_across_the_leaf(hub_port, leaf_port), TIMEOUT))
     source = f"Nats-Stream-Source: O:{get_hash('$JS.hub.API')}"
