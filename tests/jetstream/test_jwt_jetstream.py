@@ -201,3 +201,20 @@ def test_which_jwt_limits_enable_jetstream():
         "max_memory": 0, "max_storage": -1, "max_streams": 0, "max_consumers": 0, "max_ack_pending": -1,
         "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1, "max_bytes_required": False}
     assert jetstream_limits("A", {"tiered_limits": {"R3": {"disk_storage": 5}}})["max_storage"] == 0
+
+
+async def _streams_and_limits(port: int, files: dict) -> tuple:
+    async with await nats.connect(f"nats://127.0.0.1:{port}", user_credentials=files["J"]) as nc:
+        names = json.loads((await nc.request("$JS.API.STREAM.NAMES", b"", timeout=5)).data)["streams"]
+        info = json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)
+    return names, info["streams"], info["limits"]["max_streams"]
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_jwt_accounts_streams_come_back_after_a_restart(kind, tmp_path):
+    config, files = operator_setup(tmp_path, JS_LIMITS)
+    with running(kind, config, tmp_path) as port:
+        asyncio.run(asyncio.wait_for(_play(port, files, SCENARIO[:6]), TIMEOUT))
+    with running(kind, config, tmp_path) as port:
+        got = asyncio.run(asyncio.wait_for(_streams_and_limits(port, files), TIMEOUT))
+    assert got == (["A"], 1, 4)
