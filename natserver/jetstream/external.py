@@ -134,7 +134,7 @@ class ExternalLink:
         self.sseq = 0  # the origin sequence last taken
         self.dseq = 0  # the consumer's delivery sequence last taken
         self.cname = ""  # the origin consumer's name ("" while none is set up)
-        self._lreq = -RETRY_INTERVAL  # trio-independent monotonic time of the last create request
+        self._lreq = -RETRY_INTERVAL  # time.monotonic() of the last create request (none yet)
         self._sip_until = 0.0  # a create request awaits its response until then (0: none)
         self._reply_sub = None  # the create request's reply subject
         self._deliver_sub = None  # the consumer's delivery subject
