@@ -20,7 +20,11 @@ keys (their template replaces the user's permissions and limits). Enforced limit
 ``payload``. A user JWT that expires while connected is disconnected ("User Authentication
 Expired"). What natserver does not support is refused with a clear error: URL or directory
 resolvers are a configuration error. An account's subject ``mappings`` apply as in a
-configuration file. JetStream and leaf node limits are ignored (logged once).
+configuration file. An account JWT's JetStream limits (``mem_storage``, ``disk_storage``,
+``streams``, ``consumer``, ``max_ack_pending``, ``mem_max_stream_bytes``,
+``disk_max_stream_bytes``, ``max_bytes_required``, or a ``tiered_limits`` ``R1`` tier) enable
+JetStream for the account, as nats-server's ``IsJSEnabled``, and are its JetStream account
+limits (natserver.jetstream). Leaf node limits are ignored (logged once).
 
 ``encode()`` and ``OperatorTree`` build JWTs too, for tests and tools.
 """
@@ -334,6 +338,49 @@ class JWTAccount:
         return self.claims.nats
 
 
+# A standalone server's streams have one replica: of tiered JetStream limits, this tier applies.
+JETSTREAM_TIER = "R1"
+
+
+def jetstream_limits(name: str, limits: dict) -> dict | None:
+    """An account JWT's JetStream limits as natserver.jetstream's account limits, or None when
+    they do not enable JetStream (jwt's IsJSEnabled: memory or disk storage not 0, or tiered
+    limits). As nats-server's updateAccountClaims: storage limits as given (-1: unlimited, 0:
+    none), per-stream byte limits and max_ack_pending unlimited unless positive."""
+    tiers = limits.get("tiered_limits") or {}
+    tier = ""
+    if limits.get("mem_storage", 0) or limits.get("disk_storage", 0):
+        source = limits
+    elif isinstance(tiers, dict) and tiers:
+        tier = JETSTREAM_TIER
+        source = tiers.get(JETSTREAM_TIER)
+        if not isinstance(source, dict):
+            log.warning("Account %s: no %s tier in its JetStream tiered limits: it can store nothing",
+                        name, JETSTREAM_TIER)
+            source = {}
+    else:
+        return None
+
+    def number(key: str) -> int:
+        value = source.get(key, 0)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+    def unlimited_unless_positive(key: str) -> int:
+        return number(key) if number(key) > 0 else -1
+
+    return {
+        "max_memory": number("mem_storage"),
+        "max_storage": number("disk_storage"),
+        "max_streams": number("streams"),
+        "max_consumers": number("consumer"),
+        "max_ack_pending": unlimited_unless_positive("max_ack_pending"),
+        "memory_max_stream_bytes": unlimited_unless_positive("mem_max_stream_bytes"),
+        "storage_max_stream_bytes": unlimited_unless_positive("disk_max_stream_bytes"),
+        "max_bytes_required": source.get("max_bytes_required") is True,
+        **({"tier": tier} if tier else {}),  # reported as a tier (account info's "tiers")
+    }
+
+
 class OperatorMode:
     """Trusted operators, the memory resolver and the user JWT check of CONNECT."""
 
@@ -376,9 +423,7 @@ class OperatorMode:
             account.error = "Account JWT not signed by trusted operator"
         if account.error:
             log.error("Account %s: %s", name, account.error)
-        ignored = [k for k in ("data", "leaf", "mem_storage", "disk_storage", "streams", "consumer",
-                               "max_ack_pending", "mem_max_stream_bytes", "disk_max_stream_bytes")
-                   if (claims.nats.get("limits") or {}).get(k, -1) not in (-1, 0, None)]
+        ignored = [k for k in ("data", "leaf") if (claims.nats.get("limits") or {}).get(k, -1) not in (-1, 0, None)]
         if ignored:
             log.warning("Account %s: limits %s are not enforced by natserver", name, ", ".join(ignored))
         return account
@@ -397,6 +442,9 @@ class OperatorMode:
             config.max_connections = int(limits.get("conn", -1))
             config.max_subscriptions = int(limits.get("subs", -1))
             config.max_payload = int(limits.get("payload", -1))
+            js_limits = jetstream_limits(name, limits)
+            if js_limits is not None:
+                config.jetstream, config.jetstream_limits = True, js_limits
             wildcards = limits.get("wildcards", True) is not False
             max_exports = int(limits.get("exports", -1))
             max_imports = int(limits.get("imports", -1))

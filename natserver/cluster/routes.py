@@ -98,6 +98,8 @@ class _LeafCredentials:
         self._auth_error = None
         self.auth_expires = None
         self.user_max_subs = self.user_max_payload = -1
+# jsAckPre: only replies under it may carry a delivery's subject after an "@".
+JS_ACK_PREFIX = b"$JS.ACK."
 
 
 class _RemoteInterest:
@@ -1169,6 +1171,17 @@ class Cluster:
         peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
         return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload)
 
+    def has_interest(self, client, subject: bytes) -> bool:
+        """Whether a route, or a leaf of the client's account, listens on ``subject``."""
+        account = self._sublist_accounts.get(id(client.sublist), b"$G")
+        for route in [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]:
+            interest = route.interest.get(account)
+            if interest is not None:
+                match = interest.match(subject)
+                if match.psubs or match.qsubs:
+                    return True
+        return False
+
     def _send_to_peers(self, peers: list, account: bytes, local_queues, allowed_queues, subject: bytes, reply,
                        header_size: int, payload) -> bool:
         """The message to each of ``peers`` with plain interest, and each of their queue groups
@@ -1235,7 +1248,16 @@ class Cluster:
         size = len(msg.payload)
         sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
         header_size = msg.header_size if msg.header_size > 0 else -1
-        client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
+        at = msg.reply.rfind(b"@") if msg.reply and msg.reply.startswith(JS_ACK_PREFIX) else -1
+        if 0 <= at < len(msg.reply) - 1:
+            # A JetStream push delivery (nats-server's processMsgResults): routed by its deliver
+            # subject, ``<ack reply>@<stored subject>`` carries the subject its MSG shows.
+            payload = bytes(msg.payload)
+            hdr = payload[:header_size] if header_size > 0 else None
+            body = payload[header_size:] if header_size > 0 else payload
+            client.deliver_as(msg.subject, msg.reply[at + 1:], msg.reply[:at], hdr, body)
+        else:
+            client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
         if origin is None or not self.leafs:
             return
         peers = [peer for peer in self.all_peers()

@@ -73,11 +73,20 @@ def _jetstream_extra(options) -> dict:
     return {}
 
 
-def jetstream_accounts(options) -> list:
+def operator_mode(options) -> bool:
+    return bool(options.trusted_operators or options.trusted_keys)
+
+
+def jetstream_accounts(server) -> list:
     """The accounts natserver serves JetStream to, as nats-server 2.9.10 decides: ``$G``
-    without ``accounts {}`` (and in operator mode); with accounts, those with
-    ``jetstream: enabled`` (or limits), none of them when none has it (``$G`` included)."""
-    if not options.accounts or options.trusted_operators or options.trusted_keys:
+    without ``accounts {}``; with accounts, those with ``jetstream: enabled`` (or limits);
+    in operator mode, those whose account JWT has JetStream limits (auth/jwt.py); none of
+    them when none has it (``$G`` included)."""
+    options = server.options
+    if operator_mode(options):
+        configs = server.accounts.configs.values() if server.accounts is not None else ()
+        return [config.name for config in configs if config.jetstream]
+    if not options.accounts:
         return [GLOBAL_ACCOUNT]
     return [config.name for config in options.accounts if config.jetstream]
 
@@ -97,7 +106,9 @@ class JetStream:
         # has JetStream); every other account is told it is not enabled (not_enabled.py).
         self.account_name = account_name
         account = server.accounts.get(account_name) if account_name else None
-        # The account's jetstream {} limits (-1: none): max_memory, max_storage, max_streams, max_consumers.
+        # The account's jetstream {} limits, or its JWT's (-1: none): max_memory, max_storage,
+        # max_streams, max_consumers, max_ack_pending, memory_max_stream_bytes,
+        # storage_max_stream_bytes, max_bytes_required (a bool).
         config = account.config if account is not None else None
         self.limits = dict(getattr(config, "jetstream_limits", None) or {})
         self.account = account if account is not None and account.name != GLOBAL_ACCOUNT else None
@@ -222,9 +233,11 @@ class JetStream:
     def _tell_other_accounts(self) -> None:
         """Every other account's ``$JS.API.>`` answers that JetStream is not enabled for it."""
         accounts = self.server.accounts
-        if accounts is None or not self.server.options.accounts:
+        if accounts is None or not (self.server.options.accounts or operator_mode(self.server.options)):
             return
-        system = self.server.options.system_account or SYSTEM_ACCOUNT
+        operator = getattr(self.server, "operator", None)  # its JWT may name the system account
+        system = (self.server.options.system_account or getattr(operator, "system_account", "")
+                  or SYSTEM_ACCOUNT)
         served = {engine.account_name for engine in self.engines}
         for account in list(accounts.by_name.values()):
             if account.name in served or account.name == system:
@@ -377,6 +390,10 @@ class JetStream:
             raise error()
 
     def add_stream(self, config: StreamConfig) -> Stream:
+        tier = self.limits.get("tier")
+        if tier and tier != f"R{config.num_replicas}":
+            # nats-server picks the tier by the request's num_replicas before any default.
+            raise errors.no_limits()
         cfg = check_stream_config(config, self.streams, self.limits)
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
@@ -386,7 +403,7 @@ class JetStream:
                 return existing
             raise errors.stream_name_exist()
         max_streams = self.limits.get("max_streams", -1)
-        if max_streams >= 0 and len(self.streams) >= max_streams:
+        if max_streams > 0 and len(self.streams) >= max_streams:  # (0: no limit, as nats-server)
             raise errors.max_streams_reached()
         self.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=cfg.name)
         for stream in self.streams.values():
@@ -484,14 +501,14 @@ class JetStream:
 
     # -- acks and writes ----------------------------------------------------------------------
 
-    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None) -> None:
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
         if self.account is not None:
-            self.account.publish(subject, None, headers, payload)
+            self.account.publish(subject, reply, headers, payload)
         else:
-            self.server.publish(subject, payload, headers=headers, flush=False)
+            self.server.publish(subject, payload, reply=reply, headers=headers, flush=False)
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams, after the write (and fsync)
@@ -613,7 +630,7 @@ async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     """Set JetStream up on ``server``: one engine per JetStream account (or one serving
     nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled."""
     engines: list = []
-    for name in jetstream_accounts(server.options) or [None]:
+    for name in jetstream_accounts(server) or [None]:
         engines.append(JetStream(server, name, engines=engines))
     async with trio.open_nursery() as nursery:
         for engine in engines:

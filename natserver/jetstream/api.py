@@ -138,12 +138,11 @@ class Api:
                 memory += stream.store.bytes
             else:
                 storage += stream.store.bytes
-        response = {
-            "type": _T + "account_info_response",
+        usage = {
             "memory": memory,
             "storage": storage,
             "streams": len(js.streams),
-            "consumers": sum(len(s.consumers) for s in js.streams.values()),
+            "consumers": sum(s.public_consumers() for s in js.streams.values()),
             "limits": {
                 "max_memory": js.limits.get("max_memory", -1),
                 "max_storage": js.limits.get("max_storage", -1),
@@ -154,9 +153,18 @@ class Api:
                 "storage_max_stream_bytes": js.limits.get("storage_max_stream_bytes", -1),
                 "max_bytes_required": js.limits.get("max_bytes_required", False),
             },
-            **({"domain": js.domain} if js.domain else {}),
-            "api": {"total": js.api_total, "errors": js.api_errors},
         }
+        tier = js.limits.get("tier")
+        if tier:  # tiered limits (a JWT's): the account-wide ones are Go's zero values
+            response = {"type": _T + "account_info_response", **usage,
+                        "limits": {key: type(value)() for key, value in usage["limits"].items()}}
+        else:
+            response = {"type": _T + "account_info_response", **usage}
+        if js.domain:
+            response["domain"] = js.domain
+        response["api"] = {"total": js.api_total, "errors": js.api_errors}
+        if tier:
+            response["tiers"] = {tier: usage}
         self._send(reply, response)
 
     # -- streams ------------------------------------------------------------------------------

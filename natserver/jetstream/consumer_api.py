@@ -106,6 +106,10 @@ class ConsumerApi:
             self.api._fail(reply, rtype, exc)
             return
         self.api._send(reply, {"type": rtype, **consumer.info_json()})
+        if consumer.cfg.deliver_subject:
+            # Only after the response, as nats-server's delivery loop starts: a mirror or source
+            # consumer's owner ignores what comes before it knows the consumer's name.
+            self.js.delivery.push(consumer, time.time_ns())
 
     def add(self, stream, cfg: ConsumerConfig, name: str) -> Consumer:
         consumers = stream.consumers
@@ -117,12 +121,15 @@ class ConsumerApi:
             existing.cfg = cfg
             self._save(existing)
             return existing
-        if stream.cfg.max_consumers > 0 and len(consumers) >= stream.cfg.max_consumers:
-            raise errors.max_consumers_reached()
+        # nats-server: the stream's max_consumers, or the account's when that is lower, bounds
+        # this stream's consumers (the account's limit is per stream, not a total).
+        max_consumers = stream.cfg.max_consumers
         account_max = self.js.limits.get("max_consumers", -1)  # the account's jetstream limits
-        if account_max >= 0 and sum(len(s.consumers) for s in self.js.streams.values()) >= account_max:
+        if max_consumers <= 0 or 0 < account_max < max_consumers:
+            max_consumers = account_max
+        if max_consumers > 0 and stream.public_consumers() >= max_consumers:
             raise errors.max_consumers_reached()
-        if stream.cfg.retention == "workqueue":
+        if stream.cfg.retention == "workqueue" and not cfg.direct:
             check_workqueue(cfg, consumers.values())
         if not name:
             name = ephemeral_name()
@@ -132,8 +139,6 @@ class ConsumerApi:
         consumer.num_pending()  # the first count, as nats-server's setLeader makes it
         consumers[name] = consumer
         self._save(consumer)
-        if cfg.deliver_subject:
-            self.js.delivery.push(consumer, consumer.created)
         self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
         return consumer
 
@@ -188,7 +193,7 @@ class ConsumerApi:
         except ApiError as exc:
             self.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
             return
-        names = sorted(stream.consumers)
+        names = sorted(name for name, c in stream.consumers.items() if not c.cfg.direct)
         offset = min(max(offset, 0), len(names))
         limit = LIST_LIMIT if full else NAMES_LIMIT
         page = names[offset : offset + limit]

@@ -246,8 +246,7 @@ class Delivery:
         dsubj = consumer.cfg.deliver_subject.encode()
         server = self.server
         client = self.js.client
-        result = client.sublist.match(dsubj)
-        if not (result.psubs or result.qsubs):
+        if not client.has_interest(dsubj):  # here, or on a route or leaf connection
             consumer.retry_at = now + NO_INTEREST_RETRY
             self.poke()
             return
@@ -456,8 +455,7 @@ class Delivery:
         cfg = consumer.cfg
         if not cfg.durable_name and cfg.inactive_threshold:
             if cfg.deliver_subject:
-                result = self.js.client.sublist.match(cfg.deliver_subject.encode())
-                if result.psubs or result.qsubs:
+                if self.js.client.has_interest(cfg.deliver_subject.encode()):
                     consumer.active_at = now
             elif consumer.waiting:
                 consumer.active_at = now

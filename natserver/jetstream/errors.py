@@ -152,6 +152,7 @@ consumer_max_request_expires_too_small = _fixed(400, 10115, "consumer max reques
 consumer_max_deliver_backoff = _fixed(400, 10116, "max deliver is required to be > length of backoff values")
 max_consumers_reached = _fixed(400, 10026, "maximum consumers limit reached")
 max_streams_reached = _fixed(400, 10027, "maximum number of streams reached")
+no_limits = _fixed(400, 10120, "no JetStream default or applicable tiered limit present")
 
 
 def consumer_invalid_sampling(err: str) -> ApiError:
@@ -171,3 +172,15 @@ mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain ot
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")
 source_max_message_size_too_big = _fixed(400, 10046, "stream source must have max message size >= target")
+
+
+def stream_external_api_overlap(prefix: str, subject: str) -> ApiError:
+    return ApiError(400, 10021, f"stream external api prefix {prefix} must not overlap with {subject}")
+
+
+def stream_external_deliver_overlap(prefix: str, subject: str) -> ApiError:
+    return ApiError(400, 10022, f"stream external delivery prefix {prefix} overlaps with stream subject {subject}")
+
+
+def stream_external_deliver_wildcards(prefix: str) -> ApiError:
+    return ApiError(400, 10024, f"stream external delivery prefix {prefix} must not contain wildcards")

@@ -88,8 +88,9 @@ def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
     if config:
         detail["config"] = stream.cfg.to_json()
     detail["state"] = stream.state_json()
-    if consumers and stream.consumers:
-        detail["consumer_detail"] = [_consumer_detail(c, config) for c in stream.consumers.values()]
+    public = [c for c in stream.consumers.values() if not c.cfg.direct]  # (as nats-server's getPublicConsumers)
+    if consumers and public:
+        detail["consumer_detail"] = [_consumer_detail(c, config) for c in public]
     detail.update(stream.sourcing_json())  # "mirror" / "sources", after the consumers
     return detail
 

@@ -13,6 +13,8 @@ but what a client sees is nats-server's:
   nats-server does, so it is exactly as durable as the messages themselves.
 * an origin that does not exist (yet) is retried: the link reports ``active: -1`` and the
   error ``stream not found``, and starts copying once the stream is created.
+* an origin in another account or domain (``external``) is another engine's or server's:
+  ``external.ExternalLink`` reaches it by messages, with an internal consumer, as nats-server.
 
 A pump task copies whatever is new whenever a followed stream stores a message, at most
 ``BATCH`` messages per link before it lets other tasks run, and refreshes ``active`` every
@@ -29,6 +31,7 @@ import trio
 
 from . import errors
 from .consumer import parse_time
+from .external import SOURCE_HEADER, ExternalLink, index_name
 from .store import StoreError
 from .util import gen_header, get_header, remove_header
 
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("natserver")
 
-SOURCE_HEADER = b"Nats-Stream-Source"  # nats-server's JSStreamSource
 BATCH = 1024  # messages copied per link in one go (then the other tasks get a turn)
 HEARTBEAT = 1.0  # seconds: nats-server's source consumers send idle heartbeats every second
 
@@ -151,6 +153,13 @@ class SourceLink:
         return True
 
 
+def new_link(stream: "Stream", spec: dict, mirror: bool):
+    """A link to an origin of this engine (read directly), or to an external one (by messages)."""
+    if "external" in spec:
+        return ExternalLink(stream, spec, mirror)
+    return SourceLink(stream, spec, mirror)
+
+
 def recover_source_positions(stream: "Stream", links: list) -> None:
     """Each source's next origin sequence from the last ``Nats-Stream-Source`` header in the
     stream (scanning backwards until every source is found)."""
@@ -194,25 +203,29 @@ class Sourcing:
         """(Re)build a stream's links from its configuration; a source that stays keeps its
         position. nats-server indexes sources by origin name: a repeated one counts once."""
         cfg = stream.cfg
-        old = {link.origin: link for link in stream.links}
+        old = {link._iname: link for link in stream.links}
         links: list = []
         if cfg.mirror is not None:
             keep = stream.links[0] if stream.links and stream.links[0].mirror else None
-            links.append(keep or SourceLink(stream, cfg.mirror, True))
+            links.append(keep or new_link(stream, cfg.mirror, True))
         else:
             by_name: dict = {}
             for spec in cfg.sources or []:
-                link = old.get(spec["name"])
+                iname = index_name(spec).encode()
+                link = old.get(iname)
                 if link is None or link.spec != spec:
-                    fresh = SourceLink(stream, spec, False)
+                    fresh = new_link(stream, spec, False)
                     if link is not None:  # a changed filter goes on from where it was
                         fresh.next, fresh.active, fresh.error = link.next, link.active, link.error
                     link = fresh
-                by_name[spec["name"]] = link
+                by_name[iname] = link
             links = list(by_name.values())
+        for link in stream.links:
+            if link not in links and isinstance(link, ExternalLink):
+                link.close()  # its consumer is dropped (and left to the origin's inactive threshold)
         stream.links = links
         for link in links:  # nats-server knows at once when the origin is missing
-            if link.origin not in self.engine.streams:
+            if isinstance(link, SourceLink) and link.origin not in self.engine.streams:
                 link.error, link.active = errors.stream_not_found(), 0
         if recovering:
             recover_source_positions(stream, links)
@@ -220,12 +233,15 @@ class Sourcing:
         self.wake()
 
     def detach(self, stream: "Stream") -> None:
+        for link in stream.links:
+            if isinstance(link, ExternalLink):
+                link.close()
         stream.links = []
         self.refresh_followed()
 
     def refresh_followed(self) -> None:
         streams = self.engine.streams
-        followed = {link.origin for s in streams.values() for link in s.links}
+        followed = {link.origin for s in streams.values() for link in s.links if isinstance(link, SourceLink)}
         for s in streams.values():
             s.followed = s.name in followed
         if followed:

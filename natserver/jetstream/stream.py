@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..routing.transform import SubjectTransform
 from . import errors
 from .errors import ApiError
+from .external import check_external
 from .store import StoreError
 from .util import (
     dumps,
@@ -296,8 +297,9 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         cfg.mirror = decode_source(cfg.mirror)
         if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
             raise invalid("detected cycle")
+        # nats-server checks a stream of this account with the origin's name, external or not.
         origin = streams.get(cfg.mirror["name"])
-        if origin is not None and "external" not in cfg.mirror:
+        if origin is not None:
             if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
                 raise errors.mirror_max_message_size_too_big()
             _check_source_filter("mirror", cfg.mirror, origin)
@@ -309,15 +311,11 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             if src["name"] == cfg.name and "external" not in src:
                 raise invalid("detected cycle")
             origin = streams.get(src["name"])
-            if origin is not None and "external" not in src:
+            if origin is not None:
                 if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
                     raise errors.source_max_message_size_too_big()
                 _check_source_filter("source", src, origin)
-    for src in ([cfg.mirror] if cfg.mirror else []) + (cfg.sources or []):
-        if "external" in src:
-            # Not in nats-server: a standalone natserver reaches no other JetStream domain.
-            raise invalid("stream mirrors and sources from another JetStream domain (external) are "
-                          "not supported by natserver")
+    check_external(cfg, streams)
     if cfg.storage == "any":
         raise invalid("storage type 'any' can not be used for a stream")
     if not cfg.subjects and cfg.mirror is None and not cfg.sources:
@@ -511,12 +509,19 @@ class Stream:
             if recovered[-1][1] == store.last_seq:
                 self.lmsgid = recovered[-1][0]
 
+    def public_consumers(self) -> int:
+        """Consumers but the direct ones (a mirror or source's, elsewhere): nats-server neither
+        counts nor lists those (numPublicConsumers)."""
+        return sum(1 for c in self.consumers.values() if not c.cfg.direct)
+
     def interest_subjects(self, depth: int = 0) -> list:
         """The stream's subjects and those of the streams it mirrors or sources, recursively
         (nats-server's gatherSourceMirrorSubjects): what consumer filters are checked against."""
         subjects = list(self.cfg.subjects or ())
         if depth < 8:  # a cycle of mirrors can not be configured; bound the walk anyway
             for spec in ([self.cfg.mirror] if self.cfg.mirror else []) + list(self.cfg.sources or ()):
+                if "external" in spec:
+                    continue  # not this account's stream: its subjects are not known here
                 origin = self.engine.streams.get(spec["name"])
                 if origin is not None:
                     subjects += [s for s in origin.interest_subjects(depth + 1) if s not in subjects]
@@ -739,7 +744,7 @@ class Stream:
             n = store.num_deleted()
             if n:
                 out["num_deleted"] = n
-        out["consumer_count"] = len(self.consumers)
+        out["consumer_count"] = self.public_consumers()
         return out
 
     def sourcing_json(self) -> dict:

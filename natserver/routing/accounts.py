@@ -88,9 +88,9 @@ class AccountConfig:
     nkey: str = ""
     jwt: object = None  # natserver.auth.jwt.AccountClaims in operator mode
     mappings: list = field(default_factory=list)  # [(source, [transform.MapDest])], in order
-    jetstream: bool = False  # jetstream: enabled, or limits (natserver.jetstream)
-    # jetstream { max_mem, max_file, max_streams, max_consumers } as max_memory, max_storage,
-    # max_streams, max_consumers (absent: no limit)
+    jetstream: bool = False  # jetstream: enabled, or limits, or a JWT's limits (natserver.jetstream)
+    # jetstream { max_mem, max_file, max_streams, max_consumers, ... } (or a JWT's) as
+    # $JS.API.INFO names them: max_memory, max_storage, max_streams, max_consumers, ... (absent: no limit)
     jetstream_limits: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
@@ -338,8 +338,23 @@ class Account:
         header_size = len(headers) if headers else -1
         sizes = f"{len(headers)} {len(payload)}".encode() if headers else str(len(payload)).encode()
         server._import_depth += 1
+        delivering, server.delivering = server.delivering, None  # a publish, not a delivery
         try:
             self.internal.publish(subject, reply, header_size, sizes, payload)
+        finally:
+            server._import_depth -= 1
+            server.delivering = delivering
+
+    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, headers: bytes | None,
+                   body: bytes) -> None:
+        """Deliver into this account by ``match_subject`` a message showing ``subject`` (a
+        push consumer's delivery that came through a stream import, as nats-server does)."""
+        server = self.server
+        if server._import_depth >= MAX_IMPORT_DEPTH:
+            return  # an import cycle: stop here
+        server._import_depth += 1
+        try:
+            self.internal.deliver_as(match_subject, subject, reply, headers, body)
         finally:
             server._import_depth -= 1
 
@@ -369,6 +384,16 @@ class Account:
         target = self
 
         def deliver(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
+            delivering = target.server.delivering
+            if delivering is not None:
+                # A JetStream push delivery: routed by its deliver subject (mapped like any
+                # subject of the import), still showing the stored message's subject.
+                if mapper is not None:
+                    delivering = mapper(delivering.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+                elif not has_wildcard(imp.subject):
+                    delivering = literal_to
+                target.deliver_as(delivering, subject, reply, headers, body)
+                return
             if mapper is not None:
                 mapped = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
             elif has_wildcard(imp.subject):

@@ -760,7 +760,7 @@ class Client:
         elif client is not self and self.stalled_on is None:
             self.stalled_on = client
 
-    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
+    def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, hdr: bytes | None, data: bytes) -> int:
         """Deliver to the subscribers of ``match_subject`` a message with ``subject`` on its
         MSG line (JetStream push consumers deliver stored messages to their deliver subject
         this way): every plain subscriber and one member per queue group. Returns how many got
@@ -769,8 +769,18 @@ class Client:
         subs = list(result.psubs)
         if result.qsubs:
             subs += [entry[0] for entry in self._queue_targets(result, match_subject)]
+        server = self.server
+        forwarder = server._forwarder
+        forwarded = 0
+        if forwarder is not None and self.forwards:
+            # Peers get it by the deliver subject, the stored subject after an "@" in the reply
+            # (nats-server's processMsgResults), and route it as Cluster.deliver does.
+            body = (hdr or b"") + data
+            fwd_reply = reply + b"@" + subject if reply and subject != match_subject else reply
+            if forwarder.forward(self, result, match_subject, fwd_reply, len(hdr) if hdr else -1, body):
+                forwarded = 1
         if not subs:
-            return 0
+            return forwarded
         prefix = MSG_ + subject + SP
         plan = _DeliveryPlan(tuple((sub, sub.client, prefix + sub.sid_part) for sub in subs))
         body = (hdr or b"") + data
@@ -778,7 +788,23 @@ class Client:
             sizes, header_size = b"%d %d" % (len(hdr), len(body)), len(hdr)
         else:
             sizes, header_size = b"%d" % len(body), -1
-        return self._route(plan, subject, reply, header_size, sizes, body)
+        # An internal subscription (a stream import) takes the message in its callback, which
+        # _route does not count: it got it all the same.
+        callbacks = sum(1 for sub in subs if sub.callback is not None)
+        delivering, server.delivering = server.delivering, match_subject
+        try:
+            return self._route(plan, subject, reply, header_size, sizes, body) + callbacks + forwarded
+        finally:
+            server.delivering = delivering
+
+    def has_interest(self, subject: bytes) -> bool:
+        """Whether anyone, here or (through the forwarder) on a peer server, listens on
+        ``subject`` in this client's account. Part of the core's interface."""
+        result = self.sublist.match(subject)
+        if result.psubs or result.qsubs:
+            return True
+        forwarder = self.server._forwarder
+        return forwarder is not None and self.forwards and forwarder.has_interest(self, subject)
 
     def _queue_targets(self, result, subject: bytes) -> list:
         """One member of each queue group, round robin, skipping members that cannot take the

@@ -120,6 +120,8 @@ class Server:
         # every message a local client publishes (after local delivery; ``result`` is the local
         # match) and returns True when some peer took it. Messages that came from a peer are
         # delivered with Client.deliver_routed and never given to it again. See set_forwarder.
+        # ``forwarder.has_interest(client, subject)`` tells whether a peer listens on ``subject``
+        # in the client's account (a JetStream push consumer's deliver subject).
         self._forwarder = None
         # The one attribute the publish hot path tests: True when either hook is set.
         self.publish_slow = False
@@ -156,6 +158,9 @@ class Server:
         self.tls = None
         self._import_depth = 0  # chained account imports being followed (cycle guard)
         self.callback_publisher = None  # the client whose message an internal callback handles
+        # While Client.deliver_as runs: the subject it routes by (a push consumer's deliver
+        # subject) when that is not the message's own; a stream import carries it across.
+        self.delivering: bytes | None = None
         self.configure_security(options)
 
     # -- properties used by clients ----------------------------------------------------------
@@ -504,7 +509,11 @@ class Server:
         body = (headers or b"") + payload
         header_size = len(headers) if headers else -1
         sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
-        self.internal_client.publish(subject, reply, header_size, sizes, body)
+        delivering, self.delivering = self.delivering, None  # a publish of its own, not a delivery
+        try:
+            self.internal_client.publish(subject, reply, header_size, sizes, body)
+        finally:
+            self.delivering = delivering
         if flush:
             self.flush_touched()
 

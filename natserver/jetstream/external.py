@@ -1,0 +1,348 @@
+"""Mirrors and sources in another account or JetStream domain (``external: {api, deliver}``).
+
+The origin is not this engine's, so it is reached as nats-server reaches every origin: by
+messages through the core. For each link the engine, as an internal client of its account,
+
+* subscribes to a delivery subject under the ``deliver`` prefix (``<deliver>.M.<random>`` for a
+  mirror, ``.S.`` for a source) and to a reply subject ``$JSC.R.<random>``;
+* publishes a CONSUMER.CREATE request to ``<api>.CONSUMER.CREATE.<origin>`` (or the named form
+  with a filter) for a direct, ack-none push consumer with flow control and 1 s heartbeats,
+  starting after what the stream already has;
+* stores what arrives on the delivery subject, taking the origin's sequence, delivery
+  sequence, timestamp and pending count from the ``$JS.ACK`` reply subject; answers flow
+  control requests; and sets the consumer up again (at most every 2 s, as nats-server) when the
+  heartbeats say it missed something, when nothing arrives for 3 s, or when the create
+  request goes unanswered for 5 s.
+
+So account B mirrors account A's stream when it imports A's ``$JS.API.>`` (under a prefix),
+A's delivery subjects and A's ``$JS.FC.>``; and a stream of another domain (``$JS.<domain>.API``)
+is mirrored over a leaf node. What the stream then holds, and its ``Nats-Stream-Source``
+headers (``<origin>:<hash of api> <sequence>``), are nats-server 2.9.10's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import ApiError
+from .store import StoreError
+from .util import dumps, gen_header, get_header, is_valid_subject, loads, remove_header, subjects_collide
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+log = logging.getLogger("natserver")
+
+SOURCE_HEADER = b"Nats-Stream-Source"  # nats-server's JSStreamSource
+RETRY_INTERVAL = 2.0  # seconds: nats-server's sourceConsumerRetryThreshold
+CREATE_TIMEOUT = 5.0  # seconds nats-server waits for a consumer create response
+HEARTBEAT_NS = 1_000_000_000  # sourceHealthCheckInterval: the consumer's idle heartbeat
+STALLED_NS = 3 * HEARTBEAT_NS  # nothing for this long: set the consumer up again
+ACK_WAIT_NS = 22 * 3600 * 1_000_000_000  # nats-server's ack_wait for these consumers (22h)
+API_PREFIX = "$JS.API"  # JSApiPrefix, replaced by the external api prefix
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_HASH_LEN = 8  # sysHashLen
+_SUFFIX_LEN = 8  # replySuffixLen
+_CONTROL = b"NATS/1.0 100 "
+_LAST_CONSUMER = b"Nats-Last-Consumer"
+_STALLED = b"Nats-Consumer-Stalled"
+_ACK_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
+
+
+def get_hash(name: str) -> str:
+    """nats-server's getHash: the first 8 bytes of SHA-256, each as one of 62 digits."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(_DIGITS[b % len(_DIGITS)] for b in digest[:_HASH_LEN])
+
+
+def sync_subject(prefix: str) -> str:
+    """nats-server's syncSubject: ``prefix`` and 8 random digits."""
+    n = random.getrandbits(63)
+    out = []
+    for _ in range(_SUFFIX_LEN):
+        out.append(_DIGITS[n % len(_DIGITS)])
+        n //= len(_DIGITS)
+    return f"{prefix}.{''.join(out)}"
+
+
+def index_name(spec: dict) -> str:
+    """nats-server's iname: the origin's name, and for an external one a hash of its api."""
+    ext = spec.get("external")
+    return f"{spec['name']}:{get_hash(ext.get('api', ''))}" if ext is not None else spec["name"]
+
+
+def check_external(cfg, streams: dict) -> None:
+    """nats-server's checks of external prefixes (checkStreamCfg): the deliver prefix must be a
+    subject without wildcards that does not collide with an origin's subjects under it; the
+    api prefix must be such a subject too, and not overlap ``$JS.API``."""
+    deliver_prefixes, api_prefixes, origin_subjects = [], [], []
+    for spec in ([cfg.mirror] if cfg.mirror else []) + list(cfg.sources or ()):
+        origin = streams.get(spec["name"])
+        if origin is not None:  # (an origin of this account of the same name, as nats-server)
+            origin_subjects += origin.cfg.subjects
+        ext = spec.get("external")
+        if ext is None:
+            continue
+        if ext.get("deliver"):
+            deliver_prefixes.append(ext["deliver"])
+        if ext.get("api"):
+            api_prefixes.append(ext["api"])
+    for prefix in deliver_prefixes:
+        if not _valid_publish_subject(prefix):
+            raise errors.stream_external_deliver_wildcards(prefix)
+        for subject in origin_subjects:
+            if subjects_collide(subject, f"{prefix}.{subject}"):
+                raise errors.stream_external_deliver_overlap(prefix, subject)
+    for prefix in api_prefixes:
+        if not _valid_publish_subject(prefix):
+            raise errors.stream_invalid_config(
+                f'stream external api prefix "{prefix}" must be a valid subject without wildcards')
+        if subjects_collide(prefix, API_PREFIX):
+            raise errors.stream_external_api_overlap(prefix, API_PREFIX)
+
+
+def _valid_publish_subject(subject: str) -> bool:
+    return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
+
+
+class ExternalLink:
+    """One mirror or source whose origin is reached by messages (see the module docstring);
+    the same face to ``sourcing.Sourcing`` and the stream info as ``sourcing.SourceLink``."""
+
+    __slots__ = ("stream", "spec", "origin", "filter", "mirror", "external", "_iname", "next", "active",
+                 "error", "from_new", "lag", "sseq", "dseq", "cname", "_lreq", "_sip_until",
+                 "_reply_sub", "_deliver_sub", "_blocked")
+
+    def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
+        self.stream = stream
+        self.spec = spec
+        self.origin = spec["name"]
+        self.filter = spec.get("filter_subject", "")
+        self.mirror = mirror
+        self.external = spec["external"]
+        self._iname = index_name(spec).encode()
+        self.next = 0  # the next origin sequence wanted (0: from the configured start)
+        self.active = 0  # time.time_ns() of the last message from the consumer (0: none)
+        self.error: ApiError | None = None  # the consumer create request's error
+        self.from_new = False  # a purged source's restart: only what the origin gets from now on
+        self.lag = 0
+        self.sseq = 0  # the origin sequence last taken
+        self.dseq = 0  # the consumer's delivery sequence last taken
+        self.cname = ""  # the origin consumer's name ("" while none is set up)
+        self._lreq = -RETRY_INTERVAL  # time.monotonic() of the last create request (none yet)
+        self._sip_until = 0.0  # a create request awaits its response until then (0: none)
+        self._reply_sub = None  # the create request's reply subject
+        self._deliver_sub = None  # the consumer's delivery subject
+        self._blocked = ""  # the store's last refusal (logged once)
+
+    # -- reports --------------------------------------------------------------------------------
+
+    def info_json(self, now: int) -> dict:
+        """StreamSourceInfo: name, external, lag, active (-1: never heard from), error."""
+        out: dict = {"name": self.origin, "external": dict(self.external), "lag": self.lag,
+                     "active": now - self.active if self.active else -1}
+        if self.error is not None:
+            out["error"] = self.error.to_json()
+        return out
+
+    # -- the consumer ---------------------------------------------------------------------------
+
+    def pump(self, now: int) -> bool:
+        """Called about every second (and when anything changes): set the consumer up when
+        there is none, or when it has gone quiet; never copies anything itself."""
+        clock = time.monotonic()
+        if self._sip_until:
+            if clock < self._sip_until:
+                return False
+            self._sip_until = 0.0  # no response: nobody answered the request
+            self._cancel()
+        stalled = self.cname and self.active and now - self.active > STALLED_NS
+        if (not self.cname or stalled) and clock - self._lreq >= RETRY_INTERVAL:
+            self._setup(now, clock)
+        return False
+
+    def close(self) -> None:
+        self._cancel()
+        self.cname = ""
+
+    def _cancel(self) -> None:
+        self._unsubscribe("_reply_sub")
+        self._unsubscribe("_deliver_sub")
+
+    def _unsubscribe(self, slot: str) -> None:
+        sub = getattr(self, slot)
+        if sub is not None:
+            setattr(self, slot, None)
+            try:
+                self.stream.engine.unsubscribe(sub)
+            except Exception:  # noqa: BLE001 (the server may be half torn down already)
+                log.debug("source subscription already gone")
+
+    def _retry(self) -> None:
+        """Drop the consumer; the next pump after RETRY_INTERVAL sets another one up."""
+        self._cancel()
+        self.cname = ""
+        self._sip_until = 0.0
+        self.stream.engine.sourcing.wake()
+
+    def _setup(self, now: int, clock: float) -> None:
+        self._cancel()
+        self.cname = ""
+        self._lreq = clock
+        engine = self.stream.engine
+        store = self.stream.store
+        deliver_prefix = self.external.get("deliver", "")
+        kind = "M" if self.mirror else "S"
+        if deliver_prefix:
+            deliver = f"{deliver_prefix}.{kind}.".replace("..", ".") + sync_subject("")[1:]
+        else:
+            deliver = sync_subject(f"$JS.{kind}")
+        config: dict = {"deliver_subject": deliver}
+        if self.mirror:
+            self.sseq = store.last_seq
+            start = store.last_seq + 1
+            if store.last_seq == 0:  # the first time: the configured start
+                start = self.spec.get("opt_start_seq", 0)
+                if not start and self.spec.get("opt_start_time"):
+                    config.update(deliver_policy="by_start_time", opt_start_time=self.spec["opt_start_time"])
+            if start:
+                config.update(deliver_policy="by_start_sequence", opt_start_seq=start)
+            elif "deliver_policy" not in config:
+                config["deliver_policy"] = "all"
+        else:
+            seq = self.next
+            if seq > 1:
+                config.update(deliver_policy="by_start_sequence", opt_start_seq=seq)
+            elif self.spec.get("opt_start_seq"):
+                config.update(deliver_policy="by_start_sequence", opt_start_seq=self.spec["opt_start_seq"])
+            elif self.spec.get("opt_start_time"):
+                config.update(deliver_policy="by_start_time", opt_start_time=self.spec["opt_start_time"])
+            elif self.from_new:
+                config["deliver_policy"] = "new"
+        config.update(ack_policy="none", ack_wait=ACK_WAIT_NS, max_deliver=1, idle_heartbeat=HEARTBEAT_NS,
+                      flow_control=True, direct=True)
+        if self.filter:
+            config["filter_subject"] = self.filter
+            name = f"{'mirror' if self.mirror else 'src'}-{get_hash(sync_subject('n'))}"
+            if not self.mirror:  # (nats-server names a mirror's consumer only in the subject)
+                config["name"] = name
+            subject = f"{API_PREFIX}.CONSUMER.CREATE.{self.origin}.{name}.{self.filter}"
+        else:
+            subject = f"{API_PREFIX}.CONSUMER.CREATE.{self.origin}"
+        subject = subject.replace(API_PREFIX, self.external.get("api", ""), 1).replace("..", ".")
+        reply = sync_subject("$JSC.R")
+        # Both subscriptions first: an origin may deliver before it answers.
+        self._reply_sub = engine.subscribe(reply, self._on_create)
+        self._deliver_sub = engine.subscribe(deliver, self._on_msg)
+        self._sip_until = clock + CREATE_TIMEOUT
+        self.dseq = 0
+        engine.send(subject.encode(), dumps({"stream_name": self.origin, "config": config}), reply=reply.encode())
+
+    def _on_create(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        self._unsubscribe("_reply_sub")
+        self._sip_until = 0.0
+        try:
+            resp = loads(payload)
+            error = resp.get("error")
+            if error is None and not resp.get("name"):
+                error = {"code": 500, "err_code": 10029 if self.mirror else 10045, "description": "no consumer info"}
+        except ValueError:
+            error = errors.invalid_json().to_json()
+        if error is not None:
+            self.error = ApiError(error.get("code", 0), error.get("err_code", 0), error.get("description", ""))
+            log.warning("JetStream error response for create %s consumer: %s", "mirror" if self.mirror else "source",
+                        self.error.description)
+            self._retry()
+            return
+        self.error = None
+        self.active = time.time_ns()  # nats-server counts from here when it looks for a stall
+        if self.cname == resp["name"]:
+            return  # delivering already (the origin delivered before it answered)
+        self.cname = resp["name"]
+        if self.mirror:
+            delivered = int((resp.get("delivered") or {}).get("stream_seq", 0))
+            store = self.stream.store
+            if delivered > store.last_seq:  # the origin has no longer what we would want next
+                store.skip_to(delivered, time.time_ns())
+            self.sseq = max(delivered, store.last_seq)
+
+    def _on_msg(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        if hdr and not payload and hdr.startswith(_CONTROL):
+            self._on_control(reply, hdr)
+            return
+        tokens = reply.split(b".") if reply else []
+        if len(tokens) != _ACK_TOKENS or tokens[0] != b"$JS" or tokens[1] != b"ACK":
+            return
+        cname = tokens[3].decode("utf-8", "replace")
+        if cname != self.cname:
+            if self.cname or not self._sip_until:
+                return  # an old consumer's
+            self.cname = cname  # delivering before its create response came back
+        try:
+            dc, sseq, dseq, ts, pending = (int(t) for t in tokens[4:])
+        except ValueError:
+            return
+        if dc > 1:
+            return
+        self.active = time.time_ns()
+        target = self.stream
+        if self.mirror:
+            if sseq <= self.sseq:
+                return  # had it already
+            if sseq != self.sseq + 1 and self.dseq and dseq != self.dseq + 1:
+                self._retry()  # something went missing on the way
+                return
+        elif dseq != self.dseq + 1 and self.dseq:
+            if dseq <= self.dseq:
+                return
+            self._retry()
+            return
+        self.lag = pending - 1 if pending else 0
+        try:
+            if self.mirror:
+                if sseq > target.store.last_seq + 1:  # the origin has none in between
+                    target.store.skip_to(sseq - 1, ts)
+                if sseq > target.store.last_seq:
+                    target.store_sourced(subject, hdr or b"", payload, ts)
+            else:
+                # The last hop names itself, as nats-server's: a daisy chain's header is replaced.
+                hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
+                hdr = gen_header(hdr, SOURCE_HEADER, self._iname + b" " + tokens[5])
+                target.store_sourced(subject, hdr, payload, time.time_ns())
+        except StoreError as exc:
+            # Refused by the stream's limits: ask again from this message later, as nats-server.
+            if self._blocked != str(exc):
+                self._blocked = str(exc)
+                log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
+                            target.name, sseq, self.origin, exc)
+            self.next = sseq
+            self._retry()
+            return
+        self._blocked = ""
+        self.sseq, self.dseq = sseq, dseq
+        self.next = sseq + 1
+
+    def _on_control(self, reply, hdr: bytes) -> None:
+        """A flow control request (answered) or an idle heartbeat (checked against what we
+        have: a delivery sequence we did not see means a retry)."""
+        if not self.cname and not self._sip_until:
+            return
+        self.active = time.time_ns()
+        engine = self.stream.engine
+        if reply:
+            engine.send(reply, b"")
+            return
+        last = get_header(_LAST_CONSUMER, hdr)
+        if last.isdigit() and int(last) > 0 and int(last) != self.dseq:
+            if not self.mirror:
+                self.next = self.sseq + 1
+            self._retry()
+            return
+        stalled = get_header(_STALLED, hdr)
+        if stalled:
+            engine.send(stalled, b"")
