@@ -191,6 +191,11 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_max_request_expires_too_small()
     if 0 < max_ack_pending_limit < cfg.max_ack_pending:
         raise errors.consumer_max_pending_ack_excess(max_ack_pending_limit)
+    if cfg.direct:  # (what a mirror or source asks an origin for: push, ephemeral)
+        if not cfg.deliver_subject:
+            raise errors.consumer_direct_requires_push()
+        if cfg.durable_name:
+            raise errors.consumer_direct_requires_ephemeral()
     if cfg.deliver_group and not cfg.deliver_subject:
         raise errors.consumer_deliver_group_requires_push()
     if cfg.filter_subject:

@@ -135,6 +135,8 @@ consumer_deliver_cycle = _fixed(400, 10081, "consumer deliver subject forms a cy
 consumer_max_pending_requires_ack = _fixed(400, 10082, "consumer requires ack policy for max ack pending")
 consumer_small_heartbeat = _fixed(400, 10083, "consumer idle heartbeat needs to be >= 100ms")
 consumer_pull_with_rate_limit = _fixed(400, 10086, "consumer in pull mode can not have rate limit set")
+consumer_direct_requires_push = _fixed(400, 10090, "consumer direct requires a push based consumer")
+consumer_direct_requires_ephemeral = _fixed(400, 10091, "consumer direct requires an ephemeral consumer")
 stream_max_bytes_required = _fixed(400, 10113, "account requires a stream config to have max bytes set")
 stream_max_stream_bytes_exceeded = _fixed(400, 10122, "stream max bytes exceeds account limit max stream bytes")
 
