@@ -210,6 +210,7 @@ class Client:
         # armed), and whether that is still the timer armed at accept, which CONNECT brings
         # forward (server.go firstClientPingInterval).
         self.ping_due: float | None = None
+        self.auth_due: float | None = None  # the auth timer (keepalive.PingTimers.arm_auth)
         self._first_ping = False
         # Protocol tracing (server/trace.py): a payload whose trace line waits for an -ERR.
         self.trace_payload_due = None
@@ -270,7 +271,7 @@ class Client:
                 self._first_ping = True
                 self.server.ping_timers.arm(self, self.server.options.ping_interval)
                 if self.server.auth_required:
-                    nursery.start_soon(self._auth_timer)
+                    self.server.ping_timers.arm_auth(self, self.server.options.auth_timeout)
                 await self._read_loop()
         except Exception:
             log.exception("cid:%d - internal error; closing this client", self.cid)
@@ -910,6 +911,7 @@ class Client:
         if self.no_responders and not self.headers:
             raise ProtocolError(errors.NO_RESPONDERS_NEEDS_HEADERS, "no_responders without headers")
         self.connect_received = True
+        self.auth_due = None  # authenticated: the auth timer has nothing left to do
         now = time.time()
         self.last_activity = now
         if self.rtt is None:  # nats-server's first estimate: accept to CONNECT
@@ -1126,14 +1128,15 @@ class Client:
             return False
         self.parser.auth_pending = False
         self.connect_received = True
+        self.auth_due = None  # authenticated: the auth timer has nothing left to do
         return True
 
-    async def _auth_timer(self) -> None:
-        await trio.sleep(self.server.options.auth_timeout)
+    def auth_timer_fired(self) -> None:
+        """auth_timeout has passed (the server's timer task, natserver.server.keepalive, which
+        flushes afterwards): a client still without a CONNECT is cut off."""
         if not self.connect_received and not self.closed:
             self.queue(errors.AUTH_TIMEOUT.wire)
             self.close(errors.AUTH_TIMEOUT.close_reason, flush=True)
-            self.server.flush_touched()
 
 
 class _TracedOps:

@@ -1,4 +1,5 @@
-"""Every client's ping timer, run by one task for the whole server.
+"""Every client's ping timer (and, with authorization, its auth timer), run by one task for
+the whole server.
 
 nats-server gives each client a ``time.Timer`` (client.go setPingTimer/processPingTimer). A
 trio task per client would do the same at a price: with it, an idle connection took 14.3 KiB
@@ -6,6 +7,9 @@ and 5000 were accepted at 4.9k/s; without it 11.7 KiB and 5.75k/s (benchmarks sc
 the timers live in one heap of (due, sequence, client), served by a single task that sleeps
 until the earliest is due and then lets each due client decide (``Client.ping_timer_fired``):
 PING it, or close it as stale.
+
+The authentication timeout (nats-server's authTimer) lives in the same heap: a task per
+connection waiting auth_timeout would cost a spawn and a sleep's cancel scope at every connect.
 
 Re-arming a timer (CONNECT brings the first PING forward) pushes a new entry and leaves the old
 one behind; an entry whose due time is no longer the client's is skipped when it comes up. Those
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
 
 # Entries beyond 2 per live client that the heap may hold before it is rebuilt.
 _HEAP_SLACK = 1024
+# What an entry is for.
+PING = 0
+AUTH = 1
 
 
 class PingTimers:
@@ -36,7 +43,7 @@ class PingTimers:
 
     def __init__(self, server: Server) -> None:
         self._server = server
-        self._heap: list[tuple[float, int, Client]] = []
+        self._heap: list[tuple[float, int, Client, int]] = []  # (due, sequence, client, PING or AUTH)
         self._sequence = itertools.count()  # ties on the due time go in arming order
         self._sleep: trio.CancelScope | None = None  # the task's sleep, while it sleeps
 
@@ -45,20 +52,33 @@ class PingTimers:
         earlier arming."""
         due = trio.current_time() + delay
         client.ping_due = due
+        self._push(due, client, PING)
+
+    def arm_auth(self, client: Client, delay: float) -> None:
+        """Call ``client.auth_timer_fired()`` ``delay`` seconds from now (trio's clock) unless
+        ``client.auth_due`` has changed (set it to None once the client has authenticated)."""
+        due = trio.current_time() + delay
+        client.auth_due = due
+        self._push(due, client, AUTH)
+
+    def _push(self, due: float, client: Client, kind: int) -> None:
         heap = self._heap
         if len(heap) > 2 * len(self._server.clients) + _HEAP_SLACK:
             self._rebuild()
-        heapq.heappush(heap, (due, next(self._sequence), client))
+        heapq.heappush(heap, (due, next(self._sequence), client, kind))
         sleep = self._sleep
         if sleep is not None and due < sleep.deadline:
             sleep.deadline = due
 
     def _rebuild(self) -> None:
-        heap = [
-            (client.ping_due, next(self._sequence), client)
-            for client in self._server.clients.values()
-            if client.ping_due is not None and not client.closed
-        ]
+        heap = []
+        for client in self._server.clients.values():
+            if client.closed:
+                continue
+            if client.ping_due is not None:
+                heap.append((client.ping_due, next(self._sequence), client, PING))
+            if client.auth_due is not None:
+                heap.append((client.auth_due, next(self._sequence), client, AUTH))
         heapq.heapify(heap)
         self._heap[:] = heap
 
@@ -72,11 +92,19 @@ class PingTimers:
             now = trio.current_time()
             fired = False
             while heap and heap[0][0] <= now:
-                due, _, client = heapq.heappop(heap)
-                if client.closed or client.ping_due != due:
-                    continue  # gone, or re-armed since: a later entry stands for it
-                client.ping_due = None
-                client.ping_timer_fired()
+                due, _, client, kind = heapq.heappop(heap)
+                if client.closed:
+                    continue
+                if kind == PING:
+                    if client.ping_due != due:
+                        continue  # re-armed since: a later entry stands for it
+                    client.ping_due = None
+                    client.ping_timer_fired()
+                else:
+                    if client.auth_due != due:
+                        continue  # authenticated (or re-armed) since
+                    client.auth_due = None
+                    client.auth_timer_fired()
                 fired = True
             if fired:
                 self._server.flush_touched()

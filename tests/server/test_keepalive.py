@@ -161,3 +161,21 @@ async def test_a_failing_timer_closes_only_its_client(autojump_clock, start_serv
             assert await good.read_line() == b"PING\r\n"
             await good.send(b"PONG\r\n")
         assert broken.closed and len(server.clients) == 1
+
+
+async def test_auth_timeout_is_a_timer_of_the_shared_task(autojump_clock, start_server, raw_connect):
+    """With authorization, a client that says nothing is cut off at auth_timeout exactly
+    (nats-server's authTimer) by the server's one timer task: no task of its own waits for
+    it, and a client that authenticates in time is left alone."""
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(authorization="t", auth_timeout=3, ping_interval=60)
+        silent = await connect(raw_connect, server, None)
+        talker = await connect(raw_connect, server, b'CONNECT {"verbose":false,"auth_token":"t"}\r\n')
+        assert await talker.ping() == b""
+        for client in server.clients.values():
+            assert not client._nursery.child_tasks  # (nor a writer: nothing waited to be sent)
+        start = trio.current_time()
+        assert await silent.read_until_eof() == b"-ERR 'Authentication Timeout'\r\n"
+        assert 3.0 <= trio.current_time() - start <= 3.0 + 1e-6
+        assert b"-ERR" not in await talker.ping()  # (the server's first PING may come first)
+        assert [c["reason"] for c in server.closed_clients] == ["Authentication Timeout"]
