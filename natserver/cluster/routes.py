@@ -62,8 +62,6 @@ ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
 # Interest entries one route may hold per account before it is cut off (an interest flood).
 ROUTE_MAX_INTEREST = 1_000_000
 READ_SIZE = 65536
-# leafnode.go DEFAULT_LEAF_NODE_RECONNECT: 1 s between attempts to reach a hub.
-LEAF_RECONNECT_DELAY = 1.0
 # const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
 LEAF_INFO_WAIT = 1.0
 # leafnode.go leafNodeLoopDetectionSubjectPrefix: each account tells its leaf connections of
@@ -162,7 +160,7 @@ class Route:
         self.perms = None
         self.deny_imports: list = []  # a solicited leaf's remote deny_imports (sent as deny_pub)
         self.tls = False  # the connection went over to TLS
-        self.reconnect_delay = LEAF_RECONNECT_DELAY  # before a solicited leaf redials
+        self.reconnect_delay = cluster.server.options.leafnode_reconnect  # before a solicited leaf redials
         self.remote_cluster = ""  # an accepted leaf's CONNECT cluster
         self.stream = stream
         self.rid = rid
@@ -674,7 +672,7 @@ class Cluster:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
                 log.debug("Error trying to connect as leafnode to remote server %s: %s", url, exc)
-                await trio.sleep(LEAF_RECONNECT_DELAY)
+                await trio.sleep(self.server.options.leafnode_reconnect)
                 continue
             self._next_rid += 1
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)

@@ -586,6 +586,13 @@ class _Builder:
             if lowered_member == "authorization":
                 self.apply_leaf_authorization(item, self.where(value, member, where))
                 continue
+            if lowered_member in ("reconnect", "reconnect_delay", "reconnect_interval"):
+                if not isinstance(item, int) or isinstance(item, bool):  # opts.go: whole seconds only
+                    self.errors.append(f"{self.where(value, member, where)}: expected a number of seconds for "
+                                       f'"{member}", got {item!r}')
+                    continue
+                self.changes["leafnode_reconnect"] = float(item)
+                continue
             if lowered_member == "tls":
                 config = self.peer_tls(item, "leafnodes", self.where(value, member, where), server=True, client=False)
                 if config is not None:

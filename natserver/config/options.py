@@ -88,6 +88,8 @@ class Options:
     # Leaf nodes that dial us: leafnodes { listen } (0: none; -1: a random port)
     leafnode_host: str = const.DEFAULT_HOST
     leafnode_port: int = 0
+    # leafnodes { reconnect }: seconds between a leaf's attempts to reach its hub
+    leafnode_reconnect: float = const.DEFAULT_LEAF_NODE_RECONNECT
     # leafnodes { authorization { user, password, account, timeout, users [...] } }: what a leaf
     # that dials us must send, and the account it is then bound to. With neither a user nor
     # users, the server's own client authorization applies (auth.go isLeafNodeAuthorized).

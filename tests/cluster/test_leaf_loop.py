@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import natserver
-from natserver.cluster.routes import LEAF_RECONNECT_DELAY
+from natserver.protocol.const import DEFAULT_LEAF_NODE_RECONNECT as LEAF_RECONNECT_DELAY
 from tests.cluster.helpers import NATS_SERVER, STEP_TIMEOUT, free_port, skip_without_nats_server
 from tests.conftest import RawClient, make_options
 

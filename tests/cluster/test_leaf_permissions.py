@@ -206,3 +206,21 @@ def test_an_invalid_deny_subject_is_a_config_error(tmp_path):
     with pytest.raises(ConfigFileError) as info:
         options_from_file(str(conf))
     assert 'subject "a..b" is not a valid subject' in str(info.value)
+
+
+def test_leafnodes_reconnect_config(tmp_path):
+    conf = tmp_path / "leaf.conf"
+    conf.write_text('leafnodes { reconnect: 7, remotes [ { url: "nats://127.0.0.1:7422" } ] }\n')
+    assert options_from_file(str(conf)).leafnode_reconnect == 7.0
+    conf.write_text('leafnodes { reconnect: "7s", remotes [ { url: "nats://127.0.0.1:7422" } ] }\n')
+    with pytest.raises(Exception, match="reconnect"):
+        options_from_file(str(conf))
+
+
+async def test_a_leaf_waits_leafnodes_reconnect_before_redialling(nursery):
+    hub = await _natserver_hub(nursery)
+    leaf = await nursery.start(natserver.serve, make_options(leafnode_reconnect=7.0, leafnode_remotes=[{
+        "urls": [f"nats://127.0.0.1:{hub.cluster.leaf_port}"], "account": ""}]))
+    await wait_leaf(leaf)
+    (link,) = leaf.cluster.leafs.values()
+    assert link.reconnect_delay == 7.0  # what _leaf_loop sleeps after this connection ends
