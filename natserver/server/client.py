@@ -1,8 +1,10 @@
 """One client connection: its reader, its writer, its subscriptions and message delivery.
 
-Each connection runs in its own trio nursery with three tasks: the reader (this file's
-``_read_loop``, which parses whole receive chunks and routes every op in them synchronously),
-one writer that drains the outbound buffer with coalesced sends, and the keepalive timer.
+Each connection runs in its own trio nursery: the reader (this file's ``_read_loop``, which
+parses whole receive chunks and routes every op in them synchronously) and, started only once
+the socket does not take what is written in place (or for TLS), one writer that drains the
+outbound buffer with coalesced sends. Its ping and auth timers are entries of the server's one
+timer task (natserver.server.keepalive).
 
 Delivery never blocks the publisher: a message is appended to the subscriber's outbound list
 and the subscriber is marked "touched"; after the publisher's whole chunk is processed every
