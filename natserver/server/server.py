@@ -50,6 +50,7 @@ log = logging.getLogger("natserver")
 # both back off when accept fails for lack of resources instead of spinning.
 _ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 ACCEPT_MIN_SLEEP = 0.010
+ACCEPT_MAX_SLEEP = 1.0
 # Errors of the one connection being accepted (it went away, or a firewall denied it), not of
 # the listener: skipped, as trio's SocketListener skips them (_ignorable_accept_errno_names).
 _ACCEPT_TRANSIENT_ERRORS = {
@@ -61,7 +62,6 @@ _ACCEPT_TRANSIENT_ERRORS = {
 }
 # Connections accepted in one wake-up of the accept loop before others get a turn.
 ACCEPT_BATCH = 64
-ACCEPT_MAX_SLEEP = 1.0
 
 
 def make_server_id() -> str:
@@ -277,7 +277,7 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
-                    nursery.start_soon(self.accept_loop, listener, self._handle_connection)
+                    nursery.start_soon(self.accept_loop, listener, self.serve_client)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
                 if options.tls is not None:
                     log.info("TLS required for client connections")
@@ -293,8 +293,9 @@ class Server:
             log.info("Server Exiting..")
 
     async def accept_loop(self, listener: trio.SocketListener, handle) -> None:
-        """Accept connections until lame duck or shutdown, each served by ``handle(stream)`` in
-        a task of its own (the client listener's, and a front-end's such as WebSocket). Out of
+        """Accept connections until lame duck or shutdown, each served by ``handle(stream, ip,
+        port)`` in a task of its own (the client listener's, and a front-end's such as
+        WebSocket; the peer's address is the one accept gave). Out of
         descriptors or memory, it backs off as nats-server does instead of spinning or dying.
 
         One wake-up accepts every connection waiting (up to ACCEPT_BATCH), through a stdlib
@@ -317,7 +318,7 @@ class Server:
                     if self.lame_duck:
                         return
                     try:
-                        conn, _ = acceptor.accept()
+                        conn, peer = acceptor.accept()
                     except BlockingIOError:
                         break
                     except OSError as exc:
@@ -332,17 +333,10 @@ class Server:
                             continue  # (the peer gave up before we took it: as trio does)
                         raise
                     sleep = ACCEPT_MIN_SLEEP
-                    self._nursery.start_soon(handle, trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+                    stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+                    self._nursery.start_soon(handle, stream, peer[0], peer[1])
         finally:
             acceptor.detach()
-
-    async def _handle_connection(self, stream: trio.SocketStream) -> None:
-        try:
-            peer = stream.socket.getpeername()
-            ip, port = peer[0], peer[1]
-        except OSError:
-            ip, port = "", 0
-        await self.serve_client(stream, ip, port)
 
     async def serve_client(self, stream: trio.abc.Stream, ip: str, port: int, *, tls: bool = True) -> None:
         """Serve a NATS client on an accepted ``stream`` until it closes: the client listener's

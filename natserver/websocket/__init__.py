@@ -86,12 +86,8 @@ async def enable_websocket(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
                 await each.aclose()
 
 
-async def _serve_connection(server, stream: trio.SocketStream, *, origins: OriginPolicy) -> None:
+async def _serve_connection(server, stream: trio.SocketStream, ip: str, port: int, *, origins: OriginPolicy) -> None:
     options: WebsocketOptions = server.options.websocket
-    try:
-        ip, port = stream.socket.getpeername()[:2]
-    except OSError:
-        ip, port = "", 0
     transport: trio.abc.Stream = stream
     try:
         if options.tls is not None:
