@@ -24,7 +24,7 @@ from ..auth import nkeys
 from ..auth.jwt import parse_decorated
 from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
 from ..auth.users import LEAFNODE, AccountLimitError, Permissions, check_password, new_nonce
-from ..protocol import const
+from ..protocol import const, errors
 from ..protocol.gotext import go_duration
 from ..routing.sublist import Sublist, is_valid_literal_subject
 from .protocol import (
@@ -73,8 +73,6 @@ LOOP_DETECTION_PREFIX = b"$LDS."
 LEAF_LOOP_RECONNECT_DELAY = 30.0
 LOOP_DETECTED = "Loop detected"
 SAME_CLUSTER_NAME = "remote leafnode has same cluster name"
-# client.go authViolation's -ERR, sent to a leaf whose CONNECT does not authenticate.
-AUTH_VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 
 
 class _LeafCredentials:
@@ -283,7 +281,7 @@ class Route:
             kind = "Leafnode" if self.leaf_account is not None else "Route"
             log.error("%s - %s Error 'Authentication Timeout'", self.label, kind)
             if self.leaf_account is not None and not self.solicited:
-                self.send(b"-ERR 'Authentication Timeout'\r\n")  # client.go authTimeout
+                self.send(errors.AUTH_TIMEOUT.wire)  # client.go authTimeout
             self.close("Authentication Timeout", flush=True)
             return
         while not self.closed:
@@ -378,8 +376,7 @@ class Route:
         if self.perms.publish_allowed(subject):
             return True
         if not self.solicited:
-            text = f'Permissions Violation for Subscription to "{subject.decode(errors="replace")}"'
-            self.send(b"-ERR '" + text.encode() + b"'\r\n")
+            self.send(errors.subscription_violation(subject, None).wire)
             log.error("%s - Subscription Violation on \"%s\" - Check other side configuration", self.label,
                       subject.decode(errors="replace"))
             self.close("Protocol Violation", flush=True)
@@ -395,7 +392,7 @@ class Route:
         text = (f'Loop detected for leafnode account="{self.leaf_account.decode(errors="replace")}". '
                 f"Delaying attempt to reconnect for {go_duration(delay)}")
         if send_error:
-            self.send(b"-ERR '" + text.encode() + b"'\r\n")
+            self.send(errors.ServerError(text, True).wire)
         log.error("%s - %s", self.label, text)
         self.close("Protocol Violation", flush=True)
 
@@ -834,8 +831,8 @@ class Cluster:
             raise RouteProtocolError("Unknown Protocol Operation")
         account = self.authorize_leaf(leaf, options)
         if account is None:
-            leaf.send(AUTH_VIOLATION)
-            leaf.close("Authentication Failure", flush=True)
+            leaf.send(errors.AUTH_VIOLATION.wire)  # client.go authViolation
+            leaf.close(errors.AUTH_VIOLATION.close_reason, flush=True)
             return
         leaf.leaf_account = leaf.parser.leaf_account = account.encode()
         deny_pub = options.get("deny_pub")
@@ -864,7 +861,7 @@ class Cluster:
     def _refuse_leaf(leaf: Route, text: str, reason: str) -> None:
         """client.go sendErrAndErr, then close."""
         log.error("%s - %s", leaf.label, text)
-        leaf.send(b"-ERR '" + text.encode() + b"'\r\n")
+        leaf.send(errors.ServerError(text, True).wire)
         leaf.close(reason, flush=True)
 
     def authorize_leaf(self, leaf: Route, options: dict) -> str | None:
@@ -945,8 +942,8 @@ class Cluster:
         if opts.cluster_username and (options.get("user") != opts.cluster_username
                                       or options.get("pass") != opts.cluster_password):
             log.error("%s - authentication error - User %r", route.label, options.get("user", ""))
-            route.send(b"-ERR 'Authorization Violation'\r\n")
-            route.close("Authentication Failure", flush=True)
+            route.send(errors.AUTH_VIOLATION.wire)
+            route.close(errors.AUTH_VIOLATION.close_reason, flush=True)
             return
         name = options.get("cluster", "")
         if name and name != self.name and not options.get("dynamic") and not self.dynamic_name:
