@@ -437,7 +437,8 @@ class Consumer:
             self.ack_floor_cseq = self.delivered_cseq
         self.pending = {}
         self.rdq = [seq for seq in self.rdq if seq > self.delivered_sseq]
-        self.nak_until = {seq: t for seq, t in self.nak_until.items() if seq in self.rdq}
+        kept = set(self.rdq)
+        self.nak_until = {seq: t for seq, t in self.nak_until.items() if seq in kept}
         self.dirty = True
 
     def stream_stored(self, seq: int, subject: bytes) -> None:

@@ -185,13 +185,9 @@ class Delivery:
                 waiting.pop(0)
                 send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
                 continue
-            if consumer.replaying:  # (pull consumers have no rate_limit_bps: refused, 10086)
-                at = consumer.pace(msg.seq, msg.ts, size, now, 0)
-                if at:
-                    consumer.undo(msg.seq, count)
-                    consumer.retry_at = at
-                    self.poke()
-                    break
+            # (pull consumers have no rate_limit_bps: refused, 10086)
+            if consumer.replaying and self._held_back(consumer, msg, count, size, now, 0):
+                break
             deliver(self.js.client, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
             req.batch -= 1
             req.sent += 1
@@ -212,6 +208,17 @@ class Delivery:
                     send(req.reply, b"", _HDR_NO_MESSAGES)
             else:
                 i += 1
+
+    def _held_back(self, consumer: Consumer, msg, count: int, size: int, now: int, burst: int) -> bool:
+        """Pacing (Consumer.pace) holds ``msg`` back: the delivery just recorded is taken
+        back and the timer task comes again when it may go."""
+        at = consumer.pace(msg.seq, msg.ts, size, now, burst)
+        if not at:
+            return False
+        consumer.undo(msg.seq, count)
+        consumer.retry_at = at
+        self.poke()
+        return True
 
     def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
         return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
@@ -271,11 +278,7 @@ class Delivery:
             ack_reply = self.ack_reply(consumer, msg, count)
             if paced:
                 size = len(msg.subject) + len(ack_reply) + len(hdr or b"") + len(data)
-                at = consumer.pace(msg.seq, msg.ts, size, now, burst)
-                if at:
-                    consumer.undo(msg.seq, count)
-                    consumer.retry_at = at
-                    self.poke()
+                if self._held_back(consumer, msg, count, size, now, burst):
                     return
             if not deliver(self.js.client, dsubj, msg.subject, ack_reply, hdr, data):
                 consumer.undo(msg.seq, count)
