@@ -561,11 +561,11 @@ class _Builder:
                 self.errors.append(f"{self.where(value, member, where)}: {exc}")
 
     def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
-        """``leafnodes { remotes [{url | urls, account, credentials, tls}] }`` (opts.go
-        parseRemoteLeafNodes): the hubs natserver dials, and ``listen``/``host``/``port``,
-        ``authorization`` and ``tls`` for leaves that dial us. Security members natserver does
-        not apply (a remote's deny_imports/deny_exports, ...) refuse the file; other members
-        are kept and named in a warning."""
+        """``leafnodes { remotes [{url | urls, account, credentials, tls, deny_imports,
+        deny_exports}] }`` (opts.go parseRemoteLeafNodes): the hubs natserver dials, and
+        ``listen``/``host``/``port``, ``authorization``, ``tls`` and ``reconnect`` for leaves.
+        Security members natserver does not apply (_LEAF_SECURITY_KEYS) refuse the file; other
+        members are kept and named in a warning."""
         rest = {}
         for member, item in value.items():
             lowered_member = member.lower()
