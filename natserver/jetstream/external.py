@@ -110,7 +110,42 @@ def _valid_publish_subject(subject: str) -> bool:
     return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
 
 
-class ExternalLink:
+class OriginLink:
+    """What a mirror or source link (``sourcing.SourceLink``, ``ExternalLink``) does with each
+    message its origin gives it. Subclasses set ``stream``, ``origin``, ``mirror``, ``_iname``
+    and ``_blocked``."""
+
+    __slots__ = ()
+
+    def store_from_origin(self, seq: int, subject: bytes, hdr: bytes | None, data: bytes, ts: int) -> bool:
+        """Store origin message ``seq``: in a mirror with its sequence and time (a gap before
+        it skipped, nothing when it is there already), in a source with a new sequence and the
+        ``Nats-Stream-Source`` header naming this hop (a daisy chain's replaced, as
+        nats-server's). False when the stream's limits refuse it (logged once per reason):
+        the caller asks for it again later, as nats-server does."""
+        target = self.stream
+        try:
+            if self.mirror:
+                store = target.store
+                if seq > store.last_seq + 1:  # the origin has none in between
+                    store.skip_to(seq - 1, ts)
+                if seq > store.last_seq:
+                    target.store_sourced(subject, hdr or b"", data, ts)
+            else:
+                hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
+                hdr = gen_header(hdr, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
+                target.store_sourced(subject, hdr, data, time.time_ns())
+        except StoreError as exc:
+            if self._blocked != str(exc):
+                self._blocked = str(exc)
+                log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
+                            target.name, seq, self.origin, exc)
+            return False
+        self._blocked = ""
+        return True
+
+
+class ExternalLink(OriginLink):
     """One mirror or source whose origin is reached by messages (see the module docstring);
     the same face to ``sourcing.Sourcing`` and the stream info as ``sourcing.SourceLink``."""
 
@@ -290,7 +325,6 @@ class ExternalLink:
         if dc > 1:
             return
         self.active = time.time_ns()
-        target = self.stream
         if self.mirror:
             if sseq <= self.sseq:
                 return  # had it already
@@ -303,27 +337,10 @@ class ExternalLink:
             self._retry()
             return
         self.lag = pending - 1 if pending else 0
-        try:
-            if self.mirror:
-                if sseq > target.store.last_seq + 1:  # the origin has none in between
-                    target.store.skip_to(sseq - 1, ts)
-                if sseq > target.store.last_seq:
-                    target.store_sourced(subject, hdr or b"", payload, ts)
-            else:
-                # The last hop names itself, as nats-server's: a daisy chain's header is replaced.
-                hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
-                hdr = gen_header(hdr, SOURCE_HEADER, self._iname + b" " + tokens[5])
-                target.store_sourced(subject, hdr, payload, time.time_ns())
-        except StoreError as exc:
-            # Refused by the stream's limits: ask again from this message later, as nats-server.
-            if self._blocked != str(exc):
-                self._blocked = str(exc)
-                log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
-                            target.name, sseq, self.origin, exc)
-            self.next = sseq
+        if not self.store_from_origin(sseq, subject, hdr, payload, ts):
+            self.next = sseq  # refused by the stream's limits: asked for again from here
             self._retry()
             return
-        self._blocked = ""
         self.sseq, self.dseq = sseq, dseq
         self.next = sseq + 1
 

@@ -31,9 +31,8 @@ import trio
 
 from . import errors
 from .consumer import parse_time
-from .external import SOURCE_HEADER, ExternalLink, index_name
-from .store import StoreError
-from .util import gen_header, get_header, remove_header
+from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name
+from .util import get_header
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -45,7 +44,7 @@ BATCH = 1024  # messages copied per link in one go (then the other tasks get a t
 HEARTBEAT = 1.0  # seconds: nats-server's source consumers send idle heartbeats every second
 
 
-class SourceLink:
+class SourceLink(OriginLink):
     """One mirror or source of a stream: where it is in the origin, and how it is doing."""
 
     __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
@@ -127,27 +126,11 @@ class SourceLink:
             if msg is None:
                 self.next = seq + 1
                 continue
-            try:
-                if self.mirror:
-                    if seq <= tstore.last_seq:  # already there (the origin was recreated)
-                        self.next = seq + 1
-                        continue
-                    if seq > tstore.last_seq + 1:
-                        tstore.skip_to(seq - 1, msg.ts)
-                    target.store_sourced(msg.subject, msg.hdr, msg.data, msg.ts)
-                else:
-                    # nats-server sets the header: a message sourced twice names only the last hop.
-                    hdr = remove_header(msg.hdr, SOURCE_HEADER) if msg.hdr else None
-                    hdr = gen_header(hdr, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
-                    target.store_sourced(msg.subject, hdr, msg.data, time.time_ns())
-            except StoreError as exc:
-                # Refused by the stream's limits (discard new): try again later, as nats-server.
-                if self._blocked != str(exc):
-                    self._blocked = str(exc)
-                    log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
-                                target.name, seq, self.origin, exc)
-                return False
-            self._blocked = ""
+            if self.mirror and seq <= tstore.last_seq:  # already there (the origin was recreated)
+                self.next = seq + 1
+                continue
+            if not self.store_from_origin(seq, msg.subject, msg.hdr, msg.data, msg.ts):
+                return False  # refused by the stream's limits (discard new): again later
             self.next = seq + 1
             copied += 1
         return True
