@@ -114,6 +114,11 @@ class Options:
     extra: dict = field(default_factory=dict)  # config keys we accept but do not act on
 
     @property
+    def operator_mode(self) -> bool:
+        """Trusted operators or keys: accounts and users come from JWTs (operator mode)."""
+        return bool(self.trusted_operators or self.trusted_keys)
+
+    @property
     def clustered(self) -> bool:
         """Routes are configured: a cluster listener or routes to dial."""
         return bool(self.cluster_port or self.routes)

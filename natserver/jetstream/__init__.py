@@ -73,17 +73,13 @@ def _jetstream_extra(options) -> dict:
     return {}
 
 
-def operator_mode(options) -> bool:
-    return bool(options.trusted_operators or options.trusted_keys)
-
-
 def jetstream_accounts(server) -> list:
     """The accounts natserver serves JetStream to, as nats-server 2.9.10 decides: ``$G``
     without ``accounts {}``; with accounts, those with ``jetstream: enabled`` (or limits);
     in operator mode, those whose account JWT has JetStream limits (auth/jwt.py); none of
     them when none has it (``$G`` included)."""
     options = server.options
-    if operator_mode(options):
+    if options.operator_mode:
         configs = server.accounts.configs.values() if server.accounts is not None else ()
         return [config.name for config in configs if config.jetstream]
     if not options.accounts:
@@ -233,7 +229,7 @@ class JetStream:
     def _tell_other_accounts(self) -> None:
         """Every other account's ``$JS.API.>`` answers that JetStream is not enabled for it."""
         accounts = self.server.accounts
-        if accounts is None or not (self.server.options.accounts or operator_mode(self.server.options)):
+        if accounts is None or not (self.server.options.accounts or self.server.options.operator_mode):
             return
         operator = getattr(self.server, "operator", None)  # its JWT may name the system account
         system = (self.server.options.system_account or getattr(operator, "system_account", "")

@@ -199,7 +199,7 @@ class Server:
         if self.accounts is None:
             self.accounts = Accounts(self)
         operator = None
-        if options.trusted_operators or options.trusted_keys:
+        if options.operator_mode:
             operator = OperatorMode(self, options)
         self.operator = operator
         if operator is not None:

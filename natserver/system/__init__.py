@@ -62,7 +62,7 @@ def system_account_name(options, server=None) -> str:
 def check_options(options) -> None:
     """server.go: a system_account that names no account stops the server."""
     name = options.system_account
-    if name and name != SYSTEM_ACCOUNT and not options.trusted_operators and not options.trusted_keys:
+    if name and name != SYSTEM_ACCOUNT and not options.operator_mode:
         if all(config.name != name for config in options.accounts):
             raise ValueError("error resolving system account: account missing")
 
