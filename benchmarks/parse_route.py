@@ -2,7 +2,7 @@
 chunks, no sockets, no load generator), counted by callgrind: the per-message work of issue #17.
 
     python -m benchmarks.parse_route                  # every workload
-    python -m benchmarks.parse_route --only queue     # one of: mixed, one, traffic, queue, uniform
+    python -m benchmarks.parse_route --only queue     # one of: mixed, one, traffic, queue, uniform, hot
 
 Each workload runs the same messages once and three times under ``valgrind --tool=callgrind``;
 the difference over the extra messages is what one message costs, start-up and set-up cancel.
@@ -12,7 +12,8 @@ Needs valgrind (apt). The workloads:
 * one: 64 subjects -> one ``bench.>`` subscriber, 32-256 B (no runs: the message-by-message path);
 * traffic: 64 subjects -> 4 wildcard subscribers, 32-256 B (scenario (n));
 * queue: the same to a queue group of 4 wildcard members (scenario (o));
-* uniform: 1 -> 1, 16 B (runs of alike messages).
+* uniform: 1 -> 1, 16 B (runs of alike messages);
+* hot: 10 000 wildcard subscriptions on 10 connections, 256 hot subjects, 16 B (scenario (j)).
 """
 
 from __future__ import annotations
@@ -36,20 +37,30 @@ rng = random.Random(7)
 WILDCARDS = [b"bench.*", b"bench.>", b"bench.*", b"bench.>"]
 if KIND in ("traffic", "queue", "one"):
     msgs = [(b"bench.%d" % rng.randrange(64), rng.randint(32, 256)) for _ in range(N)]
-    SUBS = WILDCARDS if KIND != "one" else [b"bench.>"]
+    SUBS = list(enumerate(WILDCARDS if KIND != "one" else [b"bench.>"]))
+elif KIND == "hot":  # scenario (j): 10 000 wildcard subs on 10 connections, 256 hot subjects
+    SUBS = [(i % 10, (b"bench.%d.*.%d" if i % 2 == 0 else b"bench.%d.%d.>") % (i % 100, i)) for i in range(10_000)]
+    hot = []
+    for _ in range(256):
+        n = rng.randrange(10_000)
+        hot.append(b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n))
+    msgs = [(hot[j % 256], 16) for j in range(N)]
 else:
     msgs = [(b"bench.s", rng.randint(16, 512) if KIND == "mixed" else 16) for _ in range(N)]
-    SUBS = [b"bench.s"]
+    SUBS = [(0, b"bench.s")]
 data = b"".join(b"PUB %s %d\r\n%s\r\n" % (s, n, b"x" * n) for s, n in msgs)
 chunks = [data[i:i + 65536] for i in range(0, len(data), 65536)]
 
 async def main():
     server = Server(quiet=True)
-    for i, subject in enumerate(SUBS):
-        client = Client(server, None, i + 1, "127.0.0.1", 1000 + i)
-        client.verbose = client.pedantic = False
-        client.max_pending = client._stall_at = 1 << 40
-        client._process_sub(Sub(subject, b"grp" if KIND == "queue" else None, b"1"))
+    clients = {}
+    for sid, (i, subject) in enumerate(SUBS):
+        client = clients.get(i)
+        if client is None:
+            client = clients[i] = Client(server, None, i + 1, "127.0.0.1", 1000 + i)
+            client.verbose = client.pedantic = False
+            client.max_pending = client._stall_at = 1 << 40
+        client._process_sub(Sub(subject, b"grp" if KIND == "queue" else None, b"%d" % sid))
     pub = Client(server, None, 99, "127.0.0.1", 999)
     pub.verbose = pub.pedantic = False
     pub.parser.auth_pending = False
@@ -65,7 +76,7 @@ async def main():
 trio.run(main)
 """
 
-KINDS = ("mixed", "one", "traffic", "queue", "uniform")
+KINDS = ("mixed", "one", "traffic", "queue", "uniform", "hot")
 
 
 def count(kind: str, n: int, reps: int) -> int:

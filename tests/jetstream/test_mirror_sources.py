@@ -271,7 +271,8 @@ def test_restart_resumes_without_gaps_or_duplicates(target):
 
 # -- validation, compared with nats-server 2.9.10 ------------------------------------------------
 
-# (subject, request); ("WAIT", stream, count) polls until the stream holds count messages.
+# (subject, request); ("WAIT", stream, count) polls until the stream holds count messages;
+# ("WAIT_ERROR", stream) polls until the stream's mirror reports an error.
 SCRIPT: list = [
     ("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.>"], "allow_direct": True}),
     ("o.a", "one"),
@@ -281,6 +282,7 @@ SCRIPT: list = [
     ("$JS.API.STREAM.CREATE.V3", {"name": "V3", "mirror": {"name": "V3"}}),
     ("$JS.API.STREAM.CREATE.V4", {"name": "V4", "sources": [{"name": "V4"}]}),
     ("$JS.API.STREAM.CREATE.V5", {"name": "V5", "mirror": {"name": "NOPE"}}),
+    ("WAIT_ERROR", "V5"),
     ("$JS.API.STREAM.INFO.V5", ""),
     ("$JS.API.STREAM.CREATE.V6", {"name": "V6", "mirror": {"name": "O", "filter_subject": "o.b",
                                                            "opt_start_seq": 1}}),
@@ -348,6 +350,17 @@ def sources_sorted(body: str) -> str:
     return body[:at] + ',"sources":' + json.dumps(ordered, separators=(",", ":")) + "}"
 
 
+async def wait_mirror_error(nc, stream: str) -> None:
+    """nats-server notes a missing origin a moment after it answers the create (natserver
+    at once): wait for it, so the stream info that follows is the same every run."""
+    for _ in range(100):
+        msg = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=2)
+        if "error" in json.loads(msg.data).get("mirror", {}):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{stream}'s mirror never reported its missing origin")
+
+
 async def transcript(url: str) -> list:
     nc = await connect(url)
     jsm = nc.jsm()
@@ -355,6 +368,9 @@ async def transcript(url: str) -> list:
     for step in SCRIPT:
         if step[0] == "WAIT":
             await wait_msgs(jsm, step[1], step[2])
+            continue
+        if step[0] == "WAIT_ERROR":
+            await wait_mirror_error(nc, step[1])
             continue
         subject, body = step
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
