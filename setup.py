@@ -1,7 +1,7 @@
 """The optional compiled parts (everything else is in pyproject.toml).
 
-natserver/protocol/_cscan.c is the compiled twin of the parser's per-message PUB loop. It is
-optional: without a compiler (or with NATSERVER_NO_EXTENSIONS=1 set at install time) the build
+natserver/protocol/_cscan.c is the compiled twin of the parser's per-message PUB loop, and
+natserver/server/_croute.c of the delivery loop's common case. They are optional: without a compiler (or with NATSERVER_NO_EXTENSIONS=1 set at install time) the build
 goes on without it and the parser runs in Python alone, with the same results.
 """
 
@@ -12,5 +12,6 @@ from setuptools import Extension, setup
 extensions = []
 if not os.environ.get("NATSERVER_NO_EXTENSIONS"):
     extensions.append(Extension("natserver.protocol._cscan", ["natserver/protocol/_cscan.c"], optional=True))
+    extensions.append(Extension("natserver.server._croute", ["natserver/server/_croute.c"], optional=True))
 
 setup(ext_modules=extensions)

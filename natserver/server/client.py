@@ -17,6 +17,7 @@ subscriber past half of its max_pending waits for it a little (the stall gate).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import random
@@ -67,6 +68,23 @@ SMALL_READ = 4096
 BIG_PAYLOAD = 16 * 1024
 # client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
 NO_RESPONDERS_HEADER = b" 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
+
+
+def _compiled_route_pubs():
+    """The compiled twin of the delivery loop's common case (_croute.c), or None: not built,
+    or NATSERVER_NO_EXTENSIONS set (then this module's Python path does everything)."""
+    if os.environ.get("NATSERVER_NO_EXTENSIONS"):
+        return None
+    try:  # by name: import-linter sees no .py file for an extension and would misread it
+        return importlib.import_module("natserver.server._croute").route_pubs
+    except ImportError:  # no compiler at install time
+        return None
+
+
+# Small plain PUBs whose subject is cached, delivered in C: with subjects changing every
+# message this Python work was most of a message's cost (README, "Compiled or pure Python").
+_route_pubs = _compiled_route_pubs()
+DELIVERY_IMPLEMENTATION = "python" if _route_pubs is None else "compiled"  # the startup log says
 
 # CONNECT fields nats-server decodes into typed Go fields: a JSON value of another type makes
 # json.Unmarshal fail, which closes the connection silently. Go matches keys case-insensitively.
@@ -425,8 +443,32 @@ class Client:
                 # CONNECT, which ends a batch; permissions and the hook change between chunks.
                 checked = self.pedantic or self.verbose or self.perms is not None or mappings is not None
                 hooked = self.server.publish_slow  # a publish hook or a cluster forwarder
-                remaining = iter(ops)
-                for op in remaining:
+                # The compiled loop takes what it can of ops[i:] (every Pub it is sure of), the
+                # loop below the op it stopped at; it is off where each PUB has a rule to apply.
+                fast = None if (traced or checked or hooked or cache is None) else _route_pubs
+                i = 0
+                n_ops = len(ops)
+                while i < n_ops:
+                    if fast is not None:
+                        i, taken, taken_bytes, deliveries, delivered_bytes = fast(
+                            ops, i, cache, self, self.echo, self.server.touched, Pub, BIG_PAYLOAD
+                        )
+                        if taken:
+                            n_msgs += taken
+                            n_bytes += taken_bytes
+                            n_hits += taken
+                            server = self.server
+                            server.out_msgs += deliveries
+                            server.out_bytes += delivered_bytes
+                            if self.stalled_on is not None:
+                                self.parser.unread(ops[i:])
+                                return
+                            if self.closed:
+                                return
+                        if i >= n_ops:
+                            break
+                    op = ops[i]
+                    i += 1
                     if op.__class__ is Pub:
                         subject, reply, header_size, sizes, payload = op
                         n_msgs += 1
@@ -460,17 +502,17 @@ class Client:
                         elif reply is not None and self.no_responders:
                             self._no_responders(reply, result)
                         if self.stalled_on is not None:
-                            self.parser.unread(remaining)
+                            self.parser.unread(ops[i:])
                             return
                     elif op.__class__ is PubRun:
                         if not self._route_run(op):
                             # A per-message rule applies: handle the run as single Pubs.
-                            self.parser.unread([*self.parser.expand(op.data), *remaining])
+                            self.parser.unread([*self.parser.expand(op.data), *ops[i:]])
                             break
                         n_msgs += op.count
                         n_bytes += op.size
                         if self.stalled_on is not None:
-                            self.parser.unread(remaining)
+                            self.parser.unread(ops[i:])
                             return
                     elif op.__class__ is Sub:
                         self._process_sub(op)

@@ -33,7 +33,7 @@ from ..protocol import const, errors
 from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import Accounts
 from ..routing.sublist import Sublist
-from .client import Client, connection_record
+from .client import DELIVERY_IMPLEMENTATION, Client, connection_record
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error
 from .log import configure_library_logging
@@ -246,6 +246,8 @@ class Server:
         log.info("  ID:       %s", self.server_id)
         # natserver's own line: the compiled PUB loop (natserver/protocol/_cscan.c) or Python alone.
         log.info("  Parser:   %s", PARSER_IMPLEMENTATION)
+        # and the delivery loop's common case (natserver/server/_croute.c) or Python alone.
+        log.info("  Delivery: %s", DELIVERY_IMPLEMENTATION)
         if options.config_file:
             log.info("Using configuration file: %s", options.config_file)
         if plaintext_password_warning(options):

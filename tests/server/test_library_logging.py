@@ -13,6 +13,7 @@ import trio
 
 import natserver
 from natserver.protocol.parser import PARSER_IMPLEMENTATION
+from natserver.server.client import DELIVERY_IMPLEMENTATION
 from natserver.testing import NatsServer
 from tests.conftest import make_options
 
@@ -82,8 +83,10 @@ def test_cli_still_prints_nats_server_lines():
     assert lines[-1].rstrip().endswith("[INF] Server is ready")
     # Which parser the process runs: the compiled PUB loop, unless it is not built or turned off.
     assert any(line.rstrip().endswith(f"[INF]   Parser:   {PARSER_IMPLEMENTATION}") for line in lines)
+    assert any(line.rstrip().endswith(f"[INF]   Delivery: {DELIVERY_IMPLEMENTATION}") for line in lines)
 
 
 def test_cli_says_when_it_runs_the_pure_python_parser():
     lines = _cli_startup_lines(NATSERVER_NO_EXTENSIONS="1")
     assert any(line.rstrip().endswith("[INF]   Parser:   python") for line in lines)
+    assert any(line.rstrip().endswith("[INF]   Delivery: python") for line in lines)

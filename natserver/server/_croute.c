@@ -1,0 +1,295 @@
+/* The compiled twin of the delivery loop's common case (natserver/server/client.py).
+
+   route_pubs() takes over, for a run of parsed ops, what Client._process_ops and Client._route
+   do with a small plain PUB whose subject is in the match cache: append
+   "MSG <subject> <sid> [reply ]<size>\r\n<payload>\r\n" to every plain subscriber's outbound
+   list, with the same counters. With subjects changing every message that Python work is most
+   of what a message costs once the parser is compiled (callgrind, benchmarks.parse_route hot:
+   10 000 wildcard subscriptions, 256 hot subjects, 16 B). It stops before anything it is not
+   sure of, and the Python code handles that op: an op that is not a Pub, headers, a payload of
+   BIG_PAYLOAD or more or not bytes, a cache miss, queue groups, a result without its delivery
+   plan yet, an empty plan, a subscription with a limit, permission filter or callback
+   (sub.limited), a client's own message without echo. A subscriber pushed over its stall mark
+   gets the publisher's _over_stall_mark, as in Python, and the loop returns after that message
+   so the caller sees the stall. The pure-Python path stays complete and is the reference
+   (tests/server/test_croute.py feeds both).
+
+   Built by setup.py as an optional extension, like natserver/protocol/_cscan.c. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *str_plan, *str_qsubs, *str_limited, *str_delivered, *str_out, *str_pending,
+    *str_out_msgs, *str_out_bytes, *str_stall_at, *str_over_stall_mark, *one;
+
+/* obj.name += delta (an int attribute). */
+static int
+add_to_attr(PyObject *obj, PyObject *name, PyObject *delta)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    PyObject *sum = PyNumber_Add(value, delta);
+    Py_DECREF(value);
+    if (sum == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* Whether this Pub can be delivered here; 0: leave it to Python, -1: error. On 1, *plan_out is a
+   new reference to the cached result's plan (a non-empty tuple of (sub, client, head)). */
+static int
+eligible(PyObject *op, PyObject *cache, PyObject *publisher, int echo, Py_ssize_t big,
+         PyObject **plan_out)
+{
+    PyObject *subject = PyTuple_GET_ITEM(op, 0);
+    PyObject *reply = PyTuple_GET_ITEM(op, 1);
+    PyObject *header_size = PyTuple_GET_ITEM(op, 2);
+    PyObject *sizes = PyTuple_GET_ITEM(op, 3);
+    PyObject *payload = PyTuple_GET_ITEM(op, 4);
+    if (!PyLong_CheckExact(header_size) || !PyBytes_CheckExact(sizes) || !PyBytes_CheckExact(payload)
+        || PyBytes_GET_SIZE(payload) >= big || (reply != Py_None && !PyBytes_CheckExact(reply))
+        || !PyBytes_CheckExact(subject))
+        return 0;
+    long hs = PyLong_AsLong(header_size);
+    if (hs == -1 && PyErr_Occurred())
+        return -1;
+    if (hs > 0)
+        return 0;
+    PyObject *result = PyDict_GetItemWithError(cache, subject); /* borrowed */
+    if (result == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *qsubs = PyObject_GetAttr(result, str_qsubs);
+    if (qsubs == NULL)
+        return -1;
+    int has_queues = PyObject_IsTrue(qsubs);
+    Py_DECREF(qsubs);
+    if (has_queues != 0)
+        return has_queues < 0 ? -1 : 0;
+    PyObject *plan = PyObject_GetAttr(result, str_plan);
+    if (plan == NULL)
+        return -1;
+    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) == 0)
+        goto python;
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(plan); t++) {
+        PyObject *target = PyTuple_GET_ITEM(plan, t);
+        if (!PyTuple_CheckExact(target) || PyTuple_GET_SIZE(target) != 3
+            || !PyBytes_CheckExact(PyTuple_GET_ITEM(target, 2)))
+            goto python;
+        if (!echo && PyTuple_GET_ITEM(target, 1) == publisher)
+            goto python;
+        PyObject *limited = PyObject_GetAttr(PyTuple_GET_ITEM(target, 0), str_limited);
+        if (limited == NULL) {
+            Py_DECREF(plan);
+            return -1;
+        }
+        int is_limited = PyObject_IsTrue(limited);
+        Py_DECREF(limited);
+        if (is_limited != 0) {
+            Py_DECREF(plan);
+            return is_limited < 0 ? -1 : 0;
+        }
+    }
+    *plan_out = plan;
+    return 1;
+python:
+    Py_DECREF(plan);
+    return 0;
+}
+
+/* Queue one message to one target as Client._route's simple loop does; sets *stalled when the
+   subscriber went over its stall mark (after calling the publisher's _over_stall_mark). */
+static int
+deliver(PyObject *target, const char *tail_parts[4], const Py_ssize_t tail_lens[4],
+        Py_ssize_t tail_len, PyObject *size_obj, PyObject *publisher, PyObject *touched,
+        int *stalled)
+{
+    PyObject *sub = PyTuple_GET_ITEM(target, 0);
+    PyObject *client = PyTuple_GET_ITEM(target, 1);
+    PyObject *head = PyTuple_GET_ITEM(target, 2);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(head);
+    if (add_to_attr(sub, str_delivered, one) < 0) /* nats-server counts every delivery (sub.nm) */
+        return -1;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, head_len + tail_len);
+    if (data == NULL)
+        return -1;
+    char *p = PyBytes_AS_STRING(data);
+    memcpy(p, PyBytes_AS_STRING(head), (size_t)head_len);
+    p += head_len;
+    for (int k = 0; k < 4; k++) {
+        memcpy(p, tail_parts[k], (size_t)tail_lens[k]);
+        p += tail_lens[k];
+    }
+    PyObject *out = PyObject_GetAttr(client, str_out);
+    if (out == NULL || !PyList_Check(out)) {
+        if (out != NULL)
+            PyErr_SetString(PyExc_TypeError, "client.out is not a list");
+        Py_XDECREF(out);
+        Py_DECREF(data);
+        return -1;
+    }
+    int rc = 0;
+    if (PyList_GET_SIZE(out) == 0) /* a non-empty list is already due to be flushed */
+        rc = PySet_Add(touched, client);
+    if (rc == 0)
+        rc = PyList_Append(out, data);
+    Py_DECREF(out);
+    Py_ssize_t data_len = PyBytes_GET_SIZE(data);
+    Py_DECREF(data);
+    if (rc < 0)
+        return -1;
+    PyObject *pending_obj = PyObject_GetAttr(client, str_pending);
+    if (pending_obj == NULL)
+        return -1;
+    Py_ssize_t pending = PyLong_AsSsize_t(pending_obj);
+    Py_DECREF(pending_obj);
+    if (pending == -1 && PyErr_Occurred())
+        return -1;
+    pending += data_len;
+    pending_obj = PyLong_FromSsize_t(pending);
+    if (pending_obj == NULL)
+        return -1;
+    rc = PyObject_SetAttr(client, str_pending, pending_obj);
+    Py_DECREF(pending_obj);
+    if (rc < 0 || add_to_attr(client, str_out_msgs, one) < 0 || add_to_attr(client, str_out_bytes, size_obj) < 0)
+        return -1;
+    PyObject *stall_obj = PyObject_GetAttr(client, str_stall_at);
+    if (stall_obj == NULL)
+        return -1;
+    Py_ssize_t stall_at = PyLong_AsSsize_t(stall_obj);
+    Py_DECREF(stall_obj);
+    if (stall_at == -1 && PyErr_Occurred())
+        return -1;
+    if (pending > stall_at) {
+        PyObject *r = PyObject_CallMethodOneArg(publisher, str_over_stall_mark, client);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        *stalled = 1;
+    }
+    return 0;
+}
+
+/* route_pubs(ops, start, cache, publisher, echo, touched, pub_type, big)
+   -> (next, messages, payload bytes, deliveries, delivered payload bytes)
+
+   Delivers ops[start:] while each is a Pub it can take (see the module comment) and returns
+   the index of the first one it did not take (or the one after a stall). */
+static PyObject *
+route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyList_Check(args[0]) || !PyDict_Check(args[2]) || !PySet_Check(args[5])
+        || !PyType_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "route_pubs(ops, start, cache, publisher, echo, touched, pub_type, big)");
+        return NULL;
+    }
+    PyObject *ops = args[0], *cache = args[2], *publisher = args[3], *touched = args[5];
+    PyTypeObject *pub_type = (PyTypeObject *)args[6];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t big = PyLong_AsSsize_t(args[7]);
+    int echo = PyObject_IsTrue(args[4]);
+    if ((i == -1 || big == -1 || echo < 0) && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t messages = 0, nbytes = 0, deliveries = 0, delivered_bytes = 0;
+    int stalled = 0;
+    for (; i < PyList_GET_SIZE(ops) && !stalled; i++) {
+        PyObject *op = PyList_GET_ITEM(ops, i);
+        if (Py_TYPE(op) != pub_type || PyTuple_GET_SIZE(op) != 5)
+            break;
+        PyObject *plan = NULL;
+        int ok = eligible(op, cache, publisher, echo, big, &plan);
+        if (ok < 0)
+            return NULL;
+        if (ok == 0)
+            break;
+        /* The tail every subscriber shares: [reply ]size CRLF payload CRLF. */
+        PyObject *reply = PyTuple_GET_ITEM(op, 1);
+        PyObject *sizes = PyTuple_GET_ITEM(op, 3);
+        PyObject *payload = PyTuple_GET_ITEM(op, 4);
+        static const char reply_sep[] = " ", crlf_payload[] = "\r\n"; /* SP, CR LF */
+        const char *parts[4];
+        Py_ssize_t lens[4];
+        PyObject *reply_sp = NULL;
+        if (reply != Py_None) {
+            reply_sp = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(reply) + 1);
+            if (reply_sp == NULL) {
+                Py_DECREF(plan);
+                return NULL;
+            }
+            memcpy(PyBytes_AS_STRING(reply_sp), PyBytes_AS_STRING(reply), (size_t)PyBytes_GET_SIZE(reply));
+            PyBytes_AS_STRING(reply_sp)[PyBytes_GET_SIZE(reply)] = reply_sep[0];
+        }
+        /* parts: [reply SP], sizes CRLF, payload, CRLF */
+        PyObject *sizes_crlf = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(sizes) + 2);
+        if (sizes_crlf == NULL) {
+            Py_XDECREF(reply_sp);
+            Py_DECREF(plan);
+            return NULL;
+        }
+        memcpy(PyBytes_AS_STRING(sizes_crlf), PyBytes_AS_STRING(sizes), (size_t)PyBytes_GET_SIZE(sizes));
+        memcpy(PyBytes_AS_STRING(sizes_crlf) + PyBytes_GET_SIZE(sizes), crlf_payload, 2);
+        parts[0] = reply_sp ? PyBytes_AS_STRING(reply_sp) : "";
+        lens[0] = reply_sp ? PyBytes_GET_SIZE(reply_sp) : 0;
+        parts[1] = PyBytes_AS_STRING(sizes_crlf);
+        lens[1] = PyBytes_GET_SIZE(sizes_crlf);
+        parts[2] = PyBytes_AS_STRING(payload);
+        lens[2] = PyBytes_GET_SIZE(payload);
+        parts[3] = crlf_payload;
+        lens[3] = 2;
+        Py_ssize_t tail_len = lens[0] + lens[1] + lens[2] + lens[3];
+        Py_ssize_t size = PyBytes_GET_SIZE(payload);
+        PyObject *size_obj = PyLong_FromSsize_t(size);
+        int rc = size_obj == NULL ? -1 : 0;
+        Py_ssize_t t = 0;
+        for (; rc == 0 && t < PyTuple_GET_SIZE(plan); t++)
+            rc = deliver(PyTuple_GET_ITEM(plan, t), parts, lens, tail_len, size_obj, publisher, touched, &stalled);
+        Py_XDECREF(size_obj);
+        Py_XDECREF(reply_sp);
+        Py_DECREF(sizes_crlf);
+        Py_DECREF(plan);
+        if (rc < 0)
+            return NULL;
+        messages++;
+        nbytes += size;
+        deliveries += t;
+        delivered_bytes += size * t;
+    }
+    return Py_BuildValue("(nnnnn)", i, messages, nbytes, deliveries, delivered_bytes);
+}
+
+static PyMethodDef methods[] = {
+    {"route_pubs", (PyCFunction)(void (*)(void))route_pubs, METH_FASTCALL,
+     "Deliver cached small plain PUBs exactly as Client._process_ops would (see module doc)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "natserver.server._croute",
+    "Compiled twin of the delivery loop's common case.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__croute(void)
+{
+#define INTERN(var, text)                                \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL;
+    INTERN(str_plan, "plan")
+    INTERN(str_qsubs, "qsubs")
+    INTERN(str_limited, "limited")
+    INTERN(str_delivered, "delivered")
+    INTERN(str_out, "out")
+    INTERN(str_pending, "pending")
+    INTERN(str_out_msgs, "out_msgs")
+    INTERN(str_out_bytes, "out_bytes")
+    INTERN(str_stall_at, "_stall_at")
+    INTERN(str_over_stall_mark, "_over_stall_mark")
+#undef INTERN
+    one = PyLong_FromLong(1);
+    if (one == NULL)
+        return NULL;
+    return PyModule_Create(&module_def);
+}
