@@ -2,7 +2,7 @@
 chunks, no sockets, no load generator), counted by callgrind: the per-message work of issue #17.
 
     python -m benchmarks.parse_route                  # every workload
-    python -m benchmarks.parse_route --only queue     # one of: mixed, one, traffic, queue, uniform, hot
+    python -m benchmarks.parse_route --only queue     # one of: mixed, one, traffic, queue, uniform, hot, random
 
 Each workload runs the same messages once and three times under ``valgrind --tool=callgrind``;
 the difference over the extra messages is what one message costs, start-up and set-up cancel.
@@ -13,7 +13,8 @@ Needs valgrind (apt). The workloads:
 * traffic: 64 subjects -> 4 wildcard subscribers, 32-256 B (scenario (n));
 * queue: the same to a queue group of 4 wildcard members (scenario (o));
 * uniform: 1 -> 1, 16 B (runs of alike messages);
-* hot: 10 000 wildcard subscriptions on 10 connections, 256 hot subjects, 16 B (scenario (j)).
+* hot: 10 000 wildcard subscriptions on 10 connections, 256 hot subjects, 16 B (scenario (j));
+* random: the same subscriptions, a random subject every message (scenario (i): cache misses).
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ elif KIND == "hot":  # scenario (j): 10 000 wildcard subs on 10 connections, 256
         n = rng.randrange(10_000)
         hot.append(b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n))
     msgs = [(hot[j % 256], 16) for j in range(N)]
+elif KIND == "random":  # scenario (i): the same subscriptions, a new random subject each message
+    SUBS = [(i % 10, (b"bench.%d.*.%d" if i % 2 == 0 else b"bench.%d.%d.>") % (i % 100, i)) for i in range(10_000)]
+    msgs = []
+    for _ in range(N):
+        n = rng.randrange(10_000)
+        msgs.append((b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n), 16))
 else:
     msgs = [(b"bench.s", rng.randint(16, 512) if KIND == "mixed" else 16) for _ in range(N)]
     SUBS = [(0, b"bench.s")]
@@ -76,7 +83,7 @@ async def main():
 trio.run(main)
 """
 
-KINDS = ("mixed", "one", "traffic", "queue", "uniform", "hot")
+KINDS = ("mixed", "one", "traffic", "queue", "uniform", "hot", "random")
 
 
 def count(kind: str, n: int, reps: int) -> int:

@@ -5,14 +5,15 @@
    "MSG <subject> <sid> [reply ]<size>\r\n<payload>\r\n" to every plain subscriber's outbound
    list, with the same counters. With subjects changing every message that Python work is most
    of what a message costs once the parser is compiled (callgrind, benchmarks.parse_route hot:
-   10 000 wildcard subscriptions, 256 hot subjects, 16 B). It stops before anything it is not
-   sure of, and the Python code handles that op: an op that is not a Pub, headers, a payload of
-   BIG_PAYLOAD or more or not bytes, a cache miss, queue groups, a result without its delivery
-   plan yet, an empty plan, a subscription with a limit, permission filter or callback
-   (sub.limited), a client's own message without echo. A subscriber pushed over its stall mark
-   gets the publisher's _over_stall_mark, as in Python, and the loop returns after that message
-   so the caller sees the stall. The pure-Python path stays complete and is the reference
-   (tests/server/test_croute.py feeds both).
+   10 000 wildcard subscriptions, 256 hot subjects, 16 B). A subject not in the cache is matched
+   by the sublist's own Python match_uncached, and a result without its delivery plan gets the
+   one Client._route would build. It stops before anything it is not sure of, and the Python
+   code handles that op: an op that is not a Pub, headers, a payload of BIG_PAYLOAD or more or
+   not bytes, queue groups, a result without plain subscribers, a subscription with a limit,
+   permission filter or callback (sub.limited), a client's own message without echo. A
+   subscriber pushed over its stall mark gets the publisher's _over_stall_mark, as in Python,
+   and the loop returns after that message so the caller sees the stall. The pure-Python path
+   stays complete and is the reference (tests/server/test_croute.py feeds both).
 
    Built by setup.py as an optional extension, like natserver/protocol/_cscan.c. */
 
@@ -20,8 +21,65 @@
 #include <Python.h>
 #include <string.h>
 
-static PyObject *str_plan, *str_qsubs, *str_limited, *str_delivered, *str_out, *str_pending,
-    *str_out_msgs, *str_out_bytes, *str_stall_at, *str_over_stall_mark, *one;
+static PyObject *str_plan, *str_qsubs, *str_psubs, *str_client, *str_sid_part, *str_limited,
+    *str_delivered, *str_out, *str_pending, *str_out_msgs, *str_out_bytes, *str_stall_at,
+    *str_over_stall_mark, *one;
+
+/* client._make_plan's tuple: (sub, sub.client, b"MSG <subject> " + sub.sid_part) for each plain
+   subscription, in order; NULL on error. */
+static PyObject *
+make_plan(PyObject *psubs, PyObject *subject)
+{
+    PyObject *seq = PySequence_Fast(psubs, "psubs");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *plan = PyTuple_New(n);
+    if (plan == NULL)
+        goto fail;
+    Py_ssize_t subject_len = PyBytes_GET_SIZE(subject);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *sub = PySequence_Fast_GET_ITEM(seq, k);
+        PyObject *client = PyObject_GetAttr(sub, str_client);
+        if (client == NULL)
+            goto fail;
+        PyObject *sid_part = PyObject_GetAttr(sub, str_sid_part);
+        if (sid_part == NULL || !PyBytes_Check(sid_part)) {
+            if (sid_part != NULL)
+                PyErr_SetString(PyExc_TypeError, "sid_part is not bytes");
+            Py_XDECREF(sid_part);
+            Py_DECREF(client);
+            goto fail;
+        }
+        Py_ssize_t sid_len = PyBytes_GET_SIZE(sid_part);
+        PyObject *head = PyBytes_FromStringAndSize(NULL, 4 + subject_len + 1 + sid_len);
+        if (head == NULL) {
+            Py_DECREF(sid_part);
+            Py_DECREF(client);
+            goto fail;
+        }
+        char *p = PyBytes_AS_STRING(head);
+        memcpy(p, "MSG ", 4);
+        memcpy(p + 4, PyBytes_AS_STRING(subject), (size_t)subject_len);
+        p[4 + subject_len] = ' ';
+        memcpy(p + 5 + subject_len, PyBytes_AS_STRING(sid_part), (size_t)sid_len);
+        Py_DECREF(sid_part);
+        Py_INCREF(sub);
+        PyObject *target = PyTuple_Pack(3, sub, client, head);
+        Py_DECREF(sub);
+        Py_DECREF(client);
+        Py_DECREF(head);
+        if (target == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(plan, k, target);
+    }
+    Py_DECREF(seq);
+    return plan;
+fail:
+    Py_XDECREF(plan);
+    Py_DECREF(seq);
+    return NULL;
+}
 
 /* obj.name += delta (an int attribute). */
 static int
@@ -40,16 +98,20 @@ add_to_attr(PyObject *obj, PyObject *name, PyObject *delta)
 }
 
 /* Whether this Pub can be delivered here; 0: leave it to Python, -1: error. On 1, *plan_out is a
-   new reference to the cached result's plan (a non-empty tuple of (sub, client, head)). */
+   new reference to the cached result's plan (a non-empty tuple of (sub, client, head)). A subject
+   not in the cache is matched here with match_uncached (which caches it) and *missed is set:
+   the caller counts the miss, whether the message is taken or not. A result without its plan
+   gets it here, as Client._route would give it. */
 static int
-eligible(PyObject *op, PyObject *cache, PyObject *publisher, int echo, Py_ssize_t big,
-         PyObject **plan_out)
+eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, int echo, Py_ssize_t big,
+         PyObject **plan_out, int *missed)
 {
     PyObject *subject = PyTuple_GET_ITEM(op, 0);
     PyObject *reply = PyTuple_GET_ITEM(op, 1);
     PyObject *header_size = PyTuple_GET_ITEM(op, 2);
     PyObject *sizes = PyTuple_GET_ITEM(op, 3);
     PyObject *payload = PyTuple_GET_ITEM(op, 4);
+    *missed = 0;
     if (!PyLong_CheckExact(header_size) || !PyBytes_CheckExact(sizes) || !PyBytes_CheckExact(payload)
         || PyBytes_GET_SIZE(payload) >= big || (reply != Py_None && !PyBytes_CheckExact(reply))
         || !PyBytes_CheckExact(subject))
@@ -59,19 +121,46 @@ eligible(PyObject *op, PyObject *cache, PyObject *publisher, int echo, Py_ssize_
         return -1;
     if (hs > 0)
         return 0;
-    PyObject *result = PyDict_GetItemWithError(cache, subject); /* borrowed */
-    if (result == NULL)
-        return PyErr_Occurred() ? -1 : 0;
+    PyObject *result = PyDict_GetItemWithError(cache, subject);
+    if (result != NULL) {
+        Py_INCREF(result);
+    } else {
+        if (PyErr_Occurred())
+            return -1;
+        result = PyObject_CallOneArg(match, subject);
+        if (result == NULL)
+            return -1;
+        *missed = 1;
+    }
+    PyObject *plan = NULL;
     PyObject *qsubs = PyObject_GetAttr(result, str_qsubs);
     if (qsubs == NULL)
-        return -1;
+        goto error;
     int has_queues = PyObject_IsTrue(qsubs);
     Py_DECREF(qsubs);
     if (has_queues != 0)
-        return has_queues < 0 ? -1 : 0;
-    PyObject *plan = PyObject_GetAttr(result, str_plan);
+        goto python_or_error;
+    plan = PyObject_GetAttr(result, str_plan);
     if (plan == NULL)
-        return -1;
+        goto error;
+    if (plan == Py_None) {
+        Py_DECREF(plan);
+        plan = NULL;
+        PyObject *psubs = PyObject_GetAttr(result, str_psubs);
+        if (psubs == NULL)
+            goto error;
+        Py_ssize_t n_psubs = PyObject_Length(psubs);
+        if (n_psubs <= 0) { /* nothing to deliver (or an error): Python decides what follows */
+            Py_DECREF(psubs);
+            if (n_psubs < 0)
+                goto error;
+            goto python;
+        }
+        plan = make_plan(psubs, subject);
+        Py_DECREF(psubs);
+        if (plan == NULL || PyObject_SetAttr(result, str_plan, plan) < 0)
+            goto error;
+    }
     if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) == 0)
         goto python;
     for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(plan); t++) {
@@ -82,22 +171,29 @@ eligible(PyObject *op, PyObject *cache, PyObject *publisher, int echo, Py_ssize_
         if (!echo && PyTuple_GET_ITEM(target, 1) == publisher)
             goto python;
         PyObject *limited = PyObject_GetAttr(PyTuple_GET_ITEM(target, 0), str_limited);
-        if (limited == NULL) {
-            Py_DECREF(plan);
-            return -1;
-        }
+        if (limited == NULL)
+            goto error;
         int is_limited = PyObject_IsTrue(limited);
         Py_DECREF(limited);
-        if (is_limited != 0) {
-            Py_DECREF(plan);
-            return is_limited < 0 ? -1 : 0;
-        }
+        if (is_limited < 0)
+            goto error;
+        if (is_limited)
+            goto python;
     }
+    Py_DECREF(result);
     *plan_out = plan;
     return 1;
+python_or_error:
+    if (has_queues < 0)
+        goto error;
 python:
-    Py_DECREF(plan);
+    Py_XDECREF(plan);
+    Py_DECREF(result);
     return 0;
+error:
+    Py_XDECREF(plan);
+    Py_DECREF(result);
+    return -1;
 }
 
 /* Queue one message to one target as Client._route's simple loop does; sets *stalled when the
@@ -173,38 +269,43 @@ deliver(PyObject *target, const char *tail_parts[4], const Py_ssize_t tail_lens[
     return 0;
 }
 
-/* route_pubs(ops, start, cache, publisher, echo, touched, pub_type, big)
-   -> (next, messages, payload bytes, deliveries, delivered payload bytes)
+/* route_pubs(ops, start, cache, match_uncached, publisher, echo, touched, pub_type, big)
+   -> (next, messages, payload bytes, deliveries, delivered payload bytes, misses, stop_missed)
 
    Delivers ops[start:] while each is a Pub it can take (see the module comment) and returns
-   the index of the first one it did not take (or the one after a stall). */
+   the index of the first one it did not take (or the one after a stall). ``misses`` counts the
+   messages taken that missed the cache; ``stop_missed`` is 1 when the op it stopped at missed
+   it (it is cached now, so the caller's own lookup will find it: the caller counts a miss). */
 static PyObject *
 route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8 || !PyList_Check(args[0]) || !PyDict_Check(args[2]) || !PySet_Check(args[5])
-        || !PyType_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "route_pubs(ops, start, cache, publisher, echo, touched, pub_type, big)");
+    if (nargs != 9 || !PyList_Check(args[0]) || !PyDict_Check(args[2]) || !PySet_Check(args[6])
+        || !PyType_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "route_pubs(ops, start, cache, match_uncached, publisher, echo, touched, pub_type, big)");
         return NULL;
     }
-    PyObject *ops = args[0], *cache = args[2], *publisher = args[3], *touched = args[5];
-    PyTypeObject *pub_type = (PyTypeObject *)args[6];
+    PyObject *ops = args[0], *cache = args[2], *match = args[3], *publisher = args[4], *touched = args[6];
+    PyTypeObject *pub_type = (PyTypeObject *)args[7];
     Py_ssize_t i = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t big = PyLong_AsSsize_t(args[7]);
-    int echo = PyObject_IsTrue(args[4]);
+    Py_ssize_t big = PyLong_AsSsize_t(args[8]);
+    int echo = PyObject_IsTrue(args[5]);
     if ((i == -1 || big == -1 || echo < 0) && PyErr_Occurred())
         return NULL;
-    Py_ssize_t messages = 0, nbytes = 0, deliveries = 0, delivered_bytes = 0;
-    int stalled = 0;
+    Py_ssize_t messages = 0, nbytes = 0, deliveries = 0, delivered_bytes = 0, misses = 0;
+    int stalled = 0, missed = 0;
     for (; i < PyList_GET_SIZE(ops) && !stalled; i++) {
         PyObject *op = PyList_GET_ITEM(ops, i);
         if (Py_TYPE(op) != pub_type || PyTuple_GET_SIZE(op) != 5)
             break;
         PyObject *plan = NULL;
-        int ok = eligible(op, cache, publisher, echo, big, &plan);
+        int ok = eligible(op, cache, match, publisher, echo, big, &plan, &missed);
         if (ok < 0)
             return NULL;
         if (ok == 0)
             break;
+        misses += missed;
+        missed = 0;
         /* The tail every subscriber shares: [reply ]size CRLF payload CRLF. */
         PyObject *reply = PyTuple_GET_ITEM(op, 1);
         PyObject *sizes = PyTuple_GET_ITEM(op, 3);
@@ -257,7 +358,7 @@ route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         deliveries += t;
         delivered_bytes += size * t;
     }
-    return Py_BuildValue("(nnnnn)", i, messages, nbytes, deliveries, delivered_bytes);
+    return Py_BuildValue("(nnnnnni)", i, messages, nbytes, deliveries, delivered_bytes, misses, missed);
 }
 
 static PyMethodDef methods[] = {
@@ -279,6 +380,9 @@ PyInit__croute(void)
         return NULL;
     INTERN(str_plan, "plan")
     INTERN(str_qsubs, "qsubs")
+    INTERN(str_psubs, "psubs")
+    INTERN(str_client, "client")
+    INTERN(str_sid_part, "sid_part")
     INTERN(str_limited, "limited")
     INTERN(str_delivered, "delivered")
     INTERN(str_out, "out")
