@@ -17,7 +17,6 @@ subscriber past half of its max_pending waits for it a little (the stall gate).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import random
@@ -39,7 +38,7 @@ from ..protocol.const import (
 )
 from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
-from ..protocol.parser import Parser, restride
+from ..protocol.parser import Parser, compiled, restride
 from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
 from . import trace
 
@@ -69,21 +68,11 @@ BIG_PAYLOAD = 16 * 1024
 # client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
 NO_RESPONDERS_HEADER = b" 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
 
-
-def _compiled_route_pubs():
-    """The compiled twin of the delivery loop's common case (_croute.c), or None: not built,
-    or NATSERVER_NO_EXTENSIONS set (then this module's Python path does everything)."""
-    if os.environ.get("NATSERVER_NO_EXTENSIONS"):
-        return None
-    try:  # by name: import-linter sees no .py file for an extension and would misread it
-        return importlib.import_module("natserver.server._croute").route_pubs
-    except ImportError:  # no compiler at install time
-        return None
-
-
-# Small plain PUBs whose subject is cached, delivered in C: with subjects changing every
-# message this Python work was most of a message's cost (README, "Compiled or pure Python").
-_route_pubs = _compiled_route_pubs()
+# The compiled twin of the delivery loop's common case (_croute.c), or None (not built, or
+# NATSERVER_NO_EXTENSIONS set: this module's Python path does everything). Small plain PUBs
+# delivered in C: with subjects changing every message this Python work was most of a
+# message's cost (README, "Compiled or pure Python").
+_route_pubs = compiled("route_pubs", module="natserver.server._croute")
 DELIVERY_IMPLEMENTATION = "python" if _route_pubs is None else "compiled"  # the startup log says
 
 # CONNECT fields nats-server decodes into typed Go fields: a JSON value of another type makes
