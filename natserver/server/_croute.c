@@ -21,6 +21,9 @@
 #include <Python.h>
 #include <string.h>
 
+/* A MSG line's tail in parts: [reply, SP,] size digits, CR LF, payload, CR LF. */
+#define TAIL_PARTS 6
+
 static PyObject *str_plan, *str_qsubs, *str_psubs, *str_client, *str_sid_part, *str_limited,
     *str_delivered, *str_out, *str_pending, *str_out_msgs, *str_out_bytes, *str_stall_at,
     *str_over_stall_mark, *one;
@@ -64,9 +67,7 @@ make_plan(PyObject *psubs, PyObject *subject)
         p[4 + subject_len] = ' ';
         memcpy(p + 5 + subject_len, PyBytes_AS_STRING(sid_part), (size_t)sid_len);
         Py_DECREF(sid_part);
-        Py_INCREF(sub);
         PyObject *target = PyTuple_Pack(3, sub, client, head);
-        Py_DECREF(sub);
         Py_DECREF(client);
         Py_DECREF(head);
         if (target == NULL)
@@ -79,6 +80,18 @@ fail:
     Py_XDECREF(plan);
     Py_DECREF(seq);
     return NULL;
+}
+
+/* *value = obj.name (an int attribute); -1 on error. */
+static int
+get_ssize_attr(PyObject *obj, PyObject *name, Py_ssize_t *value)
+{
+    PyObject *attr = PyObject_GetAttr(obj, name);
+    if (attr == NULL)
+        return -1;
+    *value = PyLong_AsSsize_t(attr);
+    Py_DECREF(attr);
+    return *value == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* obj.name += delta (an int attribute). */
@@ -199,7 +212,7 @@ error:
 /* Queue one message to one target as Client._route's simple loop does; sets *stalled when the
    subscriber went over its stall mark (after calling the publisher's _over_stall_mark). */
 static int
-deliver(PyObject *target, const char *tail_parts[4], const Py_ssize_t tail_lens[4],
+deliver(PyObject *target, const char *tail_parts[TAIL_PARTS], const Py_ssize_t tail_lens[TAIL_PARTS],
         Py_ssize_t tail_len, PyObject *size_obj, PyObject *publisher, PyObject *touched,
         int *stalled)
 {
@@ -215,7 +228,7 @@ deliver(PyObject *target, const char *tail_parts[4], const Py_ssize_t tail_lens[
     char *p = PyBytes_AS_STRING(data);
     memcpy(p, PyBytes_AS_STRING(head), (size_t)head_len);
     p += head_len;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < TAIL_PARTS; k++) {
         memcpy(p, tail_parts[k], (size_t)tail_lens[k]);
         p += tail_lens[k];
     }
@@ -237,27 +250,18 @@ deliver(PyObject *target, const char *tail_parts[4], const Py_ssize_t tail_lens[
     Py_DECREF(data);
     if (rc < 0)
         return -1;
-    PyObject *pending_obj = PyObject_GetAttr(client, str_pending);
-    if (pending_obj == NULL)
-        return -1;
-    Py_ssize_t pending = PyLong_AsSsize_t(pending_obj);
-    Py_DECREF(pending_obj);
-    if (pending == -1 && PyErr_Occurred())
+    Py_ssize_t pending, stall_at;
+    if (get_ssize_attr(client, str_pending, &pending) < 0)
         return -1;
     pending += data_len;
-    pending_obj = PyLong_FromSsize_t(pending);
+    PyObject *pending_obj = PyLong_FromSsize_t(pending);
     if (pending_obj == NULL)
         return -1;
     rc = PyObject_SetAttr(client, str_pending, pending_obj);
     Py_DECREF(pending_obj);
     if (rc < 0 || add_to_attr(client, str_out_msgs, one) < 0 || add_to_attr(client, str_out_bytes, size_obj) < 0)
         return -1;
-    PyObject *stall_obj = PyObject_GetAttr(client, str_stall_at);
-    if (stall_obj == NULL)
-        return -1;
-    Py_ssize_t stall_at = PyLong_AsSsize_t(stall_obj);
-    Py_DECREF(stall_obj);
-    if (stall_at == -1 && PyErr_Occurred())
+    if (get_ssize_attr(client, str_stall_at, &stall_at) < 0)
         return -1;
     if (pending > stall_at) {
         PyObject *r = PyObject_CallMethodOneArg(publisher, str_over_stall_mark, client);
@@ -306,41 +310,23 @@ route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             break;
         misses += missed;
         missed = 0;
-        /* The tail every subscriber shares: [reply ]size CRLF payload CRLF. */
+        /* The tail every subscriber shares: [reply SP] size CRLF payload CRLF, copied from
+           its parts into each subscriber's bytes (no tail object of its own). */
         PyObject *reply = PyTuple_GET_ITEM(op, 1);
         PyObject *sizes = PyTuple_GET_ITEM(op, 3);
         PyObject *payload = PyTuple_GET_ITEM(op, 4);
-        static const char reply_sep[] = " ", crlf_payload[] = "\r\n"; /* SP, CR LF */
-        const char *parts[4];
-        Py_ssize_t lens[4];
-        PyObject *reply_sp = NULL;
-        if (reply != Py_None) {
-            reply_sp = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(reply) + 1);
-            if (reply_sp == NULL) {
-                Py_DECREF(plan);
-                return NULL;
-            }
-            memcpy(PyBytes_AS_STRING(reply_sp), PyBytes_AS_STRING(reply), (size_t)PyBytes_GET_SIZE(reply));
-            PyBytes_AS_STRING(reply_sp)[PyBytes_GET_SIZE(reply)] = reply_sep[0];
-        }
-        /* parts: [reply SP], sizes CRLF, payload, CRLF */
-        PyObject *sizes_crlf = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(sizes) + 2);
-        if (sizes_crlf == NULL) {
-            Py_XDECREF(reply_sp);
-            Py_DECREF(plan);
-            return NULL;
-        }
-        memcpy(PyBytes_AS_STRING(sizes_crlf), PyBytes_AS_STRING(sizes), (size_t)PyBytes_GET_SIZE(sizes));
-        memcpy(PyBytes_AS_STRING(sizes_crlf) + PyBytes_GET_SIZE(sizes), crlf_payload, 2);
-        parts[0] = reply_sp ? PyBytes_AS_STRING(reply_sp) : "";
-        lens[0] = reply_sp ? PyBytes_GET_SIZE(reply_sp) : 0;
-        parts[1] = PyBytes_AS_STRING(sizes_crlf);
-        lens[1] = PyBytes_GET_SIZE(sizes_crlf);
-        parts[2] = PyBytes_AS_STRING(payload);
-        lens[2] = PyBytes_GET_SIZE(payload);
-        parts[3] = crlf_payload;
-        lens[3] = 2;
-        Py_ssize_t tail_len = lens[0] + lens[1] + lens[2] + lens[3];
+        int has_reply = reply != Py_None;
+        const char *parts[TAIL_PARTS] = {
+            has_reply ? PyBytes_AS_STRING(reply) : "", " ", PyBytes_AS_STRING(sizes), "\r\n",
+            PyBytes_AS_STRING(payload), "\r\n",
+        };
+        Py_ssize_t lens[TAIL_PARTS] = {
+            has_reply ? PyBytes_GET_SIZE(reply) : 0, has_reply, PyBytes_GET_SIZE(sizes), 2,
+            PyBytes_GET_SIZE(payload), 2,
+        };
+        Py_ssize_t tail_len = 0;
+        for (int k = 0; k < TAIL_PARTS; k++)
+            tail_len += lens[k];
         Py_ssize_t size = PyBytes_GET_SIZE(payload);
         PyObject *size_obj = PyLong_FromSsize_t(size);
         int rc = size_obj == NULL ? -1 : 0;
@@ -348,8 +334,6 @@ route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         for (; rc == 0 && t < PyTuple_GET_SIZE(plan); t++)
             rc = deliver(PyTuple_GET_ITEM(plan, t), parts, lens, tail_len, size_obj, publisher, touched, &stalled);
         Py_XDECREF(size_obj);
-        Py_XDECREF(reply_sp);
-        Py_DECREF(sizes_crlf);
         Py_DECREF(plan);
         if (rc < 0)
             return NULL;
@@ -363,7 +347,7 @@ route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"route_pubs", (PyCFunction)(void (*)(void))route_pubs, METH_FASTCALL,
-     "Deliver cached small plain PUBs exactly as Client._process_ops would (see module doc)."},
+     "Deliver small plain PUBs exactly as Client._process_ops would (see module doc)."},
     {NULL, NULL, 0, NULL},
 };
 
