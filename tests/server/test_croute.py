@@ -16,8 +16,9 @@ from natserver.app import Server
 from natserver.protocol.ops import Sub, Unsub
 from natserver.server import client as client_module
 from natserver.server.client import BIG_PAYLOAD, Client
+from tests.protocol.test_parser import split_at
 
-COMPILED = client_module._compiled_route_pubs()
+COMPILED = client_module._route_pubs
 
 pytestmark = pytest.mark.skipif(COMPILED is None, reason="the compiled delivery loop is not built")
 
@@ -55,15 +56,9 @@ def scenarios(draw):
             reply = b" _INBOX.%d" % len(parts) if kind == "reply" else b""
             parts.append(b"PUB %s%s %d\r\n%s\r\n" % (subject, reply, len(payload), payload))
     data = b"".join(parts)
-    points = sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
-    chunks, last = [], 0
-    for p in points:
-        chunks.append(data[last:p])
-        last = p
-    chunks.append(data[last:])
     return {
         "subs": subs,
-        "chunks": chunks,
+        "chunks": split_at(data, draw(st.lists(st.integers(0, len(data)), max_size=3))),
         "echo": draw(st.booleans()),
         "publisher_subscribes": draw(st.booleans()),
         "stall_at": draw(st.sampled_from([1 << 40, 200, 60])),
