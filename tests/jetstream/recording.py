@@ -15,20 +15,20 @@ def assert_natserver_matches(run_script, config: str, recorded: Path, tmp_path: 
     """``run_script(port)`` against natserver with ``config`` (``%s``: a store directory)
     gives the recording, entry by entry (the first that differs is named)."""
     with running("natserver", config % (tmp_path / "store"), tmp_path) as port:
-        ours = run_script(port)
-    expected = json.loads(recorded.read_text())
-    assert list(ours) == list(expected)
-    for name in expected:
-        assert ours[name] == expected[name], name
+        _assert_recorded(run_script(port), recorded)
 
 
 def assert_nats_server_matches(run_script, config: str, recorded: Path, tmp_path: Path) -> None:
     with running("nats-server", config % (tmp_path / "store"), tmp_path) as port:
-        theirs = run_script(port)
+        _assert_recorded(run_script(port), recorded)
+
+
+def _assert_recorded(got: dict, recorded: Path) -> None:
+    """``got`` is the recording, entry by entry (the first that differs is named)."""
     expected = json.loads(recorded.read_text())
-    assert list(theirs) == list(expected)
-    for name in expected:  # the first entry that differs is named
-        assert theirs[name] == expected[name], name
+    assert list(got) == list(expected)
+    for name in expected:
+        assert got[name] == expected[name], name
 
 
 def record(run_script, config: str, recorded: Path) -> None:
