@@ -39,19 +39,18 @@ WILDCARDS = [b"bench.*", b"bench.>", b"bench.*", b"bench.>"]
 if KIND in ("traffic", "queue", "one"):
     msgs = [(b"bench.%d" % rng.randrange(64), rng.randint(32, 256)) for _ in range(N)]
     SUBS = list(enumerate(WILDCARDS if KIND != "one" else [b"bench.>"]))
-elif KIND == "hot":  # scenario (j): 10 000 wildcard subs on 10 connections, 256 hot subjects
+elif KIND in ("hot", "random"):  # scenarios (j) and (i): 10 000 wildcard subs on 10 connections
     SUBS = [(i % 10, (b"bench.%d.*.%d" if i % 2 == 0 else b"bench.%d.%d.>") % (i % 100, i)) for i in range(10_000)]
-    hot = []
-    for _ in range(256):
+
+    def wildcard_subject():  # one that a subscription above matches (benchmarks/scenarios.py)
         n = rng.randrange(10_000)
-        hot.append(b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n))
-    msgs = [(hot[j % 256], 16) for j in range(N)]
-elif KIND == "random":  # scenario (i): the same subscriptions, a new random subject each message
-    SUBS = [(i % 10, (b"bench.%d.*.%d" if i % 2 == 0 else b"bench.%d.%d.>") % (i % 100, i)) for i in range(10_000)]
-    msgs = []
-    for _ in range(N):
-        n = rng.randrange(10_000)
-        msgs.append((b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n), 16))
+        return b"bench.%d.%d.%d" % (n % 100, n % 100 + 100 * rng.randrange(100), n)
+
+    if KIND == "hot":  # 256 hot subjects
+        hot = [wildcard_subject() for _ in range(256)]
+        msgs = [(hot[j % 256], 16) for j in range(N)]
+    else:  # a new random subject each message: cache misses
+        msgs = [(wildcard_subject(), 16) for _ in range(N)]
 else:
     msgs = [(b"bench.s", rng.randint(16, 512) if KIND == "mixed" else 16) for _ in range(N)]
     SUBS = [(0, b"bench.s")]
