@@ -1,8 +1,9 @@
 """The optional compiled parts (everything else is in pyproject.toml).
 
 natserver/protocol/_cscan.c is the compiled twin of the parser's per-message PUB loop, and
-natserver/server/_croute.c of the delivery loop's common case. They are optional: without a compiler (or with NATSERVER_NO_EXTENSIONS=1 set at install time) the build
-goes on without it and the parser runs in Python alone, with the same results.
+natserver/server/_croute.c of the delivery loop's common case. Both are optional: without a
+compiler (or with NATSERVER_NO_EXTENSIONS=1 set at install time) the build goes on without them
+and natserver runs in Python alone, with the same results.
 """
 
 import os
