@@ -380,6 +380,8 @@ class Parser:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+        if self._pos >= len(self._buf) and not self._extra:
+            return []  # all taken: the server's call after each chunk's ops (1 us saved a chunk)
         ops = []
         append = ops.append
         coalesce = self.coalesce
@@ -559,6 +561,8 @@ class Parser:
                         flags = (run_uniform, run_replies)
                         self._end_run(append, buf, run_first, run_prefix, run_start, pos, run_count, run_bytes, flags)
                     self._pos = pos
+                    if pos >= len(buf) and not self._extra:
+                        return ops  # the chunk ended with a message (no need to ask _next_op)
                 op = self._next_op()
                 if op is NEED_DATA:
                     return ops
