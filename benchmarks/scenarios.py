@@ -696,9 +696,11 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
     ], run_reqrep),
     Scenario("h", "1000 and 5000 idle connections", [
         Metric("rss_per_conn_1000", "RSS/conn @1000", "KiB", higher_is_better=False, target=RSS_TARGET),
-        Metric("connects_rate_1000", "connects/s @1000", "conn/s", chart=False),
+        # Issue #17's target is on 1000 clients, the count it measured (0.63 then); 5000 is
+        # reported beside it without one (trio's cost per task and nursery: see the README).
+        Metric("connects_rate_1000", "connects/s @1000", "conn/s", target=Target("ratio", ">=", 0.8)),
         Metric("rss_per_conn_5000", "RSS/conn @5000", "KiB", higher_is_better=False, target=RSS_TARGET),
-        Metric("connects_rate_5000", "connects/s @5000", "conn/s", target=Target("ratio", ">=", 0.8)),
+        Metric("connects_rate_5000", "connects/s @5000", "conn/s"),
     ], run_idle_levels),
     Scenario("i", f"{N_WILDCARD_SUBS} wildcard subs on {WILDCARD_CONNS} conns, random subjects, 16 B",
              [_deliv(Target("ratio", ">=", 0.6)), _pubs()], _wildcard_scenario(None)),
