@@ -87,6 +87,7 @@ async def test_writer_task_starts_only_when_the_socket_is_full(server):
             data += await sub.receive_some(4096)
         client = max(server.clients.values(), key=lambda c: c.cid)
         assert not client._writer_started  # INFO and PONGs went out in place
+        assert client._stream is None  # (and no trio stream was built for them)
         pub = await _handshake(server.port)
         payload = b"x" * 60000
         count = 200  # 12 MB: more than the socket buffers take
@@ -94,6 +95,7 @@ async def test_writer_task_starts_only_when_the_socket_is_full(server):
         while client.pending < 1_000_000:  # routed, and mostly still queued: the socket is full
             await trio.sleep(0.01)
         assert client._writer_started
+        assert isinstance(client._stream, trio.SocketStream)  # built for the writer's send_all
         head = b"MSG big 1 %d\r\n" % len(payload)
         want = (head + payload + b"\r\n") * count
         got = bytearray()
@@ -104,6 +106,29 @@ async def test_writer_task_starts_only_when_the_socket_is_full(server):
         assert bytes(got) == want
         await sub.aclose()
         await pub.aclose()
+
+
+async def test_plain_clients_are_served_through_their_descriptor(server):
+    """The listener hands a plain client over as its stdlib socket (non-blocking, TCP_NODELAY,
+    as trio's SocketStream would set it), which INFO, PONGs and MSGs go through without a trio
+    stream ever being built; the socket is closed when the client goes."""
+    with trio.fail_after(TIMEOUT):
+        conn = await _handshake(server.port)
+        client = max(server.clients.values(), key=lambda c: c.cid)
+        sock = client._sock
+        assert isinstance(sock, socket.socket) and client._fd == sock.fileno()
+        assert not sock.getblocking()
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        await conn.send_all(b"SUB a 1\r\nPUB a 2\r\nhi\r\nPING\r\n")
+        data = b""
+        while b"PONG\r\n" not in data:
+            data += await conn.receive_some(4096)
+        assert data == b"MSG a 1 2\r\nhi\r\nPONG\r\n"
+        assert client._stream is None
+        await conn.aclose()
+        while sock.fileno() != -1:
+            await trio.sleep(0.01)
+        assert client.closed and client.cid not in server.clients
 
 
 async def test_lame_duck_stops_accepting(start_server, nursery):
