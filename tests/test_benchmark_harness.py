@@ -1,0 +1,58 @@
+"""The benchmark harness's own protocol handling (benchmarks/wire.py), which every scenario's
+"exactly what it should" check rests on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from benchmarks.wire import PING, PONG, RECV_BUF, FixedFrameCounter, ScanCounter, SubConn, _drain_to_pong, _SubState
+
+FRAME = b"MSG bench 1 4\r\nxxxx\r\n"
+
+
+@pytest.mark.parametrize("counter", [ScanCounter, lambda: FixedFrameCounter(len(FRAME))])
+@pytest.mark.parametrize("after_pong", [b"", PING, PING + PING])
+def test_drain_ends_at_the_pong_even_with_a_keepalive_ping_behind_it(counter, after_pong):
+    """After the drain's PING the server sends what it still owed, the PONG and, when its first
+    keep-alive falls then (about 2 s after connect, about when a round ends), a PING: the drain
+    ends at the PONG, with the deliveries counted, instead of waiting for a stream ending in
+    PONG (a 5 s timeout, then a failed round)."""
+    ours, server = socket.socketpair()
+    ours.settimeout(5)
+
+    def serve():
+        assert server.recv(len(PING)) == PING
+        server.sendall(FRAME * 3 + PONG + after_pong)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        st = _SubState(SubConn(0, b"", len(FRAME)), ours, counter())
+        st.feed(bytearray(FRAME * 2), len(FRAME) * 2)  # delivered during the round
+        _drain_to_pong(st, bytearray(RECV_BUF))
+        thread.join(5)
+        assert st.error is None and not st.disconnected
+        assert st.counter.count == 5
+        assert st.counter.frames_ok()
+    finally:
+        ours.close()
+        server.close()
+
+
+def test_answering_a_keepalive_ping_keeps_the_drain_timeout():
+    """A subscriber answers the server's PINGs; doing so must leave the socket's timeout (the
+    drain's 5 s) as it was, or a drain whose PONG never comes waits for ever."""
+    ours, server = socket.socketpair()
+    try:
+        for timeout in (5.0, 0.0):
+            ours.settimeout(timeout)
+            st = _SubState(SubConn(0, b""), ours, ScanCounter())
+            st.feed(bytearray(PING), len(PING))
+            assert server.recv(16) == PONG
+            assert ours.gettimeout() == timeout
+    finally:
+        ours.close()
+        server.close()
