@@ -9,8 +9,9 @@
    by the sublist's own Python match_uncached, and a result without its delivery plan gets the
    one Client._route would build. It stops before anything it is not sure of, and the Python
    code handles that op: an op that is not a Pub, headers, a payload of BIG_PAYLOAD or more or
-   not bytes, queue groups, a result without plain subscribers, a subscription with a limit,
-   permission filter or callback (sub.limited), a client's own message without echo. A
+   not bytes, a result without subscribers, a subscription with a limit, permission filter or
+   callback (sub.limited), a client's own message without echo to a plain subscription of its
+   own. Queue groups get one member each, round robin, as Client._queue_targets picks it. A
    subscriber pushed over its stall mark gets the publisher's _over_stall_mark, as in Python,
    and the loop returns after that message so the caller sees the stall. The pure-Python path
    stays complete and is the reference (tests/server/test_croute.py feeds both).
@@ -26,7 +27,10 @@
 
 static PyObject *str_plan, *str_qsubs, *str_psubs, *str_client, *str_sid_part, *str_limited,
     *str_delivered, *str_out, *str_pending, *str_out_msgs, *str_out_bytes, *str_stall_at,
-    *str_over_stall_mark, *one;
+    *str_over_stall_mark, *str_qplan, *str_next_member, *str_max_msgs, *one;
+
+/* Results with more queue groups than this go to Python (the picks are kept on the stack). */
+#define MAX_GROUPS 16
 
 /* client._make_plan's tuple: (sub, sub.client, b"MSG <subject> " + sub.sid_part) for each plain
    subscription, in order; NULL on error. */
@@ -110,11 +114,103 @@ add_to_attr(PyObject *obj, PyObject *name, PyObject *delta)
     return rc;
 }
 
+/* Whether a sub may take a message here: 1 yes, 0 leave it to Python (sub.limited), -1 error. */
+static int
+unlimited(PyObject *sub)
+{
+    PyObject *limited = PyObject_GetAttr(sub, str_limited);
+    if (limited == NULL)
+        return -1;
+    int is_limited = PyObject_IsTrue(limited);
+    Py_DECREF(limited);
+    return is_limited < 0 ? -1 : !is_limited;
+}
+
+/* The plan's targets followed by one member of each queue group, picked round robin as
+   Client._queue_targets picks it (a member is passed over when it is the publisher without
+   echo, or has had its auto-unsubscribe maximum), with the groups' positions moved on; NULL
+   with no error set: leave the message to Python (a picked member is limited, nobody gets it,
+   or the result has no qplan yet), before anything changed. */
+static PyObject *
+with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int echo)
+{
+    PyObject *targets = NULL;
+    PyObject *qplan = PyObject_GetAttr(result, str_qplan);
+    PyObject *next_member = qplan == NULL ? NULL : PyObject_GetAttr(result, str_next_member);
+    if (next_member == NULL)
+        goto done;
+    Py_ssize_t n_groups = PyTuple_CheckExact(qplan) ? PyTuple_GET_SIZE(qplan) : -1;
+    if (n_groups < 0 || n_groups > MAX_GROUPS || !PyList_CheckExact(next_member)
+        || PyList_GET_SIZE(next_member) != n_groups)
+        goto done;
+    PyObject *picked[MAX_GROUPS];
+    Py_ssize_t group_of[MAX_GROUPS], moved_to[MAX_GROUPS];
+    int n_picked = 0;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        PyObject *members = PyTuple_GET_ITEM(qplan, g);
+        if (!PyTuple_CheckExact(members))
+            goto done;
+        Py_ssize_t n = PyTuple_GET_SIZE(members);
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(next_member, g));
+        if (start < 0) /* (an error, or a position Python's % would read otherwise) */
+            goto done;
+        for (Py_ssize_t step = 0; step < n; step++) {
+            PyObject *entry = PyTuple_GET_ITEM(members, (start + step) % n);
+            if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
+                || !PyBytes_CheckExact(PyTuple_GET_ITEM(entry, 2)))
+                goto done;
+            PyObject *sub = PyTuple_GET_ITEM(entry, 0);
+            if (!echo && PyTuple_GET_ITEM(entry, 1) == publisher)
+                continue;
+            Py_ssize_t max_msgs, delivered;
+            if (get_ssize_attr(sub, str_max_msgs, &max_msgs) < 0)
+                goto done;
+            if (max_msgs) {
+                if (get_ssize_attr(sub, str_delivered, &delivered) < 0)
+                    goto done;
+                if (delivered >= max_msgs)
+                    continue;
+            }
+            if (unlimited(sub) <= 0)
+                goto done;
+            picked[n_picked] = entry;
+            group_of[n_picked] = g;
+            moved_to[n_picked] = start + step + 1;
+            n_picked++;
+            break;
+        }
+    }
+    Py_ssize_t n_plan = PyTuple_GET_SIZE(plan);
+    if (n_plan + n_picked == 0)
+        goto done;
+    targets = PyTuple_New(n_plan + n_picked);
+    if (targets == NULL)
+        goto done;
+    for (Py_ssize_t t = 0; t < n_plan; t++) {
+        Py_INCREF(PyTuple_GET_ITEM(plan, t));
+        PyTuple_SET_ITEM(targets, t, PyTuple_GET_ITEM(plan, t));
+    }
+    for (int k = 0; k < n_picked; k++) {
+        Py_INCREF(picked[k]);
+        PyTuple_SET_ITEM(targets, n_plan + k, picked[k]);
+        PyObject *position = PyLong_FromSsize_t(moved_to[k]);
+        if (position == NULL || PyList_SetItem(next_member, group_of[k], position) < 0) {
+            Py_CLEAR(targets);
+            break;
+        }
+    }
+done:
+    Py_XDECREF(qplan);
+    Py_XDECREF(next_member);
+    return targets;
+}
+
 /* Whether this Pub can be delivered here; 0: leave it to Python, -1: error. On 1, *plan_out is a
-   new reference to the cached result's plan (a non-empty tuple of (sub, client, head)). A subject
-   not in the cache is matched here with match_uncached (which caches it) and *missed is set:
-   the caller counts the miss, whether the message is taken or not. A result without its plan
-   gets it here, as Client._route would give it. */
+   new reference to a tuple of its (sub, client, head) targets: the cached result's plan, and with
+   queue groups one member of each too. A subject not in the cache is matched here with
+   match_uncached (which caches it) and *missed is set: the caller counts the miss, whether the
+   message is taken or not. A result without its plan gets it here, as Client._route would give
+   it (with queue groups, Python builds the plan and qplan on the subject's first message). */
 static int
 eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, int echo, Py_ssize_t big,
          PyObject **plan_out, int *missed)
@@ -151,11 +247,13 @@ eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, in
         goto error;
     int has_queues = PyObject_IsTrue(qsubs);
     Py_DECREF(qsubs);
-    if (has_queues != 0)
-        goto python_or_error;
+    if (has_queues < 0)
+        goto error;
     plan = PyObject_GetAttr(result, str_plan);
     if (plan == NULL)
         goto error;
+    if (plan == Py_None && has_queues)
+        goto python;
     if (plan == Py_None) {
         Py_DECREF(plan);
         plan = NULL;
@@ -174,7 +272,7 @@ eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, in
         if (plan == NULL || PyObject_SetAttr(result, str_plan, plan) < 0)
             goto error;
     }
-    if (!PyTuple_CheckExact(plan) || PyTuple_GET_SIZE(plan) == 0)
+    if (!PyTuple_CheckExact(plan) || (PyTuple_GET_SIZE(plan) == 0 && !has_queues))
         goto python;
     for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(plan); t++) {
         PyObject *target = PyTuple_GET_ITEM(plan, t);
@@ -183,22 +281,24 @@ eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, in
             goto python;
         if (!echo && PyTuple_GET_ITEM(target, 1) == publisher)
             goto python;
-        PyObject *limited = PyObject_GetAttr(PyTuple_GET_ITEM(target, 0), str_limited);
-        if (limited == NULL)
+        int ok = unlimited(PyTuple_GET_ITEM(target, 0));
+        if (ok < 0)
             goto error;
-        int is_limited = PyObject_IsTrue(limited);
-        Py_DECREF(limited);
-        if (is_limited < 0)
-            goto error;
-        if (is_limited)
+        if (!ok)
             goto python;
+    }
+    if (has_queues) {
+        PyObject *targets = with_queue_members(result, plan, publisher, echo);
+        if (targets == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            goto python;
+        }
+        Py_SETREF(plan, targets);
     }
     Py_DECREF(result);
     *plan_out = plan;
     return 1;
-python_or_error:
-    if (has_queues < 0)
-        goto error;
 python:
     Py_XDECREF(plan);
     Py_DECREF(result);
@@ -364,6 +464,9 @@ PyInit__croute(void)
         return NULL;
     INTERN(str_plan, "plan")
     INTERN(str_qsubs, "qsubs")
+    INTERN(str_qplan, "qplan")
+    INTERN(str_next_member, "next_member")
+    INTERN(str_max_msgs, "max_msgs")
     INTERN(str_psubs, "psubs")
     INTERN(str_client, "client")
     INTERN(str_sid_part, "sid_part")

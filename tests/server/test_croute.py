@@ -34,7 +34,7 @@ def scenarios(draw):
             st.tuples(
                 st.integers(0, 3),
                 st.sampled_from(PATTERNS),
-                st.sampled_from([None, None, None, b"q"]),
+                st.sampled_from([None, None, None, b"q", b"q", b"r"]),
                 st.sampled_from([0, 0, 0, 1, 3]),
             ),
             max_size=8,
@@ -154,4 +154,30 @@ def test_compiled_loop_takes_the_common_case():
     got = run(scenario, counting)
     assert sum(calls) > 40  # all but the first of each subject (a cache miss, in Python)
     assert got["received"][2] == [b"MSG a.b 0 2\r\nhi\r\n", b"MSG a.c 0 1\r\nx\r\n"] * 25
+    assert got == run(scenario, None)
+
+
+def test_compiled_loop_takes_queue_groups():
+    """Queue groups too: one member each, round robin, the same members Python picks."""
+    calls = []
+
+    def counting(*args):
+        result = COMPILED(*args)
+        calls.append(result[1])
+        return result
+
+    scenario = {
+        "subs": [(1, b"a.*", b"q", 0), (2, b"a.>", b"q", 0), (3, b">", b"w", 0), (0, b"a.b", None, 0)],
+        "chunks": [b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25],
+        "echo": True,
+        "publisher_subscribes": False,
+        "stall_at": 1 << 40,
+    }
+    got = run(scenario, counting)
+    assert sum(calls) > 40
+    # The group's members alternate on each subject (each cached result keeps its position).
+    shares = sorted([got["received"][2].count(b"MSG a.b 0 2\r\nhi\r\n"), got["received"][3].count(b"MSG a.b 1 2\r\nhi\r\n")])
+    assert shares == [12, 13]
+    assert len(got["received"][4]) == 50  # the only member of "w" gets everything
+    assert len(got["received"][1]) == 25  # and the plain subscriber of a.b
     assert got == run(scenario, None)
