@@ -135,49 +135,41 @@ def test_compiled_delivery_equals_python(scenario):
     assert run(scenario, COMPILED) == run(scenario, None)
 
 
-def test_compiled_loop_takes_the_common_case():
-    """It is really used: cached small plain PUBs go through it (and the result is still right)."""
-    calls = []
+def run_counting(subs) -> tuple[dict, int]:
+    """Alternating subjects a.b and a.c (no runs) to ``subs`` through the compiled loop: what
+    everyone got (checked against Python) and how many messages the compiled loop took."""
+    taken = []
 
     def counting(*args):
         result = COMPILED(*args)
-        calls.append(result[1])
+        taken.append(result[1])
         return result
 
     scenario = {
-        "subs": [(1, b"a.*", None, 0), (2, b">", None, 0)],
-        "chunks": [b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25],  # no runs: subjects alternate
-        "echo": True,
-        "publisher_subscribes": False,
-        "stall_at": 1 << 40,
-    }
-    got = run(scenario, counting)
-    assert sum(calls) > 40  # all but the first of each subject (a cache miss, in Python)
-    assert got["received"][2] == [b"MSG a.b 0 2\r\nhi\r\n", b"MSG a.c 0 1\r\nx\r\n"] * 25
-    assert got == run(scenario, None)
-
-
-def test_compiled_loop_takes_queue_groups():
-    """Queue groups too: one member each, round robin, the same members Python picks."""
-    calls = []
-
-    def counting(*args):
-        result = COMPILED(*args)
-        calls.append(result[1])
-        return result
-
-    scenario = {
-        "subs": [(1, b"a.*", b"q", 0), (2, b"a.>", b"q", 0), (3, b">", b"w", 0), (0, b"a.b", None, 0)],
+        "subs": subs,
         "chunks": [b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25],
         "echo": True,
         "publisher_subscribes": False,
         "stall_at": 1 << 40,
     }
     got = run(scenario, counting)
-    assert sum(calls) > 40
+    assert got == run(scenario, None)
+    return got, sum(taken)
+
+
+def test_compiled_loop_takes_the_common_case():
+    """It is really used: cached small plain PUBs go through it (and the result is still right)."""
+    got, taken = run_counting([(1, b"a.*", None, 0), (2, b">", None, 0)])
+    assert taken > 40  # all but the first of each subject (a cache miss, in Python)
+    assert got["received"][2] == [b"MSG a.b 0 2\r\nhi\r\n", b"MSG a.c 0 1\r\nx\r\n"] * 25
+
+
+def test_compiled_loop_takes_queue_groups():
+    """Queue groups too: one member each, round robin, the same members Python picks."""
+    got, taken = run_counting([(1, b"a.*", b"q", 0), (2, b"a.>", b"q", 0), (3, b">", b"w", 0), (0, b"a.b", None, 0)])
+    assert taken > 40  # all but the first of each subject (Python builds the queue heads)
     # The group's members alternate on each subject (each cached result keeps its position).
     shares = sorted([got["received"][2].count(b"MSG a.b 0 2\r\nhi\r\n"), got["received"][3].count(b"MSG a.b 1 2\r\nhi\r\n")])
     assert shares == [12, 13]
     assert len(got["received"][4]) == 50  # the only member of "w" gets everything
     assert len(got["received"][1]) == 25  # and the plain subscriber of a.b
-    assert got == run(scenario, None)
