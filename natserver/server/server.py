@@ -18,7 +18,6 @@ import os
 import socket
 import sys
 import time
-from functools import partial
 from typing import Protocol
 
 import orjson
@@ -280,7 +279,7 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
-                    nursery.start_soon(partial(self.accept_loop, listener, self.serve_client, raw=True))
+                    nursery.start_soon(self.accept_loop, listener, self.serve_client)
                 log.info("Listening for client connections on %s:%d", options.host, self.port)
                 if options.tls is not None:
                     log.info("TLS required for client connections")
@@ -295,8 +294,8 @@ class Server:
                     await listener.aclose()
             log.info("Server Exiting..")
 
-    async def accept_loop(self, listener: trio.SocketListener, handle, *, raw: bool = False) -> None:
-        """Accept connections until lame duck or shutdown, each served by ``handle(stream, ip,
+    async def accept_loop(self, listener: trio.SocketListener, handle) -> None:
+        """Accept connections until lame duck or shutdown, each served by ``handle(sock, ip,
         port)`` in a task of its own (the client listener's, and a front-end's such as
         WebSocket; the peer's address is the one accept gave). Out of
         descriptors or memory, it backs off as nats-server does instead of spinning or dying.
@@ -305,10 +304,10 @@ class Server:
         socket object on the listener's own descriptor (not a duplicate, which would keep the
         port open after lame duck closes the listener): trio's ``accept`` yields to the
         scheduler after each one, which in a storm of connects cost a scheduler pass per
-        connection (5000 connects: 104 -> 82 us of CPU each). With ``raw`` the handler gets the
-        accepted stdlib socket (non-blocking, TCP_NODELAY) instead of a trio SocketStream:
-        building one costs 5 us and a system call a connection, and a plain client rarely
-        needs it (see Client.stream)."""
+        connection (5000 connects: 104 -> 82 us of CPU each). The handler gets the accepted
+        stdlib socket (non-blocking, TCP_NODELAY), not a trio SocketStream: building one costs
+        5 us and a system call a connection, and a plain client rarely needs it (see
+        Client.stream); a handler that does wraps the socket itself."""
         fd = listener.socket.fileno()
         family = listener.socket.family
         acceptor = socket.socket(fileno=fd)  # borrowed: detached, never closed, at the end
@@ -343,15 +342,11 @@ class Server:
                         raise
                     sleep = ACCEPT_MIN_SLEEP
                     conn = socket.socket(family, socket.SOCK_STREAM, 0, fileno=conn_fd)
-                    if raw:
-                        # What trio's SocketStream would do but its TCP_NOTSENT_LOWAT (only its
-                        # send_all needs that; Client builds the stream when it needs one).
-                        conn.setblocking(False)
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        self._nursery.start_soon(handle, conn, peer[0], peer[1])
-                    else:
-                        stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
-                        self._nursery.start_soon(handle, stream, peer[0], peer[1])
+                    # What trio's SocketStream would do but its TCP_NOTSENT_LOWAT (only its
+                    # send_all needs that, and building the stream sets it).
+                    conn.setblocking(False)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    self._nursery.start_soon(handle, conn, peer[0], peer[1])
         finally:
             acceptor.detach()
 

@@ -13,6 +13,7 @@ hands each upgraded connection to ``server.serve_client``.
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass
 from functools import partial
 
@@ -86,8 +87,9 @@ async def enable_websocket(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
                 await each.aclose()
 
 
-async def _serve_connection(server, stream: trio.SocketStream, ip: str, port: int, *, origins: OriginPolicy) -> None:
+async def _serve_connection(server, sock: socket.socket, ip: str, port: int, *, origins: OriginPolicy) -> None:
     options: WebsocketOptions = server.options.websocket
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))  # (Server.accept_loop hands a socket)
     transport: trio.abc.Stream = stream
     try:
         if options.tls is not None:
