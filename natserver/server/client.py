@@ -209,13 +209,15 @@ class Client:
         self.start = time.time()
         self.stop: float | None = None
         self.last_activity = self.start  # wall clock, for monitoring
-        # The keepalive timer's view of activity, on trio's clock (so MockClock tests work).
+        # The keepalive timer's view of the client, on trio's clock (so MockClock tests work):
+        # when it last sent a message, a SUB or UNSUB, or a PING (client.go lastIn: bytes of
+        # anything else, PONGs included, are not activity), and when the server last sent it a
+        # PING (client.go rttStart; -inf like Go's zero time, "never").
         self._active_at = float("-inf")
-        self._ping_in_at = float("-inf")
+        self._ping_sent_at = float("-inf")
         self.pings_out = 0
         self.rtt: float | None = None
-        self._rtt_start = 0.0  # when the PING we time the round trip of was sent
-        self._rtt_measured_at = float("-inf")  # like Go's zero time: "never measured"
+        self._rtt_start = 0.0  # when the PING we time the round trip of was sent (monotonic)
         # Ping timer (natserver.server.keepalive): when it fires next, on trio's clock (None: not
         # armed), and whether that is still the timer armed at accept, which CONNECT brings
         # forward (server.go firstClientPingInterval).
@@ -394,7 +396,7 @@ class Client:
                 # Paused while this chunk was on its way (natserver.testing.stop_reading): hold it.
                 await self.read_gate.wait()
             self.last_activity = time.time()
-            self._active_at = clock_now()
+            in_msgs = self.in_msgs
             feed(data)
             while True:
                 try:
@@ -429,6 +431,8 @@ class Client:
                 # drain it before handling the rest of the chunk (nats-server's stall gate).
                 self.stalled_on = None
                 await stalled_on.wait_drained()
+            if self.in_msgs != in_msgs:  # messages are activity (client.go readLoop's lastIn)
+                self._active_at = clock_now()
 
     def _process_ops(self, parse=None) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint.
@@ -545,10 +549,12 @@ class Client:
                             return
                     elif op.__class__ is Sub:
                         self._process_sub(op)
+                        self._active_at = trio.current_time()
                     elif op.__class__ is Unsub:
                         self._process_unsub(op)
+                        self._active_at = trio.current_time()
                     elif op.__class__ is Ping:
-                        self._ping_in_at = trio.current_time()
+                        self._active_at = trio.current_time()
                         if self.server.connection_hook is not None and self.server.connection_hook(self, "ping"):
                             self.close("Client Closed", flush=True)
                             return
@@ -556,8 +562,7 @@ class Client:
                     elif op.__class__ is Pong:
                         self.pings_out = 0
                         if self._rtt_start:
-                            self._rtt_measured_at = time.monotonic()
-                            self.rtt = self._rtt_measured_at - self._rtt_start
+                            self.rtt = time.monotonic() - self._rtt_start
                             self._rtt_start = 0.0
                     elif op.__class__ is Connect:
                         self._process_connect(op.options)
@@ -1168,23 +1173,26 @@ class Client:
     # -- timers -------------------------------------------------------------------------------
 
     def ping_timer_fired(self) -> None:
-        """The ping timer (client.go processPingTimer): PING the client unless it was active
-        within the interval (once the RTT is known), or, when the PINGs outstanding would
-        exceed ping_max, send -ERR 'Stale Connection' and close; then re-arm. Called by the
-        server's timer task (natserver.server.keepalive), which flushes afterwards."""
+        """The ping timer (client.go processPingTimer): PING the client unless it sent a
+        message, a SUB/UNSUB or a PING within the interval and an RTT is known (from CONNECT)
+        and was asked for by a PING within DEFAULT_RTT_MEASUREMENT_INTERVAL; or, when the
+        PINGs outstanding would exceed ping_max, send -ERR 'Stale Connection' and close; then
+        re-arm. So a client that keeps publishing is never stale, even if it never answers a
+        PING. Called by the server's timer task (natserver.server.keepalive), which flushes
+        afterwards."""
         self._first_ping = False
         try:
             options = self.server.options  # live: a reload changes ping_interval and ping_max
             now = trio.current_time()
-            need_rtt = self.rtt is None or time.monotonic() - self._rtt_measured_at > DEFAULT_RTT_MEASUREMENT_INTERVAL
+            need_rtt = self.rtt is None or now - self._ping_sent_at > DEFAULT_RTT_MEASUREMENT_INTERVAL
             interval = options.ping_interval
-            recently_active = now - self._active_at < interval or now - self._ping_in_at < interval
-            if need_rtt or not recently_active:
+            if need_rtt or now - self._active_at >= interval:
                 if self.pings_out + 1 > options.ping_max:
                     self.queue(errors.STALE_CONNECTION.wire)
                     self.close(errors.STALE_CONNECTION.close_reason, flush=True)
                     return
                 self.pings_out += 1
+                self._ping_sent_at = now
                 if not self._rtt_start:
                     self._rtt_start = time.monotonic()
                 self.queue(PING_PROTO)

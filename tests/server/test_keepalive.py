@@ -124,6 +124,78 @@ async def test_client_that_goes_silent_after_answering_becomes_stale(autojump_cl
         assert data[: -len(STALE)] == b"PING\r\n" * (len(data[: -len(STALE)]) // 6)
 
 
+# -- activity delays the PING (client.go processPingTimer, lastIn) ------------------------------
+
+
+async def _keeps_sending(client, line: bytes, seconds: float, every: float = 0.25) -> bytes:
+    """Send ``line`` every ``every`` mock seconds for ``seconds``, never answering a PING;
+    return everything the server sent meanwhile."""
+    got = b""
+    end = trio.current_time() + seconds
+    while trio.current_time() < end and not client.eof:
+        await client.send(line)
+        got += await client.nothing_within(every)
+    return got
+
+
+async def test_publishing_client_that_never_answers_is_not_stale(autojump_clock, start_server, raw_connect):
+    # nats-server 2.15.1 keeps it: once the RTT is known (CONNECT's estimate) and the first
+    # PING has gone out, a message within the interval delays every later PING.
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server)
+        got = await _keeps_sending(client, b"PUB x 1\r\na\r\n", 20)  # twenty intervals
+        assert got == b"PING\r\n"  # the first one only (it measures the RTT)
+        assert not client.eof and len(server.clients) == 1
+        # ...and once it stops sending, the unanswered PINGs make it stale as usual
+        assert (await client.read_until_eof()).endswith(STALE)
+        assert server.closed_clients[-1]["reason"] == "Stale Connection"
+
+
+async def test_client_pings_and_subscriptions_are_activity(autojump_clock, start_server, raw_connect):
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        pinger = await connect(raw_connect, server)
+        subscriber = await connect(raw_connect, server)
+        async with trio.open_nursery() as nursery:
+            results = {}
+
+            async def run(name, client, line):
+                results[name] = await _keeps_sending(client, line, 20)
+
+            nursery.start_soon(run, "ping", pinger, b"PING\r\n")
+            nursery.start_soon(run, "sub", subscriber, b"SUB y 1\r\nUNSUB 1\r\n")
+        assert results["ping"].replace(b"PONG\r\n", b"") == b"PING\r\n"
+        assert results["sub"] == b"PING\r\n"
+        assert len(server.clients) == 2
+
+
+async def test_pongs_alone_do_not_delay_the_ping(autojump_clock, start_server, raw_connect):
+    # Answering is not activity (lastIn moves on messages, SUB/UNSUB and PING only): a client
+    # that only answers is PINGed every interval, as nats-server does.
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server)
+        pings = 0
+        with trio.move_on_after(10.5):
+            while True:
+                assert await client.read_line() == b"PING\r\n"
+                pings += 1
+                await client.send(b"PONG\r\n")
+        assert pings == 10  # the first after 1-1.2 s, then one every interval
+
+
+async def test_activity_without_a_known_rtt_does_not_delay_the_ping(autojump_clock, start_server, raw_connect):
+    # A telnet client (no CONNECT, so no RTT estimate) that publishes but never answers is
+    # PINGed anyway and goes stale: needRTT wins over activity.
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(ping_interval=1, ping_max=2)
+        client = await connect(raw_connect, server, None)
+        got = await _keeps_sending(client, b"PUB x 1\r\na\r\n", 20)
+        assert got.replace(b"+OK\r\n", b"") == b"PING\r\nPING\r\n" + STALE  # (verbose: no CONNECT)
+        assert client.eof
+
+
 # -- the timers' task (natserver.server.keepalive): one heap for the whole server -------------------
 
 
