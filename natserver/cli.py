@@ -30,6 +30,7 @@ from .protocol.gotext import go_errno_text
 from .server.files import remove_ports_file, write_pid_file, write_ports_file
 from .server.listen import ListenError
 from .server.log import configure_logging
+from .server.signals import stop_work_at_once
 
 log = logging.getLogger("natserver")
 
@@ -69,6 +70,7 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     exit_code = 0
     signals_wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
     with trio.open_signal_receiver(*signals_wanted) as signals:
+        stop_work_at_once(server, (signal.SIGINT, signal.SIGTERM))  # restored with trio's handlers
         async with trio.open_nursery() as nursery:
 
             async def serve(task_status=trio.TASK_STATUS_IGNORED):

@@ -30,7 +30,7 @@ from ..protocol.gotext import go_duration
 from .files import remove_ports_file, write_pid_file, write_ports_file
 from .log import configure_library_logging, configure_logging, reopen_log_file
 
-__all__ = ["handle_signal", "reload", "reopen_log", "lame_duck_mode", "ReloadError"]
+__all__ = ["handle_signal", "reload", "reopen_log", "lame_duck_mode", "ReloadError", "stop_work_at_once"]
 
 log = logging.getLogger("natserver")
 
@@ -46,6 +46,28 @@ async def handle_signal(server, signum: int, nursery: trio.Nursery) -> None:
         reopen_log(server)
     elif signum == signal.SIGUSR2:
         nursery.start_soon(lame_duck_mode, server)
+
+
+def stop_work_at_once(server, signums) -> None:
+    """Chain a handler in front of the ones installed for ``signums`` (trio's signal receiver's)
+    that tells the streaming engine to answer nothing more, before any other code runs.
+
+    A signal's Python handler runs at the next bytecode of the main thread, ahead of whatever
+    the client tasks read after it; the receiver's loop only sees the signal later, maybe after
+    a request the client sent just after signalling has been answered. nats-streaming-server
+    stops answering at once (its Shutdown closes its NATS connections first). A SIGTERM during
+    lame duck mode changes nothing, as the receiver's loop ignores it then."""
+    for signum in signums:
+        then = signal.getsignal(signum)
+
+        def handler(num, frame, then=then):
+            engine = server.stan
+            if engine is not None and not (num == signal.SIGTERM and server.lame_duck):
+                engine.stop_taking_work()
+            if callable(then):
+                then(num, frame)
+
+        signal.signal(signum, handler)
 
 
 # -- SIGUSR1 -----------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-import time
 
 import trio
 
+from .. import clock
 from ..config.stan import CLIENT_ID_RE, MAX_DELIVERIES_PER_EVENT, StanOptions
 from ..server.log import TRACE
 from . import errors as err
@@ -171,7 +171,7 @@ class StanEngine:
         self.by_conn_id: dict[bytes, StanClient] = {}
         self.channels: dict[str, Channel] = {}
         self.store = StanStore(server, options)
-        self.start_time = time.time()
+        self.start_time = clock.now()
         self.in_msgs = 0
         self.in_bytes = 0
         self.out_msgs = 0
@@ -190,6 +190,7 @@ class StanEngine:
         self._state_wake = trio.Event()
         self._state_dirty = False
         self.running = False
+        self.stopping = False  # set by stop_taking_work(): requests are dropped from then on
         self._trace = False
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -252,6 +253,15 @@ class StanEngine:
                 log.error("STREAM: writing the subscription state failed: %s", exc)
             self.store.close([c.store for c in self.channels.values()])
 
+    def stop_taking_work(self) -> None:
+        """Answer no request from now on (connect, publish, subscribe, unsubscribe, close).
+
+        nats-streaming-server's Shutdown on SIGINT/SIGTERM first closes its NATS connections, so
+        a request a client sends after the signal goes unanswered (node-nats-streaming's
+        'subscribe emits timeout' counts on it). Safe to call from a signal handler: it only
+        sets a flag the callbacks read."""
+        self.stopping = True
+
     def _unsubscribe(self, sub) -> None:
         if sub is None:
             return
@@ -264,6 +274,8 @@ class StanEngine:
         """A subscription callback that never lets an exception reach the router."""
 
         def callback(subject, reply, headers, payload):
+            if self.stopping:
+                return
             try:
                 handler(reply.decode("utf-8", "surrogateescape") if reply else "", payload)
             except Exception:
@@ -453,7 +465,7 @@ class StanEngine:
             return self._respond(reply, pb.PubAck(guid=msg.guid, error=err.INVALID_PUB_REQ))
         try:
             channel = self._channel(msg.subject)
-            channel.store.add(msg.data, time.time_ns())
+            channel.store.add(msg.data, clock.now_ns())
         except (StanError, StanStoreError) as exc:
             return self._respond(reply, pb.PubAck(guid=msg.guid, error=str(exc)))
         except Exception as exc:  # StoreError (a closed store) and the like
@@ -628,7 +640,7 @@ class StanEngine:
         if position == pb.LAST_RECEIVED:
             return max(store.last_seq - 1, 0) if store.msgs.msgs else store.last_seq
         if position == pb.TIME_DELTA_START:
-            seq = store.seq_from_timestamp(time.time_ns() - req.startTimeDelta)
+            seq = store.seq_from_timestamp(clock.now_ns() - req.startTimeDelta)
             return seq - 1 if seq > 0 else 0
         if position == pb.SEQUENCE_START:
             first, last = store.first_seq, store.last_seq

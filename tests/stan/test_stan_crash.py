@@ -9,11 +9,13 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
+from natserver.stan import pb
 from tests.stan import stan_client as S
 
 DEADLINE = 20.0
@@ -139,3 +141,54 @@ def test_sigterm_exits_143_as_nats_streaming_server(tmp_path):
     proc.proc.send_signal(signal.SIGTERM)
     assert proc.proc.wait(10) == 143
     proc.log.close()
+
+
+def _read_until(sock, marker: bytes, buf: bytearray) -> bytes:
+    """Read until ``marker`` is in ``buf``; return what came before it and keep the rest."""
+    while marker not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise EOFError(bytes(buf))
+        buf += chunk
+    head, _, rest = bytes(buf).partition(marker)
+    buf[:] = rest
+    return head
+
+
+def test_sigterm_answers_no_request_sent_after_it(tmp_path):
+    """node-nats-streaming's 'subscribe emits timeout': a subscribe request sent right after the
+    server was sent SIGTERM must go unanswered (nats-streaming-server stops at once), not race
+    the shutdown. The request follows the signal within microseconds; three rounds, as a server
+    that handles the signal only in its signal loop answered about one in two."""
+    for round_ in range(3):
+        proc = Proc(tmp_path, tmp_path / f"stan{round_}")
+        try:
+            host, port = proc.url.rsplit("/", 1)[1].rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=DEADLINE) as sock:
+                buf = bytearray()
+                _read_until(sock, b"\r\n", buf)  # INFO
+                sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB _INBOX.t.> 1\r\nPING\r\n')
+                _read_until(sock, b"PONG\r\n", buf)
+                req = pb.ConnectRequest(clientID="c1", heartbeatInbox="_INBOX.t.hb", protocol=1).encode()
+                sock.sendall(b"PUB _STAN.discover.crash-cluster _INBOX.t.conn %d\r\n%b\r\n" % (len(req), req))
+                size = int(_read_until(sock, b"\r\n", buf).split()[-1])
+                while len(buf) < size + 2:
+                    buf += sock.recv(65536)
+                resp = pb.ConnectResponse.decode(bytes(buf[:size]))
+                del buf[:size + 2]
+                assert not resp.error
+                sub = pb.SubscriptionRequest(clientID="c1", subject="foo", inbox="_INBOX.t.msgs", maxInFlight=1,
+                                             ackWaitInSecs=30).encode()
+                sub_pub = b"PUB %s _INBOX.t.sub %d\r\n%b\r\n" % (resp.subRequests.encode(), len(sub), sub)
+                proc.proc.send_signal(signal.SIGTERM)
+                sock.sendall(sub_pub)
+                received = bytearray(buf)
+                try:
+                    while chunk := sock.recv(65536):  # until the server closes the connection
+                        received += chunk
+                except ConnectionResetError:
+                    pass
+            assert b"_INBOX.t.sub" not in received, f"round {round_}: the subscribe was answered"
+            assert proc.proc.wait(10) == 143
+        finally:
+            proc.kill()
