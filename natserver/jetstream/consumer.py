@@ -198,11 +198,10 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_direct_requires_ephemeral()
     if cfg.deliver_group and not cfg.deliver_subject:
         raise errors.consumer_deliver_group_requires_push()
-    if cfg.filter_subject:
-        if not is_valid_subject(cfg.filter_subject):
-            raise errors.consumer_invalid_filter()
-        if not any(is_subset_match(cfg.filter_subject, s) for s in stream_subjects):
-            raise errors.consumer_filter_not_subset()
+    # Only the filter's form is checked: nats-server (since 2.10) takes any filter, wider or
+    # narrower than the stream's subjects or disjoint from them (it then matches nothing).
+    if cfg.filter_subject and not is_valid_subject(cfg.filter_subject):
+        raise errors.stream_invalid_config(errors.BAD_SUBJECT)
     _check_deliver_policy(cfg)
     if cfg.sample_freq:
         text = cfg.sample_freq.removesuffix("%")

@@ -5,9 +5,9 @@ and error codes. Consumers live in ``stream.consumers`` (name -> Consumer).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
+from .. import clock
 from . import consumer_store, errors
 from .consumer import (
     Consumer,
@@ -99,8 +99,9 @@ class ConsumerApi:
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
             set_defaults(cfg, ack_limit)
-            # (the stream subjects of mirrors and sources: the origins' too)
-            check_config(cfg, stream.interest_subjects(), stream.cfg.retention, ack_limit)
+            # (the deliver subject's cycle check looks at the stream's own subjects only, as
+            # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
+            check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit)
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
@@ -109,7 +110,7 @@ class ConsumerApi:
         if consumer.cfg.deliver_subject:
             # Only after the response, as nats-server's delivery loop starts: a mirror or source
             # consumer's owner ignores what comes before it knows the consumer's name.
-            self.js.delivery.push(consumer, time.time_ns())
+            self.js.delivery.push(consumer, clock.now_ns())
 
     def add(self, stream, cfg: ConsumerConfig, name: str) -> Consumer:
         consumers = stream.consumers
@@ -135,7 +136,7 @@ class ConsumerApi:
             name = ephemeral_name()
             while name in consumers:
                 name = ephemeral_name()
-        consumer = Consumer(stream, name, cfg, time.time_ns())
+        consumer = Consumer(stream, name, cfg, clock.now_ns())
         consumer.num_pending()  # the first count, as nats-server's setLeader makes it
         consumers[name] = consumer
         self._save(consumer)

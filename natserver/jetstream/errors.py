@@ -62,6 +62,9 @@ consumer_not_found = _fixed(404, 10014, "consumer not found")
 
 
 # Formatted descriptions ("{err}" and friends).
+BAD_SUBJECT = "invalid subject"  # nats-server's ErrBadSubject (server/errors.go), as an {err}
+
+
 def sequence_not_found(seq: int) -> ApiError:
     return ApiError(400, 10043, f"sequence {seq} not found")
 
@@ -125,8 +128,6 @@ consumer_hb_requires_push = _fixed(400, 10088, "consumer idle heartbeat requires
 consumer_deliver_group_requires_push = _fixed(400, 10078, "consumer deliver group requires a push based consumer")
 consumer_invalid_deliver_subject = _fixed(400, 10112, "invalid push consumer deliver subject")
 consumer_max_waiting_negative = _fixed(400, 10087, "consumer max waiting needs to be positive")
-consumer_filter_not_subset = _fixed(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
-consumer_invalid_filter = _fixed(400, 10093, "consumer filter subject is not a valid subset of the interest subjects")
 consumer_durable_name_mismatch = _fixed(
     400, 10132, "Consumer Durable and Name have to be equal if both are provided")
 consumer_deliver_to_wildcards = _fixed(400, 10079, "consumer deliver subject has wildcards")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import collections
 import re
-import time
 from typing import TYPE_CHECKING
 
+from .. import clock
 from ..routing.transform import SubjectTransform
 from . import errors
 from .errors import ApiError
@@ -472,7 +472,7 @@ class Stream:
         that was waiting for its ack takes it as acknowledged (consumer.go decStreamPending)."""
         if not self.consumers:
             return
-        now = time.time_ns()
+        now = clock.now_ns()
         for consumer in self.consumers.values():
             consumer.stream_removed(seq, subject)
             entry = consumer.pending.get(seq)
@@ -513,19 +513,6 @@ class Stream:
         """Consumers but the direct ones (a mirror or source's, elsewhere): nats-server neither
         counts nor lists those (numPublicConsumers)."""
         return sum(1 for c in self.consumers.values() if not c.cfg.direct)
-
-    def interest_subjects(self, depth: int = 0) -> list:
-        """The stream's subjects and those of the streams it mirrors or sources, recursively
-        (nats-server's gatherSourceMirrorSubjects): what consumer filters are checked against."""
-        subjects = list(self.cfg.subjects or ())
-        if depth < 8:  # a cycle of mirrors can not be configured; bound the walk anyway
-            for spec in ([self.cfg.mirror] if self.cfg.mirror else []) + list(self.cfg.sources or ()):
-                if "external" in spec:
-                    continue  # not this account's stream: its subjects are not known here
-                origin = self.engine.streams.get(spec["name"])
-                if origin is not None:
-                    subjects += [s for s in origin.interest_subjects(depth + 1) if s not in subjects]
-        return subjects
 
     def set_republish(self) -> None:
         rp = self.cfg.republish
@@ -574,7 +561,7 @@ class Stream:
             if reply:
                 self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
             return
-        now = time.time_ns()
+        now = clock.now_ns()
         store = self.store
         msg_id = b""
         rollup = b""
@@ -751,7 +738,7 @@ class Stream:
         """The stream info's ``mirror`` / ``sources`` (SourceLink.info_json)."""
         if not self.links:
             return {}
-        now = time.time_ns()
+        now = clock.now_ns()
         if self.cfg.mirror is not None:
             return {"mirror": self.links[0].info_json(now)}
         return {"sources": [link.info_json(now) for link in self.links]}

@@ -33,8 +33,9 @@ def run(coro) -> None:
 class GoServer:
     """nats-server -js in a subprocess on a random port (learned from its ports file)."""
 
-    def __init__(self, store_dir) -> None:
+    def __init__(self, store_dir, binary=NATS_SERVER) -> None:
         self.store_dir = store_dir
+        self.binary = binary
         self.proc = None
         self.url = ""
 
@@ -44,7 +45,7 @@ class GoServer:
         for old in ports_dir.iterdir():
             old.unlink()
         self.proc = subprocess.Popen(
-            [NATS_SERVER, "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1", "-p", "-1",
+            [self.binary, "-js", "-sd", str(self.store_dir), "-a", "127.0.0.1", "-p", "-1",
              "--ports_file_dir", str(ports_dir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         ports_file = ports_dir / f"nats-server_{self.proc.pid}.ports"

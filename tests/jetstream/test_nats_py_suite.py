@@ -1,0 +1,123 @@
+"""Cases from nats-py's own test suite (nats/tests/test_js.py, 2.15/2.16) that natserver failed
+(issue 30), run as nats-py runs them, against natserver and against the reference
+nats-server 2.15.1 (skipped when its binary is missing): the same test passing on both is the
+compatibility check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from nats.js.api import Header
+
+from tests.jetstream.test_jetstream import GoServer, Target, connect, run
+
+REFERENCE = "/opt/nats-server-2.15.1/nats-server"  # the reference nats-server (the brief's 2.15.1)
+
+
+class _Target(Target):
+    def start(self) -> _Target:
+        if self.kind == "natserver":
+            return super().start()  # type: ignore[return-value]
+        self._handle = GoServer(self.store_dir, REFERENCE).start()
+        self.url = self._handle.url
+        return self
+
+
+@pytest.fixture(params=["natserver", pytest.param("nats-server-2.15.1", marks=pytest.mark.needs_nats_server)])
+def target(request, threaded_server, tmp_path):
+    if request.param != "natserver" and not os.path.exists(REFERENCE):
+        pytest.skip("nats-server 2.15.1 not installed")
+    t = _Target(request.param, threaded_server, tmp_path / request.param).start()
+    yield t
+    t.stop()
+
+
+# -- item 1: a consumer's filter is not checked against the stream's subjects -----------------
+
+
+def test_kv_purge_stream_wider_filter(target):
+    """KVTest::test_purge_stream: a filter (foo.*) wider than each stream subject."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="foo", subjects=["foo.A", "foo.B", "foo.C"])
+        for subject, data in (("foo.A", b"1"), ("foo.C", b"1"), ("foo.B", b"1"), ("foo.C", b"2")):
+            await js.publish(subject, data)
+        await js.purge_stream(name="foo", seq=3)
+        sub = await js.pull_subscribe("foo.*", "durable")
+        info = await js.stream_info("foo")
+        assert info.state.messages == 2
+        msgs = await sub.fetch(5, timeout=1)
+        assert [m.subject for m in msgs] == ["foo.B", "foo.C"]
+        ack = await js.publish("foo.C", b"3", headers={Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "4"})
+        assert ack.seq == 5
+        await nc.close()
+
+    run(main())
+
+
+def test_consumer_with_name_and_filters(target):
+    """JSMTest::test_consumer_with_name: named consumers, one filtered on a stream subject and
+    one on '>', with a subscriber on $JS.API.CONSUMER.> seeing each request's subject."""
+
+    async def main():
+        nc = await connect(target.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        tsub = await nc.subscribe("$JS.API.CONSUMER.>")
+        await jsm.add_stream(name="ctests", subjects=["a", "b", "c.>"])
+        for subject, data in (("a", b"1"), ("b", b"2"), ("c.d", b"3"), ("c.d.e", b"4")):
+            await js.publish(subject, data)
+        for name, durable, filter, first, create in (
+            ("ephemeral", None, None, b"1", "$JS.API.CONSUMER.CREATE.ctests.ephemeral"),
+            ("durable", "durable", None, b"1", "$JS.API.CONSUMER.CREATE.ctests.durable"),
+            ("durable2", "durable2", "b", b"2", "$JS.API.CONSUMER.CREATE.ctests.durable2.b"),
+            ("durable3", "durable3", ">", b"1", "$JS.API.CONSUMER.CREATE.ctests.durable3"),
+        ):
+            cinfo = await jsm.add_consumer("ctests", name=name, durable_name=durable,
+                                           filter_subject=filter, ack_policy="explicit")
+            assert cinfo.config.name == name
+            assert (await tsub.next_msg(timeout=2)).subject == create
+            sub = await js.pull_subscribe_bind(name, "ctests")
+            msgs = await sub.fetch(1, timeout=2)
+            assert msgs[0].data == first
+            assert await msgs[0].ack_sync()
+            assert (await tsub.next_msg(timeout=2)).subject == f"$JS.API.CONSUMER.MSG.NEXT.ctests.{name}"
+        await nc.close()
+
+    run(main())
+
+
+def test_filter_checks_on_the_wire(target):
+    """Only a filter's form is checked (500/10052 "invalid subject"); a filter disjoint from the
+    stream's subjects is taken and matches nothing; the deliver-subject cycle check looks at
+    the stream's own subjects, not a mirror's origin's."""
+
+    async def main():
+        nc = await connect(target.url)
+
+        async def api(subject: str, body: dict) -> dict:
+            return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=2)).data)
+
+        await api("$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["o.a", "o.b"]})
+        await nc.request("o.a", b"1", timeout=2)
+        await api("$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O"}})
+        for bad in ("o..a", "o.>.a", " x"):
+            answer = await api("$JS.API.CONSUMER.CREATE.O", {"stream_name": "O", "config": {"filter_subject": bad}})
+            assert answer["error"] == {"code": 500, "err_code": 10052, "description": "invalid subject"}
+        for wide in ("zz", "*.a", ">", "o.*"):
+            answer = await api(f"$JS.API.CONSUMER.CREATE.O.c{len(wide)}{wide[0] != 'o'}",
+                               {"stream_name": "O", "config": {"name": f"c{len(wide)}{wide[0] != 'o'}",
+                                                               "filter_subject": wide}})
+            assert answer["config"]["filter_subject"] == wide
+            assert answer["num_pending"] == (0 if wide == "zz" else 1)
+        answer = await api("$JS.API.CONSUMER.CREATE.O", {"stream_name": "O", "config": {"deliver_subject": "o.b"}})
+        assert answer["error"] == {"code": 400, "err_code": 10081, "description": "consumer deliver subject forms a cycle"}
+        answer = await api("$JS.API.CONSUMER.CREATE.M", {"stream_name": "M", "config": {"deliver_subject": "o.b"}})
+        assert "error" not in answer and answer["config"]["deliver_subject"] == "o.b"
+        await nc.close()
+
+    run(main())
