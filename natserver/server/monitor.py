@@ -28,7 +28,7 @@ import trio
 
 from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
-from .client import connection_record
+from .client import connection_record, unpack_subs
 from .listen import listen_error
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
@@ -859,7 +859,7 @@ def sub_detail(sub, *, account: bool) -> dict:
 
 def _open_row(client) -> dict:
     # The same record a closed connection leaves behind, plus the live subscriptions.
-    row = connection_record(client)
+    row = connection_record(client, keep_subs=False)
     row["_subs"] = list(client.subs.values())
     return row
 
@@ -935,15 +935,12 @@ def _conn_info(row: dict, now: float, auth: bool, subs: bool, subs_detail: bool)
                     info["subscriptions_list_detail"] = [sub_detail(s, account=False) for s in live]
                 else:
                     info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in live]
-        else:  # a closed one: what connection_record kept
-            details = row.get("subs_detail")
-            subjects = row.get("subjects") or []
-            if subs_detail and (details or subjects):
-                if details is None:
-                    details = [{"subject": s, "sid": "", "msgs": 0, "cid": row["cid"]} for s in subjects]
+        elif row.get("subs_packed"):  # a closed one: what connection_record kept
+            details = unpack_subs(row["subs_packed"], row["cid"])
+            if subs_detail:
                 info["subscriptions_list_detail"] = [{"account": GLOBAL_ACCOUNT, **d} for d in details]
-            elif subs and (details or subjects):
-                info["subscriptions_list"] = [d["subject"] for d in details] if details else list(subjects)
+            else:
+                info["subscriptions_list"] = [d["subject"] for d in details]
     return info
 
 

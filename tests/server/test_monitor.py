@@ -495,10 +495,9 @@ async def test_closed_record_with_subscription_details(monitored):
     server.closed_clients.append({
         "cid": 77, "ip": "10.0.0.1", "port": 4000, "start": now - 3725, "stop": now - 5,
         "last_activity": now - 65, "rtt": 0.0015, "pending_bytes": 0, "in_msgs": 1, "out_msgs": 2,
-        "in_bytes": 3, "out_bytes": 4, "subscriptions": 2, "subjects": ["a", "b"], "name": "",
+        "in_bytes": 3, "out_bytes": 4, "subscriptions": 2, "name": "",
         "lang": "go", "version": "1.2", "user": "alice", "reason": "Stale Connection",
-        "subs_detail": [{"subject": "a", "sid": "1", "msgs": 5, "cid": 77},
-                        {"subject": "b", "qgroup": "g", "sid": "2", "msgs": 1, "max": 9, "cid": 77}],
+        "subs_packed": "a  1 5 0\tb g 2 1 9",  # (client.pack_subs: subject queue sid msgs max)
     })
     (info,) = (await get_json(monitor, "/connz?state=closed&subs=detail&auth=1"))["connections"]
     assert (info["rtt"], info["uptime"], info["idle"], info["reason"]) == ("1.5ms", "1h2m0s", "1m0s", "Stale Connection")
