@@ -65,7 +65,7 @@ def _marker_options(request: pytest.FixtureRequest) -> dict:
 
 
 # NatsServer's keyword arguments that are not server options.
-_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes")
+_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes", "clock")
 
 
 @pytest.hookimpl(hookwrapper=True)

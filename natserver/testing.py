@@ -40,10 +40,12 @@ from typing import Any, Callable, Literal
 
 import outcome
 import trio
+import trio.testing
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
+from . import clock as server_clock
 from .app import Server
 from .config.options import Options
 from .server.client import DELIVER, DROP, NO_RESPONDERS
@@ -71,6 +73,16 @@ _ACTION_NAMES = {DELIVER: "deliver", DROP: "drop", NO_RESPONDERS: "no_responders
 DEFAULT_FAULT_COUNT = 1
 
 DEFAULT_MAX_MESSAGES = 10_000
+
+# advance(): the clock jumps from one timer's deadline to the next, letting the server run
+# in between, so timers fire in deadline order and a timer armed by another sees its own
+# deadline. A timer that re-arms itself at a short interval (NSQ's queue scan every 100 ms)
+# would make a long jump take many steps: after this many the rest is jumped at once.
+MAX_ADVANCE_STEPS = 20_000
+# How far past a deadline a step lands: floating point must not leave the clock a hair
+# before the deadline it jumped to (the timer would then not fire).
+ADVANCE_OVERSHOOT = 1e-9
+Clock = Literal["real", "manual"]
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
@@ -288,6 +300,11 @@ class _Waiter:
         self.notify = notify
 
 
+def _nsq_data_path(nsq) -> str:
+    """The data_path of an ``nsq {}`` block (a dict) or of NsqOptions; "" when not set."""
+    return (nsq.get("data_path") if isinstance(nsq, dict) else nsq.data_path) or ""
+
+
 def _current_async_library() -> str | None:
     import sniffio
 
@@ -314,11 +331,18 @@ class NatsServer:
     (``max_payload=``, ``user=``/``password=``, ``token=``, ``max_pending=``, ...). ``record``
     turns the message recorder on or off; at most ``max_messages`` messages and
     ``max_message_bytes`` payload bytes are kept (the oldest go first).
+
+    ``clock`` is the server's time: ``"real"`` (default) runs at real speed and ``advance()``
+    jumps it ahead; ``"manual"`` stands still until ``advance()`` moves it.
     """
 
     def __init__(self, options: Options | None = None, *, record: bool = True,
                  max_messages: int = DEFAULT_MAX_MESSAGES, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 **changes: Any) -> None:
+                 clock: Clock = "real", **changes: Any) -> None:
+        if clock not in ("real", "manual"):
+            raise ValueError(f"clock must be 'real' or 'manual', not {clock!r}")
+        self.clock: Clock = clock
+        self._timebase: server_clock.Timebase | None = None  # the server thread's time (see now())
         base = options if options is not None else Options(host="127.0.0.1", port=-1, quiet=True)
         changes = {_ALIASES.get(key, key): value for key, value in changes.items()}
         _check_option_names(changes)
@@ -358,6 +382,8 @@ class NatsServer:
         # jetstream=True without a store_dir: a private store in a temporary directory, kept
         # across restarts, removed by stop() (not the shared <tmp>/nats/jetstream)
         self._private_store: str | None = None
+        # the NSQ front-end's data path, private the same way (not the working directory nsqd uses)
+        self._private_nsq_path: str | None = None
         self._discard_store_when_done = False
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -392,10 +418,17 @@ class NatsServer:
 
     def _options_for_start(self) -> Options:
         """The options, with a private JetStream store directory when JetStream is on and no
-        store_dir was given (created on the first start, kept across restarts)."""
+        store_dir was given, and a private NSQ data path when NSQ is on and its block has no
+        data_path (each created on the first start, kept across restarts)."""
         if self.options.jetstream and not self.options.store_dir:
             self._private_store = tempfile.mkdtemp(prefix="natserver-jetstream-")
             self.options = self.options.copy(store_dir=self._private_store)
+        nsq = self.options.nsq
+        if nsq is not None and not _nsq_data_path(nsq):
+            self._private_nsq_path = tempfile.mkdtemp(prefix="natserver-nsq-")
+            nsq = {**nsq, "data_path": self._private_nsq_path} if isinstance(nsq, dict) \
+                else nsq.copy(data_path=self._private_nsq_path)
+            self.options = self.options.copy(nsq=nsq)
         self._discard_store_when_done = False
         return self.options
 
@@ -410,6 +443,13 @@ class NatsServer:
             shutil.rmtree(path, ignore_errors=True)
             if self.options.store_dir == path:
                 self.options = self.options.copy(store_dir="")
+        nsq_path, self._private_nsq_path = self._private_nsq_path, None
+        if nsq_path is not None:
+            shutil.rmtree(nsq_path, ignore_errors=True)
+            nsq = self.options.nsq
+            if nsq is not None and _nsq_data_path(nsq) == nsq_path:
+                nsq = {**nsq, "data_path": ""} if isinstance(nsq, dict) else nsq.copy(data_path="")
+                self.options = self.options.copy(nsq=nsq)
 
     @property
     def store_dir(self) -> str:
@@ -526,7 +566,7 @@ class NatsServer:
 
         def target() -> None:
             try:
-                trio.run(main)
+                trio.run(main, clock=self._new_trio_clock())
             except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
                 if ready.is_set():
                     self._error = _single(exc)
@@ -556,6 +596,11 @@ class NatsServer:
         self._install_hooks()
         self._finished.clear()
         self._finished_trio = trio.Event()
+        trio_clock = trio.lowlevel.current_clock()
+        # A test clock (ours in thread mode; pytest-trio's mock_clock in trio-native mode):
+        # the server's wall time follows it, so advance() moves timestamps and timers alike.
+        timebase = server_clock.install(trio_clock) if isinstance(trio_clock, trio.testing.MockClock) else None
+        self._timebase = timebase
         try:
             async with trio.open_nursery() as nursery:
 
@@ -574,6 +619,8 @@ class NatsServer:
                 self._port = server.port
                 task_status.started(self)
         finally:
+            if timebase is not None:
+                server_clock.uninstall(timebase)
             self._aux = None
             self._token = None
             self._gated.clear()
@@ -581,6 +628,91 @@ class NatsServer:
             self._finished_trio.set()
             if self._discard_store_when_done:
                 self._discard_private_store()
+
+    # -- the server's clock ----------------------------------------------------------------------
+
+    def _new_trio_clock(self) -> trio.testing.MockClock:
+        # A MockClock at rate 1 is trio's clock plus whatever the test jumped; at rate 0 it
+        # only moves when jumped. (It never autojumps: only advance() skips time.)
+        return trio.testing.MockClock(rate=1.0 if self.clock == "real" else 0.0)
+
+    def now(self) -> float:
+        """The server's wall time (``time.time()`` plus every ``advance()`` so far; with
+        ``clock="manual"`` it stands still in between)."""
+        timebase = self._timebase
+        return time.time() if timebase is None else timebase.now()
+
+    def advance(self, seconds: float, timeout: float = 10.0) -> None:
+        """Move the server's clock ``seconds`` ahead now: every server-side timer that falls
+        due on the way fires, in deadline order, as if the time had passed (JetStream ack
+        waits, max_age, KV TTLs, duplicate windows, NSQ msg_timeout, STAN ack waits, pings,
+        ``delay()`` faults...). Returns when the server has done what became due.
+
+        Clients' own timers (nats-py's request timeout) stay on real time. A jump beyond
+        ``ping_interval * ping_max`` (4 minutes by default) makes the server count the PONGs
+        its clients could not send meanwhile, and close them as stale, as nats-server would:
+        give such tests a longer ``ping_interval``. From async code, ``await
+        advance_async()``."""
+        if seconds < 0:
+            raise ValueError("time cannot go back")
+        if self._in_server_thread():
+            raise RuntimeError("this would block the server's own trio loop: use `await advance_async()`")
+        done = threading.Event()
+        result: list = []
+
+        async def job() -> None:
+            try:
+                result.append(await outcome.acapture(self._advance, seconds))
+            finally:
+                done.set()
+
+        self._call(self._spawn, job)
+        if not done.wait(timeout):
+            raise TimeoutError(f"the server did not advance its clock within {timeout}s")
+        result[0].unwrap()
+
+    async def advance_async(self, seconds: float) -> None:
+        """``advance()`` for asyncio or trio code: the caller's loop keeps running (its
+        clients can answer the server meanwhile)."""
+        if seconds < 0:
+            raise ValueError("time cannot go back")
+        library = _current_async_library()
+        if library == "trio" and self._in_server_thread():
+            await self._advance(seconds)
+        elif library == "trio":
+            await trio.to_thread.run_sync(self.advance, seconds)
+        elif library == "asyncio":
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self.advance, seconds)
+        else:
+            raise RuntimeError(f"unsupported async library {library!r} (use the blocking advance)")
+
+    def _spawn(self, job: Callable[[], Any]) -> None:
+        if self._aux is None:
+            raise RuntimeError("the server is not running")
+        self._aux.start_soon(job)
+
+    async def _advance(self, seconds: float) -> None:
+        """In the server's trio run: jump from deadline to deadline up to ``seconds`` ahead,
+        letting every task run until it blocks after each jump."""
+        trio_clock = trio.lowlevel.current_clock()
+        if not isinstance(trio_clock, trio.testing.MockClock):
+            raise RuntimeError("advance() needs the trio run's clock to be a trio.testing.MockClock "
+                               "(trio-native mode: use pytest-trio's mock_clock fixture)")
+        timebase = server_clock.installed()
+        jump = trio_clock.jump if timebase is None else timebase.jump
+        jumped = 0.0  # exactly `seconds` in all: real time passing meanwhile comes on top
+        for _ in range(MAX_ADVANCE_STEPS):
+            await trio.testing.wait_all_tasks_blocked()
+            step = max(trio.lowlevel.current_statistics().seconds_to_next_deadline, 0.0) + ADVANCE_OVERSHOOT
+            if jumped + step > seconds:
+                break
+            jump(step)
+            jumped += step
+        if seconds > jumped:
+            jump(seconds - jumped)
+        await trio.testing.wait_all_tasks_blocked()
 
     # -- running code in the server's trio loop ----------------------------------------------
 
@@ -702,7 +834,7 @@ class NatsServer:
             headers,
             client.name,
             client.cid,
-            time.time(),
+            server_clock.now(),
             action,
         )
         ready = None

@@ -37,12 +37,12 @@ import datetime
 import hashlib
 import ipaddress
 import logging
-import time
 import zoneinfo
 from dataclasses import dataclass, field
 
 import orjson
 
+from .. import clock
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, find_export
 from ..routing.subjects import is_subset_match
 from ..routing.sublist import is_valid_subject
@@ -121,7 +121,7 @@ class Claims:
 
     def time_error(self, now: float | None = None) -> str | None:
         """jwt ClaimsData.Validate: expired or not yet valid."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         if self.expires and now > self.expires:
             return "claim is expired"
         if self.not_before and now < self.not_before:
@@ -223,7 +223,7 @@ def _claims_version(raw: dict) -> tuple[dict, int]:
 def encode(claims: dict, signer: nkeys.KeyPair) -> str:
     """Sign ``claims`` (iss, iat and jti are filled in) as nats-io/jwt v2 does."""
     body = dict(claims)
-    body.setdefault("iat", int(time.time()))
+    body.setdefault("iat", int(clock.now()))
     body["iss"] = signer.public_key.decode()
     body["jti"] = ""
     digest = hashlib.sha256(orjson.dumps(body)).digest()
@@ -617,7 +617,7 @@ class OperatorMode:
         if user.expires:
             expires.append(float(user.expires))
         if valid_for is not None:
-            expires.append(time.time() + valid_for)
+            expires.append(clock.now() + valid_for)
         client.auth_expires = min(expires) if expires else None
         log.debug('%s - Authenticated JWT: Client "%s" (claim-name: "%s") signed with "%s" by Account "%s"',
                   label, user.subject, user.name, user.issuer, account.name)
@@ -692,7 +692,7 @@ def _within_times(windows, location) -> tuple[bool, float | None]:
     tz = None
     if location:
         tz = zoneinfo.ZoneInfo(location)
-    now = datetime.datetime.now(tz) if tz is not None else datetime.datetime.now()
+    now = datetime.datetime.fromtimestamp(clock.now(), tz)
     seconds = now.hour * 3600 + now.minute * 60 + now.second
     for window in windows:
         start, end = _clock(window.get("start")), _clock(window.get("end"))

@@ -31,11 +31,11 @@ import hmac
 import logging
 import os
 import re
-import time
 from dataclasses import dataclass, field
 
 import trio
 
+from .. import clock
 from ..protocol import errors
 from ..protocol.errors import ProtocolError
 from ..protocol.gotext import go_duration_error, parse_duration
@@ -272,7 +272,7 @@ class _ClientPermissions:
         if max_msgs > 0 and entry[1] > max_msgs:
             del self.replies[subject]
             return False
-        if expires > 0 and time.monotonic() - entry[0] > expires:
+        if expires > 0 and clock.monotonic() - entry[0] > expires:
             del self.replies[subject]
             return False
         return True
@@ -287,14 +287,14 @@ class _ClientPermissions:
         if self.sub_deny is not None and self.sub_deny.match(subject).psubs:
             return True
         if reply:
-            self.replies[bytes(reply)] = [time.monotonic(), 0]
+            self.replies[bytes(reply)] = [clock.monotonic(), 0]
             if len(self.replies) > REPLY_PERM_LIMIT:
                 self._prune()
         return False
 
     def _prune(self) -> None:
         max_msgs, expires = self.responses
-        now = time.monotonic()
+        now = clock.monotonic()
         for key, (when, sent) in list(self.replies.items()):
             if (max_msgs > 0 and sent >= max_msgs) or (expires > 0 and now - when > expires):
                 del self.replies[key]
@@ -589,7 +589,7 @@ def apply_limits(client) -> None:
 
 async def _expire(client, deadline: float) -> None:
     """client.go authExpired: a user JWT expires while the client is connected."""
-    await trio.sleep(max(0.0, deadline - time.time()))
+    await trio.sleep(max(0.0, deadline - clock.now()))
     if not client.closed:
         log.debug("%s - User Authentication Expired", client_label(client))
         client.queue(errors.AUTH_EXPIRED.wire)

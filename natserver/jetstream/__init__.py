@@ -29,10 +29,10 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 
 import trio
 
+from .. import clock
 from ..protocol.gotext import parse_duration
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, crypto, errors, monitor, not_enabled
@@ -268,7 +268,7 @@ class JetStream:
                 pass
             self._api_sub = None
         self.delivery.stop()
-        self.delivery.save_durables(time.time_ns(), force=True)
+        self.delivery.save_durables(clock.now_ns(), force=True)
         for stream in list(self.streams.values()):
             stream.unsubscribe()
             stream.store.stop()
@@ -277,7 +277,7 @@ class JetStream:
         self._dirty = set()
 
     def _recover(self) -> None:
-        now = time.time_ns()
+        now = clock.now_ns()
         for name in sorted(os.listdir(self.streams_dir)):
             path = os.path.join(self.streams_dir, name)
             if name.startswith(".deleted-"):
@@ -313,7 +313,10 @@ class JetStream:
                 continue
             store.update_config(cfg)
             store.expire(now)
-            store.flush()
+            try:
+                store.flush()
+            except OSError:  # a full disk: logged by the store; its messages are still served
+                pass
             stream = Stream(self, cfg, store, created)
             self.streams[cfg.name] = stream
             stream.subscribe()
@@ -407,7 +410,7 @@ class JetStream:
                 for theirs in stream.cfg.subjects:
                     if subjects_collide(mine, theirs):
                         raise errors.stream_subject_overlap()
-        created = time.time_ns()
+        created = clock.now_ns()
         try:
             if cfg.storage == "file":
                 path = os.path.join(self.streams_dir, cfg.name)
@@ -466,7 +469,7 @@ class JetStream:
             self.sourcing.attach(stream)
         stream.store.update_config(cfg)
         if cfg.max_age > 0:
-            stream.store.expire(time.time_ns())
+            stream.store.expire(clock.now_ns())
             if stream.store.msgs:
                 self.schedule_expiry(stream.store.first_ts + cfg.max_age)
         self.persist(stream)
@@ -539,21 +542,23 @@ class JetStream:
                 continue
             try:
                 store.flush()
-            except OSError as exc:
-                log.error("JetStream: writing %s failed: %s", store.path, exc)
+            except OSError:  # logged by the store, once; it stays unwritable until a write works
                 failed.add(store)
         if self.sync_always and dirty:
-            targets = []
-            for store in dirty:
-                if not store.closed and store not in failed:
-                    targets.append(store.sync_targets())
-            if targets:
+            synced = [store for store in dirty if not store.closed and store not in failed]
+            if synced:
+                targets = [store.sync_targets() for store in synced]
                 with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(sync_many, targets)
+                    results = await trio.to_thread.run_sync(sync_many, targets)
+                for store, ok in zip(synced, results):
+                    if not ok:
+                        store.sync_failed()
+                        failed.add(store)
         send = self.send
         try:
             for stream, reply, payload in acks:
-                if stream.store in failed:
+                store = stream.store
+                if store in failed or getattr(store, "werr", None) is not None:
                     continue  # not written: no ack (the publisher times out and retries)
                 send(reply, payload)
         finally:
@@ -566,13 +571,13 @@ class JetStream:
     def schedule_expiry(self, deadline_ns: int) -> None:
         scope = self._expiry_scope
         if scope is not None:
-            at = trio.current_time() + max(0.0, (deadline_ns - time.time_ns()) / 1e9)
+            at = trio.current_time() + max(0.0, (deadline_ns - clock.now_ns()) / 1e9)
             if at < scope.deadline:
                 scope.deadline = at
 
     async def _expirer(self) -> None:
         while True:
-            now = time.time_ns()
+            now = clock.now_ns()
             deadline = None
             for stream in list(self.streams.values()):
                 if stream.cfg.max_age > 0 and not stream.store.closed:
@@ -586,7 +591,7 @@ class JetStream:
             with trio.CancelScope() as scope:
                 self._expiry_scope = scope
                 if deadline is not None:
-                    scope.deadline = trio.current_time() + max(0.0, (deadline - time.time_ns()) / 1e9) + 0.001
+                    scope.deadline = trio.current_time() + max(0.0, (deadline - clock.now_ns()) / 1e9) + 0.001
                 await trio.sleep_forever()
             self._expiry_scope = None
 

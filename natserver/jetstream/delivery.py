@@ -6,11 +6,11 @@ The per-consumer rules are in consumer.py (sans-IO); this module does the sendin
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import trio
 
+from .. import clock
 from ..protocol.gotext import go_duration
 from . import consumer_store
 from .consumer import ephemeral_name
@@ -99,7 +99,7 @@ class Delivery:
         if consumer is not None and consumer.fc_reply == subject:
             consumer.fc_reply = b""
             consumer.fc_bytes = 0
-            self.push(consumer, time.time_ns())
+            self.push(consumer, clock.now_ns())
 
     def stop(self) -> None:
         if self._ack_sub is not None:
@@ -119,7 +119,7 @@ class Delivery:
     def pull(self, consumer: Consumer, reply, payload: bytes) -> None:
         if not reply:
             return
-        now = time.time_ns()
+        now = clock.now_ns()
         batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
         body = payload.strip()
         if body:
@@ -240,7 +240,7 @@ class Delivery:
     # -- new messages -------------------------------------------------------------------------
 
     def stream_changed(self, stream) -> None:
-        now = time.time_ns()
+        now = clock.now_ns()
         for consumer in stream.consumers.values():
             if consumer.cfg.deliver_subject:
                 self.push(consumer, now)
@@ -319,7 +319,7 @@ class Delivery:
             count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
         except ValueError:
             return
-        now = time.time_ns()
+        now = clock.now_ns()
         kind = payload[:4]
         if not payload or kind == b"+ACK":
             self._retain(consumer, consumer.ack(sseq, cseq, now))
@@ -384,7 +384,7 @@ class Delivery:
             self.js._store_dirty(store)
 
     def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
-        doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(time.time_ns()),
+        doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(clock.now_ns()),
                "stream": consumer.stream.name, "consumer": consumer.name, **fields}
         self.js.send(_ADVISORY + kind + b"." + consumer.stream.name.encode() + b"." + consumer.name.encode(),
                      dumps(doc))
@@ -426,10 +426,10 @@ class Delivery:
             if deadline is None:
                 await self._wake.wait()
             else:
-                delay = max(0.0, (deadline - time.time_ns()) / 1e9) + 0.001
+                delay = max(0.0, (deadline - clock.now_ns()) / 1e9) + 0.001
                 with trio.move_on_after(delay):
                     await self._wake.wait()
-            now = time.time_ns()
+            now = clock.now_ns()
             for stream in list(self.js.streams.values()):
                 for consumer in list(stream.consumers.values()):
                     try:

@@ -25,9 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import time
 from typing import TYPE_CHECKING
 
+from .. import clock as server_clock
 from . import errors
 from .errors import ApiError
 from .store import StoreError
@@ -134,7 +134,7 @@ class OriginLink:
             else:
                 hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
                 hdr = gen_header(hdr, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
-                target.store_sourced(subject, hdr, data, time.time_ns())
+                target.store_sourced(subject, hdr, data, server_clock.now_ns())
         except StoreError as exc:
             if self._blocked != str(exc):
                 self._blocked = str(exc)
@@ -162,14 +162,14 @@ class ExternalLink(OriginLink):
         self.external = spec["external"]
         self._iname = index_name(spec).encode()
         self.next = 0  # the next origin sequence wanted (0: from the configured start)
-        self.active = 0  # time.time_ns() of the last message from the consumer (0: none)
+        self.active = 0  # server_clock.now_ns() of the last message from the consumer (0: none)
         self.error: ApiError | None = None  # the consumer create request's error
         self.from_new = False  # a purged source's restart: only what the origin gets from now on
         self.lag = 0
         self.sseq = 0  # the origin sequence last taken
         self.dseq = 0  # the consumer's delivery sequence last taken
         self.cname = ""  # the origin consumer's name ("" while none is set up)
-        self._lreq = -RETRY_INTERVAL  # time.monotonic() of the last create request (none yet)
+        self._lreq = -RETRY_INTERVAL  # server_clock.monotonic() of the last create request (none yet)
         self._sip_until = 0.0  # a create request awaits its response until then (0: none)
         self._reply_sub = None  # the create request's reply subject
         self._deliver_sub = None  # the consumer's delivery subject
@@ -190,7 +190,7 @@ class ExternalLink(OriginLink):
     def pump(self, now: int) -> bool:
         """Called about every second (and when anything changes): set the consumer up when
         there is none, or when it has gone quiet; never copies anything itself."""
-        clock = time.monotonic()
+        clock = server_clock.monotonic()
         if self._sip_until:
             if clock < self._sip_until:
                 return False
@@ -295,7 +295,7 @@ class ExternalLink(OriginLink):
             self._retry()
             return
         self.error = None
-        self.active = time.time_ns()  # nats-server counts from here when it looks for a stall
+        self.active = server_clock.now_ns()  # nats-server counts from here when it looks for a stall
         if self.cname == resp["name"]:
             return  # delivering already (the origin delivered before it answered)
         self.cname = resp["name"]
@@ -303,7 +303,7 @@ class ExternalLink(OriginLink):
             delivered = int((resp.get("delivered") or {}).get("stream_seq", 0))
             store = self.stream.store
             if delivered > store.last_seq:  # the origin has no longer what we would want next
-                store.skip_to(delivered, time.time_ns())
+                store.skip_to(delivered, server_clock.now_ns())
             self.sseq = max(delivered, store.last_seq)
 
     def _on_msg(self, subject: bytes, reply, hdr, payload: bytes) -> None:
@@ -324,7 +324,7 @@ class ExternalLink(OriginLink):
             return
         if dc > 1:
             return
-        self.active = time.time_ns()
+        self.active = server_clock.now_ns()
         if self.mirror:
             if sseq <= self.sseq:
                 return  # had it already
@@ -349,7 +349,7 @@ class ExternalLink(OriginLink):
         have: a delivery sequence we did not see means a retry)."""
         if not self.cname and not self._sip_until:
             return
-        self.active = time.time_ns()
+        self.active = server_clock.now_ns()
         engine = self.stream.engine
         if reply:
             engine.send(reply, b"")

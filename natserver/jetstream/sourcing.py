@@ -24,11 +24,11 @@ A pump task copies whatever is new whenever a followed stream stores a message, 
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import trio
 
+from .. import clock
 from . import errors
 from .consumer import parse_time
 from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name
@@ -57,7 +57,7 @@ class SourceLink(OriginLink):
         self.filter = spec.get("filter_subject", "").encode()
         self.mirror = mirror
         self.next = 0  # the next origin sequence to look at (0: not started yet)
-        self.active = 0  # time.time_ns() of the last contact with the origin (0: none)
+        self.active = 0  # clock.now_ns() of the last contact with the origin (0: none)
         self.error = None  # ApiError while the origin can not be read
         self._iname = self.origin.encode()  # nats-server's index name (no external prefix)
         self._blocked = ""  # the store's last refusal (logged once)
@@ -231,7 +231,7 @@ class Sourcing:
             self.wake()
 
     def pump_round(self) -> bool:
-        now = time.time_ns()
+        now = clock.now_ns()
         more = False
         for stream in list(self.engine.streams.values()):
             for link in stream.links:

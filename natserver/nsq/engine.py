@@ -23,6 +23,8 @@ nsqd semantics reproduced (nsqd/topic.go, channel.go):
 from __future__ import annotations
 
 import collections
+import errno
+import fcntl
 import heapq
 import json
 import logging
@@ -30,8 +32,8 @@ import os
 import random
 import struct
 import threading
-import time
 
+from .. import clock
 from ..jetstream.store import FileStore
 from .config import VERSION, NsqOptions
 from .protocol import is_valid_name
@@ -54,7 +56,7 @@ class GuidFactory:
     TWEPOCH = 1288834974288  # ms, nsqd guid.go
     SEQUENCE_MASK = (1 << 12) - 1
 
-    def __init__(self, node_id: int, clock_ns=time.time_ns) -> None:
+    def __init__(self, node_id: int, clock_ns=clock.now_ns) -> None:
         self.node_id = node_id & 0x3FF
         self.clock_ns = clock_ns
         self.last_ts = -1
@@ -587,7 +589,7 @@ class Topic:
 class Engine:
     """Every topic of one nsqd. ``clock_ns`` gives message timestamps; ``rng`` sampling."""
 
-    def __init__(self, options: NsqOptions, *, clock_ns=time.time_ns, rng=random.random, node_id: int | None = None) -> None:
+    def __init__(self, options: NsqOptions, *, clock_ns=clock.now_ns, rng=random.random, node_id: int | None = None) -> None:
         self.options = options
         self.clock_ns = clock_ns
         self.rng = rng
@@ -602,6 +604,7 @@ class Engine:
         # come and go (nsqd tells its nsqlookupd peers the same way, nsqd/lookup.go).
         self.watchers: list = []
         self._lock = threading.Lock()  # metadata writes only
+        self._data_path_fd: int | None = None  # the data path's directory, flock()ed while we serve it
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -696,6 +699,28 @@ class Engine:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+
+    def lock_data_path(self) -> None:
+        """Take the data path for this server alone, as nsqd does (internal/dirlock: an
+        exclusive, non-blocking flock on the directory): a second server on the same directory
+        fails to start instead of sharing nsqd.dat and the disk queues. Raises ValueError with
+        nsqd's message."""
+        directory = self.options.data_dir
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            # Go's text for EWOULDBLOCK, as nsqd prints it
+            reason = "resource temporarily unavailable" if exc.errno == errno.EWOULDBLOCK else exc.strerror
+            raise ValueError(f"failed to lock data-path: cannot lock directory {directory} - {reason}") from None
+        self._data_path_fd = fd
+
+    def unlock_data_path(self) -> None:
+        if self._data_path_fd is not None:
+            os.close(self._data_path_fd)  # closing the descriptor releases the flock
+            self._data_path_fd = None
 
     def load(self) -> None:
         """Recreate the topics and channels nsqd.dat lists (their disk queues reopen)."""

@@ -20,6 +20,7 @@ import h11
 import orjson
 import trio
 
+from .. import clock
 from .config import VERSION
 from .errors import HttpError
 from .protocol import _LEN as _INT32
@@ -107,7 +108,7 @@ def stats(front, topic_name: str = "", channel_name: str = "", include_clients: 
 
 def _stats_text(front, data: dict) -> bytes:
     """nsqd printStats' text layout (memory statistics left out: there is no Go heap)."""
-    uptime = time.time() - front.start_time
+    uptime = clock.now() - front.start_time
     lines = [f"nsqd v{VERSION} (built w/natserver)",
              "start_time " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(front.start_time)),
              f"uptime {uptime:.3f}s", "", "Health: OK"]
@@ -127,7 +128,7 @@ def _stats_text(front, data: dict) -> bytes:
                 text += f"        [V2 {client['client_id']:<15}] state: {client['state']} inflt: " \
                         f"{client['in_flight_count']:<4} rdy: {client['ready_count']:<4} fin: " \
                         f"{client['finish_count']:<8} re-q: {client['requeue_count']:<8} msgs: " \
-                        f"{client['message_count']:<8} connected: {int(time.time() - client['connect_ts'])}s\n"
+                        f"{client['message_count']:<8} connected: {int(clock.now() - client['connect_ts'])}s\n"
     producers = data["producers"] or []
     text += "\nProducers: None\n" if not producers else "\nProducers:\n" + "".join(
         f"   [V2 {p['client_id']:<15}] msgs: {sum(x['count'] for x in p.get('pub_counts', []))}\n" for p in producers)

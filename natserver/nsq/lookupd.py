@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-import time
 import urllib.parse
 
 import orjson
 import trio
 
+from .. import clock
 from .config import VERSION
 from .errors import HttpError
 from .http import JSON, TEXT, HttpApi, listen_label
@@ -341,7 +341,7 @@ class Lookupd:
         self.broadcast_address = broadcast_address or self.hostname
         self.tcp_port = 0
         self.http_port = 0
-        self.clock = time.monotonic
+        self.clock = clock.monotonic
 
     async def handle_tcp(self, stream) -> None:
         try:

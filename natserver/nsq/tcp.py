@@ -12,11 +12,11 @@ import logging
 import math
 import socket
 import ssl
-import time
 
 import orjson
 import trio
 
+from .. import clock
 from ..auth.tls import PrefixedStream
 from .auth import AuthError, query_any_authd
 from .bridge import Bridge
@@ -86,7 +86,7 @@ class NsqClient(Consumer):
         self.deflate_level = 0
         self.snappy = False
         self.codec = None
-        self.connect_time = time.time()
+        self.connect_time = clock.now()
         self.ready_count = 0
         self.pub_counts: dict[str, int] = {}
         self.out = bytearray()
@@ -603,7 +603,7 @@ class NsqServer:
         self.http_port: int | None = None
         self.https_port: int | None = None
         self.host = options.host or (getattr(getattr(server, "options", None), "host", "") or "0.0.0.0")
-        self.start_time = int(time.time())
+        self.start_time = int(clock.now())
         self.hostname = socket.gethostname()
         self.broadcast_address = options.broadcast_address or self.hostname
         if options.snappy and not _have_cramjam():
@@ -709,7 +709,12 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
     a stand-alone nsqd); ``task_status.started(front)`` with ``.tcp_port``/``.http_port``."""
     options = parse_nsq_options(nsq_options)
     front = NsqServer(server, options)
-    front.engine.load()
+    front.engine.lock_data_path()
+    try:
+        front.engine.load()
+    except BaseException:
+        front.engine.unlock_data_path()
+        raise
     host = None if front.host in ("", "0.0.0.0") else front.host
     port = 0 if options.port == -1 else options.port
     http_port = 0 if options.http_port == -1 else options.http_port
@@ -717,6 +722,7 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
         front.listeners = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
         log.error("NSQ: error listening on TCP port %s:%d, %r", front.host, options.port, exc)
+        front.engine.unlock_data_path()
         raise
     front.tcp_port = front.listeners[0].socket.getsockname()[1]
     log.info("TCP: listening on %s", listen_label(front.listeners[0]))
@@ -726,14 +732,21 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
         log.error("NSQ: error listening on HTTP port %s:%d, %r", front.host, options.http_port, exc)
         for listener in front.listeners:
             await listener.aclose()
+        front.engine.unlock_data_path()
         raise
     front.http_port = http_listeners[0].socket.getsockname()[1]
     front.http = NsqHttp(front)
     log.info("HTTP: listening on %s", listen_label(http_listeners[0]))
     https_listeners = []
     if options.https_port is not None:
-        https_listeners = await trio.open_tcp_listeners(0 if options.https_port == -1 else options.https_port,
-                                                        host=host)
+        try:
+            https_listeners = await trio.open_tcp_listeners(0 if options.https_port == -1 else options.https_port,
+                                                            host=host)
+        except OSError:
+            for listener in front.listeners + http_listeners:
+                await listener.aclose()
+            front.engine.unlock_data_path()
+            raise
         front.https_port = https_listeners[0].socket.getsockname()[1]
         log.info("HTTPS: listening on %s", listen_label(https_listeners[0]))
     try:
@@ -767,3 +780,5 @@ async def serve_nsq(server, nsq_options=None, *, task_status=trio.TASK_STATUS_IG
                 front.engine.close()
             except OSError as exc:
                 log.error("NSQ: saving queues to %s: %s", options.data_dir, exc)
+            finally:
+                front.engine.unlock_data_path()

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
+from .. import clock
 from .subjects import has_wildcard, subject_tokens, subjects_collide, subset_match
 from .sublist import Sublist, is_valid_subject
 from .transform import SubjectMappings
@@ -288,7 +289,7 @@ class Account:
         self.sublist = sublist if sublist is not None else Sublist()
         self.config: AccountConfig | None = None
         self.clients: set = set()
-        self._internal = None
+        self._internal: Any = None  # the server's internal client (natserver.server, a layer up)
         self._import_subs: list = []  # (owner account, subscription) of our imports
         self._responses: dict[bytes, list] = {}  # _R_ reply -> [requester account, reply, type, deadline]
         self._response_prefix: bytes | None = None
@@ -432,7 +433,7 @@ class Account:
                 new_reply = dest.new_response(requester, reply, response_type, threshold)
             publisher = getattr(server, "callback_publisher", None)
             rtt = getattr(publisher, "rtt", None) if publisher is not None else None
-            info = {"acc": requester.name}
+            info: dict[str, str | int] = {"acc": requester.name}
             if rtt:
                 info["rtt"] = int(rtt * 1e9)
             headers = set_header(headers, REQUEST_INFO_HEADER, orjson.dumps(info).decode())
@@ -451,7 +452,7 @@ class Account:
                 rand //= 62
             self._response_prefix = bytes(prefix) + b"."
             self._response_sub = self.subscribe(self._response_prefix.decode() + ">", self._respond)
-        now = time.monotonic()
+        now = clock.monotonic()
         if len(self._responses) > 1024:
             for key, entry in list(self._responses.items()):
                 if entry[3] < now:
@@ -465,12 +466,20 @@ class Account:
         self._responses[new_reply] = [requester, bytes(reply), response_type, now + threshold]
         return new_reply
 
+    def response_route(self, reply: bytes) -> tuple[Account, bytes] | None:
+        """Where a response to ``reply`` (one of this account's ``_R_.`` subjects) goes: the
+        requesting account and its own reply subject (None: not a live response subject)."""
+        entry = self._responses.get(bytes(reply))
+        if entry is None or entry[3] < clock.monotonic():
+            return None
+        return entry[0], entry[1]
+
     def _respond(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
         entry = self._responses.get(bytes(subject))
         if entry is None:
             return
         requester, original, response_type, deadline = entry
-        if deadline < time.monotonic():
+        if deadline < clock.monotonic():
             del self._responses[bytes(subject)]
             return
         if response_type == SINGLETON:
@@ -505,8 +514,8 @@ class Accounts:
         """Create or update the accounts and (re)wire every import. Existing accounts keep
         their subject space, so their clients and subscriptions stay."""
         self.configs = {c.name: c for c in configs}
-        for account in self.by_name.values():
-            account.clear_imports()
+        for known in self.by_name.values():
+            known.clear_imports()
         for config in configs:
             account = self.by_name.get(config.name)
             if account is None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from .. import clock
 from ..auth.users import authenticate_connect
 from ..protocol import errors
 from ..protocol.const import (
@@ -40,6 +41,7 @@ from ..protocol.const import (
 from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from ..protocol.parser import Parser, compiled, restride
+from ..routing.accounts import GLOBAL_ACCOUNT
 from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
 from . import trace
 
@@ -66,8 +68,11 @@ EAGER_WRITE_MAX = 256 * 1024
 SMALL_READ = 4096
 # Payloads at least this big are queued by reference instead of joined into the MSG bytes.
 BIG_PAYLOAD = 16 * 1024
-# client.go processMsgResults (v2.9.10): the no-responders status a requester gets.
-NO_RESPONDERS_HEADER = b" 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
+# client.go processInboundClientMsg (2.10+): the no-responders status a requester gets names
+# the subject nobody answered on: "NATS/1.0 503\r\nNats-Subject: <subject>\r\n\r\n" (32 bytes
+# and the subject), then an empty payload.
+NO_RESPONDERS_STATUS = b"NATS/1.0 503\r\nNats-Subject: "
+NO_RESPONDERS_HEADER_SIZE = len(NO_RESPONDERS_STATUS) + 4  # the subject's CRLF and the blank line
 
 # The compiled twin of the delivery loop's common case (_croute.c), or None (not built, or
 # NATSERVER_NO_EXTENSIONS set: this module's Python path does everything). Small plain PUBs
@@ -161,6 +166,7 @@ class Client:
         self.no_responders = False
         self.protocol = 0
         self.connect_received = False
+        self._first_pong_sent = False  # client.go's firstPongSent flag
         self.name = ""
         self.lang = ""
         self.version = ""
@@ -206,7 +212,7 @@ class Client:
         self.in_bytes = 0
         self.out_msgs = 0
         self.out_bytes = 0
-        self.start = time.time()
+        self.start = clock.now()
         self.stop: float | None = None
         self.last_activity = self.start  # wall clock, for monitoring
         # The keepalive timer's view of the client, on trio's clock (so MockClock tests work):
@@ -323,7 +329,7 @@ class Client:
         self.closed = True
         self._fd = -1  # never write in place to a closed connection's (reusable) descriptor
         self.close_reason = reason
-        self.stop = time.time()
+        self.stop = clock.now()
         self.server.client_closed(self)
         tracing = self.server.options.trace and self.cid
         for sub in self.subs.values():
@@ -395,7 +401,7 @@ class Client:
             if self.read_gate is not None:
                 # Paused while this chunk was on its way (natserver.testing.stop_reading): hold it.
                 await self.read_gate.wait()
-            self.last_activity = time.time()
+            self.last_activity = clock.now()
             in_msgs = self.in_msgs
             feed(data)
             while True:
@@ -533,7 +539,7 @@ class Client:
                         ):
                             pass
                         elif reply is not None and self.no_responders:
-                            self._no_responders(reply, result)
+                            self._no_responders(subject, reply, result)
                         if self.stalled_on is not None:
                             self.parser.unread(ops[i:])
                             return
@@ -559,6 +565,12 @@ class Client:
                             self.close("Client Closed", flush=True)
                             return
                         self.queue(PONG_PROTO)
+                        if not self._first_pong_sent and self.connect_received:
+                            # client.go processPing: the first PONG after CONNECT is followed,
+                            # for clients that take async INFO, by the server's INFO again.
+                            self._first_pong_sent = True
+                            if self.protocol >= 1:
+                                self.queue(self.server.info_for(self, connect_info=True))
                     elif op.__class__ is Pong:
                         self.pings_out = 0
                         if self._rtt_start:
@@ -606,7 +618,7 @@ class Client:
             if forwarder.forward(self, result, subject, reply, header_size, payload):
                 delivered = True
         if not delivered and reply is not None and self.no_responders:
-            self._no_responders(reply, result)
+            self._no_responders(subject, reply, result)
 
     def deliver_routed(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload,
                        queues: tuple = ()) -> int:
@@ -936,13 +948,16 @@ class Client:
             return sub.delivered == sub.max_msgs
         return True
 
-    def _no_responders(self, reply: bytes, result=None) -> None:
-        """nats-server 2.9.10: a 503 HMSG to the requester's own subscription on ``reply``."""
+    def _no_responders(self, subject: bytes, reply: bytes, result=None) -> None:
+        """nats-server 2.10+: a 503 HMSG naming ``subject`` to the requester's own subscription
+        on ``reply``."""
         if result is not None and _has_internal_subscriber(result):
             return  # a server callback (e.g. an account's service import) took it: delivered
         for sub in self.sublist.match(reply).psubs:
             if sub.client is self:
-                self.queue(HMSG_ + reply + b" " + sub.sid + NO_RESPONDERS_HEADER)
+                size = b"%d" % (NO_RESPONDERS_HEADER_SIZE + len(subject))
+                self.queue(b"".join((HMSG_, reply, b" ", sub.sid, b" ", size, b" ", size, b"\r\n",
+                                     NO_RESPONDERS_STATUS, subject, b"\r\n\r\n\r\n")))
                 return
 
     def queue(self, data: bytes) -> None:
@@ -990,7 +1005,7 @@ class Client:
             raise ProtocolError(errors.NO_RESPONDERS_NEEDS_HEADERS, "no_responders without headers")
         self.connect_received = True
         self.auth_due = None  # authenticated: the auth timer has nothing left to do
-        now = time.time()
+        now = clock.now()
         self.last_activity = now
         if self.rtt is None:  # nats-server's first estimate: accept to CONNECT
             self.rtt = max(now - self.start, 1e-9)
@@ -1342,6 +1357,8 @@ def connection_record(client: Client, keep_subs: bool = True) -> dict:
         "lang": client.lang,
         "version": client.version,
         "user": client.user,
+        # ConnInfo.account: named only for accounts other than the global one (monitor.go).
+        "account": client.account.name if client.account is not None and client.account.name != GLOBAL_ACCOUNT else "",
         "reason": client.close_reason,
     }
 

@@ -26,6 +26,7 @@ import h11
 import orjson
 import trio
 
+from .. import clock
 from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
 from .client import connection_record, unpack_subs
@@ -510,7 +511,7 @@ class Monitor:
     def varz(self) -> dict:
         server = self.server
         o = server.options
-        now = time.time()
+        now = clock.now()
         info = getattr(server, "_info_base", None) or {}
         v: dict = {
             "server_id": server.server_id,
@@ -605,15 +606,22 @@ class Monitor:
             raise BadRequest(f"sort by {sort} only valid on closed connections")
         if cid > 0:
             limit = 1
-        now = time.time()
-        if acc and acc != GLOBAL_ACCOUNT:  # an unknown account: nats-server returns this
+        now = clock.now()
+        account = server.accounts.get(acc) if acc and server.accounts is not None else None
+        if acc and (account is None if server.accounts is not None else acc != GLOBAL_ACCOUNT):
+            # an unknown account: nats-server returns this
             return {"server_id": "", "now": go_time(now), "num_connections": 0, "total": 0,
                     "offset": offset, "limit": limit, "connections": None}
 
         open_clients = list(server.clients.values()) if state in ("open", "all") else []
         closed = list(server.closed_clients) if state in ("closed", "all") else []
-        if acc:  # closed records only remember accounts other than the global one
-            closed = []
+        if acc:
+            # One account's connections; closed records only remember accounts other than
+            # the global one (monitor.go: cc.acc), so $G's closed ones are never listed.
+            if account is not None:
+                default = server.accounts.global_account
+                open_clients = [c for c in open_clients if (c.account or default) is account]
+            closed = [r for r in closed if acc != GLOBAL_ACCOUNT and r.get("account") == acc]
         total = len(open_clients) + len(closed)
 
         if cid > 0:
@@ -670,21 +678,23 @@ class Monitor:
                 raise BadRequest(f"invalid test subject, must be valid publish subject: {test}")
             literal = test.encode().split(b".")
         server = self.server
-        # One account's subject space (acc, "" for the global one's); None for an unknown name.
+        # The subject spaces counted (monitor.go Subsz): every account's, or the one ``acc``
+        # names (none for an unknown name).
         if server.accounts is not None:
-            account = server.accounts.get(acc)
-            sublist = account.sublist if account is not None else None
+            accounts = [server.accounts.get(acc)] if acc else list(server.accounts.by_name.values())
+            spaces = [(account.name, account.sublist) for account in accounts if account is not None]
         else:
-            sublist = server.sublist if acc in ("", GLOBAL_ACCOUNT) else None
-        out = {"server_id": server.server_id, "now": go_time(time.time())}
-        out.update(sublist_stats(sublist) if sublist is not None else dict.fromkeys(_SUBLIST_STATS_KEYS, 0))
+            spaces = [(GLOBAL_ACCOUNT, server.sublist)] if acc in ("", GLOBAL_ACCOUNT) else []
+        out = {"server_id": server.server_id, "now": go_time(clock.now())}
+        out.update(sublist_stats(*(sublist for _, sublist in spaces)))
         out.update({"total": 0, "offset": offset, "limit": limit})
-        if subs and sublist is not None:
+        if subs and spaces:
             details = []
-            for sub in sublist.subscriptions():
-                if literal is not None and not match_literal(literal, sub.subject):
-                    continue
-                details.append(sub_detail(sub, account=True))
+            for name, sublist in spaces:
+                for sub in sublist.subscriptions():
+                    if literal is not None and not match_literal(literal, sub.subject):
+                        continue
+                    details.append(sub_detail(sub, account=name))
             page = details[min(offset, len(details)):min(offset + limit, len(details))]
             out["total"] = len(page)  # sic: nats-server reports the page's length
             if page:
@@ -694,7 +704,7 @@ class Monitor:
     # stubs for what natserver does not have (no routes, gateways, leafnodes, JetStream) ----
 
     def _header(self) -> dict:
-        return {"server_id": self.server.server_id, "now": go_time(time.time())}
+        return {"server_id": self.server.server_id, "now": go_time(clock.now())}
 
     def handle_routez(self, query: Query) -> bytes:
         subs = query.subs()
@@ -802,28 +812,35 @@ _SUBLIST_STATS_KEYS = ("num_subscriptions", "num_cache", "num_inserts", "num_rem
                        "cache_hit_rate", "max_fanout", "avg_fanout")
 
 
-def sublist_stats(sublist) -> dict:
-    """sublist.go Stats(): counters plus fan-out figures over the result cache."""
-    cache = getattr(sublist, "cache", None)
-    if cache is None:
-        cache = getattr(sublist, "_cache", None)
-    if not isinstance(cache, dict):
-        cache = {}
-    total = largest = 0
-    for result in list(cache.values()):
-        n = len(result.psubs) + len(result.qsubs)
-        total += n
-        largest = max(largest, n)
-    matches = sublist.matches
+def sublist_stats(*sublists) -> dict:
+    """sublist.go Stats(): counters plus fan-out figures over the result cache; of several
+    sublists (accounts), their sum as SublistStats.add makes it (rates from the summed counts)."""
+    count = cached = inserts = removes = matches = hits = total = largest = 0
+    for sublist in sublists:
+        cache = getattr(sublist, "cache", None)
+        if cache is None:
+            cache = getattr(sublist, "_cache", None)
+        if not isinstance(cache, dict):
+            cache = {}
+        for result in list(cache.values()):
+            n = len(result.psubs) + len(result.qsubs)
+            total += n
+            largest = max(largest, n)
+        count += sublist.count
+        cached += len(cache)
+        inserts += sublist.inserts
+        removes += sublist.removes
+        matches += sublist.matches
+        hits += sublist.cache_hits
     return {
-        "num_subscriptions": sublist.count,
-        "num_cache": len(cache),
-        "num_inserts": sublist.inserts,
-        "num_removes": sublist.removes,
+        "num_subscriptions": count,
+        "num_cache": cached,
+        "num_inserts": inserts,
+        "num_removes": removes,
         "num_matches": matches,
-        "cache_hit_rate": _go_float(sublist.cache_hits / matches) if matches else 0,
+        "cache_hit_rate": _go_float(hits / matches) if matches else 0,
         "max_fanout": largest,
-        "avg_fanout": _go_float(total / len(cache)) if total else 0,
+        "avg_fanout": _go_float(total / cached) if total else 0,
     }
 
 
@@ -840,9 +857,9 @@ def match_literal(literal: list[bytes], subject: bytes) -> bool:
     return len(tokens) == len(literal)
 
 
-def sub_detail(sub, *, account: bool) -> dict:
+def sub_detail(sub, *, account: str = "") -> dict:
     """SubDetail: /subsz lists (and closed connections) carry the account, /connz's do not."""
-    detail = {"account": GLOBAL_ACCOUNT} if account else {}
+    detail = {"account": account} if account else {}
     detail["subject"] = sub.subject.decode("utf-8", "replace")
     if sub.queue:
         detail["qgroup"] = sub.queue.decode("utf-8", "replace")
@@ -927,12 +944,14 @@ def _conn_info(row: dict, now: float, auth: bool, subs: bool, subs_detail: bool)
             info[key] = row[key]
     if auth and row.get("user"):
         info["authorized_user"] = row["user"]
+    if auth and row.get("account"):
+        info["account"] = row["account"]
     if subs or subs_detail:
         live = row.get("_subs")
         if live is not None:  # an open connection
             if live:
                 if subs_detail:
-                    info["subscriptions_list_detail"] = [sub_detail(s, account=False) for s in live]
+                    info["subscriptions_list_detail"] = [sub_detail(s) for s in live]
                 else:
                     info["subscriptions_list"] = [s.subject.decode("utf-8", "replace") for s in live]
         elif row.get("subs_packed"):  # a closed one: what connection_record kept

@@ -17,21 +17,21 @@ import logging
 import os
 import socket
 import sys
-import time
 from typing import Protocol
 
 import orjson
 import trio
 
+from .. import clock
 from ..auth import tls as tls_module
 from ..auth.jwt import OperatorMode
-from ..auth.nkeys import PREFIX_SERVER, encode_public_key
+from ..auth.nkeys import PREFIX_SERVER, create_curve_keys, encode_public_key
 from ..auth.tls import server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
 from ..config.options import Options
 from ..protocol import const, errors
 from ..protocol.parser import PARSER_IMPLEMENTATION
-from ..routing.accounts import Accounts
+from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
 from .client import DELIVERY_IMPLEMENTATION, Client, connection_record
 from .keepalive import PingTimers
@@ -87,6 +87,8 @@ class Server:
         options.validate()
         self.options = options
         self.server_id = make_server_id()
+        # The server's x25519 key (INFO "xkey"), as nats-server 2.10+ makes one per start.
+        self.xkey, self._xkey_private = create_curve_keys()
         self.server_name = options.server_name or self.server_id
         self.sublist = Sublist()
         self.clients: dict[int, Client] = {}
@@ -96,7 +98,7 @@ class Server:
         self.touched: set[Client] = set()
         # Client sockets already listening, bound by the command before its imports (cli.py).
         self.listening_sockets: list | None = None
-        self.start_time = time.time()
+        self.start_time = clock.now()
         self.in_msgs = 0
         self.in_bytes = 0
         self.out_msgs = 0
@@ -447,6 +449,7 @@ class Server:
             "server_name": self.server_name,
             "version": const.SERVER_VERSION,
             "proto": const.PROTO_VERSION,
+            "git_commit": const.GIT_COMMIT_FIELD,
             "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
             "host": options.host,
             "port": self.port,
@@ -467,16 +470,28 @@ class Server:
             info["jetstream"] = True
         return info
 
-    def info_for(self, client: Client) -> bytes:
+    def info_for(self, client: Client, connect_info: bool = False) -> bytes:
+        """The INFO ``client`` gets on connect, or (``connect_info``) the one nats-server 2.10+
+        sends a protocol-1 client after its first PONG (client.go processPing): the same
+        without the nonce, with the account the client is bound to."""
         info = dict(self._info_base)
         info["client_id"] = client.cid
         info["client_ip"] = client.ip
-        if client.nonce:
+        if client.nonce and not connect_info:
             info["nonce"] = client.nonce.decode()
         if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
             info["domain"] = self.options.jetstream_domain
         if self.lame_duck:
             info["ldm"] = True
+        if connect_info:
+            account = client.account.name if client.account is not None else GLOBAL_ACCOUNT
+            info["connect_info"] = True
+            info["remote_account"] = account
+            if self.system is not None and account == self.system.name:
+                info["acc_is_sys"] = True
+        if const.JS_API_LEVEL:  # Go's omitempty: level 0 is not sent
+            info["api_lvl"] = const.JS_API_LEVEL
+        info["xkey"] = self.xkey
         return b"INFO " + orjson.dumps(info) + b" \r\n"
 
     def make_internal_client(self, sublist) -> Client:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 
+from .. import clock
 from ..server.monitor import HTML, JSON, TEXT, go_json, go_time, my_uptime
 
 log = logging.getLogger("natserver")
@@ -94,7 +94,7 @@ def _fds() -> tuple[int, int]:
 
 
 def serverz(engine, query) -> dict:
-    now = time.time()
+    now = clock.now()
     msgs, total = _totals(engine)
     subs = sum(len(c.subs) for c in engine.clients.values())
     out = {
@@ -139,7 +139,7 @@ def storez(engine, query) -> dict:
     limits = _limits_json(opts.limits, opts.max_channels)
     if opts.channels:
         limits["channels"] = {name: _limits_json(lim) for name, lim in opts.channels.items()}
-    return {"cluster_id": opts.cluster_id, "server_id": engine.server_id, "now": go_time(time.time(), local=True),
+    return {"cluster_id": opts.cluster_id, "server_id": engine.server_id, "now": go_time(clock.now(), local=True),
             "type": "FILE" if engine.store.file else "MEMORY", "limits": limits, "total_msgs": msgs,
             "total_bytes": total}
 
@@ -194,7 +194,7 @@ def clientsz(engine, query):
     offset, limit, lo, hi = _page(query, len(names))
     clients = [_clientz(engine.clients[name], subs) for name in names[lo:hi]]
     return {"cluster_id": engine.options.cluster_id, "server_id": engine.server_id,
-            "now": go_time(time.time(), local=True), "offset": offset, "limit": limit, "count": len(clients),
+            "now": go_time(clock.now(), local=True), "offset": offset, "limit": limit, "count": len(clients),
             "total": len(names), "clients": clients}
 
 
@@ -221,7 +221,7 @@ def channelsz(engine, query):
     names = sorted(engine.channels)
     offset, limit, lo, hi = _page(query, len(names))
     out = {"cluster_id": engine.options.cluster_id, "server_id": engine.server_id,
-           "now": go_time(time.time(), local=True), "offset": offset, "limit": limit, "count": hi - lo,
+           "now": go_time(clock.now(), local=True), "offset": offset, "limit": limit, "count": hi - lo,
            "total": len(names)}
     if subs:
         channels = [_channelz(engine, engine.channels[n], True) for n in names[lo:hi]]

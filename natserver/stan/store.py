@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import orjson
 import trio
 
+from .. import clock
 from ..jetstream.errors import ApiError
 from ..jetstream.store import FileStore, MemoryStore, StoredMsg, flush_for_sync, sync_many, write_atomic
 from ..jetstream.stream import StreamConfig
@@ -220,7 +220,7 @@ class StanStore:
             return ChannelStore(name, MemoryStore(cfg))
         path = os.path.join(self.channels_dir, escape(name))
         try:
-            store = FileStore(path, cfg, now=time.time_ns())
+            store = FileStore(path, cfg, now=clock.now_ns())
         except (OSError, ValueError) as exc:
             raise StanStoreError(f"unable to create channel store {path!r}: {exc}") from None
         store.notify = self._dirty

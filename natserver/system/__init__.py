@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 import urllib.parse
 
 import orjson
 import trio
 
+from .. import clock
 from ..protocol import const
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from ..server.monitor import BadRequest, Monitor, Query, go_time
@@ -108,7 +108,7 @@ class SystemAccount:
         if server.options.jetstream and server.options.jetstream_domain:
             info["domain"] = server.options.jetstream_domain
         info.update({"ver": const.SERVER_VERSION, "seq": self.seq, "jetstream": server.jetstream is not None,
-                     "time": go_time(time.time())})
+                     "time": go_time(clock.now())})
         return info
 
     def _listened(self, subject: str) -> bool:
@@ -144,7 +144,7 @@ class SystemAccount:
             return  # events.go: the global account's clients get connection counts only
         subject = f"$SYS.ACCOUNT.{account.name}.CONNECT"
         if self._listened(subject):
-            self.send(subject, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": go_time(time.time()),
+            self.send(subject, {"type": CONNECT_TYPE, "id": _event_id(), "timestamp": go_time(clock.now()),
                                 "server": self.server_info(), "client": self._client_info(client, False)})
 
     def client_closed(self, client) -> None:
@@ -158,7 +158,7 @@ class SystemAccount:
         subject = f"$SYS.ACCOUNT.{account.name}.DISCONNECT"
         if self._listened(subject):
             self.send(subject, {
-                "type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": go_time(client.stop or time.time()),
+                "type": DISCONNECT_TYPE, "id": _event_id(), "timestamp": go_time(client.stop or clock.now()),
                 "server": self.server_info(), "client": self._client_info(client, True),
                 "sent": _data_stats(client.in_msgs, client.in_bytes),
                 "received": _data_stats(client.out_msgs, client.out_bytes),
@@ -174,7 +174,7 @@ class SystemAccount:
         else:
             clients = account.clients
         conns = len(clients)  # (a closing client has left the set before the observers hear of it)
-        now = time.monotonic()
+        now = clock.monotonic()
         cached = self._traffic.get(account.name)
         if cached is None or now - cached[0] >= ACCOUNT_TRAFFIC_INTERVAL:
             live = [c for c in clients if not c.closed]
@@ -188,7 +188,7 @@ class SystemAccount:
         new, old = f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS", f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS"
         if not (self._listened(new) or self._listened(old)):
             return
-        event = {"type": ACCOUNT_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(time.time())}
+        event = {"type": ACCOUNT_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(clock.now())}
         stat = self.account_stat(account)
         for subject in (old, new):  # nats-server sends the older subject first
             self.send(subject, {**event, "server": self.server_info(), **stat})
@@ -239,12 +239,12 @@ class SystemAccount:
         self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.PING.STATZ", self._account_statz))
 
     def _ping(self, subject, reply, headers, body) -> None:
-        if reply:
+        if reply and not self.filtered_out(body):
             self.send(reply.decode(), self.statsz_message())
 
     def _server_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
-            if not reply:
+            if not reply or self.filtered_out(body):
                 return
             if kind == "STATSZ":
                 self.send(reply.decode(), self.statsz_message())
@@ -255,33 +255,62 @@ class SystemAccount:
     def _account_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
             name = subject.decode().split(".")[3]
-            if reply and name != "PING":
+            if reply and name != "PING" and not self.filtered_out(body):
                 self._answer(reply, kind, body, name)
         return handle
 
+    def filtered_out(self, body: bytes) -> bool:
+        """events.go filterRequest: True when the request's filter (``server_name``,
+        ``cluster``, ``host``: substrings, or equal with ``exact_match``; ``tags``; ``domain``)
+        does not name this server, which then stays silent, as every server not named does.
+        A body that is not a JSON object is not a filter (the request's answer reports it)."""
+        try:
+            options = orjson.loads(body) if body.strip() else None
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(options, dict):
+            return False
+        server = self.server
+        mine = {"server_name": server.server_name, "host": server.options.host,
+                "cluster": getattr(server.cluster, "name", "") if server.cluster is not None else ""}
+        exact = options.get("exact_match") is True
+        for key, value in mine.items():
+            wanted = options.get(key)
+            if isinstance(wanted, str) and wanted and (wanted != value if exact else wanted not in value):
+                return True
+        if options.get("tags"):  # natserver has no server_tags: no tag is ever ours
+            return True
+        domain = options.get("domain")
+        return isinstance(domain, str) and bool(domain) and domain != (server.options.jetstream_domain or "")
+
     def _account_statz(self, subject, reply, headers, body) -> None:
-        if not reply:
+        if not reply or self.filtered_out(body):
             return
         accounts = self.server.accounts.by_name.values() if self.server.accounts is not None else ()
         stats = [self.account_stat(account) for account in accounts if account.clients]
-        data = {"server_id": self.server.server_id, "now": go_time(time.time()), "account_statz": stats}
+        data = {"server_id": self.server.server_id, "now": go_time(clock.now()), "account_statz": stats}
         self.send(reply.decode(), {"server": self.server_info(), "data": data})
 
     def _answer(self, reply: bytes, kind: str, body: bytes, account: str | None) -> None:
         """The monitoring endpoint's answer as ``data``, or nats-server's ``error`` object."""
         message: dict = {"server": self.server_info()}
+        # events.go zReq: a body that is not the options' JSON is a 400; the endpoint's own
+        # refusal (a bad sort, an invalid test subject) a 500, where HTTP monitoring says 400.
         try:
             query = _query(body, account)
+        except ValueError as exc:
+            message["data"] = None
+            message["error"] = {"code": 400, "description": f"invalid request: {exc}"}
+            self.send(reply.decode(), message)
+            return
+        try:
             message["data"] = _number(self._endpoint(kind, query, account))
         except BadRequest as exc:
             message["data"] = None
-            message["error"] = {"code": 400, "description": str(exc)}
+            message["error"] = {"code": 500, "description": str(exc)}
         except _Failed as exc:
             message["data"] = None
             message["error"] = {"code": exc.code, "description": exc.description}
-        except ValueError as exc:  # a body that is not a JSON object
-            message["data"] = None
-            message["error"] = {"code": 400, "description": f"invalid request: {exc}"}
         self.send(reply.decode(), message)
 
     def _endpoint(self, kind: str, query: Query, account: str | None = None):
