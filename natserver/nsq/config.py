@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
@@ -57,7 +56,7 @@ class NsqOptions:
     client_timeout: float = CLIENT_TIMEOUT
     max_heartbeat_interval: float = MAX_HEARTBEAT_INTERVAL
     mem_queue_size: int = MEM_QUEUE_SIZE
-    data_path: str = ""  # empty: an "nsq" directory under the system temp dir
+    data_path: str = ""  # nsqd --data-path; empty: the working directory, as nsqd (locked while served)
     max_output_buffer_size: int = MAX_OUTPUT_BUFFER_SIZE
     min_output_buffer_timeout: float = MIN_OUTPUT_BUFFER_TIMEOUT
     max_output_buffer_timeout: float = MAX_OUTPUT_BUFFER_TIMEOUT
@@ -82,7 +81,7 @@ class NsqOptions:
 
     @property
     def data_dir(self) -> str:
-        return self.data_path or os.path.join(tempfile.gettempdir(), "nsq")
+        return self.data_path or os.getcwd()
 
 
 _DURATION_KEYS = {"msg_timeout", "max_msg_timeout", "max_req_timeout", "client_timeout",

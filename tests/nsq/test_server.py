@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 import trio
@@ -20,6 +21,7 @@ from natserver import Options
 from natserver.config.flags import build_options, parse_args
 from natserver.config.mapping import options_from_dict
 from natserver.nsq.config import parse_nsq_options
+from natserver.testing import NatsServer
 from tests.nsq.helpers import FRAME_MESSAGE, FRAME_RESPONSE, RawClient, nsq_options, parse_message
 
 TIMEOUT = 20
@@ -226,3 +228,57 @@ async def test_reload_refuses_a_changed_nsq_block(tmp_path):
             with pytest.raises(ReloadError, match="config reload not supported for Nsq"):
                 reload_options(server)
             await server.shutdown()
+
+
+def test_two_in_process_servers_keep_their_own_nsq_data(tmp_path, monkeypatch):
+    """Issue 30 item 18: with no data_path, two servers running at once share nothing (each
+    test server gets a private data path, as its JetStream store) and a topic made on one is
+    not listed by the other; the private paths go when the servers stop."""
+    monkeypatch.chdir(tmp_path)  # nsqd's own default, the working directory, must stay untouched
+    first = NatsServer(nsq={"port": -1, "http_port": -1}).start()
+    second = NatsServer(nsq={"port": -1, "http_port": -1}).start()
+    paths = []
+    try:
+        for server in (first, second):
+            paths.append(server.server.options.nsq["data_path"])
+        assert paths[0] != paths[1] and all(os.path.isdir(p) for p in paths)
+        request = urllib.request.Request(f"http://127.0.0.1:{first.server.nsq.http_port}/topic/create?topic=only_one",
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
+            assert resp.status == 200
+
+        def topics(server) -> list:
+            url = f"http://127.0.0.1:{server.server.nsq.http_port}/stats?format=json"
+            with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
+                return [t["topic_name"] for t in json.loads(resp.read())["topics"]]
+
+        assert topics(first) == ["only_one"]
+        assert topics(second) == []
+    finally:
+        first.stop()
+        second.stop()
+    assert not any(os.path.exists(p) for p in paths)
+    assert os.listdir(tmp_path) == []
+
+
+def test_second_server_on_one_data_path_is_refused(tmp_path):
+    """nsqd locks its data path (internal/dirlock): a second server given the same directory, or
+    started in the same working directory with the default, fails instead of sharing nsqd.dat."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    cmd = [sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-p", "-1", "--nsq_port", "-1",
+           "--nsq_http_port", "-1"]
+    with subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                          cwd=tmp_path) as first:
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline and "Server is ready" not in first.stderr.readline():
+                pass
+            second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT)
+            assert second.returncode != 0
+            assert f"failed to lock data-path: cannot lock directory {tmp_path} - resource temporarily unavailable" \
+                in second.stderr
+            assert first.poll() is None
+        finally:
+            first.terminate()
+            first.wait(TIMEOUT)
+    assert os.path.exists(tmp_path / "nsqd.dat")  # nsqd's default data path: the working directory
