@@ -35,12 +35,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(kind: str, config: str, tmp_path, args: tuple = ()):
-    """A server process (``kind`` "nats-server" or "natserver") with ``config``; yields its port."""
+def running(kind: str, config: str, tmp_path, args: tuple = (), binary: str = NATS_SERVER):
+    """A server process (``kind`` "nats-server", run from ``binary``, or "natserver") with
+    ``config``; yields its port."""
     port = free_port()
     path = tmp_path / f"{kind}-{port}.conf"
     path.write_text(config)
-    argv = [NATS_SERVER] if kind == "nats-server" else [sys.executable, "-m", "natserver"]
+    argv = [binary] if kind == "nats-server" else [sys.executable, "-m", "natserver"]
     argv += ["-a", "127.0.0.1", "-p", str(port), "-c", str(path), *args]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -392,20 +392,25 @@ async def test_counters_per_server_and_per_connection(monitored):
                for d in detail)
 
     # /subsz: stats, the list, and test= filtering
+    # Every account's subscriptions, the system account's own included (as nats-server counts).
     subsz = await get_json(monitor, "/subsz")
     assert list(subsz) == STATS_KEYS
+    assert subsz["num_subscriptions"] == server.subscriptions > 3
+    subsz = await get_json(monitor, "/subsz?acc=%24G")  # the clients' account alone
     assert (subsz["num_subscriptions"], subsz["num_inserts"], subsz["num_removes"]) == (3, 3, 0)
     assert subsz["num_matches"] >= 1 and subsz["max_fanout"] == 2
-    subsz = await get_json(monitor, "/subsz?subs=1")
+    subsz = await get_json(monitor, "/subsz?subs=1&acc=%24G")
     assert list(subsz) == ["server_id", "now", *STATS_KEYS, "total", "offset", "limit", "subscriptions_list"]
     assert subsz["total"] == 3 and {d["account"] for d in subsz["subscriptions_list"]} == {"$G"}
+    everyone = await get_json(monitor, "/subsz?subs=1")
+    assert {d["account"] for d in everyone["subscriptions_list"]} == {"$G", "$SYS"}
     subsz = await get_json(monitor, "/subsz?subs=1&test=foo")
     assert sorted((d["subject"], d["sid"]) for d in subsz["subscriptions_list"]) == [("foo", "1"), ("foo", "2")]
     subsz = await get_json(monitor, "/subsz?subs=1&test=bar.x")
     assert [d["subject"] for d in subsz["subscriptions_list"]] == ["bar.*"]
     subsz = await get_json(monitor, "/subsz?subs=1&test=zzz")
     assert list(subsz) == STATS_KEYS  # nothing matched: stats only, like nats-server
-    subsz = await get_json(monitor, "/subsz?subs=1&offset=1&limit=1")
+    subsz = await get_json(monitor, "/subsz?subs=1&acc=%24G&offset=1&limit=1")
     assert (subsz["offset"], subsz["limit"], subsz["total"], len(subsz["subscriptions_list"])) == (1, 1, 1, 1)
     status, _, body = await http(monitor, "/subsz?subs=1&test=foo.*")
     assert (status, body) == (400, b"invalid test subject, must be valid publish subject: foo.*")

@@ -188,7 +188,7 @@ def test_nats_py_system_user(threaded_server):
             varz = json.loads((await system.request("$SYS.REQ.SERVER.PING.VARZ", b"", timeout=5)).data)
             assert varz["data"]["server_id"] == server_id
             bad = json.loads((await system.request("$SYS.REQ.SERVER.PING.CONNZ", b'{"sort": "nope"}', timeout=5)).data)
-            assert bad["data"] is None and bad["error"] == {"code": 400, "description": "invalid sorting option: nope"}
+            assert bad["data"] is None and bad["error"] == {"code": 500, "description": "invalid sorting option: nope"}
             accountz = json.loads((await system.request("$SYS.REQ.SERVER.PING.ACCOUNTZ", b"", timeout=5)).data)
             assert accountz["data"]["system_account"] == "SYS"
             assert sorted(accountz["data"]["accounts"]) == ["$G", "A", "SYS"]
