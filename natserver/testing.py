@@ -48,7 +48,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
 from . import clock as server_clock
 from .app import Server
 from .config.options import Options
-from .server.client import DELIVER, DROP, NO_RESPONDERS
+from .server.client import DELIVER, DROP, NO_RESPONDERS, unpack_subs
 
 __all__ = [
     "ClientInfo",
@@ -82,6 +82,12 @@ MAX_ADVANCE_STEPS = 20_000
 # How far past a deadline a step lands: floating point must not leave the clock a hair
 # before the deadline it jumped to (the timer would then not fire).
 ADVANCE_OVERSHOOT = 1e-9
+# Clients cannot act while the clock jumps, yet the server's keepalives expect answers (a PONG
+# to nats-server's PING, a NOP to nsqd's heartbeat, STAN's heartbeat replies). So once per
+# ADVANCE_SETTLE_EVERY seconds of jumped time the server waits until it has been idle for
+# ADVANCE_SETTLE real seconds, long enough for a client on this machine to answer.
+ADVANCE_SETTLE_EVERY = 1.0
+ADVANCE_SETTLE = 0.002
 Clock = Literal["real", "manual"]
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -213,7 +219,10 @@ class SubscriptionInfo:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClientInfo:
-    """A snapshot of one open connection (like an entry of /connz)."""
+    """A snapshot of one connection (like an entry of /connz): an open one
+    (``connections()``), or a closed one (``closed_connections()``) with the reason it was
+    closed, as /connz?state=closed says it (``"Client Closed"``, ``"Slow Consumer (Write
+    Deadline)"``, ``"Authentication Timeout"``...)."""
 
     cid: int
     name: str
@@ -230,6 +239,7 @@ class ClientInfo:
     out_bytes: int
     reading_stopped: bool
     writing_stopped: bool
+    close_reason: str = ""  # "" while open
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -303,6 +313,18 @@ class _Waiter:
 def _nsq_data_path(nsq) -> str:
     """The data_path of an ``nsq {}`` block (a dict) or of NsqOptions; "" when not set."""
     return (nsq.get("data_path") if isinstance(nsq, dict) else nsq.data_path) or ""
+
+
+def _closed_client_info(record: dict) -> ClientInfo:
+    """A closed connection's ClientInfo from what the server kept of it (connection_record)."""
+    subjects = tuple(detail["subject"] for detail in unpack_subs(record.get("subs_packed") or "", record["cid"]))
+    return ClientInfo(
+        cid=record["cid"], name=record.get("name") or "", lang=record.get("lang") or "",
+        version=record.get("version") or "", ip=record["ip"], port=record["port"], user=record.get("user") or "",
+        subscriptions=subjects, pending_bytes=record["pending_bytes"], in_msgs=record["in_msgs"],
+        out_msgs=record["out_msgs"], in_bytes=record["in_bytes"], out_bytes=record["out_bytes"],
+        reading_stopped=False, writing_stopped=False, close_reason=record.get("reason") or "",
+    )
 
 
 def _current_async_library() -> str | None:
@@ -648,10 +670,10 @@ class NatsServer:
         waits, max_age, KV TTLs, duplicate windows, NSQ msg_timeout, STAN ack waits, pings,
         ``delay()`` faults...). Returns when the server has done what became due.
 
-        Clients' own timers (nats-py's request timeout) stay on real time. A jump beyond
-        ``ping_interval * ping_max`` (4 minutes by default) makes the server count the PONGs
-        its clients could not send meanwhile, and close them as stale, as nats-server would:
-        give such tests a longer ``ping_interval``. From async code, ``await
+        Clients' own timers (nats-py's request timeout) stay on real time. Clients get a
+        moment of real time to answer the server's keepalives (PING, NSQ and STAN
+        heartbeats) on the way, so their connections survive long jumps; a client whose
+        event loop is blocked meanwhile cannot answer: from async code, ``await
         advance_async()``."""
         if seconds < 0:
             raise ValueError("time cannot go back")
@@ -703,8 +725,13 @@ class NatsServer:
         timebase = server_clock.installed()
         jump = trio_clock.jump if timebase is None else timebase.jump
         jumped = 0.0  # exactly `seconds` in all: real time passing meanwhile comes on top
+        settled = 0.0  # jumped when the clients were last given time to answer
         for _ in range(MAX_ADVANCE_STEPS):
-            await trio.testing.wait_all_tasks_blocked()
+            if jumped - settled >= ADVANCE_SETTLE_EVERY:
+                await trio.testing.wait_all_tasks_blocked(ADVANCE_SETTLE)
+                settled = jumped
+            else:
+                await trio.testing.wait_all_tasks_blocked()
             step = max(trio.lowlevel.current_statistics().seconds_to_next_deadline, 0.0) + ADVANCE_OVERSHOOT
             if jumped + step > seconds:
                 break
@@ -712,12 +739,23 @@ class NatsServer:
             jumped += step
         if seconds > jumped:
             jump(seconds - jumped)
-        await trio.testing.wait_all_tasks_blocked()
+        await trio.testing.wait_all_tasks_blocked(ADVANCE_SETTLE)
 
     # -- running code in the server's trio loop ----------------------------------------------
 
     def _in_server_thread(self) -> bool:
         return self._trio_thread is not None and threading.get_ident() == self._trio_thread
+
+    def _refuse_inside_event_loop(self, method: str) -> None:
+        """A blocking wait called from async code would stop that event loop, and with it the
+        clients the test is waiting on (they could not send): it would only time out. Say so
+        at once, and what to call instead."""
+        if self._in_server_thread():
+            raise RuntimeError(f"{method}() would block the server's own trio loop: use `await {method}_async()`")
+        library = _current_async_library()
+        if library is not None:
+            raise RuntimeError(f"{method}() blocks, and it was called inside a running {library} event loop, "
+                               f"which it would stop (its clients could not send): use `await {method}_async()`")
 
     def _call(self, fn: Callable[..., Any], *args: Any, timeout: float = 10.0) -> Any:
         """Run ``fn(*args)`` in the server's trio loop (directly if we are in it) and return
@@ -915,8 +953,7 @@ class NatsServer:
         ``clear()`` (those already recorded count); returns the first ``count``. Raises
         ``TimeoutError``. From async code use ``wait_for_messages_async``: blocking the event
         loop would keep its client from sending."""
-        if self._in_server_thread():
-            raise RuntimeError("this would block the server's own trio loop: use `await wait_for_messages_async()`")
+        self._refuse_inside_event_loop("wait_for_messages")
         event = threading.Event()
         found, waiter = self._register(subject, count, event.set)
         if waiter is None:
@@ -930,6 +967,7 @@ class NatsServer:
     def wait_for_message(self, subject: str | None = None, timeout: float = 5.0) -> Message:
         """Block until a message matching ``subject`` is recorded (or was, since the last
         ``clear()``); returns the first such message. Raises ``TimeoutError``."""
+        self._refuse_inside_event_loop("wait_for_message")
         return self.wait_for_messages(subject, 1, timeout)[0]
 
     async def wait_for_messages_async(self, subject: str | None = None, count: int = 1, timeout: float = 5.0) -> list[Message]:
@@ -1019,6 +1057,17 @@ class NatsServer:
             ))
         return result
 
+    def closed_connections(self, name: str | None = None) -> list[ClientInfo]:
+        """The connections closed since the server started (optionally only those with
+        CONNECT name ``name``), oldest first, each with its ``close_reason``: the last
+        ``max_closed_clients`` (10 000 by default), as /connz?state=closed keeps them.
+        Their subscriptions are those they had when they closed."""
+        server = self.server
+        if server is None:
+            return []
+        records = self._call(list, server.closed_clients) if self.running else list(server.closed_clients)
+        return [_closed_client_info(record) for record in records if name is None or record.get("name") == name]
+
     def subscriptions(self, subject: str | None = None) -> list[SubscriptionInfo]:
         """Current subscriptions, optionally only those whose subject *matches* the literal
         ``subject`` (so ``"greet.joe"`` finds a ``greet.*`` subscription)."""
@@ -1068,6 +1117,7 @@ class NatsServer:
 
     def wait_for_client(self, name: str | None = None, timeout: float = 5.0, *, count: int = 1) -> list[ClientInfo]:
         """Block until at least ``count`` connections (named ``name``) are open."""
+        self._refuse_inside_event_loop("wait_for_client")
         return _poll_sync(lambda: _enough(self.connections(name), count), timeout,
                           lambda: f"{count} connection(s) named {name!r}" if name else f"{count} connection(s)")
 
@@ -1078,6 +1128,7 @@ class NatsServer:
     def wait_for_subscription(self, subject: str, timeout: float = 5.0) -> list[SubscriptionInfo]:
         """Block until some subscription matches the literal ``subject`` (e.g. a service
         started in the background is ready)."""
+        self._refuse_inside_event_loop("wait_for_subscription")
         return _poll_sync(lambda: self.subscriptions(subject), timeout, lambda: f"a subscription matching {subject!r}")
 
     async def wait_for_subscription_async(self, subject: str, timeout: float = 5.0) -> list[SubscriptionInfo]:
