@@ -90,15 +90,22 @@ def pytest_make_collect_report(collector):
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     # A misspelt marker (@pytest.mark.nats_sever) would only be a warning without
-    # --strict-markers, and the test would silently get a default server.
+    # --strict-markers, and the test would silently get a default server. The tests that carry
+    # it fail when they run (pytest_runtest_setup); the others, and a run that deselects them
+    # (-k), go on.
     import difflib
 
     for item in items:
         for marker in item.iter_markers():
             name = marker.name
             if name != MARKER and difflib.get_close_matches(name, [MARKER, "natserver"], n=1, cutoff=0.8):
-                raise pytest.UsageError(f"{item.nodeid}: unknown marker @pytest.mark.{name}: "
-                                        f"did you mean @pytest.mark.{MARKER}?")
+                item.stash[_MISSPELT_MARKER] = (f"{item.nodeid}: unknown marker @pytest.mark.{name}: "
+                                                f"did you mean @pytest.mark.{MARKER}?")
+                break
+
+
+# Why a collected test must fail before it runs: the misspelt marker it carries.
+_MISSPELT_MARKER: pytest.StashKey[str] = pytest.StashKey()
 
 
 @pytest.fixture
@@ -143,8 +150,12 @@ def nats_server_session(request: pytest.FixtureRequest, nats_server_session_opti
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    # Runs before the test's fixtures are set up: a test using the shared server starts
-    # without the faults and records of the previous one (its clients stay connected).
+    # Runs before the test's fixtures are set up: a test with a misspelt marker stops here,
+    # and a test using the shared server starts without the faults and records of the
+    # previous one (its clients stay connected).
+    misspelt = item.stash.get(_MISSPELT_MARKER, None)
+    if misspelt is not None:
+        pytest.fail(misspelt, pytrace=False)
     if "trio_nats_server" in getattr(item, "fixturenames", ()) and not item.config.pluginmanager.hasplugin("trio"):
         pytest.fail("the trio_nats_server fixture needs pytest-trio: pip install pytest-trio "
                     "(and trio_mode = true, or @pytest.mark.trio on the test)", pytrace=False)

@@ -215,7 +215,8 @@ async def test_trio_native_in_a_nursery():
             message = await server.wait_for_message_async("z", timeout=2)
             assert (message.data, message.client) == (b"hi", "native")
             assert [c.name for c in server.connections()] == ["native"]  # direct call, same thread
-            with pytest.raises(RuntimeError, match="block the server's own trio loop"):
+            with pytest.raises(RuntimeError, match=r"wait_for_message\(\) would block the server's own trio loop: "
+                                                   r"use `await wait_for_message_async\(\)`"):
                 server.wait_for_message("z")
             with pytest.raises(RuntimeError, match="restart_async"):
                 server.restart()
@@ -329,6 +330,35 @@ def test_wait_for_message_async_asyncio_waits_without_blocking_the_loop():
         run(main(server))
 
 
+def test_a_blocking_wait_inside_a_running_loop_fails_at_once():
+    """It would stop the loop, and the client that was to publish with it: say what to call."""
+    async def main(server):
+        nc = await nats.connect(server.url, name="inside")
+        try:
+            await nc.publish("ev", b"1")  # sent later, once the loop runs again
+            for call, method in ((lambda: server.wait_for_message("ev", timeout=5), "wait_for_message"),
+                                 (lambda: server.wait_for_messages("ev", timeout=5), "wait_for_messages"),
+                                 (lambda: server.wait_for_client("inside", timeout=5), "wait_for_client"),
+                                 (lambda: server.wait_for_subscription("ev", timeout=5), "wait_for_subscription")):
+                t0 = time.monotonic()
+                with pytest.raises(RuntimeError, match=rf"{method}\(\) blocks, and it was called inside a running "
+                                                       rf"asyncio event loop.*use `await {method}_async\(\)`"):
+                    call()
+                assert time.monotonic() - t0 < 1  # at once, not after the timeout
+            assert (await server.wait_for_message_async("ev", timeout=5)).data == b"1"
+        finally:
+            await nc.close()
+
+    with NatsServer() as server:
+        run(main(server))
+
+
+async def test_a_blocking_wait_inside_trio_fails_at_once(nats_server):
+    with trio.fail_after(TIMEOUT):
+        with pytest.raises(RuntimeError, match=r"inside a running trio event loop.*wait_for_message_async"):
+            nats_server.wait_for_message("t.never", timeout=5)
+
+
 async def test_wait_for_message_async_from_trio_with_a_threaded_server(nats_server):
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
@@ -370,10 +400,10 @@ def test_connections_subscriptions_counters():
             counters = server.counters()
             assert isinstance(counters, Counters)
             assert (counters.in_msgs, counters.out_msgs, counters.connections, counters.subscriptions) == (1, 2, 2, 2)
-            assert server.wait_for_client("alpha", timeout=1)[0].name == "alpha"
+            assert (await server.wait_for_client_async("alpha", timeout=1))[0].name == "alpha"
             assert len(await server.wait_for_client_async(count=2, timeout=1)) == 2
             with pytest.raises(TimeoutError, match="connection"):
-                server.wait_for_client("gamma", timeout=0.05)
+                await server.wait_for_client_async("gamma", timeout=0.05)
         finally:
             await a.close()
             await b.close()
@@ -381,7 +411,33 @@ def test_connections_subscriptions_counters():
     with NatsServer() as server:
         run(main(server))
         assert server.counters().total_connections == 2  # readable after stop too
+        closed = {c.name: c for c in server.closed_connections()}
+        assert set(closed) == {"alpha", "beta"} and closed["alpha"].close_reason == "Client Closed"
+        assert closed["alpha"].subscriptions == ("greet.*",) and closed["beta"].in_msgs == 1
     assert server.connections() == [] and server.subscriptions() == []
+
+
+def test_closed_connections_say_why():
+    with NatsServer() as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:
+            sock.sendall(b'CONNECT {"name":"kicked"}\r\nSUB a 1\r\nPING\r\n')
+            server.wait_for_client("kicked", timeout=TIMEOUT)
+            server.close_client("kicked")
+            sock.settimeout(TIMEOUT)
+            while sock.recv(4096):  # until the server closed it
+                pass
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:
+            sock.sendall(b'CONNECT {"name":"garbled"}\r\nNOPE\r\n')
+            sock.settimeout(TIMEOUT)
+            while sock.recv(4096):
+                pass
+        deadline = time.monotonic() + TIMEOUT
+        while len(server.closed_connections()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [(c.name, c.close_reason, c.subscriptions) for c in server.closed_connections()] == [
+            ("kicked", "Kicked", ("a",)), ("garbled", "Protocol Violation", ())]
+        assert [c.cid for c in server.closed_connections("garbled")] == [2]
+        assert all(c.close_reason == "" for c in server.connections())
 
 
 def test_server_side_publish_reaches_nats_py():
