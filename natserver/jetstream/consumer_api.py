@@ -152,7 +152,14 @@ class ConsumerApi:
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
-        self.api._send(reply, {"type": rtype, **consumer.info_json()})
+        self.api._send(reply, {"type": rtype, **self._info(consumer)})
+
+    def _info(self, consumer: Consumer) -> dict:
+        """consumer.go info: a pull consumer's waiting requests are looked over first, so
+        num_waiting counts only those still waiting."""
+        if not consumer.cfg.is_push:
+            self.js.delivery.process_waiting(consumer, clock.now_ns(), False)
+        return consumer.info_json()
 
     def delete(self, stream_name: str, name: str, reply) -> None:
         rtype = _T + "consumer_delete_response"
@@ -199,7 +206,7 @@ class ConsumerApi:
         limit = LIST_LIMIT if full else NAMES_LIMIT
         page = names[offset : offset + limit]
         if full:
-            listed: list = [stream.consumers[n].info_json() for n in page]
+            listed: list = [self._info(stream.consumers[n]) for n in page]
         else:
             listed = page
         self.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": limit,

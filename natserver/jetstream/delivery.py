@@ -26,6 +26,8 @@ log = logging.getLogger("natserver")
 _HDR_FLOW_CONTROL = b"NATS/1.0 100 FlowControl Request\r\n\r\n"
 _HDR_NO_MESSAGES = b"NATS/1.0 404 No Messages\r\n\r\n"
 _HDR_MAX_WAITING = b"NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n"
+_HDR_REQUESTS_PENDING = b"NATS/1.0 408 Requests Pending\r\n\r\n"
+_HDR_PUSH_BASED = b"NATS/1.0 409 Consumer is push based\r\n\r\n"
 _HDR_HEARTBEAT_TOO_LARGE = b"NATS/1.0 400 Bad Request - heartbeat value too large\r\n\r\n"
 _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
 _ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
@@ -37,6 +39,7 @@ _PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v
 PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task
 FLOW_CONTROL_BYTES = 512 * 1024  # a push consumer with flow_control asks after this much data
 NO_INTEREST_RETRY = 50_000_000  # ns; how often a push consumer without subscribers looks again
+MAX_IMPORT_HOPS = 8  # service imports a pull request's reply is followed back through (a bound, not a rule)
 
 
 def _heartbeat_header(consumer) -> bytes:
@@ -44,9 +47,9 @@ def _heartbeat_header(consumer) -> bytes:
             % (consumer.delivered_cseq, consumer.delivered_sseq))
 
 
-def _timeout_header(batch: int, max_bytes: int) -> bytes:
-    return (b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
-            % (batch, max_bytes))
+def _timeout_header(batch: int, max_bytes: int, why: bytes = b"Request Timeout") -> bytes:
+    return (b"NATS/1.0 408 %s\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
+            % (why, batch, max_bytes))
 
 
 def _too_big_header(batch: int, max_bytes: int) -> bytes:
@@ -55,7 +58,8 @@ def _too_big_header(batch: int, max_bytes: int) -> bytes:
 
 
 class PullRequest:
-    __slots__ = ("batch", "expires", "heartbeat", "last_beat", "max_bytes", "no_wait", "reply", "sent")
+    __slots__ = ("account", "batch", "expires", "heartbeat", "interest", "last_beat", "max_bytes", "no_wait",
+                 "reply", "sent")
 
     def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
         self.reply = reply
@@ -66,6 +70,10 @@ class PullRequest:
         self.sent = 0
         self.heartbeat = 0  # ns between idle heartbeats while the request waits (0: none)
         self.last_beat = 0
+        # Who must still listen for the request to stay (Delivery._track_interest): the client
+        # of the account to ask and the subject, ``reply`` unless it came through an import.
+        self.account = None
+        self.interest = reply
 
 
 def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
@@ -119,6 +127,9 @@ class Delivery:
     def pull(self, consumer: Consumer, reply, payload: bytes) -> None:
         if not reply:
             return
+        if consumer.cfg.is_push:
+            self.js.send(reply, b"", _HDR_PUSH_BASED)
+            return
         now = clock.now_ns()
         batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
         body = payload.strip()
@@ -141,8 +152,6 @@ class Delivery:
         if heartbeat > 0 and heartbeat * 2 > expires:
             self.js.send(reply, b"", _HDR_HEARTBEAT_TOO_LARGE)
             return
-        if consumer.cfg.is_push:
-            return  # nats-server ignores pull requests to push consumers
         # consumer.go processNextMsgRequest: the consumer's request limits, in this order.
         cfg = consumer.cfg
         if cfg.max_batch > 0 and batch > cfg.max_batch:
@@ -156,58 +165,103 @@ class Delivery:
             self.js.send(reply, b"", b"NATS/1.0 409 Exceeded MaxRequestMaxBytes of %d\r\n\r\n" % cfg.max_bytes)
             return
         consumer.active_at = now
-        self._expire_requests(consumer, now)
+        self.process_waiting(consumer, now, False)
+        if no_wait:
+            # consumer.go processNextMsgRequest: a request that may not wait is answered at
+            # once when nothing is there (unless it gave expires: then it waits for the first
+            # messages and ends after them) or when the requests before it take everything.
+            available = consumer.cached_num_pending() + len(consumer.rdq)
+            if available == 0 and expires <= 0:
+                self.js.send(reply, b"", _HDR_NO_MESSAGES)
+                return
+            if available and available < sum(req.batch for req in consumer.waiting):
+                self.js.send(reply, b"", _HDR_REQUESTS_PENDING)
+                return
         if len(consumer.waiting) >= max(consumer.cfg.max_waiting, 1):
-            self.js.send(reply, b"", _HDR_MAX_WAITING)
+            if not heartbeat:  # (nats-server: a client with heartbeats waits for them instead)
+                self.js.send(reply, b"", _HDR_MAX_WAITING)
             return
         request = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0)
         request.heartbeat, request.last_beat = max(heartbeat, 0), now
+        request.account, request.interest = self._track_interest(reply)
         consumer.waiting.append(request)
         self.serve(consumer, now)
         if consumer.waiting and consumer.waiting[-1].expires:
             self.poke()
 
+    def _track_interest(self, reply: bytes):
+        """consumer.go trackDownAccountAndInterest: a reply that came in through a service
+        import (``_R_.``) stands for the importing account's own reply; a waiting request
+        lives as long as someone there listens on it. (The client to ask, the subject.)"""
+        accounts = self.server.accounts
+        account = self.js.account or (accounts.global_account if accounts is not None else None)
+        client, subject = self.js.client, reply
+        for _ in range(MAX_IMPORT_HOPS):
+            if account is None or not subject.startswith(b"_R_."):
+                break
+            route = account.response_route(subject)
+            if route is None:
+                break
+            account, subject = route
+            client = account.internal
+        return client, subject
+
+    def _next_waiting(self, consumer: Consumer, size: int, now: int) -> PullRequest | None:
+        """consumer.go nextWaiting: the first waiting request that can take a message of
+        ``size`` bytes; those expired, too small (max_bytes) or with nobody listening any
+        more are told so and leave the list."""
+        waiting = consumer.waiting
+        send = self.js.send
+        while waiting:
+            req = waiting[0]
+            if req.expires and req.expires <= now:
+                waiting.pop(0)
+                send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+                continue
+            if req.max_bytes:
+                if size > req.max_bytes:
+                    waiting.pop(0)
+                    send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
+                    continue
+                req.max_bytes -= size
+                if req.max_bytes == 0:
+                    req.batch = 1  # this one fills it: the last the request gets
+            if req.account.has_interest(req.interest):
+                return req
+            waiting.pop(0)
+            if req.interest != req.reply:
+                send(req.reply, b"", _timeout_header(req.batch, req.max_bytes, b"Interest Expired"))
+        return None
+
     def serve(self, consumer: Consumer, now: int) -> None:
         """Deliver to waiting pull requests while there is something for them (with
         ``replay_policy: original``, at the stored spacing: the timer comes back for the rest)."""
-        send = self.js.send
         waiting = consumer.waiting
         consumer.retry_at = 0
+        end_of_stream = False
         while waiting:
-            req = waiting[0]
             got = consumer.next_msg(now)
             if got is None:
+                end_of_stream = not consumer.blocked()  # (max_ack_pending: not the end)
                 break
             msg, count = got
-            size = len(msg.hdr or b"") + len(msg.data) + len(msg.subject)
-            if req.max_bytes and size > req.max_bytes:
+            ack = self.ack_reply(consumer, msg, count)
+            # consumer.go: what max_bytes counts, the ack reply included (not the inbox).
+            size = len(msg.subject) + len(ack) + len(msg.hdr or b"") + len(msg.data)
+            req = self._next_waiting(consumer, size, now)
+            if req is None:
                 consumer.undo(msg.seq, count)
-                waiting.pop(0)
-                send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
-                continue
+                break
             # (pull consumers have no rate_limit_bps: refused, 10086)
             if consumer.replaying and self._held_back(consumer, msg, count, size, now, 0):
                 break
-            deliver(self.js.client, req.reply, msg.subject, self.ack_reply(consumer, msg, count), msg.hdr or None, msg.data)
+            deliver(self.js.client, req.reply, msg.subject, ack, msg.hdr or None, msg.data)
             req.batch -= 1
             req.sent += 1
-            if req.max_bytes:
-                req.max_bytes -= size
             if req.batch <= 0:
-                waiting.pop(0)
+                waiting.remove(req)
         self._queue_save(consumer)
-        # Requests that may not wait: told now that there is nothing (more).
-        i = 0
-        while i < len(waiting):
-            req = waiting[i]
-            if req.no_wait:
-                waiting.pop(i)
-                if req.sent:
-                    send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
-                else:
-                    send(req.reply, b"", _HDR_NO_MESSAGES)
-            else:
-                i += 1
+        self.process_waiting(consumer, now, end_of_stream)
 
     def _held_back(self, consumer: Consumer, msg, count: int, size: int, now: int, burst: int) -> bool:
         """Pacing (Consumer.pace) holds ``msg`` back: the delivery just recorded is taken
@@ -225,17 +279,25 @@ class Delivery:
             consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
             msg.ts, consumer.cached_num_pending())
 
-    def _expire_requests(self, consumer: Consumer, now: int) -> None:
+    def process_waiting(self, consumer: Consumer, now: int, end_of_stream: bool) -> None:
+        """consumer.go processWaiting: expired requests are told (408) and leave, so do those
+        nobody listens to any more (silently); at the end of the stream (nothing more to
+        deliver, not held back by max_ack_pending) a request that may not wait ends: 404,
+        unless it gave expires and has had nothing yet."""
         waiting = consumer.waiting
         if not waiting:
             return
         keep = []
+        send = self.js.send
         for req in waiting:
-            if req.expires and req.expires <= now:
-                self.js.send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
-            else:
+            expired = req.expires and req.expires <= now
+            if expired:
+                send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
+            elif end_of_stream and req.no_wait and (not req.expires or req.sent):
+                send(req.reply, b"", _HDR_NO_MESSAGES)
+            elif req.account.has_interest(req.interest):
                 keep.append(req)
-        consumer.waiting[:] = keep
+        waiting[:] = keep
 
     # -- new messages -------------------------------------------------------------------------
 
@@ -477,7 +539,7 @@ class Delivery:
                 consumer.last_push = now
                 self.js.send(consumer.cfg.deliver_subject.encode(), b"", _heartbeat_header(consumer))
             return
-        self._expire_requests(consumer, now)
+        self.process_waiting(consumer, now, False)
         if consumer.waiting or consumer.rdq:
             self.serve(consumer, now)
         for req in consumer.waiting:

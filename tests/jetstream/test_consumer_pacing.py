@@ -125,6 +125,9 @@ class _Engine:
         self.sent.append((dsubj, subject))
         return 1
 
+    def has_interest(self, subject):  # (the requester still listens)
+        return True
+
 
 class _PullStream:
     name = "S"
@@ -147,7 +150,9 @@ def test_pull_request_is_served_at_the_stored_spacing():
     delivery.js = _Engine()
     delivery.poke = lambda: None
     delivery._queue_save = lambda consumer: None
-    consumer.waiting.append(PullRequest(b"_INBOX.r", 4, 0, False, 0))
+    request = PullRequest(b"_INBOX.r", 4, 0, False, 0)
+    request.account = delivery.js  # whom serve asks whether the requester still listens
+    consumer.waiting.append(request)
     now = 5 * 10**15
     delivery.serve(consumer, now)
     assert [s for _, s in delivery.js.sent] == [b"p.0"]

@@ -106,8 +106,14 @@ def test_raw_next_statuses(target):  # noqa: F811
         assert (msg.subject, msg.data) == ("p.0", b"m0") and msg.reply.startswith("$JS.ACK.P.raw.1.1.1.")
         assert msg.reply.endswith(".0")  # nothing pending after it
         status = await sub.next_msg(timeout=2)
-        assert status.headers == {"Status": "408", "Description": "Request Timeout",
-                                  "Nats-Pending-Messages": "1", "Nats-Pending-Bytes": "0"}
+        # The end of a no_wait request that got part of its batch: 404 since nats-server 2.10
+        # (the reference, 2.15.1), 408 with the pending counts in 2.9.
+        go_version = nc._server_info["version"] if target.kind != "natserver" else ""
+        if go_version.startswith("2.9."):
+            assert status.headers == {"Status": "408", "Description": "Request Timeout",
+                                      "Nats-Pending-Messages": "1", "Nats-Pending-Bytes": "0"}
+        else:
+            assert status.headers == {"Status": "404", "Description": "No Messages"}
         await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.raw", b'{"batch":1,"no_wait":true}', reply=inbox)
         status = await sub.next_msg(timeout=2)
         assert status.headers == {"Status": "404", "Description": "No Messages"}

@@ -6,9 +6,12 @@ compatibility check.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 
+import nats
 import pytest
 from nats.js.api import Header
 
@@ -118,6 +121,110 @@ def test_filter_checks_on_the_wire(target):
         assert answer["error"] == {"code": 400, "err_code": 10081, "description": "consumer deliver subject forms a cycle"}
         answer = await api("$JS.API.CONSUMER.CREATE.M", {"stream_name": "M", "config": {"deliver_subject": "o.b"}})
         assert "error" not in answer and answer["config"]["deliver_subject"] == "o.b"
+        await nc.close()
+
+    run(main())
+
+
+# -- item 4: a pull request leaves the waiting list (expiry, no_wait, interest gone) -----------
+
+
+def test_fetch_no_orphan_on_timeout(target):
+    """PullSubscribeTest::test_fetch_no_orphan_on_timeout: after a fetch() times out, the next
+    fetch() returns the message published during it at once (nats-py's no_wait probe carries
+    expires: it waits for the first messages and ends after them)."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="TEST_ORPHAN", subjects=["orphan.>"])
+        sub = await js.pull_subscribe("orphan.>", "durable-orphan")
+        with pytest.raises((nats.errors.TimeoutError, asyncio.TimeoutError)):
+            await sub.fetch(100, timeout=0.1)
+        fetch_task = asyncio.create_task(sub.fetch(100, timeout=3.0))
+        await asyncio.sleep(0.05)
+        await js.publish("orphan.test", b"hello")
+        t0 = time.monotonic()
+        msgs = await fetch_task
+        elapsed = time.monotonic() - t0
+        assert [m.data for m in msgs] == [b"hello"]
+        assert elapsed < 1.0, f"fetch() returned {elapsed:.3f}s after the publish"
+        await nc.close()
+
+    run(main())
+
+
+async def _statuses(sub, seconds: float) -> list:
+    """What arrives on ``sub`` within ``seconds``: data, or (status, description, pending)."""
+    out: list = []
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            msg = await sub.next_msg(timeout=left)
+        except nats.errors.TimeoutError:
+            break
+        headers = msg.headers or {}
+        if "Status" in headers:
+            out.append((headers["Status"], headers.get("Description"), headers.get("Nats-Pending-Messages")))
+        else:
+            out.append(msg.data)
+    return out
+
+
+def test_pull_request_statuses_and_interest(target):
+    """Raw MSG.NEXT requests: no_wait with and without expires, what ends them, and requests
+    whose reply nobody listens to any more (never subscribed, unsubscribed, connection
+    closed) leave the waiting list without taking messages."""
+
+    async def main():
+        nc = await connect(target.url)
+
+        async def api(subject: str, body: dict) -> dict:
+            return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=2)).data)
+
+        await api("$JS.API.STREAM.CREATE.P", {"name": "P", "subjects": ["p.>"]})
+        await api("$JS.API.CONSUMER.CREATE.P.c", {"stream_name": "P", "config": {
+            "name": "c", "durable_name": "c", "ack_policy": "explicit"}})
+        await api("$JS.API.CONSUMER.CREATE.P.push", {"stream_name": "P", "config": {
+            "name": "push", "durable_name": "push", "deliver_subject": "pushed", "ack_policy": "explicit"}})
+        nxt = "$JS.API.CONSUMER.MSG.NEXT.P.c"
+        sub = await nc.subscribe("r.1")
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.push", b"1", reply="r.1")
+        assert await _statuses(sub, 0.3) == [("409", "Consumer is push based", None)]
+        await nc.publish(nxt, b'{"batch":5,"no_wait":true}', reply="r.1")
+        assert await _statuses(sub, 0.3) == [("404", "No Messages", None)]
+        # no_wait with expires: waits for the first messages, then ends (404).
+        await nc.publish(nxt, b'{"batch":5,"no_wait":true,"expires":2000000000}', reply="r.1")
+        await asyncio.sleep(0.2)
+        await nc.publish("p.x", b"m1")
+        assert await _statuses(sub, 0.5) == [b"m1", ("404", "No Messages", None)]
+        # no_wait with fewer messages than asked: what there is, then 404.
+        await nc.request("p.x", b"m2", timeout=2)  # (stored before the request: the ack)
+        await nc.request("p.x", b"m3", timeout=2)
+        await nc.publish(nxt, b'{"batch":5,"no_wait":true}', reply="r.1")
+        assert await _statuses(sub, 0.3) == [b"m2", b"m3", ("404", "No Messages", None)]
+        # no_wait with expires and nothing coming: the timeout.
+        await nc.publish(nxt, b'{"batch":5,"no_wait":true,"expires":300000000}', reply="r.1")
+        assert await _statuses(sub, 0.8) == [("408", "Request Timeout", "5")]
+        # Requests nobody listens to: never subscribed, unsubscribed, connection closed.
+        await nc.publish(nxt, b'{"batch":5,"expires":5000000000}', reply="nobody.here")
+        gone = await nc.subscribe("r.2")
+        await nc.publish(nxt, b'{"batch":5,"expires":5000000000}', reply="r.2")
+        await nc.flush()
+        await gone.unsubscribe()
+        other = await connect(target.url)
+        await other.subscribe("r.3")
+        await other.publish(nxt, b'{"batch":5,"expires":5000000000}', reply="r.3")
+        await other.flush()
+        await other.close()
+        await nc.publish(nxt, b'{"batch":3,"expires":2000000000}', reply="r.1")
+        await nc.flush()
+        await asyncio.sleep(0.1)
+        for i in (4, 5, 6):
+            await nc.publish("p.x", b"m%d" % i)
+        assert await _statuses(sub, 0.5) == [b"m4", b"m5", b"m6"]
+        info = await api("$JS.API.CONSUMER.INFO.P.c", {})
+        assert (info["num_waiting"], info["num_pending"], info["num_ack_pending"]) == (0, 0, 6)
         await nc.close()
 
     run(main())
