@@ -46,6 +46,7 @@ messages in it, so an acknowledged message has reached the operating system; wit
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -68,6 +69,12 @@ ERR_EOF = "stream store EOF"
 
 class StoreError(Exception):
     pass
+
+
+class StoreWriteError(StoreError):
+    """The file store could not write (ENOSPC, EIO, ...): nats-server's write error (werr).
+    The publish gets no response, as from nats-server 2.15.1 (stream.go: "We don't want to
+    respond back to the user ... This was likely an IO issue")."""
 
 
 class StoredMsg:
@@ -139,13 +146,16 @@ class Store:
                 if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
                     raise StoreError(ERR_MAX_BYTES)
         seq = self.last_seq + 1
+        if ss is not None:
+            subj = ss[3]
+        # First the bytes (a file store that can not write raises StoreWriteError here,
+        # before anything changed), then the index.
+        entry = self._append(seq, ts, subj, hdr, msg)
         if ss is None:
             ss = fss[subj] = [1, seq, seq, subj]
         else:
             ss[0] += 1
             ss[2] = seq
-            subj = ss[3]
-        entry = self._append(seq, ts, subj, hdr, msg)
         self.idx[seq] = entry
         if not self.msgs:
             self.first_seq = seq
@@ -576,11 +586,20 @@ def _frame_state(first: int, last: int, last_ts: int) -> bytes:
 
 
 def _write_all(fd: int, data, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view = view[n:]
-        offset += n
+    # The views are released even when pwrite raises: a live view of a bytearray keeps it
+    # from growing (the store appends to the buffer it failed to write, then writes again).
+    with memoryview(data) as whole:
+        done, total = 0, len(whole)
+        while done < total:
+            with whole[done:] as rest:
+                done += os.pwrite(fd, rest, offset + done)
+
+
+def _os_error_text(exc: OSError) -> str:
+    """An OSError as nats-server's logs and errors word it: its strerror ("no space left on
+    device"), with the file when there is one."""
+    text = (exc.strerror or str(exc)).lower()
+    return f"write {exc.filename}: {text}" if exc.filename else text
 
 
 def _fsync_dir(path: str) -> None:
@@ -632,6 +651,10 @@ class FileStore(Store):
         self.dir_unsynced = False
         self.notify = None  # called (with self) when there is something to flush
         self.lost = 0  # records found corrupt on recovery
+        # The error of the last failed write (nats-server's fs.werr), None while writes work.
+        # While set, nothing new is stored: each publish first retries the pending writes.
+        self.werr: OSError | None = None
+        self._syncing: list[int] = []  # the segments of the last sync_targets
         self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
         self._recover(dedup_window, now)
 
@@ -757,10 +780,23 @@ class FileStore(Store):
             if self.size == 0:
                 self.buf += _frame_state(self.first_seq, self.last_seq, self.last_ts)
                 self.size = len(self.buf)
-        else:
-            self._new_segment()
-        self.flush()
-        self._drop_dead_segments()
+        self._resume_writes(recovering=True)  # (a new segment when the newest has no room)
+        if self.werr is None:
+            self._drop_dead_segments()
+
+    def _resume_writes(self, recovering: bool = False) -> None:
+        """Make the store writable: a segment to write to (one could not be created on a full
+        disk), the pending records written. A failure leaves the store readable, with werr
+        set; the next publish tries again. Raises the OSError unless ``recovering`` (a full
+        disk must not keep the stream's acknowledged messages from being served)."""
+        try:
+            if self.active not in self.fds:
+                self._new_segment()
+            self.flush()
+        except OSError as exc:
+            self._write_failed(exc)
+            if not recovering:
+                raise
 
     def _disk(self, seg: int, data, offset: int):
         """Bytes between memory and disk: XORed with the segment's keystream when the store is
@@ -775,13 +811,18 @@ class FileStore(Store):
 
     def _new_segment(self) -> None:
         seg = (self.segs[-1] + 1) if self.segs else 1
-        fd = os.open(self._seg_path(seg), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fd = os.open(self._seg_path(seg), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            self._write_failed(exc)
+            raise
         self.segs.append(seg)
         self.fds[seg] = fd
         self.live[seg] = 0
         self.active = seg
         self.flushed = 0
-        self.buf = bytearray(_frame_state(self.first_seq, self.last_seq, self.last_ts))
+        # After the STATE record: DEL records made while no segment could be created.
+        self.buf[:0] = _frame_state(self.first_seq, self.last_seq, self.last_ts)
         self.size = len(self.buf)
         self.state_dirty = False
         self.dir_unsynced = True
@@ -798,8 +839,13 @@ class FileStore(Store):
     def _append(self, seq, ts, subj, hdr, msg):
         sl, hl, ml = len(subj), len(hdr), len(msg)
         total = _OVERHEAD + sl + hl + ml
-        if self.size + total > self.segment_size and self.size > 64:
-            self._roll()
+        try:
+            if self.werr is not None:
+                self._resume_writes()
+            if self.size + total > self.segment_size and self.size > 64:
+                self._roll()
+        except OSError as exc:
+            raise StoreWriteError(_os_error_text(exc)) from None
         head = _MSG_HEAD.pack(total - 8, T_MSG, seq, ts, sl, hl, ml)
         crc = zlib.crc32(head)
         crc = zlib.crc32(subj, crc)
@@ -825,6 +871,11 @@ class FileStore(Store):
         # nats-server's file store: errors outside [first, last] (false for a gap inside).
         if seq == 0 or (not self.closed and not self.first_seq <= seq <= self.last_seq):
             raise StoreError(ERR_NOT_FOUND if seq <= self.last_seq else ERR_EOF)
+        if self.werr is not None:  # nothing changes while the disk refuses (fs.werr)
+            try:
+                self._resume_writes()
+            except OSError as exc:
+                raise StoreWriteError(_os_error_text(exc)) from None
         return super().remove_msg(seq, erase)
 
     def _read(self, seq, entry):
@@ -876,7 +927,11 @@ class FileStore(Store):
         else:
             fd = self.fds.get(seg)
             if fd is not None:
-                _write_all(fd, self._disk(seg, rec, offset), offset)
+                try:
+                    _write_all(fd, self._disk(seg, rec, offset), offset)
+                except OSError as exc:  # the DEL record still removes it
+                    log.error("JetStream: %s: erasing message %d failed: %s", self.path, seq, _os_error_text(exc))
+                    return
                 self.unsynced.add(seg)
 
     def _skipped(self, seq):
@@ -887,24 +942,53 @@ class FileStore(Store):
     def _purged(self) -> None:
         for seg in self.segs:
             self.live[seg] = 0
-        self._roll()
-        self.flush()
+        # Every message is gone, those still waiting to be written too (never acknowledged).
+        self.buf = bytearray()
+        self.state_dirty = False
+        self.size = self.flushed
+        try:
+            self._new_segment()
+            self.flush()
+        except OSError:
+            # A full disk: free the old segments first (all their messages are gone), then
+            # write the new segment's STATE record again.
+            self._drop_dead_segments()
+            self.state_dirty = True  # (in the old segment if no new one could be created)
+            self._resume_writes()
 
     def flush(self) -> None:
         if self.closed:
             return
+        if self.active not in self.fds and (self.buf or self.state_dirty):
+            self._new_segment()  # none could be created before (a full disk)
         if self.state_dirty:
             self.state_dirty = False
             rec = _frame_state(self.first_seq, self.last_seq, self.last_ts)
             self.buf += rec
             self.size += len(rec)
         if self.buf:
-            _write_all(self.fds[self.active], self._disk(self.active, self.buf, self.flushed), self.flushed)
+            try:
+                # A partial write is written again from the same offset by the next try; a
+                # crash before then leaves a torn record that recovery cuts off.
+                _write_all(self.fds[self.active], self._disk(self.active, self.buf, self.flushed), self.flushed)
+            except OSError as exc:
+                self._write_failed(exc)
+                raise
             self.flushed += len(self.buf)
             self.buf = bytearray()
             self.unsynced.add(self.active)
+            if self.werr is not None:  # (only a write that worked says so)
+                log.warning("JetStream: writing %s works again", self.path)
+                self.werr = None
         if len(self.segs) > 1 and self.live[self.segs[0]] == 0:
             self._drop_dead_segments()
+
+    def _write_failed(self, exc: OSError) -> None:
+        """Note a failed write: logged once per failure (nats-server's "Critical write
+        error"), not for every retry."""
+        if self.werr is None:
+            log.error("JetStream: %s: critical write error: %s", self.path, _os_error_text(exc))
+        self.werr = exc
 
     def _drop_dead_segments(self) -> None:
         """Delete the oldest segments while all their messages are gone. Only from the front:
@@ -922,17 +1006,29 @@ class FileStore(Store):
 
     def sync_targets(self) -> tuple[list[int], str | None]:
         """Duplicates of the descriptors to fsync (the caller closes them) and the directory
-        to fsync, for a sync in a worker thread; resets the unsynced marks."""
-        fds = [os.dup(self.fds[seg]) for seg in self.unsynced if seg in self.fds]
+        to fsync, for a sync in a worker thread; resets the unsynced marks (sync_failed sets
+        them again)."""
+        segs = [seg for seg in self.unsynced if seg in self.fds]
+        fds = [os.dup(self.fds[seg]) for seg in segs]
         self.unsynced.clear()
         directory = self.msgs_dir if self.dir_unsynced else None
         self.dir_unsynced = False
+        self._syncing = segs
         return fds, directory
 
+    def sync_failed(self) -> None:
+        """The fsync of the last sync_targets failed: what it covered is unsynced again (and
+        the acks waiting for it are not sent)."""
+        self.unsynced.update(seg for seg in self._syncing if seg in self.fds)
+        self.dir_unsynced = True
+
     def sync_now(self) -> None:
-        """fsync in the calling thread (API operations with sync always; shutdown)."""
+        """fsync in the calling thread (API operations with sync always; shutdown); raises
+        OSError when an fsync failed."""
         fds, directory = self.sync_targets()
-        sync_all(fds, directory)
+        if not sync_all(fds, directory):
+            self.sync_failed()
+            raise OSError(errno.EIO, "fsync failed", self.msgs_dir)
 
     def stop(self) -> None:
         if self.closed:
@@ -978,28 +1074,33 @@ def flush_for_sync(stores, label: str) -> list:
     return targets
 
 
-def sync_many(targets: list) -> None:
-    """fsync what flush_for_sync returned: runs in a worker thread (group commit)."""
-    for fds, directory in targets:
-        sync_all(fds, directory)
+def sync_many(targets: list) -> list[bool]:
+    """fsync what flush_for_sync returned: runs in a worker thread (group commit). Returns,
+    for each target, whether all of it was synced."""
+    return [sync_all(fds, directory) for fds, directory in targets]
 
 
-def sync_all(fds: list[int], directory: str | None) -> None:
-    """fsync (and close) descriptor duplicates, then the directory: runs in a worker thread."""
+def sync_all(fds: list[int], directory: str | None) -> bool:
+    """fsync (and close) descriptor duplicates, then the directory: runs in a worker thread.
+    False when one of them failed (logged)."""
+    ok = True
     try:
         for fd in fds:
             try:
                 os.fsync(fd)
             except OSError as exc:
                 log.error("JetStream: fsync failed: %s", exc)
+                ok = False
         if directory is not None:
             try:
                 _fsync_dir(directory)
             except OSError as exc:
                 log.error("JetStream: fsync of %s failed: %s", directory, exc)
+                ok = False
     finally:
         for fd in fds:
             os.close(fd)
+    return ok
 
 
 def _check_record(view: memoryview, pos: int, n: int) -> tuple[bool, int]:

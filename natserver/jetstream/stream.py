@@ -12,7 +12,7 @@ from ..routing.transform import SubjectTransform
 from . import errors
 from .errors import ApiError
 from .external import check_external
-from .store import StoreError
+from .store import StoreError, StoreWriteError
 from .util import (
     dumps,
     gen_header,
@@ -620,6 +620,11 @@ class Stream:
             tlseq = store.last_seq_for(subject) if self.transform is not None else 0
             try:
                 seq = store.store_msg(subject, hdr, msg, now)
+            except StoreWriteError:
+                # The disk refused the write (logged by the store): nats-server 2.15.1 does
+                # not answer (processJetStreamMsg: "We don't want to respond back to the
+                # user ... This was likely an IO issue"); the publisher times out and retries.
+                return
             except StoreError as exc:
                 self._reject(reply, errors.stream_store_failed(str(exc)))
                 return
