@@ -39,6 +39,7 @@ import ipaddress
 import logging
 import zoneinfo
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -191,6 +192,7 @@ def _claims_version(raw: dict) -> tuple[dict, int]:
     nats = raw.get("nats")
     nats = dict(nats) if isinstance(nats, dict) else {}
     top_type = raw.get("type")
+    kind: Any  # from the JSON: anything, checked against _KNOWN_KINDS below
     if isinstance(top_type, str) and top_type:
         kind, version = top_type, 1
     else:
@@ -314,7 +316,7 @@ def _template(values: list[str], user: Claims, account: "JWTAccount") -> list[st
                     choices.append([" "])
             else:
                 choices.append([token])
-        combos = [[]]
+        combos: list[list[str]] = [[]]
         for options in choices:
             combos = [c + [o] for c in combos for o in options]
         for combo in combos:
@@ -353,11 +355,12 @@ def jetstream_limits(name: str, limits: dict) -> dict | None:
         source = limits
     elif isinstance(tiers, dict) and tiers:
         tier = JETSTREAM_TIER
-        source = tiers.get(JETSTREAM_TIER)
-        if not isinstance(source, dict):
+        tier_limits = tiers.get(JETSTREAM_TIER)
+        if not isinstance(tier_limits, dict):
             log.warning("Account %s: no %s tier in its JetStream tiered limits: it can store nothing",
                         name, JETSTREAM_TIER)
-            source = {}
+            tier_limits = {}
+        source = tier_limits
     else:
         return None
 
@@ -570,7 +573,7 @@ class OperatorMode:
             for kind in ("pub", "sub"):
                 spec = source.get(kind) or {}
                 if isinstance(spec, dict):
-                    templated = {}
+                    templated: dict[str, list[str]] = {}
                     for k in ("allow", "deny"):
                         values = _subject_list(spec.get(k))
                         result = _template(values, user, account)
@@ -745,8 +748,9 @@ class OperatorTree:
              **nats_fields) -> tuple[str, nkeys.KeyPair]:
         key = nkeys.create_user()
         account_key = self.accounts[account][0]
-        overrides = {k: nats_fields.pop(k) for k in ("exp", "nbf", "iat") if k in nats_fields}
-        nats = {"type": "user", "version": 2, "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1}
+        overrides: dict[str, Any] = {k: nats_fields.pop(k) for k in ("exp", "nbf", "iat") if k in nats_fields}
+        nats: dict[str, Any] = {"type": "user", "version": 2, "pub": {}, "sub": {}, "subs": -1, "data": -1,
+                                "payload": -1}
         if signer is not None:
             nats["issuer_account"] = account_key.public_key.decode()
         nats.update(nats_fields)

@@ -170,7 +170,7 @@ def _reason(exc: BaseException) -> str:
 class PrefixedStream(trio.abc.Stream):
     """A stream that first gives back bytes already read from it (nats-server's tlsMixConn)."""
 
-    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
         self.transport_stream = stream
         self._prefix = prefix
 
@@ -178,7 +178,7 @@ class PrefixedStream(trio.abc.Stream):
     def socket(self):
         return self.transport_stream.socket
 
-    async def receive_some(self, max_bytes=None) -> bytes:
+    async def receive_some(self, max_bytes=None) -> bytes | bytearray:
         if self._prefix:
             if max_bytes is None or max_bytes >= len(self._prefix):
                 data, self._prefix = self._prefix, b""
@@ -320,7 +320,7 @@ def peer_certificate_identities(ssl_stream) -> list[str]:
     subject = cert.subject
     without_dc = x509.Name([rdn for rdn in subject.rdns if all(a.oid != NameOID.DOMAIN_COMPONENT for a in rdn)])
     rdn = without_dc.rfc4514_string()
-    dcs = [a.value for a in subject if a.oid == NameOID.DOMAIN_COMPONENT]
+    dcs = [a.value for a in subject if a.oid == NameOID.DOMAIN_COMPONENT and isinstance(a.value, str)]
     if dcs:
         names.append(rdn + "," + ",".join("DC=" + dc for dc in dcs))
     names.append(rdn)

@@ -32,6 +32,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import trio
 
@@ -137,7 +138,7 @@ def _response_spec(value) -> tuple[int, float] | None:
     return max_msgs, expires
 
 
-def _queue_matches(queue: bytes, groups: list[list]) -> bool:
+def _queue_matches(queue: bytes, groups: Sequence[list]) -> bool:
     for group in groups:
         pattern = group[0].queue
         if b"*" not in pattern.split(b".") and b">" not in pattern.split(b"."):
@@ -179,7 +180,7 @@ class Permissions:
     def __eq__(self, other) -> bool:
         return isinstance(other, Permissions) and self.spec == other.spec
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # equal by value and mutable in place: unhashable
 
     def __repr__(self) -> str:
         return f"Permissions({self.spec!r})"
@@ -247,7 +248,9 @@ class _ClientPermissions:
     def __init__(self, base: Permissions) -> None:
         self.base = base
         self.spec = base.spec
-        self.responses = base.responses
+        responses = base.responses
+        assert responses is not None  # made only for allow_responses (Permissions.for_client)
+        self.responses = responses
         self.checks_publish = True
         self.sub_deny = base.sub_deny
         self.sub_deny_subjects = base.sub_deny_subjects
@@ -417,12 +420,12 @@ class Authenticator:
             return self.operator.authenticate(client, opts)
         nkey = opts.get("nkey") or ""
         if self.nkeys and nkey:
-            user = self.nkeys.get(nkey) if isinstance(nkey, str) else None
-            if user is None or not _type_allowed(client, user.connection_types):
+            nkey_user = self.nkeys.get(nkey) if isinstance(nkey, str) else None
+            if nkey_user is None or not _type_allowed(client, nkey_user.connection_types):
                 return False
             if not self._signed_nonce(client, nkey, opts.get("sig")):
                 return False
-            register(client, nkey, user.permissions, user.account, self.accounts)
+            register(client, nkey, nkey_user.permissions, nkey_user.account, self.accounts)
             client.nkey = nkey
             return True
         if self.users:

@@ -190,17 +190,23 @@ class _Parser:
         """The next character, or "" at the end of the text."""
         return self.text[self.pos : self.pos + 1]
 
+    def _skip_run(self, pattern: re.Pattern[str]) -> None:
+        """Move past the run of ``pattern`` (one that also matches the empty string) here."""
+        match = pattern.match(self.text, self.pos)
+        assert match is not None  # an empty run matches
+        self.pos = match.end()
+
     def _skip_blanks(self) -> None:
-        self.pos = _BLANKS_RE.match(self.text, self.pos).end()
+        self._skip_run(_BLANKS_RE)
 
     def _skip_space(self) -> None:
-        self.pos = _SPACE_RE.match(self.text, self.pos).end()
+        self._skip_run(_SPACE_RE)
 
     def _at_comment(self) -> bool:
         return self.text.startswith("#", self.pos) or self.text.startswith("//", self.pos)
 
     def _skip_comment(self) -> None:
-        self.pos = _COMMENT_BODY_RE.match(self.text, self.pos).end()
+        self._skip_run(_COMMENT_BODY_RE)
 
     def _skip_space_and_comments(self) -> None:
         while True:
@@ -325,6 +331,8 @@ class _Parser:
             raise self._error(f"expected a file name after 'include', but found {char!r}", start)
         else:
             match = _INCLUDE_BARE_RE.match(self.text, start)
+            if match is None:  # ';', '}' or a blank other than space and tab: no name at all
+                raise self._error("expected a file name after 'include'", start)
             name = match.group()
             self.pos = match.end()
         self._include_file(target, name, keyword_pos)
@@ -557,10 +565,10 @@ class _Parser:
                 raise self._error(f"integer {word!r} is out of the range of a 64-bit integer", start)
             return value
         if _FLOAT_RE.fullmatch(word):
-            value = float(word)
-            if math.isinf(value):
+            real = float(word)
+            if math.isinf(real):
                 raise self._error(f"float {word!r} is out of range", start)
-            return value
+            return real
         if word[0] == "-":
             if not word[1:2].isdigit():
                 raise self._error(f"invalid number {word!r}: expected a digit after '-'", start)

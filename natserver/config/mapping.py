@@ -286,7 +286,7 @@ _RESOLVER_KEYS = frozenset({"resolver", "account_resolver", "accounts_resolver"}
 _QUIET_EXTRA_KEYS = frozenset({"system_account", "system", "connect_error_reports", "reconnect_error_reports"})
 
 # authorization {} members nats-server knows that we do not act on yet.
-_UNSUPPORTED_AUTH_KEYS = frozenset()
+_UNSUPPORTED_AUTH_KEYS: frozenset[str] = frozenset()
 
 
 class _Builder:
@@ -1210,9 +1210,13 @@ def _exports(value) -> list:
                 raise _Bad(f'unknown field "{key}"')
         if stream is not None and (response != SINGLETON or threshold is not None):
             raise _Bad("Detected response directive on non-service")
-        if stream is None and service is None:
+        if stream is not None:
+            subject = stream
+        elif service is not None:
+            subject = service
+        else:
             continue
-        out.append(ExportConfig(stream if stream is not None else service, service is not None, accounts, response,
+        out.append(ExportConfig(subject, service is not None, accounts, response,
                                 threshold if threshold is not None else 120.0, position))
     return out
 

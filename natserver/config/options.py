@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..protocol import const
+
+if TYPE_CHECKING:
+    from ..auth.tls import TLSConfig
+    from .stan import StanOptions
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Options"]
@@ -53,7 +58,7 @@ class Options:
     system_account: str = ""  # empty: "$SYS" (or the operator JWT's system account)
     no_system_account: bool = False  # no system account: no $SYS events or requests
     # TLS for client connections (natserver.auth.tls.TLSConfig); allow_non_tls lets clients choose
-    tls: object = None
+    tls: TLSConfig | None = None
     allow_non_tls: bool = False
     # JetStream-shaped persisted streams (natserver.jetstream)
     jetstream: bool = False
@@ -64,7 +69,7 @@ class Options:
     jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"
     jetstream_key: str = ""  # jetstream { key }: encryption at rest (natserver.jetstream.crypto)
     # NATS Streaming (natserver.config.stan.StanOptions; None: off): --stan or a streaming {} block
-    stan: object = None
+    stan: StanOptions | None = None
     # The nsqd-compatible front-end (natserver.nsq): the nsq {} block; None: off
     nsq: dict | None = None
     # Clustering (natserver.cluster): the cluster {} block and --cluster/--routes flags. Routes
@@ -80,7 +85,7 @@ class Options:
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
     # cluster { tls {} } (natserver.auth.tls.TLSConfig, verify forced on): every route is TLS,
     # the handshake first, each side checking the other's certificate against ca_file
-    cluster_tls: object = None
+    cluster_tls: TLSConfig | None = None
     # The WebSocket listener (natserver.websocket): the websocket {} block; None: off
     websocket: "WebsocketOptions | None" = None
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
@@ -100,7 +105,7 @@ class Options:
     leafnode_auth_timeout: float = 0.0  # seconds; 0: the auth timeout default (2 s; with TLS its timeout + 1 s)
     # leafnodes { tls {} } (natserver.auth.tls.TLSConfig): leaves that dial us get INFO, then TLS.
     # A remote's own tls {} is its dict's "tls".
-    leafnode_tls: object = None
+    leafnode_tls: TLSConfig | None = None
     # Logging
     debug: bool = False
     trace: bool = False
@@ -195,7 +200,7 @@ class WebsocketOptions:
     host: str = const.DEFAULT_HOST
     port: int = 0  # 0: no listener; -1: a random port
     no_tls: bool = False  # nats-server refuses a websocket listener without TLS unless this is set
-    tls: object = None  # natserver.auth.tls.TLSConfig
+    tls: TLSConfig | None = None
     same_origin: bool = False
     allowed_origins: list = field(default_factory=list)
     handshake_timeout: float = 0.0  # 0: WEBSOCKET_HANDSHAKE_TIMEOUT

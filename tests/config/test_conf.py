@@ -557,6 +557,16 @@ def test_include_forms_and_merge_order(tmp_path):
         assert parse_file(main) == {"a": "included", "c": "before", "b": "after"}
 
 
+def test_include_without_a_file_name_is_a_config_error():
+    # `include` followed by ';' or '}' has no name: a ConfigError, not an AttributeError from the
+    # parser (nats-server fails too, trying to read the directory as the file '').
+    for text in ["include ;", "include }", "a { include }\n}", "include \x0b"]:
+        with pytest.raises(ConfigError) as info:
+            parse(text)
+        assert info.value.reason == "expected a file name after 'include'"
+        assert (info.value.line, info.value.column) == (1, text.index("include") + 9)
+
+
 def test_include_inside_a_map(tmp_path):
     (tmp_path / "users.conf").write_text("users = [{user: alice, password: secret}]\n")
     main = tmp_path / "main.conf"
