@@ -648,14 +648,16 @@ class Consumer:
 
     # -- info ---------------------------------------------------------------------------------
 
-    def info_json(self) -> dict:
+    def info_json(self, push_bound: bool = False) -> dict:
+        """Consumer info; ``push_bound``: a push consumer's deliver subject has a subscriber
+        (nats-server's o.active, which its clients read to refuse a second subscriber)."""
         delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
         if self.last_delivered:
             delivered["last_active"] = rfc3339nano(self.last_delivered)
         floor: dict = {"consumer_seq": self.ack_floor_cseq, "stream_seq": self.ack_floor_sseq}
         if self.last_acked:
             floor["last_active"] = rfc3339nano(self.last_acked)
-        return {
+        info = {
             "stream_name": self.stream.name,
             "name": self.name,
             "created": rfc3339nano(self.created),
@@ -667,3 +669,6 @@ class Consumer:
             "num_waiting": len(self.waiting),
             "num_pending": self.num_pending(),
         }
+        if push_bound and self.cfg.deliver_subject:
+            info["push_bound"] = True
+        return info

@@ -106,7 +106,7 @@ class ConsumerApi:
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
-        self.api._send(reply, {"type": rtype, **consumer.info_json()})
+        self.api._send(reply, {"type": rtype, **self._info(consumer)})
         if consumer.cfg.deliver_subject:
             # Only after the response, as nats-server's delivery loop starts: a mirror or source
             # consumer's owner ignores what comes before it knows the consumer's name.
@@ -156,9 +156,11 @@ class ConsumerApi:
 
     def _info(self, consumer: Consumer) -> dict:
         """consumer.go info: a pull consumer's waiting requests are looked over first, so
-        num_waiting counts only those still waiting."""
-        if not consumer.cfg.is_push:
-            self.js.delivery.process_waiting(consumer, clock.now_ns(), False)
+        num_waiting counts only those still waiting; a push consumer says whether someone
+        listens on its deliver subject (push_bound)."""
+        if consumer.cfg.is_push:
+            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()))
+        self.js.delivery.process_waiting(consumer, clock.now_ns(), False)
         return consumer.info_json()
 
     def delete(self, stream_name: str, name: str, reply) -> None:

@@ -228,3 +228,79 @@ def test_pull_request_statuses_and_interest(target):
         await nc.close()
 
     run(main())
+
+
+# -- items 2 and 12: push_bound, the refusals nats-py builds on it, max_bytes counts -----------
+
+
+def test_subscribe_push_bound(target):
+    """SubscribeTest::test_subscribe_push_bound: consumer info says push_bound while a
+    subscriber listens, so nats-py refuses a second subscriber (and a queue subscriber)."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="pbound", subjects=["pbound"])
+        got: list = []
+
+        async def cb(msg):
+            got.append(msg)
+
+        for i in range(10):
+            await js.publish("pbound", f"Hello World {i}".encode())
+        await js.add_consumer("pbound", durable_name="idle", deliver_subject="nobody.listens")
+        assert not (await js.consumer_info("pbound", "idle")).push_bound
+        first = await js.subscribe("pbound", cb=cb, durable="singleton")
+        await asyncio.sleep(0.2)
+        assert (await js.consumer_info("pbound", "singleton")).push_bound
+        with pytest.raises(nats.js.errors.Error) as err:
+            await js.subscribe("pbound", cb=cb, durable="singleton")
+        assert err.value.description == "consumer is already bound to a subscription"
+        with pytest.raises(nats.js.errors.Error) as err:
+            await js.subscribe("pbound", queue="foo", cb=cb, durable="singleton")
+        assert err.value.description == "cannot create queue subscription 'foo' to consumer 'singleton'"
+        for _ in range(25):
+            if len(got) == 10:
+                break
+            await asyncio.sleep(0.2)
+        assert len(got) == 10
+        await first.unsubscribe()
+        await nc.flush()
+        assert not (await js.consumer_info("pbound", "singleton")).push_bound
+        sub2 = await js.subscribe("pbound", durable="two")
+        for i in range(10):
+            msg = await sub2.next_msg(timeout=2)
+            assert msg.data == f"Hello World {i}".encode()
+            assert (msg.metadata.sequence.stream, msg.metadata.sequence.consumer) == (i + 1, i + 1)
+        await nc.close()
+
+    run(main())
+
+
+def test_pull_max_bytes_counts(target):
+    """A pull request's max_bytes counts subject, ack reply, headers and data of each message
+    (consumer.go): what fits, then 409 with the pending counts; or the timeout."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="B", subjects=["b.>"])
+        for _ in range(10):
+            await js.publish("b.x", b"x" * 100)
+        await js.add_consumer("B", durable_name="pb", ack_policy="explicit")
+        sub = await nc.subscribe("r.b")
+        got = []
+        for max_bytes in (150, 250, 400, 1000):
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.B.pb", json.dumps(
+                {"batch": 10, "max_bytes": max_bytes, "expires": 300_000_000}).encode(), reply="r.b")
+            got.append(await _statuses(sub, 0.6))
+        msg = [b"x" * 100]
+        assert got == [
+            msg + [("409", "Message Size Exceeds MaxBytes", "9")],
+            msg + [("409", "Message Size Exceeds MaxBytes", "9")],
+            msg * 2 + [("409", "Message Size Exceeds MaxBytes", "8")],
+            msg * 6 + [("408", "Request Timeout", "4")],
+        ]
+        await nc.close()
+
+    run(main())
