@@ -65,6 +65,11 @@ class Server(core.Server):
     def __init__(self, options: Options | None = None, *, subsystems: tuple = SUBSYSTEMS, **changes) -> None:
         super().__init__(options, subsystems=subsystems, **changes)
         check_options(self.options, subsystems)
+        stan = self.options.stan
+        if stan is not None and stan.nats_server_url:
+            # nats-streaming-server -ns embeds no NATS server: the engine is a client of that
+            # one, and only monitoring (and the other front-ends asked for) listens here
+            self.client_listener = False
 
 
 def build_server(options: Options | None = None, **changes) -> Server:

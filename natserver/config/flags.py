@@ -77,6 +77,15 @@ Streaming Options (NATS Streaming on natserver, see natserver/stan):
     -SD,  --stan_debug               Enable STAN debugging output
     -SV,  --stan_trace               Trace the raw STAN protocol
     -SDV                             Debug and trace STAN
+    -ns,  --nats_server <url>        Serve streaming as a client of this NATS server (then no NATS listener here)
+          --secure                   Use TLS to that NATS server, without verification
+          --tls_client_key <file>    Client key for the connection to that NATS server
+          --tls_client_cert <file>   Client certificate for the connection to that NATS server
+          --tls_client_cacert <file> CA to verify that NATS server's certificate with
+
+NSQ Options (an nsqd-compatible front-end, see natserver/nsq; or an nsq {{}} block):
+        --nsq_port <port>            nsqd's TCP port for NSQ clients (-1 for random; nsqd: 4150)
+        --nsq_http_port <port>       nsqd's HTTP API port (-1 for random; nsqd: 4151)
 
 Authorization Options:
         --user <user>                User required for connections
@@ -202,6 +211,11 @@ _flag("hbf hb_f hb_fail_count", "stan:hb_fail_count", "int")
 _flag("SD stan_debug", "stan:debug", "bool")
 _flag("SV stan_trace", "stan:trace", "bool")
 _flag("SDV", "stan:debug_trace", "bool")
+_flag("ns nats_server", "stan:nats_server_url")
+_flag("secure", "stan:secure", "bool")
+_flag("tls_client_key", "stan:tls_client_key")
+_flag("tls_client_cert", "stan:tls_client_cert")
+_flag("tls_client_cacert", "stan:tls_client_ca")
 _flag("nsq_port", "nsq_port", "int")  # natserver.nsq: nsqd's TCP port (-1 for random)
 _flag("nsq_http_port", "nsq_http_port", "int")  # natserver.nsq: nsqd's HTTP port
 _flag("cluster cluster_listen", "cluster_url")

@@ -5,8 +5,11 @@ The configuration block takes nats-streaming-server's keys (``cluster_id``/``id`
 ``dir``, ``sd``/``debug``, ``sv``/``trace``, ``hb_interval``, ``hb_timeout``, ``hb_fail_count``,
 ``discover_prefix``, ``store_limits { max_channels, max_msgs, max_bytes, max_age, max_subs,
 max_inactivity, channels { "name": {...} } }``); the limits may also be written directly in the
-block. Keys nats-streaming-server knows that natserver does not act on (clustering, partitioning,
-fault tolerance, SQL, TLS to NATS...) are refused when they would change storage or safety
+block. ``nats_server_url``/``ns`` (with ``credentials``, ``nkey_seed_file``, ``username``,
+``password``, ``token``, ``secure`` and ``tls { client_cert, client_key, client_ca, server_name,
+skip_verify }``) makes the engine a client of that NATS server, as ``-ns`` does. Keys
+nats-streaming-server knows that natserver does not act on (clustering, partitioning, fault
+tolerance, SQL, encryption...) are refused when they would change storage or safety
 (``cluster``, ``ft_group``, ``partitioning``, ``sql_options``, ``store: sql``) and warned about
 otherwise.
 """
@@ -99,6 +102,21 @@ class StanOptions:
     debug: bool = False
     trace: bool = False
     warnings: list = field(default_factory=list)  # settings accepted but not acted on
+    # The external NATS server the engine is a client of (nats-streaming-server -ns, server.go
+    # buildServerURLs and createNatsClientConn); empty: natserver's own. The core's --user,
+    # --pass and --auth come first, as nats-streaming-server's command line does.
+    nats_server_url: str = ""  # -ns: "nats://host:port", a comma-separated list, user:pass@ allowed
+    credentials: str = ""  # a .creds file (JWT and nkey seed)
+    nkey_seed_file: str = ""
+    username: str = ""
+    password: str = ""
+    token: str = ""
+    secure: bool = False  # -secure: TLS to the NATS server without verification
+    tls_client_cert: str = ""  # -tls_client_cert / tls { client_cert }
+    tls_client_key: str = ""  # -tls_client_key / tls { client_key }
+    tls_client_ca: str = ""  # -tls_client_cacert / tls { client_ca }
+    tls_server_name: str = ""  # tls { server_name }
+    tls_skip_verify: bool = False  # tls { skip_verify }
 
     def copy(self, **changes) -> "StanOptions":
         return dataclasses.replace(self, **changes)
@@ -126,6 +144,8 @@ class StanOptions:
             raise StanConfigError("max_channels can't be negative")
         if self.max_clients < 0:
             raise StanConfigError("max_clients can't be negative")
+        if bool(self.tls_client_cert) != bool(self.tls_client_key):
+            raise StanConfigError("a TLS client certificate needs its key (tls_client_cert and tls_client_key)")
 
     def limits_for(self, channel: str) -> ChannelLimits:
         """The channel's limits: the global ones, overridden by every per-channel entry whose
@@ -187,12 +207,46 @@ class StanOptions:
         elif name in ("cluster", "clustering", "ft_group", "partitioning", "sql", "sql_options"):
             raise StanConfigError(f"streaming: {key!r} (clustering, fault tolerance, partitioning, SQL) is not "
                                   "supported by natserver")
-        elif name in ("file", "file_options", "tls", "nats_server_url", "ns", "username", "user", "password",
-                      "token", "nkey_seed_file", "encrypt", "encryption_cipher", "encryption_key",
+        elif name in ("ns", "nats_server", "nats_server_url"):  # conf.go ProcessConfigFile
+            self.nats_server_url = _str(value, key)
+        elif name == "credentials":
+            self.credentials = _str(value, key)
+        elif name == "nkey_seed_file":
+            self.nkey_seed_file = _str(value, key)
+        elif name in ("username", "user"):
+            self.username = _str(value, key)
+        elif name in ("password", "pass"):
+            self.password = _str(value, key)
+        elif name == "token":
+            self.token = _str(value, key)
+        elif name == "secure":
+            self.secure = _bool(value, key)
+        elif name == "tls":
+            self._apply_tls(key, value)
+        elif name in ("file", "file_options", "encrypt", "encryption_cipher", "encryption_key",
                       "replace_durable", "ack_subs_pool_size", "client_hb_interval", "syslog_name"):
             self.warnings.append(f'Streaming option "{key}" is not supported by natserver and is ignored')
         else:
             raise StanConfigError(f'streaming: unknown field "{key}"')
+
+    def _apply_tls(self, key: str, block) -> None:
+        """conf.go parseTLS: the TLS settings of the connection to the NATS server."""
+        if not isinstance(block, dict):
+            raise StanConfigError(f"expected TLS to be a map/struct, got {block!r}")
+        for k, v in block.items():
+            name = k.lower()
+            if name == "client_cert":
+                self.tls_client_cert = _str(v, k)
+            elif name == "client_key":
+                self.tls_client_key = _str(v, k)
+            elif name in ("client_ca", "client_cacert"):
+                self.tls_client_ca = _str(v, k)
+            elif name in ("server_name", "server_hostname"):
+                self.tls_server_name = _str(v, k)
+            elif name in ("skip_verify", "insecure"):
+                self.tls_skip_verify = _bool(v, k)
+            else:
+                raise StanConfigError(f'streaming {key}: unknown field "{k}"')
 
     def _apply_limit(self, name: str, key: str, value) -> None:
         if name in ("max_channels", "mc"):
@@ -281,7 +335,8 @@ def apply_flags(base: StanOptions | None, flags: dict) -> StanOptions | None:
         elif name == "store":
             options.store = value.lower()
         elif name in ("cluster_id", "dir", "debug", "trace", "hb_interval", "hb_timeout", "hb_fail_count",
-                      "max_channels"):
+                      "max_channels", "nats_server_url", "secure", "tls_client_cert", "tls_client_key",
+                      "tls_client_ca"):
             setattr(options, name, value)
         else:
             setattr(options.limits, name, value)

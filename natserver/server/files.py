@@ -42,7 +42,7 @@ def write_ports_file(options: Options, server, monitor) -> str:
     """Write ``{"nats": [...], "monitoring": [...]}`` as nats-server does (server.go logPorts);
     atomically, so that a wrapper polling for the file never reads half of it."""
     path = ports_file_path(options.ports_file_dir)
-    ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]}
+    ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]} if server.port else {}  # 0: no listener (-ns)
     if monitor is not None:
         ports["monitoring"] = [f"http://{_url_host(options.http_host or server.host)}:{monitor.port}"]
     if getattr(server, "nsq", None) is not None:  # natserver.nsq's listeners (a subsystem)

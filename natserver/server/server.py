@@ -139,6 +139,9 @@ class Server:
         self.subsystems: tuple[Subsystem, ...] = tuple(subsystems)
         self.jetstream = None  # natserver.jetstream's engine, when options.jetstream is set
         self.stan = None  # natserver.stan's engine, when options.stan is set
+        # False: no client listener at all (natserver.app: the streaming engine serving through
+        # another NATS server, -ns, as nats-streaming-server runs no NATS server then)
+        self.client_listener = True
         # Monitoring endpoints a subsystem adds (path prefix -> respond(monitor, path, query)),
         # so the core's monitor serves them without importing the subsystem.
         self.monitor_routes: dict = {}
@@ -257,7 +260,9 @@ class Server:
         port = 0 if options.port == const.RANDOM_PORT else options.port
         host = None if options.host in ("", "0.0.0.0") else options.host
         try:
-            if self.listening_sockets:  # bound before the imports (natserver.launch)
+            if not self.client_listener:
+                self.listeners = []
+            elif self.listening_sockets:  # bound before the imports (natserver.launch)
                 self.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.listening_sockets]
                 self.listening_sockets = None
             else:
@@ -267,7 +272,7 @@ class Server:
             error = listen_error(options.host or "0.0.0.0", port, exc)
             log.critical('Error listening on port: %s:%d, "%s"', options.host, options.port, error)
             raise error from exc
-        self.port = self.listeners[0].socket.getsockname()[1]
+        self.port = self.listeners[0].socket.getsockname()[1] if self.listeners else 0
         self._info_base = self._make_info_base()
         try:
             async with trio.open_nursery() as nursery:
@@ -282,8 +287,9 @@ class Server:
                 nursery.start_soon(self.ping_timers.run)
                 for listener in self.listeners:
                     nursery.start_soon(self.accept_loop, listener, self.serve_client)
-                log.info("Listening for client connections on %s:%d", options.host, self.port)
-                if options.tls is not None:
+                if self.listeners:
+                    log.info("Listening for client connections on %s:%d", options.host, self.port)
+                if options.tls is not None and self.listeners:
                     log.info("TLS required for client connections")
                 log.info("Server is ready")
                 task_status.started(self)

@@ -1,12 +1,13 @@
 """The NATS Streaming engine: clients, channels, subscriptions, durables, queue groups, acks,
 maxInFlight, ackWait redelivery and heartbeats, as nats-streaming-server (v0.25.6) does them.
 
-The engine is a client of natserver's own router, as nats-streaming-server is a client of its
-NATS server: it subscribes (``Server.subscribe_internal``) to the discover, publish, subscribe,
-unsubscribe, sub-close and close subjects and to one ack inbox per subscription, and answers
-with core NATS messages (``Server.publish``). Subscription callbacks run synchronously while the
-publisher's chunk is handled, so the replies they queue go out in one write after the chunk;
-timer-driven sends (redelivery, heartbeats) flush once per round.
+The engine is a client of a NATS server, as nats-streaming-server is: of natserver's own router
+(:class:`~natserver.stan.transport.LocalTransport`) or, with ``-ns``, of another server over a
+client connection (:class:`~natserver.stan.transport.NatsTransport`). It subscribes to the
+discover, publish, subscribe, unsubscribe, sub-close and close subjects and to one ack inbox per
+subscription, and answers with core NATS messages. Subscription callbacks run synchronously
+while the publisher's chunk (or the connection's read) is handled, so the replies they queue go
+out in one write after it; timer-driven sends (redelivery, heartbeats) flush once per round.
 
 Bad input never gets further than the message it came in: every handler decodes with
 :mod:`natserver.stan.pb` (which raises only DecodeError) and answers with nats-streaming-server's
@@ -27,6 +28,7 @@ from ..server.log import TRACE
 from . import errors as err
 from . import pb
 from .store import STATE_VERSION, STATE_WRITE_DELAY, ChannelStore, StanStore, StanStoreError
+from .transport import LocalTransport, NatsTransport
 
 __all__ = ["StanEngine", "CLIENT_ID_RE", "valid_channel"]
 
@@ -153,9 +155,12 @@ def durable_key(client_id: str, subject: str, durable: str) -> str:
 class StanEngine:
     """One streaming server on top of ``server``. ``await nursery.start(engine.run)``."""
 
-    def __init__(self, server, options: StanOptions) -> None:
+    def __init__(self, server, options: StanOptions, transport=None) -> None:
         options.validate()
         self.server = server
+        # where NATS messages come from and go to: natserver's router, or (-ns) a NATS client
+        # connection to another server (natserver.stan.transport)
+        self.transport = transport if transport is not None else LocalTransport(server)
         self.options = options
         cid = options.cluster_id
         self.server_id = _nuid()
@@ -212,7 +217,7 @@ class StanEngine:
                 self._nursery = nursery
                 state = self.store.open()
                 self._recover(state)
-                sub = self.server.subscribe_internal
+                sub = self.transport.subscribe
                 self._subs = [
                     sub(self.discover_subject, self._guard(self._on_connect)),
                     sub(self.ping_subject, self._guard(self._on_ping)),
@@ -231,7 +236,7 @@ class StanEngine:
                     nursery.start_soon(self._heartbeats, client)
                 for channel in self.channels.values():
                     self._deliver_channel(channel)
-                self.server.flush_touched()
+                self.transport.flush()
                 self.running = True
                 log.info("STREAM: Message store is %s", "FILE" if self.store.file else "MEMORY")
                 if self.store.file:
@@ -266,7 +271,7 @@ class StanEngine:
         if sub is None:
             return
         try:
-            self.server.unsubscribe_internal(sub)
+            self.transport.unsubscribe(sub)
         except Exception:  # the server may be half torn down already
             pass
 
@@ -286,7 +291,7 @@ class StanEngine:
     # -- sending ------------------------------------------------------------------------------
 
     def _send(self, subject: str, payload: bytes, reply: str | None = None) -> None:
-        self.server.publish(subject, payload, reply=reply, flush=False)
+        self.transport.publish(subject, payload, reply)
 
     def _respond(self, reply: str, message: pb.Message) -> None:
         if reply:
@@ -298,7 +303,7 @@ class StanEngine:
         event = trio.Event()
         self._waiting[token] = event
         self._send(subject, b"", self.reply_prefix + ".%d" % self._request_id)
-        self.server.flush_touched()
+        self.transport.flush()
         return token, event
 
     async def request(self, subject: str, timeout: float) -> bool:
@@ -357,7 +362,7 @@ class StanEngine:
                 self._register(req, reply, replaced=True)
         finally:
             self._dup_checks.discard(req.clientID)
-            self.server.flush_touched()
+            self.transport.flush()
 
     def _register(self, req: pb.ConnectRequest, reply: str, replaced: bool = False) -> None:
         client = StanClient(req.clientID, req.heartbeatInbox, req.connID, req.protocol, req.pingInterval,
@@ -441,7 +446,7 @@ class StanEngine:
                 if client.fhb > opts.hb_fail_count:
                     log.error("STREAM: [Client:%s] Timed out on heartbeats", client.id)
                     self._close_client(client)
-                    self.server.flush_touched()
+                    self.transport.flush()
                     return
 
     # -- publish ------------------------------------------------------------------------------
@@ -500,7 +505,7 @@ class StanEngine:
                 continue  # no acks: the publishers time out and retry
             for reply, payload in acks:
                 self._send(reply, payload)
-            self.server.flush_touched()
+            self.transport.flush()
 
     def _channel(self, name: str, create: bool = True) -> Channel:
         channel = self.channels.get(name)
@@ -629,7 +634,7 @@ class StanEngine:
             except Exception:
                 log.exception("STREAM: internal error handling an ack on %r", inbox)
 
-        sub.ack_sub = self.server.subscribe_internal(inbox, on_ack)
+        sub.ack_sub = self.transport.subscribe(inbox, on_ack)
 
     @staticmethod
     def _start_sequence(store: ChannelStore, req: pb.SubscriptionRequest) -> int:
@@ -757,7 +762,7 @@ class StanEngine:
             count = rdlv[msg.seq] = rdlv.get(msg.seq, 0) + 1
         payload = pb.MsgProto(sequence=msg.seq, subject=sub.channel.name, data=msg.data, timestamp=msg.ts,
                               redelivered=redelivered, redeliveryCount=count).encode()
-        self.server.publish(sub.inbox, payload, flush=False)
+        self.transport.publish(sub.inbox, payload)
         if self._trace:
             log.log(TRACE, "STREAM: [Client:%s] %s msg to subid=%d, subject=%s, seq=%d", sub.client_id,
                     "Redelivering" if redelivered else "Delivering", sub.id, sub.channel.name, msg.seq)
@@ -901,7 +906,7 @@ class StanEngine:
                     log.exception("STREAM: redelivery failed")
                 fired = True
             if fired:
-                self.server.flush_touched()
+                self.transport.flush()
             with trio.CancelScope() as scope:
                 if timers:
                     scope.deadline = timers[0][0]
@@ -1058,10 +1063,29 @@ class StanEngine:
 
 
 async def serve_stan(server, stan_options: StanOptions, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run the streaming layer on ``server`` until cancelled; ``task_status.started(engine)``."""
-    engine = StanEngine(server, stan_options)
-    server.stan = engine
-    try:
-        await engine.run(task_status=task_status)
-    finally:
-        server.stan = None
+    """Run the streaming layer on ``server`` until cancelled; ``task_status.started(engine)``.
+    With ``nats_server_url`` (``-ns``) the engine is a client of that NATS server; the first
+    connection failing raises NatsConnectError (nats-streaming-server does not start either)."""
+    if not stan_options.nats_server_url:
+        engine = StanEngine(server, stan_options)
+        server.stan = engine
+        try:
+            await engine.run(task_status=task_status)
+        finally:
+            server.stan = None
+        return
+    core = server.options
+    # server.go createNatsClientConn: the command line's -user/-pass/-auth come first
+    transport = NatsTransport(stan_options, name=f"_NSS-{stan_options.cluster_id}-general",
+                              username=core.username or "", password=core.password or "",
+                              token=core.authorization or "")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(transport.run)
+        log.info("STREAM: Connected to NATS server at %s", transport.server_info.get("_url", ""))
+        engine = StanEngine(server, stan_options, transport)
+        server.stan = engine
+        try:
+            await engine.run(task_status=task_status)
+        finally:
+            server.stan = None
+            nursery.cancel_scope.cancel()
