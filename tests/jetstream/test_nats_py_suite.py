@@ -304,3 +304,45 @@ def test_pull_max_bytes_counts(target):
         await nc.close()
 
     run(main())
+
+
+# -- item 3: num_pending after fetches, acks and an unsubscribe ---------------------------------
+
+
+def test_pull_subscribe_limits(target):
+    """PullSubscribeTest::test_pull_subscribe_limits: consumer two has one message pending
+    after a publish, and still after its subscriber leaves and a fetch fails."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="TEST2", subjects=["a1", "a2", "a3", "a4"])
+        for i in range(1, 10):
+            await js.publish("a1", f"a1:{i}".encode())
+        sub = await js.pull_subscribe("a3", "auto", pending_msgs_limit=50, pending_bytes_limit=-1)
+        for _ in range(100):
+            await js.publish("a3", b"test")
+        msgs = await sub.fetch(100, timeout=1)
+        for msg in msgs:
+            await asyncio.sleep(0)
+            await msg.ack()
+        assert 50 <= len(msgs) <= 53
+        assert sub.pending_msgs == 0 and sub.pending_bytes == 0
+        sub = await js.pull_subscribe("a3", "two", pending_msgs_limit=-1, pending_bytes_limit=-1)
+        msgs = await sub.fetch(100, timeout=1)
+        for msg in msgs:
+            await msg.ack()
+        assert len(msgs) <= 100
+        assert sub.pending_msgs == 0 and sub.pending_bytes == 0
+        await js.publish("a3", b"last message")
+        info = await sub.consumer_info()
+        assert info.num_pending == 1
+        assert sub.pending_msgs == 0
+        await sub.unsubscribe()
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=1)
+        info = await sub.consumer_info()
+        assert info.num_pending == 1
+        await nc.close()
+
+    run(main())
