@@ -7,7 +7,8 @@ What it does, on a laptop (Spark local[2]) against a natserver it starts (``pyth
 natserver -js`` on a random port, a temporary store; ``--servers`` to use a running server):
 
 1. creates two streams: ``ORDERS`` (``orders.<region>``, the events) and ``ORDER_STATS``
-   (``stats.orders.<region>.<minute>``, one message kept per subject: the latest result);
+   (``order_stats.<region>.<yyyyMMddHHmm>``, the window's start minute; one message kept per
+   subject: the latest result);
 2. publishes the first wave of synthetic order events (JSON, each with ``Nats-Msg-Id``);
 3. runs the Spark job with ``trigger(availableNow=True)``: read ``ORDERS`` by sequence
    (``maxMessagesPerTrigger`` at a time), parse the JSON, drop cancelled orders, aggregate

@@ -1,4 +1,8 @@
-"""natserver.spark: a PySpark data source for NATS JetStream streams (``pip install natserver[spark]``).
+"""natserver.spark: a PySpark data source for NATS JetStream streams.
+
+It needs the ``spark`` extra, PySpark >= 4.2 (and Java 17+ for Spark itself). natserver is not
+on PyPI: in a checkout of natserver, ``pip install -e '.[spark]'``; or, natserver being
+installed already, ``pip install 'pyspark[sql]>=4.2'``.
 
 ::
 
@@ -136,18 +140,34 @@ def error_line(exc: BaseException) -> str | None:
     return None
 
 
+# What to do when PySpark is missing: the extra's name and the commands that work (natserver is
+# not on PyPI, so ``pip install natserver[spark]`` does not).
+PYSPARK_MISSING = (
+    "natserver.spark needs PySpark >= 4.2, natserver's 'spark' extra: in a checkout of natserver run "
+    "pip install -e '.[spark]' (natserver is not on PyPI), or pip install 'pyspark[sql]>=4.2'; "
+    "Spark also needs Java 17+"
+)
+
+
+def _datasource():
+    """natserver.spark.datasource, or an ImportError that says how to install PySpark."""
+    try:
+        from . import datasource
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in ("pyspark", "pyarrow", "pandas"):
+            raise
+        raise ModuleNotFoundError(f"{PYSPARK_MISSING} (no module named {exc.name!r})", name=exc.name) from exc
+    return datasource
+
+
 def register(spark) -> None:
     """Register the ``nats`` data source in ``spark`` (a SparkSession)."""
-    from .datasource import register as _register
-
-    _register(spark)
+    _datasource().register(spark)
 
 
 def __getattr__(name: str):
     # pyspark is imported only when the data source itself is wanted: the pure parts
     # (client, options, offsets) work without it.
     if name in ("NatsDataSource", "read_schema"):
-        from . import datasource
-
-        return getattr(datasource, name)
+        return getattr(_datasource(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -649,3 +649,21 @@ def test_credentials_file(tmp_path):
             assert pub.published == 1
         with pytest.raises(ConnectError, match="Authorization Violation"):
             Connection(server.url, Auth(credentials=str(stranger)), timeout=5)
+
+
+def test_register_without_pyspark_names_the_extra_and_a_command_that_works(monkeypatch):
+    """Issue 30 item 20: no bare ModuleNotFoundError; the message names the spark extra and
+    the install commands that work for a package that is not on PyPI."""
+    import sys
+
+    import natserver.spark as spark_pkg
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark now fails, as when it is missing
+    monkeypatch.delitem(sys.modules, "natserver.spark.datasource", raising=False)
+    monkeypatch.delattr(spark_pkg, "datasource", raising=False)
+    for call in (lambda: spark_pkg.register(object()), lambda: spark_pkg.NatsDataSource):
+        with pytest.raises(ModuleNotFoundError) as info:
+            call()
+        text = str(info.value)
+        assert "'spark' extra" in text and "pip install -e '.[spark]'" in text and "not on PyPI" in text
+        assert "pip install 'pyspark[sql]>=4.2'" in text and "natserver[spark]" not in text
