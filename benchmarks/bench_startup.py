@@ -6,6 +6,8 @@ Measures, median (and p90) over many runs:
 
 * in-process ``natserver.testing.NatsServer``: ``start()`` until it returns (the server
   listens), until a client has the INFO, and ``stop()`` (thread joined, port released);
+* an in-process 3-node ``natserver.testing_cluster.NatsCluster``: ``start()`` until every
+  route is up, and ``stop_all()`` (issue 29's target: both together within 50 ms);
 * the ``nats-server`` binary, when installed: ``nats-server -a 127.0.0.1 -p -1`` from spawn
   until a client connected to its port has the INFO, and SIGTERM until the process has exited;
 * with ``--cli``, natserver's own CLI the same way (``python -m natserver -p -1``): the CI
@@ -32,8 +34,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from natserver.testing import NatsServer  # noqa: E402
+from natserver.testing_cluster import NatsCluster  # noqa: E402
 
 TARGET_MS = 20.0
+CLUSTER_SIZE = 3
+CLUSTER_TARGET_MS = 50.0  # issue 29: start and stop a 3-node in-process cluster
 LISTENING = re.compile(rb"Listening for client connections on [^\s]*:(\d+)")
 
 
@@ -65,6 +70,21 @@ def bench_in_process(runs: int) -> dict[str, list[float]]:
         info.append(t2 - t0)
         stop.append(t3 - t2)
     return {"ready": ready, "info": info, "stop": stop}
+
+
+def bench_cluster(runs: int) -> dict[str, list[float]]:
+    ready, stop, total = [], [], []
+    NatsCluster(CLUSTER_SIZE).start().stop_all()  # warm-up: the cluster module's imports
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        cluster = NatsCluster(CLUSTER_SIZE).start()
+        t1 = time.perf_counter()
+        cluster.stop_all()
+        t2 = time.perf_counter()
+        ready.append(t1 - t0)
+        stop.append(t2 - t1)
+        total.append(t2 - t0)
+    return {"ready": ready, "stop": stop, "total": total}
 
 
 def bench_process(argv: list[str], runs: int) -> dict[str, list[float]]:
@@ -123,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="in-process runs (default 200)")
     parser.add_argument("--binary-runs", type=int, default=None, help="nats-server runs (default: min(runs, 50))")
+    parser.add_argument("--cluster-runs", type=int, default=None, help="3-node cluster runs (default: min(runs, 50))")
     parser.add_argument("--cli", action="store_true", help="also time `python -m natserver -p -1`")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args(argv)
@@ -131,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     in_process = bench_in_process(args.runs)
     results["in_process"] = {key: summarize(values) for key, values in in_process.items()}
+    cluster_runs = args.cluster_runs if args.cluster_runs is not None else min(args.runs, 50)
+    if cluster_runs > 0:
+        results["cluster"] = {key: summarize(values) for key, values in bench_cluster(cluster_runs).items()}
     binary = find_nats_server()
     if binary is not None:
         runs = bench_process([binary, "-a", "127.0.0.1", "-p", "-1"], binary_runs)
@@ -150,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     print(row("start() -> ready (listening)", ip["ready"]))
     print(row("start() -> client has INFO", ip["info"]))
     print(row("stop() (thread joined)", ip["stop"]))
+    cl = results.get("cluster")
+    if cl:
+        print(f"in-process NatsCluster({CLUSTER_SIZE})")
+        print(row("start() -> every route up", cl["ready"]))
+        print(row("stop_all() (threads joined)", cl["stop"]))
+        print(row("start and stop", cl["total"]))
     ns = results.get("nats_server")
     print(f"nats-server binary ({binary or 'not installed'})")
     print(row("spawn -> client has INFO", ns and ns["info"]))
@@ -164,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ready-to-INFO: in-process is {ratio:.1f}x faster than spawning nats-server")
     verdict = "meets" if ip["ready"]["median_ms"] < TARGET_MS else "MISSES"
     print(f"target: ready in < {TARGET_MS:g} ms: {verdict} ({ip['ready']['median_ms']:.2f} ms)")
+    if cl:
+        verdict = "meets" if cl["total"]["median_ms"] <= CLUSTER_TARGET_MS else "MISSES"
+        print(f"target: a {CLUSTER_SIZE}-node cluster started and stopped in <= {CLUSTER_TARGET_MS:g} ms: "
+              f"{verdict} ({cl['total']['median_ms']:.2f} ms)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -20,6 +20,9 @@ Fixtures:
 ``trio_nats_server``
     Trio-native (needs pytest-trio): the server runs as a task in the test's nursery, no
     thread. Takes the same marker.
+``nats_cluster``
+    A :class:`natserver.testing_cluster.NatsCluster`: three natservers joined by routes, in
+    threads of this process. ``@pytest.mark.nats_cluster(size=5, max_payload=1024, ...)``.
 
 See docs/testing.md.
 """
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from natserver.testing import NatsServer
 
 MARKER = "nats_server"
+CLUSTER_MARKER = "nats_cluster"
 
 # The nats_server_session server while it runs (on the config: in-process pytester sessions
 # each have their own).
@@ -44,28 +48,33 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(**options): natserver options for the nats_server / trio_nats_server fixtures "
-        "(e.g. max_payload=1024, user='u', password='p', token='t', max_pending=65536, record=False)",
+        "(e.g. max_payload=1024, user='u', password='p', token='t', max_pending=65536, record=False, "
+        "clock='manual')",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{CLUSTER_MARKER}(size=3, **options): the nats_cluster fixture's size and its nodes' natserver options",
     )
 
 
-def _marker_options(request: pytest.FixtureRequest) -> dict:
-    """Keyword arguments of every nats_server marker on the test, closest last (wins)."""
+def _marker_options(request: pytest.FixtureRequest, name: str = MARKER) -> dict:
+    """Keyword arguments of every ``name`` marker on the test, closest last (wins)."""
     options: dict = {}
-    for marker in reversed(list(request.node.iter_markers(MARKER))):
+    for marker in reversed(list(request.node.iter_markers(name))):
         if marker.args:
-            raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only, got {marker.args!r}")
+            raise pytest.UsageError(f"@pytest.mark.{name} takes keyword arguments only, got {marker.args!r}")
         options.update(marker.kwargs)
     from natserver.testing import _check_option_names
 
     try:
         _check_option_names({k: v for k, v in options.items() if k not in _NOT_OPTIONS})
     except TypeError as exc:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from None
+        raise pytest.UsageError(f"@pytest.mark.{name}: {exc}") from None
     return options
 
 
 # NatsServer's keyword arguments that are not server options.
-_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes", "clock")
+_NOT_OPTIONS = ("options", "record", "max_messages", "max_message_bytes", "clock", "size", "name")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -98,7 +107,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     for item in items:
         for marker in item.iter_markers():
             name = marker.name
-            if name != MARKER and difflib.get_close_matches(name, [MARKER, "natserver"], n=1, cutoff=0.8):
+            if name not in (MARKER, CLUSTER_MARKER) and difflib.get_close_matches(name, [MARKER, "natserver"], n=1,
+                                                                                  cutoff=0.8):
                 item.stash[_MISSPELT_MARKER] = (f"{item.nodeid}: unknown marker @pytest.mark.{name}: "
                                                 f"did you mean @pytest.mark.{MARKER}?")
                 break
@@ -175,3 +185,17 @@ async def trio_nats_server(request: pytest.FixtureRequest, nursery):
         yield server
     finally:
         await server.stop_async()
+
+
+@pytest.fixture
+def nats_cluster(request: pytest.FixtureRequest):
+    """Three natservers joined by routes (``@pytest.mark.nats_cluster(size=..., **options)``),
+    stopped after the test."""
+    from natserver.testing_cluster import NatsCluster
+
+    cluster = NatsCluster(**_marker_options(request, CLUSTER_MARKER))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_all()

@@ -1333,6 +1333,8 @@ class NatsServer:
         server.lame_duck = True
         for listener in server.listeners:
             listener.socket.close()  # the accept loop ends; new connections are refused
+        for hook in server.lame_duck_hooks:  # the routes tell their peers ("ldm")
+            hook()
         for client in list(server.clients.values()):
             if not client.closed and client.connect_received and client.protocol >= 1:
                 client.queue(server.info_for(client))

@@ -22,11 +22,14 @@ import trio
 
 from ..auth import nkeys
 from ..auth.jwt import parse_decorated
-from ..auth.tls import DEFAULT_TLS_TIMEOUT, client_handshake, handshake
+from ..auth.tls import DEFAULT_TLS_TIMEOUT, TLSConfig, client_handshake, handshake
 from ..auth.users import LEAFNODE, AccountLimitError, Permissions, check_password, new_nonce
 from ..protocol import const, errors
 from ..protocol.gotext import go_duration
 from ..routing.sublist import Sublist, is_valid_literal_subject
+from ..server.binding import peer_ip
+from ..server.client import Client
+from ..server.listen import open_listeners
 from .protocol import (
     Connect,
     Err,
@@ -151,21 +154,22 @@ class Route:
         # The remote's credentials file (a solicited leaf): signs the hub's nonce in CONNECT.
         self.credentials = ""
         self.nonce = b""  # the nonce an accepted leaf's INFO carried (signed in its CONNECT)
-        self.tls_config = None  # a solicited leaf's remote tls {} (natserver.auth.tls.TLSConfig)
+        self.tls_config: TLSConfig | None = None  # a solicited leaf's remote tls {}
         # A leaf connection's permissions (leafnode.go: a remote's deny_exports as its publish
         # deny list, deny_imports as its subscribe deny list; on a hub, the leaf's CONNECT
-        # deny_pub as the publish deny list): None, or natserver.auth.users.Permissions.
-        self.perms = None
+        # deny_pub as the publish deny list).
+        self.perms: Permissions | None = None
         self.deny_imports: list = []  # a solicited leaf's remote deny_imports (sent as deny_pub)
         self.tls = False  # the connection went over to TLS
         self.reconnect_delay = cluster.server.options.leafnode_reconnect  # before a solicited leaf redials
         self.remote_cluster = ""  # an accepted leaf's CONNECT cluster
-        self.stream = stream
+        self.stream: trio.abc.Stream = stream  # an SSLStream over it once TLS is on
         self.rid = rid
         self.solicited = solicited
         self.url = url
         try:
             self.ip, self.port = stream.socket.getpeername()[:2]
+            self.ip = peer_ip(self.ip)
         except OSError:
             self.ip, self.port = "", 0
         self.remote_id = ""
@@ -191,6 +195,11 @@ class Route:
         # What we told this peer: (account, subject, queue) -> the weight (plain: 1).
         self.told: dict[tuple, int] = {}
         self.done: trio.Event | None = None  # set when closed (a dialler waits on it)
+
+    @property
+    def leaf_account_name(self) -> str:
+        """A leaf connection's account (a route has none: "")."""
+        return (self.leaf_account or b"").decode(errors="replace")
 
     @property
     def label(self) -> str:
@@ -265,6 +274,7 @@ class Route:
                     return
                 self.pending -= len(data)
             if self._flush_then_close:
+                assert self._scope is not None  # set before the write loop runs
                 self._scope.cancel()
                 return
 
@@ -373,7 +383,8 @@ class Route:
         subscription violation on a hub (-ERR, close)."""
         if not _checks_perms(subject) or not is_valid_literal_subject(subject):
             return True
-        if self.perms.publish_allowed(subject):
+        perms = self.perms
+        if perms is None or perms.publish_allowed(subject):
             return True
         if not self.solicited:
             self.send(errors.subscription_violation(subject, None).wire)
@@ -389,7 +400,7 @@ class Route:
         delay = LEAF_LOOP_RECONNECT_DELAY
         if self.solicited:
             self.reconnect_delay = delay
-        text = (f'Loop detected for leafnode account="{self.leaf_account.decode(errors="replace")}". '
+        text = (f'Loop detected for leafnode account="{self.leaf_account_name}". '
                 f"Delaying attempt to reconnect for {go_duration(delay)}")
         if send_error:
             self.send(errors.ServerError(text, True).wire)
@@ -459,6 +470,9 @@ class Cluster:
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
         self.routes: dict[str, Route] = {}  # remote server id -> registered route
+        # Server ids whose routes are closed at their INFO: a network partition made by a test
+        # (natserver.testing_cluster); nats-server has no such thing.
+        self.refused_peers: set[str] = set()
         server.lame_duck_hooks.append(self.enter_lame_duck)
         # rid -> leaf node connection, either way (nats-server keys them by connection: two
         # servers may be leaves of each other, a loop that $LDS interest then detects)
@@ -474,7 +488,7 @@ class Cluster:
         # account name -> {(subject, queue): local subscription count}
         self.local: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
-        self._delivery_clients: dict[bytes, object] = {}
+        self._delivery_clients: dict[bytes, Client] = {}
         self._loop_subjects: dict[bytes, bytes] = {}  # account -> its $LDS.<unique> subject
 
     # -- setup --------------------------------------------------------------------------------
@@ -565,7 +579,7 @@ class Cluster:
             if options.cluster_port:
                 port = 0 if options.cluster_port == -1 else options.cluster_port
                 host = None if options.cluster_host in ("", "0.0.0.0") else options.cluster_host
-                listeners = await trio.open_tcp_listeners(port, host=host)
+                listeners = await open_listeners(host, port)  # every address: dual-stack
                 self.port = listeners[0].socket.getsockname()[1]
                 log.info("Cluster name is %s", self.name)
                 if self.dynamic_name:
@@ -582,7 +596,7 @@ class Cluster:
             if options.leafnode_port:
                 port = 0 if options.leafnode_port == -1 else options.leafnode_port
                 host = None if options.leafnode_host in ("", "0.0.0.0") else options.leafnode_host
-                leaf_listeners = await trio.open_tcp_listeners(port, host=host)
+                leaf_listeners = await open_listeners(host, port)
                 self.leaf_port = leaf_listeners[0].socket.getsockname()[1]
                 log.info("Listening for leafnode connections on %s:%d", options.leafnode_host, self.leaf_port)
                 for listener in leaf_listeners:
@@ -609,6 +623,7 @@ class Cluster:
         route = Route(self, stream, self._next_rid, solicited, url)
         self.all_routes.add(route)
         log.info("%s - Route connection created", route.label)
+        assert self._nursery is not None  # routes start while run() runs
         self._nursery.start_soon(route.run)
         return route
 
@@ -682,6 +697,7 @@ class Cluster:
             leaf.done = trio.Event()
             self.all_routes.add(leaf)
             log.info("%s - Leafnode connection created for account: %s", leaf.label, account.decode())
+            assert self._nursery is not None  # leafs start while run() runs
             self._nursery.start_soon(leaf.run)
             await leaf.done.wait()
             await trio.sleep(leaf.reconnect_delay)
@@ -700,6 +716,7 @@ class Cluster:
                 self.all_routes.add(leaf)
                 log.info("%s - Leafnode connection created", leaf.label)
                 leaf.send(self.leaf_info(leaf))
+                assert self._nursery is not None  # leafs start while run() runs
                 self._nursery.start_soon(leaf.run)
 
     def handshake_timeout(self, peer: Route) -> float:
@@ -811,7 +828,7 @@ class Cluster:
             info["connect_info"] = True
         info["leafnode_urls"] = [f"{host}:{self.leaf_port}"]
         if after_connect:
-            info["remote_account"] = leaf.leaf_account.decode(errors="replace")
+            info["remote_account"] = leaf.leaf_account_name
         return b"INFO " + orjson.dumps(info) + b" \r\n"
 
     def process_leaf_connect(self, leaf: Route, options: dict) -> None:
@@ -988,6 +1005,9 @@ class Cluster:
                 log.error("%s - Rejecting connection, cluster name %r does not match %r", route.label, name, self.name)
                 route.close("Cluster Name Conflict")
                 return
+        if remote_id in self.refused_peers:
+            route.close("Partitioned")
+            return
         route.peer_id = remote_id
         if remote_id in self.routes:
             log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
@@ -1243,14 +1263,15 @@ class Cluster:
         size = len(msg.payload)
         sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
         header_size = msg.header_size if msg.header_size > 0 else -1
-        at = msg.reply.rfind(b"@") if msg.reply and msg.reply.startswith(JS_ACK_PREFIX) else -1
-        if 0 <= at < len(msg.reply) - 1:
+        reply = msg.reply or b""
+        at = reply.rfind(b"@") if reply.startswith(JS_ACK_PREFIX) else -1
+        if 0 <= at < len(reply) - 1:
             # A JetStream push delivery (nats-server's processMsgResults): routed by its deliver
             # subject, ``<ack reply>@<stored subject>`` carries the subject its MSG shows.
             payload = bytes(msg.payload)
             hdr = payload[:header_size] if header_size > 0 else None
             body = payload[header_size:] if header_size > 0 else payload
-            client.deliver_as(msg.subject, msg.reply[at + 1:], msg.reply[:at], hdr, body)
+            client.deliver_as(msg.subject, reply[at + 1:], reply[:at], hdr, body)
         else:
             client.deliver_routed(msg.subject, msg.reply, header_size, sizes, msg.payload, msg.queues)
         if origin is None or not self.leafs:
@@ -1280,7 +1301,7 @@ class Cluster:
         leafs = []
         for leaf in self.leafs.values():
             record = {"name": leaf.remote_name, "is_spoke": leaf.solicited,
-                      "account": leaf.leaf_account.decode(errors="replace"),
+                      "account": leaf.leaf_account_name,
                       "ip": leaf.ip, "port": leaf.port, "rtt": "0s",
                       "in_msgs": leaf.in_msgs, "out_msgs": leaf.out_msgs,
                       "in_bytes": leaf.in_bytes, "out_bytes": leaf.out_bytes,

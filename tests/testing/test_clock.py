@@ -36,6 +36,7 @@ PACKAGE = Path(natserver.__file__).parent
 ALLOWED = {
     "clock.py": "the clock itself",
     "testing.py": "the test double's own waits and faults run in the test's thread, on real time",
+    "testing_cluster.py": "waits for routes in the test's thread, on real time",
     "spark/": "a client (the Spark data source), not the server",
     "server/monitor.py:self._wall = time.monotonic()": "CPU percentage: CPU seconds over real seconds",
     "server/monitor.py:wall = time.monotonic()": "CPU percentage: CPU seconds over real seconds",

@@ -1,0 +1,200 @@
+"""Issue 29 item 3: a whole cluster in one process (natserver.testing_cluster).
+
+Written as a user writes them: nats-py on asyncio, each body under a hard timeout. The failover
+test must take under a second (the issue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+import pytest
+
+from natserver.testing import NatsServer
+from natserver.testing_cluster import NatsCluster, attach_leaf
+
+TIMEOUT = 10  # hard limit on one test's I/O
+FAST = 3.0  # "under a second", with room for a machine shared by many test runs
+
+
+def run(coro) -> None:
+    asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+async def connect(url, **kwargs):
+    return await nats.connect(url, allow_reconnect=False, **kwargs)
+
+
+async def reaches(publisher, subscriber, subject: str, timeout: float = 0.3) -> bool:
+    """Whether a message published by ``publisher`` reaches ``subscriber``."""
+    sub = await subscriber.subscribe(subject)
+    await subscriber.flush()
+    await asyncio.sleep(0.05)  # the interest crosses the route
+    await publisher.publish(subject, b"?")
+    await publisher.flush()
+    try:
+        await sub.next_msg(timeout=timeout)
+        return True
+    except nats.errors.TimeoutError:
+        return False
+    finally:
+        await sub.unsubscribe()
+
+
+def test_the_nodes_form_a_full_mesh_and_route_messages(nats_cluster):
+    assert len(nats_cluster.servers) == 3 and len(nats_cluster.urls) == 3
+    names = [node.options.server_name for node in nats_cluster.servers]
+    for i in range(3):
+        assert nats_cluster.routes(i) == sorted(n for j, n in enumerate(names) if j != i)
+
+    async def main():
+        on_0, on_2 = await connect(nats_cluster.urls[0]), await connect(nats_cluster.urls[2])
+        assert await reaches(on_0, on_2, "orders.new")
+        await on_0.close()
+        await on_2.close()
+
+    run(main())
+    # Each node is a NatsServer with its recorder: the publish was seen by node 0.
+    assert [m.data for m in nats_cluster.servers[0].messages("orders.new")] == [b"?"]
+
+
+@pytest.mark.nats_cluster(size=2, max_payload=1024)
+def test_the_marker_sets_size_and_options(nats_cluster):
+    assert len(nats_cluster.servers) == 2
+    assert all(node.options.max_payload == 1024 for node in nats_cluster.servers)
+
+
+def test_failover_of_a_nats_py_client_across_stop(nats_cluster):
+    started = time.monotonic()
+
+    async def main():
+        reconnected = asyncio.Event()
+
+        async def on_reconnect():
+            reconnected.set()
+
+        nc = await nats.connect(servers=nats_cluster.urls, dont_randomize=True, reconnect_time_wait=0.05,
+                                reconnected_cb=on_reconnect)
+        assert nc.connected_url.port == nats_cluster.servers[0].port
+        sub = await nc.subscribe("jobs")
+        nats_cluster.stop(0)
+        await asyncio.wait_for(reconnected.wait(), 2)
+        assert nc.connected_url.port in (nats_cluster.servers[1].port, nats_cluster.servers[2].port)
+        await nc.flush()
+        other = await connect(nats_cluster.urls[2])
+        await other.publish("jobs", b"after failover")  # the subscription came along
+        await other.flush()
+        assert (await sub.next_msg(timeout=2)).data == b"after failover"
+        await other.close()
+        await nc.close()
+
+    run(main())
+    assert time.monotonic() - started < FAST
+
+
+def test_restart_comes_back_on_the_same_ports_and_rejoins(nats_cluster):
+    ports = [node.port for node in nats_cluster.servers]
+    nats_cluster.stop(1)
+    assert not nats_cluster.servers[1].running
+    nats_cluster.wait_for_routes()  # the others see it gone
+    assert len(nats_cluster.routes(0)) == 1
+    nats_cluster.restart(1)
+    assert [node.port for node in nats_cluster.servers] == ports
+    assert all(len(nats_cluster.routes(i)) == 2 for i in range(3))
+
+    async def main():
+        on_1, on_2 = await connect(nats_cluster.urls[1]), await connect(nats_cluster.urls[2])
+        assert await reaches(on_2, on_1, "back")
+        await on_1.close()
+        await on_2.close()
+
+    run(main())
+
+
+def test_partition_cuts_the_route_until_healed(nats_cluster):
+    nats_cluster.partition(1, 2)
+    names = [node.options.server_name for node in nats_cluster.servers]
+    assert nats_cluster.routes(1) == [names[0]] and nats_cluster.routes(2) == [names[0]]
+    assert nats_cluster.routes(0) == [names[1], names[2]]
+
+    async def main():
+        on_0, on_1, on_2 = [await connect(url) for url in nats_cluster.urls]
+        # A route carries only its own server's messages (no relaying): 1 and 2 are cut off.
+        assert not await reaches(on_1, on_2, "split")
+        assert await reaches(on_0, on_2, "split")
+        nats_cluster.heal(1, 2)
+        assert await reaches(on_1, on_2, "split", timeout=2)
+        for nc in (on_0, on_1, on_2):
+            await nc.close()
+
+    run(main())
+    assert nats_cluster.routes(1) == [names[0], names[2]]
+
+
+def test_lame_duck_on_one_node_moves_its_clients(nats_cluster):
+    async def main():
+        entered, reconnected = asyncio.Event(), asyncio.Event()
+
+        async def on_lame_duck():
+            entered.set()
+
+        async def on_reconnect():
+            reconnected.set()
+
+        nc = await nats.connect(servers=nats_cluster.urls, dont_randomize=True, reconnect_time_wait=0.05,
+                                lame_duck_mode_cb=on_lame_duck, reconnected_cb=on_reconnect)
+        nats_cluster.lame_duck(0, duration=0.3, grace_period=0.05)
+        await asyncio.wait_for(entered.wait(), 2)
+        await asyncio.wait_for(reconnected.wait(), 3)
+        assert nc.connected_url.port != nats_cluster.servers[0].port
+        await nc.close()
+
+    run(main())
+    deadline = time.monotonic() + TIMEOUT
+    while nats_cluster.servers[0].running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not nats_cluster.servers[0].running
+
+
+def test_a_leaf_node_of_the_cluster(nats_cluster):
+    leaf = nats_cluster.add_leaf(node=1)
+
+    async def main():
+        on_leaf, on_2 = await connect(leaf.url), await connect(nats_cluster.urls[2])
+        assert await reaches(on_leaf, on_2, "from.leaf", timeout=2)
+        assert await reaches(on_2, on_leaf, "to.leaf", timeout=2)
+        await on_leaf.close()
+        await on_2.close()
+
+    run(main())
+
+
+def test_a_leaf_node_of_one_server():
+    with NatsServer(leafnode_port=-1) as hub:
+        leaf = attach_leaf(hub)
+        try:
+            async def main():
+                on_leaf, on_hub = await connect(leaf.url), await connect(hub.url)
+                assert await reaches(on_hub, on_leaf, "down", timeout=2)
+                await on_leaf.close()
+                await on_hub.close()
+
+            run(main())
+        finally:
+            leaf.stop()
+    with NatsServer() as plain, pytest.raises(ValueError, match="leafnode_port=-1"):
+        attach_leaf(plain)
+
+
+def test_jetstream_in_a_cluster_is_refused_clearly():
+    with pytest.raises(ValueError, match="no clustered JetStream"):
+        NatsCluster(jetstream=True)
+
+
+def test_advance_moves_every_node():
+    with NatsCluster(size=2, clock="manual") as cluster:
+        before = [node.now() for node in cluster.servers]
+        cluster.advance(45)
+        assert [node.now() for node in cluster.servers] == pytest.approx([t + 45 for t in before], abs=1e-6)
