@@ -159,6 +159,8 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
     for name in (cfg.durable_name, cfg.name):
         if name and any(c in name for c in ".*> \t"):
             raise errors.consumer_name_invalid(name)
+    if cfg.num_replicas < 0:
+        raise errors.replicas_negative()
     if cfg.backoff and cfg.max_deliver <= len(cfg.backoff):  # -1 (unlimited) too, as nats-server
         raise errors.consumer_max_deliver_backoff()
     if cfg.deliver_subject:

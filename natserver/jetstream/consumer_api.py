@@ -96,6 +96,8 @@ class ConsumerApi:
                     raise errors.consumer_name_mismatch()
                 if filter and cfg.filter_subject != filter:
                     raise errors.consumer_create("consumer filter subject does not match the request subject")
+            if cfg.num_replicas > 1:  # natserver's JetStream is a single server's (jsConsumerCreateRequest)
+                raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
             set_defaults(cfg, ack_limit)

@@ -346,3 +346,28 @@ def test_pull_subscribe_limits(target):
         await nc.close()
 
     run(main())
+
+
+# -- item 11: consumer replicas on a server that is not clustered --------------------------------
+
+
+def test_consumer_replicas_refused(target):
+    async def main():
+        nc = await connect(target.url)
+        jsm = nc.jsm()
+        await jsm.add_stream(name="S", subjects=["s"])
+        for replicas, durable in ((3, None), (2, "d"), (3, "push")):
+            with pytest.raises(nats.js.errors.ServerError) as err:
+                await jsm.add_consumer("S", durable_name=durable, num_replicas=replicas,
+                                       deliver_subject="x" if durable == "push" else None)
+            assert (err.value.err_code, err.value.description) == (
+                10074, "replicas > 1 not supported in non-clustered mode")
+        with pytest.raises(nats.js.errors.BadRequestError) as err:
+            await jsm.add_consumer("S", durable_name="neg", num_replicas=-1)
+        assert (err.value.err_code, err.value.description) == (10133, "replicas count cannot be negative")
+        info = await jsm.add_consumer("S", durable_name="one", num_replicas=1)
+        assert info.config.num_replicas == 1
+        assert [c.name for c in await jsm.consumers_info("S")] == ["one"]
+        await nc.close()
+
+    run(main())
