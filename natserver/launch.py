@@ -21,6 +21,8 @@ import socket
 import sys
 
 from .protocol import const
+from .server.binding import LISTEN_BACKLOG as SERVER_LISTEN_BACKLOG
+from .server.binding import bind_sockets
 
 # Flags an early bind allows, with a value / without one (Go's flag package: -x v, -x=v, --x v).
 _VALUE_FLAGS = frozenset(
@@ -30,9 +32,9 @@ _VALUE_FLAGS = frozenset(
 _BOOL_FLAGS = frozenset("D debug V trace VV DV DVV T logtime js jetstream".split())
 _PORT_FLAGS = frozenset(("p", "port"))
 _HOST_FLAGS = frozenset(("a", "addr", "net"))
-# trio.open_tcp_listeners' default backlog (the kernel caps it at somaxconn), so an early
-# listener queues as many connections as the one the server would open itself.
-LISTEN_BACKLOG = 0xFFFF
+# The server's own backlog, so an early listener queues as many connections as the one the
+# server would open itself.
+LISTEN_BACKLOG = SERVER_LISTEN_BACKLOG
 _PORT_VALUE = re.compile(r"-1|0|[1-9][0-9]{0,4}")
 
 
@@ -74,29 +76,16 @@ def early_address(argv: list[str]) -> tuple[str | None, int] | None:
 
 
 def bind_early(argv: list[str]) -> tuple[tuple[str | None, int], list[socket.socket]] | None:
-    """Listening sockets for a plain command line, exactly as trio.open_tcp_listeners makes
-    them (SO_REUSEADDR, IPv6 only on IPv6 sockets, one per address), or None."""
+    """Listening sockets for a plain command line, exactly as the server would open them
+    (natserver.server.listen.bind_sockets: one dual-stack socket for every address), or None."""
     address = early_address(argv)
     if address is None:
         return None
     host, port = address
-    sockets: list[socket.socket] = []
     try:
-        for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
-            try:
-                sock = socket.socket(family, kind, proto)
-            except OSError:
-                continue  # a family this system lacks (trio skips it too)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(sockaddr)
-            sock.listen(LISTEN_BACKLOG)
+        sockets = bind_sockets(host, port, LISTEN_BACKLOG)
     except OSError:
         # A port in use, an address not here: the server reports it in its own words.
-        for sock in sockets:
-            sock.close()
         return None
     return (address, sockets) if sockets else None
 

@@ -9,6 +9,7 @@ import os
 import sys
 
 from ..config.options import Options
+from .listen import listener_urls
 
 __all__ = ["write_pid_file", "ports_file_path", "write_ports_file", "remove_ports_file"]
 
@@ -39,12 +40,24 @@ def _url_host(host: str) -> str:
 
 
 def write_ports_file(options: Options, server, monitor) -> str:
-    """Write ``{"nats": [...], "monitoring": [...]}`` as nats-server does (server.go logPorts);
-    atomically, so that a wrapper polling for the file never reads half of it."""
+    """Write ``{"nats": [...], "monitoring": [...], "cluster": [...], "websocket": [...]}`` as
+    nats-server does (server.go logPorts, PortsInfo: a listener on every interface is listed at
+    every interface's address); atomically, so that a wrapper polling for the file never reads
+    half of it."""
     path = ports_file_path(options.ports_file_dir)
-    ports = {"nats": [f"nats://{_url_host(server.host)}:{server.port}"]} if server.port else {}  # 0: no listener (-ns)
+    ports = {}
+    if server.port:  # 0: no client listener (-ns)
+        tls_required = options.tls is not None and not options.allow_non_tls
+        ports["nats"] = listener_urls("tls" if tls_required else "nats", server.host, server.port)
     if monitor is not None:
-        ports["monitoring"] = [f"http://{_url_host(options.http_host or server.host)}:{monitor.port}"]
+        ports["monitoring"] = listener_urls("http", options.http_host or server.host, monitor.port)
+    cluster = getattr(server, "cluster", None)
+    if cluster is not None and getattr(cluster, "port", 0):  # natserver.cluster's route listener
+        ports["cluster"] = listener_urls("tls" if options.cluster_tls is not None else "nats", options.cluster_host,
+                                         cluster.port)
+    websocket = getattr(server, "websocket", None)
+    if websocket is not None:  # natserver.websocket's listener
+        ports["websocket"] = listener_urls("wss" if websocket.tls else "ws", websocket.host, websocket.port)
     if getattr(server, "nsq", None) is not None:  # natserver.nsq's listeners (a subsystem)
         ports["nsq"] = [f"tcp://{_url_host(server.host)}:{server.nsq.tcp_port}"]
         ports["nsq_http"] = [f"http://{_url_host(server.host)}:{server.nsq.http_port}"]

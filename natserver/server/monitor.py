@@ -30,7 +30,7 @@ from .. import clock
 from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
 from .client import connection_record, unpack_subs
-from .listen import listen_error
+from .listen import listen_error, open_listeners
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Monitor", "serve_monitor"]
@@ -970,22 +970,6 @@ def _join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-async def _open_listeners(host: str, port: int) -> list:
-    bind = None if host in ("", "0.0.0.0") else host
-    listeners = await trio.open_tcp_listeners(port, host=bind)
-    ports = {listener.socket.getsockname()[1] for listener in listeners}
-    if len(ports) > 1:
-        # A random port on a wildcard gave IPv4 and IPv6 different ports: use one for both.
-        chosen = listeners[0].socket.getsockname()[1]
-        for listener in listeners:
-            await listener.aclose()
-        try:
-            listeners = await trio.open_tcp_listeners(chosen, host=bind)
-        except OSError:
-            listeners = await trio.open_tcp_listeners(0, host="0.0.0.0")
-    return listeners
-
-
 async def serve_monitor(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the monitoring endpoints of ``server`` until cancelled or the server stops.
 
@@ -996,7 +980,7 @@ async def serve_monitor(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     port = 0 if options.http_port == const.RANDOM_PORT else options.http_port
     monitor = Monitor(server, host)
     try:
-        listeners = await _open_listeners(host, port)
+        listeners = await open_listeners(host, port)  # every address: dual-stack, one port
     except OSError as exc:
         error = listen_error(host, port, exc)
         log.critical("Can't start monitoring: can't listen to the monitor port: %s", error)

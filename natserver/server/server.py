@@ -33,9 +33,10 @@ from ..protocol import const, errors
 from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
+from .binding import peer_ip
 from .client import DELIVERY_IMPLEMENTATION, Client, connection_record
 from .keepalive import PingTimers
-from .listen import ListenError, listen_error
+from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
 from .monitor import serve_monitor
 from .signals import handle_signal, reauthorize_clients
@@ -266,7 +267,7 @@ class Server:
                 self.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.listening_sockets]
                 self.listening_sockets = None
             else:
-                self.listeners = await trio.open_tcp_listeners(port, host=host)
+                self.listeners = await open_listeners(host, port)  # every address: dual-stack
         except OSError as exc:
             # nats-server's fatal line, once; the command line then exits 1 without repeating it.
             error = listen_error(options.host or "0.0.0.0", port, exc)
@@ -354,7 +355,7 @@ class Server:
                     # send_all needs that, and building the stream sets it).
                     conn.setblocking(False)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    self._nursery.start_soon(handle, conn, peer[0], peer[1])
+                    self._nursery.start_soon(handle, conn, peer_ip(peer[0]), peer[1])
         finally:
             acceptor.detach()
 
@@ -420,7 +421,7 @@ class Server:
         if ssl_stream is None:
             if error == "i/o timeout":
                 local = stream.socket.getsockname()
-                error = f"read tcp {local[0]}:{local[1]}->{client.ip}:{client.port}: i/o timeout"
+                error = f"read tcp {peer_ip(local[0])}:{local[1]}->{client.ip}:{client.port}: i/o timeout"
             log.error("%s - TLS handshake error: %s", label, error)
             client.close("TLS Handshake Failure")
             await trio.aclose_forcefully(stream)

@@ -21,6 +21,7 @@ import trio
 
 from ..auth import tls as tls_module
 from ..config.options import WEBSOCKET_HANDSHAKE_TIMEOUT, WebsocketOptions
+from ..server.listen import open_listeners
 from .handshake import HandshakeReader, OriginPolicy, Refusal, Upgrade
 from .stream import WebSocketStream
 
@@ -65,7 +66,7 @@ async def enable_websocket(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     port = 0 if options.port == -1 else options.port
     host = None if options.host in ("", "0.0.0.0") else options.host
     try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners(host, port)  # every address: dual-stack, as nats-server
     except OSError as exc:
         log.critical('Error listening on websocket port: %s:%d, "%s"', options.host, options.port, exc.strerror or exc)
         raise
@@ -125,7 +126,7 @@ async def _upgrade(transport: trio.abc.Stream, origins: OriginPolicy, options: W
     with trio.move_on_after(timeout):
         while True:
             data = await transport.receive_some(READ_SIZE)
-            decision = reader.feed(data)
+            decision = reader.feed(bytes(data))  # (the same object when it is bytes already)
             if decision is not None:
                 return decision
     return Refusal(b"", "i/o timeout")
