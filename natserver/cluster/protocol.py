@@ -118,7 +118,7 @@ class RouteParser:
         self._buffer = bytearray()
         self._pending: tuple | None = None  # a parsed RMSG/HMSG line waiting for its payload
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buffer += data
 
     def next_op(self):

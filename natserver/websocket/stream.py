@@ -10,8 +10,10 @@ its code and ends the stream. wsproto does the framing and permessage-deflate.
 
 from __future__ import annotations
 
+from typing import cast
+
 import trio
-from wsproto.extensions import PerMessageDeflate
+from wsproto.extensions import Extension, PerMessageDeflate
 from wsproto.frame_protocol import CloseReason, FrameProtocol, Opcode, ParseFailed
 
 __all__ = ["WebSocketStream"]
@@ -25,7 +27,7 @@ _DATA = (Opcode.BINARY, Opcode.TEXT, Opcode.CONTINUATION)
 class WebSocketStream(trio.abc.Stream):
     def __init__(self, transport: trio.abc.Stream, compress: bool) -> None:
         self.transport = transport
-        extensions = []
+        extensions: list[Extension] = []
         if compress:
             deflate = PerMessageDeflate(client_no_context_takeover=True, server_no_context_takeover=True)
             deflate.accept(_COMPRESSION_OFFER)
@@ -41,19 +43,20 @@ class WebSocketStream(trio.abc.Stream):
             data = await self.transport.receive_some(READ_SIZE)
             if not data:
                 return b""
-            frames.receive_bytes(data)
-            out = []
-            replies = []
+            frames.receive_bytes(bytes(data))  # (the same object when it is bytes already)
+            out: list[bytes] = []
+            replies: list[bytes | bytearray] = []  # (wsproto gives its frames as bytearrays)
             try:
                 for frame in frames.received_frames():
                     opcode = frame.opcode
+                    # wsproto's payload: bytes (str for a text frame), a CLOSE's (code, reason)
                     if opcode in _DATA:
                         payload = frame.payload
-                        out.append(payload.encode() if isinstance(payload, str) else payload)
+                        out.append(payload.encode() if isinstance(payload, str) else cast(bytes, payload))
                     elif opcode is Opcode.PING:
-                        replies.append(frames.pong(frame.payload))
+                        replies.append(frames.pong(cast(bytes, frame.payload)))
                     elif opcode is Opcode.CLOSE:
-                        code, reason = frame.payload
+                        code, reason = cast("tuple[int, str]", frame.payload)
                         replies.append(frames.close(code, reason))
                         self._closed = True
                         break
