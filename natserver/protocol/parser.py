@@ -35,6 +35,7 @@ import json
 import os
 import re
 import sys
+from typing import Literal, overload
 
 import orjson
 
@@ -128,6 +129,10 @@ _SPACE_TAB = re.compile(rb"[ \t]+")
 _SPACE_TAB_CR_LF = re.compile(rb"[ \t\r\n]+")
 
 
+@overload
+def _match_verb(line: bytes, complete: Literal[True]) -> tuple[bytes, int]: ...
+@overload
+def _match_verb(line: bytes, complete: bool) -> tuple[bytes, int] | None: ...
 def _match_verb(line: bytes, complete: bool) -> tuple[bytes, int] | None:
     """Find the verb at the start of ``line`` and where its arguments begin.
 

@@ -24,8 +24,12 @@ shapes (with the node tuples below): a match without the cache went from 1.58 to
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 from ..protocol.const import SUBLIST_CACHE_MAX, SUBLIST_CACHE_SWEEP_TO
+
+if TYPE_CHECKING:
+    from .transform import SubjectMappings
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Sublist", "SublistResult", "is_valid_subject", "is_valid_literal_subject"]
@@ -64,7 +68,13 @@ class SublistResult:
 
     __slots__ = ("psubs", "qsubs", "next_member", "plan", "qplan")
 
-    def __init__(self, psubs: list, qsubs: list[list]) -> None:
+    psubs: Sequence  # a list, or a node's own tuple when one node matched (never written)
+    qsubs: Sequence[list]  # one list of members per queue group
+    next_member: list[int]  # one position per queue group
+    plan: tuple | None
+    qplan: tuple | None
+
+    def __init__(self, psubs: Sequence, qsubs: Sequence[list]) -> None:
         self.psubs = psubs
         self.qsubs = qsubs
         self.next_member = [0] * len(qsubs)
@@ -123,6 +133,8 @@ class _Shape:
     (the subject itself), and ``join`` says whether ``pick`` gives several."""
 
     __slots__ = ("kinds", "pick", "join", "nodes")
+
+    pick: Callable[[list], Any] | None
 
     def __init__(self, kinds: tuple) -> None:
         self.kinds = kinds
@@ -236,10 +248,10 @@ class Sublist:
         # Interest hook for what is built on the core (clustering): ``watcher(sub, added)`` is
         # called after every insert and every remove that found the subscription. None: no one
         # watches (the default; inserts and removes then cost one attribute test more).
-        self.watcher = None
+        self.watcher: Callable[[Any, bool], None] | None = None
         # The subject space's account's subject mappings (routing/transform.SubjectMappings),
         # applied by clients to what they publish; None: no mappings (one test per batch).
-        self.mappings = None
+        self.mappings: SubjectMappings | None = None
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -249,32 +261,33 @@ class Sublist:
         tokens = subject.split(b".")
         level = self._root
         node = None
-        kinds = []
+        kind_list = []
         for token in tokens:
             if token == _PWC:
-                kinds.append(_ONE)
+                kind_list.append(_ONE)
                 if level.pwc is None:
                     level.pwc = _Node()
                 node = level.pwc
             elif token == _FWC:
-                kinds.append(_REST)
+                kind_list.append(_REST)
                 if level.fwc is None:
                     level.fwc = _Node()
                 node = level.fwc
             else:
-                kinds.append(_LITERAL)
+                kind_list.append(_LITERAL)
                 node = level.nodes.get(token)
                 if node is None:
                     node = level.nodes[token] = _Node()
             if node.next is None:
                 node.next = _Level()
             level = node.next
+        assert node is not None  # split() gives at least one token
         if sub.queue is None:
             node.psubs[sub] = None
         else:
             node.qsubs.setdefault(sub.queue, {})[sub] = None
         node.changed()
-        kinds = tuple(kinds)
+        kinds = tuple(kind_list)
         shape = self._shapes.get(kinds)
         if shape is None:
             shape = self._shapes[kinds] = _Shape(kinds)
@@ -292,7 +305,7 @@ class Sublist:
         subject = sub.subject
         tokens = subject.split(b".")
         path: list[tuple[_Level, bytes, _Node]] = []
-        level = self._root
+        level: _Level | None = self._root
         node = None
         for token in tokens:
             if level is None:
@@ -307,6 +320,7 @@ class Sublist:
                 return False
             path.append((level, token, node))
             level = node.next
+        assert node is not None  # split() gives at least one token
         if sub.queue is None:
             if node.psubs.pop(sub, False) is not None:
                 return False
@@ -393,10 +407,11 @@ class Sublist:
         if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
             result = EMPTY_RESULT
         else:
-            psubs: list | tuple = []
+            psubs: list | tuple
+            psubs = []
             qsubs: dict = {}
             n = len(tokens)
-            shapes = self._by_length.get(n, False)
+            shapes: tuple | None | Literal[False] = self._by_length.get(n, False)
             if shapes is False:
                 shapes = self._shapes_for(n)
             if shapes is None:
@@ -425,7 +440,7 @@ class Sublist:
                 # and with shared empty tuples, not two more lists to allocate and free.
                 result = _new_result(SublistResult)
                 result.psubs = psubs
-                result.qsubs = result.next_member = ()
+                result.qsubs = result.next_member = ()  # type: ignore[assignment]  # shared, never indexed: no queue groups
                 result.plan = None
             else:
                 result = EMPTY_RESULT
@@ -433,12 +448,11 @@ class Sublist:
         if cache is not None:
             cache[subject] = result
             if len(cache) > SUBLIST_CACHE_MAX:
-                self._sweep_cache()
+                self._sweep_cache(cache)
         return result
 
-    def _sweep_cache(self) -> None:
+    def _sweep_cache(self, cache: dict[bytes, SublistResult]) -> None:
         # nats-server deletes random entries; dropping the oldest is as cheap and as fair.
-        cache = self.cache
         for key in list(cache)[: len(cache) - SUBLIST_CACHE_SWEEP_TO]:
             del cache[key]
 
