@@ -34,7 +34,7 @@ def _select(pattern: str | None):
 def cmd_record(args) -> int:
     binary = harness.find_nats_server()
     if binary is None:
-        print("nats-server not found (set NATS_SERVER_BIN)", file=sys.stderr)
+        print("nats-server not found (set NATS_SERVER_REFERENCE)", file=sys.stderr)
         return 2
     version = harness.nats_server_version(binary) or "?"
     if version != harness.REFERENCE_VERSION:

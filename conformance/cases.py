@@ -9,7 +9,7 @@ Conventions
   PING/PONG is part of the transcript.
 * Without CONNECT a connection is verbose and pedantic (nats-server's defaults), so telnet-style
   cases see ``+OK`` after every PUB/SUB/UNSUB.  ``Q`` (quiet) turns both off.
-* Nothing is asserted here: the expected bytes are whatever nats-server v2.9.10 answers
+* Nothing is asserted here: the expected bytes are whatever nats-server v2.15.1 answers
   (``python -m conformance record`` writes them to ``expected/``).
 """
 
@@ -974,7 +974,7 @@ case("accounts_wrong_password", S("c", _nk(user="a", **{"pass": "b"})), config=A
 case("accounts_no_credentials", S("c", _nk()), config=ACCOUNTS)
 case("accounts_service_import_no_responder", S("c", b'CONNECT {"verbose":false,"pedantic":false,"user":"b","pass":"b",'
      b'"headers":true,"no_responders":true}\r\nSUB inbox 1\r\nPUB help inbox 2\r\nhi\r\n'), Flush("c"), config=ACCOUNTS,
-     doc="the service import's internal subscription counts as interest: no 503")
+     doc="2.10+: a service import counts only if the exporting account delivers: nobody there, 503")
 case("accounts_service_import_headerless_responder", S("s", CAA + b"SUB help.me 1\r\n"), Flush("s"),
      S("p", CAB + b"PUB help 2\r\nhi\r\n"), Flush("p"), Flush("s"), config=ACCOUNTS,
      doc="no reply subject: the request arrives as is (a client without headers gets no Nats-Request-Info)")

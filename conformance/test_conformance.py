@@ -1,4 +1,4 @@
-"""Differential conformance: natserver's bytes on the wire must equal nats-server v2.9.10's.
+"""Differential conformance: natserver's bytes on the wire must equal nats-server v2.15.1's.
 
 Each case of ``cases.py`` is replayed against natserver and against nats-server (live, side by
 side) or compared with the transcript recorded from nats-server in ``expected/``.  All selected
@@ -61,7 +61,7 @@ def test_conformance(case, conformance_outcomes, conformance_target):
 
 @pytest.mark.needs_nats_server
 def test_reference_version():
-    """The recordings were made with nats-server v2.9.10; a different binary is not a reference."""
+    """The recordings were made with nats-server v2.15.1; a different binary is not a reference."""
     binary = harness.find_nats_server()
     assert harness.nats_server_version(binary) == harness.REFERENCE_VERSION
 

@@ -21,12 +21,14 @@ import os
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 __all__ = [
     "KeyPair",
     "NkeyError",
     "create_account",
+    "create_curve_keys",
     "create_operator",
     "create_user",
     "decode_public_key",
@@ -219,6 +221,15 @@ def create_operator() -> KeyPair:
 
 def create_server() -> KeyPair:
     return _create(PREFIX_SERVER)
+
+
+def create_curve_keys() -> tuple[str, X25519PrivateKey]:
+    """An x25519 key pair as nkeys.CreateCurveKeys makes it: the public key as nkey text
+    (``X...``, 56 characters) and the private key. nats-server 2.10+ announces the public one
+    in INFO ``xkey`` (server.go NewServer) for messages encrypted to the server."""
+    private = X25519PrivateKey.generate()
+    public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return encode_public_key(PREFIX_CURVE, public).decode(), private
 
 
 # nkeys package names nats-py and other tools use.

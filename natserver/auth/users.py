@@ -404,11 +404,13 @@ class Authenticator:
         """auth_required in INFO: a valid no_auth_user hides it (server.go createClient)."""
         if not self.required:
             return False
-        return not (self.no_auth_user and self.no_auth_user in self.users)
+        return not (self.no_auth_user and (self.no_auth_user in self.users or self.no_auth_user in self.nkeys))
 
-    def no_auth_user_record(self) -> User | None:
-        if self.no_auth_user and self.users:
-            return self.users.get(self.no_auth_user)
+    def no_auth_user_record(self) -> User | NkeyUser | None:
+        if self.no_auth_user and self.users and self.no_auth_user in self.users:
+            return self.users[self.no_auth_user]
+        if self.no_auth_user and self.nkeys:
+            return self.nkeys.get(self.no_auth_user)
         return None
 
     # -- CONNECT --------------------------------------------------------------------------------
@@ -419,11 +421,14 @@ class Authenticator:
         if self.operator is not None:
             return self.operator.authenticate(client, opts)
         nkey = opts.get("nkey") or ""
+        if (self.nkeys and not nkey and self.no_auth_user in self.nkeys and not opts.get("user")
+                and not opts.get("pass") and not opts.get("auth_token")):
+            nkey = self.no_auth_user  # auth.go (2.10+): no_auth_user may name an nkey
         if self.nkeys and nkey:
             nkey_user = self.nkeys.get(nkey) if isinstance(nkey, str) else None
             if nkey_user is None or not _type_allowed(client, nkey_user.connection_types):
                 return False
-            if not self._signed_nonce(client, nkey, opts.get("sig")):
+            if nkey != self.no_auth_user and not self._signed_nonce(client, nkey, opts.get("sig")):
                 return False
             register(client, nkey, nkey_user.permissions, nkey_user.account, self.accounts)
             client.nkey = nkey
@@ -487,7 +492,11 @@ class Authenticator:
         user = self.no_auth_user_record()
         if user is None:
             return False
-        register(client, user.username, user.permissions, user.account, self.accounts)
+        if isinstance(user, NkeyUser):
+            register(client, user.nkey, user.permissions, user.account, self.accounts)
+            client.nkey = user.nkey
+        else:
+            register(client, user.username, user.permissions, user.account, self.accounts)
         return True
 
     @staticmethod

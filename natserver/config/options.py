@@ -170,12 +170,14 @@ class Options:
         if self.no_auth_user:
             if self.trusted_operators:
                 raise ValueError("no_auth_user not compatible with Trusted Operator")
-            if not self.users:
-                raise ValueError(f'no_auth_user: "{self.no_auth_user}" present, but users are not defined')
-            if not any(u.username == self.no_auth_user for u in self.users):
+            # auth.go validateNoAuthUser (2.10+): a user or an nkey.
+            if not self.users and not self.nkeys:
+                raise ValueError(f'no_auth_user: "{self.no_auth_user}" present, but users/nkeys are not defined')
+            if not any(u.username == self.no_auth_user for u in self.users) and not any(
+                    n.nkey == self.no_auth_user for n in self.nkeys):
                 raise ValueError(
-                    f'no_auth_user: "{self.no_auth_user}" not present as user in authorization block or account '
-                    "configuration"
+                    f'no_auth_user: "{self.no_auth_user}" not present as user or nkey in authorization block or '
+                    "account configuration"
                 )
         if self.trusted_operators:
             if not self.resolver:

@@ -8,6 +8,15 @@ Line numbers refer to nats-server's server/const.go (and friends) as described i
 # claim the release whose wire behaviour we reproduce: the one `apt-get install nats-server`
 # gives on our reference machines.
 SERVER_VERSION = "2.9.10"
+# INFO "git_commit" (server.go Info.GitCommit, set at build time in nats-server): natserver is
+# not built from nats-server's tree, so it names its own release there.
+GIT_COMMIT_FIELD = "natserver"
+# INFO "api_lvl" (server/jetstream_versioning.go JSApiLevel, 5 in nats-server 2.15.1): the
+# JetStream API level whose features natserver implements in full. Level 1 is 2.11's (per-message
+# TTLs, consumer pause, priority groups), level 2 is 2.12's (counters, atomic batches,
+# schedules). Clients switch features on by it, so it names only what is there; 0 is omitted
+# from INFO, as Go's omitempty omits it.
+JS_API_LEVEL = 0
 # INFO "proto": 1 means the server supports dynamic cluster INFO updates (client protocol v1).
 PROTO_VERSION = 1
 # INFO "go": nats-server reports its Go toolchain; we report our runtime instead.

@@ -330,18 +330,18 @@ class Account:
         if self._internal is not None:
             self._internal.remove_subscription(sub)
 
-    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
-        """Publish into this account (from an import)."""
+    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
+        """Publish into this account (from an import); says whether anybody took it."""
         server = self.server
         if server._import_depth >= MAX_IMPORT_DEPTH:
-            return  # an import cycle: stop here
+            return False  # an import cycle: stop here
         payload = (headers or b"") + body
         header_size = len(headers) if headers else -1
         sizes = f"{len(headers)} {len(payload)}".encode() if headers else str(len(payload)).encode()
         server._import_depth += 1
         delivering, server.delivering = server.delivering, None  # a publish, not a delivery
         try:
-            self.internal.publish(subject, reply, header_size, sizes, payload)
+            return self.internal.publish(subject, reply, header_size, sizes, payload)
         finally:
             server._import_depth -= 1
             server.delivering = delivering
@@ -420,7 +420,9 @@ class Account:
         requester = self
         literal_remote = remote.encode()
 
-        def forward(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
+        def forward(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
+            # nats-server 2.10+ (client.go processServiceImport): the import counts as a
+            # delivery only if the exporting account delivered it, else the requester gets 503.
             server = requester.server
             if mapper is not None:
                 to = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
@@ -437,7 +439,7 @@ class Account:
             if rtt:
                 info["rtt"] = int(rtt * 1e9)
             headers = set_header(headers, REQUEST_INFO_HEADER, orjson.dumps(info).decode())
-            dest.publish(to, new_reply, headers, body)
+            return dest.publish(to, new_reply, headers, body)
 
         self._import_subs.append((self, self.subscribe(local, forward)))
 

@@ -92,7 +92,8 @@ class Subscription:
     """A client's interest in a subject. ``sid_part`` is ``b"<sid> "``, pre-encoded once
     because it goes into every MSG line this subscription receives."""
 
-    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited", "callback")
+    __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited", "callback",
+                 "took")
 
     def __init__(self, client: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.client = client
@@ -107,6 +108,9 @@ class Subscription:
         self.limited = client.deliver_filter is not None
         # Internal subscriptions (server.subscribe_internal) get messages through this.
         self.callback = None
+        # A callback subscription: whether its callback took the last message it was given (a
+        # service import whose exporting account had nobody to take it says no).
+        self.took = True
 
     def __repr__(self) -> str:
         return f"<Subscription cid={self.client.cid} sid={self.sid!r} subject={self.subject!r}>"
@@ -601,15 +605,16 @@ class Client:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def publish(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> None:
-        """Route one message published by this client, through the publish hook if any."""
+    def publish(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload) -> bool:
+        """Route one message published by this client, through the publish hook if any.
+        Says whether anybody took it (a subscriber, a server callback, a route)."""
         server = self.server
         result = self.sublist.match(subject)
         hook = server.publish_hook
         if hook is not None:
             action = hook(self, subject, reply, header_size, payload)
             if action == DROP:
-                return
+                return True
             if action == NO_RESPONDERS:
                 result = EMPTY_RESULT
         delivered = (result.psubs or result.qsubs) and self._route(result, subject, reply, header_size, sizes, payload)
@@ -617,8 +622,11 @@ class Client:
         if forwarder is not None and self.forwards:
             if forwarder.forward(self, result, subject, reply, header_size, payload):
                 delivered = True
-        if not delivered and reply is not None and self.no_responders:
+        if delivered or _callback_took(result):
+            return True
+        if reply is not None and self.no_responders:
             self._no_responders(subject, reply, result)
+        return False
 
     def deliver_routed(self, subject: bytes, reply: bytes | None, header_size: int, sizes: bytes, payload,
                        queues: tuple = ()) -> int:
@@ -937,8 +945,9 @@ class Client:
             self.server.callback_publisher = self
             headers = bytes(payload[:header_size]) if header_size > 0 else None
             body = bytes(payload[header_size:]) if header_size > 0 else bytes(payload)
+            sub.took = True
             try:
-                sub.callback(subject, reply, headers, body)
+                sub.took = sub.callback(subject, reply, headers, body) is not False
             except Exception:
                 log.exception("internal subscription on %r failed", sub.subject)
             self.server.out_msgs += 1
@@ -951,8 +960,8 @@ class Client:
     def _no_responders(self, subject: bytes, reply: bytes, result=None) -> None:
         """nats-server 2.10+: a 503 HMSG naming ``subject`` to the requester's own subscription
         on ``reply``."""
-        if result is not None and _has_internal_subscriber(result):
-            return  # a server callback (e.g. an account's service import) took it: delivered
+        if result is not None and _callback_took(result):
+            return  # a server callback (e.g. JetStream's API) took it: delivered
         for sub in self.sublist.match(reply).psubs:
             if sub.client is self:
                 size = b"%d" % (NO_RESPONDERS_HEADER_SIZE + len(subject))
@@ -1062,6 +1071,35 @@ class Client:
                 sub.limited = True
             else:
                 self.remove_subscription(sub)
+
+    def drop_forbidden_subscriptions(self) -> None:
+        """client.go processSubsOnConfigReload: after a reload changed this client's
+        permissions, each subscription they no longer allow is removed and the client told
+        (-ERR naming its sid; the connection stays), so a requester that lost its reply
+        subject hears it instead of getting responses it may no longer have."""
+        perms = self.perms
+        if perms is None:
+            return
+        forbidden = [sub for sub in self.subs.values() if not perms.can_subscribe(sub.subject, sub.queue)]
+        for sub in forbidden:
+            self.remove_subscription(sub)
+            self.queue(errors.removed_subscription_violation(sub.subject, sub.queue, sub.sid).wire)
+            using = f" using queue {trace.go_quote(sub.queue)}" if sub.queue is not None else ""
+            log.info("Removed sub %s%s (sid %s) for %s - not authorized", trace.go_quote(sub.subject), using,
+                     trace.go_quote(sub.sid), self.auth_user_label())
+
+    def auth_user_label(self) -> str:
+        """client.go getAuthUser: who the client authenticated as, for log lines."""
+        connect = getattr(self, "connect_opts", None) or {}
+        if connect.get("nkey"):
+            return f'Nkey {trace.go_quote(str(connect["nkey"]).encode())}'
+        if connect.get("user"):
+            return f'User {trace.go_quote(str(connect["user"]).encode())}'
+        if connect.get("jwt"):
+            return f'JWT User {trace.go_quote((self.user or "").encode())}'
+        if connect.get("auth_token"):
+            return 'Token "[REDACTED]"'
+        return 'User "N/A"'
 
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
@@ -1297,10 +1335,12 @@ def _make_plan(result, subject: bytes) -> list:
     return plan
 
 
-def _has_internal_subscriber(result) -> bool:
-    if any(sub.callback is not None for sub in result.psubs):
+def _callback_took(result) -> bool:
+    """Whether a server callback among ``result``'s subscriptions took the message just routed
+    (client.go deliverMsg: a service import counts only if its exporting account delivered)."""
+    if any(sub.callback is not None and sub.took for sub in result.psubs):
         return True
-    return any(sub.callback is not None for group in result.qsubs for sub in group)
+    return any(sub.callback is not None and sub.took for group in result.qsubs for sub in group)
 
 
 async def _close_tls(stream) -> None:

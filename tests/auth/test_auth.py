@@ -179,9 +179,10 @@ def test_no_auth_user_with_nats_py(threaded_server):
 
 
 async def test_no_auth_user_must_exist(start_server):
-    with pytest.raises(ValueError, match='no_auth_user: "x" present, but users are not defined'):
+    # auth.go validateNoAuthUser, 2.10+ wording (a user or an nkey).
+    with pytest.raises(ValueError, match='no_auth_user: "x" present, but users/nkeys are not defined'):
         natserver.Options(no_auth_user="x").validate()
-    with pytest.raises(ValueError, match="not present as user in authorization block or account configuration"):
+    with pytest.raises(ValueError, match="not present as user or nkey in authorization block or account configuration"):
         natserver.Options(no_auth_user="x", users=[User("y", "p")]).validate()
 
 

@@ -98,7 +98,8 @@ async def test_info_carries_a_fresh_nonce(start_server, raw_connect, alice):
         client = await raw_connect(server)
         info = await client.read_info()
         assert re.fullmatch(r"[A-Za-z0-9_-]{15}", info["nonce"])
-        assert list(info)[-1] == "nonce" and list(info)[-3:-1] == ["client_id", "client_ip"]
+        # server.go Info: client_id, client_ip, nonce, then (2.10+) the server's xkey last.
+        assert list(info)[-4:] == ["client_id", "client_ip", "nonce", "xkey"]
         nonces.add(info["nonce"])
     assert len(nonces) == 3
     plain = await start_server(authorization="tok")
@@ -246,3 +247,25 @@ def test_same_answers_as_nats_server(tmp_path, alice):
             results[kind] = _transcripts(port, alice, other)
     assert results["natserver"] == results["nats-server"]
     assert json.dumps(results["nats-server"][0][1].decode()) == '"PONG\\r\\n"'
+
+
+async def test_no_auth_user_may_name_an_nkey(start_server, raw_connect, alice):
+    """nats-server 2.10+ (auth.go validateNoAuthUser): a client with no credentials becomes the
+    nkey user no_auth_user names, without signing the nonce; a wrong signature of another key
+    still fails."""
+    public = alice.public_key.decode()
+    server = await start_server(nkeys=[NkeyUser(public)], no_auth_user=public)
+    client = await raw_connect(server)
+    info = await client.read_info()
+    assert "auth_required" not in info
+    await client.send(b'CONNECT {"verbose":false}\r\nPING\r\n')
+    with trio.fail_after(5):
+        assert await _until_pong_or_eof(client) == b"PONG\r\n"
+    assert [c.nkey for c in server.clients.values()] == [public]
+
+
+def test_no_auth_user_must_name_a_user_or_an_nkey():
+    import natserver
+
+    with pytest.raises(ValueError, match='not present as user or nkey in authorization block'):
+        natserver.Options(nkeys=[NkeyUser("UABC")], no_auth_user="nobody").validate()

@@ -269,7 +269,10 @@ async def test_echo_off_publisher_gets_no_requests_back_but_no_responders_still_
             while not got.endswith(b"PONG\r\n"):
                 got += await c.receive_some()
             body = got.split(b"\r\n", 1)[1]
-            assert body == b"".join(b"HMSG _INBOX.%d 2 16 16\r\nNATS/1.0 503\r\n\r\n\r\n" % i for i in range(5)) + b"PONG\r\n"
+            status = b"NATS/1.0 503\r\nNats-Subject: svc\r\n\r\n"
+            assert body == b"".join(
+                b"HMSG _INBOX.%d 2 %d %d\r\n%s\r\n" % (i, len(status), len(status), status) for i in range(5)
+            ) + b"PONG\r\n"
             await server.shutdown()
 
 

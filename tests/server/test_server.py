@@ -250,15 +250,15 @@ async def test_no_responders(server, raw_connect):
     with trio.fail_after(TIMEOUT):
         client = await connected(raw_connect, server, QNR)
         await client.send(b"SUB r 1\r\nPUB foo r 0\r\n\r\n")
-        # nats-server 2.9.10: a 503 status, no Nats-Subject header (that came later).
-        assert await client.ping() == b"HMSG r 1 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
+        # nats-server 2.10+: a 503 status naming the subject nobody answered on.
+        assert await client.ping() == b"HMSG r 1 35 35\r\nNATS/1.0 503\r\nNats-Subject: foo\r\n\r\n\r\n"
 
 
 async def test_no_responders_wildcard_reply_sub(server, raw_connect):
     with trio.fail_after(TIMEOUT):
         client = await connected(raw_connect, server, QNR)
         await client.send(b"SUB r.* 7\r\nPUB foo.bar r.x 5\r\nhello\r\n")
-        assert await client.ping() == b"HMSG r.x 7 16 16\r\nNATS/1.0 503\r\n\r\n\r\n"
+        assert await client.ping() == b"HMSG r.x 7 39 39\r\nNATS/1.0 503\r\nNats-Subject: foo.bar\r\n\r\n\r\n"
 
 
 async def test_no_responders_only_when_asked_for(server, raw_connect):

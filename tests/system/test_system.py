@@ -22,7 +22,7 @@ from tests.cluster.helpers import connect, route_url, start_node, wait_routes
 from tests.conftest import make_options
 
 TIMEOUT = 30
-RECORDED = Path(__file__).with_name("data") / "nats_server_2_9_10.json"
+RECORDED = Path(__file__).with_name("data") / "nats_server_2_15_1.json"
 CONFIG = """
 server_name: ref
 accounts {
