@@ -77,5 +77,14 @@ def subscription_violation(subject: bytes, queue: bytes | None) -> ServerError:
         text += f" using queue {_go_quote(queue)}"
     return ServerError(text, False)
 
+
+def removed_subscription_violation(subject: bytes, queue: bytes | None, sid: bytes) -> ServerError:
+    """client.go processSubsOnConfigReload: a subscription the reloaded permissions no longer
+    allow is removed, with its sid named; the connection stays."""
+    text = f"Permissions Violation for Subscription to {_go_quote(subject)}"
+    if queue is not None:
+        text += f" using queue {_go_quote(queue)}"
+    return ServerError(f"{text} (sid {_go_quote(sid)})", False)
+
 # A client sent -ERR: nats-server logs it and closes the connection (reason "Parse Error").
 CLIENT_ERROR = ServerError(None, True, "Parse Error")

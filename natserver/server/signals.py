@@ -262,7 +262,8 @@ def _enforce_max_connections(server, limit: int) -> int:
 
 def reauthorize_clients(server) -> None:
     """reload.go reloadAuthorization: clients whose CONNECT no longer authenticates are
-    closed with 'Authorization Violation'. Needs the CONNECT options the client kept."""
+    closed with 'Authorization Violation'; the others lose the subscriptions their new
+    permissions forbid (processSubsOnConfigReload). Needs the CONNECT options the client kept."""
     for client in list(server.clients.values()):
         connect = getattr(client, "connect_opts", None)
         if connect is None or not getattr(client, "connect_received", False):
@@ -270,6 +271,9 @@ def reauthorize_clients(server) -> None:
         if not server.authenticate(client, connect):
             client.queue(errors.AUTH_VIOLATION.wire)
             client.close(errors.AUTH_VIOLATION.close_reason, flush=True)
+        else:
+            client.drop_forbidden_subscriptions()
+    server.flush_touched()
 
 
 def _move_ports_file(server, new: Options) -> None:
