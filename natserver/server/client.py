@@ -1101,35 +1101,6 @@ class Client:
             return 'Token "[REDACTED]"'
         return 'User "N/A"'
 
-    def drop_forbidden_subscriptions(self) -> None:
-        """client.go processSubsOnConfigReload: after a reload changed this client's
-        permissions, each subscription they no longer allow is removed and the client told
-        (-ERR naming its sid; the connection stays), so a requester that lost its reply
-        subject hears it instead of getting responses it may no longer have."""
-        perms = self.perms
-        if perms is None:
-            return
-        forbidden = [sub for sub in self.subs.values() if not perms.can_subscribe(sub.subject, sub.queue)]
-        for sub in forbidden:
-            self.remove_subscription(sub)
-            self.queue(errors.removed_subscription_violation(sub.subject, sub.queue, sub.sid).wire)
-            using = f" using queue {trace.go_quote(sub.queue)}" if sub.queue is not None else ""
-            log.info("Removed sub %s%s (sid %s) for %s - not authorized", trace.go_quote(sub.subject), using,
-                     trace.go_quote(sub.sid), self.auth_user_label())
-
-    def auth_user_label(self) -> str:
-        """client.go getAuthUser: who the client authenticated as, for log lines."""
-        connect = getattr(self, "connect_opts", None) or {}
-        if connect.get("nkey"):
-            return f'Nkey {trace.go_quote(str(connect["nkey"]).encode())}'
-        if connect.get("user"):
-            return f'User {trace.go_quote(str(connect["user"]).encode())}'
-        if connect.get("jwt"):
-            return f'JWT User {trace.go_quote((self.user or "").encode())}'
-        if connect.get("auth_token"):
-            return 'Token "[REDACTED]"'
-        return 'User "N/A"'
-
     def remove_subscription(self, sub: Subscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
