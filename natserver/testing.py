@@ -46,16 +46,32 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
 from . import clock as server_clock
+from . import testing_inspect as inspect
 from .app import Server
 from .config.options import Options
+from .routing.accounts import GLOBAL_ACCOUNT
 from .server.client import DELIVER, DROP, NO_RESPONDERS, unpack_subs
+from .testing_inspect import (
+    DEFAULT_MAX_SNAPSHOT_MESSAGES,
+    ConsumerState,
+    NsqTopicState,
+    StanChannelState,
+    StoredMessage,
+    StreamState,
+)
+from .testing_inspect import parse_headers as _parse_headers
 
 __all__ = [
     "ClientInfo",
+    "ConsumerState",
     "Counters",
     "Fault",
     "Message",
     "NatsServer",
+    "NsqTopicState",
+    "StanChannelState",
+    "StoredMessage",
+    "StreamState",
     "SubscriptionInfo",
     "subject_matches",
 ]
@@ -183,24 +199,6 @@ class Message:
         return _parse_headers(self.raw_headers)
 
 
-def _parse_headers(raw: bytes) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    lines = raw.decode("utf-8", "replace").split("\r\n")
-    status = lines[0][len("NATS/1.0"):].strip() if lines and lines[0].startswith("NATS/1.0") else ""
-    if status:
-        code, _, description = status.partition(" ")
-        headers["Status"] = code
-        if description:
-            headers["Description"] = description
-    for line in lines[1:]:
-        if not line:
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            headers[key.strip()] = value.strip()
-    return headers
-
-
 def _encode_headers(headers: dict[str, str] | bytes | None) -> bytes | None:
     if headers is None or isinstance(headers, (bytes, bytearray)):
         return bytes(headers) if headers is not None else None
@@ -298,6 +296,36 @@ class Fault:
     def __repr__(self) -> str:
         left = "∞" if self._remaining == math.inf else int(self._remaining)
         return f"<Fault {self.kind} {self.target!r} hits={self.hits} remaining={left}>"
+
+
+class _ServerFault(Fault):
+    """A fault that wraps a method of one running engine object (natserver.testing_inspect's
+    JetStream faults): unwrapped in the server's thread once spent or cancelled."""
+
+    __slots__ = ("_undo",)
+
+    def __init__(self, owner: NatsServer, kind: str, target: str, count: int | None) -> None:
+        super().__init__(owner, kind, target, count)
+        self._undo: Callable[[], None] | None = None
+
+    def _fire(self) -> None:
+        super()._fire()
+        if self._remaining <= 0:
+            self._unwrap()
+
+    def cancel(self) -> None:
+        super().cancel()
+        owner = self._owner
+        if owner.running:
+            try:
+                owner._call(self._unwrap)
+            except RuntimeError:
+                pass  # stopped meanwhile: nothing is wrapped any more
+
+    def _unwrap(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
 
 
 class _Waiter:
@@ -399,6 +427,7 @@ class NatsServer:
         self._delayed: list[tuple] = []  # heap of (due, seq, subject, reply, headers, body)
         self._delay_seq = 0
         self._delay_wakeup = trio.Event()
+        self._server_faults: list[_ServerFault] = []  # JetStream faults (reset() cancels them)
         # cid -> (client, its max_pending, its stall mark) for clients we stopped
         self._gated: dict[int, tuple] = {}
         # jetstream=True without a store_dir: a private store in a temporary directory, kept
@@ -1309,8 +1338,115 @@ class NatsServer:
             fault._remaining = 0
         self._refuse_until = 0.0
         self._install_hooks()
+        server_faults, self._server_faults = self._server_faults, []
+        for fault in server_faults:
+            fault.cancel()
         self.resume()
         self.clear()
+
+    # -- inside JetStream, NSQ and STAN ------------------------------------------------------
+    # Snapshots are taken in the server's thread (natserver.testing_inspect): frozen, they
+    # stay as they were while the server goes on.
+
+    def streams(self, account: str = GLOBAL_ACCOUNT) -> list[StreamState]:
+        """The JetStream streams of ``account`` (by name), as they are now."""
+        return self._call(inspect.streams, self.server, account, self)
+
+    def stream(self, name: str, account: str = GLOBAL_ACCOUNT) -> StreamState:
+        """One stream (``LookupError`` if it does not exist); ``.messages(subject=,
+        start_seq=)`` reads its messages."""
+        return self._call(lambda: inspect.stream_state(inspect.find_stream(self.server, account, name), self))
+
+    def stream_messages(self, name: str, subject: str | None = None, start_seq: int = 1,
+                        limit: int = DEFAULT_MAX_SNAPSHOT_MESSAGES, account: str = GLOBAL_ACCOUNT) -> list[StoredMessage]:
+        """The messages stream ``name`` holds now, from ``start_seq``, on subjects matching
+        ``subject`` (wildcards allowed), at most ``limit``."""
+        pattern = _pattern(subject)
+        match = pattern.match_text if pattern is not None else None
+        return self._call(lambda: inspect.stream_messages(inspect.find_stream(self.server, account, name), match,
+                                                          start_seq, limit))
+
+    def consumer(self, stream: str, name: str, account: str = GLOBAL_ACCOUNT) -> ConsumerState:
+        """A consumer's state now: delivered, ack floor, pending acks, redelivery counts,
+        waiting pull requests."""
+        return self._call(lambda: inspect.consumer_state(inspect.find_consumer(self.server, account, stream, name)))
+
+    def kv(self, bucket: str, account: str = GLOBAL_ACCOUNT) -> dict[str, bytes]:
+        """A KV bucket as a dict: its live keys and their latest values."""
+        return self._call(inspect.kv_bucket, self.server, account, bucket, DEFAULT_MAX_SNAPSHOT_MESSAGES)
+
+    def nsq_topics(self) -> dict[str, NsqTopicState]:
+        """The NSQ topics by name, each with its channels (depth, in flight, deferred...)."""
+        return {topic.name: topic for topic in self._call(inspect.nsq_topics, self.server)}
+
+    def stan_channels(self) -> dict[str, StanChannelState]:
+        """The NATS Streaming channels by name, each with its subscriptions."""
+        return {channel.name: channel for channel in self._call(inspect.stan_channels, self.server)}
+
+    def wait_for_ack(self, stream: str, consumer: str, seq: int, timeout: float = 5.0) -> ConsumerState:
+        """Block until stream sequence ``seq`` was delivered to ``consumer`` and acked."""
+        return _poll_sync(lambda: self._acked(stream, consumer, seq), timeout,
+                          lambda: f"ack of {stream} sequence {seq} by {consumer!r}")[0]
+
+    async def wait_for_ack_async(self, stream: str, consumer: str, seq: int, timeout: float = 5.0) -> ConsumerState:
+        return (await _poll_async(lambda: self._acked(stream, consumer, seq), timeout,
+                                  lambda: f"ack of {stream} sequence {seq} by {consumer!r}"))[0]
+
+    def wait_for_consumer_pending(self, stream: str, consumer: str, count: int = 0,
+                                  timeout: float = 5.0) -> ConsumerState:
+        """Block until ``consumer`` has ``count`` messages left to deliver (num_pending) and
+        none delivered but unacknowledged: ``count=0`` is "the consumer is done"."""
+        return _poll_sync(lambda: self._pending_is(stream, consumer, count), timeout,
+                          lambda: f"{count} pending on {stream} > {consumer}")[0]
+
+    async def wait_for_consumer_pending_async(self, stream: str, consumer: str, count: int = 0,
+                                              timeout: float = 5.0) -> ConsumerState:
+        return (await _poll_async(lambda: self._pending_is(stream, consumer, count), timeout,
+                                  lambda: f"{count} pending on {stream} > {consumer}"))[0]
+
+    def _acked(self, stream: str, consumer: str, seq: int) -> list[ConsumerState]:
+        state = self.consumer(stream, consumer)
+        return [state] if state.acked(seq) else []
+
+    def _pending_is(self, stream: str, consumer: str, count: int) -> list[ConsumerState]:
+        state = self.consumer(stream, consumer)
+        return [state] if state.num_pending == count and not state.pending_acks else []
+
+    # -- faults: JetStream ------------------------------------------------------------------------
+
+    def fail_stores(self, stream: str, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
+        """The next ``count`` messages for ``stream`` are not stored: the publisher gets
+        JetStream's store error (503, err_code 10077), as when nats-server's store fails a
+        write. Acts on the running server (a restart ends it)."""
+        fault = _ServerFault(self, "fail_stores", stream, count)
+
+        def install() -> None:
+            found = inspect.find_stream(self.server, GLOBAL_ACCOUNT, stream)
+            fault._undo = inspect.fail_stores(found, fault).remove
+
+        return self._add_server_fault(fault, install)
+
+    def drop_acks(self, stream: str, consumer: str, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
+        """Drop the next ``count`` acks (and naks, progress, term) clients send to
+        ``consumer``: the server never sees them, the message is redelivered after
+        ack_wait (``advance()`` gets there at once)."""
+        return self.drop(f"$JS.ACK.{stream}.{consumer}.>", count)
+
+    def expire_pull_requests(self, stream: str, consumer: str, count: int | None = DEFAULT_FAULT_COUNT) -> Fault:
+        """The next ``count`` pull requests to ``consumer`` end at once with 408 Request
+        Timeout and no messages, as if their ``expires`` had passed (nats-py's ``fetch``
+        raises its TimeoutError)."""
+        fault = _ServerFault(self, "expire_pull_requests", f"{stream} > {consumer}", count)
+
+        def install() -> None:
+            fault._undo = inspect.expire_pulls(self.server, GLOBAL_ACCOUNT, stream, consumer, fault).remove
+
+        return self._add_server_fault(fault, install)
+
+    def _add_server_fault(self, fault: _ServerFault, install: Callable[[], None]) -> Fault:
+        self._call(install)
+        self._server_faults.append(fault)
+        return fault
 
     # -- lame duck ------------------------------------------------------------------------------
 
