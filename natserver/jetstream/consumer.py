@@ -375,6 +375,17 @@ class Consumer:
         self.saved_at = 0  # ns
         self.save_queued = False  # the timer task knows a snapshot is due
         self.match = compile_filter(cfg.filter_subject.encode())
+        # deliver last_per_subject: each matching subject's last message, in stream order, then
+        # on after the stream's last message at the start (consumer.go lastSeqSkipList; not
+        # needed when a subject keeps one message). lss_undo: the state before the last one
+        # taken from it, for undo().
+        self.lss: list[int] = []
+        self.lss_resume = 0
+        self.lss_undo: tuple | None = None
+        if cfg.deliver_policy == "last_per_subject" and stream.cfg.max_msgs_per_subject != 1:
+            store = stream.store
+            self.lss = sorted(ss[2] for subject, ss in store.fss.items() if self.match is None or self.match(subject))
+            self.lss_resume = store.last_seq
         # nats-server's cached count of messages left to deliver (consumer.go o.npc), the last
         # token of every ack reply, and the stream sequence it was counted up to (o.npcm; 0:
         # count again). Kept up to date as nats-server does: less by each first delivery, more
@@ -483,15 +494,27 @@ class Consumer:
             return msg, count
         if self.blocked():
             return None
-        start = max(self.delivered_sseq + 1, store.first_seq)
-        if start > store.last_seq:
-            return None
-        msg = store.load_next_msg(self.cfg.filter_subject.encode(), start)
+        msg = None
+        while self.lss and msg is None:
+            if self.delivered_sseq >= self.lss_resume:  # (a restored or purged consumer is past it)
+                self.lss = []
+                break
+            seq = self.lss.pop(0)
+            self.lss_undo = (seq, self.delivered_sseq)
+            self.delivered_sseq = seq if self.lss else self.lss_resume
+            msg = store.load_msg(seq)  # (None: gone meanwhile)
         if msg is None:
-            self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
-            return None
+            start = max(self.delivered_sseq + 1, store.first_seq)
+            if start > store.last_seq:
+                return None
+            msg = store.load_next_msg(self.cfg.filter_subject.encode(), start)
+            if msg is None:
+                self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
+                return None
+            self.lss_undo = None
         self.delivered_cseq += 1
-        self.delivered_sseq = msg.seq
+        if self.lss_undo is None:
+            self.delivered_sseq = msg.seq
         self.last_delivered = now
         self.dirty = True
         if self.npcm > 0:
@@ -532,7 +555,14 @@ class Consumer:
     def undo(self, seq: int, count: int) -> None:
         """Take back the delivery next_msg just recorded (the request could not take it)."""
         self.delivered_cseq -= 1
-        if count == 1:
+        if count == 1 and self.lss_undo is not None and self.lss_undo[0] == seq:
+            self.lss.insert(0, seq)
+            self.delivered_sseq = self.lss_undo[1]
+            self.lss_undo = None
+            self.pending.pop(seq, None)
+            if self.npcm > 0:
+                self.npc += 1
+        elif count == 1:
             self.delivered_sseq = seq - 1
             self.pending.pop(seq, None)
             if self.npcm > 0:

@@ -371,3 +371,46 @@ def test_consumer_replicas_refused(target):
         await nc.close()
 
     run(main())
+
+
+# -- item 13: a KV wildcard delete ---------------------------------------------------------------
+
+
+def test_kv_wildcard_delete(target):
+    """Keys a, a.a, a.b, a.b.c; a.* deleted as clients do it: the keys read through a
+    last-per-subject consumer filtered on $KV.<bucket>.a.*, then a delete marker for each.
+    Left: 2 keys and 2 tombstones."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket="WILD", history=5)
+        for key in ("a", "a.a", "a.b", "a.b.c"):
+            await kv.put(key, key.encode())
+        watcher = await kv.watch("a.*", ignore_deletes=True)
+        matched = []
+        while (entry := await watcher.updates(timeout=2)) is not None:
+            matched.append(entry.key)
+        await watcher.stop()
+        assert sorted(matched) == ["a.a", "a.b"]
+        for key in matched:
+            await kv.delete(key)
+        assert sorted(await kv.keys()) == ["a", "a.b.c"]
+        tombstones = []
+        for key in ("a", "a.a", "a.b", "a.b.c"):
+            last = (await kv.history(key))[-1]
+            if last.operation is not None:
+                tombstones.append((key, last.operation))
+        assert tombstones == [("a.a", "DEL"), ("a.b", "DEL")]
+        assert (await js.stream_info("KV_WILD")).state.messages == 6
+        # The root: deliver last_per_subject gives each subject's last message, in stream
+        # order, with the pending count falling to 0 on the last (consumer.go lastSeqSkipList).
+        watcher = await kv.watchall()
+        seen = []
+        while (entry := await watcher.updates(timeout=2)) is not None:
+            seen.append((entry.key, entry.revision, entry.operation, entry.delta))
+        await watcher.stop()
+        assert seen == [("a", 1, None, 3), ("a.b.c", 4, None, 2), ("a.a", 5, "DEL", 1), ("a.b", 6, "DEL", 0)]
+        await nc.close()
+
+    run(main())
