@@ -1,4 +1,5 @@
-"""natserver: a NATS-compatible message server in pure Python on trio.
+"""natserver: a NATS-compatible message server in Python on trio (two optional C extensions:
+the parser's PUB loop and the delivery loop's common case; pure Python without them).
 
 Public API::
 

@@ -1,5 +1,7 @@
 """A whole natserver: the core server (natserver.server) with the subsystems built on top of it
-(JetStream, NATS Streaming; the NSQ front-end and clustering plug in the same way).
+(JetStream, NATS Streaming, the NSQ front-end, WebSocket, the system account, clustering and
+leaf nodes: ``SUBSYSTEMS``), and the one core setting a subsystem's options decide (no client
+listener when the streaming engine serves through another NATS server, ``-ns``).
 
 The core never imports what is built on it: it runs the ``Subsystem`` objects it is given.
 This module, at the top of the package, is where they are listed. Each one's code is imported

@@ -7,8 +7,10 @@ multi-letter single-dash names like ``-DV``), so the flags are a small table par
 Go's rules and error texts. Differences, on purpose:
 
 * a bad command line prints one line and exits 1 (nats-server prints the usage and exits 0);
-* nats-server flags for features natserver does not have (clustering, syslog, profiling, ...)
-  are accepted and ignored with a warning, as their config keys are;
+* nats-server flags for features natserver does not have (syslog, profiling, ...) are
+  accepted and ignored with a warning, as their config keys are;
+* nats-streaming-server's flags (``--stan``, ``-cid``, ``-ns``...: natserver.config.stan) and
+  the NSQ front-end's ports (``--nsq_port``, ``--nsq_http_port``) are natserver's too;
 * a few natserver extensions (limits and lame duck timings) have flags, for tests and wrappers.
 
 Order of work, as nats-server: ``-v``/``-h``, commands, ``-sl``, the config file, then the

@@ -4,9 +4,15 @@
 nats-server's keys (``server/opts.go`` ``processConfigFileLine`` in v2.9.10) onto Options:
 
 * keys are matched case-insensitively, as nats-server does (``PORT: 4222`` is ``port``);
-* keys nats-server knows but natserver does not act on (``cluster``, ``jetstream``, ``tls``,
-  ``accounts``, ...) are accepted, kept in ``Options.extra`` and listed by
-  :func:`unsupported_warnings` so that the server can log one warning line per key;
+* the blocks natserver implements (``authorization``, ``accounts``, ``tls``, ``jetstream``,
+  ``cluster``, ``leafnodes``, ``websocket``, ``streaming``, ``nsq``, operators and resolvers...)
+  become Options; a member of them natserver does not act on is handled as a key below;
+* keys nats-server knows whose absence is harmless (:data:`UNSUPPORTED_KEYS`: ``server_tags``,
+  ``syslog``, ``jetstream { limits }``...) are accepted, kept in ``Options.extra`` and listed by
+  :func:`unsupported_warnings` so that the server logs one warning line per key;
+* keys whose absence would mislead (:data:`REFUSED_KEYS`: ``gateway``, ``mqtt``, ``https``...;
+  security members of ``leafnodes``, ``websocket`` and ``cluster`` natserver does not apply)
+  are errors: ``-t`` fails and the server does not start, with one line naming the key;
 * a key nats-server does not know is an error ``<file>:<line>:<col>: unknown field "foo"``
   (unless the key is used as a ``$variable``, as nats-server allows), collected together with
   the other errors of the file, exactly as nats-server reports them (``processConfigErr``);
@@ -18,8 +24,9 @@ Positions follow nats-server's token positions: the line is 1-based, and so is t
 except on the first line of a file, where nats-server's lexer counts from 0. We reproduce
 that quirk so that error lines are byte-for-byte the same.
 
-natserver extensions: ``max_closed_clients`` is accepted (nats-server 2.9.10 only has it as a
-Go option). Everything nats-server accepts is accepted here.
+natserver extensions: ``max_closed_clients`` (nats-server 2.9.10 only has it as a Go option),
+the ``streaming {}`` block (nats-streaming-server's keys) and ``nsq {}``. Every key nats-server
+knows is acted on, warned about or refused: none is dropped silently.
 """
 
 from __future__ import annotations

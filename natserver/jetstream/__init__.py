@@ -1,16 +1,23 @@
 """JetStream-shaped persisted streams: a subset of nats-server's JetStream (v2.9.10), enough
 for nats-py's JetStream manager and publish calls to work unchanged.
 
-``enable_jetstream(server)`` is started by ``Server.run`` (with ``-js``) before the listeners
-open: it recovers the streams under the store directory, subscribes to ``$JS.API.>``, and runs
-until cancelled (flushing writes, expiring by max_age, syncing), closing every file on exit.
+``enable_jetstream(server)`` is started by ``Server.run`` (with ``-js``, as a subsystem that
+natserver.app lists) before clients are accepted: it recovers the streams under the store
+directory, subscribes to ``$JS.API.>`` in every account with JetStream, and runs until cancelled
+(flushing writes, expiring by max_age, syncing), closing every file on exit.
 
-Layout: ``store.py`` (memory and file stores, and the on-disk format), ``stream.py`` (stream
-configuration and the publish path), ``api.py`` (the JSON API), ``errors.py`` (the error
-table), ``util.py`` (JSON, times, headers, subjects).
+Layout: ``store.py`` and ``msgindex.py`` (memory and file stores, the on-disk format and the
+per-message index), ``crypto.py`` (encryption at rest), ``stream.py`` (stream configuration and
+the publish path), ``sourcing.py`` and ``external.py`` (mirrors and sources, in this server or
+through another account or domain), ``api.py`` (the stream JSON API) and ``consumer_api.py``
+(the consumer API), ``consumer.py`` (consumer configuration and state, sans-IO),
+``delivery.py`` (pull requests, acks, redelivery), ``consumer_store.py`` (durable consumers
+on disk), ``monitor.py`` (/jsz, /varz), ``not_enabled.py`` (accounts without JetStream),
+``errors.py`` (the error table), ``util.py`` (JSON, times, headers, subjects).
 
-Storage lives in ``<store_dir>/jetstream/$G/streams/<stream>/`` (nats-server's layout; the
-files inside are natserver's own format). Without a store_dir: ``<tmp>/nats/jetstream``.
+Storage lives in ``<store_dir>/jetstream/<account>/streams/<stream>/`` (nats-server's layout,
+``$G`` without accounts; the files inside are natserver's own format). Without a store_dir:
+``<tmp>/nats/jetstream``.
 
 Sync policy (``jetstream { sync_interval: ... }`` in the config file, nats-server 2.10's
 name, or ``JetStream.set_sync`` when embedding):

@@ -1,6 +1,7 @@
 """What a running natserver does on SIGHUP, SIGUSR1 and SIGUSR2, as nats-server v2.9.10
 (``server/signal.go``, ``reload.go``, ``log.go`` ``ReOpenLogFile``, ``server.go``
-``lameDuckMode``). SIGINT and SIGTERM stop the server in ``natserver.cli.run_server``.
+``lameDuckMode``). SIGINT and SIGTERM stop the server in ``natserver.cli.run_server``;
+:func:`stop_work_at_once` makes the streaming engine answer nothing from the signal on.
 
 * SIGHUP, **reload**: the config file is read again, the original command-line flags are
   applied on top, and the options nats-server can change at run time are applied; changing

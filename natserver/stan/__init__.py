@@ -1,12 +1,15 @@
 """NATS Streaming (STAN) on natserver: the streaming protocol served by an engine that is a
-client of natserver's own router, with channels kept as streams of natserver's JetStream store.
+client of a NATS server (natserver's own router, or with ``-ns`` another server over a client
+connection), with channels kept as streams of natserver's JetStream store.
 
 ``enable_stan(server)`` is started by the core server (natserver.app lists it as a subsystem,
-after JetStream: channels may be its streams) when ``Options.stan`` is set (``--stan`` or a
-``streaming {}`` block); it also adds the ``/streaming`` monitoring endpoints. Layout: ``pb.py`` (the protocol messages),
-``errors.py`` (nats-streaming-server's error texts), ``natserver.config.stan`` (``StanOptions`` and its
-defaults: the config layer reads them), ``store.py`` (channels as streams, the subscription state), ``engine.py`` (the
-protocol), ``monitor.py`` (``/streaming/...`` endpoints).
+after JetStream: channels may be its streams) when ``Options.stan`` is set (``--stan``, ``-ns``
+or a ``streaming {}`` block); it also adds the ``/streaming`` monitoring endpoints. Layout:
+``pb.py`` (the protocol messages), ``errors.py`` (nats-streaming-server's error texts),
+``natserver.config.stan`` (``StanOptions`` and its defaults: the config layer reads them),
+``store.py`` (channels as streams, the subscription state), ``transport.py`` (how the engine
+reaches NATS), ``engine.py`` (the protocol), ``monitor.py`` (``/streaming/...`` endpoints), and
+``client.py``, a STAN client for asyncio on nats-py (for users; the server never imports it).
 """
 
 import trio

@@ -3,7 +3,7 @@ decoded by a small codec of our own.
 
 The schema has scalars only (varints and length-delimited strings/bytes; no nesting, no
 repeated fields), so a table-driven codec is ~100 lines and needs no ``protobuf`` at run time.
-``tests/test_stan_pb.py`` checks it byte for byte against Google's library (stan.py's own
+``tests/stan/test_stan_pb.py`` checks it byte for byte against Google's library (stan.py's own
 generated module) in both directions.
 
 Encoding follows proto3: fields in number order, default values (0, "", b"", False) left out.

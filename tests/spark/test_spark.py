@@ -36,7 +36,7 @@ def _skip_reason() -> str | None:
     try:
         import pyspark
     except ImportError:
-        return "pyspark is not installed: pip install 'natserver[spark]'"
+        return "pyspark is not installed: pip install -e '.[spark]' (natserver is not on PyPI)"
     version = tuple(int(x) for x in re.findall(r"\d+", pyspark.__version__)[:2])
     if version < (4, 2):
         return f"pyspark {pyspark.__version__} is too old: Python streaming data sources need >= 4.2"
@@ -305,3 +305,23 @@ def test_example_pipeline(spark, js):
     )
     assert pipeline.compare(expected, got) == []
     assert sum(n for n, _ in got.values()) > 500
+
+
+def _readme_spark_blocks() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## PySpark data source (natserver.spark)", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_readme_write_read_and_streaming_examples_run_as_written(spark, js, conn, tmp_path, capsys):
+    """Issue 30 item 22: the README's Spark examples, run as they are written (only the server
+    URL and the checkpoint directory are this test's), print what the README says."""
+    write_read, streaming = _readme_spark_blocks()
+    expected = re.search(r"^# (\[.*\])$", write_read, re.M).group(1)
+    exec(write_read.replace("nats://127.0.0.1:4222", js.url), {"spark": spark})  # noqa: S102
+    assert capsys.readouterr().out.strip() == expected
+    create_stream(conn, "COPY", ["copy.>"])
+    exec(streaming.replace("/tmp/ckpt", str(tmp_path / "ckpt")), {"spark": spark, "url": js.url})  # noqa: S102
+    for query in spark.streams.active:
+        assert query.awaitTermination(QUERY_TIMEOUT)
+    assert stream_info(conn, "COPY")["state"]["messages"] == 2
