@@ -13,7 +13,8 @@ import base64
 import logging
 from typing import TYPE_CHECKING
 
-from . import errors
+from . import advisories, errors
+from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
 from .errors import ApiError
 from .store import StoreError
@@ -78,6 +79,7 @@ class Api:
             b"PURGE": self.stream_purge,
         }
         self.consumers = ConsumerApi(self)
+        self._request: tuple = (b"", b"")  # the request being answered: subject, payload (the audit's)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -87,8 +89,10 @@ class Api:
             js.api_total += 1
             if error:
                 js.api_errors += 1
+        encoded = dumps(response)
         if reply:
-            self.js.send(reply, dumps(response))
+            self.js.send(reply, encoded)
+        advisories.api_audit(self.js, *self._request, encoded)
 
     def _publish(self, reply: bytes, payload: bytes, headers: bytes | None = None) -> None:
         self.js.send(reply, payload, headers)
@@ -102,6 +106,7 @@ class Api:
         if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
             return
         kind = tokens[2]
+        self._request = (subject, payload)
         try:
             if kind == b"INFO" and n == 3:
                 self.account_info(reply)
@@ -185,10 +190,13 @@ class Api:
             if cfg.mirror_direct and cfg.mirror is None:
                 raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
             self.js.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=None)
+            created = name not in self.js.streams
             stream = self.js.add_stream(cfg)
         except ApiError as exc:
             self._fail(reply, rtype, exc)
             return
+        if created:
+            advisories.stream_action(self.js, name, CREATE)
         # nats-server answers a create before its mirror/sources report anything.
         self._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "did_create": True})
 
@@ -209,6 +217,7 @@ class Api:
         except ApiError as exc:
             self._fail(reply, rtype, exc)
             return
+        advisories.stream_action(self.js, name, MODIFY)  # (sent by the update, before the answer)
         self._send(reply, {"type": rtype, **stream.info_json()})
 
     def stream_info(self, name: str, reply, payload: bytes) -> None:
@@ -253,6 +262,8 @@ class Api:
             stream = self.js.streams.get(name)
             if stream is None:
                 raise errors.stream_not_found()
+            for consumer in list(stream.consumers.values()):  # (told first, as nats-server's stop)
+                advisories.consumer_action(self.js, name, consumer.name, DELETE)
             try:
                 self.js.delete_stream(stream)
             except OSError as exc:
@@ -260,6 +271,7 @@ class Api:
         except ApiError as exc:
             self._fail(reply, rtype, exc)
             return
+        advisories.stream_action(self.js, name, DELETE)
         self._send(reply, {"type": rtype, "success": True})
 
     def _matching_names(self, payload: bytes, rtype: str, reply) -> tuple[list, int] | None:

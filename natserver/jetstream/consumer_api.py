@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import clock
-from . import consumer_store, errors
+from . import advisories, consumer_store, errors
 from .consumer import (
     Consumer,
     ConsumerConfig,
@@ -142,6 +142,7 @@ class ConsumerApi:
         consumer.num_pending()  # the first count, as nats-server's setLeader makes it
         consumers[name] = consumer
         self._save(consumer)
+        advisories.consumer_action(self.js, stream.name, name, advisories.CREATE)
         self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
         return consumer
 
@@ -188,7 +189,8 @@ class ConsumerApi:
 
     def remove(self, consumer: Consumer) -> None:
         """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
-        consumer.stream.consumers.pop(consumer.name, None)
+        if consumer.stream.consumers.pop(consumer.name, None) is not None:
+            advisories.consumer_action(self.js, consumer.stream.name, consumer.name, advisories.DELETE)
         if consumer.cfg.durable_name and consumer.stream.file_backed:
             consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:

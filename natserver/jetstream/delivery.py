@@ -12,10 +12,9 @@ import trio
 
 from .. import clock
 from ..protocol.gotext import go_duration
-from . import consumer_store
-from .consumer import ephemeral_name
+from . import advisories, consumer_store
 from .stream import _INT64, _bool, _int, decode_struct
-from .util import dumps, loads, rfc3339nano
+from .util import loads
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -446,10 +445,9 @@ class Delivery:
             self.js._store_dirty(store)
 
     def _advisory(self, kind: bytes, consumer: Consumer, fields: dict) -> None:
-        doc = {"type": fields.pop("type"), "id": ephemeral_name() * 3, "timestamp": rfc3339nano(clock.now_ns()),
-               "stream": consumer.stream.name, "consumer": consumer.name, **fields}
-        self.js.send(_ADVISORY + kind + b"." + consumer.stream.name.encode() + b"." + consumer.name.encode(),
-                     dumps(doc))
+        advisories.publish(self.js, f"{_ADVISORY.decode()}{kind.decode()}.{consumer.stream.name}.{consumer.name}",
+                           lambda: {"type": fields.pop("type"), "stream": consumer.stream.name,
+                                    "consumer": consumer.name, **fields})
 
     # -- the timer ----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 
 import nats
@@ -414,3 +415,96 @@ def test_kv_wildcard_delete(target):
         await nc.close()
 
     run(main())
+
+
+# -- item 10: advisories ---------------------------------------------------------------------------
+
+
+def _advisory_shape(subject: str, doc: dict) -> tuple:
+    """An advisory with what differs between runs replaced by its form."""
+    assert re.fullmatch(r"[A-Za-z0-9]{22}", doc.pop("id")), doc
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", doc.pop("timestamp")), doc
+    if doc["type"].endswith("api_audit"):
+        client, server = doc.pop("client"), doc.pop("server")
+        assert client.pop("server") == server and isinstance(client.pop("id"), int)
+        assert client.pop("rtt") > 0 and client.pop("start") and client.pop("ver")
+        doc["client"] = client
+        doc["response"] = json.loads(doc["response"]).get("error") or json.loads(doc["response"])["type"]
+    return subject, doc
+
+
+def test_advisories(target):
+    """Stream and consumer created, updated, deleted, and the API audit, as nats-server 2.15.1
+    publishes them on $JS.EVENT.ADVISORY.> (field for field, ids and times by form)."""
+
+    async def main():
+        nc = await nats.connect(target.url, name="auditor", allow_reconnect=False)
+        sub = await nc.subscribe("$JS.EVENT.ADVISORY.>")
+
+        async def api(subject: str, body: dict | None) -> None:
+            await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=2)
+
+        await api("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
+        await api("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})  # the same: no advisory
+        await api("$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": ["s", "t"]})
+        await api("$JS.API.CONSUMER.CREATE.S.c", {"stream_name": "S", "config": {"name": "c", "durable_name": "c"}})
+        await api("$JS.API.CONSUMER.CREATE.S.c", {"stream_name": "S", "config": {
+            "name": "c", "durable_name": "c", "description": "x"}})  # an update: no advisory
+        await api("$JS.API.CONSUMER.CREATE.S.d", {"stream_name": "S", "config": {"name": "d", "durable_name": "d"}})
+        await api("$JS.API.CONSUMER.DELETE.S.c", None)
+        await api("$JS.API.STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["s"]})
+        await api("$JS.API.STREAM.DELETE.S", None)
+        await nc.flush()
+        got = []
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.5)
+            except nats.errors.TimeoutError:
+                break
+            got.append(_advisory_shape(msg.subject, json.loads(msg.data)))
+        await nc.close()
+        return got
+
+    got = asyncio.run(asyncio.wait_for(main(), 20))
+    adv = "$JS.EVENT.ADVISORY."
+    client = {"host": "127.0.0.1", "acc": "$G", "name": "auditor", "lang": "python3", "kind": "Client",
+              "client_type": "nats"}
+
+    def audit(subject: str, request: dict | None, response) -> tuple:
+        doc = {"type": "io.nats.jetstream.advisory.v1.api_audit", "subject": subject}
+        if request is not None:
+            doc["request"] = json.dumps(request)
+        return adv + "API", {**doc, "response": response, "client": client}
+
+    def action(kind: str, what: str, names: str, verb: str) -> tuple:
+        doc = {"type": f"io.nats.jetstream.advisory.v1.{kind}_action", "stream": names.split(".")[0]}
+        if kind == "consumer":
+            doc["consumer"] = names.split(".")[1]
+        return f"{adv}{kind.upper()}.{what}.{names}", {**doc, "action": verb}
+
+    create = {"name": "S", "subjects": ["s"]}
+    consumer_c = {"stream_name": "S", "config": {"name": "c", "durable_name": "c"}}
+    consumer_d = {"stream_name": "S", "config": {"name": "d", "durable_name": "d"}}
+    t = "io.nats.jetstream.api.v1."
+    # (nats-server sends the action advisories and the audits from two queues: their order
+    # against each other varies there, so the lists are compared sorted)
+    assert sorted(got, key=json.dumps) == sorted([
+        action("stream", "CREATED", "S", "create"),
+        audit("$JS.API.STREAM.CREATE.S", create, t + "stream_create_response"),
+        audit("$JS.API.STREAM.CREATE.S", create, t + "stream_create_response"),
+        action("stream", "UPDATED", "S", "modify"),
+        audit("$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": ["s", "t"]}, t + "stream_update_response"),
+        action("consumer", "CREATED", "S.c", "create"),
+        audit("$JS.API.CONSUMER.CREATE.S.c", consumer_c, t + "consumer_create_response"),
+        audit("$JS.API.CONSUMER.CREATE.S.c", {"stream_name": "S", "config": {
+            "name": "c", "durable_name": "c", "description": "x"}}, t + "consumer_create_response"),
+        action("consumer", "CREATED", "S.d", "create"),
+        audit("$JS.API.CONSUMER.CREATE.S.d", consumer_d, t + "consumer_create_response"),
+        action("consumer", "DELETED", "S.c", "delete"),
+        audit("$JS.API.CONSUMER.DELETE.S.c", None, t + "consumer_delete_response"),
+        audit("$JS.API.STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["s"]},
+              {"code": 400, "err_code": 10065, "description": "subjects overlap with an existing stream"}),
+        action("consumer", "DELETED", "S.d", "delete"),
+        action("stream", "DELETED", "S", "delete"),
+        audit("$JS.API.STREAM.DELETE.S", None, t + "stream_delete_response"),
+    ], key=json.dumps)

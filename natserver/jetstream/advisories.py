@@ -1,0 +1,91 @@
+"""JetStream advisories on ``$JS.EVENT.ADVISORY.>``, as nats-server 2.15.1 publishes them
+(jetstream_events.go): stream and consumer actions (created, updated, deleted) and the API
+audit of every API response. Each is published in the JetStream account, and only built when
+someone listens (nats-server's publishAdvisory).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from typing import TYPE_CHECKING
+
+from .. import clock
+from .util import dumps, rfc3339nano
+
+if TYPE_CHECKING:
+    from . import JetStream
+
+ADVISORY_PREFIX = "$JS.EVENT.ADVISORY."
+STREAM_ACTION_TYPE = "io.nats.jetstream.advisory.v1.stream_action"  # JSStreamActionAdvisoryType
+CONSUMER_ACTION_TYPE = "io.nats.jetstream.advisory.v1.consumer_action"  # JSConsumerActionAdvisoryType
+API_AUDIT_TYPE = "io.nats.jetstream.advisory.v1.api_audit"  # JSAPIAuditType
+# The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
+CREATE, MODIFY, DELETE = ("CREATED", "create"), ("UPDATED", "modify"), ("DELETED", "delete")
+EVENT_ID_LEN = 22  # a NUID's length (nuid.Next())
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def event_id() -> str:
+    """An event id as long as nats-server's NUIDs (random: ids only need to differ)."""
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(EVENT_ID_LEN))
+
+
+def publish(js: JetStream, subject: str, make_fields) -> None:
+    """``{"type", "id", "timestamp", **make_fields()}`` on ``subject``, when someone listens."""
+    encoded = subject.encode()
+    if not js.client.has_interest(encoded):
+        return
+    fields = make_fields()
+    doc = {"type": fields.pop("type"), "id": event_id(), "timestamp": rfc3339nano(clock.now_ns()), **fields}
+    if js.domain:
+        doc["domain"] = js.domain
+    js.send(encoded, dumps(doc))
+
+
+def stream_action(js: JetStream, stream: str, action: tuple) -> None:
+    publish(js, f"{ADVISORY_PREFIX}STREAM.{action[0]}.{stream}",
+            lambda: {"type": STREAM_ACTION_TYPE, "stream": stream, "action": action[1]})
+
+
+def consumer_action(js: JetStream, stream: str, consumer: str, action: tuple) -> None:
+    publish(js, f"{ADVISORY_PREFIX}CONSUMER.{action[0]}.{stream}.{consumer}",
+            lambda: {"type": CONSUMER_ACTION_TYPE, "stream": stream, "consumer": consumer, "action": action[1]})
+
+
+def api_audit(js: JetStream, subject: bytes, request: bytes, response: bytes) -> None:
+    """sendJetStreamAPIAuditAdvisory: the request (left out when empty) and the response as
+    strings, and who asked (the client whose message the API is handling)."""
+
+    def fields() -> dict:
+        out: dict = {"type": API_AUDIT_TYPE, "server": js.server.server_name,
+                     "client": client_info(js.server, js.server.callback_publisher),
+                     "subject": subject.decode("utf-8", "replace")}
+        if request:
+            out["request"] = request.decode("utf-8", "replace")
+        out["response"] = response.decode("utf-8", "replace")
+        return out
+
+    publish(js, ADVISORY_PREFIX + "API", fields)
+
+
+def client_info(server, client) -> dict | None:
+    """events.go ClientInfo (forAdvisory: no jwt, no alternates) of a connected client, in its
+    field order with its omitempty rules; None (JSON null) for the server's own clients."""
+    if client is None or not client.cid:
+        return None
+    account = client.account.name if client.account is not None else "$G"
+    info: dict = {"start": _go_time(client.start), "host": client.ip, "id": client.cid, "acc": account}
+    for key, value in (("user", client.user), ("name", client.name), ("lang", client.lang), ("ver", client.version)):
+        if value:
+            info[key] = value
+    if client.rtt:
+        info["rtt"] = int(client.rtt * 1e9)
+    info["server"] = server.server_id
+    info["kind"] = "Client"
+    info["client_type"] = "nats"
+    return info
+
+
+def _go_time(seconds: float) -> str:
+    return rfc3339nano(int(seconds * 1e9))
