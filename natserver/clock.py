@@ -64,43 +64,66 @@ class _Installed(threading.local):
 
 
 _installed = _Installed()
+# Time bases installed in any thread of the process. While there are none (a server in
+# production) the functions below read time directly: a thread-local lookup costs several
+# times a time.time() call, and these are read for every published JetStream message.
+_installed_anywhere = 0
+_count_lock = threading.Lock()
+_time = time.time
+_time_ns = time.time_ns
+_monotonic = time.monotonic
 
 
 def now() -> float:
     """Wall time in seconds (``time.time()`` unless a test clock is installed)."""
-    timebase = _installed.timebase
-    return time.time() if timebase is None else timebase.now()
+    if _installed_anywhere:
+        timebase = _installed.timebase
+        if timebase is not None:
+            return timebase.now()
+    return _time()
 
 
 def now_ns() -> int:
     """Wall time in nanoseconds (``time.time_ns()`` unless a test clock is installed)."""
-    timebase = _installed.timebase
-    return time.time_ns() if timebase is None else timebase.now_ns()
+    if _installed_anywhere:
+        timebase = _installed.timebase
+        if timebase is not None:
+            return timebase.now_ns()
+    return _time_ns()
 
 
 def monotonic() -> float:
     """Seconds on a clock that never goes back (``time.monotonic()``; under a test clock, the
     trio clock itself, so that intervals measured with it follow the test's jumps)."""
-    timebase = _installed.timebase
-    return time.monotonic() if timebase is None else timebase.trio_clock.current_time()
+    if _installed_anywhere:
+        timebase = _installed.timebase
+        if timebase is not None:
+            return timebase.trio_clock.current_time()
+    return _monotonic()
 
 
 def install(trio_clock: Any) -> Timebase:
     """Make this thread's time follow ``trio_clock`` (a trio clock; a test clock that jumps).
     Installing the clock already installed counts one more user; :func:`uninstall` each."""
+    global _installed_anywhere
     timebase = _installed.timebase
     if timebase is None or timebase.trio_clock is not trio_clock:
         timebase = Timebase(trio_clock)
         _installed.timebase = timebase
+        with _count_lock:
+            _installed_anywhere += 1
     timebase.users += 1
     return timebase
 
 
 def uninstall(timebase: Timebase) -> None:
     """Undo one :func:`install`; the last user's uninstall returns the thread to real time."""
+    global _installed_anywhere
     timebase.users -= 1
     if timebase.users <= 0 and _installed.timebase is timebase:
         _installed.timebase = None
+        with _count_lock:
+            _installed_anywhere -= 1
 
 
 def installed() -> Timebase | None:
