@@ -129,14 +129,15 @@ def error_line(exc: BaseException) -> str | None:
     import re
 
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, NatsSparkError):
-            return str(exc)
-        m = re.search(r"(?m)^natserver\.spark\._errors\.\w+: (nats: .*?)\s*$", str(exc))
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, NatsSparkError):
+            return str(current)
+        m = re.search(r"(?m)^natserver\.spark\._errors\.\w+: (nats: .*?)\s*$", str(current))
         if m:
             return m.group(1)
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return None
 
 

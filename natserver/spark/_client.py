@@ -360,15 +360,23 @@ class Connection:
 
     # -- low level ---------------------------------------------------------------------------
 
+    def _open_socket(self) -> socket.socket:
+        sock = self._sock
+        if sock is None:  # close() was called
+            raise ConnectError(f"{self.url}: the connection is closed")
+        return sock
+
     def _sendall(self, data: bytes) -> None:
+        sock = self._open_socket()
         try:
-            self._sock.sendall(data)
+            sock.sendall(data)
         except OSError as exc:
             raise ConnectError(f"{self.url}: connection lost: {_reason(exc)}") from None
 
     def _fill(self) -> None:
+        sock = self._open_socket()
         try:
-            data = self._sock.recv(1 << 20)
+            data = sock.recv(1 << 20)
         except socket.timeout:
             raise NatsTimeout(f"{self.url}: no answer within {self.timeout:g} s") from None
         except OSError as exc:
@@ -595,11 +603,11 @@ def _decode_direct(hdr: bytes | None, data: bytes, what: str) -> tuple[StoredMsg
     lines = hdr.split(b"\r\n")
     first = lines[0]
     if len(first) > 8:  # a status: NATS/1.0 404 Message Not Found
-        status, desc, headers = parse_headers(hdr)
+        status, desc, status_headers = parse_headers(hdr)
         if status == 404:
             return None, {}
         if status == 204:
-            return None, {"EOB": True, **{k: v[0] for k, v in headers.items() if k in _DIRECT_HEADERS}}
+            return None, {"EOB": True, **{k: v[0] for k, v in status_headers.items() if k in _DIRECT_HEADERS}}
         if status:
             raise JetStreamError(f"{what}: {status} {desc}".strip(), status)
     meta: dict = {}
@@ -717,9 +725,9 @@ def _fetch_next_by_subject(conn: Connection, stream: str, start: int, end: int, 
     count = 0
     while seq < end:
         if count >= _PROBE_MATCHES and (seq - start) <= DENSE_GAP * count:
-            for msg in _fetch_each(conn, stream, seq, end, direct, window):
-                if subject_matches(msg.subject, subject):
-                    yield msg
+            for each in _fetch_each(conn, stream, seq, end, direct, window):
+                if subject_matches(each.subject, subject):
+                    yield each
             return
         msg = _get_one(conn, stream, seq, subject, direct)
         if msg is None or msg.seq >= end:

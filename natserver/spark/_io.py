@@ -160,7 +160,7 @@ def _headers_of(value):
     if not value:
         return None
     items = value.items() if isinstance(value, dict) else value
-    out = []
+    out: list[tuple] = []
     for key, v in items:
         if v is None:
             continue
@@ -176,7 +176,7 @@ def publish_rows(pub: Publisher, plan: RowPlan, columns: dict[str, list]) -> Non
     data_col = columns["data"]
     n = len(data_col)
     subj_opt = plan.subject_option
-    subj_col = columns.get("subject")
+    subj_col = columns["subject"] if subj_opt is None else []  # (RowPlan.columns has it then)
     hdr_col = columns.get("headers")
     prefix = plan.msg_id_prefix
     ids = None

@@ -12,6 +12,7 @@ import difflib
 import json
 import os
 from dataclasses import dataclass, field
+from typing import overload
 
 from ._client import Auth, ServerAddr, parse_servers
 from ._errors import OptionError
@@ -47,6 +48,10 @@ def _check_unknown(opts: dict[str, str], known: tuple[str, ...], kind: str) -> N
             raise OptionError(f"unknown {kind} option {key!r}: did you mean {lowered[close[0]]!r}?")
 
 
+@overload
+def _str(opts, name: str, default: str) -> str: ...
+@overload
+def _str(opts, name: str, default: None = None) -> str | None: ...
 def _str(opts, name: str, default: str | None = None) -> str | None:
     value = opts.get(name.lower())
     if value is None:
@@ -55,6 +60,10 @@ def _str(opts, name: str, default: str | None = None) -> str | None:
     return value if value else default
 
 
+@overload
+def _int(opts, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int: ...
+@overload
+def _int(opts, name: str, default: None = None, *, minimum: int = 1, maximum: int | None = None) -> int | None: ...
 def _int(opts, name: str, default: int | None = None, *, minimum: int = 1, maximum: int | None = None) -> int | None:
     raw = _str(opts, name)
     if raw is None:

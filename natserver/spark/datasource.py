@@ -183,7 +183,8 @@ class NatsBatchReader(_ReaderBase, DataSourceReader):
         finally:
             self._close()
         start = resolve_start(self.opts.starting, first, last)
-        end = min(resolve_end(self.opts.ending, last), last + 1)  # what exists now
+        ending = resolve_end(self.opts.ending, last)  # (a batch always has one: LATEST by default)
+        end = last + 1 if ending is None else min(ending, last + 1)  # what exists now
         if end > start:
             start = check_start(start, first, last, self.stream, fail_on_data_loss=self.opts.fail_on_data_loss)
         parts = self._split(start, end)

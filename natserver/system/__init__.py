@@ -77,6 +77,14 @@ def _data_stats(msgs: int, size: int) -> dict:
 
 
 class SystemAccount:
+class _SystemMonitor(Monitor):
+    """The monitoring code, without its HTTP listener: requests here are not HTTP requests,
+    so they are not counted, and /varz's counts are the HTTP monitor's."""
+
+    def _count(self, path: str) -> None:
+        pass
+
+
     """The running system account (``server.system``): publishes events, answers requests."""
 
     def __init__(self, server, name: str) -> None:
@@ -85,10 +93,7 @@ class SystemAccount:
         self.account = server.accounts.by_name.get(name)
         if self.account is None:  # $SYS with no configured users: it exists all the same
             self.account = server.accounts.add_empty(name)
-        # The monitoring code, without its HTTP listener: requests here are not HTTP requests,
-        # so they are not counted, and /varz's counts are the HTTP monitor's.
-        self.monitor = Monitor(server, "")
-        self.monitor._count = lambda path: None
+        self.monitor = _SystemMonitor(server, "")
         if server.monitor is not None:
             self.monitor.http_req_stats = server.monitor.http_req_stats
         self.seq = 0
@@ -363,7 +368,8 @@ def _query(body: bytes, account: str | None) -> Query:
     options = orjson.loads(body) if body.strip() else {}
     if not isinstance(options, dict):
         raise ValueError("expected a JSON object")
-    params = {}
+    params: dict[str, str] = {}
+    name: str  # (JSON object keys are strings)
     for name, value in options.items():
         key = _OPTION_NAMES.get(name, name)
         if name == "subscriptions_detail":

@@ -330,6 +330,15 @@ def test_connect_errors_are_one_line():
     assert "refused" in text.lower()
 
 
+def test_a_closed_connection_raises_connect_error(js_server):
+    # Was an AttributeError ('NoneType' object has no attribute 'sendall') out of the client.
+    c = Connection(js_server.url, timeout=5)
+    c.close()
+    for use in (lambda: c.request("$JS.API.INFO"), c.next_msg):
+        with pytest.raises(ConnectError, match="the connection is closed"):
+            use()
+
+
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "msg-get"])
 def test_fetch_range_all_filtered_and_gaps(conn, direct):
     name = "FETCH_D" if direct else "FETCH_M"
