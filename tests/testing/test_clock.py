@@ -291,3 +291,51 @@ def test_stan_redelivery_after_ack_wait():
 
         run(main())
     assert time.monotonic() - started < FAST
+
+
+# -- more JetStream timers --------------------------------------------------------------------
+
+
+@pytest.mark.nats_server(jetstream=True)
+def test_duplicate_window_and_inactive_threshold(nats_server):
+    started = time.monotonic()
+
+    async def main():
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name="PAY", subjects=["pay.*"], duplicate_window=120))
+        assert (await js.publish("pay.in", b"1", headers={"Nats-Msg-Id": "a"})).seq == 1
+        assert (await js.publish("pay.in", b"1", headers={"Nats-Msg-Id": "a"})).duplicate
+        await nats_server.advance_async(121)  # the window has passed: the same id is new again
+        again = await js.publish("pay.in", b"1", headers={"Nats-Msg-Id": "a"})
+        assert (again.seq, again.duplicate) == (2, None)
+        info = await js.add_consumer("PAY", ConsumerConfig(inactive_threshold=60))  # ephemeral
+        assert nats_server.stream("PAY").consumer_names == (info.name,)
+        await nats_server.advance_async(61)
+        assert nats_server.stream("PAY").consumer_names == ()
+        await nc.close()
+
+    run(main())
+    assert time.monotonic() - started < FAST
+
+
+async def test_trio_native_server_on_the_tests_mock_clock(mock_clock, trio_nats_server):
+    # trio-native: the server shares the test's run, hence pytest-trio's MockClock; at rate 1 it
+    # runs at real speed plus the jumps, so the hard timeout is TIMEOUT real seconds plus them.
+    mock_clock.rate = 1.0
+    with trio.fail_after(TIMEOUT + 31):
+        stream = await trio.open_tcp_stream("127.0.0.1", trio_nats_server.port)
+        await stream.send_all(b'CONNECT {"verbose":false}\r\nSUB later 1\r\nPING\r\n')
+        received = b""
+        while b"PONG\r\n" not in received:
+            received += await stream.receive_some(4096)
+        trio_nats_server.delay("later", 30)
+        await stream.send_all(b"PUB later 2\r\nhi\r\nPING\r\n")
+        await trio_nats_server.wait_for_message_async("later")
+        before = trio_nats_server.now()
+        await trio_nats_server.advance_async(31)
+        assert before + 31 <= trio_nats_server.now() < before + 31 + TIMEOUT
+        received = b""
+        while b"MSG later 1 2\r\nhi\r\n" not in received:
+            received += await stream.receive_some(4096)
+        await stream.aclose()
