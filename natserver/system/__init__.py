@@ -76,7 +76,6 @@ def _data_stats(msgs: int, size: int) -> dict:
     return {"msgs": msgs, "bytes": size}
 
 
-class SystemAccount:
 class _SystemMonitor(Monitor):
     """The monitoring code, without its HTTP listener: requests here are not HTTP requests,
     so they are not counted, and /varz's counts are the HTTP monitor's."""
@@ -85,6 +84,7 @@ class _SystemMonitor(Monitor):
         pass
 
 
+class SystemAccount:
     """The running system account (``server.system``): publishes events, answers requests."""
 
     def __init__(self, server, name: str) -> None:
