@@ -89,7 +89,7 @@ class NatsCluster:
         for node in nodes:  # all begin to stop at once; then each is waited for
             if node.running:
                 try:
-                    node._call(node.server.stop)
+                    node._call(_running(node).stop)
                 except RuntimeError:
                     pass  # it stopped by itself meanwhile (lame duck)
         errors = []
@@ -131,7 +131,7 @@ class NatsCluster:
     @staticmethod
     def _pin_ports(node: NatsServer) -> None:
         """Keep the ports the node got (restart() comes back on them)."""
-        cluster = node.server.cluster
+        cluster = _running(node).cluster
         node.options = node.options.copy(port=node.port, cluster_port=cluster.port, leafnode_port=cluster.leaf_port)
 
     # -- addresses ----------------------------------------------------------------------------
@@ -159,7 +159,7 @@ class NatsCluster:
         # this): a dict the server changes meanwhile is read again.
         while True:
             try:
-                return sorted(route.remote_name for route in tuple(node.server.cluster.routes.values()))
+                return sorted(route.remote_name for route in tuple(_running(node).cluster.routes.values()))
             except RuntimeError:
                 continue
 
@@ -202,7 +202,7 @@ class NatsCluster:
     def _set_partition(self, a: int, b: int, cut: bool) -> None:
         if a == b:
             raise ValueError("a partition is between two different nodes")
-        ids = [self.servers[i]._call(lambda i=i: self.servers[i].server.server_id) for i in (a, b)]
+        ids = [self.servers[i]._call(lambda i=i: _running(self.servers[i]).server_id) for i in (a, b)]
         for me, other, other_id in ((a, b, ids[1]), (b, a, ids[0])):
             cuts = self._partitions.setdefault(me, set())
             if cut:
@@ -212,11 +212,11 @@ class NatsCluster:
             node = self.servers[me]
             node._call(self._refuse, node, other_id, cut)
         if not cut:  # a gossiped route is not redialled once dropped (route.go): dial it
-            self.servers[a]._call(self.servers[a].server.cluster.dial, self.route_url(b), False)
+            self.servers[a]._call(_running(self.servers[a]).cluster.dial, self.route_url(b), False)
 
     @staticmethod
     def _refuse(node: NatsServer, peer_id: str, cut: bool) -> None:
-        cluster = node.server.cluster
+        cluster = _running(node).cluster
         if not cut:
             cluster.refused_peers.discard(peer_id)
             return
@@ -246,6 +246,14 @@ class NatsCluster:
                 node.advance(seconds)
 
 
+def _running(node: NatsServer) -> Any:
+    """The node's running natserver.Server (typed loosely: its cluster is a subsystem's)."""
+    server = node.server
+    if server is None:
+        raise RuntimeError("the node has not been started")
+    return server
+
+
 def _each_in_a_thread(jobs: list) -> None:
     """Run the blocking ``jobs`` side by side (starting nodes: each waits for its thread)."""
     import threading
@@ -273,15 +281,15 @@ def attach_leaf(hub: NatsServer, timeout: float = DEFAULT_FORM_TIMEOUT, **option
     the leaf connection is up. Stop it yourself (``leaf.stop()``)."""
     if not hub.running:
         raise RuntimeError("the hub is not running")
-    port = hub._call(lambda: hub.server.cluster.leaf_port if hub.server.cluster is not None else 0)
+    port = hub._call(lambda: _running(hub).cluster.leaf_port if _running(hub).cluster is not None else 0)
     if not port:
         raise ValueError("the hub does not listen for leaf nodes: start it with leafnode_port=-1")
     remote = {"urls": [f"nats://127.0.0.1:{port}"], "account": ""}
     leaf = NatsServer(**options, leafnode_remotes=[remote])
     leaf.start(timeout)
     deadline = time.monotonic() + timeout
-    while not (leaf._call(lambda: bool(leaf.server.cluster.leafs))
-               and hub._call(lambda: len(hub.server.cluster.leafs)) > 0):
+    while not (leaf._call(lambda: bool(_running(leaf).cluster.leafs))
+               and hub._call(lambda: len(_running(hub).cluster.leafs)) > 0):
         if time.monotonic() >= deadline:
             leaf.stop()
             raise TimeoutError(f"the leaf node did not connect within {timeout}s")
