@@ -257,7 +257,8 @@ def _main(argv: list[str], early) -> int:
             # Valid for nats-server, but name what natserver will not act on, as a start would.
             for line in unsupported_warnings(options):
                 print(f"natserver: warning: {line}", file=sys.stderr)
-            print(f"natserver: configuration file {options.config_file} is valid", file=sys.stderr)
+            digest = f" ({options.config_digest})" if options.config_digest else ""
+            print(f"natserver: configuration file {options.config_file} is valid{digest}", file=sys.stderr)
             return 0
         validate(options)
         check_options(options)  # the subsystems' own blocks (nsq {}), before anything starts

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,9 +24,10 @@ from natserver.config.flags import USAGE, UsageError, build_options, parse_args
 from natserver.config.mapping import unsupported_warnings
 from natserver.protocol import const
 from natserver.server.files import ports_file_path
+from tests import reference
 
 REPO = Path(__file__).resolve().parent.parent
-NATS_SERVER = shutil.which("nats-server")
+NATS_SERVER = reference.NATS_SERVER  # nats-server 2.15.1 (tests/reference.py)
 TIMEOUT = 15.0
 
 

@@ -49,7 +49,7 @@ from datetime import datetime, timezone
 
 from ..protocol.gotext import parse_duration
 
-__all__ = ["ConfigError", "parse", "parse_file", "parse_duration", "to_int"]
+__all__ = ["ConfigError", "config_digest", "parse", "parse_file", "parse_duration", "to_int"]
 
 
 class ConfigError(Exception):
@@ -698,3 +698,44 @@ def to_int(value) -> int:
     raise ValueError(f"expected an integer or a size such as '64MB', got {value!r}")
 
 
+# encoding/json's escapes that Python's json does not make (Go escapes these for HTML safety).
+_GO_JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                  "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def config_digest(values: dict) -> str:
+    """nats-server 2.10+'s digest of a parsed configuration (conf/parse.go configDigest): the
+    sha256 of Go's json.Encoder output of the values (keys sorted, HTML characters escaped, a
+    trailing newline), as ``sha256:<hex>``. `-t`, the startup log and /varz show it."""
+    import hashlib
+
+    text = _go_json(values).translate(_GO_JSON_ESCAPES) + "\n"
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _go_json(value) -> str:
+    """``value`` as Go's encoding/json writes it (map keys sorted, floats in Go's form)."""
+    import json
+
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(str(k), ensure_ascii=False) + ":" + _go_json(v)
+                              for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_go_json(item) for item in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e21:
+            return str(int(value))
+        text = repr(value)
+        if "e" in text:  # Go: 1e-07 is 1e-7, 1e21 is 1e+21
+            mantissa, exponent = text.split("e")
+            sign = "-" if exponent.startswith("-") else "+"
+            text = f"{mantissa}e{sign}{int(exponent.lstrip('+-'))}"
+        return text
+    if isinstance(value, datetime):  # Go's time.Time: RFC 3339, fractional seconds only if any
+        text = value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return json.dumps(text.replace(".000000", ""))
+    return json.dumps(str(value), ensure_ascii=False)

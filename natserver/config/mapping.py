@@ -343,7 +343,7 @@ class _Builder:
             c["server_name"] = _expect(value, str, key)
         elif name in ("host", "net"):
             c["host"] = _expect(value, str, key)
-        elif name in ("debug", "trace", "logtime"):
+        elif name in ("debug", "trace", "logtime", "trace_headers"):
             c[name] = _expect(value, bool, key)
         elif name == "max_traced_msg_len":
             c[name] = _expect(value, int, key)
@@ -1050,8 +1050,15 @@ def options_from_file(path, base: Options | None = None) -> Options:
     Raises ConfigError for syntax errors (file:line:col) and ConfigFileError for what
     nats-server reports while applying the values (unknown fields, bad values, warnings).
     """
-    conf, locations = parse_config_file(path)
-    return options_from_dict(conf, base, path, locations=locations)
+    values, locations = parse_config_file(path)
+    digest = conf.config_digest(values)
+    base = (base if base is not None else Options()).copy(config_digest=digest)
+    try:
+        return options_from_dict(values, base, path, locations=locations)
+    except ConfigFileError as exc:
+        if exc.options is not None:
+            exc.options = exc.options.copy(config_digest=digest)
+        raise
 
 
 def _users_from(spec: list, default_permissions: dict | None, account: str | None = None) -> tuple[list, list]:

@@ -110,12 +110,16 @@ class Options:
     debug: bool = False
     trace: bool = False
     max_traced_msg_len: int = 0  # opts.go MaxTracedMsgLen: 0 traces whole payloads
+    trace_headers: bool = False  # opts.go TraceHeaders (2.11+): trace only a message's headers
     logtime: bool = True
     log_file: str = ""
     quiet: bool = False  # no log output at all (in-process test servers)
     pid_file: str = ""
     ports_file_dir: str = ""
     config_file: str = ""
+    # conf/parse.go configDigest (2.10+): "sha256:<hex>" of the parsed file, shown by -t, the
+    # startup log and /varz config_digest; "" without a configuration file.
+    config_digest: str = ""
     extra: dict = field(default_factory=dict)  # config keys we accept but do not act on
 
     @property

@@ -858,6 +858,7 @@ class Client:
             client.slow_consumer()
         elif client is not self and self.stalled_on is None:
             self.stalled_on = client
+            self.server.stalled_clients += 1
 
     def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, hdr: bytes | None, data: bytes) -> int:
         """Deliver to the subscribers of ``match_subject`` a message with ``subject`` on its
@@ -951,6 +952,7 @@ class Client:
             except Exception:
                 log.exception("internal subscription on %r failed", sub.subject)
             self.server.out_msgs += 1
+            self.server.internal_out_msgs += 1
             return False
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             client.remove_subscription(sub)
@@ -1241,6 +1243,7 @@ class Client:
             interval = options.ping_interval
             if need_rtt or now - self._active_at >= interval:
                 if self.pings_out + 1 > options.ping_max:
+                    self.server.stale_connections += 1
                     self.queue(errors.STALE_CONNECTION.wire)
                     self.close(errors.STALE_CONNECTION.close_reason, flush=True)
                     return
@@ -1278,11 +1281,13 @@ class _TracedOps:
     time, tracing it first (``<<- [...]``) and, before the next, the MSGs it caused on each
     receiver (``->> [MSG ...]``). One Pub per message: no runs while tracing."""
 
-    __slots__ = ("client", "before")
+    __slots__ = ("client", "before", "payload", "header_size")
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self.before: dict | None = None
+        self.payload = b""  # the traced Pub's, for its deliveries' MSG_PAYLOAD lines
+        self.header_size = -1
         client.parser.coalesce = False
 
     def finish(self) -> None:
@@ -1309,16 +1314,17 @@ class _TracedOps:
             if mapped is not None:
                 op = op._replace(subject=mapped)
             self.before = trace.receivers(client, op.subject)
+            self.payload, self.header_size = op.payload, op.header_size
         return [op]
 
     def done(self) -> None:
         if self.before is not None:
-            trace.trace_deliveries(self.before)
+            trace.trace_deliveries(self.before, self.payload, self.header_size)
             self.before = None
         client = self.client
         if client.trace_payload_due is not None:  # no -ERR came after all
-            payload, client.trace_payload_due = client.trace_payload_due, None
-            trace.trace_payload(client, payload)
+            due, client.trace_payload_due = client.trace_payload_due, None
+            trace.trace_payload(client, *due)
 
 
 def _make_plan(result, subject: bytes) -> list:

@@ -104,7 +104,10 @@ class Server:
         self.in_bytes = 0
         self.out_msgs = 0
         self.out_bytes = 0
+        self.internal_out_msgs = 0  # of out_msgs, those to the server's own subscriptions
         self.slow_consumers = 0
+        self.stale_connections = 0  # clients closed by the ping timer (server.go staleConnections)
+        self.stalled_clients = 0  # times a publisher waited for a subscriber (server.go stalls)
         self.total_connections = 0
         self._next_cid = 0
         self.listeners: list[trio.SocketListener] = []
@@ -255,7 +258,8 @@ class Server:
         # and the delivery loop's common case (natserver/server/_croute.c) or Python alone.
         log.info("  Delivery: %s", DELIVERY_IMPLEMENTATION)
         if options.config_file:
-            log.info("Using configuration file: %s", options.config_file)
+            log.info("Using configuration file: %s %s", options.config_file,
+                     f"({options.config_digest})" if options.config_digest else "")
         if plaintext_password_warning(options):
             log.warning("Plaintext passwords detected, use nkeys or bcrypt")
         port = 0 if options.port == const.RANDOM_PORT else options.port
@@ -558,6 +562,7 @@ class Server:
         if self.clients.pop(client.cid, None) is None:
             return
         self.touched.discard(client)
+        self.ping_timers.forget()  # (its timer entries must not keep it alive)
         if self.accounts is not None:
             self.accounts.unregister(client)
         self.closed_clients.append(connection_record(client))

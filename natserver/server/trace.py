@@ -120,9 +120,9 @@ def trace_in(client, op, mapped: bytes | None = None) -> bool:
         if mapped is not None:  # parser.go: after the control line, before the payload
             _trace(client, "<<-", "MAPPING", subject + b" -> " + mapped)
         if client.pedantic and not is_valid_literal_subject(subject):
-            client.trace_payload_due = payload
+            client.trace_payload_due = (payload, header_size)
             return True
-        trace_payload(client, payload)
+        trace_payload(client, payload, header_size)
     elif cls is Sub:
         subject, queue, sid = op
         _trace(client, "<<-", "SUB", b" ".join([subject, sid] if queue is None else [subject, queue, sid]))
@@ -141,16 +141,24 @@ def trace_in(client, op, mapped: bytes | None = None) -> bool:
     return False
 
 
-def trace_payload(client, payload) -> None:
-    """client.go traceMsg: the payload quoted, cut at max_traced_msg_len (which nats-server
-    cuts in the quoted text's bytes, so an escape may be cut in half: so is ours)."""
-    limit = client.server.options.max_traced_msg_len
+def trace_payload(client, payload, header_size: int = -1, direction: str = "<<-") -> None:
+    """client.go traceMsgInternal (2.10+): the payload quoted, its first max_traced_msg_len
+    bytes then "..." when longer; nothing for an empty one; with trace_headers only the header
+    block (without its blank line), and nothing for a message without headers. ``direction``
+    is "->>" for a delivery (traceMsgDelivery)."""
+    options = client.server.options
+    if options.trace_headers:
+        if header_size <= 0:
+            return
+        payload = payload[: header_size - 4]  # the block less its final CRLF CRLF
+    if not payload:
+        return
+    limit = options.max_traced_msg_len
     if limit > 0 and len(payload) > limit:
-        quoted = go_quote(payload[:limit]).encode()
-        text = '"' + quoted[1 : limit + 1].decode("utf-8", "replace") + '..."'
+        text = go_quote(payload[:limit])[:-1] + '..."'
     else:
         text = go_quote(payload)
-    log.log(TRACE, "%s - <<- MSG_PAYLOAD: [%s]", log_prefix(client), text)
+    log.log(TRACE, "%s - %s MSG_PAYLOAD: [%s]", log_prefix(client), direction, text)
 
 
 def trace_out(client, data: bytes) -> None:
@@ -170,12 +178,13 @@ def trace_out(client, data: bytes) -> None:
     due = client.trace_payload_due
     if due is not None:
         client.trace_payload_due = None
-        trace_payload(client, due)
+        trace_payload(client, *due)
 
 
-def trace_deliveries(before: dict) -> None:
-    """``->> [MSG ...]`` on each receiver, for what routing appended to its output since
-    ``before`` ({client: len(client.out)}) was taken."""
+def trace_deliveries(before: dict, payload=b"", header_size: int = -1) -> None:
+    """``->> [MSG ...]`` and its ``->> MSG_PAYLOAD`` on each receiver, for what routing
+    appended to its output since ``before`` ({client: len(client.out)}) was taken; ``payload``
+    is the message delivered (client.go deliverMsg traces both, 2.10+)."""
     for client, length in before.items():
         out = client.out
         if len(out) <= length:
@@ -184,6 +193,7 @@ def trace_deliveries(before: dict) -> None:
             if piece[:4] == b"MSG " or piece[:5] == b"HMSG ":
                 end = piece.find(b"\r\n")
                 log.log(TRACE, "%s - ->> [%s]", log_prefix(client), bytes(piece[:end]).decode("utf-8", "replace"))
+                trace_payload(client, payload, header_size, "->>")
 
 
 def receivers(client, subject: bytes) -> dict:

@@ -6,7 +6,7 @@ In-process (natserver.config.mapping and natserver.cli.main) except the last tes
 
 from __future__ import annotations
 
-import shutil
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +16,7 @@ import pytest
 
 from natserver import Options
 from natserver.cli import main
-from natserver.config.conf import ConfigError
+from natserver.config.conf import ConfigError, config_digest, parse_file
 from natserver.config.mapping import (
     ConfigFileError,
     go_duration,
@@ -25,9 +25,10 @@ from natserver.config.mapping import (
     unsupported_warnings,
 )
 from natserver.protocol import const
+from tests import reference
 
 REPO = Path(__file__).resolve().parents[2]
-NATS_SERVER = shutil.which("nats-server")
+NATS_SERVER = reference.NATS_SERVER  # nats-server 2.15.1 (tests/reference.py)
 
 
 def write(tmp_path: Path, text: str, name: str = "server.conf") -> Path:
@@ -105,7 +106,8 @@ def test_key_maps_to_option(tmp_path, text, expected):
 
 def test_defaults_when_the_file_sets_nothing(tmp_path):
     options = load(tmp_path, "# nothing\n")
-    assert options.copy(config_file="") == Options()
+    assert options.config_digest.startswith("sha256:")
+    assert options.copy(config_file="", config_digest="") == Options()
 
 
 def test_ping_interval_in_seconds_is_a_warning(tmp_path):
@@ -167,7 +169,7 @@ def test_dash_t_names_ignored_keys_and_fails_on_refused_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert 'natserver: warning: Config option "server_tags" is not supported by natserver and is ignored' in err
     assert 'natserver: warning: JetStream option "limits" is not supported by natserver and is ignored' in err
-    assert err.endswith(f"natserver: configuration file {path} is valid\n")
+    assert re.search(f"natserver: configuration file {re.escape(str(path))} is valid \\(sha256:[0-9a-f]{{64}}\\)\n$", err)
     path = write(tmp_path, "port: 4333\nmqtt { port: 1883 }\n")
     assert main(["-t", "-c", path]) == 1
     assert capsys.readouterr().err == (
@@ -329,7 +331,9 @@ def test_go_duration_format():
 def test_check_config_valid(tmp_path, capsys):
     path = write(tmp_path, "port: 4333\nconnect_error_reports: 3\n")
     assert main(["-c", str(path), "-t"]) == 0
-    assert capsys.readouterr().err == f"natserver: configuration file {path} is valid\n"
+    # 2.10+: the digest of the parsed file (conf/parse.go configDigest), as nats-server prints it.
+    digest = config_digest(parse_file(path))
+    assert capsys.readouterr().err == f"natserver: configuration file {path} is valid ({digest})\n"
 
 
 def test_check_config_unknown_field(tmp_path, capsys):
@@ -448,3 +452,15 @@ def test_other_cluster_options_warn(tmp_path):
     options = load(tmp_path, "cluster { port: 6222, name: c, pool_size: 3 }\n")
     assert options.cluster_port == 6222
     assert 'Cluster option "pool_size" is not supported by natserver and is ignored' in unsupported_warnings(options)
+
+
+def test_config_digest_is_go_json_of_the_values():
+    """conf/parse.go configDigest: sha256 of Go's json.Encoder output (keys sorted, HTML
+    characters escaped, floats and times in Go's form, a newline); the live -t comparison
+    (test_check_config_matches_nats_server) checks the digests of whole files."""
+    import hashlib
+    from datetime import datetime, timezone
+
+    values = {"b": 2.0, "a": [1e-7, 1e21, 0.5, "<x&y>", True], "t": datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)}
+    text = '{"a":[1e-7,1e+21,0.5,"\\u003cx\\u0026y\\u003e",true],"b":2,"t":"2024-01-02T03:04:05Z"}\n'
+    assert config_digest(values) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

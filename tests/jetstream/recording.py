@@ -8,7 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, running
+from tests.jetstream.legacy_reference import HAVE_NATS_SERVER, NATS_SERVER, running
 
 
 def assert_natserver_matches(run_script, config: str, recorded: Path, tmp_path: Path) -> None:

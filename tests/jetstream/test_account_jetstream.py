@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nats
 
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running
+from tests.jetstream.legacy_reference import HAVE_NATS_SERVER, NATS_SERVER, needs_nats_server, running
 from tests.jetstream.test_consumer_rules import RawClient
 
 TIMEOUT = 20

@@ -12,7 +12,7 @@ import socket
 import time
 from pathlib import Path
 
-from tests.auth.test_auth_helpers import needs_nats_server
+from tests.jetstream.legacy_reference import needs_nats_server
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 
 TIMEOUT = 20

@@ -18,7 +18,7 @@ import nats
 import pytest
 
 from natserver.jetstream.external import get_hash, index_name
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, free_port, running
+from tests.jetstream.legacy_reference import HAVE_NATS_SERVER, free_port, running
 
 TIMEOUT = 30  # seconds, for each scenario (consumers are retried every 2 s in both servers)
 SERVERS = ["natserver", pytest.param("nats-server", marks=[

@@ -17,7 +17,7 @@ import pytest
 
 from natserver.auth import nkeys as _nkeys
 from natserver.auth.jwt import OperatorTree, creds, jetstream_limits
-from tests.auth.test_auth_helpers import HAVE_NATS_SERVER, running
+from tests.jetstream.legacy_reference import HAVE_NATS_SERVER, running
 
 TIMEOUT = 20  # seconds, for each scenario
 SERVERS = ["natserver", pytest.param("nats-server", marks=[

@@ -16,7 +16,7 @@ from pathlib import Path
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType
 
-from tests.auth.test_auth_helpers import needs_nats_server
+from tests.jetstream.legacy_reference import needs_nats_server
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 
 TIMEOUT = 30

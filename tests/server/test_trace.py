@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from natserver.server.trace import go_quote
+from tests import reference
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = Path(__file__).with_name("trace_nats_server.json")
 TIMEOUT = 15.0
-NATS_SERVER = shutil.which("nats-server")
+NATS_SERVER = reference.NATS_SERVER  # nats-server 2.15.1 (tests/reference.py)
 
 # One byte script per connection, run in this order, each on its own connection. Every script
 # ends with a PING the driver waits for (so the lines are all in), unless it ends the connection.
@@ -53,11 +53,17 @@ SESSIONS = {
     "mappings": [
         b'CONNECT {"verbose":false}\r\nSUB > 1\r\nPUB a.b 2\r\nhi\r\nPUB plain 0\r\n\r\nPING\r\n',
     ],
+    # trace_headers (2.11+): only the header block is traced, nothing for a plain PUB.
+    "trace_headers": [
+        b'CONNECT {"verbose":false,"headers":true}\r\nSUB a 1\r\nPUB a 2\r\nhi\r\n'
+        b"HPUB a 22 26\r\nNATS/1.0\r\nK: value\r\n\r\nbody\r\nHPUB a 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n",
+    ],
 }
 ARGS = {
     "default": ["-DV"],
     "max_traced_msg_len_5": ["-V", "--max_traced_msg_len", "5"],
     "mappings": ["-V", "-c", str(Path(__file__).with_name("trace_mappings.conf"))],
+    "trace_headers": ["-V", "-c", str(Path(__file__).with_name("trace_headers.conf"))],
 }
 
 _LINE = re.compile(r"^\[\d+\] \S+ \S+ (\[(?:TRC|ERR|DBG)\]) (.*)$")
@@ -128,6 +134,7 @@ def record(argv: list[str], scripts: list[bytes]) -> list[list[str]]:
             sock.close()
             if "-V" not in argv:  # with -D: the close line (-V alone has none)
                 _wait_closed(server, port)
+        _settle(server)  # -V alone: the last close's DELSUB lines, before SIGTERM races them
     finally:
         server.stop()
     per_client: dict[int, list[str]] = {port: [] for port in ports}
@@ -144,6 +151,16 @@ def record(argv: list[str], scripts: list[bytes]) -> list[list[str]]:
             continue  # the keep-alive timer: when it fires depends on the machine
         per_client[int(client.group(1))].append(f"{level} {text}")
     return [per_client[port] for port in ports]
+
+
+def _settle(server: _Server, quiet: float = 0.3) -> None:
+    """Wait until the server has logged nothing for ``quiet`` seconds (at most TIMEOUT)."""
+    deadline = time.monotonic() + TIMEOUT
+    count, since = len(server.lines), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.02)
+        if len(server.lines) != count:
+            count, since = len(server.lines), time.monotonic()
 
 
 def _wait_closed(server: _Server, port: int) -> None:
