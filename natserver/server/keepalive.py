@@ -14,8 +14,13 @@ connection waiting auth_timeout would cost a spawn and a sleep's cancel scope at
 Re-arming a timer (CONNECT brings the first PING forward) pushes a new entry and leaves the old
 one behind; an entry whose due time is no longer the client's is skipped when it comes up. Those
 leftovers and the entries of closed clients are dropped by rebuilding the heap from the live
-clients whenever it holds twice as many entries as there are clients (plus some slack), so
-connection churn cannot grow it, nor keep closed clients in memory for a ping interval.
+clients whenever it holds three times as many entries as there are clients (plus some slack),
+checked at every arming and at every close (``forget``), so connection churn cannot grow it, nor
+keep closed clients in memory for a ping interval: an entry holds its client, and with it the
+client's parser, socket and task (about 10 KiB). Before the check at close, 10 000 connections
+that came and went left 2 244 such clients alive in the heap (their accept-time entries, due two
+minutes later). Between rebuilds at least as many arming or closes happen as there are live
+clients, so a rebuild costs O(1) a connection.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ if TYPE_CHECKING:
     from .client import Client
     from .server import Server
 
-# Entries beyond 2 per live client that the heap may hold before it is rebuilt.
-_HEAP_SLACK = 1024
+# Entries beyond 3 per live client that the heap may hold before it is rebuilt (a client has
+# at most 2 of its own: ping and auth).
+_HEAP_ENTRIES_PER_CLIENT = 3
+_HEAP_SLACK = 64
 # What an entry is for.
 PING = 0
 AUTH = 1
@@ -61,9 +68,15 @@ class PingTimers:
         client.auth_due = due
         self._push(due, client, AUTH)
 
+    def forget(self) -> None:
+        """A client has closed (and left server.clients): rebuild the heap if the entries of
+        closed clients and stale armings have come to outnumber the live ones."""
+        if len(self._heap) > _HEAP_ENTRIES_PER_CLIENT * len(self._server.clients) + _HEAP_SLACK:
+            self._rebuild()
+
     def _push(self, due: float, client: Client, kind: int) -> None:
         heap = self._heap
-        if len(heap) > 2 * len(self._server.clients) + _HEAP_SLACK:
+        if len(heap) > _HEAP_ENTRIES_PER_CLIENT * len(self._server.clients) + _HEAP_SLACK:
             self._rebuild()
         heapq.heappush(heap, (due, next(self._sequence), client, kind))
         sleep = self._sleep
