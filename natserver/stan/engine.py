@@ -28,7 +28,7 @@ from ..server.log import TRACE
 from . import errors as err
 from . import pb
 from .store import STATE_VERSION, STATE_WRITE_DELAY, ChannelStore, StanStore, StanStoreError
-from .transport import LocalTransport, NatsTransport
+from .transport import LocalTransport, NatsConnectError, NatsTransport
 
 __all__ = ["StanEngine", "CLIENT_ID_RE", "valid_channel"]
 
@@ -1080,7 +1080,11 @@ async def serve_stan(server, stan_options: StanOptions, *, task_status=trio.TASK
                               username=core.username or "", password=core.password or "",
                               token=core.authorization or "")
     async with trio.open_nursery() as nursery:
-        await nursery.start(transport.run)
+        try:
+            await nursery.start(transport.run)
+        except NatsConnectError as exc:
+            log.critical("STREAM: Failed to start: %s", exc)  # nats-streaming-server's fatal line
+            raise
         log.info("STREAM: Connected to NATS server at %s", transport.server_info.get("_url", ""))
         engine = StanEngine(server, stan_options, transport)
         server.stan = engine

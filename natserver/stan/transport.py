@@ -13,7 +13,8 @@ Both offer the engine the same four calls, with the router's callback signature
 :class:`NatsTransport` connects as nats-streaming-server's ``createNatsClientConn`` does
 (server.go): the servers of ``-ns`` (a comma-separated list; ``user:pass@`` and ``tls://``
 allowed), user/password/token, an nkey seed file or a credentials file, TLS with a client
-certificate, a CA, a server name or no verification; it reconnects for ever every 250 ms and
+certificate, a CA, a server name or no verification; it reconnects for ever every 250 ms, to
+the servers of the URL and those the server's INFO names in ``connect_urls`` (a cluster), and
 buffers nothing while disconnected (``ReconnectBufSize = -1``): a message queued then is
 dropped, and the STAN clients' own timeouts and redeliveries take over, as with the Go server.
 Its subscriptions are sent again on every reconnect.
@@ -47,10 +48,15 @@ MAX_PINGS_OUT = 2  # nats.go DefaultMaxPingOut
 MAX_CONTROL_LINE = 1024 * 1024
 MAX_PAYLOAD = 64 * 1024 * 1024  # nats-server's max_payload ceiling (MAX_PAYLOAD_MAX_SIZE)
 READ_SIZE = 64 * 1024
+# natserver's bound on the servers learnt from INFO connect_urls (nats.go keeps them all; a
+# server that lies about its cluster must not grow the list for ever)
+MAX_DISCOVERED_SERVERS = 64
 
 
 class NatsConnectError(Exception):
     """The first connection to the NATS server failed (the server then does not start)."""
+
+    fatal_startup = True  # natserver.cli prints the one line and exits 1, no traceback
 
 
 class LocalTransport:
@@ -264,6 +270,7 @@ class NatsTransport:
                     await stream.send_all(b"PONG\r\n")
             self.max_payload = min(int(info.get("max_payload") or MAX_PAYLOAD), MAX_PAYLOAD)
             self.server_info = dict(info, _url=f"{scheme}://{host}:{port}")
+            self._discover(info, scheme, url_user, url_pass)
             self._pending = buf
             self._stream = stream
             return stream
@@ -271,6 +278,20 @@ class NatsTransport:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
             raise
+
+    def _discover(self, info: dict, scheme: str, user: str, password: str) -> None:
+        """Add the cluster's other servers (INFO ``connect_urls``) to the reconnect list, as
+        nats.go does with the servers it discovers, bounded by MAX_DISCOVERED_SERVERS."""
+        known = {(host, port) for _, host, port, _, _ in self.urls}
+        for url in info.get("connect_urls") or ():
+            if len(self.urls) >= MAX_DISCOVERED_SERVERS or not isinstance(url, str):
+                break
+            host, _, port = url.rpartition(":")
+            host = host.strip("[]")
+            if not host or not port.isdigit() or (host, int(port)) in known:
+                continue
+            known.add((host, int(port)))
+            self.urls.append((scheme, host, int(port), user, password))
 
     def _ssl_context(self) -> ssl.SSLContext:
         opts = self.options
@@ -358,6 +379,7 @@ class NatsTransport:
                               line[5:].decode(errors="replace"))
                 elif op == b"INFO":
                     info = orjson.loads(line[5:])
+                    self._discover(info, self.urls[0][0], self.urls[0][3], self.urls[0][4])
                     if info.get("ldm"):
                         log.info("STREAM: the NATS server is in lame duck mode")
             del buf[:pos]

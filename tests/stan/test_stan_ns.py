@@ -240,3 +240,41 @@ def test_engine_reconnects_after_the_nats_server_restarts(tmp_path):
     finally:
         proc.stop()
         backing.stop()
+
+
+def test_engine_fails_over_to_a_server_the_cluster_told_it_of(tmp_path):
+    """-ns names one server of a cluster; when it goes, the engine reconnects to another one
+    that server's INFO listed in connect_urls (nats.go's discovered servers), and STAN clients
+    there are served (node-nats-streaming's 'connection_lost when replaced' depends on it)."""
+    from natserver.testing_cluster import NatsCluster
+
+    with NatsCluster(size=2) as cluster:
+        proc = natserver_ns(tmp_path, cluster.urls[0])
+        try:
+            cluster.stop(0)
+
+            async def main():
+                deadline = time.monotonic() + DEADLINE
+                while True:  # until the engine is back, on node 1
+                    try:
+                        sc = await S.connect(cluster.urls[1], "after-failover", cluster_id="ns-cluster",
+                                             connect_timeout=1)
+                        break
+                    except Exception:
+                        assert time.monotonic() < deadline, "the engine never came back"
+                        await asyncio.sleep(0.1)
+                got: asyncio.Queue = asyncio.Queue()
+
+                async def cb(msg):
+                    await got.put(msg.data)
+
+                await sc.subscribe("failover", cb=cb)
+                await sc.publish("failover", b"served by node 1")
+                assert await asyncio.wait_for(got.get(), DEADLINE) == b"served by node 1"
+                await S.close(sc)
+
+            asyncio.run(asyncio.wait_for(main(), DEADLINE * 2))
+            port1 = cluster.urls[1].rsplit(":", 1)[1]
+            assert f'reconnected to NATS Server at "nats://127.0.0.1:{port1}"' in proc.log_path.read_text()
+        finally:
+            proc.stop()
