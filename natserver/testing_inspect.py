@@ -9,6 +9,8 @@ wrap methods of one running engine's objects and unwrap them when spent or cance
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 from typing import Any, Callable
 
 __all__ = [
@@ -225,16 +227,22 @@ class MethodFault:
                 pass
 
 
+def _running_jetstream(module: str):
+    """A module of the JetStream engine that runs (so it is loaded): the test double does not
+    load JetStream (a few hundred milliseconds of imports) for servers without it."""
+    return sys.modules[f"natserver.jetstream.{module}"]
+
+
 def fail_stores(stream, fault) -> MethodFault:
     """The next ``fault.count`` messages stored in ``stream`` fail with a store error (the
     publisher gets 503/10077, as when nats-server's store refuses a write)."""
-    from .jetstream.store import StoreError
+    store_error = _running_jetstream("store").StoreError
 
     def make(original, method_fault):
         def store_msg(*args, **kwargs):
             if fault.active:
                 fault._fire()
-                raise StoreError(INJECTED_STORE_ERROR)
+                raise store_error(INJECTED_STORE_ERROR)
             return original(*args, **kwargs)
 
         return store_msg
@@ -245,12 +253,11 @@ def fail_stores(stream, fault) -> MethodFault:
 def expire_pulls(server, account: str, stream_name: str, consumer_name: str, fault) -> MethodFault:
     """The next ``fault.count`` pull requests to the consumer end at once with ``408 Request
     Timeout``, as if their ``expires`` had passed before any message came."""
-    from .jetstream.delivery import _timeout_header
-
     engine = jetstream_engine(server, account)
     if engine is None:
         raise LookupError("JetStream is not enabled (NatsServer(jetstream=True))")
     find_consumer(server, account, stream_name, consumer_name)  # a typo fails now, not silently
+    timeout_header = _running_jetstream("delivery")._timeout_header
 
     def make(original, method_fault):
         def pull(consumer, reply, payload):
@@ -258,7 +265,7 @@ def expire_pulls(server, account: str, stream_name: str, consumer_name: str, fau
                     and consumer.name == consumer_name):
                 fault._fire()
                 batch, max_bytes = _pull_size(payload)
-                engine.send(reply, b"", _timeout_header(batch, max_bytes))
+                engine.send(reply, b"", timeout_header(batch, max_bytes))
                 return None
             return original(consumer, reply, payload)
 
@@ -268,8 +275,6 @@ def expire_pulls(server, account: str, stream_name: str, consumer_name: str, fau
 
 
 def _pull_size(payload: bytes) -> tuple[int, int]:
-    import json
-
     body = bytes(payload).strip()
     try:
         if body[:1] == b"{":
