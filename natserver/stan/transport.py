@@ -354,6 +354,8 @@ class NatsTransport:
                 op = line[:4].upper()
                 if op in (b"MSG ", b"HMSG"):
                     args = line.split()
+                    if len(args) not in ((5, 6) if op == b"HMSG" else (4, 5)):
+                        raise ValueError(f"bad {op.decode().strip()} line")
                     size = int(args[-1])
                     header_size = int(args[-2]) if op == b"HMSG" else 0
                     if size > self.max_payload + MAX_CONTROL_LINE or not 0 <= header_size <= size:
@@ -367,7 +369,10 @@ class NatsTransport:
                     reply = args[3] if len(args) == (6 if op == b"HMSG" else 5) else None
                     sub = self._subs.get(int(args[2]))
                     if sub is not None:
-                        sub.callback(args[1], reply, None, payload)
+                        try:
+                            sub.callback(args[1], reply, None, payload)
+                        except Exception:  # one bad message never takes the connection down
+                            log.exception("STREAM: internal error handling a message on %r", args[1])
                     continue
                 pos = end + 2
                 if op == b"PING":

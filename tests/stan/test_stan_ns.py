@@ -278,3 +278,38 @@ def test_engine_fails_over_to_a_server_the_cluster_told_it_of(tmp_path):
             assert f'reconnected to NATS Server at "nats://127.0.0.1:{port1}"' in proc.log_path.read_text()
         finally:
             proc.stop()
+
+
+def test_transport_survives_what_a_broken_server_sends():
+    """Malformed MSG lines and an oversized message end the connection (it is then made
+    again), never the engine; a callback that raises loses only its message."""
+    import trio
+
+    from natserver.config.stan import StanOptions
+    from natserver.stan.transport import NatsTransport
+
+    async def main():
+        transport = NatsTransport(StanOptions(nats_server_url="nats://127.0.0.1:1"), name="t")
+        got = []
+        transport.subscribe("a", lambda *args: got.append(args))
+
+        def boom(*args):
+            raise RuntimeError("callback failed")
+
+        transport.subscribe("b", boom)
+        for bad in (b"MSG 5\r\n", b"MSG a x 3\r\nabc\r\n", b"HMSG a 1 9 3\r\nabc\r\n",
+                    b"MSG a 1 %d\r\n" % (10**12), b"INFO {not json\r\n"):
+            left, right = trio.testing.memory_stream_pair()
+            await left.send_all(bad)
+            with pytest.raises(ValueError):
+                with trio.fail_after(5):
+                    await transport._reader(right, bytearray())
+        left, right = trio.testing.memory_stream_pair()
+        await left.send_all(b"MSG b 2 1\r\nx\r\nMSG a 1 _INBOX.r 2\r\nok\r\n")
+        await left.aclose()
+        with pytest.raises(trio.BrokenResourceError):
+            with trio.fail_after(5):
+                await transport._reader(right, bytearray())
+        assert got == [(b"a", b"_INBOX.r", None, b"ok")]
+
+    trio.run(main)
