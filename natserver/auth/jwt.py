@@ -18,7 +18,8 @@ revocations, ``src`` networks, ``times`` windows, allowed connection types, scop
 keys (their template replaces the user's permissions and limits). Enforced limits: account
 ``conn``, ``subs``, ``payload``, ``imports``, ``exports``, ``wildcards``; user ``subs``,
 ``payload``. A user JWT that expires while connected is disconnected ("User Authentication
-Expired"). What natserver does not support is refused with a clear error: URL or directory
+Expired"), and so are an account's clients when its account JWT expires ("Account
+Authentication Expired"). What natserver does not support is refused with a clear error: URL or directory
 resolvers are a configuration error. An account's subject ``mappings`` apply as in a
 configuration file. An account JWT's JetStream limits (``mem_storage``, ``disk_storage``,
 ``streams``, ``consumer``, ``max_ack_pending``, ``mem_max_stream_bytes``,
@@ -622,6 +623,8 @@ class OperatorMode:
         if valid_for is not None:
             expires.append(clock.now() + valid_for)
         client.auth_expires = min(expires) if expires else None
+        # accounts.go checkExpiration: the account's clients are cut off when its JWT expires.
+        client.account_expires = float(account.claims.expires) if account.claims.expires else None
         log.debug('%s - Authenticated JWT: Client "%s" (claim-name: "%s") signed with "%s" by Account "%s"',
                   label, user.subject, user.name, user.issuer, account.name)
         return True

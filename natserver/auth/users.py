@@ -163,6 +163,7 @@ class Permissions:
         subscribe = spec.get("subscribe", spec.get("sub", spec.get("export")))
         pub_allow, pub_deny = _allow_deny(publish)
         sub_allow, sub_deny = _allow_deny(subscribe)
+        self.subject_lists = (pub_allow, pub_deny, sub_allow, sub_deny)  # as configured, for public()
         responses = spec.get("allow_responses", spec.get("publish_allow_responses"))
         self.responses = _response_spec(responses)
         if self.responses is not None and pub_allow is None:
@@ -184,6 +185,20 @@ class Permissions:
 
     def __repr__(self) -> str:
         return f"Permissions({self.spec!r})"
+
+    def public(self) -> dict:
+        """client.go publicPermissions: the lists as $SYS.REQ.USER.INFO shows them (an empty
+        list is left out, as Go's omitempty does; responses' ttl in nanoseconds)."""
+        pub_allow, pub_deny, sub_allow, sub_deny = self.subject_lists
+        out: dict = {"publish": {}, "subscribe": {}}
+        for kind, allow, deny in (("publish", pub_allow, pub_deny), ("subscribe", sub_allow, sub_deny)):
+            if allow:
+                out[kind]["allow"] = list(allow)
+            if deny:
+                out[kind]["deny"] = list(deny)
+        if self.responses is not None:
+            out["responses"] = {"max": self.responses[0], "ttl": int(self.responses[1] * 1_000_000_000)}
+        return out
 
     def for_client(self):
         """What a connection holds: these permissions, or (with allow_responses) a per-client
@@ -570,6 +585,7 @@ def authenticate_connect(client, opts: dict) -> None:
     server = client.server
     client._auth_error = None
     client.auth_expires = None
+    client.account_expires = None
     ok = server.authenticate(client, opts)
     if client._auth_error is not None:
         log.error("%s - %s", client_label(client), client._auth_error.text)
@@ -578,9 +594,7 @@ def authenticate_connect(client, opts: dict) -> None:
         log.error("%s - %s", client_label(client), server.auth.failure_detail(opts))
         raise ProtocolError(errors.AUTH_VIOLATION, "authentication failed")
     apply_limits(client)
-    expires = client.auth_expires
-    if expires is not None and client._nursery is not None:
-        client._nursery.start_soon(_expire, client, expires)
+    watch_expiry(client)
 
 
 def apply_limits(client) -> None:
@@ -599,14 +613,46 @@ def apply_limits(client) -> None:
     client.max_subs = max_subs
 
 
-async def _expire(client, deadline: float) -> None:
-    """client.go authExpired: a user JWT expires while the client is connected."""
-    await trio.sleep(max(0.0, deadline - clock.now()))
-    if not client.closed:
-        log.debug("%s - User Authentication Expired", client_label(client))
-        client.queue(errors.AUTH_EXPIRED.wire)
-        client.close(errors.AUTH_EXPIRED.close_reason, flush=True)
-        client.server.flush_touched()
+def watch_expiry(client) -> None:
+    """Cut the client off when what it authenticated as expires (``client.auth_expires``: its
+    user JWT, its connect-time window; ``client.account_expires``: its account's JWT), as
+    nats-server's timers do (client.go authExpired, accounts.go expiredTimeout). One task per
+    client, started once: a reload that moves either time is followed."""
+    if getattr(client, "_expiry_watched", False) or client._nursery is None:
+        return
+    if getattr(client, "auth_expires", None) is None and getattr(client, "account_expires", None) is None:
+        return
+    client._expiry_watched = True
+    client._nursery.start_soon(_expire, client)
+
+
+async def _expire(client) -> None:
+    try:
+        while not client.closed:
+            user, account = getattr(client, "auth_expires", None), getattr(client, "account_expires", None)
+            deadlines = [t for t in (user, account) if t is not None]
+            if not deadlines:
+                return  # a reload took the expiry away
+            await trio.sleep(max(0.0, min(deadlines) - clock.now()))
+            if client.closed:
+                return
+            now = clock.now()
+            user, account = getattr(client, "auth_expires", None), getattr(client, "account_expires", None)
+            if user is not None and now >= user:
+                error = errors.AUTH_EXPIRED
+            elif account is not None and now >= account:
+                error = errors.ACCOUNT_AUTH_EXPIRED
+                if client.account is not None:
+                    client.account.expired = True
+            else:
+                continue  # moved by a reload
+            log.debug("%s - %s", client_label(client), error.text)
+            client.queue(error.wire)
+            client.close(error.close_reason, flush=True)
+            client.server.flush_touched()
+            return
+    finally:
+        client._expiry_watched = False
 
 
 def register(client, name: str, permissions, account: str | None, accounts) -> None:

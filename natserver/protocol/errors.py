@@ -42,6 +42,8 @@ AUTH_VIOLATION = ServerError("Authorization Violation", True, "Authentication Fa
 AUTH_TIMEOUT = ServerError("Authentication Timeout", True, "Authentication Timeout")
 # client.go authExpired: a user JWT expired while connected.
 AUTH_EXPIRED = ServerError("User Authentication Expired", True, "Authentication Expired")
+# client.go accountAuthExpired: the account's JWT expired while the client was connected.
+ACCOUNT_AUTH_EXPIRED = ServerError("Account Authentication Expired", True, "Authentication Expired")
 # client.go maxAccountConnExceeded (an account's max_connections / JWT limits.conn).
 MAX_ACCOUNT_CONNECTIONS = ServerError(
     "maximum account active connections exceeded", True, "Maximum Account Connections Exceeded"

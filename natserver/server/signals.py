@@ -22,6 +22,7 @@ import signal
 
 import trio
 
+from ..auth.users import watch_expiry
 from ..config.conf import ConfigError
 from ..config.flags import build_options, validate
 from ..config.mapping import ConfigFileError
@@ -274,6 +275,7 @@ def reauthorize_clients(server) -> None:
             client.close(errors.AUTH_VIOLATION.close_reason, flush=True)
         else:
             client.drop_forbidden_subscriptions()
+            watch_expiry(client)  # (an updated JWT may now expire)
     server.flush_touched()
 
 
