@@ -21,9 +21,10 @@ from .stream import (
     _enum,
     _int,
     _str,
+    _strlist,
     decode_struct,
 )
-from .util import compile_filter, is_subset_match, is_valid_subject, rfc3339nano
+from .util import compile_filters, is_subset_match, is_valid_subject, rfc3339nano
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
 DEFAULT_MAX_ACK_PENDING = 1000  # nats-server's JsDefaultMaxAckPending
@@ -33,6 +34,7 @@ EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base
 _NAME_ALPHABET = string.ascii_letters + string.digits
 
 _DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
+MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and values, bytes
 _goint = lambda v: _int(v, _INT64)
 _uint = lambda v: _int(v, _UINT64)
 
@@ -43,6 +45,13 @@ def _durations(value):
     if not isinstance(value, list):
         raise DecodeError("backoff: not a list")
     return [_goint(v) for v in value]
+
+
+def _metadata(value):
+    """metadata: map[string]string (2.10+)."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise DecodeError("metadata: not an object of strings")
+    return dict(value)
 
 
 def _time(value):
@@ -64,6 +73,7 @@ _FIELDS = {
     "max_deliver": _goint,
     "backoff": _durations,
     "filter_subject": _str,
+    "filter_subjects": _strlist,
     "replay_policy": _enum("instant", "original"),
     "rate_limit_bps": _uint,
     "sample_freq": _str,
@@ -81,17 +91,18 @@ _FIELDS = {
     "num_replicas": _goint,
     "mem_storage": _bool,
     "direct": _bool,
+    "metadata": _metadata,
 }
 
 # Go's zero values; which of them are omitted (omitempty) is in to_json.
 _DEFAULTS = {
     "durable_name": "", "name": "", "description": "", "deliver_policy": "all", "opt_start_seq": 0,
     "opt_start_time": None, "ack_policy": "none", "ack_wait": 0, "max_deliver": 0, "backoff": None,
-    "filter_subject": "", "replay_policy": "instant", "rate_limit_bps": 0, "sample_freq": "",
+    "filter_subject": "", "filter_subjects": None, "replay_policy": "instant", "rate_limit_bps": 0, "sample_freq": "",
     "max_waiting": 0, "max_ack_pending": 0, "idle_heartbeat": 0, "flow_control": False,
     "headers_only": False, "max_batch": 0, "max_expires": 0, "max_bytes": 0, "deliver_subject": "",
     "deliver_group": "", "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
-    "direct": False,
+    "direct": False, "metadata": None,
 }
 # Written even when zero (no omitempty in nats-server's struct tags).
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
@@ -114,13 +125,24 @@ class ConsumerConfig:
         out: dict = {}
         for key, default in _DEFAULTS.items():
             value = getattr(self, key)
-            if key in _ALWAYS or (value != default and value is not None and value != []):
+            if key in _ALWAYS or (value != default and value is not None and value != [] and value != {}):
                 out[key] = value
         return out
 
     @property
     def is_push(self) -> bool:
         return bool(self.deliver_subject)
+
+    @property
+    def filters(self) -> list[str]:
+        """consumer.go gatherSubjectFilters: filter_subject, else the filter_subjects (2.10+)."""
+        if self.filter_subject:
+            return [self.filter_subject]
+        return list(self.filter_subjects or ())
+
+    def matcher(self):
+        """A predicate on stored subjects (bytes), None for "everything"."""
+        return compile_filters([f.encode() for f in self.filters])
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ConsumerConfig) and self.to_json() == other.to_json()
@@ -200,10 +222,20 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_direct_requires_ephemeral()
     if cfg.deliver_group and not cfg.deliver_subject:
         raise errors.consumer_deliver_group_requires_push()
-    # Only the filter's form is checked: nats-server (since 2.10) takes any filter, wider or
+    # Only the filters' form is checked: nats-server (since 2.10) takes any filter, wider or
     # narrower than the stream's subjects or disjoint from them (it then matches nothing).
+    if cfg.filter_subject and cfg.filter_subjects:
+        raise errors.consumer_duplicate_filter_subjects()
     if cfg.filter_subject and not is_valid_subject(cfg.filter_subject):
         raise errors.stream_invalid_config(errors.BAD_SUBJECT)
+    if any(not f for f in cfg.filter_subjects or ()):
+        raise errors.consumer_empty_filter()
+    filters = cfg.filters
+    for outer, subject in enumerate(filters):
+        if not is_valid_subject(subject):
+            raise errors.stream_invalid_config(errors.BAD_SUBJECT)
+        if any(inner != outer and is_subset_match(subject, other) for inner, other in enumerate(filters)):
+            raise errors.consumer_overlapping_filters()
     _check_deliver_policy(cfg)
     if cfg.sample_freq:
         text = cfg.sample_freq.removesuffix("%")
@@ -215,6 +247,8 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
         raise errors.consumer_flow_control_needs_heartbeats()
     if cfg.durable_name and cfg.name and cfg.durable_name != cfg.name:
         raise errors.consumer_durable_name_mismatch()
+    if sum(len(k) + len(v) for k, v in (cfg.metadata or {}).items()) > MAX_METADATA_LEN:
+        raise errors.consumer_metadata_length(f"{MAX_METADATA_LEN // 1024}KB")
 
 
 # checkConsumerCfg's start rules: per policy, which optional start must and must not be set.
@@ -239,7 +273,7 @@ def _check_deliver_policy(cfg: ConsumerConfig) -> None:
             bad_start("sequence")
         if cfg.opt_start_time is not None:
             bad_start("time")
-        if policy == "last_per_subject" and not cfg.filter_subject:
+        if policy == "last_per_subject" and not cfg.filters:
             not_set("filter subject")
     elif policy == "by_start_sequence":
         if cfg.opt_start_seq == 0:
@@ -260,11 +294,12 @@ def check_workqueue(cfg: ConsumerConfig, others) -> None:
         raise errors.consumer_wq_requires_explicit_ack()
     others = list(others)
     if others:
-        if not cfg.filter_subject:
+        mine = cfg.filters
+        if not mine:
             raise errors.consumer_wq_multiple_unfiltered()
         for other in others:
-            theirs = other.cfg.filter_subject
-            if not theirs or is_subset_match(cfg.filter_subject, theirs) or is_subset_match(theirs, cfg.filter_subject):
+            theirs = other.cfg.filters
+            if not theirs or any(is_subset_match(a, b) or is_subset_match(b, a) for a in mine for b in theirs):
                 raise errors.consumer_wq_not_unique()
     if cfg.deliver_policy != "all":
         raise errors.consumer_wq_not_deliver_all()
@@ -312,11 +347,11 @@ def parse_time(text: str) -> int:
 def start_sequence(cfg: ConsumerConfig, store) -> int:
     """nats-server's selectStartingSeqNo: the first stream sequence the consumer looks at."""
     policy = cfg.deliver_policy
-    filter = cfg.filter_subject.encode()
+    filters = [f.encode() for f in cfg.filters]
     if policy == "all":
         seq = store.first_seq
     elif policy == "last":
-        seq = store.last_seq_for(filter) if filter else store.last_seq
+        seq = max(store.last_seq_for(f) for f in filters) if filters else store.last_seq
     elif policy == "new":
         seq = store.last_seq + 1
     elif policy == "by_start_sequence":
@@ -332,14 +367,10 @@ def start_sequence(cfg: ConsumerConfig, store) -> int:
                 seq = candidate
                 break
     else:  # last_per_subject: the earliest of the subjects' last messages
-        lasts = [ss[2] for subj, ss in store.fss.items() if _matches(filter, subj)]
+        match = cfg.matcher()
+        lasts = [ss[2] for subj, ss in store.fss.items() if match is None or match(subj)]
         seq = min(lasts) if lasts else store.last_seq + 1
     return max(seq, 1)
-
-
-def _matches(filter: bytes, subject: bytes) -> bool:
-    match = compile_filter(filter)
-    return match is None or match(subject)
 
 
 class Consumer:
@@ -374,7 +405,7 @@ class Consumer:
         self.dirty = True  # state changed since it was last saved (durables, consumer_store.py)
         self.saved_at = 0  # ns
         self.save_queued = False  # the timer task knows a snapshot is due
-        self.match = compile_filter(cfg.filter_subject.encode())
+        self.match = cfg.matcher()
         # deliver last_per_subject: each matching subject's last message, in stream order, then
         # on after the stream's last message at the start (consumer.go lastSeqSkipList; not
         # needed when a subject keeps one message). lss_undo: the state before the last one
@@ -418,7 +449,14 @@ class Consumer:
                     npc += 1
                     npcm = max(npcm, ss[2])
         else:
-            npc, _, npcm = store.filtered_state(sseq, self.cfg.filter_subject.encode())
+            filters = self.cfg.filters
+            if len(filters) <= 1:
+                npc, _, npcm = store.filtered_state(sseq, filters[0].encode() if filters else b"")
+            else:  # several filters, which do not overlap (check_config): their counts add up
+                npc = npcm = 0
+                for f in filters:
+                    count, _, last = store.filtered_state(sseq, f.encode())
+                    npc, npcm = npc + count, max(npcm, last)
         self.npc, self.npcm = npc, npcm
         return npc
 
@@ -430,12 +468,10 @@ class Consumer:
 
     def filtered_match(self, subject: str) -> bool:
         """consumer.go isFilteredMatch: does a purge of ``subject`` concern this consumer?"""
-        f = self.cfg.filter_subject
-        if not f:
+        filters = self.cfg.filters
+        if not filters:
             return True
-        if "*" not in f and ">" not in f:
-            return subject == f
-        return is_subset_match(subject, f)
+        return any(subject == f if "*" not in f and ">" not in f else is_subset_match(subject, f) for f in filters)
 
     def purged(self, sseq: int, slseq: int) -> None:
         """The stream was purged up to ``sseq`` (consumer.go purge): skip ahead to it, drop
@@ -507,7 +543,7 @@ class Consumer:
             start = max(self.delivered_sseq + 1, store.first_seq)
             if start > store.last_seq:
                 return None
-            msg = store.load_next_msg(self.cfg.filter_subject.encode(), start)
+            msg = self._load_next(store, start)
             if msg is None:
                 self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
                 return None
@@ -524,6 +560,22 @@ class Consumer:
         else:
             self.pending[msg.seq] = [self.delivered_cseq, now]
         return msg, 1
+
+    def _load_next(self, store, start: int):
+        """The first message at or after ``start`` that a filter takes (the earliest of each
+        filter's next, with several)."""
+        filters = self.cfg.filters
+        if len(filters) <= 1:
+            return store.load_next_msg(filters[0].encode() if filters else b"", start)
+        found = [m for m in (store.load_next_msg(f.encode(), start) for f in filters) if m is not None]
+        return min(found, key=lambda m: m.seq) if found else None
+
+    def reconfigure(self, cfg: ConsumerConfig) -> None:
+        """An update took effect: the new filters apply to what comes next."""
+        self.cfg = cfg
+        self.match = cfg.matcher()
+        self.npcm = 0  # count pending afresh under the new filters
+        self.dirty = True
 
     def pace(self, seq: int, ts: int, size: int, now: int, burst: int) -> int:
         """When message ``seq`` (stored at ``ts``, ``size`` bytes on the wire) may go out: 0 for

@@ -94,8 +94,12 @@ class ConsumerApi:
             elif name:
                 if cfg.name and cfg.name != name or cfg.durable_name and cfg.durable_name != name:
                     raise errors.consumer_name_mismatch()
+                # jetstream_api.go jsConsumerCreateRequest (2.10+): the subject's filter token
+                # goes with filter_subject only.
+                if filter and cfg.filter_subjects:
+                    raise errors.consumer_multiple_filters_not_allowed()
                 if filter and cfg.filter_subject != filter:
-                    raise errors.consumer_create("consumer filter subject does not match the request subject")
+                    raise errors.consumer_create_filter_mismatch()
             if cfg.num_replicas > 1:  # natserver's JetStream is a single server's (jsConsumerCreateRequest)
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
@@ -121,7 +125,7 @@ class ConsumerApi:
             if existing.cfg == cfg:
                 return existing
             check_update(existing.cfg, cfg)
-            existing.cfg = cfg
+            existing.reconfigure(cfg)
             self._save(existing)
             return existing
         # nats-server: the stream's max_consumers, or the account's when that is lower, bounds

@@ -149,6 +149,19 @@ consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires 
 consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")
 consumer_wq_multiple_unfiltered = _fixed(400, 10099, "multiple non-filtered consumers not allowed on workqueue stream")
 consumer_wq_not_unique = _fixed(400, 10100, "filtered consumer not unique on workqueue stream")
+# 2.10+: several filter subjects (server/errors.json).
+consumer_duplicate_filter_subjects = _fixed(
+    400, 10136, "consumer cannot have both FilterSubject and FilterSubjects specified")
+consumer_multiple_filters_not_allowed = _fixed(
+    400, 10137, "consumer with multiple subject filters cannot use subject based API")
+consumer_overlapping_filters = _fixed(400, 10138, "consumer subject filters cannot overlap")
+consumer_empty_filter = _fixed(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+consumer_create_filter_mismatch = _fixed(
+    400, 10131, "Consumer create request did not match filtered subject from create subject")
+
+
+def consumer_metadata_length(limit: str) -> ApiError:
+    return ApiError(400, 10135, f"consumer metadata exceeds maximum size of {limit}")
 consumer_wq_not_deliver_all = _fixed(400, 10101, "consumer must be deliver all on workqueue stream")
 consumer_max_request_batch_negative = _fixed(400, 10114, "consumer max request batch needs to be > 0")
 consumer_max_request_expires_too_small = _fixed(400, 10115, "consumer max request expires needs to be >= 1ms")

@@ -198,6 +198,17 @@ def subjects_collide(a: str, b: str) -> bool:
     return True
 
 
+def compile_filters(filters) -> object:
+    """compile_filter for a consumer's filters (2.10+ filter_subjects, bytes): a message
+    matches when any filter does; None means "everything"."""
+    matches = [compile_filter(f) for f in filters]
+    if not matches or any(m is None for m in matches):
+        return None
+    if len(matches) == 1:
+        return matches[0]
+    return lambda subject: any(m(subject) for m in matches)
+
+
 def compile_filter(filter: bytes):
     """A predicate for literal subjects (bytes): does ``filter`` (which may have wildcards;
     b"" and b">" mean everything) match? None means "everything" so callers can skip it."""
