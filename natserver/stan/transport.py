@@ -32,6 +32,7 @@ import orjson
 import trio
 
 from .._version import __version__
+from ..auth import nkeys
 from ..config.stan import StanOptions
 
 __all__ = ["LocalTransport", "NatsTransport", "NatsConnectError"]
@@ -414,8 +415,6 @@ async def _read_line(stream: trio.abc.Stream, buf: bytearray) -> bytearray:
 
 def _sign(seed: str, nonce: str) -> tuple[str, str]:
     """(public key, base64url signature of the nonce) for an nkey seed."""
-    from ..auth import nkeys  # cryptography, imported only when used
-
     try:
         pair = nkeys.from_seed(seed.encode())
     except ValueError as exc:
