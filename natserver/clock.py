@@ -37,11 +37,11 @@ class Timebase:
 
     __slots__ = ("trio_clock", "_real_speed", "_jumped_ns", "_wall0_ns", "_clock0", "users")
 
-    def __init__(self, trio_clock: Any) -> None:
+    def __init__(self, trio_clock: Any, offset_ns: int = 0) -> None:
         self.trio_clock = trio_clock
         self._real_speed = getattr(trio_clock, "rate", None) == 1.0
-        self._jumped_ns = 0
-        self._wall0_ns = time.time_ns()
+        self._jumped_ns = offset_ns  # ahead of time.time() from the start (a restarted server's)
+        self._wall0_ns = time.time_ns() + offset_ns
         self._clock0 = trio_clock.current_time()
         self.users = 0  # servers of this thread's trio run relying on it
 
@@ -102,13 +102,14 @@ def monotonic() -> float:
     return _monotonic()
 
 
-def install(trio_clock: Any) -> Timebase:
-    """Make this thread's time follow ``trio_clock`` (a trio clock; a test clock that jumps).
-    Installing the clock already installed counts one more user; :func:`uninstall` each."""
+def install(trio_clock: Any, offset_ns: int = 0) -> Timebase:
+    """Make this thread's time follow ``trio_clock`` (a trio clock; a test clock that jumps),
+    starting ``offset_ns`` ahead of the system's wall time. Installing the clock already
+    installed counts one more user; :func:`uninstall` each."""
     global _installed_anywhere
     timebase = _installed.timebase
     if timebase is None or timebase.trio_clock is not trio_clock:
-        timebase = Timebase(trio_clock)
+        timebase = Timebase(trio_clock, offset_ns)
         _installed.timebase = timebase
         with _count_lock:
             _installed_anywhere += 1

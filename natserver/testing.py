@@ -393,6 +393,7 @@ class NatsServer:
             raise ValueError(f"clock must be 'real' or 'manual', not {clock!r}")
         self.clock: Clock = clock
         self._timebase: server_clock.Timebase | None = None  # the server thread's time (see now())
+        self._wall_offset_ns = 0  # how far ahead of time.time() the server's clock was when it stopped
         base = options if options is not None else Options(host="127.0.0.1", port=-1, quiet=True)
         changes = {_ALIASES.get(key, key): value for key, value in changes.items()}
         _check_option_names(changes)
@@ -642,16 +643,19 @@ class NatsServer:
 
     async def _run(self, options: Options, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The server and our helper tasks, in one nursery (thread and native mode alike)."""
+        trio_clock = trio.lowlevel.current_clock()
+        # A test clock (ours in thread mode; pytest-trio's mock_clock in trio-native mode):
+        # the server's wall time follows it, so advance() moves timestamps and timers alike.
+        # A restart goes on from the time the server had (what was advanced stays advanced).
+        timebase = None
+        if isinstance(trio_clock, trio.testing.MockClock):
+            timebase = server_clock.install(trio_clock, self._wall_offset_ns)
+        self._timebase = timebase
         server = Server(options)
         self.server = server
         self._install_hooks()
         self._finished.clear()
         self._finished_trio = trio.Event()
-        trio_clock = trio.lowlevel.current_clock()
-        # A test clock (ours in thread mode; pytest-trio's mock_clock in trio-native mode):
-        # the server's wall time follows it, so advance() moves timestamps and timers alike.
-        timebase = server_clock.install(trio_clock) if isinstance(trio_clock, trio.testing.MockClock) else None
-        self._timebase = timebase
         try:
             async with trio.open_nursery() as nursery:
 
@@ -671,6 +675,7 @@ class NatsServer:
                 task_status.started(self)
         finally:
             if timebase is not None:
+                self._wall_offset_ns = timebase.now_ns() - time.time_ns()
                 server_clock.uninstall(timebase)
             self._aux = None
             self._token = None

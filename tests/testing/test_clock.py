@@ -339,3 +339,15 @@ async def test_trio_native_server_on_the_tests_mock_clock(mock_clock, trio_nats_
         while b"MSG later 1 2\r\nhi\r\n" not in received:
             received += await stream.receive_some(4096)
         await stream.aclose()
+
+
+def test_a_restart_keeps_the_advanced_time():
+    with NatsServer(jetstream=True) as server:
+        server.advance(3600)
+        server.restart()
+        assert server.now() - time.time() == pytest.approx(3600, abs=0.5)
+    with NatsServer(clock="manual") as server:
+        server.advance(10)
+        before = server.now()
+        server.restart()
+        assert server.now() == pytest.approx(before, abs=0.5)
