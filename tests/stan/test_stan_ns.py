@@ -313,3 +313,33 @@ def test_transport_survives_what_a_broken_server_sends():
         assert got == [(b"a", b"_INBOX.r", None, b"ok")]
 
     trio.run(main)
+
+
+def test_stan_through_a_server_that_wants_an_nkey(tmp_path, threaded_server, monkeypatch):
+    """The streaming block's nkey_seed_file (nats-streaming-server's NKeySeedFile): the engine
+    signs the server's nonce with the seed, as nats.go's NkeyOptionFromSeed does."""
+    from natserver.auth import nkeys
+    from natserver.auth.users import NkeyUser
+
+    monkeypatch.setitem(sys.modules, "nkeys", nkeys)  # nats-py signs the nonce with the nkeys package's API
+    pair = nkeys.create_user()
+    seed_file = tmp_path / "stan.nk"
+    seed_file.write_bytes(pair.seed + b"\n")
+    backing = threaded_server(nkeys=[NkeyUser(pair.public_key.decode())], users=[])
+    conf = tmp_path / "ns.conf"
+    conf.write_text(f'streaming {{ cluster_id: "ns-cluster", ns: "nats://127.0.0.1:{backing.port}", '
+                    f'nkey_seed_file: "{seed_file}" }}\n')
+    proc = Proc(tmp_path, "natserver-nkey", [sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-m", "-1",
+                                             "-c", str(conf)])
+    try:
+        async def main():
+            nc = await S.connect_nats(backing.url, nkeys_seed_str=pair.seed.decode())
+            sc = await S.connect("", "nkey-client", cluster_id="ns-cluster", nc=nc)
+            await sc.publish("signed", b"ok")
+            await S.close(sc)
+
+        asyncio.run(asyncio.wait_for(main(), DEADLINE))
+        names = [c.name for c in list(backing.server.clients.values())]
+        assert "_NSS-ns-cluster-general" in names
+    finally:
+        proc.stop()
