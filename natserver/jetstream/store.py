@@ -1,12 +1,13 @@
 """Message stores: :class:`MemoryStore` and :class:`FileStore`, one per stream.
 
-Both keep the same in-memory index and state, so every rule (sequences, limits, purges,
-lookups) lives once, in :class:`Store`; the subclasses only say where the bytes are.
+Both keep the same state and an index with the same interface, so every rule (sequences,
+limits, purges, lookups) lives once, in :class:`Store`; the subclasses only say where the
+bytes are and how the index is kept (a dict, or compact arrays for the file store).
 
 State, as nats-server's StreamState: ``msgs``, ``bytes``, ``first_seq``/``first_ts``,
-``last_seq``/``last_ts``. ``idx`` maps each live sequence to an entry tuple whose first three
-fields are ``(subject, ts, size)`` (``size`` as nats-server counts bytes: fileStoreMsgSize or
-memStoreMsgSize), in sequence order. ``fss`` maps each subject to ``[count, first, last,
+``last_seq``/``last_ts``. ``idx`` (msgindex.py) maps each live sequence to an entry tuple
+whose first three fields are ``(subject, ts, size)`` (``size`` as nats-server counts bytes:
+fileStoreMsgSize or memStoreMsgSize), in sequence order. ``fss`` maps each subject to ``[count, first, last,
 subject]`` (the last item is the shared bytes object the entries point at).
 
 The file format (FileStore)
@@ -51,8 +52,11 @@ import logging
 import os
 import shutil
 import struct
+import sys
 import zlib
+from array import array
 
+from .msgindex import DictIndex, MsgIndex
 from .util import compile_filter, get_header, has_wildcard
 
 log = logging.getLogger("natserver")
@@ -112,7 +116,7 @@ class Store:
         self.first_ts = 0
         self.last_seq = 0
         self.last_ts = 0
-        self.idx: dict[int, tuple] = {}
+        self.idx = self._new_index()
         self.fss: dict[bytes, list] = {}
         self.closed = False
         # Called with the sequence of each message removed one by one (a delete, a limit, its
@@ -221,8 +225,8 @@ class Store:
         if max_age <= 0 or not self.msgs:
             return None
         horizon = now - max_age
-        idx = self.idx
-        while self.msgs and idx[self.first_seq][1] <= horizon:
+        ts_of = self.idx.ts_of
+        while self.msgs and ts_of(self.first_seq) <= horizon:
             self._remove(self.first_seq)
         return self.first_ts + max_age if self.msgs else None
 
@@ -257,32 +261,19 @@ class Store:
         return True
 
     def _next_of(self, subj: bytes, lo: int, hi: int) -> int:
-        idx = self.idx
-        for s in range(lo, hi + 1):
-            e = idx.get(s)
-            if e is not None and e[0] == subj:
-                return s
-        return hi
+        return self.idx.find(subj, lo, hi) or hi
 
     def _prev_of(self, subj: bytes, hi: int, lo: int) -> int:
-        idx = self.idx
-        for s in range(hi, lo - 1, -1):
-            e = idx.get(s)
-            if e is not None and e[0] == subj:
-                return s
-        return lo
+        return self.idx.rfind(subj, hi, lo) or lo
 
     def _advance_first(self, removed: int) -> None:
         if not self.msgs:
             self.first_seq = self.last_seq + 1
             self.first_ts = 0
             return
-        idx = self.idx
-        s = removed + 1
-        while s not in idx:
-            s += 1
+        s = self.idx.next_live(removed + 1, self.last_seq)
         self.first_seq = s
-        self.first_ts = idx[s][1]
+        self.first_ts = self.idx.ts_of(s)
 
     def _remove_bulk(self, seqs: list) -> int:
         """Remove many messages, then fix the per-subject state in one pass."""
@@ -311,15 +302,10 @@ class Store:
                 self._advance_first(seq)
             self._dropped(seq, entry, False)
         if touched:
-            firsts: dict = {}
-            for seq, entry in idx.items():
-                subj = entry[0]
-                if subj in touched:
-                    if subj not in firsts:
-                        firsts[subj] = seq
-                    fss[subj][2] = seq
-            for subj, seq in firsts.items():
-                fss[subj][1] = seq
+            for subj, (first, last) in idx.bounds(touched).items():
+                ss = fss[subj]
+                ss[1] = first
+                ss[2] = last
         return removed
 
     def purge(self) -> int:
@@ -331,7 +317,7 @@ class Store:
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
         purged = self.msgs
-        self.idx = {}
+        self.idx = self._new_index()
         self.fss = {}
         self.msgs = 0
         self.bytes = 0
@@ -347,8 +333,7 @@ class Store:
             return self._remove_all(max(seq, self.last_seq + 1))
         if seq <= self.first_seq:
             return 0
-        idx = self.idx
-        return self._remove_bulk([s for s in range(self.first_seq, seq) if s in idx])
+        return self._remove_bulk(self.idx.matching(None, self.first_seq, seq - 1))
 
     def purge_ex(self, subject: bytes, seq: int, keep: int) -> int:
         """STREAM.PURGE with a subject filter, an upper sequence or a number to keep."""
@@ -374,16 +359,7 @@ class Store:
             limit = total - keep
         if seq > 1:
             last = min(last, seq - 1)
-        match = compile_filter(subject)
-        idx = self.idx
-        victims = []
-        for s in range(first, last + 1):
-            e = idx.get(s)
-            if e is not None and match(e[0]):
-                victims.append(s)
-                if len(victims) >= limit:
-                    break
-        return self._remove_bulk(victims)
+        return self._remove_bulk(self.idx.matching(compile_filter(subject), first, last, limit))
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -397,11 +373,7 @@ class Store:
         return StoredMsg(entry[0], seq, parts[0], parts[1], entry[1])
 
     def last_live_seq(self) -> int:
-        idx = self.idx
-        s = self.last_seq
-        while s >= self.first_seq and s not in idx:
-            s -= 1
-        return s if s in idx else 0
+        return self.idx.prev_live(self.last_seq, self.first_seq)
 
     def last_seq_for(self, filter: bytes) -> int:
         """The sequence of the last message matching ``filter`` (0: none). For everything
@@ -434,28 +406,20 @@ class Store:
         idx = self.idx
         match = compile_filter(filter)
         if match is None:
-            for s in range(start, self.last_seq + 1):
-                if s in idx:
-                    return s
-            return 0
+            return idx.next_live(start, self.last_seq)
         if not has_wildcard(filter):  # (wildcards first: see last_seq_for)
             ss = self.fss.get(filter)
             if ss is None:
                 return 0
-            lo, hi = max(start, ss[1]), ss[2]
-        else:
-            lo, hi = start, self.last_seq
-            if len(self.fss) < 1024:
-                bounds = [(v[1], v[2]) for k, v in self.fss.items() if match(k)]
-                if not bounds:
-                    return 0
-                lo = max(start, min(b[0] for b in bounds))
-                hi = max(b[1] for b in bounds)
-        for s in range(lo, hi + 1):
-            e = idx.get(s)
-            if e is not None and match(e[0]):
-                return s
-        return 0
+            return idx.find(filter, max(start, ss[1]), ss[2])
+        lo, hi = start, self.last_seq
+        if len(self.fss) < 1024:
+            bounds = [(v[1], v[2]) for k, v in self.fss.items() if match(k)]
+            if not bounds:
+                return 0
+            lo = max(start, min(b[0] for b in bounds))
+            hi = max(b[1] for b in bounds)
+        return idx.find_match(match, lo, hi)
 
     def load_next_msg(self, filter: bytes, start: int) -> StoredMsg | None:
         seq = self.next_seq(filter, start)
@@ -483,16 +447,7 @@ class Store:
                     if ss[2] > last:
                         last = ss[2]
             return n, first, last
-        n, first, last = 0, 0, 0
-        idx = self.idx
-        for s in range(sseq, self.last_seq + 1):
-            e = idx.get(s)
-            if e is not None and (match is None or match(e[0])):
-                n += 1
-                if not first:
-                    first = s
-                last = s
-        return n, first, last
+        return self.idx.count_match(match, sseq, self.last_seq)
 
     def num_pending(self, start: int, filter: bytes) -> int:
         return self.filtered_state(start, filter)[0]
@@ -511,8 +466,7 @@ class Store:
     def deleted(self) -> list[int]:
         if not self.num_deleted():
             return []
-        idx = self.idx
-        return [s for s in range(self.first_seq, self.last_seq + 1) if s not in idx]
+        return self.idx.missing(self.first_seq, self.last_seq)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -526,6 +480,9 @@ class Store:
         self.stop()
 
     # -- hooks --------------------------------------------------------------------------------
+
+    def _new_index(self):
+        return DictIndex()
 
     def _append(self, seq: int, ts: int, subj: bytes, hdr: bytes, msg: bytes) -> tuple:
         raise NotImplementedError
@@ -573,6 +530,29 @@ _OVERHEAD = _MSG_FIXED + 4  # a MSG record is this plus subject, header and data
 
 SEGMENT_SIZE = 8 * 1024 * 1024  # roll to a new segment past this (nats-server: 8 MB blocks)
 SEGMENT_SUFFIX = ".seg"
+
+
+# Segment index files (FileStore._write_seg_index): header, then the arrays, the subjects
+# (id, length, bytes) and the DEL sequences, then a CRC-32 of it all.
+INDEX_SUFFIX = ".idx"
+_IDX_MAGIC = b"NSIX"
+_IDX_VERSION = 1
+# magic, version, reserved, segment length, first sequence, positions, subjects, DELs,
+# the stream's first_seq/last_seq/last_ts when it was written, the highest timestamp in it
+_IDX_HEAD = struct.Struct("<4sHHQQIIIQQqq")
+_IDX_SUBJ = struct.Struct("<IH")
+# The active segment's index file is written again each time this much more of it was
+# written, so that a restart after kill -9 reads at most this much record by record.
+CHECKPOINT_BYTES = 1024 * 1024
+# The arrays are written as the machine keeps them: little-endian machines only.
+_INDEX_FILES = sys.byteorder == "little"
+
+
+def _msg_size(sl: int, hl: int, ml: int) -> int:
+    """nats-server's fileStoreMsgSize: 22 + subject + data + 8, and 4 + header with headers.
+    A MSG record is _OVERHEAD (35) + subject + header + data: size + 1 bytes with headers,
+    size + 5 without."""
+    return 22 + sl + ml + 8 + (4 + hl if hl else 0)
 
 
 def _frame_del(seq: int) -> bytes:
@@ -624,11 +604,15 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 class FileStore(Store):
-    """Segments of append-only records (see the module docstring). Entries are
-    ``(subject, ts, size, segment, offset, header len, data len)``."""
+    """Segments of append-only records (see the module docstring). The index is a
+    msgindex.MsgIndex (arrays, ~20 bytes a message); its entries are ``(subject, ts, size,
+    segment, offset)``."""
 
     kind = "file"
     _replace_equal_refused = True
+
+    def _new_index(self):
+        return MsgIndex()
 
     def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
                  dedup_window: int = 0, now: int = 0, cipher=None) -> None:
@@ -654,6 +638,9 @@ class FileStore(Store):
         # The error of the last failed write (nats-server's fs.werr), None while writes work.
         # While set, nothing new is stored: each publish first retries the pending writes.
         self.werr: OSError | None = None
+        self.active_first = 0  # the first index position of the active segment's messages
+        self.active_dels: list[int] = []  # the DEL records in the active segment
+        self.checkpointed = 0  # how much of the active segment its index file covers
         self._syncing: list[int] = []  # the segments of the last sync_targets
         self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
         self._recover(dedup_window, now)
@@ -663,25 +650,53 @@ class FileStore(Store):
     def _recover(self, dedup_window: int, now: int) -> None:
         ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in os.listdir(self.msgs_dir)
                      if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit())
-        idx: dict[int, tuple] = {}
+        idx = MsgIndex()
         subjects: dict[bytes, bytes] = {}
-        last_seq = last_ts = floor = 0
+        last_seq = last_ts = floor = last_indexed = 0
         horizon = now - dedup_window if dedup_window > 0 else None
         candidates: list = []
         torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
+        unindexed: dict[int, list[int]] = {}  # sealed segments scanned: their DEL records
+        seg_start: dict[int, int] = {}  # each segment's first sequence (its first position)
+        dels: list[int] = []
         for k, seg in enumerate(ids):
             seg_path = self._seg_path(seg)
             fd = os.open(seg_path, os.O_RDWR)
             self.fds[seg] = fd
             self.segs.append(seg)
             self.live[seg] = 0
+            seg_start[seg] = idx.end if idx else max(last_indexed + 1, 1)
+            sealed = k < len(ids) - 1
+            # Its index file (written when it was sealed, or a checkpoint of its first part
+            # while it was written to): the records it covers are not read.
+            loaded = self._load_seg_index(seg, horizon)
+            covered = 0
+            dels = []
+            if loaded is not None:
+                (covered, first, ts_a, off_a, size_a, sid_a, table, seg_dels, (s_first, s_last, s_lts)) = loaded
+                if idx and first < idx.end and len(sid_a):
+                    covered = 0  # (overlapping an older segment: never written so) scanned below
+                else:
+                    idx.extend_block(first, seg, ts_a, off_a, size_a, sid_a, table)
+                    if len(sid_a):
+                        seg_start[seg] = first
+                        last_indexed = first + len(sid_a) - 1
+                    for seq in seg_dels:
+                        idx.pop(seq, None)
+                    dels = seg_dels.tolist()
+                    floor = max(floor, s_first)
+                    if s_last > last_seq or (s_last == last_seq and not last_ts):
+                        last_seq, last_ts = s_last, s_lts
+                    if covered == os.fstat(fd).st_size:
+                        self.size = covered
+                        continue
             with open(seg_path, "rb") as f:
                 data = self._disk(seg, f.read(), 0)
             view = memoryview(data)
             n = len(data)
-            pos = 0
+            pos = covered
             bad_at = -1
             while pos < n:
                 ok, total = _check_record(view, pos, n)
@@ -699,8 +714,13 @@ class FileStore(Store):
                     start = pos + _MSG_FIXED
                     subj = data[start : start + sl]
                     subj = subjects.setdefault(subj, subj)
-                    size = 22 + sl + ml + 8 + (4 + hl if hl else 0)
-                    idx[seq] = (subj, ts, size, seg, pos, hl, ml)
+                    if idx and seq <= last_indexed:  # out of order (never written so): not served
+                        log.warning("JetStream: skipping message %d out of order in %s", seq, seg_path)
+                        self.lost += 1
+                        pos += total
+                        continue
+                    idx.add(seq, subj, ts, seg, pos, _msg_size(sl, hl, ml))
+                    last_indexed = seq
                     if seq >= last_seq:
                         last_seq, last_ts = seq, ts
                     if hl and horizon is not None and ts >= horizon:
@@ -710,6 +730,7 @@ class FileStore(Store):
                 elif rtype == T_DEL:
                     (seq,) = struct.unpack_from("<Q", view, pos + 5)
                     idx.pop(seq, None)
+                    dels.append(seq)
                 elif rtype == T_ERASED:
                     seq, ts = struct.unpack_from("<Qq", view, pos + 5)
                     idx.pop(seq, None)
@@ -736,39 +757,27 @@ class FileStore(Store):
                     log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
                     self.lost += 1
             self.size = n
+            if sealed:
+                unindexed[seg] = dels
         # Everything below the highest STATE first_seq is gone.
         if floor and idx:
-            dead = []
-            for seq in idx:
-                if seq >= floor:
-                    break
-                dead.append(seq)
-            for seq in dead:
-                del idx[seq]
-            if dead and len(idx) and next(iter(idx)) < floor:  # out of order (never written so)
-                idx = {s: e for s, e in idx.items() if s >= floor}
+            for seq in idx.matching(None, 0, floor - 1):
+                idx.pop(seq)
         self.idx = idx
-        fss = self.fss
-        live = self.live
-        total_bytes = 0
-        for seq, entry in idx.items():
-            subj = entry[0]
-            ss = fss.get(subj)
-            if ss is None:
-                fss[subj] = [1, seq, seq, subj]
-            else:
-                ss[0] += 1
-                ss[2] = seq
-            total_bytes += entry[2]
-            live[entry[3]] += 1
+        # The per-subject state, the live messages per segment and the bytes, from the
+        # arrays (C loops: no Python work per message).
+        self.fss = idx.subject_state()
+        for k, seg in enumerate(ids):
+            end = seg_start[ids[k + 1]] if k + 1 < len(ids) else idx.end
+            self.live[seg] = idx.live_in(seg_start[seg], end - 1)
         self.msgs = len(idx)
-        self.bytes = total_bytes
+        self.bytes = idx.total_size()
         self.last_seq = last_seq
         self.last_ts = last_ts
         if idx:
-            first = next(iter(idx))
+            first = idx.next_live(0, last_seq)
             self.first_seq = first
-            self.first_ts = idx[first][1]
+            self.first_ts = idx.ts_of(first)
         else:
             self.first_seq = max(floor, last_seq + 1) if (floor or last_seq) else 0
             self.first_ts = 0
@@ -780,9 +789,122 @@ class FileStore(Store):
             if self.size == 0:
                 self.buf += _frame_state(self.first_seq, self.last_seq, self.last_ts)
                 self.size = len(self.buf)
+        last = self.segs[-1] if self.segs else 0
+        if last:
+            self.active_first, self.active_dels = seg_start[last], dels
+            self.checkpointed = covered
         self._resume_writes(recovering=True)  # (a new segment when the newest has no room)
+        if last and self.active != last:
+            unindexed[last] = dels
+        # Index files for the sealed segments that had none (or a stale one), so the next
+        # start reads them instead of the records.
+        for k, seg in enumerate(ids):
+            if seg in unindexed and seg in self.fds:
+                end = seg_start[ids[k + 1]] if k + 1 < len(ids) else idx.end
+                self._write_seg_index(seg, seg_start[seg], end - 1, unindexed[seg], os.fstat(self.fds[seg]).st_size)
         if self.werr is None:
             self._drop_dead_segments()
+
+    # -- segment index files ----------------------------------------------------------------------
+
+    def _idx_path(self, seg: int) -> str:
+        return os.path.join(self.msgs_dir, f"{seg}{INDEX_SUFFIX}")
+
+    def _seal(self) -> None:
+        """The active segment is flushed (full, or CHECKPOINT_BYTES more of it written):
+        write its index file, covering what is written so far."""
+        self.checkpointed = self.flushed
+        self._write_seg_index(self.active, self.active_first, self.idx.end - 1, self.active_dels, self.flushed)
+
+    def _write_seg_index(self, seg: int, lo: int, hi: int, dels: list[int], covered: int) -> None:
+        """Write ``<seg>.idx``: the index positions of sequences [lo, hi] (the segment's
+        messages, dead ones marked), the DEL records the segment holds and the stream state
+        it implies, as of its first ``covered`` bytes, with a checksum. Written to a
+        temporary name and renamed, never fsynced: a missing, torn or stale file only means
+        the segment is read record by record at the next start. Encrypted stores keep none
+        (it would hold the subjects in the clear)."""
+        if self.cipher is not None or not _INDEX_FILES:
+            return
+        idx = self.idx
+        lo = max(lo, idx.base)
+        if idx and lo <= hi:
+            ts_a, off_a, size_a, sid_a, table = idx.block(lo, hi)
+        else:
+            lo = hi = 0
+            ts_a, off_a, size_a, sid_a, table = array("q"), array("I"), array("I"), array("I"), {}
+        try:
+            parts = [_IDX_HEAD.pack(_IDX_MAGIC, _IDX_VERSION, 0, covered, lo, len(sid_a), len(table),
+                                    len(dels), self.first_seq, self.last_seq, self.last_ts,
+                                    max(ts_a) if ts_a else 0),
+                     ts_a.tobytes(), off_a.tobytes(), size_a.tobytes(), sid_a.tobytes()]
+            for sid, subj in table.items():
+                parts.append(_IDX_SUBJ.pack(sid, len(subj)))
+                parts.append(subj)
+            parts.append(array("Q", dels).tobytes())
+            body = b"".join(parts)
+            path = self._idx_path(seg)
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(body)
+                f.write(_U32.pack(zlib.crc32(body)))
+            os.replace(tmp, path)
+        except (OSError, KeyError) as exc:  # (a full disk: the segment is scanned instead)
+            log.debug("JetStream: no index file for segment %d of %s: %s", seg, self.path, exc)
+            try:
+                os.unlink(self._idx_path(seg) + ".tmp")
+            except OSError:
+                pass
+
+    def _load_seg_index(self, seg: int, horizon: int | None):
+        """``<seg>.idx`` if it is whole and the segment is at least as long as what it covers,
+        else None (and removed): (covered length, first, ts, offsets, sizes, subject ids,
+        subjects, DELs, (first_seq, last_seq, last_ts)). None too when messages in it may be
+        within the duplicate window (their Nats-Msg-Id headers are read from the records)."""
+        if self.cipher is not None or not _INDEX_FILES:
+            return None
+        path = self._idx_path(seg)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError:
+            return None
+        try:
+            body = memoryview(raw)[:-4]
+            if len(raw) < _IDX_HEAD.size + 4 or zlib.crc32(body) != _U32.unpack_from(raw, len(raw) - 4)[0]:
+                raise ValueError("checksum")
+            (magic, version, _, seg_size, first, count, n_subj, n_dels, s_first, s_last, s_lts,
+             max_ts) = _IDX_HEAD.unpack_from(raw, 0)
+            if magic != _IDX_MAGIC or version != _IDX_VERSION:
+                raise ValueError("version")
+            if seg_size > os.fstat(self.fds[seg]).st_size:
+                raise ValueError("stale")  # (the segment was cut shorter)
+            if horizon is not None and max_ts >= horizon:
+                return None  # (kept: valid, only not usable this time)
+            pos = _IDX_HEAD.size
+            arrays = []
+            for code, width in (("q", 8), ("I", 4), ("I", 4), ("I", 4)):
+                arr = array(code)
+                arr.frombytes(body[pos : pos + width * count])
+                arrays.append(arr)
+                pos += width * count
+            table = {}
+            for _ in range(n_subj):
+                sid, sl = _IDX_SUBJ.unpack_from(raw, pos)
+                pos += _IDX_SUBJ.size
+                table[sid] = bytes(body[pos : pos + sl])
+                pos += sl
+            seg_dels = array("Q")
+            seg_dels.frombytes(body[pos : pos + 8 * n_dels])
+            if pos + 8 * n_dels != len(body) or len(arrays[3]) != count:
+                raise ValueError("length")
+        except (ValueError, struct.error, OSError, KeyError) as exc:
+            log.warning("JetStream: %s: index file not used (%s); reading the segment", path, exc)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            return None
+        return seg_size, first, *arrays, table, seg_dels, (s_first, s_last, s_lts)
 
     def _resume_writes(self, recovering: bool = False) -> None:
         """Make the store writable: a segment to write to (one could not be created on a full
@@ -820,7 +942,9 @@ class FileStore(Store):
         self.fds[seg] = fd
         self.live[seg] = 0
         self.active = seg
-        self.flushed = 0
+        self.active_first = self.idx.end  # (its messages: from here on)
+        self.active_dels = []
+        self.flushed = self.checkpointed = 0
         # After the STATE record: DEL records made while no segment could be created.
         self.buf[:0] = _frame_state(self.first_seq, self.last_seq, self.last_ts)
         self.size = len(self.buf)
@@ -830,6 +954,7 @@ class FileStore(Store):
 
     def _roll(self) -> None:
         self.flush()
+        self._seal()
         self._new_segment()
 
     def _dirty(self) -> None:
@@ -865,7 +990,7 @@ class FileStore(Store):
         self.size += total
         seg = self.active
         self.live[seg] += 1
-        return (subj, ts, 22 + sl + ml + 8 + (4 + hl if hl else 0), seg, offset, hl, ml)
+        return (subj, ts, _msg_size(sl, hl, ml), seg, offset)
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         # nats-server's file store: errors outside [first, last] (false for a gap inside).
@@ -878,22 +1003,34 @@ class FileStore(Store):
                 raise StoreWriteError(_os_error_text(exc)) from None
         return super().remove_msg(seq, erase)
 
-    def _read(self, seq, entry):
-        subj, ts, size, seg, offset, hl, ml = entry
-        sl = len(subj)
-        total = _OVERHEAD + sl + hl + ml
+    def _record(self, seq: int, entry) -> bytes | None:
+        """The message's whole MSG record, checked (None: corrupt). The index keeps its
+        size, not its length: the record is size + 1 bytes with headers, size + 5 without
+        (see _msg_size), so size + 5 bytes are read and the record's own length cuts them."""
+        seg, offset = entry[3], entry[4]
+        want = entry[2] + 5
         if seg == self.active and offset >= self.flushed:
             start = offset - self.flushed
-            rec = bytes(self.buf[start : start + total])
+            rec = bytes(self.buf[start : start + want])
         else:
             try:
-                rec = self._disk(seg, os.pread(self.fds[seg], total, offset), offset)
+                rec = self._disk(seg, os.pread(self.fds[seg], want, offset), offset)
             except (OSError, KeyError):
                 rec = b""
-        if len(rec) != total or zlib.crc32(memoryview(rec)[:-4]) != _U32.unpack_from(rec, total - 4)[0] \
-                or rec[4] != T_MSG or _MSG_BODY.unpack_from(rec, 5)[0] != seq:
-            log.error("JetStream: message %d in %s is corrupt; not served", seq, self.path)
+        if len(rec) >= _MSG_FIXED + 4:
+            total = _U32.unpack_from(rec, 0)[0] + 8
+            rec = rec[:total]
+            if len(rec) == total and zlib.crc32(memoryview(rec)[:-4]) == _U32.unpack_from(rec, total - 4)[0] \
+                    and rec[4] == T_MSG and _MSG_BODY.unpack_from(rec, 5)[0] == seq:
+                return rec
+        log.error("JetStream: message %d in %s is corrupt; not served", seq, self.path)
+        return None
+
+    def _read(self, seq, entry):
+        rec = self._record(seq, entry)
+        if rec is None:
             return None
+        _, _, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
         start = _MSG_FIXED + sl
         return rec[start : start + hl], rec[start + hl : start + hl + ml]
 
@@ -912,12 +1049,16 @@ class FileStore(Store):
                 self._dirty()
             self.buf += _frame_del(seq)
             self.size += 17
+            self.active_dels.append(seq)
 
     def _erase(self, seq, entry) -> None:
         """Overwrite the message's subject, header and data with random bytes in place."""
-        subj, ts, size, seg, offset, hl, ml = entry
-        sl = len(subj)
-        total = _OVERHEAD + sl + hl + ml
+        ts, seg, offset = entry[1], entry[3], entry[4]
+        old = self._record(seq, entry)
+        if old is None:
+            return  # (unreadable: nothing to erase)
+        _, _, sl, hl, ml = _MSG_BODY.unpack_from(old, 5)
+        total = len(old)
         head = _MSG_HEAD.pack(total - 8, T_ERASED, seq, ts, sl, hl, ml)
         body = head + os.urandom(sl + hl + ml)
         rec = body + _U32.pack(zlib.crc32(body))
@@ -925,6 +1066,14 @@ class FileStore(Store):
             start = offset - self.flushed
             self.buf[start : start + total] = rec
         else:
+            # Its segment's index file would say the record is a message: gone (written
+            # again at the next checkpoint or read record by record at the next start).
+            try:
+                os.unlink(self._idx_path(seg))
+            except OSError:
+                pass
+            if seg == self.active:
+                self.checkpointed = 0
             fd = self.fds.get(seg)
             if fd is not None:
                 try:
@@ -977,6 +1126,8 @@ class FileStore(Store):
             self.flushed += len(self.buf)
             self.buf = bytearray()
             self.unsynced.add(self.active)
+            if self.flushed - self.checkpointed >= CHECKPOINT_BYTES:
+                self._seal()
             if self.werr is not None:  # (only a write that worked says so)
                 log.warning("JetStream: writing %s works again", self.path)
                 self.werr = None
@@ -998,10 +1149,11 @@ class FileStore(Store):
             os.close(self.fds.pop(seg))
             self.live.pop(seg, None)
             self.unsynced.discard(seg)
-            try:
-                os.unlink(self._seg_path(seg))
-            except FileNotFoundError:
-                pass
+            for path in (self._idx_path(seg), self._seg_path(seg)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             self.dir_unsynced = True
 
     def sync_targets(self) -> tuple[list[int], str | None]:
