@@ -27,7 +27,7 @@ from natserver.testing import NatsServer
 
 TIMEOUT = 20
 REFERENCE = "/opt/nats-server-2.15.1/nats-server"  # the reference nats-server (the brief's 2.15.1)
-SHORT = 3  # seconds until the account expires in the live test (whole seconds: 2-3 s from now)
+SHORT = 5  # seconds until the account expires in the live test (whole seconds: 4-5 s from now)
 
 
 def _tree(account_expires: int) -> tuple[OperatorTree, str]:
