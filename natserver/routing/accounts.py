@@ -347,15 +347,27 @@ class Account:
             server.delivering = delivering
 
     def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, headers: bytes | None,
-                   body: bytes) -> None:
+                   body: bytes) -> int:
         """Deliver into this account by ``match_subject`` a message showing ``subject`` (a
-        push consumer's delivery that came through a stream import, as nats-server does)."""
+        push consumer's delivery that came through a stream import, as nats-server does);
+        says how many took it."""
         server = self.server
         if server._import_depth >= MAX_IMPORT_DEPTH:
-            return  # an import cycle: stop here
+            return 0  # an import cycle: stop here
         server._import_depth += 1
         try:
-            self.internal.deliver_as(match_subject, subject, reply, headers, body)
+            return self.internal.deliver_as(match_subject, subject, reply, headers, body)
+        finally:
+            server._import_depth -= 1
+
+    def has_interest(self, subject: bytes) -> bool:
+        """Whether anyone listens on ``subject`` in this account (its imports followed)."""
+        server = self.server
+        if server._import_depth >= MAX_IMPORT_DEPTH:
+            return False  # an import cycle: stop here
+        server._import_depth += 1
+        try:
+            return self.internal.has_interest(subject)
         finally:
             server._import_depth -= 1
 
@@ -384,25 +396,24 @@ class Account:
         literal_to = to.encode()
         target = self
 
-        def deliver(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
+        def mapped(subject: bytes) -> bytes:
+            if mapper is not None:
+                return mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            return subject if has_wildcard(imp.subject) else literal_to
+
+        def deliver(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
             delivering = target.server.delivering
             if delivering is not None:
                 # A JetStream push delivery: routed by its deliver subject (mapped like any
-                # subject of the import), still showing the stored message's subject.
-                if mapper is not None:
-                    delivering = mapper(delivering.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-                elif not has_wildcard(imp.subject):
-                    delivering = literal_to
-                target.deliver_as(delivering, subject, reply, headers, body)
-                return
-            if mapper is not None:
-                mapped = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            elif has_wildcard(imp.subject):
-                mapped = subject
-            else:
-                mapped = literal_to
-            target.publish(mapped, reply, headers, body)
+                # subject of the import), still showing the stored message's subject. It was
+                # delivered only if someone here took it (the consumer takes it back if not).
+                return target.deliver_as(mapped(delivering), subject, reply, headers, body) > 0
+            return target.publish(mapped(subject), reply, headers, body)
 
+        # The exporting account has interest in a subject through this import only while this
+        # account has (nats-server's shadow subscriptions): a push consumer whose deliver
+        # subject is imported waits for its subscriber instead of delivering into nothing.
+        deliver.interest = lambda subject: target.has_interest(mapped(subject))  # type: ignore[attr-defined]
         self._import_subs.append((source, source.subscribe(imp.subject, deliver)))
 
     def add_service_import(self, dest: "Account", imp: ImportConfig, export: ExportConfig | None) -> None:
@@ -476,17 +487,23 @@ class Account:
             return None
         return entry[0], entry[1]
 
-    def _respond(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> None:
-        entry = self._responses.get(bytes(subject))
+    def _respond(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
+        # A JetStream delivery to a pull request's reply shows the stored message's subject:
+        # it is routed by the reply (server.delivering), and keeps its ack reply subject.
+        delivering = self.server.delivering
+        key = bytes(delivering if delivering is not None else subject)
+        entry = self._responses.get(key)
         if entry is None:
-            return
+            return False
         requester, original, response_type, deadline = entry
         if deadline < clock.monotonic():
-            del self._responses[bytes(subject)]
-            return
+            del self._responses[key]
+            return False
         if response_type == SINGLETON:
-            del self._responses[bytes(subject)]
-        requester.publish(original, None, headers, body)
+            del self._responses[key]
+        if delivering is not None:
+            return requester.deliver_as(original, subject, reply, headers, body) > 0
+        return requester.publish(original, None, headers, body)
 
 
 def set_header(headers: bytes | None, key: str, value: str) -> bytes:

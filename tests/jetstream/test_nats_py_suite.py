@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 
@@ -16,9 +15,11 @@ import nats
 import pytest
 from nats.js.api import Header
 
+from tests import reference
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.test_jetstream import GoServer, Target, connect, run
 
-REFERENCE = "/opt/nats-server-2.15.1/nats-server"  # the reference nats-server (the brief's 2.15.1)
+REFERENCE = reference.NATS_SERVER  # nats-server 2.15.1 (None: not installed)
 
 
 class _Target(Target):
@@ -32,7 +33,7 @@ class _Target(Target):
 
 @pytest.fixture(params=["natserver", pytest.param("nats-server-2.15.1", marks=pytest.mark.needs_nats_server)])
 def target(request, threaded_server, tmp_path):
-    if request.param != "natserver" and not os.path.exists(REFERENCE):
+    if request.param != "natserver" and REFERENCE is None:
         pytest.skip("nats-server 2.15.1 not installed")
     t = _Target(request.param, threaded_server, tmp_path / request.param).start()
     yield t
@@ -508,3 +509,59 @@ def test_advisories(target):
         action("stream", "DELETED", "S", "delete"),
         audit("$JS.API.STREAM.DELETE.S", None, t + "stream_delete_response"),
     ], key=json.dumps)
+
+
+# -- items 8 and 9: JetStream through account imports ----------------------------------------------
+
+_IMPORTS_CONFIG = """
+jetstream { store_dir: "%s" }
+accounts {
+  JS: { jetstream: enabled, users: [{user: js, password: js}],
+        exports: [{service: "$JS.API.>", response_type: stream}, {stream: "deliver.>"},
+                  {service: "$JS.ACK.>"}, {service: "$JS.FC.>"}] }
+  U: { users: [{user: u, password: u}],
+       imports: [{service: {account: JS, subject: "$JS.API.>"}, to: "jsapi.>"},
+                 {stream: {account: JS, subject: "deliver.>"}},
+                 {service: {account: JS, subject: "$JS.ACK.>"}}, {service: {account: JS, subject: "$JS.FC.>"}}] }
+}
+"""
+
+
+@pytest.mark.parametrize("kind", ["natserver", pytest.param("nats-server", marks=pytest.mark.needs_nats_server)])
+def test_jetstream_through_imports(kind, tmp_path):
+    """An account that reaches JetStream through imports (API as jsapi.>, deliveries under
+    deliver.>): KV history (an ordered push consumer created before its subscription: the
+    consumer waits for the importer's subscriber), and a pull consumer's messages, acks and
+    idle heartbeats (its replies come back through the service import's responses)."""
+    if kind != "natserver" and REFERENCE is None:
+        pytest.skip("nats-server 2.15.1 not installed")
+
+    async def main(port: int) -> None:
+        owner = await nats.connect(f"nats://js:js@127.0.0.1:{port}", allow_reconnect=False)
+        user = await nats.connect(f"nats://u:u@127.0.0.1:{port}", inbox_prefix="deliver", allow_reconnect=False)
+        kv_owner = await owner.jetstream().create_key_value(bucket="H", history=5)
+        for i in range(3):
+            await kv_owner.put("k", b"%d" % i)
+        js = user.jetstream(prefix="jsapi")
+        kv = await js.key_value("H")
+        assert [e.value for e in await kv.history("k")] == [b"0", b"1", b"2"]
+        await owner.jetstream().add_stream(name="P", subjects=["p"])
+        await owner.jetstream().publish("p", b"x")
+        sub = await js.pull_subscribe("p", "pd", stream="P")
+        msgs = await sub.fetch(1, timeout=2)
+        assert [m.data for m in msgs] == [b"x"]
+        await msgs[0].ack_sync()
+        info = await owner.jetstream().consumer_info("P", "pd")
+        assert (info.num_ack_pending, info.ack_floor.stream_seq) == (0, 1)
+        # Idle heartbeats of a waiting pull request reach the importer.
+        beats = await user.subscribe("deliver.beats")
+        await user.publish("jsapi.CONSUMER.MSG.NEXT.P.pd", b'{"batch":1,"expires":1300000000,"idle_heartbeat":400000000}',
+                           reply="deliver.beats")
+        statuses = await _statuses(beats, 1.6)
+        assert statuses == [("100", "Idle Heartbeat", None)] * 3 + [("408", "Request Timeout", "1")]
+        await user.close()
+        await owner.close()
+
+    binary = REFERENCE if kind != "natserver" else None
+    with running(kind, _IMPORTS_CONFIG % (tmp_path / "store"), tmp_path, binary=binary or "nats-server") as port:
+        asyncio.run(asyncio.wait_for(main(port), 20))
