@@ -351,3 +351,35 @@ def test_a_restart_keeps_the_advanced_time():
         before = server.now()
         server.restart()
         assert server.now() == pytest.approx(before, abs=0.5)
+
+
+async def test_nsq_deferred_message_after_advance(tmp_path):
+    server = NatsServer(nsq=nsq_options(tmp_path))
+    await server.start_async()
+    try:
+        with trio.fail_after(TIMEOUT):
+            port = server.server.nsq.tcp_port
+            consumer = await RawClient.connect(port)
+            await consumer.cmd(b"SUB reminders mail")
+            assert await consumer.frame() == (0, b"OK")
+            await consumer.cmd(b"RDY 1")
+            producer = await RawClient.connect(port)
+            await producer.cmd(b"DPUB reminders 60000", b"call back")  # deferred 60 s
+            assert await producer.frame() == (0, b"OK")
+            assert server.nsq_topics()["reminders"].channels["mail"].deferred == 1
+            async with trio.open_nursery() as nursery:
+                send, received = trio.open_memory_channel(1)
+
+                async def read():
+                    await send.send(await consumer.frame_skip_heartbeats_answering())
+
+                nursery.start_soon(read)
+                await server.advance_async(59)
+                assert server.nsq_topics()["reminders"].channels["mail"].deferred == 1
+                await server.advance_async(2)
+                kind, data = await received.receive()
+                assert kind == FRAME_MESSAGE and parse_message(data)[3] == b"call back"
+            await consumer.aclose()
+            await producer.aclose()
+    finally:
+        await server.stop_async()
