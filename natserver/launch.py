@@ -25,11 +25,16 @@ from .server.binding import LISTEN_BACKLOG as SERVER_LISTEN_BACKLOG
 from .server.binding import bind_sockets
 
 # Flags an early bind allows, with a value / without one (Go's flag package: -x v, -x=v, --x v).
+# nats-streaming-server's flags are plain too (node-nats-streaming's harness starts
+# ``-p PORT -SDV -log FILE [--store FILE --dir D]``), but not -ns, which listens nowhere, nor -sc,
+# a file.
 _VALUE_FLAGS = frozenset(
     "p port a addr net n name server_name P pid m http_port l log ports_file_dir sd store_dir "
-    "max_payload max_pending max_connections max_control_line max_traced_msg_len".split()
+    "max_payload max_pending max_connections max_control_line max_traced_msg_len "
+    "cid cluster_id st store dir mc max_channels msu max_subs mm max_msgs mb max_bytes ma max_age "
+    "mi max_inactivity hbi hb_i hb_interval hbt hb_t hb_timeout hbf hb_f hb_fail_count".split()
 )
-_BOOL_FLAGS = frozenset("D debug V trace VV DV DVV T logtime js jetstream".split())
+_BOOL_FLAGS = frozenset("D debug V trace VV DV DVV T logtime js jetstream stan SD stan_debug SV stan_trace SDV".split())
 _PORT_FLAGS = frozenset(("p", "port"))
 _HOST_FLAGS = frozenset(("a", "addr", "net"))
 # The server's own backlog, so an early listener queues as many connections as the one the

@@ -29,6 +29,9 @@ TIMEOUT = 15.0
         (["--addr=127.0.0.1", "--port=4335", "-DV"], ("127.0.0.1", 4335)),
         (["-net", "0.0.0.0", "-p", "0"], (None, const.DEFAULT_PORT)),  # -p 0: the default port
         (["-p", "4333", "-js", "-sd", "/tmp/x", "-D=true", "-m", "8222"], (None, 4333)),
+        # node-nats-streaming's harness: nats-streaming-server's flags
+        (["-p", "4336", "-SDV", "-log", "/tmp/stan.log", "--store", "FILE", "--dir", "/tmp/d"], (None, 4336)),
+        (["-p", "4337", "--stan", "-cid", "c1", "-mm", "100", "-ma", "1h", "-hbi", "1s"], (None, 4337)),
     ],
 )
 def test_plain_command_lines_are_bound_early(argv, address):
@@ -54,6 +57,8 @@ def test_plain_command_lines_are_bound_early(argv, address):
         ["--tls", "-p", "4333"],
         ["-D=maybe"],
         ["--unknown"],
+        ["-p", "4333", "-ns", "nats://127.0.0.1:4222"],  # -ns: no client listener at all
+        ["-p", "4333", "-sc", "stan.conf"],
     ],
 )
 def test_anything_else_is_left_to_the_full_parser(argv):
