@@ -559,6 +559,10 @@ class NatsServer:
             return self.start()
         if self.running:
             raise RuntimeError("the server is already running")
+        if self.clock == "manual" and not isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
+            # trio-native: the server runs on the caller's clock, which only a MockClock lets stand still
+            raise ValueError("clock='manual' in trio-native mode needs the trio run's clock to be a "
+                             "trio.testing.MockClock (pytest-trio's mock_clock fixture)")
         self._nursery = nursery
         try:
             await nursery.start(self._run, self._options_for_start())

@@ -383,3 +383,8 @@ async def test_nsq_deferred_message_after_advance(tmp_path):
             await producer.aclose()
     finally:
         await server.stop_async()
+
+
+async def test_a_manual_clock_in_trio_native_mode_needs_a_mock_clock(nursery):
+    with pytest.raises(ValueError, match="mock_clock"):
+        await NatsServer(clock="manual").start_async(nursery)
