@@ -281,6 +281,9 @@ def test_help(capsys):
     assert out.startswith("Usage: natserver [options]")
     for flag in ("--addr", "--port", "--http_port", "--config", "--signal", "--ports_file_dir", "--log", "--user"):
         assert flag in out
+    # issue 30 item 21 and item 5: the NSQ front-end's ports and -ns are listed too
+    for flag in ("--nsq_port", "--nsq_http_port", "-ns,  --nats_server", "--tls_client_cacert"):
+        assert flag in out
 
 
 # -- a real server, configured by flags ---------------------------------------------------------
