@@ -29,7 +29,7 @@ import trio
 from .. import clock
 from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
-from .client import connection_record, unpack_subs
+from .client import ClosedRecord, connection_record, unpack_subs
 from .listen import listen_error, open_listeners
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
@@ -881,8 +881,8 @@ def _open_row(client) -> dict:
     return row
 
 
-def _closed_row(record: dict) -> dict:
-    row = dict(record)
+def _closed_row(record) -> dict:
+    row = record.unpacked() if isinstance(record, ClosedRecord) else dict(record)
     row.setdefault("stop", None)
     return row
 

@@ -34,11 +34,12 @@ from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
 from .binding import peer_ip
-from .client import DELIVERY_IMPLEMENTATION, Client, connection_record
+from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, connection_record
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
 from .monitor import serve_monitor
+from .reclaim import Reclaimer
 from .signals import handle_signal, reauthorize_clients
 from .trace import log_prefix
 
@@ -94,6 +95,7 @@ class Server:
         self.sublist = Sublist()
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
+        self.reclaimer = Reclaimer()  # gives memory back after many closes (reclaim.py)
         self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
@@ -290,6 +292,7 @@ class Server:
                     if subsystem.wanted(options):
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
+                nursery.start_soon(self.reclaimer.run)
                 for listener in self.listeners:
                     nursery.start_soon(self.accept_loop, listener, self.serve_client)
                 if self.listeners:
@@ -563,9 +566,10 @@ class Server:
             return
         self.touched.discard(client)
         self.ping_timers.forget()  # (its timer entries must not keep it alive)
+        self.reclaimer.note_closed(client.parser.buffered + client.pending)
         if self.accounts is not None:
             self.accounts.unregister(client)
-        self.closed_clients.append(connection_record(client))
+        self.closed_clients.append(ClosedRecord(connection_record(client)))
         for observer in self.connection_observers:
             observer.client_closed(client)
         log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)

@@ -66,3 +66,49 @@ async def test_closed_connection_subscription_details_survive_packing(start_serv
         {"account": "$G", "subject": "b", "qgroup": "q", "sid": "2", "msgs": 0, "max": 9, "cid": cid},
         {"account": "$G", "subject": "c", "sid": "3", "msgs": 0, "cid": cid},
     ]
+
+
+async def test_many_closes_are_followed_by_a_reclaim(autojump_clock, start_server, raw_connect, monkeypatch):
+    """After RECLAIM_AFTER_CLOSES closes the server collects garbage and trims the C heap,
+    once no close has come for RECLAIM_QUIET (not in the middle of a storm); a few closes do
+    nothing. (RSS itself is benchmarks/bench_hostile.py's figure: 10 000 connections.)"""
+    from natserver.server import reclaim
+
+    monkeypatch.setattr(reclaim, "RECLAIM_AFTER_CLOSES", 20)
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()
+        for _ in range(19):
+            client = await raw_connect(server)
+            await client.read_info()
+            await client.aclose()
+        while server.clients:
+            await trio.sleep(0.01)
+        await trio.sleep(2 * reclaim.RECLAIM_QUIET)
+        assert server.reclaimer.reclaims == 0
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.aclose()
+        while server.clients:
+            await trio.sleep(0.01)
+        await trio.sleep(reclaim.RECLAIM_QUIET / 2)
+        assert server.reclaimer.reclaims == 0  # (waits for the quiet)
+        await trio.sleep(reclaim.RECLAIM_QUIET)
+        assert server.reclaimer.reclaims == 1
+
+
+async def test_a_partial_payload_left_behind_counts_its_bytes(autojump_clock, start_server, raw_connect, monkeypatch):
+    from natserver.server import reclaim
+
+    monkeypatch.setattr(reclaim, "RECLAIM_AFTER_BYTES", 512 * 1024)
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.send(b'CONNECT {"verbose":false}\r\nPUB x 1048576\r\n' + b"x" * 600_000)
+        while not server.clients or next(iter(server.clients.values())).parser.buffered < 600_000:
+            await trio.sleep(0.01)
+        await client.aclose()  # one close, but it leaves 600 000 bytes of payload behind
+        while server.clients:
+            await trio.sleep(0.01)
+        await trio.sleep(1.5 * reclaim.RECLAIM_QUIET)
+        assert server.reclaimer.reclaims == 1

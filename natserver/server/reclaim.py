@@ -1,0 +1,88 @@
+"""Giving memory back after a large drop: many connections closed, or big buffers released.
+
+CPython frees a closed connection's objects (its Client, parser, socket, task) when the last
+reference goes, but a Client and its Subscriptions refer to each other, so many wait for a
+full garbage collection, which comes rarely; and what is freed stays with the allocator:
+glibc keeps freed heap pages (a partial 1 MiB payload is 16 chunks of 64 KiB) until
+``malloc_trim`` returns them. After 10 000 connections opened and closed, natserver's RSS stayed
+at 148 MB (43 MB before); after 200 connections that each left a partial 1 MiB payload, at
+339 MB. nats-server (Go's scavenger) gives the memory back by itself.
+
+So the server counts what closes release (``note_closed``) and, once that is a lot, waits for
+the churn to quiet down, collects garbage and trims the heap (in a worker thread: the trim
+walks every arena). Nothing happens on a server whose connections come and go a few at a time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import logging
+
+import trio
+
+log = logging.getLogger("natserver")
+
+# What closes must have released before a reclaim: this many connections, or this many bytes
+# of buffers (partial payloads read, output not sent). An idle connection takes ~10 KiB.
+RECLAIM_AFTER_CLOSES = 1000
+RECLAIM_AFTER_BYTES = 32 * 1024 * 1024
+# How long no close may have happened before the reclaim runs (a storm is not reclaimed in the
+# middle), and the longest it waits for that.
+RECLAIM_QUIET = 1.0
+RECLAIM_MAX_WAIT = 10.0
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, or None (another libc, or none found)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+class Reclaimer:
+    """Collects garbage and trims the C heap after a large drop; ``run`` is its task."""
+
+    def __init__(self) -> None:
+        self._closes = 0
+        self._bytes = 0
+        self._last_close = 0.0
+        self._due = trio.Event()
+        self._trim = _malloc_trim()
+        self.reclaims = 0  # how many times it ran (tests, monitoring)
+
+    def note_closed(self, released_bytes: int) -> None:
+        """A connection closed, releasing ``released_bytes`` of buffers besides itself."""
+        self._closes += 1
+        self._bytes += released_bytes
+        self._last_close = trio.current_time()
+        if self._closes >= RECLAIM_AFTER_CLOSES or self._bytes >= RECLAIM_AFTER_BYTES:
+            self._due.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._due.wait()
+            started = trio.current_time()
+            while True:  # until RECLAIM_QUIET without a close (or RECLAIM_MAX_WAIT)
+                quiet_at = self._last_close + RECLAIM_QUIET
+                now = trio.current_time()
+                if now >= quiet_at or now - started >= RECLAIM_MAX_WAIT:
+                    break
+                await trio.sleep(min(quiet_at, started + RECLAIM_MAX_WAIT) - now)
+            self._due = trio.Event()
+            closes, released = self._closes, self._bytes
+            self._closes = self._bytes = 0
+            await self.reclaim()
+            log.debug("Gave memory back after %d closes (%d bytes of buffers)", closes, released)
+
+    async def reclaim(self) -> None:
+        gc.collect()  # the closed Clients' cycles (Client <-> Subscription, tasks)
+        self.reclaims += 1
+        if self._trim is not None:
+            await trio.to_thread.run_sync(self._trim, 0)
