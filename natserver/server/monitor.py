@@ -564,7 +564,7 @@ class Monitor:
             "in_bytes": server.in_bytes,
             "out_bytes": server.out_bytes,
             "slow_consumers": server.slow_consumers,
-            "subscriptions": server.sublist.count,
+            "subscriptions": server.subscriptions,  # every account's (server.go numSubscriptions)
             "http_req_stats": dict(sorted(self.http_req_stats.items())),
             "config_load_time": go_time(getattr(server, "config_load_time", server.start_time), local=True),
         })
