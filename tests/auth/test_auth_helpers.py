@@ -29,10 +29,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(kind: str, config: str, tmp_path, args: tuple = (), binary: str = NATS_SERVER):
+def running(kind: str, config: str, tmp_path, args: tuple = (), binary: str = NATS_SERVER, port: int = 0):
     """A server process (``kind`` "nats-server", run from ``binary``, or "natserver") with
-    ``config``; yields its port."""
-    port = free_port()
+    ``config``, on ``port`` (0: a free one, as for a restart on the same address); yields its port."""
+    port = port or free_port()
     path = tmp_path / f"{kind}-{port}.conf"
     path.write_text(config)
     argv = [binary] if kind == "nats-server" else [sys.executable, "-m", "natserver"]

@@ -565,3 +565,49 @@ def test_jetstream_through_imports(kind, tmp_path):
     binary = REFERENCE if kind != "natserver" else None
     with running(kind, _IMPORTS_CONFIG % (tmp_path / "store"), tmp_path, binary=binary or "nats-server") as port:
         asyncio.run(asyncio.wait_for(main(port), 20))
+
+
+@pytest.mark.parametrize("kind", ["natserver", pytest.param("nats-server", marks=pytest.mark.needs_nats_server)])
+def test_ordered_consumer_after_restart(kind, tmp_path):
+    """Issue 30 item 8: a watcher (nats-py's ordered consumer, as KV watch uses) comes back after
+    the server restarts on the same store: its memory consumer is gone, the client misses two
+    heartbeats and creates it again from the next sequence, and sees what was put meanwhile."""
+    if kind != "natserver" and REFERENCE is None:
+        pytest.skip("nats-server 2.15.1 not installed")
+    config = 'jetstream { store_dir: "%s" }\n' % (tmp_path / "store")
+    binary = REFERENCE or "nats-server"
+
+    async def main() -> None:
+        got: list = []
+        reconnected = asyncio.Event()
+
+        async def on_reconnect():
+            reconnected.set()
+
+        with running(kind, config, tmp_path, binary=binary) as port:
+            nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=-1, reconnect_time_wait=0.1,
+                                    reconnected_cb=on_reconnect)
+            js = nc.jetstream()
+            await js.add_stream(name="W", subjects=["w.>"])
+            await js.publish("w.k", b"1")
+
+            async def seen(msg):
+                got.append(msg.data)
+
+            await js.subscribe("w.>", cb=seen, ordered_consumer=True, idle_heartbeat=0.3)
+            for _ in range(50):
+                if got:
+                    break
+                await asyncio.sleep(0.05)
+            assert got == [b"1"]
+        with running(kind, config, tmp_path, binary=binary, port=port):
+            await asyncio.wait_for(reconnected.wait(), 10)
+            await js.publish("w.k", b"2")
+            for _ in range(100):
+                if len(got) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert got == [b"1", b"2"]
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
