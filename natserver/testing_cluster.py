@@ -116,6 +116,10 @@ class NatsCluster:
         others = [j for j in range(len(self.servers)) if j != i]
         node.options = node.options.copy(routes=[self.route_url(j) for j in others])
         node.start(timeout)
+        self._pin_ports(node)
+        for other in sorted(self._partitions.get(i, ())):  # a partition outlives a restart
+            if self.servers[other].running:
+                self._set_partition(i, other, True)
         self.wait_for_routes(timeout)
 
     def __enter__(self) -> NatsCluster:

@@ -202,3 +202,12 @@ def test_advance_moves_every_node():
         before = [node.now() for node in cluster.servers]
         cluster.advance(45)
         assert [node.now() for node in cluster.servers] == pytest.approx([t + 45 for t in before], abs=1e-6)
+
+
+def test_a_partition_outlives_a_restart(nats_cluster):
+    names = [node.options.server_name for node in nats_cluster.servers]
+    nats_cluster.partition(0, 2)
+    nats_cluster.restart(2)
+    assert nats_cluster.routes(2) == [names[1]] and nats_cluster.routes(0) == [names[1]]
+    nats_cluster.heal(0, 2)
+    assert nats_cluster.routes(2) == [names[0], names[1]]
