@@ -164,3 +164,32 @@ def test_ports_file_lists_every_interface_and_the_websocket_listener(kind, tmp_p
             for key in expected:
                 port = int(ports[key][0].rsplit(":", 1)[1])
                 socket.create_connection(("::1", port), timeout=TIMEOUT).close()
+
+
+@needs_ipv6
+async def test_a_tls_listener_on_every_interface_is_reached_over_ipv6_and_listed_as_tls(nursery, tmp_path):
+    """The issue's case: a client that dials localhost, gets ::1 first, and must reach the TLS
+    handshake (to see the certificate error it expects, or to succeed)."""
+    from natserver.server.files import write_ports_file
+    from tests.auth.test_tls import Certs
+
+    (tmp_path / "certs").mkdir()
+    certs = Certs(tmp_path / "certs")
+    options = make_options(host="0.0.0.0", tls=certs.tls(), ports_file_dir=str(tmp_path))
+    server = await nursery.start(natserver.serve, options)
+    try:
+        with trio.fail_after(TIMEOUT):
+            stream = await trio.open_tcp_stream("::1", server.port)
+            info = json.loads((await stream.receive_some(4096))[5:])
+            assert info["tls_required"] is True and info["client_ip"] == "::1"
+            tls = trio.SSLStream(stream, certs.client_context(), server_hostname="localhost")
+            await tls.do_handshake()  # the certificate names localhost: the handshake completes
+            await tls.send_all(b"CONNECT {}\r\nPING\r\n")
+            assert b"PONG" in await tls.receive_some(4096)
+            await tls.aclose()
+        with open(write_ports_file(options, server, None)) as f:
+            ports = json.load(f)
+        assert ports["nats"] == listener_urls("tls", "0.0.0.0", server.port)
+        assert all(url.startswith("tls://") for url in ports["nats"])
+    finally:
+        await server.shutdown()
