@@ -211,3 +211,17 @@ def test_a_partition_outlives_a_restart(nats_cluster):
     assert nats_cluster.routes(2) == [names[1]] and nats_cluster.routes(0) == [names[1]]
     nats_cluster.heal(0, 2)
     assert nats_cluster.routes(2) == [names[0], names[1]]
+
+
+def test_stopping_the_cluster_leaves_nothing_behind():
+    import threading
+
+    from tests.testing.test_testing_api import port_is_free
+
+    before = set(threading.enumerate())
+    with NatsCluster(size=3) as cluster:
+        cluster.add_leaf()
+        ports = [p for node in [*cluster.servers, *cluster.leaves]
+                 for p in (node.options.port, node.options.cluster_port, node.options.leafnode_port) if p > 0]
+    assert [t.name for t in threading.enumerate() if t not in before and t.name.startswith("natserver")] == []
+    assert all(port_is_free(port) for port in ports)
