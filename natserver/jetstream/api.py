@@ -13,7 +13,7 @@ import base64
 import logging
 from typing import TYPE_CHECKING
 
-from . import advisories, errors
+from . import advisories, errors, unsupported
 from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
 from .errors import ApiError
@@ -178,9 +178,11 @@ class Api:
         rtype = _T + "stream_create_response"
         try:
             try:
-                cfg = StreamConfig.from_json(loads(payload))
+                request = loads(payload)
+                cfg = StreamConfig.from_json(request)
             except ValueError:
                 raise errors.invalid_json() from None
+            unsupported.refuse_stream(request)
             if cfg.name != name:
                 raise errors.stream_mismatch()
             if "/" in name or "\\" in name:
@@ -204,9 +206,11 @@ class Api:
         rtype = _T + "stream_update_response"
         try:
             try:
-                ncfg = StreamConfig.from_json(loads(payload))
+                request = loads(payload)
+                ncfg = StreamConfig.from_json(request)
             except ValueError:
                 raise errors.invalid_json() from None
+            unsupported.refuse_stream(request)
             cfg = check_stream_config(ncfg, self.js.streams, self.js.limits)
             if cfg.name != name:
                 raise errors.stream_mismatch()

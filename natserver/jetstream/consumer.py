@@ -16,10 +16,12 @@ from . import errors
 from .stream import (
     _INT64,
     _UINT64,
+    MAX_METADATA_LEN,
     DecodeError,
     _bool,
     _enum,
     _int,
+    _metadata,
     _str,
     _strlist,
     decode_struct,
@@ -34,7 +36,6 @@ EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base
 _NAME_ALPHABET = string.ascii_letters + string.digits
 
 _DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
-MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and values, bytes
 _goint = lambda v: _int(v, _INT64)
 _uint = lambda v: _int(v, _UINT64)
 
@@ -45,13 +46,6 @@ def _durations(value):
     if not isinstance(value, list):
         raise DecodeError("backoff: not a list")
     return [_goint(v) for v in value]
-
-
-def _metadata(value):
-    """metadata: map[string]string (2.10+)."""
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise DecodeError("metadata: not an object of strings")
-    return dict(value)
 
 
 def _time(value):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import clock
-from . import advisories, consumer_store, errors
+from . import advisories, consumer_store, errors, unsupported
 from .consumer import (
     Consumer,
     ConsumerConfig,
@@ -19,8 +19,8 @@ from .consumer import (
     set_defaults,
 )
 from .errors import ApiError
-from .stream import _INT64, _int, _object, _str, decode_struct
-from .util import loads
+from .stream import _INT64, GoDecodeError, _int, _object, _str, decode_struct
+from .util import dumps, loads
 
 if TYPE_CHECKING:
     from .api import Api
@@ -29,13 +29,23 @@ _T = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024  # JSApiNamesLimit
 LIST_LIMIT = 256  # JSApiListLimit
 _HDR_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
-_CREATE_REQUEST = {"stream_name": _str, "config": _object}
+def _action(value):
+    """consumer.go ConsumerAction (2.10+): "create" (fails on a different existing consumer),
+    "update" (fails on a missing one), "" (either)."""
+    if value not in ("create", "update", ""):
+        raise GoDecodeError(f"unknown consumer action: {dumps(value).decode()}")
+    return value
+
+
+_CREATE_REQUEST = {"stream_name": _str, "config": _object, "action": _action}
 _PAGE_REQUEST = {"offset": lambda v: _int(v, _INT64)}
 
 
 def _decode(payload: bytes, fields: dict) -> dict:
     try:
         return decode_struct(loads(payload), fields, {})
+    except GoDecodeError as exc:
+        raise errors.invalid_json(str(exc)) from exc
     except ValueError as exc:
         raise errors.invalid_json() from exc
 
@@ -84,6 +94,7 @@ class ConsumerApi:
                 cfg = ConsumerConfig.from_json(req.get("config"))
             except ValueError:
                 raise errors.invalid_json() from None
+            unsupported.refuse_consumer(req.get("config"))
             if durable:
                 if not cfg.durable_name:
                     raise errors.consumer_durable_required()
@@ -108,7 +119,7 @@ class ConsumerApi:
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
             check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit)
-            consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name)
+            consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name, req.get("action", ""))
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
@@ -118,16 +129,20 @@ class ConsumerApi:
             # consumer's owner ignores what comes before it knows the consumer's name.
             self.js.delivery.push(consumer, clock.now_ns())
 
-    def add(self, stream, cfg: ConsumerConfig, name: str) -> Consumer:
+    def add(self, stream, cfg: ConsumerConfig, name: str, action: str = "") -> Consumer:
         consumers = stream.consumers
         existing = consumers.get(name) if name else None
         if existing is not None:
             if existing.cfg == cfg:
                 return existing
+            if action == "create":
+                raise errors.consumer_already_exists()
             check_update(existing.cfg, cfg)
             existing.reconfigure(cfg)
             self._save(existing)
             return existing
+        if action == "update":
+            raise errors.consumer_does_not_exist()
         # nats-server: the stream's max_consumers, or the account's when that is lower, bounds
         # this stream's consumers (the account's limit is per stream, not a total).
         max_consumers = stream.cfg.max_consumers

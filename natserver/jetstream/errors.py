@@ -41,7 +41,11 @@ def _fixed(code: int, err_code: int, description: str):
 account_resources_exceeded = _fixed(400, 10002, "resource limits exceeded for account")
 bad_request = _fixed(400, 10003, "bad request")
 insufficient_resources = _fixed(503, 10023, "insufficient resources")
-invalid_json = _fixed(400, 10025, "invalid JSON")
+def invalid_json(detail: str = "") -> ApiError:
+    """10025. nats-server 2.10+ appends Go's Unmarshal error ("invalid JSON: <err>"); natserver
+    knows that text only where a decoder names it (GoDecodeError), and says "invalid JSON" alone
+    elsewhere, as 2.9 did."""
+    return ApiError(400, 10025, f"invalid JSON: {detail}" if detail else "invalid JSON")
 memory_resources_exceeded = _fixed(500, 10028, "insufficient memory resources available")
 mirror_with_subjects = _fixed(400, 10034, "stream mirrors can not contain subjects")
 no_message_found = _fixed(404, 10037, "no message found")
@@ -156,6 +160,11 @@ consumer_multiple_filters_not_allowed = _fixed(
     400, 10137, "consumer with multiple subject filters cannot use subject based API")
 consumer_overlapping_filters = _fixed(400, 10138, "consumer subject filters cannot overlap")
 consumer_empty_filter = _fixed(400, 10139, "consumer filter in FilterSubjects cannot be empty")
+expected_last_seq_per_subject_invalid = _fixed(  # 2.12+: a -Subject header without the sequence
+    400, 10193, "missing sequence for expected last sequence per subject")
+message_ttl_disabled = _fixed(400, 10166, "per-message TTL is disabled")  # 2.11+
+consumer_already_exists = _fixed(400, 10148, "consumer already exists")  # 2.10+ action "create"
+consumer_does_not_exist = _fixed(400, 10149, "consumer does not exist")  # 2.10+ action "update"
 consumer_create_filter_mismatch = _fixed(
     400, 10131, "Consumer create request did not match filtered subject from create subject")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ..protocol.const import JS_API_LEVEL
 from .util import rfc3339nano
 
 __all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz"]
@@ -69,7 +70,7 @@ def _stats(js) -> dict:
     return {
         "memory": memory, "storage": storage, "reserved_memory": 0, "reserved_storage": 0,
         "accounts": sum(1 for engine in js.engines if engine.account_name is not None), "ha_assets": 0,
-        "api": {"total": total, "errors": errors},
+        "api": {"level": JS_API_LEVEL, "total": total, "errors": errors},
     }
 
 
@@ -116,6 +117,7 @@ def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = 
     out["bytes"] = sum(s.store.bytes for s in every_stream)
     if accounts or streams or consumers:
         out["account_details"] = [_account_detail(engine, streams, consumers, config) for engine in engines]
+    out["total"] = len(engines)  # monitor.go JSInfo.Total: the JetStream-enabled accounts
     return out
 
 
@@ -124,7 +126,8 @@ def _account_detail(engine, streams: bool, consumers: bool, config: bool) -> dic
     detail: dict = {
         "name": engine.account_name, "id": engine.account_name, "memory": memory, "storage": storage,
         "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
-        "accounts": 0, "ha_assets": 0, "api": {"total": engine.api_total, "errors": engine.api_errors},
+        # (monitor.go accountDetail leaves the API level unset: 0, where the totals say the server's)
+        "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": engine.api_total, "errors": engine.api_errors},
     }
     if (streams or consumers) and engine.streams:
         detail["stream_detail"] = [

@@ -29,6 +29,25 @@ _TRIM_AT = 4096
 _FEW_SUBJECTS = 64
 
 
+class _LazyMatch(dict):
+    """subject id -> whether its subject matches, tested when first asked (``in`` too)."""
+
+    def __init__(self, match, subjects: list[bytes]) -> None:
+        super().__init__()
+        self.match = match
+        self.subjects = subjects
+
+    def __missing__(self, sid: int) -> bool:
+        hit = self[sid] = sid != DEAD and bool(self.match(self.subjects[sid]))
+        return hit
+
+    def __contains__(self, sid) -> bool:  # type: ignore[override]
+        return self[sid]
+
+    def __bool__(self) -> bool:
+        return True  # (unknown until asked)
+
+
 class DictIndex(dict):
     """The memory store's index: entries are tuples whose first three fields are
     ``(subject, ts, size)``."""
@@ -361,14 +380,20 @@ class MsgIndex:
             j -= 1
         return 0
 
-    def _matching_ids(self, match) -> set[int]:
-        return {sid for subj, sid in self.sid_of.items() if match(subj)}
+    def _matching_ids(self, match):
+        """What ``ids[sid]``/``sid in ids`` answers for the subject ids matching: a set when
+        there are few subjects (every one tested once), else a dict that tests a subject
+        the first time its id is seen (the work bounded by the range scanned, not by the
+        number of subjects)."""
+        if len(self.sid_of) <= _FEW_SUBJECTS:
+            return {sid for subj, sid in self.sid_of.items() if match(subj)}
+        return _LazyMatch(match, self.subjects)
 
     def find_match(self, match, lo: int, hi: int) -> int:
         ids = self._matching_ids(match)
         if not ids:
             return 0
-        if len(ids) == 1:
+        if isinstance(ids, set) and len(ids) == 1:
             return self.find(self.subjects[next(iter(ids))], lo, hi)
         i, j = self._range(lo, hi)
         sid = self.sid
@@ -411,6 +436,15 @@ class MsgIndex:
             ids = self._matching_ids(match)
             if not ids:
                 return 0, 0, 0
+            if not isinstance(ids, set):  # many subjects: one pass
+                n = first = last = 0
+                for k, s in enumerate(window):
+                    if s in ids:
+                        n += 1
+                        last = k
+                        if n == 1:
+                            first = k
+                return (n, self.base + i + first, self.base + i + last) if n else (0, 0, 0)
             n = sum(window.count(s) for s in ids)
             if not n:
                 return 0, 0, 0
@@ -432,6 +466,9 @@ class MsgIndex:
         return [s for s in range(lo, hi + 1) if not 0 <= s - base < n or sid[s - base] == DEAD]
 
     def bounds(self, subjects: set) -> dict[bytes, tuple[int, int]]:
+        if len(subjects) > _FEW_SUBJECTS:  # one C pass over everything
+            state = self.subject_state()
+            return {subj: (state[subj][1], state[subj][2]) for subj in subjects if subj in state}
         out: dict[bytes, tuple[int, int]] = {}
         lo, hi = self.base + self.head, self.base + len(self.sid) - 1
         for subj in subjects:

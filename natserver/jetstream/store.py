@@ -56,7 +56,7 @@ import sys
 import zlib
 from array import array
 
-from .msgindex import DictIndex, MsgIndex
+from .msgindex import DEAD, DictIndex, MsgIndex
 from .util import compile_filter, get_header, has_wildcard
 
 log = logging.getLogger("natserver")
@@ -533,13 +533,15 @@ SEGMENT_SUFFIX = ".seg"
 
 
 # Segment index files (FileStore._write_seg_index): header, then the arrays, the subjects
-# (id, length, bytes) and the DEL sequences, then a CRC-32 of it all.
+# (id, length, bytes), the DEL sequences and the sequences of messages with headers (their
+# Nats-Msg-Id is read at start when they are within the duplicate window), then a CRC-32.
 INDEX_SUFFIX = ".idx"
 _IDX_MAGIC = b"NSIX"
-_IDX_VERSION = 1
+_IDX_VERSION = 2
 # magic, version, reserved, segment length, first sequence, positions, subjects, DELs,
-# the stream's first_seq/last_seq/last_ts when it was written, the highest timestamp in it
-_IDX_HEAD = struct.Struct("<4sHHQQIIIQQqq")
+# messages with headers, the stream's first_seq/last_seq/last_ts when it was written, the
+# highest timestamp in it
+_IDX_HEAD = struct.Struct("<4sHHQQIIIIQQqq")
 _IDX_SUBJ = struct.Struct("<IH")
 # The active segment's index file is written again each time this much more of it was
 # written, so that a restart after kill -9 reads at most this much record by record.
@@ -640,6 +642,7 @@ class FileStore(Store):
         self.werr: OSError | None = None
         self.active_first = 0  # the first index position of the active segment's messages
         self.active_dels: list[int] = []  # the DEL records in the active segment
+        self.active_hdrs: list[int] = []  # its messages with headers
         self.checkpointed = 0  # how much of the active segment its index file covers
         self._syncing: list[int] = []  # the segments of the last sync_targets
         self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
@@ -658,9 +661,10 @@ class FileStore(Store):
         torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
-        unindexed: dict[int, list[int]] = {}  # sealed segments scanned: their DEL records
+        unindexed: dict[int, tuple] = {}  # sealed segments scanned: their DELs, header seqs
         seg_start: dict[int, int] = {}  # each segment's first sequence (its first position)
         dels: list[int] = []
+        hdrs: list[int] = []
         for k, seg in enumerate(ids):
             seg_path = self._seg_path(seg)
             fd = os.open(seg_path, os.O_RDWR)
@@ -671,11 +675,13 @@ class FileStore(Store):
             sealed = k < len(ids) - 1
             # Its index file (written when it was sealed, or a checkpoint of its first part
             # while it was written to): the records it covers are not read.
-            loaded = self._load_seg_index(seg, horizon)
+            loaded = self._load_seg_index(seg)
             covered = 0
             dels = []
+            hdrs = []
             if loaded is not None:
-                (covered, first, ts_a, off_a, size_a, sid_a, table, seg_dels, (s_first, s_last, s_lts)) = loaded
+                (covered, first, ts_a, off_a, size_a, sid_a, table, seg_dels, seg_hdrs,
+                 (s_first, s_last, s_lts)) = loaded
                 if idx and first < idx.end and len(sid_a):
                     covered = 0  # (overlapping an older segment: never written so) scanned below
                 else:
@@ -686,6 +692,15 @@ class FileStore(Store):
                     for seq in seg_dels:
                         idx.pop(seq, None)
                     dels = seg_dels.tolist()
+                    hdrs = seg_hdrs.tolist()
+                    if horizon is not None:  # the Nats-Msg-Ids within the duplicate window
+                        for seq in hdrs:
+                            if seq in idx and idx.ts_of(seq) >= horizon:
+                                entry = idx.get(seq)
+                                parts = self._read(seq, entry)
+                                msg_id = get_header(b"Nats-Msg-Id", parts[0]) if parts is not None else b""
+                                if msg_id:
+                                    candidates.append((msg_id, seq, entry[1]))
                     floor = max(floor, s_first)
                     if s_last > last_seq or (s_last == last_seq and not last_ts):
                         last_seq, last_ts = s_last, s_lts
@@ -723,6 +738,8 @@ class FileStore(Store):
                     last_indexed = seq
                     if seq >= last_seq:
                         last_seq, last_ts = seq, ts
+                    if hl:
+                        hdrs.append(seq)
                     if hl and horizon is not None and ts >= horizon:
                         msg_id = get_header(b"Nats-Msg-Id", data[start + sl : start + sl + hl])
                         if msg_id:
@@ -758,7 +775,7 @@ class FileStore(Store):
                     self.lost += 1
             self.size = n
             if sealed:
-                unindexed[seg] = dels
+                unindexed[seg] = (dels, hdrs)
         # Everything below the highest STATE first_seq is gone.
         if floor and idx:
             for seq in idx.matching(None, 0, floor - 1):
@@ -791,17 +808,17 @@ class FileStore(Store):
                 self.size = len(self.buf)
         last = self.segs[-1] if self.segs else 0
         if last:
-            self.active_first, self.active_dels = seg_start[last], dels
+            self.active_first, self.active_dels, self.active_hdrs = seg_start[last], dels, hdrs
             self.checkpointed = covered
         self._resume_writes(recovering=True)  # (a new segment when the newest has no room)
         if last and self.active != last:
-            unindexed[last] = dels
+            unindexed[last] = (dels, hdrs)
         # Index files for the sealed segments that had none (or a stale one), so the next
         # start reads them instead of the records.
         for k, seg in enumerate(ids):
             if seg in unindexed and seg in self.fds:
                 end = seg_start[ids[k + 1]] if k + 1 < len(ids) else idx.end
-                self._write_seg_index(seg, seg_start[seg], end - 1, unindexed[seg], os.fstat(self.fds[seg]).st_size)
+                self._write_seg_index(seg, seg_start[seg], end - 1, *unindexed[seg], os.fstat(self.fds[seg]).st_size)
         if self.werr is None:
             self._drop_dead_segments()
 
@@ -814,9 +831,10 @@ class FileStore(Store):
         """The active segment is flushed (full, or CHECKPOINT_BYTES more of it written):
         write its index file, covering what is written so far."""
         self.checkpointed = self.flushed
-        self._write_seg_index(self.active, self.active_first, self.idx.end - 1, self.active_dels, self.flushed)
+        self._write_seg_index(self.active, self.active_first, self.idx.end - 1, self.active_dels,
+                              self.active_hdrs, self.flushed)
 
-    def _write_seg_index(self, seg: int, lo: int, hi: int, dels: list[int], covered: int) -> None:
+    def _write_seg_index(self, seg: int, lo: int, hi: int, dels: list[int], hdrs: list[int], covered: int) -> None:
         """Write ``<seg>.idx``: the index positions of sequences [lo, hi] (the segment's
         messages, dead ones marked), the DEL records the segment holds and the stream state
         it implies, as of its first ``covered`` bytes, with a checksum. Written to a
@@ -834,13 +852,14 @@ class FileStore(Store):
             ts_a, off_a, size_a, sid_a, table = array("q"), array("I"), array("I"), array("I"), {}
         try:
             parts = [_IDX_HEAD.pack(_IDX_MAGIC, _IDX_VERSION, 0, covered, lo, len(sid_a), len(table),
-                                    len(dels), self.first_seq, self.last_seq, self.last_ts,
+                                    len(dels), len(hdrs), self.first_seq, self.last_seq, self.last_ts,
                                     max(ts_a) if ts_a else 0),
                      ts_a.tobytes(), off_a.tobytes(), size_a.tobytes(), sid_a.tobytes()]
             for sid, subj in table.items():
                 parts.append(_IDX_SUBJ.pack(sid, len(subj)))
                 parts.append(subj)
             parts.append(array("Q", dels).tobytes())
+            parts.append(array("Q", hdrs).tobytes())
             body = b"".join(parts)
             path = self._idx_path(seg)
             tmp = path + ".tmp"
@@ -855,11 +874,10 @@ class FileStore(Store):
             except OSError:
                 pass
 
-    def _load_seg_index(self, seg: int, horizon: int | None):
+    def _load_seg_index(self, seg: int):
         """``<seg>.idx`` if it is whole and the segment is at least as long as what it covers,
         else None (and removed): (covered length, first, ts, offsets, sizes, subject ids,
-        subjects, DELs, (first_seq, last_seq, last_ts)). None too when messages in it may be
-        within the duplicate window (their Nats-Msg-Id headers are read from the records)."""
+        subjects, DELs, sequences of messages with headers, (first_seq, last_seq, last_ts))."""
         if self.cipher is not None or not _INDEX_FILES:
             return None
         path = self._idx_path(seg)
@@ -872,14 +890,12 @@ class FileStore(Store):
             body = memoryview(raw)[:-4]
             if len(raw) < _IDX_HEAD.size + 4 or zlib.crc32(body) != _U32.unpack_from(raw, len(raw) - 4)[0]:
                 raise ValueError("checksum")
-            (magic, version, _, seg_size, first, count, n_subj, n_dels, s_first, s_last, s_lts,
-             max_ts) = _IDX_HEAD.unpack_from(raw, 0)
+            (magic, version, _, seg_size, first, count, n_subj, n_dels, n_hdrs, s_first, s_last, s_lts,
+             _max_ts) = _IDX_HEAD.unpack_from(raw, 0)
             if magic != _IDX_MAGIC or version != _IDX_VERSION:
                 raise ValueError("version")
             if seg_size > os.fstat(self.fds[seg]).st_size:
                 raise ValueError("stale")  # (the segment was cut shorter)
-            if horizon is not None and max_ts >= horizon:
-                return None  # (kept: valid, only not usable this time)
             pos = _IDX_HEAD.size
             arrays = []
             for code, width in (("q", 8), ("I", 4), ("I", 4), ("I", 4)):
@@ -895,7 +911,10 @@ class FileStore(Store):
                 pos += sl
             seg_dels = array("Q")
             seg_dels.frombytes(body[pos : pos + 8 * n_dels])
-            if pos + 8 * n_dels != len(body) or len(arrays[3]) != count:
+            pos += 8 * n_dels
+            seg_hdrs = array("Q")
+            seg_hdrs.frombytes(body[pos : pos + 8 * n_hdrs])
+            if pos + 8 * n_hdrs != len(body) or len(arrays[3]) != count:
                 raise ValueError("length")
         except (ValueError, struct.error, OSError, KeyError) as exc:
             log.warning("JetStream: %s: index file not used (%s); reading the segment", path, exc)
@@ -904,7 +923,7 @@ class FileStore(Store):
             except OSError:
                 pass
             return None
-        return seg_size, first, *arrays, table, seg_dels, (s_first, s_last, s_lts)
+        return seg_size, first, *arrays, table, seg_dels, seg_hdrs, (s_first, s_last, s_lts)
 
     def _resume_writes(self, recovering: bool = False) -> None:
         """Make the store writable: a segment to write to (one could not be created on a full
@@ -944,6 +963,7 @@ class FileStore(Store):
         self.active = seg
         self.active_first = self.idx.end  # (its messages: from here on)
         self.active_dels = []
+        self.active_hdrs = []
         self.flushed = self.checkpointed = 0
         # After the STATE record: DEL records made while no segment could be created.
         self.buf[:0] = _frame_state(self.first_seq, self.last_seq, self.last_ts)
@@ -990,6 +1010,8 @@ class FileStore(Store):
         self.size += total
         seg = self.active
         self.live[seg] += 1
+        if hl:
+            self.active_hdrs.append(seq)
         return (subj, ts, _msg_size(sl, hl, ml), seg, offset)
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
@@ -1003,12 +1025,11 @@ class FileStore(Store):
                 raise StoreWriteError(_os_error_text(exc)) from None
         return super().remove_msg(seq, erase)
 
-    def _record(self, seq: int, entry) -> bytes | None:
+    def _record(self, seq: int, seg: int, offset: int, size: int) -> bytes | None:
         """The message's whole MSG record, checked (None: corrupt). The index keeps its
         size, not its length: the record is size + 1 bytes with headers, size + 5 without
         (see _msg_size), so size + 5 bytes are read and the record's own length cuts them."""
-        seg, offset = entry[3], entry[4]
-        want = entry[2] + 5
+        want = size + 5
         if seg == self.active and offset >= self.flushed:
             start = offset - self.flushed
             rec = bytes(self.buf[start : start + want])
@@ -1017,22 +1038,37 @@ class FileStore(Store):
                 rec = self._disk(seg, os.pread(self.fds[seg], want, offset), offset)
             except (OSError, KeyError):
                 rec = b""
-        if len(rec) >= _MSG_FIXED + 4:
+        if len(rec) >= _OVERHEAD:
             total = _U32.unpack_from(rec, 0)[0] + 8
-            rec = rec[:total]
-            if len(rec) == total and zlib.crc32(memoryview(rec)[:-4]) == _U32.unpack_from(rec, total - 4)[0] \
+            if total <= len(rec) and zlib.crc32(memoryview(rec)[: total - 4]) == _U32.unpack_from(rec, total - 4)[0] \
                     and rec[4] == T_MSG and _MSG_BODY.unpack_from(rec, 5)[0] == seq:
-                return rec
+                return rec if total == len(rec) else rec[:total]
         log.error("JetStream: message %d in %s is corrupt; not served", seq, self.path)
         return None
 
     def _read(self, seq, entry):
-        rec = self._record(seq, entry)
+        rec = self._record(seq, entry[3], entry[4], entry[2])
         if rec is None:
             return None
         _, _, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
         start = _MSG_FIXED + sl
         return rec[start : start + hl], rec[start + hl : start + hl + ml]
+
+    def load_msg(self, seq: int) -> StoredMsg | None:
+        # Straight from the arrays (no entry tuple): the read by sequence is the hot one.
+        idx = self.idx
+        i = seq - idx.base
+        if i < 0 or i >= len(idx.sid):
+            return None
+        sid = idx.sid[i]
+        if sid == DEAD:
+            return None
+        rec = self._record(seq, idx.seg[i], idx.off[i], idx.size[i])
+        if rec is None:
+            return None
+        _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
+        start = _MSG_FIXED + sl
+        return StoredMsg(idx.subjects[sid], seq, rec[start : start + hl], rec[start + hl : start + hl + ml], ts)
 
     def _dropped(self, seq, entry, erase):
         seg = entry[3]
@@ -1054,7 +1090,7 @@ class FileStore(Store):
     def _erase(self, seq, entry) -> None:
         """Overwrite the message's subject, header and data with random bytes in place."""
         ts, seg, offset = entry[1], entry[3], entry[4]
-        old = self._record(seq, entry)
+        old = self._record(seq, seg, offset, entry[2])
         if old is None:
             return  # (unreadable: nothing to erase)
         _, _, sl, hl, ml = _MSG_BODY.unpack_from(old, 5)

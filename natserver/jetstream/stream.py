@@ -33,6 +33,7 @@ DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDupli
 MIN_WINDOW = 100 * 1_000_000  # 100ms: the least max_age and duplicate_window
 MAX_NAME_LEN = 255
 MAX_DESCRIPTION_LEN = 4 * 1024
+MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and values, bytes (2.10+)
 MAX_REPLICAS = 5
 MAX_HEADER_SIZE = 65535
 
@@ -43,6 +44,11 @@ _UINT64 = (0, (1 << 64) - 1)
 
 class DecodeError(ValueError):
     """The request is not what Go's json.Unmarshal would accept ("invalid JSON")."""
+
+
+class GoDecodeError(DecodeError):
+    """A DecodeError whose text is the error nats-server's Unmarshal gives (shown after
+    "invalid JSON: ")."""
 
 
 # -- decoding JSON the way Go does -----------------------------------------------------------
@@ -70,6 +76,13 @@ def _strlist(value):
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DecodeError(f"not a list of strings: {value!r}")
     return list(value)
+
+
+def _metadata(value):
+    """metadata: map[string]string (streams and consumers, 2.10+)."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise DecodeError("metadata: not an object of strings")
+    return dict(value)
 
 
 def _object(value):
@@ -166,6 +179,8 @@ _CONFIG_FIELDS = {
     "deny_delete": _bool,
     "deny_purge": _bool,
     "allow_rollup_hdrs": _bool,
+    "allow_msg_ttl": _bool,
+    "metadata": _metadata,
 }
 
 _DEFAULTS = {
@@ -175,6 +190,7 @@ _DEFAULTS = {
     "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
+    "allow_msg_ttl": False, "metadata": None,
 }
 
 
@@ -237,6 +253,10 @@ class StreamConfig:
         out["deny_delete"] = self.deny_delete
         out["deny_purge"] = self.deny_purge
         out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
+        if self.allow_msg_ttl:  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
+            out["allow_msg_ttl"] = True
+        if self.metadata:
+            out["metadata"] = self.metadata
         return out
 
     def __eq__(self, other) -> bool:
@@ -257,6 +277,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         raise invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
     if len(config.description) > MAX_DESCRIPTION_LEN:
         raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+    if sum(len(k) + len(v) for k, v in (config.metadata or {}).items()) > MAX_METADATA_LEN:
+        raise invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
     cfg = config.copy()
     if not cfg.storage:
         cfg.storage = "file"
@@ -459,6 +481,10 @@ _EXPECTED_STREAM = b"Nats-Expected-Stream"
 _EXPECTED_LAST_SEQ = b"Nats-Expected-Last-Sequence"
 _EXPECTED_LAST_SUBJ_SEQ = b"Nats-Expected-Last-Subject-Sequence"
 _EXPECTED_LAST_MSG_ID = b"Nats-Expected-Last-Msg-Id"
+# 2.10+: the subject (or filter) whose last sequence Nats-Expected-Last-Subject-Sequence names,
+# instead of the message's own subject.
+_EXPECTED_LAST_SUBJ_SEQ_SUBJ = b"Nats-Expected-Last-Subject-Sequence-Subject"
+_MSG_TTL = b"Nats-TTL"  # 2.11+ per-message TTL
 _ROLLUP = b"Nats-Rollup"
 _REQUEST_INFO = b"Nats-Request-Info"
 
@@ -582,10 +608,13 @@ class Stream:
                     return
             value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
             if value:
-                last = store.last_seq_for(subject)
+                last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
                     self._reject(reply, errors.stream_wrong_last_sequence(last))
                     return
+            elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
+                self._reject(reply, errors.expected_last_seq_per_subject_invalid())
+                return
             value = get_header(_EXPECTED_LAST_SEQ, hdr)
             if value and parse_uint(value) != store.last_seq:
                 self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
@@ -593,6 +622,15 @@ class Stream:
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
                 self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                return
+            if get_header(_MSG_TTL, hdr):
+                # stream.go processJetStreamMsg: refused unless the stream allows it; natserver
+                # does not expire single messages yet, so it refuses rather than store one that
+                # would never go (issue #27 item 4).
+                if not cfg.allow_msg_ttl:
+                    self._reject(reply, errors.message_ttl_disabled())
+                else:
+                    self._reject(reply, errors.stream_general("natserver does not support per-message TTL yet"))
                 return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:

@@ -1,5 +1,6 @@
-"""Consumers with several filter subjects (nats-server 2.10+ ``filter_subjects``) and consumer
-``metadata``, as nats-server 2.15.1 answers them: the rules of checkConsumerCfg (both filter
+"""Consumers with several filter subjects (nats-server 2.10+ ``filter_subjects``), consumer and
+stream ``metadata`` and the consumer create request's ``action``, as nats-server 2.15.1 answers
+them: the rules of checkConsumerCfg (both filter
 forms, an empty filter, overlapping filters, the metadata size), the create subject's filter
 token (jsConsumerCreateRequest), workqueue uniqueness across filters, what such a consumer
 counts and delivers, and an update that changes the filters. One script runs against natserver
@@ -15,7 +16,9 @@ import json
 from pathlib import Path
 
 import nats
+import trio
 
+from natserver.jetstream import unsupported
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
@@ -28,6 +31,11 @@ TIMEOUT = 20
 def _create(stream: str, name: str, subject_filter: str = "", **config) -> tuple[str, dict]:
     subject = f"$JS.API.CONSUMER.CREATE.{stream}.{name}" + (f".{subject_filter}" if subject_filter else "")
     return subject, {"stream_name": stream, "config": {"durable_name": name, "ack_policy": "explicit", **config}}
+
+
+def _act(action: str, stream: str, name: str, **config) -> tuple[str, dict]:
+    subject, body = _create(stream, name, **config)
+    return subject, {**body, "action": action}
 
 
 def _next(stream: str, name: str, batch: int) -> tuple[str, dict]:
@@ -66,13 +74,33 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("workqueue: one of them again", *_create("W", "B", filter_subject="w.b")),
     ("workqueue: overlapping a filter", *_create("W", "C", filter_subjects=["w.c", "w.*"])),
     ("workqueue: disjoint filters", *_create("W", "D", filter_subjects=["w.c", "w.d"])),
+    # The create request's action (2.10+).
+    ("action create, new", *_act("create", "S", "ACT", filter_subject="s.a")),
+    ("action create, the same again", *_act("create", "S", "ACT", filter_subject="s.a")),
+    ("action create, different", *_act("create", "S", "ACT", filter_subject="s.b")),
+    ("action update, missing", *_act("update", "S", "NOPE", filter_subject="s.a")),
+    ("action update, existing", *_act("update", "S", "ACT", filter_subject="s.b")),
+    ("action unknown", *_act("upsert", "S", "ACT2")),
+    # Nats-Expected-Last-Subject-Sequence-Subject (2.10+): the check names another subject.
+    ("expected last of s.b is 2", "s.z", (b"Nats-Expected-Last-Subject-Sequence: 2\r\n"
+                                          b"Nats-Expected-Last-Subject-Sequence-Subject: s.b\r\n", b"z1")),
+    ("expected last of s.b is 1", "s.z", (b"Nats-Expected-Last-Subject-Sequence: 1\r\n"
+                                          b"Nats-Expected-Last-Subject-Sequence-Subject: s.b\r\n", b"z2")),
+    ("expected last of s.* is 6", "s.z", (b"Nats-Expected-Last-Subject-Sequence: 6\r\n"
+                                          b"Nats-Expected-Last-Subject-Sequence-Subject: s.*\r\n", b"z3")),
+    ("the subject without the sequence", "s.z", (b"Nats-Expected-Last-Subject-Sequence-Subject: s.b\r\n", b"z4")),
+    ("a TTL on a stream without allow_msg_ttl", "s.z", (b"Nats-TTL: 5s\r\n", b"z5")),
+    # Stream metadata (2.10+).
+    ("stream with metadata", "$JS.API.STREAM.CREATE.M", {"name": "M", "subjects": ["m.>"], "metadata": {"owner": "x"}}),
+    ("stream metadata too large", "$JS.API.STREAM.CREATE.M2",
+     {"name": "M2", "subjects": ["m2.>"], "metadata": {"k": "x" * (128 * 1024)}}),
 ]
 
 
 def _normal(answer: str):
     """An API error as it is; consumer info by what this file is about (the filters, user
     metadata without the server's own ``_nats.`` keys, what is pending); a message's payload
-    as it is; a publish ack by its sequence; a created stream by its name."""
+    as it is; a publish ack by its sequence; a created stream by its name and user metadata."""
     try:
         document = json.loads(answer)
     except ValueError:
@@ -86,13 +114,28 @@ def _normal(answer: str):
                 "metadata": metadata or None, "num_pending": document["num_pending"]}
     if "seq" in document:
         return {"seq": document["seq"]}
-    if "config" in document and "state" in document:  # a stream created (its JSON is not this file's)
-        return {"stream": document["config"]["name"]}
+    if "config" in document and "state" in document:  # a stream created: its name and metadata
+        metadata = {k: v for k, v in (document["config"].get("metadata") or {}).items() if not k.startswith("_nats.")}
+        return {"stream": document["config"]["name"], "metadata": metadata or None}
     return sorted(document)
 
 
+class _Client(RawClient):
+    """RawClient that also publishes with headers: a body (headers, payload) goes as HPUB."""
+
+    def request(self, subject: str, body) -> list[str]:
+        if not isinstance(body, tuple):
+            return super().request(subject, body)
+        headers, payload = body
+        block = b"NATS/1.0\r\n" + headers + b"\r\n"
+        self.sock.sendall(b"HPUB %s _R.x %d %d\r\n%s%s\r\n" % (
+            subject.encode(), len(block), len(block) + len(payload), block, payload))
+        # The answer to the HPUB comes before the answers to a request nobody takes.
+        return super().request("_nothing", b"")
+
+
 def run_script(port: int) -> dict:
-    client = RawClient(port)
+    client = _Client(port)
     return {name: [_normal(a) for a in client.request(subject, body)] for name, subject, body in SCRIPT}
 
 
@@ -131,6 +174,61 @@ def test_nats_py_pull_consumer_with_filter_subjects(threaded_server, tmp_path):
             await nc.close()
 
     asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_connect):
+    """A 2.9 server ignores fields it does not know; natserver refuses the 2.10+ settings it
+    does not act on yet, naming them (natserver/jetstream/unsupported.py), and takes their
+    zero values as nats-server's clients send them."""
+
+    async def main():
+        server = await start_server(jetstream=True, store_dir=str(Path(server_dir) / "js"))
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.send(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R 1\r\n')
+
+        async def ask(subject: str, body: dict) -> dict:
+            payload = json.dumps(body).encode()
+            await client.send(b"PUB %s _R %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+            line = await client.read_line()
+            size = int(line.split()[-1])
+            data = await client.read_exactly(size + 2)
+            return json.loads(data[:-2])
+
+        stream = {"name": "S", "subjects": ["s.>"]}
+        for field, value in [("compression", "s2"), ("first_seq", 10), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
+                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
+                             ("subject_transform", {"src": "s.>", "dest": "t.>"}),
+                             ("consumer_limits", {"max_ack_pending": 5})]:
+            answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
+            assert answer["error"] == {"code": 500, "err_code": 10052,
+                                       "description": f"natserver does not support {field} (added in nats-server "
+                                                      f"{unsupported.STREAM_FIELDS[field]}) yet"}, field
+        answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, "sources": [{"name": "X", "subject_transforms": [
+            {"src": ">", "dest": "x.>"}]}]})
+        assert "subject_transforms" in answer["error"]["description"]
+        zeros = {"compression": "none", "first_seq": 0, "allow_msg_ttl": True, "consumer_limits": {}}
+        assert "error" not in await ask("$JS.API.STREAM.CREATE.S", {**stream, **zeros})
+        # allow_msg_ttl is taken (nats-py 2.16 sets it on every Key-Value bucket); a message
+        # with a TTL is refused, as natserver would never expire it.
+        header = b"NATS/1.0\r\nNats-TTL: 5s\r\n\r\n"
+        await client.send(b"HPUB s.x _R %d %d\r\n%s\r\n" % (len(header), len(header), header))
+        line = await client.read_line()
+        answer = json.loads((await client.read_exactly(int(line.split()[-1]) + 2))[:-2])
+        assert answer["error"] == {"code": 500, "err_code": 10051,
+                                   "description": "natserver does not support per-message TTL yet"}
+        for field, value in [("pause_until", "2030-01-01T00:00:00Z"), ("priority_groups", ["g"]),
+                             ("priority_policy", "pinned_client"), ("priority_timeout", 1_000_000_000)]:
+            answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
+                "durable_name": "C", "ack_policy": "explicit", field: value}})
+            assert answer["error"]["err_code"] == 10012 and field in answer["error"]["description"], field
+        assert "error" not in await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
+            "durable_name": "C", "ack_policy": "explicit", "priority_policy": "none"}})
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as server_dir, trio.fail_after(TIMEOUT):
+        await main()
 
 
 if __name__ == "__main__":

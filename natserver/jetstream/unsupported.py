@@ -1,0 +1,88 @@
+"""What nats-server 2.15.1's StreamConfig and ConsumerConfig have that natserver does not act on
+yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its per-message
+TTLs or its subject transform were dropped; natserver refuses a request that sets one of these
+(a non-zero value) instead, naming the field, with the error nats-server gives for a
+configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
+as natserver implements them (issue #27 items 2-4, issue #28). ``allow_msg_ttl`` is not here:
+nats-py 2.16 sets it on every Key-Value bucket, so natserver takes it and refuses a message that
+carries a ``Nats-TTL`` header instead (natserver/jetstream/stream.py).
+"""
+
+from __future__ import annotations
+
+from . import errors
+
+# field (as nats-server's JSON names it) -> the nats-server release that added it. A value is
+# "set" when it is not Go's zero value (and not the default a client may send explicitly).
+STREAM_FIELDS = {
+    "compression": "2.10",
+    "first_seq": "2.10",
+    "subject_transform": "2.10",
+    "consumer_limits": "2.10",
+    "subject_delete_marker_ttl": "2.11",
+    "allow_msg_counter": "2.12",
+    "allow_atomic": "2.12",
+    "allow_msg_schedules": "2.12",
+    "persist_mode": "2.12",
+    "allow_batched": "2.14",
+}
+SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sources
+CONSUMER_FIELDS = {
+    "pause_until": "2.11",
+    "priority_groups": "2.11",
+    "priority_policy": "2.11",
+    "priority_timeout": "2.11",
+    "sourcing": "2.14",
+}
+# Values a client sends for "not used" besides Go's zero values.
+_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", ""), "priority_policy": ("none", ""),
+           "pause_until": ("0001-01-01T00:00:00Z",)}
+
+
+def _set(name: str, value) -> bool:
+    if value in (None, False, 0, "", [], {}):
+        return False
+    if isinstance(value, dict) and not any(_set("", v) for v in value.values()):
+        return False  # e.g. consumer_limits with every limit at zero
+    return value not in _UNUSED.get(name, ())
+
+
+def _found(obj, table: dict) -> str | None:
+    """The first field of ``table`` that the JSON object ``obj`` sets (keys matched
+    case-insensitively, as Go's json matches struct tags)."""
+    if not isinstance(obj, dict):
+        return None
+    for key, value in obj.items():
+        name = key.lower()
+        if name in table and _set(name, value):
+            return name
+    return None
+
+
+def _message(name: str, release: str) -> str:
+    return f"natserver does not support {name} (added in nats-server {release}) yet"
+
+
+def refuse_stream(obj) -> None:
+    """Raise ApiError when a stream configuration (a create or update request) sets a field
+    natserver would otherwise ignore."""
+    name = _found(obj, STREAM_FIELDS)
+    if name is not None:
+        raise errors.stream_invalid_config(_message(name, STREAM_FIELDS[name]))
+    if not isinstance(obj, dict):
+        return
+    origins = [v for k, v in obj.items() if k.lower() == "mirror"]
+    for k, v in obj.items():
+        if k.lower() == "sources" and isinstance(v, list):
+            origins.extend(v)
+    for origin in origins:
+        name = _found(origin, SOURCE_FIELDS)
+        if name is not None:
+            raise errors.stream_invalid_config(_message(name, SOURCE_FIELDS[name]))
+
+
+def refuse_consumer(obj) -> None:
+    """Raise ApiError when a consumer configuration sets a field natserver would ignore."""
+    name = _found(obj, CONSUMER_FIELDS)
+    if name is not None:
+        raise errors.consumer_create(_message(name, CONSUMER_FIELDS[name]))
