@@ -461,6 +461,25 @@ class Route:
         return record
 
 
+class AccountTraffic:
+    """One account's messages and bytes received from and sent to routes and to leaf nodes."""
+
+    __slots__ = ("routes_in", "leafs_in", "routes_out", "leafs_out")
+
+    def __init__(self) -> None:
+        self.routes_in, self.leafs_in, self.routes_out, self.leafs_out = [0, 0], [0, 0], [0, 0], [0, 0]
+
+    def received(self, peer: Route, size: int) -> None:
+        counts = self.routes_in if peer.leaf_account is None else self.leafs_in
+        counts[0] += 1
+        counts[1] += size
+
+    def sent(self, peer: Route, size: int) -> None:
+        counts = self.routes_out if peer.leaf_account is None else self.leafs_out
+        counts[0] += 1
+        counts[1] += size
+
+
 class Cluster:
     """This server's routes: the listener, the dialled routes, interest and forwarding."""
 
@@ -477,6 +496,10 @@ class Cluster:
         # rid -> leaf node connection, either way (nats-server keys them by connection: two
         # servers may be leaves of each other, a loop that $LDS interest then detects)
         self.leafs: dict[int, Route] = {}
+        # account name -> what crossed routes and leaf connections for it (accounts.go
+        # stats.rt/stats.ln): the per-kind counts of the system account's account statz. Only
+        # accounts this server has get an entry.
+        self.account_traffic: dict[bytes, AccountTraffic] = {}
         self.leaf_port = 0
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
@@ -1239,8 +1262,15 @@ class Cluster:
                 data = rmsg_head(named, subject, reply, queues, header_size, size) + payload + b"\r\n"
             route.out_msgs += 1
             route.out_bytes += size
+            self.traffic(account).sent(route, size)
             route.send(data)
         return True
+
+    def traffic(self, account: bytes) -> AccountTraffic:
+        traffic = self.account_traffic.get(account)
+        if traffic is None:
+            traffic = self.account_traffic[account] = AccountTraffic()
+        return traffic
 
     def deliver(self, msg: RoutedMsg, origin: Route | None = None) -> None:
         """A message from a route or a leaf: to local subscribers, then on to the peers that
@@ -1254,6 +1284,8 @@ class Cluster:
             client = self.server.make_internal_client(sublist)
             client.forwards = False
             self._delivery_clients[msg.account] = client
+        if origin is not None:
+            self.traffic(msg.account).received(origin, len(msg.payload))
         mappings = client.sublist.mappings
         if mappings is not None and origin is not None and origin.leaf_account is not None:
             # nats-server maps what leaves publish as what clients publish (never a route's).

@@ -52,6 +52,26 @@ DEFAULT_CONN_LIST_SIZE = 1024  # monitor.go DefaultConnListSize
 DEFAULT_SUB_LIST_SIZE = 1024  # monitor.go DefaultSubListSize
 GLOBAL_ACCOUNT = "$G"
 
+# feature_flags.go: the switches nats-server 2.15.1 reports as "feature_flags" in /varz and in
+# every system event's server block. Each is set to what natserver does (2.15.1's default after
+# the #), so a tool reading them learns how this server behaves.
+FEATURE_FLAGS = {
+    # $JS.ACK reply subjects in the v2 form (with domain and account hash): natserver sends and
+    # parses the v1 form only.  # false
+    "js_ack_fc_v2": False,
+    # the JetStream API's v2 reply form: natserver answers in the form nats-server uses with the
+    # flag off.  # false
+    "js_api_reply_v2": False,
+    # proposing a run of deletes as one Raft entry: natserver's JetStream is single-server, it
+    # proposes no Raft entries at all.  # true
+    "js_raft_delete_range": False,
+    # the sourcing state inside replicated stream snapshots: no replication, no such snapshots.  # false
+    "js_snapshot_sources": False,
+}
+# events.go ServerCapability bits (ServerInfo "flags"): JetStreamEnabled is the one natserver has;
+# BinaryStreamSnapshot and AccountNRG are clustered JetStream's (Raft), which natserver lacks.
+CAPABILITY_JETSTREAM = 1
+
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 HTML = "text/html; charset=utf-8"
@@ -255,6 +275,32 @@ def _rss_bytes() -> int:
             return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         except Exception:  # pragma: no cover - no /proc and no resource
             return 0
+
+
+def _client_deliveries(server) -> dict:
+    """Varz out_client_msgs/bytes: deliveries to client connections. server.out_msgs also counts
+    deliveries to the server's own subscriptions (JetStream's, the system account's), which
+    nats-server leaves out of this count; they carry no bytes in server.out_bytes."""
+    return {"out_client_msgs": server.out_msgs - server.internal_out_msgs, "out_client_bytes": server.out_bytes}
+
+
+def slow_consumer_stats(server) -> dict:
+    """monitor.go SlowConsumersStats: natserver cuts off slow client connections only (a
+    route or leaf node is never dropped as a slow consumer; there are no gateways)."""
+    return {"clients": server.slow_consumers, "routes": 0, "gateways": 0, "leafs": 0}
+
+
+def stale_connection_stats(server) -> dict:
+    """monitor.go StaleConnectionStats: natserver's ping timer closes stale client connections
+    only (routes and leaf nodes are not pinged out; there are no gateways)."""
+    return {"clients": server.stale_connections, "routes": 0, "gateways": 0, "leafs": 0}
+
+
+def account_name_tag(account) -> str:
+    """accounts.go getNameTag: the name an account JWT gives its account, else its name."""
+    config = getattr(account, "config", None)
+    claims = getattr(config, "jwt", None) if config is not None else None
+    return getattr(claims, "name", "") or account.name
 
 
 def _num_cpus() -> int:
@@ -518,6 +564,7 @@ class Monitor:
             "server_name": server.server_name,
             "version": const.SERVER_VERSION,
             "proto": const.PROTO_VERSION,
+            "git_commit": const.GIT_COMMIT_FIELD,
             "go": info.get("go", const.GO_VERSION_FIELD),
             "host": o.host,
             "port": server.port if server.port is not None else o.port,
@@ -559,17 +606,31 @@ class Monitor:
             "routes": len(server.cluster.routes) if server.cluster is not None else 0,
             "remotes": len(server.cluster.routes) if server.cluster is not None else 0,
             "leafnodes": len(server.cluster.leafs) if server.cluster is not None else 0,
+            # server.in_msgs counts what client connections publish (routes and leaf nodes
+            # are counted on the route), so it is also the "from clients" count.
             "in_msgs": server.in_msgs,
-            "out_msgs": server.out_msgs,
             "in_bytes": server.in_bytes,
+            "in_client_msgs": server.in_msgs,
+            "in_client_bytes": server.in_bytes,
+            "out_msgs": server.out_msgs,
             "out_bytes": server.out_bytes,
+            **_client_deliveries(server),
             "slow_consumers": server.slow_consumers,
+            "stale_connections": server.stale_connections,
+            "stalled_clients": server.stalled_clients,
             "subscriptions": server.subscriptions,  # every account's (server.go numSubscriptions)
             "http_req_stats": dict(sorted(self.http_req_stats.items())),
             "config_load_time": go_time(getattr(server, "config_load_time", server.start_time), local=True),
+            "config_digest": o.config_digest,
+            "feature_flags": dict(FEATURE_FLAGS),
         })
-        if server.system is not None:  # natserver.system's account (omitempty, after config_load_time)
+        if server.system is not None:  # natserver.system's account (omitempty, after feature_flags)
             v["system_account"] = server.system.name
+        v["slow_consumer_stats"] = slow_consumer_stats(server)
+        v["stale_connection_stats"] = stale_connection_stats(server)
+        # monitor.go DiskIOWaitStats counts waits on the file store's disk I/O semaphore;
+        # natserver's store writes without one, so nothing ever waits.
+        v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
         if server._info_base.get("connect_urls"):  # set by natserver.cluster
             v["connect_urls"] = list(server._info_base["connect_urls"])
         return v
@@ -664,8 +725,6 @@ class Monitor:
         offset = query.int("offset")
         limit = query.int("limit")
         result = self.subsz(subs=subs, offset=offset, limit=limit, test=query.get("test"), acc=query.get("acc"))
-        if not result.get("subscriptions_list"):
-            result = {key: result[key] for key in _SUBLIST_STATS_KEYS}
         return go_json(result)
 
     def subsz(self, *, subs: bool = False, offset: int = 0, limit: int = 0, test: str = "", acc: str = "") -> dict:
@@ -682,19 +741,20 @@ class Monitor:
         # names (none for an unknown name).
         if server.accounts is not None:
             accounts = [server.accounts.get(acc)] if acc else list(server.accounts.by_name.values())
-            spaces = [(account.name, account.sublist) for account in accounts if account is not None]
+            spaces = [(account.name, account.sublist, account_name_tag(account))
+                      for account in accounts if account is not None]
         else:
-            spaces = [(GLOBAL_ACCOUNT, server.sublist)] if acc in ("", GLOBAL_ACCOUNT) else []
+            spaces = [(GLOBAL_ACCOUNT, server.sublist, GLOBAL_ACCOUNT)] if acc in ("", GLOBAL_ACCOUNT) else []
         out = {"server_id": server.server_id, "now": go_time(clock.now())}
-        out.update(sublist_stats(*(sublist for _, sublist in spaces)))
+        out.update(sublist_stats(*(sublist for _, sublist, _ in spaces)))
         out.update({"total": 0, "offset": offset, "limit": limit})
         if subs and spaces:
             details = []
-            for name, sublist in spaces:
+            for name, sublist, tag in spaces:
                 for sub in sublist.subscriptions():
                     if literal is not None and not match_literal(literal, sub.subject):
                         continue
-                    details.append(sub_detail(sub, account=name))
+                    details.append(sub_detail(sub, account=name, account_tag=tag))
             page = details[min(offset, len(details)):min(offset + limit, len(details))]
             out["total"] = len(page)  # sic: nats-server reports the page's length
             if page:
@@ -709,9 +769,11 @@ class Monitor:
     def handle_routez(self, query: Query) -> bytes:
         subs = query.subs()
         self._count("/routez")
+        # monitor.go Routez: server_name after server_id (2.10+)
+        header = {"server_id": self.server.server_id, "server_name": self.server.server_name, "now": go_time(clock.now())}
         if self.server.cluster is not None:  # natserver.cluster's routes (a subsystem)
-            return go_json({**self._header(), **self.server.cluster.routez(any(subs))})
-        return go_json({**self._header(), "num_routes": 0, "routes": []})
+            return go_json({**header, **self.server.cluster.routez(any(subs))})
+        return go_json({**header, "num_routes": 0, "routes": []})
 
     def handle_gatewayz(self, query: Query) -> bytes:
         self._count("/gatewayz")
@@ -723,7 +785,7 @@ class Monitor:
         subs = query.bool("subs")
         if self.server.cluster is not None and self.server.cluster.leafs:  # natserver.cluster's leaf nodes
             return go_json({**self._header(), **self.server.cluster.leafz(subs)})
-        return go_json({**self._header(), "leafnodes": 0, "leafs": None})
+        return go_json({**self._header(), "leafnodes": 0, "leafs": []})
 
     def handle_accountz(self, query: Query) -> bytes:
         self._count("/accountz")
@@ -765,6 +827,9 @@ class Monitor:
             info["exports"] = [{"subject": exp.subject, "type": "service" if exp.service else "stream",
                                 **({"response_type": exp.response_type} if exp.service else {})}
                                for exp in config.exports]
+        # monitor.go AccountInfo: name_tag (the JWT's name, else the account's) after the
+        # imports and exports, before the sublist stats
+        info["name_tag"] = account_name_tag(account)
         info["sublist_stats"] = sublist_stats(account.sublist)
         return info
 
@@ -778,9 +843,14 @@ class Monitor:
         flags = {name: query.bool(name) for name in ("accounts", "streams", "consumers", "config")}
         query.get("acc")  # one account ($G): an unknown name lists every account, as in 2.9.10
         js = getattr(self.server, "jetstream", None)
-        if js is None:
-            return go_json({**self._header(), **_JSZ_DISABLED})
-        return go_json({**self._header(), **js.jsz(**flags)})
+        body = js.jsz(**flags) if js is not None else _JSZ_DISABLED
+        # monitor.go JSInfo: the embedded JetStreamStats come first, then the server's id and
+        # time, the rest, and the count of JetStream accounts last.
+        out = {key: body[key] for key in _JSZ_STATS_KEYS}
+        out.update(self._header())
+        out.update((key, value) for key, value in body.items() if key not in _JSZ_STATS_KEYS and key != "total")
+        out["total"] = body.get("total", 0)
+        return go_json(out)
 
     def handle_nsqz(self, query: Query) -> bytes:
         """The NSQ front-end's counters, topics and channels (its ``summary()``); a subsystem
@@ -792,14 +862,15 @@ class Monitor:
         return go_json({**self._header(), **nsq.summary()})
 
 
-# /jsz of a server without JetStream (monitor.go Jsz with JetStream off).
+# /jsz of a server without JetStream (monitor.go Jsz with JetStream off: API level 0).
 _JSZ_DISABLED = {
     "disabled": True,
     "config": {"max_memory": 0, "max_storage": 0},
     "memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0,
-    "accounts": 0, "ha_assets": 0, "api": {"total": 0, "errors": 0},
-    "streams": 0, "consumers": 0, "messages": 0, "bytes": 0,
+    "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": 0, "errors": 0},
+    "streams": 0, "consumers": 0, "messages": 0, "bytes": 0, "total": 0,
 }
+_JSZ_STATS_KEYS = ("memory", "storage", "reserved_memory", "reserved_storage", "accounts", "ha_assets", "api")
 
 
 _REASONS = {
@@ -807,10 +878,6 @@ _REASONS = {
     413: "Request Entity Too Large", 414: "URI Too Long", 431: "Request Header Fields Too Large",
     500: "Internal Server Error", 501: "Not Implemented", 505: "HTTP Version Not Supported",
 }
-
-_SUBLIST_STATS_KEYS = ("num_subscriptions", "num_cache", "num_inserts", "num_removes", "num_matches",
-                       "cache_hit_rate", "max_fanout", "avg_fanout")
-
 
 def sublist_stats(*sublists) -> dict:
     """sublist.go Stats(): counters plus fan-out figures over the result cache; of several
@@ -857,9 +924,12 @@ def match_literal(literal: list[bytes], subject: bytes) -> bool:
     return len(tokens) == len(literal)
 
 
-def sub_detail(sub, *, account: str = "") -> dict:
-    """SubDetail: /subsz lists (and closed connections) carry the account, /connz's do not."""
-    detail = {"account": account} if account else {}
+def sub_detail(sub, *, account: str = "", account_tag: str = "") -> dict:
+    """SubDetail: /subsz lists (and closed connections) carry the account (and /subsz its name
+    tag, account_tag), /connz's do not."""
+    detail: dict = {"account": account} if account else {}
+    if account_tag:
+        detail["account_tag"] = account_tag
     detail["subject"] = sub.subject.decode("utf-8", "replace")
     if sub.queue:
         detail["qgroup"] = sub.queue.decode("utf-8", "replace")

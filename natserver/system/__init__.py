@@ -34,7 +34,17 @@ import trio
 from .. import clock
 from ..protocol import const
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
-from ..server.monitor import BadRequest, Monitor, Query, go_time
+from ..server.monitor import (
+    CAPABILITY_JETSTREAM,
+    FEATURE_FLAGS,
+    BadRequest,
+    Monitor,
+    Query,
+    account_name_tag,
+    go_time,
+    slow_consumer_stats,
+    stale_connection_stats,
+)
 
 __all__ = ["SystemAccount", "enable_system", "check_options"]
 
@@ -97,6 +107,7 @@ class SystemAccount:
         if server.monitor is not None:
             self.monitor.http_req_stats = server.monitor.http_req_stats
         self.seq = 0
+        self.nursery: trio.Nursery | None = None  # (enable_system's) where deferred answers run
         self._subs: list = []
         self._global_clients: set = set()  # the global account's announced clients
         self._traffic: dict = {}  # account name -> (when, sent, received): account_stat's sums
@@ -112,9 +123,14 @@ class SystemAccount:
             info["cluster"] = server.options.cluster_name
         if server.options.jetstream and server.options.jetstream_domain:
             info["domain"] = server.options.jetstream_domain
-        info.update({"ver": const.SERVER_VERSION, "seq": self.seq, "jetstream": server.jetstream is not None,
-                     "time": go_time(clock.now())})
+        jetstream = server.jetstream is not None
+        info.update({"ver": const.SERVER_VERSION, "feature_flags": dict(FEATURE_FLAGS), "jetstream": jetstream,
+                     "flags": CAPABILITY_JETSTREAM if jetstream else 0, "seq": self.seq, "time": go_time(clock.now())})
         return info
+
+    def server_id(self) -> dict:
+        """events.go ServerID: what $SYS.REQ.SERVER.PING.IDZ answers."""
+        return {"name": self.server.server_name, "host": self.server.options.host, "id": self.server.server_id}
 
     def _listened(self, subject: str) -> bool:
         result = self.account.sublist.match(subject.encode())
@@ -136,6 +152,7 @@ class SystemAccount:
             info["rtt"] = int(client.rtt * 1e9)
         if closing and client.stop:
             info["stop"] = go_time(client.stop)
+        info["name_tag"] = account_name_tag(client.account or self.server.accounts.global_account)
         info["kind"] = "Client"
         info["client_type"] = "nats"
         return info
@@ -186,8 +203,17 @@ class SystemAccount:
             cached = (now, _data_stats(sum(c.out_msgs for c in live), sum(c.out_bytes for c in live)),
                       _data_stats(sum(c.in_msgs for c in live), sum(c.in_bytes for c in live)))
             self._traffic[account.name] = cached
-        return {"acc": account.name, "conns": conns, "leafnodes": 0, "total_conns": conns,
-                "sent": cached[1], "received": cached[2], "slow_consumers": 0}
+        sent, received = dict(cached[1]), dict(cached[2])
+        cluster = self.server.cluster
+        traffic = cluster.account_traffic.get(account.name.encode()) if cluster is not None else None
+        # Per kind: no gateways in natserver; routes and leaf nodes as natserver.cluster counted them.
+        for stats, routes, leafs in ((sent, "routes_out", "leafs_out"), (received, "routes_in", "leafs_in")):
+            stats["gateways"] = _data_stats(0, 0)
+            stats["routes"] = _data_stats(*getattr(traffic, routes)) if traffic is not None else _data_stats(0, 0)
+            stats["leafs"] = _data_stats(*getattr(traffic, leafs)) if traffic is not None else _data_stats(0, 0)
+        return {"acc": account.name, "name": account_name_tag(account), "conns": conns, "leafnodes": 0,
+                "total_conns": conns, "num_subscriptions": account.sublist.count, "sent": sent, "received": received,
+                "slow_consumers": 0}
 
     def _account_conns(self, account) -> None:
         new, old = f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS", f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS"
@@ -211,12 +237,23 @@ class SystemAccount:
             "active_accounts": sum(1 for account in accounts if account.clients),
             "subscriptions": server.subscriptions,
             "sent": _data_stats(server.out_msgs, server.out_bytes),
+            "sent_to_clients": _data_stats(varz["out_client_msgs"], varz["out_client_bytes"]),
             "received": _data_stats(server.in_msgs, server.in_bytes),
+            "received_from_clients": _data_stats(varz["in_client_msgs"], varz["in_client_bytes"]),
             "slow_consumers": server.slow_consumers,
-            "active_servers": 1 + (len(server.cluster.routes) if server.cluster is not None else 0),
         }
+        # events.go: these four only when not zero
+        if server.slow_consumers:
+            stats["slow_consumer_stats"] = slow_consumer_stats(server)
+        if server.stale_connections:
+            stats["stale_connections"] = server.stale_connections
+            stats["stale_connection_stats"] = stale_connection_stats(server)
+        if server.stalled_clients:
+            stats["stalled_clients"] = server.stalled_clients
+        stats["active_servers"] = 1 + (len(server.cluster.routes) if server.cluster is not None else 0)
         if server.jetstream is not None:
             stats["jetstream"] = varz["jetstream"]
+        stats["gomaxprocs"] = varz["gomaxprocs"]
         return stats
 
     def statsz_message(self) -> dict:
@@ -242,17 +279,52 @@ class SystemAccount:
         for kind in ACCOUNT_KINDS:
             self._subs.append(self.account.subscribe(f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_request(kind)))
         self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.PING.STATZ", self._account_statz))
+        for subject in ("$SYS.REQ.SERVER.PING.IDZ", f"$SYS.REQ.SERVER.{server_id}.IDZ"):
+            self._subs.append(self.account.subscribe(subject, self._idz))
+        self._subs.append(self.account.subscribe("$SYS.REQ.USER.INFO", self._user_info))
+
+    def _idz(self, subject, reply, headers, body) -> None:
+        """events.go idzReq: the server's name, host and id alone, for any request."""
+        if reply:
+            self.send(reply.decode(), self.server_id())
+
+    def _user_info(self, subject, reply, headers, body) -> None:
+        """events.go userInfoReq: who the requesting connection is, its account and permissions.
+        (nats-server imports this service into every account; natserver answers the system
+        account's users, whose requests reach it.)"""
+        client = self.server.callback_publisher
+        if not reply or client is None or client.cid == 0:
+            return  # (from a route or the server itself: no requesting connection known here)
+        account = client.account or self.server.accounts.global_account
+        data: dict = {"user": client.user, "account": account.name, "account_name": account_name_tag(account)}
+        perms = client.perms
+        if perms is not None:
+            data["permissions"] = getattr(perms, "base", perms).public()
+        if client.auth_expires is not None:  # client.go claimExpiration: whole seconds left, in ns
+            data["expires"] = max(0, int(client.auth_expires - clock.now())) * 1_000_000_000
+        self.send(reply.decode(), {"server": self.server_info(), "data": data})
 
     def _ping(self, subject, reply, headers, body) -> None:
         if reply and not self.filtered_out(body):
-            self.send(reply.decode(), self.statsz_message())
+            self._statsz_soon(reply.decode())
+
+    def _statsz_soon(self, reply: str) -> None:
+        """events.go noInlineCallbackStatsz: the statsz is made once the requester's read pass
+        has been counted (nats-server answers from its send queue), so it counts the request."""
+        async def answer() -> None:
+            self.send(reply, self.statsz_message())
+
+        if self.nursery is None:
+            self.send(reply, self.statsz_message())
+        else:
+            self.nursery.start_soon(answer)
 
     def _server_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
             if not reply or self.filtered_out(body):
                 return
             if kind == "STATSZ":
-                self.send(reply.decode(), self.statsz_message())
+                self._statsz_soon(reply.decode())
                 return
             self._answer(reply, kind, body, None)
         return handle
@@ -336,7 +408,10 @@ class SystemAccount:
                                  test=query.get("test"), acc=query.get("acc"))
         if kind == "HEALTHZ":
             answer = monitor.handle_healthz(query)
-            return orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
+            health = orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
+            # monitor.go HealthStatus.StatusCode: the HTTP endpoint leaves it out, the request has it
+            health["status_code"] = answer[0] if isinstance(answer, tuple) else 200
+            return health
         if kind == "ACCOUNTZ":
             return monitor.accountz(query.get("acc"))
         handler = getattr(monitor, f"handle_{kind.lower()}")
@@ -389,6 +464,7 @@ async def enable_system(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     server.connection_observers.append(system)
     try:
         async with trio.open_nursery() as nursery:
+            system.nursery = nursery
             nursery.start_soon(system.heartbeat)
             task_status.started(system)
     finally:

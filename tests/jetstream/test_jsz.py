@@ -1,13 +1,13 @@
 """/jsz, /varz's "jetstream" and /healthz with JetStream (issue #18 item 5): the same traffic
-against natserver and nats-server 2.9.10 (when installed) gives the same documents, after
-masking ids, times, the store directory and the machine-dependent default limits."""
+against natserver and nats-server 2.15.1 (when installed) gives the same documents, after
+masking ids, times, the store directory and the machine-dependent default limits, and apart
+from the JetStream 2.10/2.11 fields natserver does not have yet (_PENDING_FIELDS)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +19,9 @@ from pathlib import Path
 import nats
 import pytest
 
-NATS_SERVER = shutil.which("nats-server")
+from natserver.protocol.const import JS_API_LEVEL
+from tests.reference import NATS_SERVER, needs_nats_server
+
 TIMEOUT = 20
 QUERIES = ["/jsz", "/jsz?accounts=true", "/jsz?streams=true", "/jsz?streams=true&config=true",
            "/jsz?consumers=true&accounts=true", "/jsz?consumers=true&config=true", "/jsz?acc=NOPE&accounts=true"]
@@ -93,6 +95,32 @@ def _mask(value):
     return value
 
 
+# Fields of JetStream 2.10 and 2.11 (issue #27 items 2-4, built by others): compared once
+# natserver reports them, left out of nats-server's documents until then.
+_PENDING_FIELDS = {"sync_interval", "strict", "limits", "compression", "consumer_limits", "allow_msg_ttl", "metadata",
+                   "ts"}
+
+
+def _without_pending(theirs, ours):
+    """nats-server's document without the _PENDING_FIELDS natserver's lacks at the same place."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        return {k: _without_pending(v, ours.get(k)) for k, v in theirs.items() if k in ours or k not in _PENDING_FIELDS}
+    if isinstance(theirs, list) and isinstance(ours, list):
+        return [_without_pending(t, o) for t, o in zip(theirs, ours)] + theirs[len(ours):]
+    return theirs
+
+
+def _api_levels(doc, level: int):
+    """The document with each "api" level set to ``level`` (the server's own JetStream level),
+    but an account detail's (which nats-server leaves at 0)."""
+    if isinstance(doc, dict):
+        return {k: ({**v, "level": level} if k == "api" and isinstance(v, dict) and "level" in v and "id" not in doc
+                    else _api_levels(v, level)) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_api_levels(v, level) for v in doc]
+    return doc
+
+
 def _documents(server: Running) -> dict:
     docs = {q: server.get(q) for q in QUERIES}
     docs["/varz jetstream"] = (200, server.get("/varz")[1]["jetstream"])
@@ -112,8 +140,12 @@ def test_jsz_reports_the_real_state(natserver_js):
     _traffic(natserver_js.port)
     status, doc = natserver_js.get("/jsz?streams=true&config=true")
     assert status == 200
-    assert list(doc)[:3] == ["server_id", "now", "config"]
+    # monitor.go JSInfo: the JetStream stats first, then the server's id and time (2.15.1's order)
+    assert list(doc)[:10] == ["memory", "storage", "reserved_memory", "reserved_storage", "accounts", "ha_assets",
+                              "api", "server_id", "now", "config"]
+    assert list(doc)[-1] == "total" and doc["total"] == 1  # the JetStream accounts
     assert (doc["streams"], doc["consumers"], doc["messages"], doc["accounts"]) == (2, 1, 3, 1)
+    assert doc["api"]["level"] == JS_API_LEVEL and doc["account_details"][0]["api"]["level"] == 0
     assert doc["memory"] == 19 and doc["storage"] == doc["bytes"] - 19
     assert doc["api"]["total"] >= 2 and doc["api"]["errors"] <= 1  # (nats-py looks the durable up first)
     assert doc["config"]["store_dir"].endswith("/ours/jetstream")
@@ -148,14 +180,14 @@ def test_jsz_without_jetstream(tmp_path):
     try:
         status, doc = server.get("/jsz?accounts=true")
         assert status == 200 and doc["disabled"] is True and doc["streams"] == 0
+        assert doc["api"] == {"level": 0, "total": 0, "errors": 0} and doc["total"] == 0
         assert server.get("/varz")[1]["jetstream"] == {}
         assert server.get("/healthz?js-enabled-only=true") == (200, {"status": "ok"})
     finally:
         server.stop()
 
 
-@pytest.mark.needs_nats_server
-@pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+@needs_nats_server
 def test_jsz_matches_nats_server(natserver_js, tmp_path):
     theirs = Running([NATS_SERVER], tmp_path / "theirs")
     try:
@@ -165,7 +197,9 @@ def test_jsz_matches_nats_server(natserver_js, tmp_path):
     finally:
         theirs.stop()
     for query in their_docs:
-        ours, expected = _mask(ours_docs[query]), _mask(their_docs[query])
+        ours = _mask(ours_docs[query])
+        # natserver reports the API level it implements (INFO's api_lvl), nats-server its own
+        expected = _api_levels(_without_pending(_mask(their_docs[query]), ours), JS_API_LEVEL)
         assert json.dumps(ours) == json.dumps(expected), query  # values and key order
 
 

@@ -1,9 +1,9 @@
-"""The system account (issue #18 item 7): $SYS advisories and requests as nats-server 2.9.10
-sends them. The same probe (a system user subscribed to $SYS.>, a client of account A coming
-and going, then every request subject) runs against natserver, and its field sets must be the
-ones recorded from nats-server in data/nats_server_2_9_10.json (``python -m
-tests.system.test_system`` records them again; a live nats-server, when installed, must still
-give them)."""
+"""The system account (issue #18 item 7, issue #27 item 7): $SYS advisories and requests as
+nats-server 2.15.1 sends them. The same probe (a system user subscribed to $SYS.>, a client of
+account A coming and going, then every request subject) runs against natserver, and its field
+sets must be the ones recorded from nats-server in data/nats_server_2_15_1.json (``python -m
+tests.system.test_system`` records them again; a live nats-server 2.15.1, when installed, must
+still give them)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ accounts {
 }
 system_account: SYS
 """
-# Request subjects, in the order the probe sends them. Those nats-server 2.9.10 does not answer
-# (IDZ, an unknown kind, an account's CONNS and STATZ, USER.INFO) are asked too: no answer.
+# Request subjects, in the order the probe sends them. Those nats-server does not answer (an
+# unknown kind, an account's CONNS and STATZ) are asked too: no answer.
 REQUESTS = [
     "$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.STATSZ", "$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.SERVER.PING.CONNZ",
     "$SYS.REQ.SERVER.PING.SUBSZ", "$SYS.REQ.SERVER.PING.ROUTEZ", "$SYS.REQ.SERVER.PING.GATEWAYZ",
