@@ -266,8 +266,10 @@ class Api:
             stream = self.js.streams.get(name)
             if stream is None:
                 raise errors.stream_not_found()
-            for consumer in list(stream.consumers.values()):  # (told first, as nats-server's stop)
-                advisories.consumer_action(self.js, name, consumer.name, DELETE)
+            # Its consumers go first, as nats-server's stop: their waiting pull requests are
+            # told (409 Consumer Deleted) and each has its advisory.
+            for consumer in list(stream.consumers.values()):
+                self.consumers.remove(consumer)
             try:
                 self.js.delete_stream(stream)
             except OSError as exc:

@@ -227,6 +227,12 @@ def test_pull_request_statuses_and_interest(target):
         assert await _statuses(sub, 0.5) == [b"m4", b"m5", b"m6"]
         info = await api("$JS.API.CONSUMER.INFO.P.c", {})
         assert (info["num_waiting"], info["num_pending"], info["num_ack_pending"]) == (0, 0, 6)
+        # Deleting the stream tells its consumers' waiting requests.
+        await nc.publish(nxt, b'{"batch":5,"expires":3000000000}', reply="r.1")
+        await nc.flush()
+        await asyncio.sleep(0.1)
+        await api("$JS.API.STREAM.DELETE.P", {})
+        assert await _statuses(sub, 0.5) == [("409", "Consumer Deleted", None)]
         await nc.close()
 
     run(main())
