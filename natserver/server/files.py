@@ -52,7 +52,7 @@ def write_ports_file(options: Options, server, monitor) -> str:
     if monitor is not None:
         ports["monitoring"] = listener_urls("http", options.http_host or server.host, monitor.port)
     cluster = getattr(server, "cluster", None)
-    if cluster is not None and getattr(cluster, "port", 0):  # natserver.cluster's route listener
+    if cluster is not None and cluster.port:  # natserver.cluster's route listener (0: none)
         ports["cluster"] = listener_urls("tls" if options.cluster_tls is not None else "nats", options.cluster_host,
                                          cluster.port)
     websocket = getattr(server, "websocket", None)

@@ -97,7 +97,7 @@ def _parse_address(body: bytes) -> tuple[int, str] | None:
     if len(body) < _IFADDRMSG.size:
         return None
     family, _, _, _, index = _IFADDRMSG.unpack_from(body)
-    attributes = {}
+    attributes: dict[int, bytes] = {}
     offset = _IFADDRMSG.size
     while offset + _RTATTR.size <= len(body):
         length, kind = _RTATTR.unpack_from(body, offset)
