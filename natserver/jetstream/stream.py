@@ -324,7 +324,6 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         if origin is not None:
             if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
                 raise errors.mirror_max_message_size_too_big()
-            _check_source_filter("mirror", cfg.mirror, origin)
             # nats-server: a mirror inherits direct gets from the stream it mirrors.
             cfg.mirror_direct = origin.cfg.allow_direct
     if cfg.sources:
@@ -336,7 +335,6 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             if origin is not None:
                 if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
                     raise errors.source_max_message_size_too_big()
-                _check_source_filter("source", src, origin)
     check_external(cfg, streams)
     if cfg.storage == "any":
         raise invalid("storage type 'any' can not be used for a stream")
@@ -367,15 +365,21 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
                     raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
     if cfg.republish is not None:
         cfg.republish = check_republish(cfg.republish, cfg.subjects)
+    _check_source_filters(cfg)
     return cfg
 
 
-def _check_source_filter(kind: str, spec: dict, origin) -> None:
-    """nats-server: a filter must overlap one of the origin's subjects."""
-    filter = spec.get("filter_subject", "")
-    if filter and not any(subjects_collide(filter, subj) for subj in origin.cfg.subjects):
-        raise errors.stream_invalid_config(f"{kind} '{spec['name']}' filter subject '{filter}' does not "
-                                           f"overlap with any origin stream subject")
+def _check_source_filters(cfg: StreamConfig) -> None:
+    """nats-server 2.15.1's addStream: a mirror's or source's filter is checked for its form
+    only (10049, its texts); one that overlaps none of the origin's subjects is taken."""
+    if cfg.mirror is not None:
+        filter = cfg.mirror.get("filter_subject", "")
+        if filter and not is_valid_subject(filter):
+            raise errors.stream_create(f"subject filter '{filter}' for the mirror {errors.BAD_SUBJECT}")
+    for src in cfg.sources or ():
+        filter = src.get("filter_subject", "")
+        if filter and not is_valid_subject(filter):
+            raise errors.stream_create(f"subject filter '{filter}' for the source: {errors.BAD_SUBJECT}")
 
 
 def decode_source(value) -> dict:

@@ -123,6 +123,16 @@ def test_filter_checks_on_the_wire(target):
         assert answer["error"] == {"code": 400, "err_code": 10081, "description": "consumer deliver subject forms a cycle"}
         answer = await api("$JS.API.CONSUMER.CREATE.M", {"stream_name": "M", "config": {"deliver_subject": "o.b"}})
         assert "error" not in answer and answer["config"]["deliver_subject"] == "o.b"
+        # The same for mirrors' and sources' filters: their form only (10049, nats-server's texts).
+        for spec, text in (({"mirror": {"name": "O", "filter_subject": "a..b"}}, "for the mirror invalid subject"),
+                           ({"mirror": {"name": "NOPE", "filter_subject": "a..b"}}, "for the mirror invalid subject"),
+                           ({"sources": [{"name": "O", "filter_subject": "a..b"}]}, "for the source: invalid subject")):
+            answer = await api("$JS.API.STREAM.CREATE.F", {"name": "F", **spec})
+            assert answer["error"] == {"code": 500, "err_code": 10049, "description": f"subject filter 'a..b' {text}"}
+        answer = await api("$JS.API.STREAM.CREATE.F1", {"name": "F1", "mirror": {"name": "O", "filter_subject": "zz"}})
+        assert answer["config"]["mirror"] == {"name": "O", "filter_subject": "zz"}
+        answer = await api("$JS.API.STREAM.CREATE.F2", {"name": "F2", "sources": [{"name": "O", "filter_subject": "zz"}]})
+        assert answer["config"]["sources"] == [{"name": "O", "filter_subject": "zz"}]
         await nc.close()
 
     run(main())
