@@ -42,7 +42,7 @@ import orjson
 from . import errors
 from .const import MAX_CONTROL_LINE_SIZE, MAX_PAYLOAD_SIZE
 from .errors import ProtocolError
-from .ops import NEED_DATA, PING, PONG, Connect, NeedData, Op, Pub, PubRun, Sub, Unsub
+from .ops import NEED_DATA, PING, PONG, Connect, NeedData, Op, PingRun, Pub, PubRun, Sub, Unsub
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Parser"]
@@ -127,6 +127,19 @@ _LONGEST_VERB = max(len(v) for v, _ in _VERBS)
 
 _SPACE_TAB = re.compile(rb"[ \t]+")
 _SPACE_TAB_CR_LF = re.compile(rb"[ \t\r\n]+")
+# The canonical PING line, and blocks of them by which _ping_run_end measures a run (see
+# PingRun) with a few memcmps; other spellings go one by one.
+_PING_LINE = b"PING\r\n"
+_PING_BLOCKS = (_PING_LINE * 1024, _PING_LINE * 32, _PING_LINE)
+
+
+def _ping_run_end(buf: bytes, pos: int) -> int:
+    """Where the PING lines from ``pos`` end (64 KiB of them: 2.4 ms with a regex, 0.03 here)."""
+    for block in _PING_BLOCKS:
+        size = len(block)
+        while buf.startswith(block, pos):
+            pos += size
+    return pos
 
 
 @overload
@@ -636,6 +649,12 @@ class Parser:
             if buf.startswith(b"PUB ", pos):
                 verb = b"PUB"
                 arg_start = pos + 4
+            elif self.coalesce and buf.startswith(_PING_LINE, pos):
+                # PINGs in a row (a flood) as one PingRun, matched in C: see PingRun.
+                end = _ping_run_end(buf, pos)
+                self._pos = end
+                count = (end - pos) // len(_PING_LINE)
+                return PING if count == 1 else _new(PingRun, (count,))
             else:
                 verb, arg_start = _match_verb(buf[pos:nl], True)
                 arg_start += pos

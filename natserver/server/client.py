@@ -41,7 +41,7 @@ from ..protocol.const import (
     STALL_MIN_WAIT,
 )
 from ..protocol.errors import ProtocolError, ServerError
-from ..protocol.ops import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
+from ..protocol.ops import PING, Connect, Ping, PingRun, Pong, Pub, PubRun, Sub, Unsub
 from ..protocol.parser import Parser, compiled, restride
 from ..routing.accounts import GLOBAL_ACCOUNT
 from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
@@ -577,6 +577,13 @@ class Client:
                             self._first_pong_sent = True
                             if self.protocol >= 1:
                                 self.queue(self.server.info_for(self, connect_info=True))
+                    elif op.__class__ is PingRun:  # a PING flood: its PONGs in one piece
+                        if self.server.connection_hook is not None:
+                            # One by one: fault injection sees every PING.
+                            self.parser.unread([PING] * op.count + ops[i:])
+                            break
+                        self._active_at = trio.current_time()
+                        self.queue(PONG_PROTO * op.count)
                     elif op.__class__ is Pong:
                         self.pings_out = 0
                         if self._rtt_start:
