@@ -81,14 +81,18 @@ def _string(value) -> str:
 async def _http_get(url: str) -> bytes:
     parts = urllib.parse.urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname
+    if host is None:
+        raise ValueError(f"no host in {url!r}")  # (query_authd: a malformed address)
+    stream: trio.abc.Stream
     try:
         with trio.fail_after(HTTP_CONNECT_TIMEOUT):
-            stream = await trio.open_tcp_stream(parts.hostname, port)
+            stream = await trio.open_tcp_stream(host, port)
     except OSError as exc:
         raise AuthError(str(exc)) from None
     try:
         if parts.scheme == "https":
-            stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=parts.hostname)
+            stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=host)
         conn = h11.Connection(h11.CLIENT)
         target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
         request = h11.Request(method="GET", target=target, headers=[("Host", parts.netloc), ("Accept", "application/vnd.nsq; version=1.0")])
@@ -98,7 +102,7 @@ async def _http_get(url: str) -> bytes:
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    conn.receive_data(await stream.receive_some(65536))
+                    conn.receive_data(bytes(await stream.receive_some(65536)))  # (the same object when bytes)
                     continue
                 if isinstance(event, h11.Response):
                     status = event.status_code

@@ -99,6 +99,7 @@ def parse_flags(argv: list[str], table: dict) -> tuple[dict, str]:
                 i += 1
             else:
                 raise UsageError(f"flag needs an argument: -{name}")
+        converted: object
         try:
             if kind == "addr":
                 address_host, _, port = value.rpartition(":")

@@ -81,6 +81,8 @@ class Message:
 
     __slots__ = ("id", "body", "timestamp", "attempts", "defer", "consumer", "deadline", "delivered_at", "due")
 
+    consumer: Consumer | None
+
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, attempts: int = 0, defer: float = 0.0) -> None:
         self.id = msg_id
         self.body = body
@@ -283,9 +285,9 @@ class Channel:
         self.ephemeral = name.endswith(EPHEMERAL)
         self.queue = _Queue(self.engine, f"{topic.name}:{name}", self.ephemeral or topic.ephemeral)
         self.in_flight: dict[bytes, Message] = {}
-        self._timeouts: list = []  # (deadline, seq, message), stale entries skipped
+        self._timeouts: list[tuple[float, int, Message]] = []  # stale entries skipped
         self.deferred: dict[bytes, Message] = {}
-        self._deferred_heap: list = []
+        self._deferred_heap: list[tuple[float, int, Message]] = []  # (due, seq, message)
         self._seq = 0
         self.clients: dict[int, Consumer] = {}
         self._rotation = 0

@@ -212,8 +212,7 @@ class HttpApi:
                     return
                 if body is None:  # refused from Content-Length or while reading (nsqd doPUB/doMPUB)
                     too_big = "MSG_TOO_BIG" if request.target.split(b"?")[0] == b"/pub" else "BODY_TOO_BIG"
-                    status, ctype, payload = 413, JSON, orjson.dumps({"message": too_big})
-                    await self._send(conn, stream, status, ctype, payload, close=True)
+                    await self._send(conn, stream, 413, JSON, orjson.dumps({"message": too_big}), close=True)
                     await _linger(stream)
                     return
                 status, ctype, payload = self.respond(request.method.decode(), request.target.decode("latin-1"), body)
@@ -282,7 +281,8 @@ class HttpApi:
         headers.append(("Content-Length", str(len(body))))
         if close:
             headers.append(("Connection", "close"))
-        events = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
+        events: list[h11.Response | h11.Data | h11.EndOfMessage] = [
+            h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))]
         if body and not head:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
@@ -352,7 +352,7 @@ class NsqHttp(HttpApi):
             defer = 0.0
             if "defer" in params:
                 try:
-                    ms = int(get("defer"), 10)
+                    ms = int(params["defer"][0], 10)
                 except ValueError:
                     raise HttpError(400, "INVALID_DEFER") from None
                 if ms < 0 or ms > front.options.max_req_timeout * 1000:
@@ -365,7 +365,7 @@ class NsqHttp(HttpApi):
             topic = self._topic_param(params)
             binary = False
             if "binary" in params:
-                binary = _BOOL_PARAMS.get(get("binary"), True)
+                binary = _BOOL_PARAMS.get(params["binary"][0], True)
             messages = self._mpub_binary(body) if binary else self._mpub_text(body)
             front.publish(topic, messages, now)
             front.after_batch()

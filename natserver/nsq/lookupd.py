@@ -171,7 +171,7 @@ class _V1Connection:
             if self.peer is not None:
                 return b"E_INVALID cannot IDENTIFY again", True
             try:
-                info = orjson.loads(body)
+                info = orjson.loads(body or b"")  # (no body: decoding fails as for an empty one)
                 if not isinstance(info, dict):
                     raise ValueError
             except (orjson.JSONDecodeError, ValueError):
@@ -287,11 +287,11 @@ class LookupdHttp(HttpApi):
             return {"producers": nodes}
         if path == "/debug":
             data = {}
-            for key, producers in db.registrations.items():
+            for key, registered in db.registrations.items():
                 data[":".join(key)] = [{"id": p.id, "hostname": p.hostname, "broadcast_address": p.broadcast_address,
                                         "tcp_port": p.tcp_port, "http_port": p.http_port, "version": p.version,
                                         "last_update": int(p.last_update * 1e9), "tombstoned": False,
-                                        "tombstoned_at": 0} for p in producers.values()]
+                                        "tombstoned_at": 0} for p in registered.values()]
             return data
         topic = get("topic")
         if topic is None:
@@ -306,11 +306,11 @@ class LookupdHttp(HttpApi):
                 db.remove_registration(key)
             return None
         if path == "/topic/tombstone":
-            node = get("node")
-            if node is None:
+            node_address = get("node")
+            if node_address is None:
                 raise HttpError(400, "MISSING_ARG_NODE")
             for peer in db.producers("topic", topic, ""):
-                if f"{peer.broadcast_address}:{peer.http_port}" == node:
+                if f"{peer.broadcast_address}:{peer.http_port}" == node_address:
                     peer.tombstoned_at[topic] = now
             return None
         if not is_valid_name(topic):

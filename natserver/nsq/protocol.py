@@ -16,6 +16,7 @@ Server to client: ``[int32 size][int32 frame type][data]``; a message's data is
 
 from __future__ import annotations
 
+import enum
 import re
 import struct
 from dataclasses import dataclass
@@ -47,12 +48,16 @@ _HEADER = struct.Struct(">ii")
 _MSG_HEADER = struct.Struct(">iiqH")
 
 
-class _NeedData:
+class _NeedData(enum.Enum):
+    """More bytes are needed: one value, so that ``command is NEED_DATA`` narrows the type."""
+
+    NEED_DATA = 0
+
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA = _NeedData()
+NEED_DATA = _NeedData.NEED_DATA
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,7 +85,7 @@ class NsqClient(Consumer):
         self.deflate = False
         self.deflate_level = 0
         self.snappy = False
-        self.codec = None
+        self.codec: SnappyCodec | DeflateCodec | None = None
         self.connect_time = clock.now()
         self.ready_count = 0
         self.pub_counts: dict[str, int] = {}
@@ -266,10 +266,10 @@ class NsqClient(Consumer):
                         return True
                     verb = command.verb
                     if verb == b"IDENTIFY":
-                        await self._identify(command.body)
+                        await self._identify(command.body or b"")  # (the parser read one: never None)
                         now = trio.current_time()
                     elif verb == b"AUTH":
-                        await self._auth(command.body)
+                        await self._auth(command.body or b"")
                         now = trio.current_time()
                     else:
                         if self.auth is not None and verb in _AUTH_CHECKED and self.auth.expired(now):
@@ -328,7 +328,7 @@ class NsqClient(Consumer):
         elif verb == b"DPUB":
             if front.auth_enabled:
                 self._check_auth("DPUB", params[0].decode(), "")
-            delay = parse_base10(params[1]) / 1000.0
+            delay = (parse_base10(params[1]) or 0) / 1000.0  # (the parser checked it: never None)
             front.publish(params[0].decode(), [command.body], now, client=self, defer=delay)
             self.send_response(OK)
         elif verb == b"NOP":
@@ -459,6 +459,7 @@ class NsqClient(Consumer):
             self.heartbeat_interval = heartbeat
             if self._hb_scope is not None:
                 self._hb_scope.cancel()
+                assert self._nursery is not None  # run() opened it before reading IDENTIFY
                 await self._nursery.start(self._heartbeats)
         size, timeout = fields["output_buffer_size"], fields["output_buffer_timeout"]
         if timeout == -1:
@@ -543,7 +544,9 @@ class NsqClient(Consumer):
         stream = self.stream
         if leftover:  # a client that did not wait for the IDENTIFY answer
             stream = PrefixedStream(stream, leftover)
-        ssl_stream = trio.SSLStream(stream, self.front.ssl_context, server_side=True)
+        context = self.front.ssl_context
+        assert context is not None  # IDENTIFY offers tls_v1 only with one
+        ssl_stream = trio.SSLStream(stream, context, server_side=True)
         try:
             with trio.fail_after(TLS_HANDSHAKE_TIMEOUT):
                 await ssl_stream.do_handshake()
@@ -609,18 +612,18 @@ class NsqServer:
         if options.snappy and not _have_cramjam():
             log.warning("NSQ: snappy is not offered: the cramjam package is not installed (natserver's nsq extra)")
             self.options = options = options.copy(snappy=False)
-        self.ssl_context = None
+        self.ssl_context: ssl.SSLContext | None = None
         if options.tls_cert:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(options.tls_cert, options.tls_key)
             self.ssl_context = context
-        self.bridge = None
+        self.bridge: Bridge | None = None
         self.auth_enabled = bool(options.auth_http_addresses)
         self.total_connections = 0
         self.upgrades = {"tls": 0, "deflate": 0, "snappy": 0}  # connections upgraded by IDENTIFY
         self._next_cid = 0
         self.listeners: list = []
-        self.http = None
+        self.http: NsqHttp | None = None
         self._nursery: trio.Nursery | None = None
 
     # -- used by clients and the HTTP API ----------------------------------------------------
@@ -683,6 +686,7 @@ class NsqServer:
         import trio.testing
 
         client_end, server_end = trio.testing.memory_stream_pair()
+        assert self._nursery is not None, "the NSQ front-end is not serving yet"
         self._nursery.start_soon(self._handle, server_end)
         return client_end
 
