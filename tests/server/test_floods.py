@@ -65,3 +65,18 @@ async def test_requests_are_answered_while_pings_flood(start_server, raw_connect
             nursery.cancel_scope.cancel()
         # Parsed one by one, each 1.2 MB burst held the loop ~1 s; as PingRuns ~a millisecond.
         assert worst < 0.5, f"a request took {worst * 1000:.0f} ms during the flood"
+
+
+async def test_the_first_pong_of_a_run_still_brings_the_async_info(start_server, raw_connect):
+    # client.go processPing: the first PONG after CONNECT is followed by INFO (protocol 1).
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.send(b'CONNECT {"verbose":false,"protocol":1}\r\n' + b"PING\r\n" * 5)
+        assert await client.read_line() == b"PONG\r\n"
+        assert (await client.read_line()).startswith(b"INFO ")
+        assert await client.read_exactly(4 * 6) == b"PONG\r\n" * 4
+        await client.send(b"PING\r\n" * 3)
+        assert await client.read_exactly(3 * 6) == b"PONG\r\n" * 3
+        assert await client.nothing_within(0.1) == b""
