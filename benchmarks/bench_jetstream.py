@@ -7,13 +7,21 @@ generator stays cheap):
   payloads), every ack checked (sequence numbers consecutive);
 * ``pub-sync``  the same with natserver's ``sync_interval: always`` (fsync before every ack,
   group commit); nats-server v2.9.10 has no such option, so natserver only;
-* ``direct``    DIRECT.GET by sequence, per second, on a stream of 10 000 messages.
+* ``direct``    DIRECT.GET by sequence, per second, on a stream of 10 000 messages;
+* ``store``     the file store's cost: one stream filled with 1 000 000 messages of 16 B
+  (``--store-msgs``; ``--store-10m`` for 10 000 000), the server's RSS growth per stored
+  message, then ``kill -9`` and the time until a restarted server answers STREAM.INFO with
+  every message (beside the same for an empty store: the process's own start), and the
+  RSS per message after that restart. Not in the default ``--only`` (it takes a while);
+  compare with nats-server 2.15.1 through ``--nats-server-cmd``.
 
 Usage (from the repository root)::
 
     python benchmarks/bench_jetstream.py               # 3 rounds x 2 s per workload
     python benchmarks/bench_jetstream.py --quick       # 2 rounds x 1 s
     python benchmarks/bench_jetstream.py --only pub --rounds 5
+    python benchmarks/bench_jetstream.py --only store --rounds 1 \
+        --nats-server-cmd /opt/nats-server-2.15.1/nats-server
 
 Rounds alternate natserver / nats-server; each round starts a fresh server on a fresh
 store directory. Prints a table and writes JSON to benchmarks/results/ (git-ignored).
@@ -168,6 +176,100 @@ def bench_direct(port: int, duration: float) -> tuple[float, bool]:
         conn.close()
 
 
+STORE_PAYLOAD = b"x" * 16
+
+
+def _stream_msgs(port: int, name: str) -> int:
+    """The stream's message count (-1: no such stream yet)."""
+    conn = Conn(port)
+    try:
+        info = conn.request(b"$JS.API.STREAM.INFO." + name.encode(), b"")
+    finally:
+        conn.close()
+    return info["state"]["messages"] if "state" in info else -1
+
+
+def _time_to_ready(spec: ServerSpec, store: str, want: int) -> tuple[float, object]:
+    """Seconds from starting the server on ``store`` until STREAM.INFO says ``want``
+    messages (-1: until it answers at all); and the running server."""
+    begin = time.perf_counter()
+    server = start(spec, store, False)
+    while True:
+        got = _stream_msgs(server.port, "STORE")
+        if got == want or (want < 0 and got < 0):
+            return time.perf_counter() - begin, server
+        if time.perf_counter() - begin > 600:
+            server.stop()
+            raise RuntimeError(f"{spec.label}: {got} of {want} messages after 600 s")
+        time.sleep(0.005)
+
+
+def bench_store(spec: ServerSpec, msgs: int) -> dict:
+    """RSS growth per stored message and the restart after kill -9 (see the docstring)."""
+    store = tempfile.mkdtemp(prefix="jsbench-store-")
+    empty = tempfile.mkdtemp(prefix="jsbench-empty-")
+    server = start(spec, store, False)
+    try:
+        conn = Conn(server.port)
+        create_stream(conn, {"name": "STORE", "subjects": ["store.>"], "storage": "file"})
+        time.sleep(0.5)
+        rss_before = server.rss_kib()
+        pub = b"PUB store.data _R.s %d\r\n%s\r\n" % (len(STORE_PAYLOAD), STORE_PAYLOAD)
+        sent = 0
+        fill_begin = time.perf_counter()
+        while sent < msgs:
+            n = min(WINDOW * 4, msgs - sent)
+            conn.sock.sendall(pub * n)
+            conn.replies(n)
+            sent += n
+        fill_s = time.perf_counter() - fill_begin
+        conn.close()
+        time.sleep(0.5)
+        rss_after = server.rss_kib()
+        ok = _stream_msgs(server.port, "STORE") == msgs
+        os.kill(server.pid, 9)  # kill -9: no shutdown work
+        server.proc.wait(10)
+        server.stop()
+        base_s, base = _time_to_ready(spec, empty, -1)  # the process alone
+        base_rss = base.rss_kib()
+        base.stop()
+        restart_s, server = _time_to_ready(spec, store, msgs)
+        time.sleep(0.5)
+        restart_rss = server.rss_kib()
+        return {
+            "msgs": msgs, "fill_msgs_per_s": msgs / fill_s,
+            "rss_per_msg": (rss_after - rss_before) * 1024 / msgs,
+            "restart_s": restart_s, "start_empty_s": base_s,
+            "rss_per_msg_after_restart": (restart_rss - base_rss) * 1024 / msgs, "ok": ok,
+        }
+    finally:
+        server.stop()
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(empty, ignore_errors=True)
+
+
+def run_store(specs: list, msgs: int, rounds: int) -> dict:
+    out: dict = {}
+    for _ in range(rounds):
+        for spec in specs:
+            r = bench_store(spec, msgs)
+            out.setdefault(spec.label, []).append(r)
+            print(f"  store {msgs:,} x 16 B  {spec.label:12s} RSS {r['rss_per_msg']:6.1f} B/msg "
+                  f"(after restart {r['rss_per_msg_after_restart']:6.1f}), restart after kill -9 "
+                  f"{r['restart_s']:.3f} s (empty store {r['start_empty_s']:.3f} s), "
+                  f"filled at {r['fill_msgs_per_s']:,.0f}/s {'ok' if r['ok'] else 'WRONG'}", flush=True)
+    print()
+    print(f"{'store, medians':26s} {'RSS B/msg':>10s} {'after restart':>14s} {'restart s':>10s} {'empty s':>8s}")
+    summary = {}
+    for label, runs in out.items():
+        med = {k: statistics.median(r[k] for r in runs)
+               for k in ("rss_per_msg", "rss_per_msg_after_restart", "restart_s", "start_empty_s")}
+        summary[label] = {**med, "rounds": runs}
+        print(f"{label:26s} {med['rss_per_msg']:10.1f} {med['rss_per_msg_after_restart']:14.1f} "
+              f"{med['restart_s']:10.3f} {med['start_empty_s']:8.3f}")
+    return summary
+
+
 def start(spec: ServerSpec, store: str, sync: bool):
     argv = list(spec.argv)
     if spec.label == "natserver" and sync:
@@ -192,7 +294,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct")
+    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store")
+    parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
+    parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
@@ -207,7 +311,12 @@ def main(argv=None) -> int:
 
     results: dict = {}
     failures = 0
+    store_summary = None
     for key in args.only.split(","):
+        if key == "store":
+            store_summary = run_store(specs, 10_000_000 if args.store_10m else args.store_msgs, args.rounds)
+            failures += sum(not r["ok"] for by in store_summary.values() for r in by["rounds"])
+            continue
         for label, size, sync in WORKLOADS[key]:
             for spec in specs:
                 if sync and spec.label != "natserver":
@@ -244,7 +353,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
-        json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary}, f, indent=2)
+        json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
+                   "store": store_summary}, f, indent=2)
     print(f"\nwrote {path}")
     return 1 if failures else 0
 

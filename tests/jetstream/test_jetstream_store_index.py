@@ -168,6 +168,29 @@ def test_restart_reads_only_the_records_after_the_last_checkpoint(tmp_path, smal
     reopened.stop()
 
 
+def test_duplicate_ids_recovered_through_index_files(tmp_path, small_checkpoints):
+    """The Nats-Msg-Ids within the duplicate window are recovered as from a full read."""
+    path = str(tmp_path / "s")
+    now = 10**18
+    store = FileStore(path, config(), segment_size=1500, dedup_window=60 * 10**9, now=now)
+    for i in range(300):
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: id-%d\r\n\r\n" % i if i % 3 else b""
+        store.store_msg(b"s.%d" % (i % 4), hdr, b"%06d" % i, now - 120 * 10**9 + i * 10**9 // 2)
+        if i % 7 == 0:
+            store.flush()
+        if i % 50 == 10:
+            store.remove_msg(i - 5)
+    store.flush()
+    crash(store)
+    with_files = FileStore(path, config(), segment_size=1500, dedup_window=60 * 10**9, now=now)
+    got = with_files.recovered_ids
+    with_files.stop()
+    assert drop_index_files(path) > 2
+    read_all = FileStore(path, config(), segment_size=1500, dedup_window=60 * 10**9, now=now)
+    assert got == read_all.recovered_ids and len(got) > 50
+    read_all.stop()
+
+
 def test_index_memory_per_message(tmp_path):
     n = 200_000
     store = FileStore(str(tmp_path / "s"), config())
@@ -184,15 +207,17 @@ def test_index_memory_per_message(tmp_path):
     assert per_message <= 32, per_message
 
 
-def test_msgindex_matches_a_dict(tmp_path):
-    """MsgIndex's scans answer as DictIndex's (the memory store's) over random contents."""
+@pytest.mark.parametrize("subjects", [6, 300], ids=["few-subjects", "many-subjects"])
+def test_msgindex_matches_a_dict(subjects):
+    """MsgIndex's scans answer as DictIndex's (the memory store's) over random contents
+    (few subjects: sets of ids and C searches; many: subjects tested as they are met)."""
     rng = random.Random(7)
     compact, plain = MsgIndex(), DictIndex()
     seq = 0
     for _ in range(3000):
         if rng.random() < 0.7:
             seq += rng.choice([1, 1, 1, 2, 5])
-            subj = b"s.%d" % rng.randrange(6)
+            subj = b"s.%d" % rng.randrange(subjects)
             entry = (subj, seq * 10, rng.randrange(100), 1 + seq // 100, seq * 7)
             compact[seq] = entry
             plain[seq] = entry
@@ -203,8 +228,8 @@ def test_msgindex_matches_a_dict(tmp_path):
     lo, hi = 1, seq
     for _ in range(200):
         a, b = sorted(rng.randrange(lo, hi + 1) for _ in range(2))
-        subj = b"s.%d" % rng.randrange(7)
-        wanted = {b"s.1", b"s.3"}
+        subj = b"s.%d" % rng.randrange(subjects + 1)
+        wanted = {b"s.1", b"s.3", b"s.200"}
         match = wanted.__contains__
         assert compact.find(subj, a, b) == plain.find(subj, a, b)
         assert compact.rfind(subj, b, a) == plain.rfind(subj, b, a)
@@ -216,8 +241,8 @@ def test_msgindex_matches_a_dict(tmp_path):
         assert compact.count_match(match, a, b) == plain.count_match(match, a, b)
         assert compact.count_match(None, a, b) == plain.count_match(None, a, b)
         assert compact.missing(a, b) == plain.missing(a, b)
-    subjects = {b"s.0", b"s.2", b"s.9"}
-    assert compact.bounds(subjects) == plain.bounds(subjects)
+    for touched in ({b"s.0", b"s.2", b"s.9"}, {b"s.%d" % k for k in range(0, subjects, 3)}):
+        assert compact.bounds(touched) == plain.bounds(touched)
     # Subject ids of subjects no message has any more are reused.
     for s in list(plain):
         compact.pop(s)
