@@ -461,6 +461,21 @@ class Route:
         return record
 
 
+def _go_seconds(seconds: float):
+    """A float64 of seconds as Go's JSON writes it: 2, not 2.0."""
+    return int(seconds) if float(seconds).is_integer() else seconds
+
+
+def _tls_varz(varz: dict, tls) -> None:
+    """ClusterOptsVarz/LeafNodeOptsVarz tls_timeout (the default without a tls block, as
+    nats-server's options carry it), and tls_required/tls_verify with one."""
+    varz["tls_timeout"] = _go_seconds(tls.timeout if tls is not None and tls.timeout else DEFAULT_TLS_TIMEOUT)
+    if tls is not None:
+        varz["tls_required"] = True
+        if tls.verify:
+            varz["tls_verify"] = True
+
+
 class AccountTraffic:
     """One account's messages and bytes received from and sent to routes and to leaf nodes."""
 
@@ -746,14 +761,17 @@ class Cluster:
         """How long a connection has to register: an accepted leaf has the leaf
         authorization timeout (opts.go getDefaultAuthTimeout: 2 s, with TLS the TLS timeout
         plus 1 s); the others ROUTE_HANDSHAKE_TIMEOUT."""
-        options = self.server.options
         if peer.leaf_account is not None and not peer.solicited:
-            if options.leafnode_auth_timeout:
-                return options.leafnode_auth_timeout
-            if options.leafnode_tls is not None:
-                return (options.leafnode_tls.timeout or DEFAULT_TLS_TIMEOUT) + 1.0
-            return const.DEFAULT_AUTH_TIMEOUT
+            return self.leaf_auth_timeout()
         return ROUTE_HANDSHAKE_TIMEOUT
+
+    def leaf_auth_timeout(self) -> float:
+        options = self.server.options
+        if options.leafnode_auth_timeout:
+            return options.leafnode_auth_timeout
+        if options.leafnode_tls is not None:
+            return (options.leafnode_tls.timeout or DEFAULT_TLS_TIMEOUT) + 1.0
+        return const.DEFAULT_AUTH_TIMEOUT
 
     async def secure(self, peer: Route) -> bool:
         """TLS in nats-server 2.9.10's order, before the protocol loops start: on a route
@@ -1354,6 +1372,18 @@ class Cluster:
                 "auth_timeout": int(ROUTE_HANDSHAKE_TIMEOUT / 2)}
         if self.configured:
             varz["urls"] = [urllib.parse.urlsplit(u).netloc.rpartition("@")[2] for u in self.configured]
+        _tls_varz(varz, self.server.options.cluster_tls)
+        return varz
+
+    def leaf_varz(self) -> dict:
+        """/varz's leaf object (monitor.go LeafNodeOptsVarz) for the leafnode listener: its
+        address, the authorization and TLS timeouts, whether TLS is required and verified."""
+        if not self.leaf_port:
+            return {}
+        options = self.server.options
+        varz: dict = {"host": options.leafnode_host, "port": self.leaf_port,
+                      "auth_timeout": _go_seconds(self.leaf_auth_timeout())}
+        _tls_varz(varz, options.leafnode_tls)
         return varz
 
 

@@ -586,9 +586,10 @@ class Monitor:
             "max_control_line": o.max_control_line,
             "max_payload": o.max_payload,
             "max_pending": o.max_pending,
-            "cluster": server.cluster.varz() if server.cluster is not None else {},
+            # (natserver.cluster runs leaf nodes too: its cluster object only with a cluster)
+            "cluster": server.cluster.varz() if server.cluster is not None and o.clustered else {},
             "gateway": {},
-            "leaf": {},
+            "leaf": server.cluster.leaf_varz() if server.cluster is not None else {},
             "mqtt": {},
             "websocket": server.websocket.varz() if server.websocket is not None else {},
             "jetstream": self._varz_jetstream(),
@@ -835,8 +836,11 @@ class Monitor:
 
     def handle_accstatz(self, query: Query) -> bytes:
         self._count("/accstatz")
-        query.bool("unused")
-        return go_json({**self._header(), "account_statz": []})
+        unused = query.bool("unused")
+        # monitor.go AccountStatz: the accounts in use here (every one with unused). natserver
+        # keeps its account statistics in the system account: none without one.
+        system = self.server.system
+        return go_json({**self._header(), "account_statz": system.account_statz(unused=unused) if system else []})
 
     def handle_jsz(self, query: Query) -> bytes:
         self._count("/jsz")

@@ -1,4 +1,4 @@
-"""The system account, as nats-server 2.9.10 has it: ``$SYS`` events and requests.
+"""The system account, as nats-server 2.15.1 has it: ``$SYS`` events and requests.
 
 Every server has a system account (``$SYS``, or ``system_account``, or the operator JWT's)
 unless ``no_system_account`` is set. Users of that account (``accounts { SYS { users [...] } }``
@@ -12,10 +12,13 @@ with ``system_account: SYS``) see, in its subject space:
 * **requests** (the reply is JSON ``{"server": {...}, "data": {...}}``, as monitoring):
   ``$SYS.REQ.SERVER.PING`` and ``$SYS.REQ.SERVER.PING.<KIND>`` (every server answers: what
   ``nats server list`` sends), ``$SYS.REQ.SERVER.<id>.<KIND>`` for ``STATSZ``, ``VARZ``,
-  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``;
-  ``$SYS.REQ.ACCOUNT.<acc>.<KIND>`` for ``CONNZ``, ``SUBSZ``, ``LEAFZ``, ``JSZ``, and
-  ``$SYS.REQ.ACCOUNT.PING.STATZ``. The request's JSON body holds the endpoint's options
-  (``{"subscriptions": true}`` for CONNZ...), as in nats-server.
+  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``
+  and ``IDZ`` (the server's name, host and id, unwrapped);
+  ``$SYS.REQ.ACCOUNT.<acc>.<KIND>`` for ``CONNZ``, ``SUBSZ``, ``LEAFZ``, ``JSZ``, ``INFO``,
+  ``STATZ``, and ``$SYS.REQ.ACCOUNT.PING.STATZ``; ``$SYS.REQ.USER.INFO`` (the requesting
+  system user, its account and permissions). The request's JSON body holds the endpoint's
+  options (``{"subscriptions": true}`` for CONNZ...), as in nats-server. Every server block
+  carries 2.15.1's ``feature_flags`` and capability ``flags``.
 
 The data comes from the core's monitoring code (natserver.server.monitor), run without its
 HTTP listener. The core only knows this package as a subsystem (natserver.app) and as an
@@ -278,7 +281,8 @@ class SystemAccount:
                 self._subs.append(self.account.subscribe(subject, self._server_request(kind)))
         for kind in ACCOUNT_KINDS:
             self._subs.append(self.account.subscribe(f"$SYS.REQ.ACCOUNT.*.{kind}", self._account_request(kind)))
-        self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.PING.STATZ", self._account_statz))
+        # $SYS.REQ.ACCOUNT.PING.STATZ (every account in use) and $SYS.REQ.ACCOUNT.<acc>.STATZ
+        self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.*.STATZ", self._account_statz))
         for subject in ("$SYS.REQ.SERVER.PING.IDZ", f"$SYS.REQ.SERVER.{server_id}.IDZ"):
             self._subs.append(self.account.subscribe(subject, self._idz))
         self._subs.append(self.account.subscribe("$SYS.REQ.USER.INFO", self._user_info))
@@ -309,15 +313,11 @@ class SystemAccount:
             self._statsz_soon(reply.decode())
 
     def _statsz_soon(self, reply: str) -> None:
-        """events.go noInlineCallbackStatsz: the statsz is made once the requester's read pass
-        has been counted (nats-server answers from its send queue), so it counts the request."""
+        """events.go noInlineCallbackStatsz: the statsz is made after the request is counted."""
         async def answer() -> None:
             self.send(reply, self.statsz_message())
 
-        if self.nursery is None:
-            self.send(reply, self.statsz_message())
-        else:
-            self.nursery.start_soon(answer)
+        self._soon(answer)
 
     def _server_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
@@ -360,13 +360,55 @@ class SystemAccount:
         domain = options.get("domain")
         return isinstance(domain, str) and bool(domain) and domain != (server.options.jetstream_domain or "")
 
+    def account_statz(self, names=None, unused: bool = False) -> list:
+        """monitor.go AccountStatz: the stats of the accounts (all, or those ``names`` names)
+        with a connection here, or of every one with ``unused``."""
+        known = self.server.accounts.by_name if self.server.accounts is not None else {}
+        accounts = known.values() if names is None else [known[name] for name in names if name in known]
+        stats = [self.account_stat(account) for account in accounts]
+        return [stat for stat in stats if unused or stat["conns"] or stat["leafnodes"]]
+
     def _account_statz(self, subject, reply, headers, body) -> None:
+        """$SYS.REQ.ACCOUNT.PING.STATZ and $SYS.REQ.ACCOUNT.<acc>.STATZ (events.go): answered
+        after the requester's read pass is counted (noInlineCallback); a server with none of
+        the accounts in use stays silent unless include_unused is asked for."""
         if not reply or self.filtered_out(body):
             return
-        accounts = self.server.accounts.by_name.values() if self.server.accounts is not None else ()
-        stats = [self.account_stat(account) for account in accounts if account.clients]
-        data = {"server_id": self.server.server_id, "now": go_time(clock.now()), "account_statz": stats}
-        self.send(reply.decode(), {"server": self.server_info(), "data": data})
+        try:
+            options = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError:
+            options = {}
+        if not isinstance(options, dict):
+            options = {}
+        name = subject.decode().split(".")[3]
+        names = [name] if name != "PING" else options.get("accounts") or None
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            names = None
+        unused = options.get("include_unused") is True
+
+        async def answer() -> None:
+            stats = self.account_statz(names, unused)
+            if not stats and not unused:
+                return
+            data = {"server_id": self.server.server_id, "now": go_time(clock.now()), "account_statz": stats}
+            self.send(reply.decode(), {"server": self.server_info(), "data": data})
+
+        self._soon(answer)
+
+    def _soon(self, answer) -> None:
+        """Run ``answer`` (an async function that never waits) once the requester's read pass
+        has been counted, as nats-server answers from its send queue; at once without a
+        nursery (a SystemAccount not started by enable_system)."""
+        if self.nursery is not None:
+            self.nursery.start_soon(answer)
+            return
+        coroutine = answer()
+        try:
+            coroutine.send(None)
+        except StopIteration:
+            pass
+        else:  # pragma: no cover - answer() never waits
+            coroutine.close()
 
     def _answer(self, reply: bytes, kind: str, body: bytes, account: str | None) -> None:
         """The monitoring endpoint's answer as ``data``, or nats-server's ``error`` object."""

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
+import urllib.error
+import urllib.request
 
 import nats
 import pytest
@@ -152,3 +156,78 @@ async def test_account_statz_counts_route_traffic_per_kind(nursery):
     assert sent["leafs"] == received["leafs"] == sent["gateways"] == {"msgs": 0, "bytes": 0}
     await subscriber.aclose()
     await publisher.aclose()
+
+
+def test_account_statz_for_one_account_or_the_unused_ones(server):
+    kind, port = server
+
+    async def main():
+        account = await nats.connect(f"nats://a:a@127.0.0.1:{port}")
+        system = await nats.connect(f"nats://plain:plain@127.0.0.1:{port}")
+        try:
+            one = (await _request(system, "$SYS.REQ.ACCOUNT.A.STATZ"))["data"]["account_statz"]
+            assert [stat["acc"] for stat in one] == ["A"]
+            chosen = await _request(system, "$SYS.REQ.ACCOUNT.PING.STATZ", b'{"accounts": ["A", "NOPE"]}')
+            assert [stat["acc"] for stat in chosen["data"]["account_statz"]] == ["A"]
+            every = await _request(system, "$SYS.REQ.ACCOUNT.PING.STATZ", b'{"include_unused": true}')
+            assert sorted(stat["acc"] for stat in every["data"]["account_statz"]) == ["$G", "A", "SYS"]
+            await account.close()
+            await asyncio.sleep(0.2)  # (the server sees the close)
+            with pytest.raises(nats.errors.TimeoutError):  # no account of those in use: no answer
+                await system.request("$SYS.REQ.ACCOUNT.A.STATZ", b"", timeout=0.5)
+        finally:
+            await system.close()
+
+    _run(main)
+
+
+def test_monitoring_accstatz_and_leaf_objects(tmp_path):
+    """/accstatz lists the accounts in use (every one with unused=1), /varz's leaf object
+    describes the leafnode listener, and its cluster object stays empty without a cluster:
+    the same from natserver and from nats-server."""
+    config = CONFIG + "leafnodes { host: 127.0.0.1, port: -1 }\n"
+    kinds = ["natserver", *(["nats-server"] if NATS_SERVER is not None else [])]
+    seen = {}
+    for kind in kinds:
+        http = _free_port()
+        with running(kind, config, tmp_path, args=("-m", str(http)), binary=NATS_SERVER or "") as port:
+
+            async def main():
+                account = await nats.connect(f"nats://a:a@127.0.0.1:{port}")
+                try:
+                    return (await _http_json(http, "/accstatz"), await _http_json(http, "/accstatz?unused=1"),
+                            await _http_json(http, "/varz"))
+                finally:
+                    await account.close()
+
+            used, every, varz = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+        assert [stat["acc"] for stat in used["account_statz"]] == ["A"]
+        assert sorted(stat["acc"] for stat in every["account_statz"]) == ["$G", "A", "SYS"]
+        assert list(used["account_statz"][0]) == ["acc", "name", "conns", "leafnodes", "total_conns",
+                                                  "num_subscriptions", "sent", "received", "slow_consumers"]
+        assert varz["cluster"] == {} and varz["leaf"].pop("port") > 0
+        seen[kind] = varz["leaf"]
+    assert seen["natserver"] == {"host": "127.0.0.1", "auth_timeout": 2, "tls_timeout": 2}
+    assert seen.get("nats-server", seen["natserver"]) == seen["natserver"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _http_json(port: int, path: str) -> dict:
+    """GET a monitoring endpoint (its port may open a moment after the client port)."""
+    def get():
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+                    return json.loads(answer.read())
+            except urllib.error.URLError as exc:
+                if not isinstance(exc.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    return await asyncio.get_running_loop().run_in_executor(None, get)
