@@ -667,7 +667,9 @@ def test_register_without_pyspark_names_the_extra_and_a_command_that_works(monke
 
     import natserver.spark as spark_pkg
 
-    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark now fails, as when it is missing
+    # importing pyspark (and any of its modules an earlier test loaded) now fails, as when it is missing
+    for name in [name for name in sys.modules if name == "pyspark" or name.startswith("pyspark.")] + ["pyspark"]:
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.delitem(sys.modules, "natserver.spark.datasource", raising=False)
     monkeypatch.delattr(spark_pkg, "datasource", raising=False)
     for call in (lambda: spark_pkg.register(object()), lambda: spark_pkg.NatsDataSource):
