@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Literal
 
 import outcome
@@ -50,7 +51,7 @@ from . import testing_inspect as inspect
 from .app import Server
 from .config.options import Options
 from .routing.accounts import GLOBAL_ACCOUNT
-from .server.client import DELIVER, DROP, NO_RESPONDERS, unpack_subs
+from .server.client import DELIVER, DROP, NO_RESPONDERS, ClosedRecord, unpack_subs
 from .testing_inspect import (
     DEFAULT_MAX_SNAPSHOT_MESSAGES,
     ConsumerState,
@@ -343,8 +344,10 @@ def _nsq_data_path(nsq) -> str:
     return (nsq.get("data_path") if isinstance(nsq, dict) else nsq.data_path) or ""
 
 
-def _closed_client_info(record: dict) -> ClientInfo:
-    """A closed connection's ClientInfo from what the server kept of it (connection_record)."""
+def _closed_client_info(record: Mapping[str, Any]) -> ClientInfo:
+    """A closed connection's ClientInfo from what the server kept of it (connection_record,
+    packed into a ClosedRecord: read back once)."""
+    record = record.unpacked() if isinstance(record, ClosedRecord) else record
     subjects = tuple(detail["subject"] for detail in unpack_subs(record.get("subs_packed") or "", record["cid"]))
     return ClientInfo(
         cid=record["cid"], name=record.get("name") or "", lang=record.get("lang") or "",
@@ -1104,7 +1107,8 @@ class NatsServer:
         if server is None:
             return []
         records = self._call(list, server.closed_clients) if self.running else list(server.closed_clients)
-        return [_closed_client_info(record) for record in records if name is None or record.get("name") == name]
+        infos = (_closed_client_info(record) for record in records)
+        return [info for info in infos if name is None or info.name == name]
 
     def subscriptions(self, subject: str | None = None) -> list[SubscriptionInfo]:
         """Current subscriptions, optionally only those whose subject *matches* the literal
