@@ -193,3 +193,17 @@ async def test_a_tls_listener_on_every_interface_is_reached_over_ipv6_and_listed
         assert all(url.startswith("tls://") for url in ports["nats"])
     finally:
         await server.shutdown()
+
+
+@needs_ipv6
+def test_the_early_bound_client_port_takes_ipv6(tmp_path):
+    """A plain command line binds the client port before the imports (natserver.launch): the
+    same one dual-stack socket."""
+    directory = tmp_path / "ports"
+    directory.mkdir()
+    with _ports_file([sys.executable, "-m", "natserver", "-p", "-1"], directory) as ports:
+        port = int(ports["nats"][0].rsplit(":", 1)[1])
+        for host in ("::1", "127.0.0.1"):
+            with socket.create_connection((host, port), timeout=TIMEOUT) as sock:
+                info = sock.makefile("rb").readline()
+                assert json.loads(info[5:])["client_ip"] == host
