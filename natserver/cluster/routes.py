@@ -460,6 +460,15 @@ class Route:
             )
         return record
 
+    def statsz(self) -> dict:
+        """events.go RouteStat: this route in a statsz's routes list."""
+        stat: dict = {"rid": self.rid}
+        if self.remote_name:
+            stat["name"] = self.remote_name
+        stat.update({"sent": {"msgs": self.out_msgs, "bytes": self.out_bytes},
+                     "received": {"msgs": self.in_msgs, "bytes": self.in_bytes}, "pending": self.pending})
+        return stat
+
 
 def _go_seconds(seconds: float):
     """A float64 of seconds as Go's JSON writes it: 2, not 2.0."""

@@ -812,12 +812,15 @@ class Monitor:
         if account is None or account.name != name and name != GLOBAL_ACCOUNT:
             raise BadRequest(f"Account {name} does not exist")
         config = account.config
-        info: dict = {
-            "account_name": name, "update_time": go_time(server.start_time), "expired": bool(account.expired),
+        info: dict = {"account_name": name, "update_time": go_time(server.start_time)}
+        if server.system is not None and server.system.name == name:
+            info["is_system"] = True  # (monitor.go AccountInfo, omitempty)
+        info.update({
+            "expired": bool(account.expired),
             "complete": True, "jetstream_enabled": getattr(server, "jetstream", None) is not None,
             "leafnode_connections": 0, "client_connections": len(account.clients),
             "subscriptions": account.sublist.count,
-        }
+        })
         if config is not None and config.imports:
             info["imports"] = [{
                 "subject": imp.subject, "account": imp.account,

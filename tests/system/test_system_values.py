@@ -139,7 +139,8 @@ def test_statsz_counts_client_traffic_and_account_statz_per_kind(server):
 
 
 async def test_account_statz_counts_route_traffic_per_kind(nursery):
-    """accounts.go stats.rt: what an account sent to and received from routes."""
+    """accounts.go stats.rt: what an account sent to and received from routes; the statsz's
+    per-route counts."""
     a = await start_node(nursery, no_system_account=False)
     b = await start_node(nursery, routes=[route_url(a)], no_system_account=False)
     await wait_routes([a, b], 1)
@@ -154,6 +155,11 @@ async def test_account_statz_counts_route_traffic_per_kind(nursery):
     received = a.system.account_stat(a.accounts.global_account)["received"]
     assert sent["routes"] == received["routes"] == {"msgs": 2, "bytes": 7}
     assert sent["leafs"] == received["leafs"] == sent["gateways"] == {"msgs": 0, "bytes": 0}
+    # events.go RouteStat: each route of the server in its statsz
+    (route,) = b.system.statsz()["routes"]
+    assert list(route) == ["rid", "name", "sent", "received", "pending"] and route["name"] == a.server_name
+    assert route["sent"] == {"msgs": 2, "bytes": 7} and route["pending"] >= 0
+    assert a.system.statsz()["routes"][0]["received"] == {"msgs": 2, "bytes": 7}
     await subscriber.aclose()
     await publisher.aclose()
 
@@ -183,8 +189,8 @@ def test_account_statz_for_one_account_or_the_unused_ones(server):
 
 def test_monitoring_accstatz_and_leaf_objects(tmp_path):
     """/accstatz lists the accounts in use (every one with unused=1), /varz's leaf object
-    describes the leafnode listener, and its cluster object stays empty without a cluster:
-    the same from natserver and from nats-server."""
+    describes the leafnode listener, and its cluster object stays empty without a cluster,
+    /accountz marks the system account: the same from natserver and from nats-server."""
     config = CONFIG + "leafnodes { host: 127.0.0.1, port: -1 }\n"
     kinds = ["natserver", *(["nats-server"] if NATS_SERVER is not None else [])]
     seen = {}
@@ -196,11 +202,14 @@ def test_monitoring_accstatz_and_leaf_objects(tmp_path):
                 account = await nats.connect(f"nats://a:a@127.0.0.1:{port}")
                 try:
                     return (await _http_json(http, "/accstatz"), await _http_json(http, "/accstatz?unused=1"),
-                            await _http_json(http, "/varz"))
+                            await _http_json(http, "/varz"), await _http_json(http, "/accountz?acc=SYS"),
+                            await _http_json(http, "/accountz?acc=A"))
                 finally:
                     await account.close()
 
-            used, every, varz = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+            used, every, varz, system, other = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+        assert system["account_detail"]["is_system"] is True and "is_system" not in other["account_detail"]
+        assert list(system["account_detail"])[:3] == ["account_name", "update_time", "is_system"]
         assert [stat["acc"] for stat in used["account_statz"]] == ["A"]
         assert sorted(stat["acc"] for stat in every["account_statz"]) == ["$G", "A", "SYS"]
         assert list(used["account_statz"][0]) == ["acc", "name", "conns", "leafnodes", "total_conns",
