@@ -343,3 +343,42 @@ def test_stan_through_a_server_that_wants_an_nkey(tmp_path, threaded_server, mon
         assert "_NSS-ns-cluster-general" in names
     finally:
         proc.stop()
+
+
+def test_stan_through_an_operator_mode_server_with_a_creds_file(tmp_path, threaded_server, monkeypatch):
+    """-ns with the streaming block's credentials (a .creds file: a user JWT and its seed), as
+    nats-streaming-server's NATSCredentials: the engine presents the JWT and signs the nonce."""
+    from natserver.auth import nkeys
+    from natserver.auth.jwt import OperatorTree, creds
+    from natserver.config.mapping import options_from_file
+
+    monkeypatch.setitem(sys.modules, "nkeys", nkeys)  # nats-py signs the nonce with the nkeys package's API
+    tree = OperatorTree()
+    tree.account("A")
+    operator_file = tmp_path / "op.jwt"
+    operator_file.write_text(tree.operator_jwt)
+    server_conf = tmp_path / "op.conf"
+    server_conf.write_text(tree.config(str(operator_file)))
+    options = options_from_file(server_conf)
+    backing = threaded_server(trusted_operators=options.trusted_operators, resolver=options.resolver,
+                              resolver_preload=options.resolver_preload)
+    engine_creds, client_creds = tmp_path / "stan.creds", tmp_path / "client.creds"
+    engine_token, engine_key = tree.user("A", "stan")
+    engine_creds.write_text(creds(engine_token, engine_key.seed))
+    token, key = tree.user("A", "client")
+    client_creds.write_text(creds(token, key.seed))
+    conf = tmp_path / "ns.conf"
+    conf.write_text(f'streaming {{ cluster_id: "ns-cluster", nats_server_url: "nats://127.0.0.1:{backing.port}", '
+                    f'credentials: "{engine_creds}" }}\n')
+    proc = Proc(tmp_path, "natserver-creds", [sys.executable, "-m", "natserver", "-a", "127.0.0.1", "-m", "-1",
+                                              "-c", str(conf)])
+    try:
+        async def main():
+            nc = await S.connect_nats(backing.url, user_credentials=str(client_creds))
+            sc = await S.connect("", "creds-client", cluster_id="ns-cluster", nc=nc)
+            await sc.publish("with.creds", b"ok")
+            await S.close(sc)
+
+        asyncio.run(asyncio.wait_for(main(), DEADLINE))
+    finally:
+        proc.stop()
