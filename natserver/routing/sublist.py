@@ -470,12 +470,16 @@ class Sublist:
         stack = [self._root]
         while stack:
             level = stack.pop()
-            nodes = list(level.nodes.values())
-            nodes.extend(n for n in (level.pwc, level.fwc) if n is not None)
-            for node in nodes:
-                out.extend(node.psubs)
-                for members in node.qsubs.values():
-                    out.extend(members)
+            # One tuple per level (an atomic copy: /subsz builds its page in a thread), no
+            # generator: 20 000 one-subscription levels took 470 ms, most of it per-level set-up.
+            for node in (*level.nodes.values(), level.pwc, level.fwc):
+                if node is None:
+                    continue
+                if node.psubs:
+                    out.extend(node.psubs)
+                if node.qsubs:
+                    for members in node.qsubs.values():
+                        out.extend(members)
                 if node.next is not None:
                     stack.append(node.next)
         return out
