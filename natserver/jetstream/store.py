@@ -56,6 +56,7 @@ import sys
 import zlib
 from array import array
 
+from ..server.reclaim import _malloc_trim
 from .msgindex import DEAD, DictIndex, MsgIndex
 from .util import compile_filter, get_header, has_wildcard
 
@@ -546,6 +547,10 @@ _IDX_SUBJ = struct.Struct("<IH")
 # The active segment's index file is written again each time this much more of it was
 # written, so that a restart after kill -9 reads at most this much record by record.
 CHECKPOINT_BYTES = 1024 * 1024
+# The heap is trimmed after a segment roll once the index grew by this many positions
+# (~1.5 MiB of arrays) since the last trim (FileStore._trim_heap).
+TRIM_AFTER_POSITIONS = 64 * 1024
+_TRIM = _malloc_trim()
 # The arrays are written as the machine keeps them: little-endian machines only.
 _INDEX_FILES = sys.byteorder == "little"
 
@@ -644,6 +649,7 @@ class FileStore(Store):
         self.active_dels: list[int] = []  # the DEL records in the active segment
         self.active_hdrs: list[int] = []  # its messages with headers
         self.checkpointed = 0  # how much of the active segment its index file covers
+        self._trimmed_at = 0  # the index's positions at the last heap trim
         self._syncing: list[int] = []  # the segments of the last sync_targets
         self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
         self._recover(dedup_window, now)
@@ -821,6 +827,7 @@ class FileStore(Store):
                 self._write_seg_index(seg, seg_start[seg], end - 1, *unindexed[seg], os.fstat(self.fds[seg]).st_size)
         if self.werr is None:
             self._drop_dead_segments()
+        self._trim_heap()  # (what reading the segments left behind)
 
     # -- segment index files ----------------------------------------------------------------------
 
@@ -976,6 +983,17 @@ class FileStore(Store):
         self.flush()
         self._seal()
         self._new_segment()
+        self._trim_heap()
+
+    def _trim_heap(self) -> None:
+        """Give the heap pages freed by the index arrays' growth back (glibc malloc_trim):
+        growing arrays are moved by realloc, and the holes they leave stayed resident
+        (1 M messages of 16 B: 37.6 B of RSS a message without, 29.5 with, the arrays
+        holding ~24; ~1.3 ms a trim). Only after TRIM_AFTER_POSITIONS more positions."""
+        grown = len(self.idx.sid) if isinstance(self.idx, MsgIndex) else 0
+        if _TRIM is not None and abs(grown - self._trimmed_at) >= TRIM_AFTER_POSITIONS:
+            self._trimmed_at = grown
+            _TRIM(0)
 
     def _dirty(self) -> None:
         if self.notify is not None:
