@@ -311,8 +311,19 @@ class SystemAccount:
         self.send(reply.decode(), {"server": self.server_info(), "data": data})
 
     def _ping(self, subject, reply, headers, body) -> None:
-        if reply and not self.filtered_out(body):
+        if reply and not self.filtered_out(body) and not self._refused_statsz(reply, body):
             self._statsz_soon(reply.decode())
+
+    def _refused_statsz(self, reply: bytes, body: bytes) -> bool:
+        """events.go statszReq: a body that is not the options' JSON is answered with a 400
+        and no statsz."""
+        try:
+            _query(body, None)
+        except ValueError as exc:
+            error = {"code": 400, "description": f"invalid request: {exc}"}
+            self.send(reply.decode(), {"server": self.server_info(), "error": error})
+            return True
+        return False
 
     def _statsz_soon(self, reply: str) -> None:
         """events.go noInlineCallbackStatsz: the statsz is made after the request is counted."""
@@ -326,7 +337,8 @@ class SystemAccount:
             if not reply or self.filtered_out(body):
                 return
             if kind == "STATSZ":
-                self._statsz_soon(reply.decode())
+                if not self._refused_statsz(reply, body):
+                    self._statsz_soon(reply.decode())
                 return
             self._answer(reply, kind, body, None)
         return handle

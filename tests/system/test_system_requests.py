@@ -118,5 +118,8 @@ def test_an_endpoints_refusal_is_a_500_and_bad_json_a_400(port):
         assert bad_sort["error"] == {"code": 500, "description": "invalid sorting option: nope"}
         [bad_json] = await _answers(nc, "$SYS.REQ.SERVER.PING.CONNZ", b"nope")
         assert bad_json["error"]["code"] == 400
+        for subject in ("$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.STATSZ"):  # no statsz then
+            [bad_statsz] = await _answers(nc, subject, b"nope")
+            assert sorted(bad_statsz) == ["error", "server"] and bad_statsz["error"]["code"] == 400
 
     _run(port, check)
