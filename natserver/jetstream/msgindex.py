@@ -83,7 +83,9 @@ class DictIndex(dict):
                 return s
         return 0
 
-    def find_match(self, match, lo: int, hi: int) -> int:
+    def find_match(self, match, lo: int, hi: int, subjects=None) -> int:
+        """The first live sequence in [lo, hi] whose subject matches (``subjects``: every
+        stored subject that does, when the caller knows them)."""
         get = self.get
         for s in range(lo, hi + 1):
             e = get(s)
@@ -389,8 +391,9 @@ class MsgIndex:
             return {sid for subj, sid in self.sid_of.items() if match(subj)}
         return _LazyMatch(match, self.subjects)
 
-    def find_match(self, match, lo: int, hi: int) -> int:
-        ids = self._matching_ids(match)
+    def find_match(self, match, lo: int, hi: int, subjects=None) -> int:
+        sid_of = self.sid_of
+        ids = self._matching_ids(match) if subjects is None else {sid_of[k] for k in subjects if k in sid_of}
         if not ids:
             return 0
         if isinstance(ids, set) and len(ids) == 1:

@@ -415,11 +415,13 @@ class Store:
             return idx.find(filter, max(start, ss[1]), ss[2])
         lo, hi = start, self.last_seq
         if len(self.fss) < 1024:
-            bounds = [(v[1], v[2]) for k, v in self.fss.items() if match(k)]
-            if not bounds:
+            matched = [k for k in self.fss if match(k)]
+            if not matched:
                 return 0
-            lo = max(start, min(b[0] for b in bounds))
-            hi = max(b[1] for b in bounds)
+            fss = self.fss
+            lo = max(start, min(fss[k][1] for k in matched))
+            hi = max(fss[k][2] for k in matched)
+            return idx.find_match(match, lo, hi, matched)
         return idx.find_match(match, lo, hi)
 
     def load_next_msg(self, filter: bytes, start: int) -> StoredMsg | None:
