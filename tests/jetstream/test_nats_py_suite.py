@@ -266,11 +266,18 @@ def test_subscribe_push_bound(target):
 
         for i in range(10):
             await js.publish("pbound", f"Hello World {i}".encode())
+        async def bound(name: str, expected: bool) -> bool:
+            """push_bound once it is ``expected`` (nats-server notes interest changes a moment later)."""
+            for _ in range(40):
+                if bool((await js.consumer_info("pbound", name)).push_bound) == expected:
+                    break
+                await asyncio.sleep(0.05)
+            return bool((await js.consumer_info("pbound", name)).push_bound)
+
         await js.add_consumer("pbound", durable_name="idle", deliver_subject="nobody.listens")
         assert not (await js.consumer_info("pbound", "idle")).push_bound
         first = await js.subscribe("pbound", cb=cb, durable="singleton")
-        await asyncio.sleep(0.2)
-        assert (await js.consumer_info("pbound", "singleton")).push_bound
+        assert await bound("singleton", True)
         with pytest.raises(nats.js.errors.Error) as err:
             await js.subscribe("pbound", cb=cb, durable="singleton")
         assert err.value.description == "consumer is already bound to a subscription"
@@ -284,7 +291,7 @@ def test_subscribe_push_bound(target):
         assert len(got) == 10
         await first.unsubscribe()
         await nc.flush()
-        assert not (await js.consumer_info("pbound", "singleton")).push_bound
+        assert not await bound("singleton", False)
         sub2 = await js.subscribe("pbound", durable="two")
         for i in range(10):
             msg = await sub2.next_msg(timeout=2)
