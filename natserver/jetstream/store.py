@@ -659,8 +659,15 @@ class FileStore(Store):
     # -- recovery -----------------------------------------------------------------------------
 
     def _recover(self, dedup_window: int, now: int) -> None:
-        ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in os.listdir(self.msgs_dir)
+        names = os.listdir(self.msgs_dir)
+        ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in names
                      if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit())
+        for name in names:  # an index file a crash left half written (never renamed)
+            if name.endswith(INDEX_SUFFIX + ".tmp"):
+                try:
+                    os.unlink(os.path.join(self.msgs_dir, name))
+                except OSError:
+                    pass
         idx = MsgIndex()
         subjects: dict[bytes, bytes] = {}
         last_seq = last_ts = floor = last_indexed = 0

@@ -133,7 +133,9 @@ def test_a_bad_index_file_is_not_used(tmp_path, small_checkpoints, damage, caplo
     else:  # the segment lost its end (the index covers more than there is)
         seg = msgs / "2.seg"
         os.truncate(seg, seg.stat().st_size - 30)
+    (msgs / "3.idx.tmp").write_bytes(b"half written")  # (a crash during a write)
     reopened = FileStore(str(path), config(), segment_size=4000)
+    assert not (msgs / "3.idx.tmp").exists()
     assert "index file not used" in caplog.text
     got = state(reopened)
     if damage == "segment-cut":
