@@ -333,6 +333,8 @@ class Route:
                 raise RouteProtocolError("Unknown Protocol Operation")
             self.in_msgs += 1
             self.in_bytes += len(op.payload)
+            cluster.in_msgs += 1
+            cluster.in_bytes += len(op.payload)
             cluster.deliver(op, self)
         elif op.__class__ is RemoteSub:
             if not self.registered:
@@ -524,6 +526,9 @@ class Cluster:
         # stats.rt/stats.ln): the per-kind counts of the system account's account statz. Only
         # accounts this server has get an entry.
         self.account_traffic: dict[bytes, AccountTraffic] = {}
+        # what every route and leaf connection, closed ones included, brought in and took out:
+        # the part of /varz in_msgs and out_msgs (server.go inMsgs, outMsgs) clients do not make
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.leaf_port = 0
         self.all_routes: set[Route] = set()
         self.configured = list(options.routes)
@@ -1289,6 +1294,8 @@ class Cluster:
                 data = rmsg_head(named, subject, reply, queues, header_size, size) + payload + b"\r\n"
             route.out_msgs += 1
             route.out_bytes += size
+            self.out_msgs += 1
+            self.out_bytes += size
             self.traffic(account).sent(route, size)
             route.send(data)
         return True

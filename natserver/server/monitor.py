@@ -291,11 +291,24 @@ def _rss_bytes() -> int:
             return 0
 
 
-def _client_deliveries(server) -> dict:
-    """Varz out_client_msgs/bytes: deliveries to client connections. server.out_msgs also counts
-    deliveries to the server's own subscriptions (JetStream's, the system account's), which
-    nats-server leaves out of this count; they carry no bytes in server.out_bytes."""
-    return {"out_client_msgs": server.out_msgs - server.internal_out_msgs, "out_client_bytes": server.out_bytes}
+def message_counts(server) -> dict:
+    """Varz in/out msgs/bytes, in all and from/to clients (server.go inMsgs, inClientMsgs,
+    outMsgs, outClientMsgs). server.in_msgs counts what client connections published;
+    server.out_msgs what was delivered to them and to the server's own subscriptions
+    (JetStream's, the system account's), which nats-server does not count and which carry no
+    bytes; natserver.cluster counts what routes and leaf nodes brought in and took out."""
+    cluster = server.cluster
+    to_clients = server.out_msgs - server.internal_out_msgs
+    return {
+        "in_msgs": server.in_msgs + (cluster.in_msgs if cluster is not None else 0),
+        "in_bytes": server.in_bytes + (cluster.in_bytes if cluster is not None else 0),
+        "in_client_msgs": server.in_msgs,
+        "in_client_bytes": server.in_bytes,
+        "out_msgs": to_clients + (cluster.out_msgs if cluster is not None else 0),
+        "out_bytes": server.out_bytes + (cluster.out_bytes if cluster is not None else 0),
+        "out_client_msgs": to_clients,
+        "out_client_bytes": server.out_bytes,
+    }
 
 
 def slow_consumer_stats(server) -> dict:
@@ -628,15 +641,7 @@ class Monitor:
             "routes": len(server.cluster.routes) if server.cluster is not None else 0,
             "remotes": len(server.cluster.routes) if server.cluster is not None else 0,
             "leafnodes": len(server.cluster.leafs) if server.cluster is not None else 0,
-            # server.in_msgs counts what client connections publish (routes and leaf nodes
-            # are counted on the route), so it is also the "from clients" count.
-            "in_msgs": server.in_msgs,
-            "in_bytes": server.in_bytes,
-            "in_client_msgs": server.in_msgs,
-            "in_client_bytes": server.in_bytes,
-            "out_msgs": server.out_msgs,
-            "out_bytes": server.out_bytes,
-            **_client_deliveries(server),
+            **message_counts(server),
             "slow_consumers": server.slow_consumers,
             "stale_connections": server.stale_connections,
             "stalled_clients": server.stalled_clients,

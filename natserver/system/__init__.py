@@ -209,11 +209,15 @@ class SystemAccount:
         sent, received = dict(cached[1]), dict(cached[2])
         cluster = self.server.cluster
         traffic = cluster.account_traffic.get(account.name.encode()) if cluster is not None else None
-        # Per kind: no gateways in natserver; routes and leaf nodes as natserver.cluster counted them.
+        # Per kind: no gateways in natserver; routes and leaf nodes as natserver.cluster counted
+        # them, part of the totals too (as accounts.go stats count them).
         for stats, routes, leafs in ((sent, "routes_out", "leafs_out"), (received, "routes_in", "leafs_in")):
+            by_route, by_leaf = (getattr(traffic, routes), getattr(traffic, leafs)) if traffic else ([0, 0], [0, 0])
+            stats["msgs"] += by_route[0] + by_leaf[0]
+            stats["bytes"] += by_route[1] + by_leaf[1]
             stats["gateways"] = _data_stats(0, 0)
-            stats["routes"] = _data_stats(*getattr(traffic, routes)) if traffic is not None else _data_stats(0, 0)
-            stats["leafs"] = _data_stats(*getattr(traffic, leafs)) if traffic is not None else _data_stats(0, 0)
+            stats["routes"] = _data_stats(*by_route)
+            stats["leafs"] = _data_stats(*by_leaf)
         return {"acc": account.name, "name": account_name_tag(account), "conns": conns, "leafnodes": 0,
                 "total_conns": conns, "num_subscriptions": account.sublist.count, "sent": sent, "received": received,
                 "slow_consumers": 0}
@@ -239,9 +243,9 @@ class SystemAccount:
             "connections": len(server.clients), "total_connections": server.total_connections,
             "active_accounts": sum(1 for account in accounts if account.clients),
             "subscriptions": server.subscriptions,
-            "sent": _data_stats(server.out_msgs, server.out_bytes),
+            "sent": _data_stats(varz["out_msgs"], varz["out_bytes"]),
             "sent_to_clients": _data_stats(varz["out_client_msgs"], varz["out_client_bytes"]),
-            "received": _data_stats(server.in_msgs, server.in_bytes),
+            "received": _data_stats(varz["in_msgs"], varz["in_bytes"]),
             "received_from_clients": _data_stats(varz["in_client_msgs"], varz["in_client_bytes"]),
             "slow_consumers": server.slow_consumers,
         }

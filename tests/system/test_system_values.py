@@ -62,9 +62,12 @@ def test_user_info_names_the_requester_and_its_permissions(server):
         plain = await nats.connect(f"nats://plain:plain@127.0.0.1:{port}")
         try:
             answer = await _request(restricted, "$SYS.REQ.USER.INFO")
+            for lists in answer["data"]["permissions"].values():  # (nats-server lists a sublist's
+                for name in lists:                                 # subjects in no fixed order)
+                    lists[name] = sorted(lists[name])
             assert answer["data"] == {
                 "user": "sys", "account": "SYS", "account_name": "SYS",
-                "permissions": {"publish": {"allow": ["$SYS.>", "_INBOX.>"], "deny": ["$SYS.REQ.ACCOUNT.>"]},
+                "permissions": {"publish": {"allow": ["$SYS.>", "_INBOX.>"], "deny": ["$SYS.REQ.ACCOUNT.>"]},  # sorted
                                 "subscribe": {"allow": ["_INBOX.>"], "deny": ["_INBOX.none"]}},
             }
             assert list(answer) == ["server", "data"]
@@ -154,6 +157,13 @@ async def test_account_statz_counts_route_traffic_per_kind(nursery):
     sent = b.system.account_stat(b.accounts.global_account)["sent"]
     received = a.system.account_stat(a.accounts.global_account)["received"]
     assert sent["routes"] == received["routes"] == {"msgs": 2, "bytes": 7}
+    assert (sent["msgs"], sent["bytes"], received["msgs"], received["bytes"]) == (2, 7, 2, 7)  # part of the totals
+    # /varz: what the route brought in and took out is in in_msgs/out_msgs, not in the clients' counts
+    publishing, subscribing = b.system.monitor.varz(), a.system.monitor.varz()
+    assert (publishing["in_msgs"], publishing["in_client_msgs"], publishing["out_msgs"], publishing["out_client_msgs"]) == (
+        2, 2, 2, 0)
+    assert (subscribing["in_msgs"], subscribing["in_client_msgs"], subscribing["out_msgs"],
+            subscribing["out_client_msgs"], subscribing["out_bytes"]) == (2, 0, 2, 2, 7)
     assert sent["leafs"] == received["leafs"] == sent["gateways"] == {"msgs": 0, "bytes": 0}
     # events.go RouteStat: each route of the server in its statsz
     (route,) = b.system.statsz()["routes"]
