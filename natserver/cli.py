@@ -36,7 +36,7 @@ log = logging.getLogger("natserver")
 
 
 # Go's names for the signals, as in nats-server's `Trapped "hangup" signal` debug line.
-_SIGNAL_NAMES = {
+_SIGNAL_NAMES: dict[int, str] = {
     signal.SIGINT: "interrupt",
     signal.SIGTERM: "terminated",
     signal.SIGHUP: "hangup",

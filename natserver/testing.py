@@ -529,7 +529,7 @@ class NatsServer:
     def _stop(self, timeout: float) -> None:
         if self.running:
             try:
-                self._call(self.server.stop)
+                self._call(self._running_server().stop)
             except RuntimeError:
                 pass  # finished on its own meanwhile
             if not self._in_server_thread():
@@ -582,7 +582,8 @@ class NatsServer:
     async def _stop_async(self) -> None:
         if self._nursery is not None and self._in_server_thread():
             if self.running:
-                self.server.stop()
+                self._running_server().stop()
+                assert self._finished_trio is not None  # _run made it before running
                 await self._finished_trio.wait()
             return
         self._stop(10.0)
@@ -798,6 +799,13 @@ class NatsServer:
             raise RuntimeError(f"{method}() blocks, and it was called inside a running {library} event loop, "
                                f"which it would stop (its clients could not send): use `await {method}_async()`")
 
+    def _running_server(self) -> Server:
+        """The Server (the last one once stopped): RuntimeError before the first start."""
+        server = self.server
+        if server is None:
+            raise RuntimeError("the server is not running")
+        return server
+
     def _call(self, fn: Callable[..., Any], *args: Any, timeout: float = 10.0) -> Any:
         """Run ``fn(*args)`` in the server's trio loop (directly if we are in it) and return
         its result. Works from any other thread, including another trio loop's (which
@@ -840,7 +848,8 @@ class NatsServer:
         action = DELIVER
         delay = 0.0
         for fault in self._subject_faults:
-            if fault._remaining > 0 and fault._pattern.match(subject):
+            pattern = fault._pattern  # (a subject fault always has one)
+            if fault._remaining > 0 and pattern is not None and pattern.match(subject):
                 if fault.kind == "no_responders" and reply is None:
                     continue
                 fault._fire()
@@ -877,7 +886,7 @@ class NatsServer:
                     await self._delay_wakeup.wait()
                 continue
             _, _, subject, reply, headers, body = heapq.heappop(delayed)
-            server = self.server
+            server = self._running_server()
             if server.shutting_down:
                 return
             self._reinjecting = True
@@ -1076,7 +1085,7 @@ class NatsServer:
 
     def _snapshot_clients(self, name: str | None) -> list[ClientInfo]:
         result = []
-        for client in list(self.server.clients.values()):
+        for client in list(self._running_server().clients.values()):
             if client.closed or (name is not None and client.name != name):
                 continue
             result.append(ClientInfo(
@@ -1119,7 +1128,7 @@ class NatsServer:
 
     def _snapshot_subscriptions(self, subject: str | None) -> list[SubscriptionInfo]:
         result = []
-        for client in list(self.server.clients.values()):
+        for client in list(self._running_server().clients.values()):
             if client.closed:
                 continue
             for sub in list(client.subs.values()):
@@ -1145,7 +1154,7 @@ class NatsServer:
         return self._snapshot_counters()
 
     def _snapshot_counters(self) -> Counters:
-        s = self.server
+        s = self._running_server()
         return Counters(
             in_msgs=s.in_msgs,
             out_msgs=s.out_msgs,
@@ -1182,19 +1191,20 @@ class NatsServer:
                 headers: dict[str, str] | bytes | None = None) -> None:
         """Publish a message from the server itself (recorded with cid 0, client "")."""
         data = payload.encode() if isinstance(payload, str) else bytes(payload)
-        self._call(self.server.publish, subject, data, reply, _encode_headers(headers))
+        self._call(self._running_server().publish, subject, data, reply, _encode_headers(headers))
 
     # -- faults: clients ------------------------------------------------------------------------
 
     def _select(self, name: str | None, cid: int | None, what: str) -> list:
         if name is None and cid is None:
             raise TypeError(f"{what}: give a client name or cid= (or use the *_all variant)")
+        server = self._running_server()
         clients = [
-            c for c in list(self.server.clients.values())
+            c for c in list(server.clients.values())
             if not c.closed and (name is None or c.name == name) and (cid is None or c.cid == cid)
         ]
         if not clients:
-            names = sorted({(c.cid, c.name) for c in self.server.clients.values()})
+            names = sorted({(c.cid, c.name) for c in server.clients.values()})
             raise LookupError(f"{what}: no open connection with name={name!r} cid={cid!r}; open: {names}")
         return clients
 
@@ -1211,13 +1221,14 @@ class NatsServer:
         return self._call(self._close_clients, None, None, False)
 
     def _close_clients(self, name: str | None, cid: int | None, select: bool) -> int:
+        server = self._running_server()
         if select:
             clients = self._select(name, cid, "close_client")
         else:
-            clients = [c for c in list(self.server.clients.values()) if not c.closed]
+            clients = [c for c in list(server.clients.values()) if not c.closed]
         for client in clients:
             client.close("Kicked", flush=False)
-        self.server.flush_touched()
+        server.flush_touched()
         return len(clients)
 
     def stop_reading(self, name: str | None = None, *, cid: int | None = None) -> int:
@@ -1250,7 +1261,7 @@ class NatsServer:
                 # Closed as soon as it is over the limit; producers are not stalled first
                 # (the stall mark is the limit), so a test gets its slow consumer at once.
                 client.set_max_pending(max_pending, stall_at=max_pending)
-        self.server.flush_touched()
+        self._running_server().flush_touched()
         return len(clients)
 
     def _ungate(self, name: str | None, cid: int | None) -> int:
@@ -1476,7 +1487,7 @@ class NatsServer:
         self._call(self._enter_lame_duck, duration, grace_period)
 
     def _enter_lame_duck(self, duration: float, grace_period: float) -> None:
-        server = self.server
+        server = self._running_server()
         if server.lame_duck or server.shutting_down:
             return
         server.lame_duck = True
@@ -1488,10 +1499,11 @@ class NatsServer:
             if not client.closed and client.connect_received and client.protocol >= 1:
                 client.queue(server.info_for(client))
         server.flush_touched()
+        assert self._aux is not None  # (run through _call: the server is running)
         self._aux.start_soon(self._lame_duck_closer, duration, grace_period)
 
     async def _lame_duck_closer(self, duration: float, grace_period: float) -> None:
-        server = self.server
+        server = self._running_server()
         await trio.sleep(grace_period)
         clients = [c for c in server.clients.values() if not c.closed]
         spread = max(duration - grace_period, 0.0)

@@ -23,7 +23,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 import trio
@@ -145,7 +145,17 @@ def _check_connect_types(options: dict) -> dict:
 class Client:
     """Server-side state of one client connection."""
 
-    def __init__(self, server: Server, stream: trio.abc.Stream, cid: int, ip: str, port: int) -> None:
+    # The connection (see the stream property): the accepted stdlib socket until a trio stream
+    # is needed, the trio stream, and the descriptor flush writes to in place (-1: none).
+    _sock: socket.socket | None
+    _stream: trio.abc.Stream | None
+    _fd: int
+    # Why authentication refused the client, when it is not a wrong credential (auth/users.py
+    # authenticate_connect sets it, Server.authenticate to a full account's error).
+    _auth_error: errors.ServerError | None
+
+    def __init__(self, server: Server, stream: trio.abc.Stream | socket.socket | None, cid: int, ip: str,
+                 port: int) -> None:
         options = server.options
         self.server = server
         self.closed = False
@@ -184,7 +194,7 @@ class Client:
         self.account = None
         self.nonce = b""
         self.nkey = ""
-        self.tls_stream = None
+        self.tls_stream: trio.SSLStream | None = None
         self.max_subs: int | None = None
         self._nursery: trio.Nursery | None = None
         # Permissions of the authenticated user (None: everything allowed), the cache of its
@@ -268,9 +278,12 @@ class Client:
         (Server.accept_loop) and is read and written through its descriptor; the trio
         SocketStream is built only when something needs one (the writer task, TLS): most
         connections never do, and building it cost 5 us of a connect's 140."""
-        if self._stream is None and self._sock is not None:
-            self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(self._sock))
-        return self._stream
+        stream = self._stream
+        if stream is None:
+            sock = self._sock
+            assert sock is not None, "an internal client has no connection"
+            stream = self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        return stream
 
     @stream.setter
     def stream(self, stream: trio.abc.Stream | socket.socket | None) -> None:
@@ -387,7 +400,10 @@ class Client:
             return data
 
     async def _read_loop(self) -> None:
-        receive_some = self._receive_plain if self._fd >= 0 else self.stream.receive_some
+        # (trio types a stream's receive_some as giving bytes | bytearray; every transport here,
+        # socket, TLS and WebSocket, gives bytes, which the parser keeps by reference)
+        receive_some: Callable[[int], Awaitable[bytes]] = (
+            self._receive_plain if self._fd >= 0 else self.stream.receive_some)  # type: ignore[assignment]
         server = self.server
         feed = self.parser.feed
         # The run's clock itself: trio.current_time() reaches it through three more calls
@@ -1281,7 +1297,8 @@ class Client:
         """A first op other than CONNECT with no_auth_user set: the client becomes that user."""
         if self.connect_received or self.connect_opts is not None or not self.parser.auth_pending:
             return False  # (a CONNECT that failed authentication is no telnet demo)
-        if not self.server.auth.use_no_auth_user(self):
+        auth = self.server.auth
+        if auth is None or not auth.use_no_auth_user(self):
             return False
         self.parser.auth_pending = False
         self.connect_received = True
@@ -1306,7 +1323,7 @@ class _TracedOps:
     def __init__(self, client: Client) -> None:
         self.client = client
         self.before: dict | None = None
-        self.payload = b""  # the traced Pub's, for its deliveries' MSG_PAYLOAD lines
+        self.payload: bytes | memoryview = b""  # the traced Pub's, for its deliveries' MSG_PAYLOAD lines
         self.header_size = -1
         client.parser.coalesce = False
 
@@ -1347,7 +1364,7 @@ class _TracedOps:
             trace.trace_payload(client, *due)
 
 
-def _make_plan(result, subject: bytes) -> list:
+def _make_plan(result, subject: bytes) -> tuple:
     """A cached result's delivery plan: (subscription, client, ``MSG <subject> <sid> ``) for
     each plain subscription, built once per subject (see Client._route). A loop, not a
     comprehension: that is one more frame, on every cache miss."""
@@ -1480,7 +1497,7 @@ def unpack_subs(packed: str, cid: int) -> list[dict]:
     details = []
     for entry in packed.split(_PACKED_SUB) if packed else ():
         subject, queue, sid, msgs, max_msgs = entry.split(_PACKED_FIELD)
-        detail = {"subject": subject}
+        detail: dict[str, str | int] = {"subject": subject}
         if queue:
             detail["qgroup"] = queue
         detail["sid"] = sid

@@ -61,10 +61,10 @@ class _ReopenableFileHandler(logging.FileHandler):
 def configure_logging(options) -> logging.Handler | None:
     """Route the "natserver" logger as nats-server would: stderr, or -l FILE."""
     logger = logging.getLogger("natserver")
-    for handler in list(logger.handlers):
-        if getattr(handler, "_natserver", False):
-            logger.removeHandler(handler)
-            handler.close()
+    for ours in list(logger.handlers):
+        if getattr(ours, "_natserver", False):
+            logger.removeHandler(ours)
+            ours.close()
     if options.quiet:
         logger.setLevel(logging.CRITICAL + 1)
         return None

@@ -14,6 +14,7 @@ Use it the trio way::
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime
 import email.utils
@@ -246,7 +247,8 @@ class Query:
             raise BadRequest(f"Error decoding int for '{name}': strconv.Atoi: parsing {_go_quote(text)}: value out of range")
         return value
 
-    def uint64(self, name: str) -> int:
+    # (in this class, int and bool are the methods above: the annotations below name the types)
+    def uint64(self, name: str) -> builtins.int:
         text = self.get(name)
         if text == "":
             return 0
@@ -257,7 +259,7 @@ class Query:
             raise BadRequest(f"Error decoding uint64 for '{name}': strconv.ParseUint: parsing {_go_quote(text)}: value out of range")
         return value
 
-    def subs(self) -> tuple[bool, bool]:
+    def subs(self) -> tuple[builtins.bool, builtins.bool]:
         """decodeSubs: (subscriptions, subscriptions_detail)."""
         if self.get("subs").lower() == "detail":
             return False, True
@@ -497,14 +499,13 @@ class Monitor:
                     data = await stream.receive_some(READ_SIZE)
                     conn.receive_data(data)
                     continue
-                kind = type(event)
-                if kind is h11.Request:
+                if isinstance(event, h11.Request):
                     request = event
-                elif kind is h11.Data:
+                elif isinstance(event, h11.Data):
                     body_size += len(event.data)
                     if body_size > MAX_REQUEST_BODY:
                         return request, False
-                elif kind is h11.EndOfMessage:
+                elif isinstance(event, h11.EndOfMessage):
                     return request, True
                 else:  # ConnectionClosed, PAUSED
                     return None, True
@@ -525,7 +526,8 @@ class Monitor:
         headers.append(("Content-Length", str(len(body))))
         if close:
             headers.append(("Connection", "close"))
-        events = [h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, "").encode())]
+        events: list[h11.Response | h11.Data | h11.EndOfMessage] = [
+            h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, "").encode())]
         if body and not head:
             events.append(h11.Data(data=body))
         events.append(h11.EndOfMessage())
@@ -778,7 +780,7 @@ class Monitor:
         if subs and spaces:
             # Only the page's details are built (nats-server builds all, then slices): with
             # 20 000 subscriptions a page of 1024 took 280 ms.
-            page = []
+            page: list[dict] = []
             skip = offset
             for name, sublist, tag in spaces:
                 for sub in sublist.subscriptions():

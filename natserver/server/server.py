@@ -17,7 +17,8 @@ import logging
 import os
 import socket
 import sys
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 import trio
@@ -26,7 +27,7 @@ from .. import clock
 from ..auth import tls as tls_module
 from ..auth.jwt import OperatorMode
 from ..auth.nkeys import PREFIX_SERVER, create_curve_keys, encode_public_key
-from ..auth.tls import server_context
+from ..auth.tls import TLSConfig, server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
 from ..config.options import Options
 from ..protocol import const, errors
@@ -84,6 +85,12 @@ class Subsystem(Protocol):
 class Server:
     """A running (or about to run) natserver. Create with options, then ``await run()``."""
 
+    # Set by natserver.cli (a layer up) when the server runs from the command line: its
+    # CommandLine, whose flags a reload applies again, and that it configured logging.
+    # signals.py reads both with getattr: an in-process server has neither.
+    command_line: Any
+    _logging_configured: bool
+
     def __init__(self, options: Options | None = None, *, subsystems: tuple = (), **changes) -> None:
         options = (options or Options()).copy(**changes) if changes else (options or Options())
         options.validate()
@@ -135,7 +142,7 @@ class Server:
         self.publish_slow = False
         # connection_hook(client, stage) -> True to close the connection at that stage;
         # stage is "accept" (before INFO), "info" (after INFO), "connect", or "ping" (a PING).
-        self.connection_hook = None
+        self.connection_hook: Callable[[Client, str], bool] | None = None
         self._internal: Client | None = None
         self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
@@ -163,10 +170,10 @@ class Server:
         self.lame_duck_hooks: list = []
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.
-        self.accounts = None
-        self.auth = None
-        self.operator = None
-        self.tls = None
+        self.accounts: Accounts | None = None
+        self.auth: Authenticator | None = None
+        self.operator: OperatorMode | None = None
+        self.tls: TLSConfig | None = None
         self._import_depth = 0  # chained account imports being followed (cycle guard)
         self.callback_publisher = None  # the client whose message an internal callback handles
         # While Client.deliver_as runs: the subject it routes by (a push consumer's deliver
@@ -203,7 +210,7 @@ class Server:
         """Build accounts, operator mode, the authenticator and the TLS context from
         ``options`` (at start and on reload). Returns what changed, as reload log lines.
         Raises ValueError for a configuration that cannot be used."""
-        changed = []
+        changed: list[str] = []
         old = self.auth.options if self.auth is not None else None
         if options.tls is not None:
             server_context(options.tls)  # fails early on bad certificates
@@ -328,6 +335,8 @@ class Server:
         family = listener.socket.family
         acceptor = socket.socket(fileno=fd)  # borrowed: detached, never closed, at the end
         sleep = ACCEPT_MIN_SLEEP
+        nursery = self._nursery
+        assert nursery is not None  # run() opened it before the listeners
         try:
             while not self.lame_duck:
                 if listener.socket.fileno() != fd:
@@ -342,7 +351,7 @@ class Server:
                     try:
                         # _accept (what socket.accept calls) then a socket of known family and
                         # type: accept() converts both to enums, 1.5 us a connection.
-                        conn_fd, peer = acceptor._accept()
+                        conn_fd, peer = acceptor._accept()  # type: ignore[attr-defined]  # (CPython's, above)
                     except BlockingIOError:
                         break
                     except OSError as exc:
@@ -362,7 +371,7 @@ class Server:
                     # send_all needs that, and building the stream sets it).
                     conn.setblocking(False)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    self._nursery.start_soon(handle, conn, peer_ip(peer[0]), peer[1])
+                    nursery.start_soon(handle, conn, peer_ip(peer[0]), peer[1])
         finally:
             acceptor.detach()
 
@@ -374,7 +383,7 @@ class Server:
         self._next_cid += 1
         cid = self._next_cid
         client = Client(self, stream, cid, ip, port)
-        if self.auth.nonce_required:
+        if self.auth is not None and self.auth.nonce_required:
             client.nonce = new_nonce()
         info = self.info_for(client)
         self.total_connections += 1
@@ -393,10 +402,10 @@ class Server:
             return
         self.clients[cid] = client
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
-        tls = self.tls if tls else None
-        if tls is not None:
+        tls_config = self.tls if tls else None
+        if tls_config is not None:
             # nats-server 2.9: the INFO goes out in plain text, then the TLS handshake.
-            if not await self._start_tls(client, client.stream, info, tls):
+            if not await self._start_tls(client, client.stream, info, tls_config):
                 return
             info = b""
         await client.run(info)
@@ -469,7 +478,7 @@ class Server:
             "port": self.port,
             "headers": options.headers,
         }
-        if self.auth.info_auth_required:
+        if self.auth is not None and self.auth.info_auth_required:
             info["auth_required"] = True
         tls = options.tls
         if tls is not None:
@@ -581,6 +590,7 @@ class Server:
     def authenticate(self, client: Client, opts: dict) -> bool:
         """Check CONNECT credentials (see _auth.Authenticator); secrets are never logged.
         A client refused because its account is full gets ``client._auth_error`` set."""
+        assert self.auth is not None  # configure_security built it in __init__
         try:
             return self.auth.authenticate(client, opts)
         except AccountLimitError:

@@ -128,6 +128,17 @@ def test_options_and_aliases():
         _ = NatsServer().port
 
 
+def test_publish_and_lame_duck_before_start_say_the_server_is_not_running():
+    # publish() read self.server.publish before _call could refuse: an AttributeError on None.
+    server = NatsServer()
+    with pytest.raises(RuntimeError, match="the server is not running"):
+        server.publish("x", b"1")
+    with pytest.raises(RuntimeError, match="the server is not running"):
+        server.lame_duck()
+    with pytest.raises(RuntimeError, match="not been started"):
+        server.counters()
+
+
 def test_start_failure_is_raised_and_leaves_nothing():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
