@@ -607,6 +607,8 @@ class Monitor:
         }
         if server.auth_required:
             v["auth_required"] = True
+        if server._info_base.get("connect_urls"):  # set by natserver.cluster (before max_connections)
+            v["connect_urls"] = list(server._info_base["connect_urls"])
         v["max_connections"] = o.max_connections
         if o.max_subscriptions > 0:
             v["max_subscriptions"] = o.max_subscriptions
@@ -660,8 +662,6 @@ class Monitor:
         # monitor.go DiskIOWaitStats counts waits on the file store's disk I/O semaphore;
         # natserver's store writes without one, so nothing ever waits.
         v["disk_io_wait_stats"] = {"waiters": 0, "waits": 0, "wait_time": 0, "max_wait_time": 0}
-        if server._info_base.get("connect_urls"):  # set by natserver.cluster
-            v["connect_urls"] = list(server._info_base["connect_urls"])
         return v
 
     # /connz ------------------------------------------------------------------------------

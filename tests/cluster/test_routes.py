@@ -266,6 +266,9 @@ async def test_routez_and_varz(nursery):
     assert varz["cluster"]["cluster_port"] == b.cluster.port
     assert varz["routes"] == 1
     assert sorted(varz["connect_urls"]) == sorted([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
+    keys = list(varz)  # monitor.go Varz: connect_urls right before max_connections (2.15.1's order)
+    assert keys.index("connect_urls") + 1 == keys.index("max_connections")
+    assert list(varz["cluster"]) == ["name", "addr", "cluster_port", "auth_timeout", "urls", "tls_timeout"]
 
 
 async def test_a_configured_route_is_redialled_when_its_node_comes_back(nursery):
