@@ -32,9 +32,12 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from . import pb
+
+if TYPE_CHECKING:
+    from nats.aio.subscription import Subscription as NatsSubscription
 
 __all__ = ["connect", "StanClient", "Subscription", "Msg", "StanError"]
 
@@ -93,7 +96,7 @@ class Subscription:
         self.durable_name = durable_name
         self.manual_acks = manual_acks
         self.ack_inbox = ""
-        self._nats_sub = None
+        self._nats_sub: NatsSubscription | None = None
 
     async def unsubscribe(self) -> None:
         await self._end(self.client._conn.unsubRequests, UNSUBSCRIBE_TIMEOUT)
@@ -223,7 +226,7 @@ class StanClient:
             if not manual_acks:
                 await self.ack(msg)
 
-        sub._nats_sub = await self.nc.subscribe(inbox, cb=deliver)
+        sub._nats_sub = nats_sub = await self.nc.subscribe(inbox, cb=deliver)
         req = pb.SubscriptionRequest(clientID=self.client_id, subject=subject, qGroup=queue, inbox=inbox,
                                      maxInFlight=max_inflight, ackWaitInSecs=ack_wait, durableName=durable_name,
                                      startPosition=_STARTS[start], startSequence=start_sequence,
@@ -234,7 +237,7 @@ class StanClient:
             if resp.error:
                 raise StanError(resp.error)
         except BaseException:
-            await sub._nats_sub.unsubscribe()
+            await nats_sub.unsubscribe()
             raise
         sub.ack_inbox = resp.ackInbox
         self._subs[inbox] = sub

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+from typing import Literal, overload
 
 import trio
 
@@ -344,6 +345,7 @@ class StanEngine:
             if req.clientID in self._dup_checks:
                 return self._respond(reply, pb.ConnectResponse(error=err.INVALID_CLIENT))
             self._dup_checks.add(req.clientID)
+            assert self._nursery is not None  # requests are served while run() runs
             self._nursery.start_soon(self._check_duplicate, req, reply, old)
             return
         self._register(req, reply)
@@ -370,6 +372,7 @@ class StanEngine:
         self.clients[client.id] = client
         if client.conn_id:
             self.by_conn_id[client.conn_id] = client
+        assert self._nursery is not None  # requests are served while run() runs
         self._nursery.start_soon(self._heartbeats, client)
         log.debug("STREAM: [Client:%s] %s (Inbox=%s)", client.id, "Replaced old client" if replaced else "Connected",
                   client.hb_inbox)
@@ -799,6 +802,10 @@ class StanEngine:
         if sent:
             self._changed()
 
+    @overload
+    def _pick_member(self, group: QueueGroup, force: Literal[True]) -> Sub: ...
+    @overload
+    def _pick_member(self, group: QueueGroup, force: bool = False) -> Sub | None: ...
     def _pick_member(self, group: QueueGroup, force: bool = False) -> Sub | None:
         """The member with the fewest unacknowledged messages and room for one more (any
         member with ``force``), rotating among equals."""
@@ -853,7 +860,8 @@ class StanEngine:
                 break
             due.append(seq)
         store = sub.channel.store
-        target = self._healthy_member(sub) if sub.queue is not None else sub
+        group = sub.queue
+        target = self._healthy_member(sub, group) if group is not None else sub
         for seq in due:
             msg = store.load(seq)
             if msg is None:
@@ -865,13 +873,13 @@ class StanEngine:
         if sub.pending:
             self._schedule(sub, next(iter(sub.pending.values())))
 
-    def _healthy_member(self, sub: Sub) -> Sub:
+    def _healthy_member(self, sub: Sub, group: QueueGroup) -> Sub:
         """Where a queue member's redeliveries go: the member itself, unless its client is
         failing heartbeats and another member's is not (server.go performAckExpirationRedelivery)."""
         client = self.clients.get(sub.client_id)
         if client is None or not client.fhb:
             return sub
-        healthy = [m for m in sub.queue.members
+        healthy = [m for m in group.members
                    if m is not sub and (c := self.clients.get(m.client_id)) is not None and not c.fhb]
         return min(healthy, key=lambda m: len(m.pending)) if healthy else sub
 
@@ -1017,8 +1025,8 @@ class StanEngine:
                           s["ack_wait"], s.get("durable_name", ""), s.get("is_durable", False), s["last_sent"])
                 for seq in s.get("pending", []):
                     sub.pending[seq] = now + sub.ack_wait
-                client = self.clients.get(sub.client_id)
-                if sub.client_id and client is None:
+                owner = self.clients.get(sub.client_id)
+                if sub.client_id and owner is None:
                     if not sub.is_durable:
                         continue
                     sub.client_id = ""
@@ -1037,8 +1045,8 @@ class StanEngine:
                     sub.key = s.get("key", "")
                     if sub.key:
                         channel.durables[sub.key] = sub
-                if client is not None:
-                    client.subs.append(sub)
+                if owner is not None:
+                    owner.subs.append(sub)
                     self._listen_acks(sub)
                     if sub.pending:
                         self._schedule(sub, now + sub.ack_wait)

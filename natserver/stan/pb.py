@@ -15,6 +15,8 @@ sends (Go does not check UTF-8 here) round-trip unchanged.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = [
     "DecodeError", "PubMsg", "PubAck", "MsgProto", "Ack", "ConnectRequest", "ConnectResponse", "Ping",
     "PingResponse", "SubscriptionRequest", "SubscriptionResponse", "UnsubscribeRequest", "CloseRequest",
@@ -81,6 +83,9 @@ def _from_varint(kind: int, raw: int):
 _SMALL = [bytes([i]) for i in range(128)]  # one-byte varints
 
 
+_M = TypeVar("_M", bound="Message")
+
+
 class Message:
     """Base of the messages: slotted, with keyword construction and proto3 defaults."""
 
@@ -136,7 +141,7 @@ class Message:
         return b"".join(out)
 
     @classmethod
-    def decode(cls, data: bytes):
+    def decode(cls: type[_M], data: bytes) -> _M:
         """Parse ``data``; raises DecodeError when it is not a valid encoding."""
         obj = object.__new__(cls)
         setattr_ = object.__setattr__
@@ -211,38 +216,150 @@ def _default(kind: int):
     return "" if kind == STRING else b"" if kind == BYTES else False if kind == BOOL else 0
 
 
-def _message(name: str, *fields: tuple) -> type:
-    cls = type(name, (Message,), {"__slots__": tuple(f[1] for f in fields), "FIELDS": tuple(sorted(fields))})
-    return cls
+def _slots(fields: tuple) -> tuple[str, ...]:
+    """A message's slots: its fields' names."""
+    return tuple(name for _, name, _ in fields)
 
 
-PubMsg = _message("PubMsg", (1, "clientID", STRING), (2, "guid", STRING), (3, "subject", STRING),
-                  (4, "reply", STRING), (5, "data", BYTES), (6, "connID", BYTES), (10, "sha256", BYTES))
-PubAck = _message("PubAck", (1, "guid", STRING), (2, "error", STRING))
+class PubMsg(Message):
+    FIELDS = (
+        (1, "clientID", STRING), (2, "guid", STRING), (3, "subject", STRING), (4, "reply", STRING), (5, "data", BYTES),
+        (6, "connID", BYTES), (10, "sha256", BYTES),
+    )
+    __slots__ = _slots(FIELDS)
+    clientID: str
+    guid: str
+    subject: str
+    reply: str
+    data: bytes
+    connID: bytes
+    sha256: bytes
+
+
+class PubAck(Message):
+    FIELDS = ((1, "guid", STRING), (2, "error", STRING))
+    __slots__ = _slots(FIELDS)
+    guid: str
+    error: str
+
+
 # redeliveryCount (7) came with stan.go v0.6 / nats-streaming-server v0.17; stan.py's 2018
 # generated module predates it (and, as any proto3 parser, skips it).
-MsgProto = _message("MsgProto", (1, "sequence", UINT64), (2, "subject", STRING), (3, "reply", STRING),
-                    (4, "data", BYTES), (5, "timestamp", INT64), (6, "redelivered", BOOL),
-                    (7, "redeliveryCount", UINT32), (10, "CRC32", UINT32))
-Ack = _message("Ack", (1, "subject", STRING), (2, "sequence", UINT64))
-ConnectRequest = _message("ConnectRequest", (1, "clientID", STRING), (2, "heartbeatInbox", STRING),
-                          (3, "protocol", INT32), (4, "connID", BYTES), (5, "pingInterval", INT32),
-                          (6, "pingMaxOut", INT32))
-ConnectResponse = _message("ConnectResponse", (1, "pubPrefix", STRING), (2, "subRequests", STRING),
-                           (3, "unsubRequests", STRING), (4, "closeRequests", STRING), (5, "error", STRING),
-                           (6, "subCloseRequests", STRING), (7, "pingRequests", STRING), (8, "pingInterval", INT32),
-                           (9, "pingMaxOut", INT32), (10, "protocol", INT32), (100, "publicKey", STRING))
-Ping = _message("Ping", (1, "connID", BYTES))
-PingResponse = _message("PingResponse", (1, "error", STRING))
-SubscriptionRequest = _message("SubscriptionRequest", (1, "clientID", STRING), (2, "subject", STRING),
-                               (3, "qGroup", STRING), (4, "inbox", STRING), (5, "maxInFlight", INT32),
-                               (6, "ackWaitInSecs", INT32), (7, "durableName", STRING), (10, "startPosition", ENUM),
-                               (11, "startSequence", UINT64), (12, "startTimeDelta", INT64))
-SubscriptionResponse = _message("SubscriptionResponse", (2, "ackInbox", STRING), (3, "error", STRING))
-UnsubscribeRequest = _message("UnsubscribeRequest", (1, "clientID", STRING), (2, "subject", STRING),
-                              (3, "inbox", STRING), (4, "durableName", STRING))
-CloseRequest = _message("CloseRequest", (1, "clientID", STRING))
-CloseResponse = _message("CloseResponse", (1, "error", STRING))
+class MsgProto(Message):
+    FIELDS = (
+        (1, "sequence", UINT64), (2, "subject", STRING), (3, "reply", STRING), (4, "data", BYTES), (5, "timestamp",
+        INT64), (6, "redelivered", BOOL), (7, "redeliveryCount", UINT32), (10, "CRC32", UINT32),
+    )
+    __slots__ = _slots(FIELDS)
+    sequence: int
+    subject: str
+    reply: str
+    data: bytes
+    timestamp: int
+    redelivered: bool
+    redeliveryCount: int
+    CRC32: int
+
+
+class Ack(Message):
+    FIELDS = ((1, "subject", STRING), (2, "sequence", UINT64))
+    __slots__ = _slots(FIELDS)
+    subject: str
+    sequence: int
+
+
+class ConnectRequest(Message):
+    FIELDS = (
+        (1, "clientID", STRING), (2, "heartbeatInbox", STRING), (3, "protocol", INT32), (4, "connID", BYTES), (5,
+        "pingInterval", INT32), (6, "pingMaxOut", INT32),
+    )
+    __slots__ = _slots(FIELDS)
+    clientID: str
+    heartbeatInbox: str
+    protocol: int
+    connID: bytes
+    pingInterval: int
+    pingMaxOut: int
+
+
+class ConnectResponse(Message):
+    FIELDS = (
+        (1, "pubPrefix", STRING), (2, "subRequests", STRING), (3, "unsubRequests", STRING), (4, "closeRequests",
+        STRING), (5, "error", STRING), (6, "subCloseRequests", STRING), (7, "pingRequests", STRING), (8, "pingInterval",
+        INT32), (9, "pingMaxOut", INT32), (10, "protocol", INT32), (100, "publicKey", STRING),
+    )
+    __slots__ = _slots(FIELDS)
+    pubPrefix: str
+    subRequests: str
+    unsubRequests: str
+    closeRequests: str
+    error: str
+    subCloseRequests: str
+    pingRequests: str
+    pingInterval: int
+    pingMaxOut: int
+    protocol: int
+    publicKey: str
+
+
+class Ping(Message):
+    FIELDS = ((1, "connID", BYTES),)
+    __slots__ = _slots(FIELDS)
+    connID: bytes
+
+
+class PingResponse(Message):
+    FIELDS = ((1, "error", STRING),)
+    __slots__ = _slots(FIELDS)
+    error: str
+
+
+class SubscriptionRequest(Message):
+    FIELDS = (
+        (1, "clientID", STRING), (2, "subject", STRING), (3, "qGroup", STRING), (4, "inbox", STRING), (5, "maxInFlight",
+        INT32), (6, "ackWaitInSecs", INT32), (7, "durableName", STRING), (10, "startPosition", ENUM), (11,
+        "startSequence", UINT64), (12, "startTimeDelta", INT64),
+    )
+    __slots__ = _slots(FIELDS)
+    clientID: str
+    subject: str
+    qGroup: str
+    inbox: str
+    maxInFlight: int
+    ackWaitInSecs: int
+    durableName: str
+    startPosition: int
+    startSequence: int
+    startTimeDelta: int
+
+
+class SubscriptionResponse(Message):
+    FIELDS = ((2, "ackInbox", STRING), (3, "error", STRING))
+    __slots__ = _slots(FIELDS)
+    ackInbox: str
+    error: str
+
+
+class UnsubscribeRequest(Message):
+    FIELDS = ((1, "clientID", STRING), (2, "subject", STRING), (3, "inbox", STRING), (4, "durableName", STRING))
+    __slots__ = _slots(FIELDS)
+    clientID: str
+    subject: str
+    inbox: str
+    durableName: str
+
+
+class CloseRequest(Message):
+    FIELDS = ((1, "clientID", STRING),)
+    __slots__ = _slots(FIELDS)
+    clientID: str
+
+
+class CloseResponse(Message):
+    FIELDS = ((1, "error", STRING),)
+    __slots__ = _slots(FIELDS)
+    error: str
+
 
 MESSAGES = (PubMsg, PubAck, MsgProto, Ack, ConnectRequest, ConnectResponse, Ping, PingResponse,
             SubscriptionRequest, SubscriptionResponse, UnsubscribeRequest, CloseRequest, CloseResponse)

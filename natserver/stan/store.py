@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import orjson
 import trio
@@ -150,7 +151,7 @@ class StanStore:
         self.channels_dir = os.path.join(self.dir, CHANNELS_DIR) if self.file else ""
         self.jetstream = server.jetstream
         self.dirty_stores: set = set()
-        self.notify = None  # engine callback: a store has writes to flush
+        self.notify: Callable[[], None] | None = None  # engine callback: a store has writes to flush
         self.closed = False
 
     # -- channels -----------------------------------------------------------------------------
