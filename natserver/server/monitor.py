@@ -326,9 +326,11 @@ def stale_connection_stats(server) -> dict:
 
 
 def account_name_tag(account) -> str:
-    """accounts.go getNameTag: the name an account JWT gives its account, else its name."""
+    """accounts.go getNameTag: the name an account JWT gives its account (named by its public
+    key), else its name."""
     config = getattr(account, "config", None)
-    claims = getattr(config, "jwt", None) if config is not None else None
+    jwt_account = getattr(config, "jwt", None) if config is not None else None  # (natserver.auth.jwt.JWTAccount)
+    claims = getattr(jwt_account, "claims", None)
     return getattr(claims, "name", "") or account.name
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,8 @@ import urllib.request
 import nats
 import pytest
 
+from natserver.auth import nkeys
+from natserver.auth.jwt import OperatorTree, creds
 from natserver.server.monitor import FEATURE_FLAGS
 from tests.auth.test_auth_helpers import running
 from tests.cluster.helpers import connect, read_msgs, route_url, start_node, wait_interest, wait_routes
@@ -250,3 +253,44 @@ async def _http_json(port: int, path: str) -> dict:
                 time.sleep(0.05)
 
     return await asyncio.get_running_loop().run_in_executor(None, get)
+
+
+@pytest.mark.parametrize("kind", ["natserver", pytest.param("nats-server", marks=pytest.mark.needs_nats_server)])
+def test_account_name_tags_in_operator_mode(kind, tmp_path, monkeypatch):
+    """Accounts named by their public keys show the name their JWT gives them as name_tag,
+    account_name (USER.INFO) and an account statz's name (accounts.go getNameTag)."""
+    if kind == "nats-server" and NATS_SERVER is None:
+        pytest.skip("nats-server 2.15.1 is not installed")
+    monkeypatch.setitem(sys.modules, "nkeys", nkeys)  # nats-py signs with the nkeys package's API
+    tree = OperatorTree()
+    tree.operator_fields["system_account"] = tree.account("SYS").public_key.decode()
+    tree.account("A")
+    sys_key, a_key = (tree.accounts[name][0].public_key.decode() for name in ("SYS", "A"))
+    config = "\n".join([f'operator: "{tree.operator_jwt}"', "resolver: MEMORY", "resolver_preload: {",
+                        f"  {sys_key}: {tree.account_jwt('SYS')}", f"  {a_key}: {tree.account_jwt('A')}", "}", ""])
+    paths = {}
+    for account in ("SYS", "A"):
+        token, key = tree.user(account, account.lower())
+        paths[account] = tmp_path / f"{account}.creds"
+        paths[account].write_text(creds(token, key.seed))
+    with running(kind, config, tmp_path, binary=NATS_SERVER or "") as port:
+
+        async def main():
+            system = await nats.connect(f"nats://127.0.0.1:{port}", user_credentials=str(paths["SYS"]))
+            try:
+                connects = await system.subscribe(f"$SYS.ACCOUNT.{a_key}.CONNECT")
+                await system.flush()
+                member = await nats.connect(f"nats://127.0.0.1:{port}", user_credentials=str(paths["A"]))
+                try:
+                    client = json.loads((await connects.next_msg(timeout=5)).data)["client"]
+                    assert (client["acc"], client["name_tag"]) == (a_key, "A")
+                    info = (await _request(system, "$SYS.REQ.USER.INFO"))["data"]
+                    assert (info["account"], info["account_name"]) == (sys_key, "SYS")
+                    statz = (await _request(system, "$SYS.REQ.ACCOUNT.PING.STATZ"))["data"]["account_statz"]
+                    assert sorted((stat["acc"], stat["name"]) for stat in statz) == sorted([(sys_key, "SYS"), (a_key, "A")])
+                finally:
+                    await member.close()
+            finally:
+                await system.close()
+
+        _run(main)
