@@ -107,6 +107,38 @@ class ConsumerConfig:
 
     __slots__ = tuple(_DEFAULTS)
 
+    # One per _DEFAULTS key (tests/jetstream/test_config_types.py keeps them in step).
+    durable_name: str
+    name: str
+    description: str
+    deliver_policy: str  # all, last, new, by_start_sequence, by_start_time, last_per_subject
+    opt_start_seq: int
+    opt_start_time: str | None  # RFC 3339, as given
+    ack_policy: str  # none, all, explicit
+    ack_wait: int  # ns
+    max_deliver: int
+    backoff: list[int] | None  # ns
+    filter_subject: str
+    filter_subjects: list[str] | None
+    replay_policy: str  # instant, original
+    rate_limit_bps: int
+    sample_freq: str
+    max_waiting: int
+    max_ack_pending: int
+    idle_heartbeat: int  # ns
+    flow_control: bool
+    headers_only: bool
+    max_batch: int
+    max_expires: int  # ns
+    max_bytes: int
+    deliver_subject: str
+    deliver_group: str
+    inactive_threshold: int  # ns
+    num_replicas: int
+    mem_storage: bool
+    direct: bool
+    metadata: dict[str, str] | None
+
     def __init__(self, **values) -> None:
         for key, default in _DEFAULTS.items():
             setattr(self, key, values.get(key, default))

@@ -199,6 +199,37 @@ class StreamConfig:
 
     __slots__ = tuple(_DEFAULTS)
 
+    # One per _DEFAULTS key (tests/jetstream/test_config_types.py keeps them in step).
+    name: str
+    description: str
+    subjects: list[str] | None
+    retention: str  # limits, interest, workqueue
+    max_consumers: int
+    max_msgs: int
+    max_bytes: int
+    max_age: int  # ns
+    max_msgs_per_subject: int
+    max_msg_size: int
+    discard: str  # old, new
+    storage: str  # file, memory ("": file)
+    num_replicas: int
+    no_ack: bool
+    template_owner: str
+    duplicate_window: int  # ns
+    placement: dict | None
+    mirror: dict | None  # a StreamSource (decode_source)
+    sources: list[dict] | None
+    republish: dict | None
+    allow_direct: bool
+    mirror_direct: bool
+    discard_new_per_subject: bool
+    sealed: bool
+    deny_delete: bool
+    deny_purge: bool
+    allow_rollup_hdrs: bool
+    allow_msg_ttl: bool
+    metadata: dict[str, str] | None
+
     def __init__(self, **values) -> None:
         for key, default in _DEFAULTS.items():
             setattr(self, key, values.get(key, default))
