@@ -18,11 +18,13 @@ import urllib.request
 import nats
 import pytest
 
+import natserver
 from natserver.auth import nkeys
 from natserver.auth.jwt import OperatorTree, creds
 from natserver.server.monitor import FEATURE_FLAGS
 from tests.auth.test_auth_helpers import running
 from tests.cluster.helpers import connect, read_msgs, route_url, start_node, wait_interest, wait_routes
+from tests.conftest import make_options
 from tests.reference import NATS_SERVER
 
 TIMEOUT = 30
@@ -294,3 +296,15 @@ def test_account_name_tags_in_operator_mode(kind, tmp_path, monkeypatch):
                 await system.close()
 
         _run(main)
+
+
+async def test_server_block_flags_with_jetstream(nursery, tmp_path):
+    """events.go ServerInfo: JetStreamEnabled is the capability natserver has (nats-server 2.15.1
+    also sets BinaryStreamSnapshot and AccountNRG, clustered JetStream's, for 7)."""
+    server = await nursery.start(natserver.serve, make_options(jetstream=True, store_dir=str(tmp_path),
+                                                               no_system_account=False))
+    block = server.system.server_info()
+    assert (block["jetstream"], block["flags"], block["feature_flags"]) == (True, 1, FEATURE_FLAGS)
+    assert list(block) == ["name", "host", "id", "ver", "feature_flags", "jetstream", "flags", "seq", "time"]
+    statsz = server.system.statsz()
+    assert list(statsz["jetstream"]) == ["config", "stats"] and statsz["jetstream"]["stats"]["api"]["level"] >= 0
