@@ -64,6 +64,12 @@ ROUTE_HANDSHAKE_TIMEOUT = 4.0
 ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
 # Interest entries one route may hold per account before it is cut off (an interest flood).
 ROUTE_MAX_INTEREST = 1_000_000
+# server.go firstPingInterval: the first PING on a route or leaf connection, at most this soon
+# (plus up to 20 % jitter, setFirstPingTimer); route.go defaultRouteMaxPingInterval: a route's
+# ping interval never exceeds this (adjustPingInterval).
+FIRST_ROUTE_PING_INTERVAL = 1.0
+FIRST_PING_JITTER = 0.2
+ROUTE_MAX_PING_INTERVAL = 30.0
 READ_SIZE = 65536
 # const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
 LEAF_INFO_WAIT = 1.0
@@ -195,6 +201,11 @@ class Route:
         # What we told this peer: (account, subject, queue) -> the weight (plain: 1).
         self.told: dict[tuple, int] = {}
         self.done: trio.Event | None = None  # set when closed (a dialler waits on it)
+        # The ping timer (_ping_loop): PINGs unanswered, whether a PONG ever came (client.go's
+        # rtt != 0), and when the peer last sent a message, interest or a PING (lastIn).
+        self.pings_out = 0
+        self._ponged = False
+        self._active_at = float("-inf")
 
     @property
     def leaf_account_name(self) -> str:
@@ -238,6 +249,7 @@ class Route:
                 if await cluster.secure(self):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._write_loop)
+                        nursery.start_soon(self._ping_loop)
                         if self.leaf_account is None:  # a leaf waits for the hub's INFO
                             if self.solicited:
                                 self.send(cluster.connect_proto(self.url))
@@ -254,6 +266,34 @@ class Route:
             cluster.route_closed(self)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
+
+    def _ping_interval(self) -> float:
+        interval = self.cluster.server.options.ping_interval
+        if self.leaf_account is None:
+            interval = min(interval, ROUTE_MAX_PING_INTERVAL)
+        return interval
+
+    async def _ping_loop(self) -> None:
+        """client.go processPingTimer for routes and leaf nodes: a route, and a leaf connection
+        this server dialled (a spoke), is PINGed every interval whatever it sends; a leaf that
+        dialled us (on the hub) is not while it was active within the interval, once a PONG
+        came. When the PINGs outstanding would exceed ping_max: -ERR 'Stale Connection' and
+        close. The first PING comes at most 1 s after the connection (setFirstPingTimer)."""
+        delay = min(self._ping_interval(), FIRST_ROUTE_PING_INTERVAL)
+        await trio.sleep(delay + delay * FIRST_PING_JITTER * random.random())
+        while not self.closed:
+            interval = self._ping_interval()
+            delays = self.leaf_account is not None and not self.solicited
+            now = trio.current_time()
+            if not delays or not self._ponged or now - self._active_at >= interval:
+                if self.pings_out + 1 > self.cluster.server.options.ping_max:
+                    log.debug("%s - Stale Client Connection - Closing", self.label)
+                    self.send(errors.STALE_CONNECTION.wire)
+                    self.close(errors.STALE_CONNECTION.close_reason, flush=True)
+                    return
+                self.pings_out += 1
+                self.send(b"PING\r\n")
+            await trio.sleep(interval)
 
     async def _write_loop(self) -> None:
         deadline = self.cluster.server.options.write_deadline
@@ -308,7 +348,11 @@ class Route:
             self.close("Client Closed")
             return False
         self.parser.feed(data)
-        return self._process()
+        in_msgs = self.in_msgs
+        alive = self._process()
+        if self.in_msgs != in_msgs:  # messages are activity for the ping timer (lastIn)
+            self._active_at = trio.current_time()
+        return alive
 
     def _process(self) -> bool:
         """Handle what the parser holds (False: the connection is done)."""
@@ -346,13 +390,19 @@ class Route:
             if self.perms is not None and not self.leaf_sub_allowed(op.subject):
                 return
             self.add_interest(op.account, op.subject, op.queue, op.weight)
+            self._active_at = trio.current_time()
         elif op.__class__ is RemoteUnsub:
             if not self.registered:
                 raise RouteProtocolError("Unknown Protocol Operation")
             self.remove_interest(op.account, op.subject, op.queue)
+            self._active_at = trio.current_time()
         elif op.__class__ is Ping:
+            self._active_at = trio.current_time()
             self.send(b"PONG\r\n")
-        elif op.__class__ in (Pong, Ok):
+        elif op.__class__ is Pong:
+            self.pings_out = 0
+            self._ponged = True
+        elif op.__class__ is Ok:
             pass
         elif op.__class__ is Err:
             if self.leaf_account is None:
