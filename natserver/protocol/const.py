@@ -1,13 +1,16 @@
 """Every default natserver uses, named, with where nats-server defines it.
 
 Line numbers refer to nats-server's server/const.go (and friends) as described in
-../shared/docs/nats-reference.md; values were checked against the v2.9.10 binary.
+../shared/docs/nats-reference.md; values were checked against the v2.9.10 binary, and the
+defaults again against v2.15.1, the reference since issue #27.
 """
 
 # The version we announce in INFO. Clients feature-detect on it (nats.py, nats.go), so we
-# claim the release whose wire behaviour we reproduce: the one `apt-get install nats-server`
-# gives on our reference machines.
-SERVER_VERSION = "2.9.10"
+# claim the release whose wire behaviour we reproduce: nats-server 2.15.1, the reference the
+# conformance suite compares with (issue #27). JetStream settings of later releases that
+# natserver does not act on yet are refused by name (jetstream/unsupported.py), and JS_API_LEVEL
+# below tells level-aware clients which JetStream features are there.
+SERVER_VERSION = "2.15.1"
 # INFO "git_commit" (server.go Info.GitCommit, set at build time in nats-server): natserver is
 # not built from nats-server's tree, so it names its own release there.
 GIT_COMMIT_FIELD = "natserver"

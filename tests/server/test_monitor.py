@@ -333,7 +333,7 @@ async def test_varz_fields(monitored):
     assert varz["system_account"] == "$SYS"  # nats-server's default system account
     o = server.options
     assert varz["server_id"] == server.server_id and varz["server_id"].startswith("N")
-    assert varz["version"] == "2.9.10" and varz["proto"] == 1
+    assert varz["version"] == "2.15.1" and varz["proto"] == 1
     assert (varz["host"], varz["port"]) == ("127.0.0.1", server.port)
     assert (varz["http_host"], varz["http_port"]) == ("127.0.0.1", -1)
     assert varz["ping_interval"] == 120_000_000_000 and varz["write_deadline"] == 10_000_000_000

@@ -51,7 +51,7 @@ async def test_info_is_sent_first(server, raw_connect):
         assert info["server_id"].startswith("N")
         assert info["server_id"].isalnum() and info["server_id"].isupper()
         assert info["server_name"] == info["server_id"]
-        assert info["version"] == "2.9.10"
+        assert info["version"] == "2.15.1"  # the reference release (natserver.protocol.const)
         assert info["proto"] == 1
         assert info["headers"] is True
         assert info["max_payload"] == 1048576

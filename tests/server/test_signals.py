@@ -306,6 +306,8 @@ def test_sigusr2_lame_duck_mode(natproc):
         assert "ldm" not in first
         sock.sendall(b'CONNECT {"verbose":false,"protocol":1}\r\nPING\r\n')
         assert reader.readline() == b"PONG\r\n"
+        # 2.10+: the INFO a protocol-1 client gets after its first PONG (connect_info).
+        assert json.loads(reader.readline()[5:-3])["connect_info"] is True
 
         started = time.monotonic()
         server.signal(signal.SIGUSR2)
