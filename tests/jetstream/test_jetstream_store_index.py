@@ -249,3 +249,27 @@ def test_msgindex_matches_a_dict(subjects):
     for s in list(plain):
         compact.pop(s)
     assert not compact and compact.sid_of == {} and DEAD not in compact.refs
+
+
+def test_index_files_that_can_not_be_written(tmp_path, small_checkpoints, monkeypatch):
+    """A full disk for the index files only: the store works on, leaves no half-written
+    file, and the next start reads the records."""
+    real_open = open
+
+    def failing_open(path, mode="r", *args, **kwargs):
+        if "w" in mode and str(path).endswith(".idx.tmp"):
+            handle = real_open(path, mode, *args, **kwargs)
+            handle.close()
+            raise OSError(28, "No space left on device", str(path))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(store_module, "open", failing_open, raising=False)
+    path = tmp_path / "s"
+    store = fill(path, 600, segment_size=4000)
+    expected = state(store)
+    crash(store)
+    assert not [n for n in os.listdir(path / "msgs") if ".idx" in n]
+    monkeypatch.undo()
+    reopened = FileStore(str(path), config(), segment_size=4000)
+    assert state(reopened) == expected
+    reopened.stop()
