@@ -435,3 +435,51 @@ def test_real_full_tmpfs(tiny_fs, tmp_path, kind):
         proc.kill()
         proc.wait(10)
     assert "Traceback" not in log_path.read_text(errors="replace")
+
+
+def test_sync_always_sends_no_ack_for_a_failed_fsync(threaded_server, tmp_path, monkeypatch, caplog):
+    """With sync "always", an ack waits for the fsync: while fsync fails (EIO), publishes
+    get no answer; once it works, they are acknowledged again and a restart has them."""
+    failing = {"on": False}
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if failing["on"]:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store_dir = tmp_path / "js"
+
+    async def main(url: str) -> dict[int, int]:
+        nc = await nats.connect(url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"], storage="file")
+        acked = {}
+        for i in range(5):
+            acked[(await js.publish("s.a", body(i))).seq] = i
+        failing["on"] = True
+        for i in range(5, 8):
+            with pytest.raises(nats.errors.TimeoutError):
+                await nc.request("s.a", body(i), timeout=0.5)
+        failing["on"] = False
+        ack = await js.publish("s.a", body(8))
+        acked[ack.seq] = 8
+        await nc.close()
+        return acked
+
+    handle = threaded_server(jetstream=True, store_dir=str(store_dir), extra={"jetstream": {"sync_interval": "always"}})
+    acked = asyncio.run(asyncio.wait_for(main(handle.url), TIMEOUT))
+    handle.stop()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+    async def check(url: str) -> None:
+        nc = await nats.connect(url, allow_reconnect=False)
+        js = nc.jetstream()
+        for seq, i in acked.items():
+            assert (await js.get_msg("S", seq)).data == body(i)
+        await nc.close()
+
+    handle = threaded_server(jetstream=True, store_dir=str(store_dir))
+    asyncio.run(asyncio.wait_for(check(handle.url), TIMEOUT))
+    handle.stop()
