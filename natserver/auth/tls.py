@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..protocol.gotext import go_duration_error, parse_duration
+from ..protocol.gotext import go_duration_error, go_type_name, parse_duration
 
 __all__ = ["TLSConfig", "TLSConfigError", "server_context", "client_context", "client_handshake", "handshake",
            "peer_certificate_identities", "PrefixedStream"]
@@ -35,6 +35,9 @@ __all__ = ["TLSConfig", "TLSConfigError", "server_context", "client_context", "c
 log = logging.getLogger("natserver")
 
 DEFAULT_TLS_TIMEOUT = 2.0  # const.go TLS_TIMEOUT
+# const.go DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY (2.10+): with handshake_first "auto", how
+# long the server waits for a client's TLS handshake before sending INFO in plain text.
+DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY = 0.050
 _PINNED_RE = re.compile(r"^[a-f0-9]{64}$")
 
 
@@ -56,6 +59,10 @@ class TLSConfig:
     pinned_certs: frozenset = frozenset()  # hex SHA-256 of the client's SubjectPublicKeyInfo
     cipher_suites: tuple = ()  # accepted; Python's OpenSSL picks its own (warned about)
     curve_preferences: tuple = ()
+    # opts.go HandshakeFirst/FallbackDelay (2.10+): the TLS handshake comes before INFO; with a
+    # fallback delay, a client that sends nothing by then gets INFO first after all.
+    handshake_first: bool = False
+    fallback_delay: float = 0.0
     context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
 
     def copy(self, **changes) -> "TLSConfig":
@@ -328,6 +335,27 @@ def peer_certificate_identities(ssl_stream) -> list[str]:
     return names
 
 
+def _handshake_first(key: str, item) -> dict:
+    """opts.go parseTLS handshake_first: a boolean, on/off, auto (the default fallback delay)
+    or a duration (that fallback delay)."""
+    if isinstance(item, bool):
+        return {"handshake_first": item}
+    if not isinstance(item, str):
+        raise TLSConfigError(f'error parsing tls config, field "{key}" should be a boolean or a string, '
+                             f"got {go_type_name(item)}")
+    word = item.lower()
+    if word in ("true", "on"):
+        return {"handshake_first": True}
+    if word in ("false", "off"):
+        return {"handshake_first": False}
+    if word in ("auto", "auto_fallback"):
+        return {"handshake_first": True, "fallback_delay": DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY}
+    try:
+        return {"handshake_first": True, "fallback_delay": parse_duration(item)}
+    except ValueError:
+        raise TLSConfigError(f'error parsing tls config, field "{key}"\'s value "{item}" is invalid') from None
+
+
 def parse_tls_block(value: dict) -> tuple[TLSConfig, list[str]]:
     """opts.go parseTLS for the client block. Returns (config, warnings); raises
     TLSConfigError with nats-server's message for a bad entry."""
@@ -372,6 +400,8 @@ def parse_tls_block(value: dict) -> tuple[TLSConfig, list[str]]:
                     raise TLSConfigError(f"error parsing tls config, 'timeout' {go_duration_error(item)}") from None
             else:
                 raise TLSConfigError("error parsing tls config, 'timeout' wrong type")
+        elif name in ("handshake_first", "first", "immediate"):
+            changes.update(_handshake_first(key, item))
         elif name == "connection_rate_limit":
             if isinstance(item, bool) or not isinstance(item, int):
                 raise TLSConfigError("error parsing tls config, 'connection_rate_limit' wrong type")

@@ -39,7 +39,7 @@ from ..auth.nkeys import is_valid_public_key
 from ..auth.tls import TLSConfigError, client_context, parse_tls_block, server_context
 from ..auth.users import NkeyUser, Permissions, User
 from ..protocol import const
-from ..protocol.gotext import go_duration, go_duration_error, parse_duration
+from ..protocol.gotext import go_duration, go_duration_error, go_type_name, parse_duration
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
 from ..routing.sublist import is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
@@ -172,20 +172,7 @@ class _Bad(Exception):
     """A value nats-server rejects; the message goes after "<file>:<line>:<col>: "."""
 
 
-def _type_name(value) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float64"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "map[string]interface {}"
-    if isinstance(value, list):
-        return "[]interface {}"
-    return type(value).__name__
+_type_name = go_type_name
 
 
 def _expect(value, kind: type, key: str):

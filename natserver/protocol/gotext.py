@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["parse_duration", "go_duration", "go_duration_error", "go_errno_text", "go_listen_error"]
+__all__ = ["parse_duration", "go_duration", "go_duration_error", "go_errno_text", "go_listen_error", "go_type_name"]
 
 _INT64_MAX = 2**63 - 1
 
@@ -129,3 +129,21 @@ def go_listen_error(host: str, port: int, exc: OSError) -> str:
     already in use`` (host:port as net.JoinHostPort writes it)."""
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return f"listen tcp {address}: bind: {go_errno_text(exc)}"
+
+
+def go_type_name(value) -> str:
+    """Go's %T of a configuration value as nats-server's parser holds it (int64, float64,
+    string, bool, map[string]interface {}, []interface {})."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "map[string]interface {}"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return type(value).__name__

@@ -404,16 +404,35 @@ class Server:
         log.debug("%s:%d - cid:%d - Client connection created", ip, port, cid)
         tls_config = self.tls if tls else None
         if tls_config is not None:
-            # nats-server 2.9: the INFO goes out in plain text, then the TLS handshake.
-            if not await self._start_tls(client, client.stream, info, tls_config):
+            # The INFO goes out in plain text, then the TLS handshake; with handshake_first
+            # (2.10+) the handshake comes first and the INFO after it, over TLS.
+            sent = await self._start_tls(client, client.stream, info, tls_config)
+            if sent is None:
                 return
-            info = b""
+            info = sent
         await client.run(info)
 
-    async def _start_tls(self, client: Client, stream, info: bytes, tls) -> bool:
+    async def _start_tls(self, client: Client, stream, info: bytes, tls) -> bytes | None:
         """Send INFO, then do the server side of the TLS handshake (bounded by the TLS
-        timeout); on success the client reads and writes through TLS. server.go createClient."""
+        timeout); on success the client reads and writes through TLS. server.go createClient.
+        Returns what the client has still to be sent (the INFO, with handshake_first), or None
+        when the connection is over."""
         label = f"{client.ip}:{client.port} - cid:{client.cid}"
+        transport = stream
+        if tls.handshake_first:
+            # server.go createClient (2.10+): nothing before the client's handshake; with a
+            # fallback delay, a client that says nothing by then gets INFO in plain text and
+            # goes on as without handshake_first.
+            handshake_now = True
+            if tls.fallback_delay > 0:
+                prefix = await tls_module.read_prefix(stream, tls.fallback_delay)
+                if prefix:
+                    transport = tls_module.PrefixedStream(stream, prefix)
+                handshake_now = bool(prefix)
+            if handshake_now:
+                if not await self._tls_handshake(client, stream, transport, tls, label):
+                    return None
+                return self.info_for(client, tls_required=True)
         failed = False
         with trio.move_on_after(self.options.write_deadline):
             try:
@@ -423,15 +442,21 @@ class Server:
         if failed:
             client.close("Write Error")
             await trio.aclose_forcefully(stream)
-            return False
-        transport = stream
+            return None
         if self.options.allow_non_tls:
             prefix = await tls_module.read_prefix(stream, tls.timeout if tls.timeout > 0 else tls_module.DEFAULT_TLS_TIMEOUT)
             if prefix:
                 transport = tls_module.PrefixedStream(stream, prefix)
             if prefix[:1] != b"\x16":
                 client.stream = transport  # plain text, as the client chose
-                return True
+                return b""
+        if not await self._tls_handshake(client, stream, transport, tls, label):
+            return None
+        return b""
+
+    async def _tls_handshake(self, client: Client, stream, transport, tls, label: str) -> bool:
+        """The server side of the handshake over ``transport``; on success the client reads and
+        writes through TLS, on failure it is closed (TLS Handshake Failure)."""
         log.debug("%s - Starting TLS client connection handshake", label)
         ssl_stream, error = await tls_module.handshake(transport, tls)
         if ssl_stream is None:
@@ -493,11 +518,15 @@ class Server:
             info["jetstream"] = True
         return info
 
-    def info_for(self, client: Client, connect_info: bool = False) -> bytes:
+    def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False) -> bytes:
         """The INFO ``client`` gets on connect, or (``connect_info``) the one nats-server 2.10+
         sends a protocol-1 client after its first PONG (client.go processPing): the same
         without the nonce, with the account the client is bound to."""
         info = dict(self._info_base)
+        if tls_required and not info.get("tls_required"):
+            # server.go createClient: a client that did the handshake first is told TLS is
+            # required even where allow_non_tls offers it (tls_available stays).
+            info = _with_tls_required(info)
         info["client_id"] = client.cid
         info["client_ip"] = client.ip
         if client.nonce and not connect_info:
@@ -623,3 +652,14 @@ def _auth_fields(options: Options) -> tuple:
     return (options.username, options.password, options.authorization, options.users, options.nkeys,
             options.no_auth_user, options.accounts, options.trusted_operators, options.trusted_keys,
             options.resolver_preload)
+
+
+def _with_tls_required(info: dict) -> dict:
+    """``info`` with tls_required set in its place of nats-server's Info struct (after
+    auth_required, before tls_verify and max_payload)."""
+    out: dict = {}
+    for key, value in info.items():
+        if key in ("tls_verify", "tls_available", "max_payload") and "tls_required" not in out:
+            out["tls_required"] = True
+        out[key] = value
+    return out
