@@ -387,11 +387,7 @@ def start_sequence(cfg: ConsumerConfig, store) -> int:
             at = parse_time(cfg.opt_start_time or "")
         except ValueError:
             at = 0
-        seq = store.last_seq + 1
-        for candidate, entry in sorted(store.idx.items()):
-            if entry[1] >= at:
-                seq = candidate
-                break
+        seq = store.first_seq_at_time(at) or store.last_seq + 1
     else:  # last_per_subject: the earliest of the subjects' last messages
         match = cfg.matcher()
         lasts = [ss[2] for subj, ss in store.fss.items() if match is None or match(subj)]

@@ -121,6 +121,12 @@ class DictIndex(dict):
     def missing(self, lo: int, hi: int) -> list[int]:
         return [s for s in range(lo, hi + 1) if s not in self]
 
+    def first_at_time(self, ts: int) -> int:
+        for seq, entry in self.items():  # (in sequence order: inserted so)
+            if entry[1] >= ts:
+                return seq
+        return 0
+
     def bounds(self, subjects: set) -> dict[bytes, tuple[int, int]]:
         """(first, last) live sequence of each of ``subjects`` that has one."""
         out: dict[bytes, tuple[int, int]] = {}
@@ -462,6 +468,15 @@ class MsgIndex:
         if not n:
             return 0, 0, 0
         return n, self.next_live(self.base + i, self.base + j - 1), self.prev_live(self.base + j - 1, self.base + i)
+
+    def first_at_time(self, ts: int) -> int:
+        """The first live sequence whose timestamp is at least ``ts`` (0: none); no entry
+        built on the way."""
+        stamps, sid = self.ts, self.sid
+        for i in range(self.head, len(sid)):
+            if stamps[i] >= ts and sid[i] != DEAD:
+                return self.base + i
+        return 0
 
     def missing(self, lo: int, hi: int) -> list[int]:
         sid = self.sid

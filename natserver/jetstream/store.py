@@ -373,6 +373,10 @@ class Store:
             return None
         return StoredMsg(entry[0], seq, parts[0], parts[1], entry[1])
 
+    def first_seq_at_time(self, ts: int) -> int:
+        """The first live sequence whose timestamp is at least ``ts`` (0: none)."""
+        return self.idx.first_at_time(ts)
+
     def last_live_seq(self) -> int:
         return self.idx.prev_live(self.last_seq, self.first_seq)
 

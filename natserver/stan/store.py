@@ -126,10 +126,7 @@ class ChannelStore:
     def seq_from_timestamp(self, ts: int) -> int:
         """The first sequence whose timestamp is >= ts (last + 1 when none is)."""
         msgs = self.msgs
-        for seq, entry in msgs.idx.items():
-            if entry[1] >= ts:
-                return seq
-        return msgs.last_seq + 1
+        return msgs.first_seq_at_time(ts) or msgs.last_seq + 1
 
 
 def _stream_config(name: str, storage: str, limits) -> StreamConfig:
