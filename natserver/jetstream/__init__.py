@@ -182,6 +182,9 @@ class JetStream:
     def jsz(self, **flags) -> dict:
         return monitor.jsz(self, **flags)
 
+    def health(self, account: str, stream: str, consumer: str, details: bool, fail) -> int:
+        return monitor.health(self, account, stream, consumer, details, fail)
+
     # -- life cycle ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

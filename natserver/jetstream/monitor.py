@@ -10,7 +10,7 @@ import os
 from ..protocol.const import JS_API_LEVEL
 from .util import rfc3339nano
 
-__all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz"]
+__all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz", "health"]
 
 # nats-server (jetstream.go): unset limits are 75 % of the machine's memory and 75 % of the
 # store directory's free disk, the disk capped at JetStreamMaxStoreDefault (1 TB) first.
@@ -135,3 +135,82 @@ def _account_detail(engine, streams: bool, consumers: bool, config: bool) -> dic
             for s in sorted(engine.streams.values(), key=lambda s: s.name)
         ]
     return detail
+
+
+def health(js, account: str, stream: str, consumer: str, details: bool, fail) -> int:
+    """monitor.go healthz's single-server check, as nats-server makes it: the store directory's
+    account directories (the one ``account`` names) and their streams (the one ``stream``
+    names), each one a stream that was recovered and can write; then whether what was asked
+    about was found. ``fail(kind, message, replace=..., account=, stream=, consumer=)`` records
+    a problem; the HTTP status is returned (0: none set)."""
+    try:
+        names = sorted(os.listdir(js.store_dir))  # (Go's os.ReadDir sorts by name)
+    except OSError:
+        names = []
+    # nats-server makes an account's directory with its first stream, natserver makes it when
+    # the account's JetStream starts: one that never had a stream is not there for either.
+    names = [name for name in names if _stream_names(js, name)]
+    server = js.server
+    engines = {engine.account_name or GLOBAL_ACCOUNT: engine for engine in js.engines}
+    account_found = stream_found = consumer_found = False
+    for name in names:
+        if account:
+            if name != account:
+                continue
+            account_found = True
+        known = server.accounts.by_name.get(name) if server.accounts is not None else None
+        if known is not None and known.expired:
+            if not account:
+                continue
+            fail("ACCOUNT", f"JetStream account '{name}' is expired", account=name)
+            return 0
+        engine = engines.get(name)
+        if known is None or engine is None:
+            fail("ACCOUNT", f"JetStream account '{name}' could not be resolved", account=name)
+            if not details:
+                return 0
+            continue
+        for stream_name in _stream_names(js, name):
+            if stream:
+                if stream_name != stream:
+                    continue
+                stream_found = True
+            found = engine.streams.get(stream_name)
+            if found is None:
+                fail("STREAM", f"JetStream stream '{name} > {stream_name}' could not be recovered",
+                     account=name, stream=stream_name)
+                if not details:
+                    return 0
+                continue
+            werr = getattr(found.store, "werr", None)
+            if werr is not None:
+                fail("STREAM", f"JetStream stream '{name} > {stream_name}' write error: {werr}",
+                     account=name, stream=stream_name)
+                if not details:
+                    return 0
+                continue
+            if stream_found:
+                if consumer and consumer in found.consumers:
+                    consumer_found = True
+                break
+        if account_found:
+            break
+    if account and not account_found:
+        fail("ACCOUNT", f'JetStream account "{account}" not found', replace=True, account=account)
+        return 404
+    if stream and not stream_found:
+        fail("STREAM", f'JetStream stream "{stream}" not found on account "{account}"', replace=True,
+             account=account, stream=stream)
+        return 404
+    if consumer and not consumer_found:
+        fail("CONSUMER", f'JetStream consumer "{consumer}" not found for stream "{stream}" on account "{account}"',
+             replace=True, account=account, stream=stream, consumer=consumer)
+        return 404
+    return 0
+
+
+def _stream_names(js, account: str) -> list:
+    try:
+        return sorted(os.listdir(os.path.join(js.store_dir, account, "streams")))
+    except OSError:
+        return []

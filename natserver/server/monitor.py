@@ -575,18 +575,65 @@ class Monitor:
         return js.varz() if js is not None else {}
 
     def handle_healthz(self, query: Query):
-        """monitor.go healthz (2.9.10): ok, unless the server is not accepting clients yet or
-        JetStream is configured and not running (503 with the reason). A single server has no
-        meta group or replicas to check, so js-enabled-only and a full check answer alike."""
+        """monitor.go HandleHealthz: the health (below) with its status code as the HTTP status
+        (and not in the body)."""
         self._count("/healthz")
-        for name in ("js-enabled", "js-enabled-only", "js-server-only"):
-            query.bool(name)
+        js_enabled_only = query.bool("js-enabled") | query.bool("js-enabled-only")
+        health = self.healthz(js_enabled_only=js_enabled_only, js_server_only=query.bool("js-server-only"),
+                              details=query.bool("details"), account=query.get("account"),
+                              stream=query.get("stream"), consumer=query.get("consumer"))
+        code = health.pop("status_code")
+        body = go_json(health, indent=False)
+        return body if code == 200 else (code, JSON, body)
+
+    def healthz(self, *, js_enabled_only: bool = False, js_server_only: bool = False, details: bool = False,
+                account: str = "", stream: str = "", consumer: str = "") -> dict:
+        """monitor.go healthz (2.15.1) on a single server: ok, unless the request is malformed
+        (400), the server is not accepting clients yet (500), JetStream is configured and not
+        running (503), or the account, stream or consumer asked about is missing (404) or
+        unhealthy (503: not recovered, a store that cannot write). ``details`` lists every
+        problem as an error object instead of the first one's text."""
+        health: dict = {"status": "ok"}
+        errors: list = []
+        code = 0
+
+        def fail(kind: str, message: str, status: str = "unavailable", replace: bool = False, **where) -> None:
+            if details:
+                if replace:
+                    errors.clear()
+                errors.append({"type": kind, **{k: v for k, v in where.items() if v}, "error": message})
+            else:
+                health["status"], health["error"] = status, message
+
         server = self.server
-        if server.port is None or server.shutting_down:
-            return 503, JSON, go_json({"status": "unavailable", "error": "server not ready for connections"}, indent=False)
-        if server.options.jetstream and getattr(server, "jetstream", None) is None:
-            return 503, JSON, go_json({"status": "unavailable", "error": "JetStream not enabled"}, indent=False)
-        return go_json({"status": "ok"}, indent=False)
+        js = getattr(server, "jetstream", None)
+        if not account and stream:
+            code = 400
+            fail("BAD_REQUEST", '"account" must not be empty when checking stream health', status="error")
+        elif not stream and consumer:
+            code = 400
+            fail("BAD_REQUEST", '"stream" must not be empty when checking consumer health', status="error")
+        elif server.port is None or server.shutting_down:
+            code = 500
+            fail("CONNECTION", "server not ready for connections", status="error")
+        elif js_server_only or not server.options.jetstream:
+            pass
+        elif js is None:
+            code = 503
+            fail("JETSTREAM", "JetStream not enabled")
+        elif not js_enabled_only:
+            # (a single server: no meta group or replicas to check; its store is)
+            code = js.health(account, stream, consumer, details, fail)
+        if details:
+            health["status"] = "error" if errors else "ok"
+        if not code:
+            code = 503 if health.get("error") or errors else 200
+        out = {"status": health["status"], "status_code": code}
+        if "error" in health:
+            out["error"] = health["error"]
+        if errors:
+            out["errors"] = errors
+        return out
 
     def handle_varz(self, query: Query) -> bytes:
         self._count("/varz")

@@ -466,12 +466,12 @@ class SystemAccount:
         if kind == "SUBSZ":
             return monitor.subsz(subs=query.bool("subs"), offset=query.int("offset"), limit=query.int("limit"),
                                  test=query.get("test"), acc=query.get("acc"))
-        if kind == "HEALTHZ":
-            answer = monitor.handle_healthz(query)
-            health = orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
-            # monitor.go HealthStatus.StatusCode: the HTTP endpoint leaves it out, the request has it
-            health["status_code"] = answer[0] if isinstance(answer, tuple) else 200
-            return health
+        if kind == "HEALTHZ":  # (with its status_code, which the HTTP endpoint leaves out)
+            return monitor.healthz(js_enabled_only=query.bool("js-enabled-only") | query.bool("js-enabled"),
+                                   js_server_only=query.bool("js-server-only"), details=query.bool("details"),
+                                   # (_OPTION_NAMES renamed account and consumer as /jsz names them)
+                                   account=query.get("acc"), stream=query.get("stream"),
+                                   consumer=query.get("consumers"))
         if kind == "ACCOUNTZ":
             return monitor.accountz(query.get("acc"))
         handler = getattr(monitor, f"handle_{kind.lower()}")

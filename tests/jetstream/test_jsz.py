@@ -246,3 +246,34 @@ def test_a_pending_message_removed_by_a_limit_counts_as_acknowledged(natserver_j
             assert _evicted_pending(theirs.port) == ours
         finally:
             theirs.stop()
+
+
+HEALTH_QUERIES = [
+    "/healthz", "/healthz?details=true", "/healthz?js-enabled-only=true", "/healthz?js-server-only=true",
+    "/healthz?stream=S1", "/healthz?stream=S1&details=true", "/healthz?account=$G&consumer=D",
+    "/healthz?account=NOPE", "/healthz?account=NOPE&details=true", "/healthz?account=$G",
+    "/healthz?account=$G&stream=S1", "/healthz?account=$G&stream=NOPE", "/healthz?account=$G&stream=NOPE&details=true",
+    "/healthz?account=$G&stream=S1&consumer=D", "/healthz?account=$G&stream=S1&consumer=NOPE&details=true",
+    "/healthz?account=$G&stream=S2&consumer=D",
+]
+
+
+def test_healthz_checks_accounts_streams_and_consumers(natserver_js, tmp_path):
+    """monitor.go healthz (2.15.1): account, stream and consumer are looked for in the store,
+    a missing one is a 404 (with details, an error object), a stream without its account or a
+    consumer without its stream a 400; the same answers from natserver and nats-server."""
+    _traffic(natserver_js.port)
+    ours = {query: natserver_js.get(query) for query in HEALTH_QUERIES}
+    assert ours["/healthz?account=$G&stream=S1&consumer=D"] == (200, {"status": "ok"})
+    assert ours["/healthz?account=$G&stream=NOPE&details=true"] == (404, {"status": "error", "errors": [
+        {"type": "STREAM", "account": "$G", "stream": "NOPE", "error": 'JetStream stream "NOPE" not found on account "$G"'}]})
+    assert ours["/healthz?stream=S1"] == (400, {
+        "status": "error", "error": '"account" must not be empty when checking stream health'})
+    if NATS_SERVER is not None:
+        theirs = Running([NATS_SERVER], tmp_path / "theirs")
+        try:
+            _traffic(theirs.port)
+            for query in HEALTH_QUERIES:
+                assert ours[query] == theirs.get(query), query
+        finally:
+            theirs.stop()
