@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from ..protocol.const import JS_API_LEVEL
+from ..server.monitor import account_name_tag
 from .util import rfc3339nano
 
 __all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz", "health"]
@@ -123,8 +124,11 @@ def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = 
 
 def _account_detail(engine, streams: bool, consumers: bool, config: bool) -> dict:
     memory, storage = _usage(engine)
+    # monitor.go accountDetail: the name an account JWT gives it as name, the account as id
+    known = engine.server.accounts.by_name.get(engine.account_name) if engine.server.accounts is not None else None
+    name = account_name_tag(known) if known is not None else engine.account_name
     detail: dict = {
-        "name": engine.account_name, "id": engine.account_name, "memory": memory, "storage": storage,
+        "name": name, "id": engine.account_name, "memory": memory, "storage": storage,
         "reserved_memory": _UNLIMITED_RESERVATION, "reserved_storage": _UNLIMITED_RESERVATION,
         # (monitor.go accountDetail leaves the API level unset: 0, where the totals say the server's)
         "accounts": 0, "ha_assets": 0, "api": {"level": 0, "total": engine.api_total, "errors": engine.api_errors},

@@ -317,3 +317,34 @@ async def test_server_block_flags_with_jetstream(nursery, tmp_path):
     assert list(block) == ["name", "host", "id", "ver", "feature_flags", "jetstream", "flags", "seq", "time"]
     statsz = server.system.statsz()
     assert list(statsz["jetstream"]) == ["config", "stats"] and statsz["jetstream"]["stats"]["api"]["level"] >= 0
+
+
+@pytest.mark.parametrize("kind", ["natserver", pytest.param("nats-server", marks=pytest.mark.needs_nats_server)])
+def test_jsz_account_detail_names_the_jwt_account(kind, tmp_path, monkeypatch):
+    """monitor.go accountDetail: name is the account JWT's name, id the account (its key)."""
+    if kind == "nats-server" and NATS_SERVER is None:
+        pytest.skip("nats-server 2.15.1 is not installed")
+    monkeypatch.setitem(sys.modules, "nkeys", nkeys)  # nats-py signs with the nkeys package's API
+    tree = OperatorTree()
+    unlimited = {"subs": -1, "conn": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True, "data": -1,
+                 "leaf": -1}
+    key = tree.account("J", limits={**unlimited, "mem_storage": 1 << 20, "disk_storage": 1 << 20, "streams": -1,
+                                    "consumer": -1}).public_key.decode()
+    system = tree.account("SYS").public_key.decode()
+    token, seed = tree.user("J")
+    path = tmp_path / "j.creds"
+    path.write_text(creds(token, seed.seed))
+    config = tree.config() + f'system_account: {system}\njetstream {{ store_dir: "{tmp_path / "store"}" }}\n'
+    http = _free_port()
+    with running(kind, config, tmp_path, args=("-m", str(http)), binary=NATS_SERVER or "") as port:
+
+        async def main():
+            nc = await nats.connect(f"nats://127.0.0.1:{port}", user_credentials=str(path))
+            try:
+                await nc.jetstream().add_stream(name="S", subjects=["s"], storage="memory", max_bytes=1024)
+                return await _http_json(http, "/jsz?accounts=true")
+            finally:
+                await nc.close()
+
+        jsz = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    assert [(detail["name"], detail["id"]) for detail in jsz["account_details"]] == [("J", key)]
