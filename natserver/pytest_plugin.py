@@ -64,10 +64,10 @@ def _marker_options(request: pytest.FixtureRequest, name: str = MARKER) -> dict:
         if marker.args:
             raise pytest.UsageError(f"@pytest.mark.{name} takes keyword arguments only, got {marker.args!r}")
         options.update(marker.kwargs)
-    from natserver.testing import _check_option_names
+    from natserver.testing import check_option_names
 
     try:
-        _check_option_names({k: v for k, v in options.items() if k not in _NOT_OPTIONS})
+        check_option_names({k: v for k, v in options.items() if k not in _NOT_OPTIONS})
     except TypeError as exc:
         raise pytest.UsageError(f"@pytest.mark.{name}: {exc}") from None
     return options

@@ -109,7 +109,7 @@ Clock = Literal["real", "manual"]
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def _check_option_names(changes: dict) -> None:
+def check_option_names(changes: dict) -> None:
     """A misspelt option (``max_paylod=``, in a marker too) says what was meant."""
     known = {f.name for f in dataclasses.fields(Options)} | set(_ALIASES)
     for key in changes:
@@ -399,7 +399,7 @@ class NatsServer:
         self._wall_offset_ns = 0  # how far ahead of time.time() the server's clock was when it stopped
         base = options if options is not None else Options(host="127.0.0.1", port=-1, quiet=True)
         changes = {_ALIASES.get(key, key): value for key, value in changes.items()}
-        _check_option_names(changes)
+        check_option_names(changes)
         if options is None and ("debug" in changes or "trace" in changes) and "quiet" not in changes:
             changes["quiet"] = False
         self.options: Options = base.copy(**changes) if changes else base.copy()

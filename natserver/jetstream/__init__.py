@@ -47,7 +47,7 @@ from .api import Api
 from .delivery import Delivery
 from .errors import ApiError
 from .sourcing import Sourcing
-from .store import FileStore, MemoryStore, flush_for_sync, sync_many, write_atomic
+from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
 from .util import dumps, loads, subjects_collide
 
@@ -365,7 +365,7 @@ class JetStream:
         return os.path.join(self.streams_dir, stream.name)
 
     def _file_store(self, path: str, cfg: StreamConfig, now: int, cipher=None) -> FileStore:
-        kwargs = {}
+        kwargs: dict[str, int] = {}
         if self.segment_size:
             kwargs["segment_size"] = self.segment_size
         store = FileStore(path, cfg, sync_always=self.sync_always, dedup_window=cfg.duplicate_window,
@@ -416,8 +416,8 @@ class JetStream:
             raise errors.max_streams_reached()
         self.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=cfg.name)
         for stream in self.streams.values():
-            for mine in cfg.subjects:
-                for theirs in stream.cfg.subjects:
+            for mine in cfg.subjects or ():
+                for theirs in stream.cfg.subjects or ():
                     if subjects_collide(mine, theirs):
                         raise errors.stream_subject_overlap()
         created = clock.now_ns()
@@ -435,7 +435,7 @@ class JetStream:
                     key_file, cipher = self.key.key_file_bytes()
                     write_atomic(os.path.join(path, crypto.KEY_FILE), key_file)
                 write_atomic(os.path.join(path, META_FILE), self._meta_bytes(cipher, cfg, created))
-                store = self._file_store(path, cfg, created, cipher)
+                store: Store = self._file_store(path, cfg, created, cipher)
             else:
                 store = MemoryStore(cfg)
         except (OSError, ValueError) as exc:  # ValueError: a name the file system refuses (NUL)
@@ -457,8 +457,8 @@ class JetStream:
         for other in self.streams.values():
             if other is stream:
                 continue
-            for mine in cfg.subjects:
-                for theirs in other.cfg.subjects:
+            for mine in cfg.subjects or ():
+                for theirs in other.cfg.subjects or ():
                     if subjects_collide(mine, theirs):
                         raise errors.stream_subject_overlap()
         if cfg.max_bytes != old.max_bytes:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import advisories, errors, unsupported
 from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
 from .errors import ApiError
+from .gojson import INT64, UINT64, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
-from .stream import _INT64, _UINT64, StreamConfig, _bool, _int, _str, check_stream_config, decode_struct
+from .stream import StreamConfig, check_stream_config
 from .util import dumps, gen_header, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
@@ -31,14 +32,14 @@ NAMES_LIMIT = 1024  # JSApiNamesLimit
 LIST_LIMIT = 256  # JSApiListLimit
 MAX_SUBJECT_DETAILS = 100_000  # JSMaxSubjectDetails
 
-_uint = lambda v: _int(v, _UINT64)  # noqa: E731
-_goint = lambda v: _int(v, _INT64)  # noqa: E731
+_uint = lambda v: decode_int(v, UINT64)  # noqa: E731
+_goint = lambda v: decode_int(v, INT64)  # noqa: E731
 
-_INFO_REQUEST = {"offset": _goint, "deleted_details": _bool, "subjects_filter": _str}
-_NAMES_REQUEST = {"offset": _goint, "subject": _str}
-_PURGE_REQUEST = {"seq": _uint, "filter": _str, "keep": _uint}
-_MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": _bool}
-_MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": _str, "next_by_subj": _str}
+_INFO_REQUEST = {"offset": _goint, "deleted_details": decode_bool, "subjects_filter": decode_str}
+_NAMES_REQUEST = {"offset": _goint, "subject": decode_str}
+_PURGE_REQUEST = {"seq": _uint, "filter": decode_str, "keep": _uint}
+_MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": decode_bool}
+_MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str}
 _DIRECT_REQUEST = {**_MSG_GET_REQUEST, "batch": _goint, "max_bytes": _goint}
 
 _HDR_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
@@ -79,7 +80,7 @@ class Api:
             b"PURGE": self.stream_purge,
         }
         self.consumers = ConsumerApi(self)
-        self._request: tuple = (b"", b"")  # the request being answered: subject, payload (the audit's)
+        self._request: tuple[bytes, bytes] = (b"", b"")  # the request being answered: subject, payload (the audit's)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class Api:
                 memory += stream.store.bytes
             else:
                 storage += stream.store.bytes
-        usage = {
+        usage: dict[str, Any] = {
             "memory": memory,
             "storage": storage,
             "streams": len(js.streams),
@@ -292,7 +293,7 @@ class Api:
             filter = req.get("subject", "")
         names = []
         for name, stream in self.js.streams.items():
-            if not filter or any(subjects_collide(filter, s) for s in stream.cfg.subjects):
+            if not filter or any(subjects_collide(filter, s) for s in stream.cfg.subjects or ()):
                 names.append(name)
         names.sort()
         return names, min(max(offset, 0), len(names))
@@ -434,7 +435,7 @@ class Api:
             if not key:
                 publish(reply, b"", headers=_HDR_BAD)
                 return
-            req = {"last_by_subj": key.decode("utf-8", "replace")}
+            req: dict = {"last_by_subj": key.decode("utf-8", "replace")}
         else:
             if not payload:
                 publish(reply, b"", headers=_HDR_EMPTY)

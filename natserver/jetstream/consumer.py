@@ -13,19 +13,19 @@ import secrets
 import string
 
 from . import errors
-from .stream import (
-    _INT64,
-    _UINT64,
-    MAX_METADATA_LEN,
+from .gojson import (
+    INT64,
+    UINT64,
     DecodeError,
-    _bool,
-    _enum,
-    _int,
-    _metadata,
-    _str,
-    _strlist,
+    decode_bool,
+    decode_enum,
+    decode_int,
+    decode_metadata,
+    decode_str,
+    decode_strlist,
     decode_struct,
 )
+from .stream import MAX_METADATA_LEN
 from .util import compile_filters, is_subset_match, is_valid_subject, rfc3339nano
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
@@ -36,8 +36,8 @@ EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base
 _NAME_ALPHABET = string.ascii_letters + string.digits
 
 _DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
-_goint = lambda v: _int(v, _INT64)
-_uint = lambda v: _int(v, _UINT64)
+_goint = lambda v: decode_int(v, INT64)
+_uint = lambda v: decode_int(v, UINT64)
 
 log = logging.getLogger("natserver")
 
@@ -56,36 +56,36 @@ def _time(value):
 
 
 _FIELDS = {
-    "durable_name": _str,
-    "name": _str,
-    "description": _str,
-    "deliver_policy": _enum(*_DELIVER_POLICIES),
+    "durable_name": decode_str,
+    "name": decode_str,
+    "description": decode_str,
+    "deliver_policy": decode_enum(*_DELIVER_POLICIES),
     "opt_start_seq": _uint,
     "opt_start_time": _time,
-    "ack_policy": _enum("none", "all", "explicit"),
+    "ack_policy": decode_enum("none", "all", "explicit"),
     "ack_wait": _goint,
     "max_deliver": _goint,
     "backoff": _durations,
-    "filter_subject": _str,
-    "filter_subjects": _strlist,
-    "replay_policy": _enum("instant", "original"),
+    "filter_subject": decode_str,
+    "filter_subjects": decode_strlist,
+    "replay_policy": decode_enum("instant", "original"),
     "rate_limit_bps": _uint,
-    "sample_freq": _str,
+    "sample_freq": decode_str,
     "max_waiting": _goint,
     "max_ack_pending": _goint,
     "idle_heartbeat": _goint,
-    "flow_control": _bool,
-    "headers_only": _bool,
+    "flow_control": decode_bool,
+    "headers_only": decode_bool,
     "max_batch": _goint,
     "max_expires": _goint,
     "max_bytes": _goint,
-    "deliver_subject": _str,
-    "deliver_group": _str,
+    "deliver_subject": decode_str,
+    "deliver_group": decode_str,
     "inactive_threshold": _goint,
     "num_replicas": _goint,
-    "mem_storage": _bool,
-    "direct": _bool,
-    "metadata": _metadata,
+    "mem_storage": decode_bool,
+    "direct": decode_bool,
+    "metadata": decode_metadata,
 }
 
 # Go's zero values; which of them are omitted (omitempty) is in to_json.
@@ -749,8 +749,8 @@ class Consumer:
                         break
         if self.nak_until:
             deadlines.append(min(self.nak_until.values()))
-        deadlines = [d for d in deadlines if d is not None]
-        return min(deadlines) if deadlines else None
+        due = [d for d in deadlines if d is not None]
+        return min(due) if due else None
 
     # -- info ---------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from .consumer import (
     set_defaults,
 )
 from .errors import ApiError
-from .stream import _INT64, GoDecodeError, _int, _object, _str, decode_struct
+from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
 from .util import dumps, loads
 
 if TYPE_CHECKING:
@@ -37,8 +37,8 @@ def _action(value):
     return value
 
 
-_CREATE_REQUEST = {"stream_name": _str, "config": _object, "action": _action}
-_PAGE_REQUEST = {"offset": lambda v: _int(v, _INT64)}
+_CREATE_REQUEST = {"stream_name": decode_str, "config": decode_object, "action": _action}
+_PAGE_REQUEST = {"offset": lambda v: decode_int(v, INT64)}
 
 
 def _decode(payload: bytes, fields: dict) -> dict:

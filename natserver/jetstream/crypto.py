@@ -133,7 +133,9 @@ class StreamCipher:
         else:
             block = 16
             counter = ((segment & 0xFFFFFFFFFFFFFFFF) << 64) | (offset // block)
-            context = Cipher(self._aes, modes.CTR(counter.to_bytes(16, "big"))).encryptor()
+            aes = self._aes
+            assert aes is not None  # (made for the AES cipher)
+            context = Cipher(aes, modes.CTR(counter.to_bytes(16, "big"))).encryptor()
         skip = offset % block
         if skip:
             context.update(bytes(skip))

@@ -13,7 +13,7 @@ import trio
 from .. import clock
 from ..protocol.gotext import go_duration
 from . import advisories, consumer_store
-from .stream import _INT64, _bool, _int, decode_struct
+from .gojson import INT64, decode_bool, decode_int, decode_struct
 from .util import loads
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ _HDR_PUSH_BASED = b"NATS/1.0 409 Consumer is push based\r\n\r\n"
 _HDR_HEARTBEAT_TOO_LARGE = b"NATS/1.0 400 Bad Request - heartbeat value too large\r\n\r\n"
 _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
 _ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
-_PULL_REQUEST = {"batch": lambda v: _int(v, _INT64), "expires": lambda v: _int(v, _INT64),
-                 "no_wait": _bool, "max_bytes": lambda v: _int(v, _INT64),
-                 "idle_heartbeat": lambda v: _int(v, _INT64)}
+_PULL_REQUEST = {"batch": lambda v: decode_int(v, INT64), "expires": lambda v: decode_int(v, INT64),
+                 "no_wait": decode_bool, "max_bytes": lambda v: decode_int(v, INT64),
+                 "idle_heartbeat": lambda v: decode_int(v, INT64)}
 
 
 PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task

@@ -117,6 +117,13 @@ class OriginLink:
 
     __slots__ = ()
 
+    # What the subclasses hold (in their own slots)
+    stream: Stream
+    origin: str  # the origin stream's name
+    mirror: bool
+    _iname: bytes  # the index name a source's Nats-Stream-Source header carries
+    _blocked: str  # the store's last refusal (logged once)
+
     def store_from_origin(self, seq: int, subject: bytes, hdr: bytes | None, data: bytes, ts: int) -> bool:
         """Store origin message ``seq``: in a mirror with its sequence and time (a gap before
         it skipped, nothing when it is there already), in a source with a new sequence and the
@@ -137,11 +144,11 @@ class OriginLink:
                 target.store_sourced(subject, hdr, data, server_clock.now_ns())
         except StoreError as exc:
             if self._blocked != str(exc):
-                self._blocked = str(exc)
+                self._blocked = str(exc)  # type: ignore[misc]  # (a subclass's slot)
                 log.warning("JetStream: stream '%s' can not take message %d of '%s': %s",
                             target.name, seq, self.origin, exc)
             return False
-        self._blocked = ""
+        self._blocked = ""  # type: ignore[misc]  # (a subclass's slot)
         return True
 
 

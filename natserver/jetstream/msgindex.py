@@ -41,7 +41,7 @@ class _LazyMatch(dict):
         hit = self[sid] = sid != DEAD and bool(self.match(self.subjects[sid]))
         return hit
 
-    def __contains__(self, sid) -> bool:  # type: ignore[override]
+    def __contains__(self, sid) -> bool:
         return self[sid]
 
     def __bool__(self) -> bool:
@@ -306,9 +306,9 @@ class MsgIndex:
             out = {}
             lo, hi = base + self.head, base + n - 1
             for subj, s in self.sid_of.items():
-                first = self.find(subj, lo, hi)
-                if first:
-                    out[subj] = [sid.count(s), first, self.rfind(subj, hi, first), subj]
+                found = self.find(subj, lo, hi)
+                if found:
+                    out[subj] = [sid.count(s), found, self.rfind(subj, hi, found), subj]
             return out
         counts = Counter(sid)
         last = dict(zip(sid, range(base, base + n)))

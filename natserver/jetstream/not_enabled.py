@@ -14,7 +14,7 @@ NOT_ENABLED = errors._fixed(503, 10039, "JetStream not enabled for account")
 _T = "io.nats.jetstream.api.v1."
 # API (the tokens after $JS.API) -> (response type, fields after "error"), as nats-server sends.
 _PAGE = {"total": 0, "offset": 0, "limit": 0}
-_ANSWERS = {
+_ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
     (b"INFO",): ("account_info_response", {}),
     (b"STREAM", b"CREATE"): ("stream_create_response", {}),
     (b"STREAM", b"UPDATE"): ("stream_update_response", {}),

@@ -55,8 +55,9 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable
 
-from ..server.reclaim import _malloc_trim
+from ..server.reclaim import load_malloc_trim
 from .msgindex import DEAD, DictIndex, MsgIndex
 from .util import compile_filter, get_header, has_wildcard
 
@@ -147,6 +148,7 @@ class Store:
             if cfg.max_bytes > 0 and self.bytes + size_in >= cfg.max_bytes:
                 if not at_subject_limit:
                     raise StoreError(ERR_MAX_BYTES)
+                assert ss is not None  # (at the subject's limit: it has messages)
                 replaced = self.idx[ss[1]][2]
                 if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
                     raise StoreError(ERR_MAX_BYTES)
@@ -556,7 +558,7 @@ CHECKPOINT_BYTES = 1024 * 1024
 # The heap is trimmed after a segment roll once the index grew by this many positions
 # (~1.5 MiB of arrays) since the last trim (FileStore._trim_heap).
 TRIM_AFTER_POSITIONS = 64 * 1024
-_TRIM = _malloc_trim()
+_TRIM = load_malloc_trim()
 # The arrays are written as the machine keeps them: little-endian machines only.
 _INDEX_FILES = sys.byteorder == "little"
 
@@ -646,7 +648,7 @@ class FileStore(Store):
         self.state_dirty = False
         self.unsynced: set[int] = set()  # segments written since the last fsync
         self.dir_unsynced = False
-        self.notify = None  # called (with self) when there is something to flush
+        self.notify: Callable[[FileStore], None] | None = None  # called when there is something to flush
         self.lost = 0  # records found corrupt on recovery
         # The error of the last failed write (nats-server's fs.werr), None while writes work.
         # While set, nothing new is stored: each publish first retries the pending writes.
@@ -680,7 +682,7 @@ class FileStore(Store):
         torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
-        unindexed: dict[int, tuple] = {}  # sealed segments scanned: their DELs, header seqs
+        unindexed: dict[int, tuple[list[int], list[int]]] = {}  # sealed segments scanned: their DELs, header seqs
         seg_start: dict[int, int] = {}  # each segment's first sequence (its first position)
         dels: list[int] = []
         hdrs: list[int] = []

@@ -12,6 +12,20 @@ from ..routing.transform import SubjectTransform
 from . import errors
 from .errors import ApiError
 from .external import check_external
+from .gojson import (
+    INT32,
+    INT64,
+    UINT64,
+    DecodeError,
+    decode_bool,
+    decode_enum,
+    decode_int,
+    decode_metadata,
+    decode_object,
+    decode_str,
+    decode_strlist,
+    decode_struct,
+)
 from .store import StoreError, StoreWriteError
 from .util import (
     dumps,
@@ -37,103 +51,10 @@ MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and val
 MAX_REPLICAS = 5
 MAX_HEADER_SIZE = 65535
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_UINT64 = (0, (1 << 64) - 1)
-
-
-class DecodeError(ValueError):
-    """The request is not what Go's json.Unmarshal would accept ("invalid JSON")."""
-
-
-class GoDecodeError(DecodeError):
-    """A DecodeError whose text is the error nats-server's Unmarshal gives (shown after
-    "invalid JSON: ")."""
-
-
-# -- decoding JSON the way Go does -----------------------------------------------------------
-
-
-def _int(value, bounds):
-    if isinstance(value, bool) or not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
-        raise DecodeError(f"not an integer in range: {value!r}")
-    return value
-
-
-def _str(value):
-    if not isinstance(value, str):
-        raise DecodeError(f"not a string: {value!r}")
-    return value
-
-
-def _bool(value):
-    if not isinstance(value, bool):
-        raise DecodeError(f"not a boolean: {value!r}")
-    return value
-
-
-def _strlist(value):
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DecodeError(f"not a list of strings: {value!r}")
-    return list(value)
-
-
-def _metadata(value):
-    """metadata: map[string]string (streams and consumers, 2.10+)."""
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise DecodeError("metadata: not an object of strings")
-    return dict(value)
-
-
-def _object(value):
-    if not isinstance(value, dict):
-        raise DecodeError(f"not an object: {value!r}")
-    return value
-
-
-def _enum(*allowed, fold=False):
-    def convert(value):
-        if isinstance(value, str):
-            key = value.lower() if fold else value
-            if key in allowed:
-                return key
-        raise DecodeError(f"can not unmarshal {value!r}")
-
-    convert.enum = True  # type: ignore[attr-defined]
-    return convert
-
-
-_FOLDED: dict[int, dict] = {}  # id(fields) -> lower-cased key -> key (fields are module constants)
-
-
-def decode_struct(obj, fields: dict, target: dict) -> dict:
-    """Fill ``target`` from a JSON object: keys matched as Go matches struct tags (exactly,
-    else case-insensitively), unknown keys ignored, ``null`` leaving a field alone (but an
-    error for enums, whose UnmarshalJSON rejects it), wrong types an error."""
-    if obj is None:
-        return target
-    if not isinstance(obj, dict):
-        raise DecodeError("not a JSON object")
-    folded = _FOLDED.get(id(fields))
-    if folded is None:
-        folded = _FOLDED[id(fields)] = {k.lower(): k for k in fields}
-    for key, value in obj.items():
-        name = key if key in fields else folded.get(key.lower())
-        if name is None:
-            continue
-        convert = fields[name]
-        if value is None:
-            if getattr(convert, "enum", False):
-                raise DecodeError(f"can not unmarshal null into {name}")
-            if convert in (_strlist, _object):
-                target[name] = None
-            continue
-        target[name] = convert(value)
-    return target
 
 
 def _placement(value):
-    out = decode_struct(_object(value), {"cluster": _str, "tags": _strlist}, {})
+    out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist}, {})
     return {k: v for k, v in out.items() if v}
 
 
@@ -144,7 +65,7 @@ def _sources(value):
 
 
 def _republish(value):
-    raw = decode_struct(_object(value), {"src": _str, "dest": _str, "headers_only": _bool}, {})
+    raw = decode_struct(decode_object(value), {"src": decode_str, "dest": decode_str, "headers_only": decode_bool}, {})
     out = {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
     if raw.get("headers_only"):
         out["headers_only"] = True
@@ -152,35 +73,35 @@ def _republish(value):
 
 
 _CONFIG_FIELDS = {
-    "name": _str,
-    "description": _str,
-    "subjects": _strlist,
-    "retention": _enum("limits", "interest", "workqueue"),
-    "max_consumers": lambda v: _int(v, _INT64),
-    "max_msgs": lambda v: _int(v, _INT64),
-    "max_bytes": lambda v: _int(v, _INT64),
-    "max_age": lambda v: _int(v, _INT64),
-    "max_msgs_per_subject": lambda v: _int(v, _INT64),
-    "max_msg_size": lambda v: _int(v, _INT32),
-    "discard": _enum("old", "new", fold=True),
-    "storage": _enum("file", "memory", "any"),
-    "num_replicas": lambda v: _int(v, _INT64),
-    "no_ack": _bool,
-    "template_owner": _str,
-    "duplicate_window": lambda v: _int(v, _INT64),
+    "name": decode_str,
+    "description": decode_str,
+    "subjects": decode_strlist,
+    "retention": decode_enum("limits", "interest", "workqueue"),
+    "max_consumers": lambda v: decode_int(v, INT64),
+    "max_msgs": lambda v: decode_int(v, INT64),
+    "max_bytes": lambda v: decode_int(v, INT64),
+    "max_age": lambda v: decode_int(v, INT64),
+    "max_msgs_per_subject": lambda v: decode_int(v, INT64),
+    "max_msg_size": lambda v: decode_int(v, INT32),
+    "discard": decode_enum("old", "new", fold=True),
+    "storage": decode_enum("file", "memory", "any"),
+    "num_replicas": lambda v: decode_int(v, INT64),
+    "no_ack": decode_bool,
+    "template_owner": decode_str,
+    "duplicate_window": lambda v: decode_int(v, INT64),
     "placement": _placement,
     "mirror": lambda v: decode_source(v),
     "sources": _sources,
     "republish": _republish,
-    "allow_direct": _bool,
-    "mirror_direct": _bool,
-    "discard_new_per_subject": _bool,
-    "sealed": _bool,
-    "deny_delete": _bool,
-    "deny_purge": _bool,
-    "allow_rollup_hdrs": _bool,
-    "allow_msg_ttl": _bool,
-    "metadata": _metadata,
+    "allow_direct": decode_bool,
+    "mirror_direct": decode_bool,
+    "discard_new_per_subject": decode_bool,
+    "sealed": decode_bool,
+    "deny_delete": decode_bool,
+    "deny_purge": decode_bool,
+    "allow_rollup_hdrs": decode_bool,
+    "allow_msg_ttl": decode_bool,
+    "metadata": decode_metadata,
 }
 
 _DEFAULTS = {
@@ -427,7 +348,7 @@ def decode_source(value) -> dict:
     if raw.get("filter_subject"):
         out["filter_subject"] = raw["filter_subject"]
     if raw.get("external") is not None:
-        ext = decode_struct(raw["external"], {"api": _str, "deliver": _str}, {})
+        ext = decode_struct(raw["external"], {"api": decode_str, "deliver": decode_str}, {})
         out["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
     return out
 
@@ -447,11 +368,11 @@ def _source_time(value):
 
 
 _SOURCE_FIELDS = {
-    "name": _str,
-    "opt_start_seq": lambda v: _int(v, _UINT64),
+    "name": decode_str,
+    "opt_start_seq": lambda v: decode_int(v, UINT64),
     "opt_start_time": _source_time,
-    "filter_subject": _str,
-    "external": _object,
+    "filter_subject": decode_str,
+    "external": decode_object,
 }
 
 
@@ -561,7 +482,7 @@ class Stream:
         self._name_b = self.name.encode()
         self.followed = False  # a mirror or a source reads this stream (sourcing.py)
         self.links: list = []  # this stream's own mirror/sources (sourcing.SourceLink)
-        self.transform = None
+        self.transform: SubjectTransform | None = None  # republish's (set_republish)
         self.set_republish()
         recovered = getattr(store, "recovered_ids", None)
         if recovered:
@@ -582,7 +503,7 @@ class Stream:
     # -- subscriptions ------------------------------------------------------------------------
 
     def subscribe(self) -> None:
-        for subject in self.cfg.subjects:
+        for subject in self.cfg.subjects or ():  # (a checked config has a list: maybe empty)
             self.subs.append(self.engine.subscribe(subject, self.process_msg))
 
     def unsubscribe(self) -> None:
@@ -725,14 +646,17 @@ class Stream:
         """nats-server's republish of a stored message: the mapped subject, the headers
         Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
         sequence) after the message's own, and Nats-Msg-Size instead of the data."""
-        dest = self.transform.apply_bytes(subject)
+        transform, republish = self.transform, self.cfg.republish
+        if transform is None or republish is None:  # (callers checked: set_republish sets both)
+            return
+        dest = transform.apply_bytes(subject)
         if dest is None:
             return
         hdr = gen_header(hdr or None, b"Nats-Stream", self._name_b)
         hdr = gen_header(hdr, b"Nats-Subject", subject)
         hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % seq)
         hdr = gen_header(hdr, b"Nats-Last-Sequence", b"%d" % tlseq)
-        if self.cfg.republish.get("headers_only"):
+        if republish.get("headers_only"):
             hdr = gen_header(hdr, b"Nats-Msg-Size", b"%d" % len(msg))
             msg = b""
         self.engine.send(dest, msg, hdr)

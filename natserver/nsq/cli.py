@@ -20,7 +20,7 @@ import time
 import trio
 
 from .._version import __version__
-from .config import VERSION, NsqOptions, _duration, parse_nsq_options
+from .config import VERSION, NsqOptions, duration_seconds, parse_nsq_options
 from .lookupd import serve_lookupd
 from .tcp import serve_nsq
 
@@ -111,7 +111,7 @@ def parse_flags(argv: list[str], table: dict) -> tuple[dict, str]:
             elif kind == "bool":
                 converted = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
             elif kind == "duration":
-                converted = _duration(name, value)
+                converted = duration_seconds(name, value)
             elif kind == "list":
                 converted = values.get(field, []) + [value]
             else:

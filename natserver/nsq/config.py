@@ -92,7 +92,7 @@ _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _duration(key: str, value) -> float:
+def duration_seconds(key: str, value) -> float:
     """Milliseconds (a number, as nsqd's config file takes them) or a Go duration string."""
     if isinstance(value, bool):
         raise ValueError(f"nsq: {key}: expected a duration, got {value!r}")
@@ -134,7 +134,7 @@ def parse_nsq_options(block: "dict | NsqOptions | None") -> NsqOptions:
         if field is None:
             raise ValueError(f'nsq: unknown field "{key}"')
         if name in _DURATION_KEYS:
-            changes[name] = _duration(key, value)
+            changes[name] = duration_seconds(key, value)
         elif field.type == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"nsq: {key}: expected a boolean, got {value!r}")

@@ -23,8 +23,7 @@ import trio
 from .. import clock
 from .config import VERSION
 from .errors import HttpError
-from .protocol import _LEN as _INT32
-from .protocol import is_valid_name
+from .protocol import LENGTH_PREFIX, is_valid_name
 
 # Everything in __all__ gets re-exported as part of natserver.nsq's API.
 __all__ = ["NsqHttp", "HttpApi", "stats", "summary", "listen_label"]
@@ -457,14 +456,14 @@ class NsqHttp(HttpApi):
         options = self.front.options
         if len(body) < 4:
             raise HttpError(413, "BAD_BODY")
-        (count,) = _INT32.unpack_from(body, 0)
+        (count,) = LENGTH_PREFIX.unpack_from(body, 0)
         if count <= 0 or count > (options.max_body_size - 4) // 5:
             raise HttpError(413, "BAD_BODY")
         pos, messages = 4, []
         for _ in range(count):
             if len(body) - pos < 4:
                 raise HttpError(413, "BAD_MESSAGE")
-            (size,) = _INT32.unpack_from(body, pos)
+            (size,) = LENGTH_PREFIX.unpack_from(body, pos)
             pos += 4
             if size <= 0 or size > options.max_msg_size or len(body) - pos < size:
                 raise HttpError(413, "BAD_MESSAGE")

@@ -43,7 +43,7 @@ OK = b"OK"
 
 _BODY_VERBS = {b"IDENTIFY", b"PUB", b"MPUB", b"DPUB", b"AUTH"}
 _NAME_RE = re.compile(rb"[.a-zA-Z0-9_-]+(#ephemeral)?")  # internal/protocol/names.go
-_LEN = struct.Struct(">i")  # nsqd readLen: uint32 on the wire, read as int32
+LENGTH_PREFIX = struct.Struct(">i")  # nsqd readLen: uint32 on the wire, read as int32
 _HEADER = struct.Struct(">ii")
 _MSG_HEADER = struct.Struct(">iiqH")
 
@@ -203,7 +203,7 @@ class V2Parser:
     def _take_len(self) -> int | None:
         if len(self._buf) - self._pos < 4:
             return None
-        (value,) = _LEN.unpack_from(self._buf, self._pos)
+        (value,) = LENGTH_PREFIX.unpack_from(self._buf, self._pos)
         self._pos += 4
         return value
 

@@ -34,7 +34,7 @@ RECLAIM_AFTER_BYTES = 32 * 1024 * 1024
 RECLAIM_QUIET = 1.0
 
 
-def _malloc_trim():
+def load_malloc_trim():
     """glibc's malloc_trim, or None (another libc, or none found)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -54,7 +54,7 @@ class Reclaimer:
         self._bytes = 0
         self._last_close = 0.0
         self._due = trio.Event()
-        self._trim = _malloc_trim()
+        self._trim = load_malloc_trim()
         self.reclaims = 0  # how many times it ran (tests, monitoring)
 
     def note_closed(self, released_bytes: int) -> None:
