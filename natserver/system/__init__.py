@@ -349,8 +349,10 @@ class SystemAccount:
 
     def _account_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
+            # (a system user's $SYS.REQ.ACCOUNT.PING.<KIND> names an account "PING" here, as
+            # in nats-server, where other accounts' requests are service imports)
             name = subject.decode().split(".")[3]
-            if reply and name != "PING" and not self.filtered_out(body):
+            if reply and not self.filtered_out(body):
                 self._answer(reply, kind, body, name)
         return handle
 
@@ -459,7 +461,8 @@ class SystemAccount:
                 raise _Failed(500, "jetstream not enabled")
             if kind == "CONNZ":
                 data = orjson.loads(monitor.handle_connz(query))
-                data["connections"] = data.get("connections") or []
+                if data.get("server_id"):  # (an unknown account's answer keeps its null list)
+                    data["connections"] = data.get("connections") or []
                 return data
         if kind == "VARZ":
             return monitor.varz()
