@@ -785,6 +785,13 @@ class Monitor:
         rows.extend(_closed_row(r) for r in closed)
         _sort_rows(rows, sort, now)
         page = rows[min(offset, len(rows)):min(offset + limit, len(rows))]
+        connections = [_conn_info(row, now, auth, subs, subs_detail) for row in page]
+        if auth:  # monitor.go: name_tag, the account's (JWT) name; a closed one's outside $G only
+            for row, info in zip(page, connections):
+                name = row.get("account") or GLOBAL_ACCOUNT
+                if "_subs" in row or name != GLOBAL_ACCOUNT:
+                    known = server.accounts.get(name) if server.accounts is not None else None
+                    info["name_tag"] = account_name_tag(known) if known is not None else name
         return {
             "server_id": server.server_id,
             "now": go_time(now),
@@ -792,7 +799,7 @@ class Monitor:
             "total": total,
             "offset": offset,
             "limit": limit,
-            "connections": [_conn_info(row, now, auth, subs, subs_detail) for row in page],
+            "connections": connections,
         }
 
     # /subsz ------------------------------------------------------------------------------

@@ -227,11 +227,13 @@ def test_monitoring_accstatz_and_leaf_objects(tmp_path):
                 try:
                     return (await _http_json(http, "/accstatz"), await _http_json(http, "/accstatz?unused=1"),
                             await _http_json(http, "/varz"), await _http_json(http, "/accountz?acc=SYS"),
-                            await _http_json(http, "/accountz?acc=A"))
+                            await _http_json(http, "/accountz?acc=A"), await _http_json(http, "/connz?auth=1"))
                 finally:
                     await account.close()
 
-            used, every, varz, system, other = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+            used, every, varz, system, other, connz = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+        (connection,) = connz["connections"]
+        assert list(connection)[-3:] == ["authorized_user", "account", "name_tag"] and connection["name_tag"] == "A"
         assert system["account_detail"]["is_system"] is True and "is_system" not in other["account_detail"]
         assert list(system["account_detail"])[:3] == ["account_name", "update_time", "is_system"]
         assert [stat["acc"] for stat in used["account_statz"]] == ["A"]
