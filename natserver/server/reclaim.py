@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 
@@ -34,8 +35,10 @@ RECLAIM_AFTER_BYTES = 32 * 1024 * 1024
 RECLAIM_QUIET = 1.0
 
 
+@functools.cache
 def load_malloc_trim():
-    """glibc's malloc_trim, or None (another libc, or none found)."""
+    """glibc's malloc_trim, or None (another libc, or none found). Looked up once a process:
+    ctypes.util.find_library runs ldconfig (8-13 ms), which every server start paid."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         trim = libc.malloc_trim
