@@ -270,7 +270,7 @@ def test_port_in_use_matches_nats_server(taken_port, flag):
 def test_version(capsys):
     assert main(["-v"]) == 0
     out = capsys.readouterr().out
-    assert re.fullmatch(r"natserver: v\d+\.\d+\.\d+\S* \(nats-server v2\.9\.10 compatible\)\n", out)
+    assert re.fullmatch(r"natserver: v\d+\.\d+\.\d+\S* \(nats-server v2\.15\.1 compatible\)\n", out)
     assert main(["--version"]) == 0 and capsys.readouterr().out == out
     assert main(["version"]) == 0 and capsys.readouterr().out == out
 
