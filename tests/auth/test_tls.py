@@ -440,6 +440,18 @@ def _start(argv: list[str], port: int) -> subprocess.Popen:
     raise RuntimeError(f"{argv[0]} did not start")
 
 
+def sub_pub_roundtrip(tls) -> bytes:
+    """CONNECT, SUB a, PUB a, PING over a blocking (TLS) socket: what came until the PONG."""
+    tls.sendall(b'CONNECT {"verbose":false}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n')
+    got = b""
+    while not got.endswith(b"PONG\r\n"):
+        chunk = tls.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def _transcript(port: int, certs: Certs) -> dict:
     """What a client sees: the INFO keys; plain text after INFO; idle; TLS without/with cert."""
     out = {}
@@ -472,14 +484,7 @@ def _transcript(port: int, certs: Certs) -> dict:
             info_of(sock)
             try:
                 with certs.client_context(cert, key).wrap_socket(sock, server_hostname="localhost") as tls:
-                    tls.sendall(b'CONNECT {"verbose":false}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n')
-                    got = b""
-                    while not got.endswith(b"PONG\r\n"):
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        got += chunk
-                    out[label] = got
+                    out[label] = sub_pub_roundtrip(tls)
             except (ssl.SSLError, ConnectionResetError, BrokenPipeError, OSError):
                 out[label] = "refused"
     return out

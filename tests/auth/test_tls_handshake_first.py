@@ -20,7 +20,7 @@ import pytest
 
 from natserver.auth.tls import DEFAULT_TLS_HANDSHAKE_FIRST_FALLBACK_DELAY, TLSConfigError, parse_tls_block
 from tests import reference
-from tests.auth.test_tls import _free_port, _start, certs  # noqa: F401  (certs: the fixture)
+from tests.auth.test_tls import _free_port, _start, certs, sub_pub_roundtrip  # noqa: F401  (certs: the fixture)
 
 TIMEOUT = 20
 
@@ -62,14 +62,7 @@ def _transcript(port: int, certs) -> dict:  # noqa: F811
             info = _info(_read_line(tls.recv))
             out["first_info"] = [k for k in info if k != "api_lvl"]
             out["first_info_tls"] = {k: v for k, v in info.items() if k.startswith("tls")}
-            tls.sendall(b'CONNECT {"verbose":false}\r\nSUB a 1\r\nPUB a 1\r\nx\r\nPING\r\n')
-            got = b""
-            while not got.endswith(b"PONG\r\n"):
-                chunk = tls.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-            out["first_roundtrip"] = got
+            out["first_roundtrip"] = sub_pub_roundtrip(tls)
     return out
 
 
