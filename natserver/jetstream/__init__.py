@@ -13,7 +13,9 @@ through another account or domain), ``api.py`` (the stream JSON API) and ``consu
 (the consumer API), ``consumer.py`` (consumer configuration and state, sans-IO),
 ``delivery.py`` (pull requests, acks, redelivery), ``consumer_store.py`` (durable consumers
 on disk), ``monitor.py`` (/jsz, /varz), ``not_enabled.py`` (accounts without JetStream),
-``errors.py`` (the error table), ``util.py`` (JSON, times, headers, subjects).
+``unsupported.py`` (the 2.10+ settings natserver refuses rather than ignore), ``advisories.py``
+($JS.EVENT.ADVISORY), ``gojson.py`` (Go's JSON decoding rules), ``errors.py`` (the error
+table), ``util.py`` (JSON, times, headers, subjects).
 
 Storage lives in ``<store_dir>/jetstream/<account>/streams/<stream>/`` (nats-server's layout,
 ``$G`` without accounts; the files inside are natserver's own format). Without a store_dir:
