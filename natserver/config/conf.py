@@ -47,7 +47,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from ..protocol.gotext import parse_duration
+from ..protocol.gotext import GO_JSON_ESCAPES, parse_duration
 
 __all__ = ["ConfigError", "config_digest", "parse", "parse_file", "parse_duration", "to_int"]
 
@@ -698,9 +698,7 @@ def to_int(value) -> int:
     raise ValueError(f"expected an integer or a size such as '64MB', got {value!r}")
 
 
-# encoding/json's escapes that Python's json does not make (Go escapes these for HTML safety).
-_GO_JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-                                  "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_GO_JSON_ESCAPES = str.maketrans(dict(GO_JSON_ESCAPES))  # Go's HTML-safe escapes
 
 
 def config_digest(values: dict) -> str:

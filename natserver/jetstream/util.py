@@ -7,15 +7,11 @@ import time
 
 import orjson
 
+from ..protocol.gotext import GO_JSON_ESCAPES
+
 # -- JSON, the way Go's encoding/json writes it ------------------------------------------------
 
-_GO_ESCAPES = (
-    (b"<", b"\\u003c"),
-    (b">", b"\\u003e"),
-    (b"&", b"\\u0026"),
-    (b"\xe2\x80\xa8", b"\\u2028"),
-    (b"\xe2\x80\xa9", b"\\u2029"),
-)
+_GO_ESCAPES = tuple((raw.encode(), escaped.encode()) for raw, escaped in GO_JSON_ESCAPES)
 
 
 def dumps(obj) -> bytes:

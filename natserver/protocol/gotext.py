@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["parse_duration", "go_duration", "go_duration_error", "go_errno_text", "go_listen_error", "go_type_name"]
+__all__ = ["parse_duration", "go_duration", "go_duration_error", "go_errno_text", "go_listen_error", "go_type_name", "GO_JSON_ESCAPES"]
 
 _INT64_MAX = 2**63 - 1
 
@@ -147,3 +147,14 @@ def go_type_name(value) -> str:
     if isinstance(value, list):
         return "[]interface {}"
     return type(value).__name__
+
+
+# encoding/json's HTML-safe escapes, which Python's json and orjson do not make: what Go
+# writes for these characters inside strings (both JetStream's answers and the config digest).
+GO_JSON_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
