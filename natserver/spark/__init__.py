@@ -70,7 +70,9 @@ Write options: ``servers`` and the credentials as above; ``stream`` (checked bef
 query starts; every publish carries ``Nats-Expected-Stream``); ``subject``; ``msgIdPrefix``
 (prepended to every id, to keep the ids of different jobs apart); ``acks`` (default true;
 false publishes plain core NATS messages, at most once); ``maxInFlight`` (unacknowledged
-publishes per task, default 256); ``timeout``.
+publishes per task, default 256); ``timeout``. A task publishes its partition's rows in
+order; partitions are written side by side, so their rows interleave in the stream
+(``coalesce(1)`` for one order).
 
 The small blocking client the data source uses on the driver and in Spark's workers is
 public too, for scripts around a pipeline: ``Connection(servers)`` (``.request``, ``.close``),
