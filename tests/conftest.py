@@ -20,6 +20,45 @@ import trio
 
 import natserver
 
+# -- the slow suites ---------------------------------------------------------------------------
+
+# Files left out of the default run (`python -m pytest -q`) to keep it near 7 minutes on two
+# cores; they carry the ``slow`` marker. `-m slow` runs only them, `--run-slow` everything, and
+# naming a file or test on the command line runs it whatever its marker. CI runs them all.
+# Seconds are one run's, on the 2-core machine the suite is sized for.
+SLOW_FILES = {
+    "tests/spark/test_spark.py": "PySpark on local[2], a Java start per session (82 s)",
+    "tests/nsq/test_gnsq_suite.py": "gnsq's own test suite against the NSQ front-end (59 s)",
+    "tests/test_packaging.py": "builds wheels and sdists, installs into fresh venvs (31 s)",
+    "tests/jetstream/test_nats_py_suite.py": "nats-py's JetStream tests against natserver (28 s)",
+    "tests/stan/test_stan_pb.py": "every STAN protocol buffer round trip through a live server (27 s)",
+    "tests/jetstream/test_jetstream_full_disk.py": "a full disk at every write of a store (17 s)",
+    "tests/jetstream/test_jetstream_crash.py": "kill -9 at every step of a stream's life (16 s)",
+    "tests/jetstream/test_jetstream_store_index.py": "a million-message index, rebuilt (16 s)",
+    "tests/jetstream/test_jetstream_consumer_crash.py": "kill -9 at every step of a consumer's (13 s)",
+    "tests/test_typing.py": "mypy over the public API's examples (13 s)",
+    "tests/jetstream/test_mirror_sources_crash.py": "kill -9 while mirroring and sourcing (9 s)",
+    "tests/stan/test_stan_crash.py": "kill -9 of a STAN server with subscribers (5 s)",
+}
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run the slow suites too (tests/conftest.py SLOW_FILES)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+    explicit = [str(arg) for arg in config.args] != [str(path) for path in config.getini("testpaths")]
+    if config.option.markexpr or config.getoption("--run-slow") or explicit:
+        return
+    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
+        items[:] = kept
+
+
 # Limits for waiting on one protocol exchange and for a whole threaded-server start/stop.
 READ_TIMEOUT = 5.0
 THREAD_TIMEOUT = 10.0
