@@ -14,7 +14,8 @@ through another account or domain), ``api.py`` (the stream JSON API) and ``consu
 ``delivery.py`` (pull requests, acks, redelivery), ``consumer_store.py`` (durable consumers
 on disk), ``monitor.py`` (/jsz, /varz), ``not_enabled.py`` (accounts without JetStream),
 ``unsupported.py`` (the 2.10+ settings natserver refuses rather than ignore), ``advisories.py``
-($JS.EVENT.ADVISORY), ``gojson.py`` (Go's JSON decoding rules), ``errors.py`` (the error
+($JS.EVENT.ADVISORY), ``gojson.py`` and ``gotime.py`` (Go's JSON decoding rules, its
+RFC 3339 times), ``errors.py`` (the error
 table), ``util.py`` (JSON, times, headers, subjects).
 
 Storage lives in ``<store_dir>/jetstream/<account>/streams/<stream>/`` (nats-server's layout,

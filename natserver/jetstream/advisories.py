@@ -1,6 +1,6 @@
 """JetStream advisories on ``$JS.EVENT.ADVISORY.>``, as nats-server 2.15.1 publishes them
-(jetstream_events.go): stream and consumer actions (created, updated, deleted) and the API
-audit of every API response. Each is published in the JetStream account, and only built when
+(jetstream_events.go): stream and consumer actions (created, updated, deleted), a consumer
+paused or resumed, and the API audit of every API response. Each is published in the JetStream account, and only built when
 someone listens (nats-server's publishAdvisory).
 """
 
@@ -20,6 +20,8 @@ ADVISORY_PREFIX = "$JS.EVENT.ADVISORY."
 STREAM_ACTION_TYPE = "io.nats.jetstream.advisory.v1.stream_action"  # JSStreamActionAdvisoryType
 CONSUMER_ACTION_TYPE = "io.nats.jetstream.advisory.v1.consumer_action"  # JSConsumerActionAdvisoryType
 API_AUDIT_TYPE = "io.nats.jetstream.advisory.v1.api_audit"  # JSAPIAuditType
+CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"  # JSConsumerPauseAdvisoryType
+_ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
 # The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
 CREATE, MODIFY, DELETE = ("CREATED", "create"), ("UPDATED", "modify"), ("DELETED", "delete")
 EVENT_ID_LEN = 22  # a NUID's length (nuid.Next())
@@ -51,6 +53,14 @@ def stream_action(js: JetStream, stream: str, action: tuple) -> None:
 def consumer_action(js: JetStream, stream: str, consumer: str, action: tuple) -> None:
     publish(js, f"{ADVISORY_PREFIX}CONSUMER.{action[0]}.{stream}.{consumer}",
             lambda: {"type": CONSUMER_ACTION_TYPE, "stream": stream, "consumer": consumer, "action": action[1]})
+
+
+def consumer_pause(js: JetStream, stream: str, consumer: str, paused: bool, pause_until: str | None) -> None:
+    """sendPauseAdvisoryLocked: ``pause_until`` as the consumer's configuration has it (the
+    zero time when it has none), ``paused`` whether that is still ahead."""
+    publish(js, f"{ADVISORY_PREFIX}CONSUMER.PAUSE.{stream}.{consumer}",
+            lambda: {"type": CONSUMER_PAUSE_TYPE, "stream": stream, "consumer": consumer, "paused": paused,
+                     "pause_until": pause_until or _ZERO_TIME})
 
 
 def api_audit(js: JetStream, subject: bytes, request: bytes, response: bytes) -> None:

@@ -12,7 +12,7 @@ import logging
 import secrets
 import string
 
-from . import errors
+from . import errors, gotime
 from .gojson import (
     INT64,
     UINT64,
@@ -40,6 +40,7 @@ _goint = lambda v: decode_int(v, INT64)
 _uint = lambda v: decode_int(v, UINT64)
 
 log = logging.getLogger("natserver")
+_ZERO_NS = gotime.nanos(gotime.ZERO)  # Go's zero time: no pause_until and the zero time are the same deadline
 
 
 def _durations(value):
@@ -86,6 +87,7 @@ _FIELDS = {
     "mem_storage": decode_bool,
     "direct": decode_bool,
     "metadata": decode_metadata,
+    "pause_until": gotime.decoder("CreateConsumerRequest.config.pause_until"),  # 2.11
 }
 
 # Go's zero values; which of them are omitted (omitempty) is in to_json.
@@ -96,7 +98,7 @@ _DEFAULTS = {
     "max_waiting": 0, "max_ack_pending": 0, "idle_heartbeat": 0, "flow_control": False,
     "headers_only": False, "max_batch": 0, "max_expires": 0, "max_bytes": 0, "deliver_subject": "",
     "deliver_group": "", "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
-    "direct": False, "metadata": None,
+    "direct": False, "metadata": None, "pause_until": None,
 }
 # Written even when zero (no omitempty in nats-server's struct tags).
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
@@ -138,6 +140,7 @@ class ConsumerConfig:
     mem_storage: bool
     direct: bool
     metadata: dict[str, str] | None
+    pause_until: str | None  # RFC 3339 as nats-server writes it back (gotime.canonical)
 
     def __init__(self, **values) -> None:
         for key, default in _DEFAULTS.items():
@@ -454,6 +457,33 @@ class Consumer:
         self.replay_sent = 0  # when it went out
         self.rate_tokens = 0.0
         self.rate_time = 0
+        # Pause (2.11, pause_until): nothing is delivered before pause_ns (Unix ns; None: not
+        # paused); unpause_at is the timer that resumes it then (consumer.go uptmr: armed
+        # by arm_pause while the deadline is ahead, 0 when not).
+        self.pause_ns = gotime.nanos(cfg.pause_until) if cfg.pause_until is not None else None
+        self.unpause_at = 0
+
+    # -- pause --------------------------------------------------------------------------------
+
+    def paused(self, now: int) -> bool:
+        return self.pause_ns is not None and now < self.pause_ns
+
+    def arm_pause(self, now: int) -> None:
+        """consumer.go updatePauseState: a timer for a deadline still ahead, none otherwise."""
+        pause_ns = self.pause_ns
+        self.unpause_at = pause_ns if pause_ns is not None and now < pause_ns else 0
+
+    def set_pause(self, until: str | None, now: int) -> bool:
+        """The pause API: pause until ``until`` (Go's text, None: not paused). Whether the
+        deadline changed (nats-server then tells, with an advisory)."""
+        old = self.pause_ns
+        self.cfg.pause_until = until
+        self.pause_ns = gotime.nanos(until) if until is not None else None
+        self.dirty = True
+        changed = (old if old is not None else _ZERO_NS) != (self.pause_ns if self.pause_ns is not None else _ZERO_NS)
+        if changed:
+            self.arm_pause(now)
+        return changed
 
     # -- delivery -----------------------------------------------------------------------------
 
@@ -527,7 +557,10 @@ class Consumer:
         return cfg.ack_policy != "none" and 0 < cfg.max_ack_pending <= len(self.pending)
 
     def next_msg(self, now: int):
-        """The next message to deliver and its delivery count, or None; records the delivery."""
+        """The next message to deliver and its delivery count, or None (nothing while paused);
+        records the delivery."""
+        if self.pause_ns is not None and now < self.pause_ns:
+            return None
         store = self.stream.store
         while self.rdq:
             seq = self.rdq[0]
@@ -754,9 +787,10 @@ class Consumer:
 
     # -- info ---------------------------------------------------------------------------------
 
-    def info_json(self, push_bound: bool = False) -> dict:
+    def info_json(self, push_bound: bool = False, now: int = 0) -> dict:
         """Consumer info; ``push_bound``: a push consumer's deliver subject has a subscriber
-        (nats-server's o.active, which its clients read to refuse a second subscriber)."""
+        (nats-server's o.active, which its clients read to refuse a second subscriber);
+        ``paused`` and ``pause_remaining`` (ns) while paused at ``now`` (2.11)."""
         delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
         if self.last_delivered:
             delivered["last_active"] = rfc3339nano(self.last_delivered)
@@ -777,4 +811,8 @@ class Consumer:
         }
         if push_bound and self.cfg.deliver_subject:
             info["push_bound"] = True
+        pause_ns = self.pause_ns
+        if pause_ns is not None and now < pause_ns:
+            info["paused"] = True
+            info["pause_remaining"] = pause_ns - now
         return info

@@ -1,14 +1,16 @@
 """The ``$JS.API.CONSUMER.*`` handlers: CREATE (ephemeral, named, with a filter token),
 DURABLE.CREATE, INFO, DELETE, NAMES and LIST, answered with nats-server v2.9.10's JSON
-and error codes. Consumers live in ``stream.consumers`` (name -> Consumer).
+and error codes, and PAUSE (2.11, as nats-server 2.15.1 answers it). Consumers live in
+``stream.consumers`` (name -> Consumer).
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from .. import clock
-from . import advisories, consumer_store, errors, unsupported
+from . import advisories, consumer_store, errors, gotime, unsupported
 from .consumer import (
     Consumer,
     ConsumerConfig,
@@ -39,6 +41,11 @@ def _action(value):
 
 _CREATE_REQUEST = {"stream_name": decode_str, "config": decode_object, "action": _action}
 _PAGE_REQUEST = {"offset": lambda v: decode_int(v, INT64)}
+# jetstream_api.go JSApiConsumerPauseRequest; decoded strictly (unknown fields refused), as
+# nats-server 2.15.1 decodes API requests.
+_PAUSE_REQUEST = {"pause_until": gotime.decoder("JSApiConsumerPauseRequest.pause_until")}
+_PAUSE_GO_TYPE = "server.JSApiConsumerPauseRequest"
+_ZERO_NS = gotime.nanos(gotime.ZERO)
 
 
 def _decode(payload: bytes, fields: dict) -> dict:
@@ -76,6 +83,8 @@ class ConsumerApi:
                 self.js.delivery.pull(consumer, reply, payload)
         elif op in (b"NAMES", b"LIST") and n == 5:
             self.names(text[4], reply, payload, full=op == b"LIST")
+        elif op == b"PAUSE" and n == 6:
+            self.pause(text[4], text[5], reply, payload)
 
     def _stream(self, name: str):
         stream = self.js.streams.get(name)
@@ -92,6 +101,8 @@ class ConsumerApi:
                 raise errors.stream_mismatch()
             try:
                 cfg = ConsumerConfig.from_json(req.get("config"))
+            except GoDecodeError as exc:  # (pause_until: Go's time errors)
+                raise errors.invalid_json(str(exc)) from None
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_consumer(req.get("config"))
@@ -123,22 +134,32 @@ class ConsumerApi:
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
+        now = clock.now_ns()
         self.api._send(reply, {"type": rtype, **self._info(consumer)})
+        if consumer.paused(now):  # (jsConsumerCreateRequest: after every create of a paused consumer)
+            advisories.consumer_pause(self.js, stream.name, consumer.name, True, consumer.cfg.pause_until)
         if consumer.cfg.deliver_subject:
             # Only after the response, as nats-server's delivery loop starts: a mirror or source
             # consumer's owner ignores what comes before it knows the consumer's name.
-            self.js.delivery.push(consumer, clock.now_ns())
+            self.js.delivery.push(consumer, now)
 
     def add(self, stream, cfg: ConsumerConfig, name: str, action: str = "") -> Consumer:
         consumers = stream.consumers
         existing = consumers.get(name) if name else None
         if existing is not None:
+            # jsConsumerCreateRequest: an existing consumer's pause_until is only changed by
+            # the pause API; what the request says is replaced by it (and it is kept in UTC
+            # from then on, as updateConfig stores it).
+            cfg.pause_until = existing.cfg.pause_until
             if existing.cfg == cfg:
+                if _pause_in_utc(existing):
+                    self._save(existing)
                 return existing
             if action == "create":
                 raise errors.consumer_already_exists()
             check_update(existing.cfg, cfg)
             existing.reconfigure(cfg)
+            _pause_in_utc(existing)
             self._save(existing)
             return existing
         if action == "update":
@@ -158,6 +179,7 @@ class ConsumerApi:
             while name in consumers:
                 name = ephemeral_name()
         consumer = Consumer(stream, name, cfg, clock.now_ns())
+        consumer.arm_pause(consumer.created)
         consumer.num_pending()  # the first count, as nats-server's setLeader makes it
         consumers[name] = consumer
         self._save(consumer)
@@ -180,10 +202,11 @@ class ConsumerApi:
         """consumer.go info: a pull consumer's waiting requests are looked over first, so
         num_waiting counts only those still waiting; a push consumer says whether someone
         listens on its deliver subject (push_bound)."""
+        now = clock.now_ns()
         if consumer.cfg.is_push:
-            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()))
-        self.js.delivery.process_waiting(consumer, clock.now_ns(), False)
-        return consumer.info_json()
+            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()), now)
+        self.js.delivery.process_waiting(consumer, now, False)
+        return consumer.info_json(now=now)
 
     def delete(self, stream_name: str, name: str, reply) -> None:
         rtype = _T + "consumer_delete_response"
@@ -197,6 +220,38 @@ class ConsumerApi:
             self.api._fail(reply, rtype, exc)
             return
         self.api._send(reply, {"type": rtype, "success": True})
+
+    def pause(self, stream_name: str, name: str, reply, payload: bytes) -> None:
+        """jsConsumerPauseRequest: pause until ``pause_until`` (a time in the past or none:
+        resume). The consumer's configuration keeps it (in UTC), on disk too; a changed
+        deadline is announced ($JS.EVENT.ADVISORY.CONSUMER.PAUSE.<stream>.<consumer>) before
+        the answer. A resumed consumer delivers at once (nats-server 2.15.1 only goes on when
+        something else wakes it: a new message, a new pull request)."""
+        rtype = _T + "consumer_pause_response"
+        try:
+            until = _pause_request(payload)
+            consumer = self._stream(stream_name).consumers.get(name)
+            if consumer is None:
+                raise errors.consumer_not_found()
+            now = clock.now_ns()
+            # (Go: a zero time is no pause_until; any other time is kept, in UTC)
+            if until is not None:
+                until = gotime.utc(until) if gotime.nanos(until) != _ZERO_NS else None
+            was_paused = consumer.paused(now)
+            changed = consumer.set_pause(until, now)
+            self._save(consumer)
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc, paused=False, pause_until=gotime.ZERO)
+            return
+        if changed:
+            advisories.consumer_pause(self.js, stream_name, name, consumer.paused(now), until)
+            self.js.delivery.poke()  # the timer task learns of the new deadline
+        response: dict = {"type": rtype, "paused": consumer.paused(now), "pause_until": until or gotime.ZERO}
+        if consumer.pause_ns is not None and now < consumer.pause_ns:
+            response["pause_remaining"] = consumer.pause_ns - now
+        self.api._send(reply, response)
+        if was_paused and not consumer.paused(now):
+            self.js.delivery.resumed(consumer, now)
 
     def _save(self, consumer: Consumer) -> None:
         """A durable's configuration is on disk before the API answers."""
@@ -236,3 +291,69 @@ class ConsumerApi:
             listed = page
         self.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": limit,
                                "consumers": listed})
+
+
+def _pause_in_utc(consumer: Consumer) -> bool:
+    """consumer.go updateConfig keeps pause_until in UTC: whether that changed its text."""
+    until = consumer.cfg.pause_until
+    if until is None or gotime.utc(until) == until:
+        return False
+    consumer.cfg.pause_until = gotime.utc(until)
+    return True
+
+
+def _pause_request(payload: bytes) -> str | None:
+    """The pause request's time (Go's text; None: none). nats-server reads a body that does not
+    start with ``{`` or ``[`` as no request at all (resume); it decodes strictly (an unknown
+    field is an error) and takes one JSON value after another (the last one's time wins)."""
+    body = payload.lstrip(b" \t\r\n")
+    if body[:1] not in (b"{", b"["):
+        return None
+    try:
+        values = _json_values(body.decode("utf-8", "replace"))
+    except ValueError:
+        raise errors.invalid_json() from None  # (Go's syntax error texts are not reproduced)
+    until = None
+    for value in values:
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            kind = "array" if isinstance(value, list) else "string" if isinstance(value, str) else \
+                "bool" if isinstance(value, bool) else "number"
+            raise errors.invalid_json(f"json: cannot unmarshal {kind} into Go value of type {_PAUSE_GO_TYPE}")
+        for key, item in value.items():
+            if key.lower() != "pause_until":
+                raise errors.invalid_json(f"json: unknown field {_go_quote(key)}")
+            if item is None:
+                continue
+            try:
+                until = _PAUSE_REQUEST["pause_until"](item)
+            except GoDecodeError as exc:
+                raise errors.invalid_json(str(exc)) from None
+    return until
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _go_quote(text: str) -> str:
+    """Go's %q of a printable string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _json_values(text: str) -> list:
+    """Every JSON value of ``text``, one after another (Go's json.Decoder); ValueError when one
+    is not JSON."""
+    values: list = []
+    at, end = 0, len(text)
+    while True:
+        while at < end and text[at] in " \t\r\n":
+            at += 1
+        if at == end:
+            return values
+        value, at = _DECODER.raw_decode(text, at)
+        values.append(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
+from .. import clock
 from .consumer import Consumer, ConsumerConfig
 from .store import write_atomic
 from .util import dumps, loads
@@ -72,6 +73,7 @@ def load_all(stream, stream_path: str) -> list[Consumer]:
             consumer.pending = {int(s): [int(c), int(t)] for s, c, t in state["pending"]}
             consumer.rdc = {int(s): int(n) for s, n in state["rdc"]}
             consumer.num_pending()  # counted from the recovered position (consumer.go setLeader)
+            consumer.arm_pause(clock.now_ns())  # still paused until pause_until (setLeader: updatePauseState)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("JetStream: can not load the consumer in %s: %s", path, exc)
             continue

@@ -466,6 +466,8 @@ class Delivery:
                         d = gone
                 if consumer.retry_at and (d is None or consumer.retry_at < d):
                     d = consumer.retry_at
+                if consumer.unpause_at and (d is None or consumer.unpause_at < d):
+                    d = consumer.unpause_at
                 if consumer.cfg.idle_heartbeat:
                     beat = consumer.last_push + consumer.cfg.idle_heartbeat
                     if d is None or beat < d:
@@ -514,8 +516,20 @@ class Delivery:
                         log.error("JetStream: can not save consumer %s: %s", consumer.name, exc)
                     consumer.saved_at = now
 
+    def resumed(self, consumer: Consumer, now: int) -> None:
+        """A paused consumer goes on: what waited for it is delivered."""
+        if consumer.cfg.deliver_subject:
+            self.push(consumer, now)
+        elif consumer.waiting:
+            self.serve(consumer, now)
+
     def _tick(self, consumer: Consumer, now: int) -> None:
         cfg = consumer.cfg
+        if consumer.unpause_at and consumer.unpause_at <= now:
+            # consumer.go updatePauseState's timer: the pause is over (an advisory says so)
+            consumer.unpause_at = 0
+            advisories.consumer_pause(self.js, consumer.stream.name, consumer.name, False, cfg.pause_until)
+            self.resumed(consumer, now)
         if not cfg.durable_name and cfg.inactive_threshold:
             if cfg.deliver_subject:
                 if self.js.client.has_interest(cfg.deliver_subject.encode()):

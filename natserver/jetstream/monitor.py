@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from .. import clock
 from ..protocol.const import JS_API_LEVEL
 from ..server.monitor import account_name_tag
 from .util import rfc3339nano
@@ -99,7 +100,7 @@ def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
 
 def _consumer_detail(consumer, config: bool) -> dict:
     """monitor.go's consumer detail: the consumer info, its configuration only with ``config``."""
-    info = consumer.info_json()
+    info = consumer.info_json(now=clock.now_ns())
     if not config:
         del info["config"]
     return info

@@ -31,6 +31,8 @@ _ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
     (b"CONSUMER", b"DELETE"): ("consumer_delete_response", {}),
     (b"CONSUMER", b"NAMES"): ("consumer_names_response", {**_PAGE, "consumers": []}),
     (b"CONSUMER", b"LIST"): ("consumer_list_response", {**_PAGE, "consumers": []}),
+    # 2.11 (as nats-server 2.15.1 answers it)
+    (b"CONSUMER", b"PAUSE"): ("consumer_pause_response", {"paused": False, "pause_until": "0001-01-01T00:00:00Z"}),
 }
 
 

@@ -28,15 +28,13 @@ STREAM_FIELDS = {
 }
 SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sources
 CONSUMER_FIELDS = {
-    "pause_until": "2.11",
     "priority_groups": "2.11",
     "priority_policy": "2.11",
     "priority_timeout": "2.11",
     "sourcing": "2.14",
 }
 # Values a client sends for "not used" besides Go's zero values.
-_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", ""), "priority_policy": ("none", ""),
-           "pause_until": ("0001-01-01T00:00:00Z",)}
+_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", ""), "priority_policy": ("none", "")}
 
 
 def _set(name: str, value) -> bool:

@@ -217,7 +217,7 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
         answer = json.loads((await client.read_exactly(int(line.split()[-1]) + 2))[:-2])
         assert answer["error"] == {"code": 500, "err_code": 10051,
                                    "description": "natserver does not support per-message TTL yet"}
-        for field, value in [("pause_until", "2030-01-01T00:00:00Z"), ("priority_groups", ["g"]),
+        for field, value in [("priority_groups", ["g"]),
                              ("priority_policy", "pinned_client"), ("priority_timeout", 1_000_000_000)]:
             answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
                 "durable_name": "C", "ack_policy": "explicit", field: value}})
