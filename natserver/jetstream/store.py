@@ -59,7 +59,7 @@ from collections.abc import Callable
 
 from ..server.reclaim import load_malloc_trim
 from .msgindex import DEAD, DictIndex, MsgIndex
-from .ttl import TtlSchedule, header_ttl, is_marker
+from .ttl import TtlSchedule, expires_at, header_ttl, is_marker
 from .util import compile_filter, get_header, has_wildcard
 
 log = logging.getLogger("natserver")
@@ -189,7 +189,10 @@ class Store:
         self.last_seq = seq
         self.last_ts = ts
         if ttl:
-            self.ttls.add(seq, ts, ttl)
+            ttls = self.ttls
+            ttls.add(seq, ts, ttl)
+            if len(ttls.heap) + len(ttls.never) > 2 * self.msgs + 1024:
+                ttls.compact(self.idx.__contains__, self.msgs)  # (what limits removed: amortised)
         if at_subject_limit:
             while ss[0] > maxp:
                 self._remove(ss[1])
@@ -279,7 +282,7 @@ class Store:
                 if not budget:
                     nxt = now
         ttls = self.ttls
-        if ttls.heap and self.cfg.allow_msg_ttl:
+        if ttls.heap and getattr(self.cfg, "allow_msg_ttl", False):
             while budget:
                 seq = ttls.pop_due(now)
                 if not seq:
@@ -905,7 +908,7 @@ class FileStore(Store):
             self.first_seq = max(floor, last_seq + 1) if (floor or last_seq) else 0
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
-        if self.cfg.allow_msg_ttl:
+        if getattr(self.cfg, "allow_msg_ttl", False):  # (NSQ's and STAN's stores have no TTLs)
             self._recover_ttls(hdr_lists)
         # Write to the newest segment while it has room.
         if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
@@ -937,7 +940,9 @@ class FileStore(Store):
         nats-server keeps a snapshot of its timer wheel (thw.db) and scans what came after
         it; natserver reads the headers of the messages that have some."""
         idx = self.idx
-        ttls = self.ttls
+        entries: list[tuple[int, int]] = []
+        never = self.ttls.never
+        seen: dict[bytes, int] = {}  # header block -> its TTL (messages mostly share a few)
         for seg, seqs in hdr_lists.items():
             live = [seq for seq in seqs if seq in idx]
             if not live:
@@ -954,10 +959,18 @@ class FileStore(Store):
                 if rtype != T_MSG or rseq != seq or not hl:
                     continue
                 start = offset + _MSG_FIXED + sl
-                hdr = data[start : start + hl] if whole else self._disk(seg, os.pread(fd, hl, start), start)
-                ttl = header_ttl(bytes(hdr))
-                if ttl:
-                    ttls.add(seq, ts, ttl)
+                hdr = bytes(data[start : start + hl] if whole else self._disk(seg, os.pread(fd, hl, start), start))
+                ttl = seen.get(hdr)
+                if ttl is None:
+                    ttl = header_ttl(hdr)
+                    if len(seen) < _TTL_READ_WHOLE:
+                        seen[hdr] = ttl
+                if ttl > 0:
+                    entries.append((expires_at(ts, ttl), seq))
+                elif ttl < 0:
+                    never.add(seq)
+        if entries:
+            self.ttls.add_many(entries)
 
     # -- segment index files ----------------------------------------------------------------------
 

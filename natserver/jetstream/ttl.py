@@ -30,6 +30,7 @@ MIN_TTL_SECONDS = 1  # stream.go parseMessageTTL: a duration under 1s is invalid
 MIN_MARKER_TTL_NS = 1_000_000_000
 _NS = 1_000_000_000
 _INT64 = 1 << 64
+_INT64_LIMIT = 1 << 63
 
 
 class InvalidTTL(ValueError):
@@ -49,6 +50,26 @@ def parse_ttl(value: bytes) -> int:
     seconds (digits only, wrapping around as Go's int64 does)."""
     if not value:
         return 0
+    if value.isdigit() and value != b"0":  # (Go's ParseDuration takes only "0" without a unit)
+        seconds = _int64(int(value))
+        if seconds < 0:
+            raise InvalidTTL(value.decode())
+        return seconds
+    ttl = _parsed.get(value)
+    if ttl is None:
+        ttl = _parse_ttl(value)
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[value] = ttl
+    return ttl
+
+
+# Parsed TTL values (a stream's messages mostly carry a few): value -> seconds.
+_parsed: dict[bytes, int] = {}
+_PARSED_MAX = 1024
+
+
+def _parse_ttl(value: bytes) -> int:
     text = value.decode("utf-8", "replace")
     if text.lower() == "never":
         return TTL_NEVER
@@ -81,7 +102,8 @@ def header_ttl(hdr: bytes | None) -> int:
 def expires_at(ts: int, ttl: int) -> int:
     """When a message stored at ``ts`` (ns) with ``ttl`` seconds expires (filestore.go:
     ``time.Duration(ts) + time.Second*time.Duration(ttl)``, int64 arithmetic)."""
-    return _int64(ts + _int64(ttl * _NS))
+    expires = ts + ttl * _NS
+    return expires if 0 <= expires < _INT64_LIMIT else _int64(ts + _int64(ttl * _NS))
 
 
 def is_marker(hdr: bytes | None) -> bool:
@@ -116,6 +138,11 @@ class TtlSchedule:
             heapq.heappush(self.heap, (expires_at(ts, ttl), seq))
         elif ttl < 0:
             self.never.add(seq)
+
+    def add_many(self, entries: list[tuple[int, int]]) -> None:
+        """``(expires, seq)`` entries at once (recovery): one heapify."""
+        self.heap += entries
+        heapq.heapify(self.heap)
 
     def clear(self) -> None:
         self.heap = []

@@ -321,11 +321,14 @@ def test_max_age_spares_never_without_rescanning():
 
 
 def test_removed_messages_leave_no_heap_behind():
-    store = _memory_store(allow_msg_ttl=True, max_msgs=10)
-    for i in range(20_000):
-        store.store_msg(b"s.a", b"", b"x", i, 3600)
-    store.expire(0)
-    assert store.msgs == 10 and len(store.ttls.heap) <= 2 * 10 + 1024 + 1
+    """Messages that a limit removes leave their entries behind only until they outnumber the
+    live messages (a stream without allow_msg_ttl keeps sourced TTLs the same way)."""
+    for allow in (True, False):
+        store = _memory_store(allow_msg_ttl=allow, max_msgs=10)
+        for i in range(20_000):
+            store.store_msg(b"s.a", b"", b"x", i, 3600 if i % 2 else TTL_NEVER)
+        assert store.msgs == 10
+        assert len(store.ttls.heap) <= 2 * 10 + 1024 and len(store.ttls.never) <= 2 * 10 + 1024
 
 
 def test_ttls_survive_a_restart(tmp_path):
