@@ -625,6 +625,15 @@ SEGMENT_SUFFIX = ".seg"
 # Recovering TTLs: a segment with at least this many live messages with headers is read whole,
 # one with fewer a header at a time.
 _TTL_READ_WHOLE = 64
+# The TTL schedule written when the store stops (FileStore._write_ttl_snapshot; nats-server's
+# thw.db): magic, version, the sequence it covers up to (every message below it with a TTL is
+# in it), the heap's entries, the never-expiring sequences, then a CRC-32 of all of it. A
+# start reads it and the headers of the messages from that sequence on only. Encrypted
+# stores keep none (as they keep no index files).
+TTL_SNAPSHOT = "ttl.snap"
+_TTL_MAGIC = b"NSTT"
+_TTL_VERSION = 1
+_TTL_HEAD = struct.Struct("<4sHHQQQ")  # magic, version, reserved, covered, heap entries, never
 
 # Segment index files (FileStore._write_seg_index): header, then the arrays, the subjects
 # (id, length, bytes), the DEL sequences and the sequences of messages with headers (their
@@ -909,6 +918,9 @@ class FileStore(Store):
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
         if getattr(self.cfg, "allow_msg_ttl", False):  # (NSQ's and STAN's stores have no TTLs)
+            covered = self._load_ttl_snapshot()
+            if covered:
+                hdr_lists = {seg: [seq for seq in seqs if seq >= covered] for seg, seqs in hdr_lists.items()}
             self._recover_ttls(hdr_lists)
         # Write to the newest segment while it has room.
         if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
@@ -933,6 +945,52 @@ class FileStore(Store):
         if self.werr is None:
             self._drop_dead_segments()
         self._trim_heap()  # (what reading the segments left behind)
+
+    def _ttl_snapshot_path(self) -> str:
+        return os.path.join(self.msgs_dir, TTL_SNAPSHOT)
+
+    def _write_ttl_snapshot(self) -> None:
+        """At a clean stop: the TTL schedule of the live messages, so that the next start
+        reads no headers but those of the messages stored after it."""
+        path = self._ttl_snapshot_path()
+        if self.cipher is not None or not getattr(self.cfg, "allow_msg_ttl", False):
+            return
+        live = self.idx.__contains__
+        heap = [(expires, seq) for expires, seq in self.ttls.heap if live(seq)]
+        never = [seq for seq in self.ttls.never if live(seq)]
+        flat = array("q", [v for entry in heap for v in entry])
+        body = _TTL_HEAD.pack(_TTL_MAGIC, _TTL_VERSION, 0, self.last_seq + 1, len(heap), len(never))
+        body += flat.tobytes() + array("q", never).tobytes()
+        try:
+            write_atomic(path, body + _U32.pack(zlib.crc32(body)))
+        except OSError as exc:  # the next start reads the headers instead
+            log.warning("JetStream: can not write %s: %s", path, exc)
+
+    def _load_ttl_snapshot(self) -> int:
+        """The TTLs a clean stop wrote: returns the sequence from which headers must still be
+        read (0: no usable snapshot, read them all)."""
+        try:
+            with open(self._ttl_snapshot_path(), "rb") as f:
+                data = f.read()
+        except OSError:
+            return 0
+        if len(data) < _TTL_HEAD.size + 4 or zlib.crc32(data[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
+            log.warning("JetStream: %s is torn or corrupt: reading the TTLs from the messages", self._ttl_snapshot_path())
+            return 0
+        magic, version, _, covered, n_heap, n_never = _TTL_HEAD.unpack_from(data, 0)
+        if magic != _TTL_MAGIC or version != _TTL_VERSION or \
+                len(data) != _TTL_HEAD.size + 8 * (2 * n_heap + n_never) + 4:
+            return 0
+        values = array("q")
+        values.frombytes(data[_TTL_HEAD.size : -4])
+        if sys.byteorder != "little":
+            values.byteswap()
+        idx = self.idx
+        flat = values[: 2 * n_heap]
+        entries = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2) if flat[i + 1] in idx]
+        self.ttls.add_many(entries)
+        self.ttls.never.update(seq for seq in values[2 * n_heap :] if seq in idx)
+        return covered
 
     def _recover_ttls(self, hdr_lists: dict[int, list[int]]) -> None:
         """The TTLs of the live messages with headers (their Nats-TTL), each segment read
@@ -1387,6 +1445,8 @@ class FileStore(Store):
             self.sync_now()
         except OSError as exc:
             log.error("JetStream: closing %s: %s", self.path, exc)
+        if self.werr is None:
+            self._write_ttl_snapshot()
         self.closed = True
         for fd in self.fds.values():
             os.close(fd)

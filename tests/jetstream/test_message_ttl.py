@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import socket
 import tempfile
 import time
@@ -27,8 +28,10 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from natserver.jetstream.store import EXPIRE_BATCH, MemoryStore
+from natserver.jetstream import store as store_module
+from natserver.jetstream.store import EXPIRE_BATCH, FileStore, MemoryStore
 from natserver.jetstream.stream import StreamConfig as ServerStreamConfig
+from natserver.jetstream.stream import check_stream_config
 from natserver.jetstream.ttl import TTL_NEVER, InvalidTTL, marker_header, parse_ttl
 from natserver.testing import NatsServer
 from tests import reference
@@ -371,6 +374,47 @@ def test_ttls_survive_a_restart(tmp_path):
         asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
         server.restart()
         asyncio.run(asyncio.wait_for(after(server), TIMEOUT))
+
+
+def test_the_ttl_snapshot_spares_reading_headers(tmp_path, monkeypatch):
+    """A clean stop writes the TTL schedule (msgs/ttl.snap); the next start reads only the
+    headers of what was stored after it, also after a crash (no new snapshot), and a torn
+    snapshot is read around (every header again)."""
+    cfg = check_stream_config(ServerStreamConfig(name="F", subjects=["f.>"], allow_msg_ttl=True), {})
+    path = str(tmp_path / "F")
+    parsed: list[bytes] = []
+    real = store_module.header_ttl
+    monkeypatch.setattr(store_module, "header_ttl", lambda hdr: parsed.append(hdr) or real(hdr))
+
+    def publish(store: FileStore, first: int, count: int) -> None:
+        for i in range(first, first + count):
+            ttl = TTL_NEVER if i % 10 == 0 else 100 + i
+            hdr = b"NATS/1.0\r\nNats-TTL: %s\r\nN: %d\r\n\r\n" % (b"never" if ttl < 0 else b"%d" % ttl, i)
+            store.store_msg(b"f.a", hdr, b"x", i * S, ttl)
+        store.flush()
+
+    store = FileStore(path, cfg)
+    publish(store, 1, 100)
+    store.remove_msg(5)
+    schedule = (sorted(store.ttls.heap), store.ttls.never)
+    store.stop()
+    store = FileStore(path, cfg)
+    assert parsed == [] and (sorted(store.ttls.heap), store.ttls.never) == (
+        sorted(e for e in schedule[0] if e[1] != 5), schedule[1])
+    publish(store, 101, 50)
+    schedule = (sorted(store.ttls.heap), set(store.ttls.never))
+    for fd in store.fds.values():  # a crash: no stop, no new snapshot
+        os.close(fd)
+    store.fds.clear()
+    store = FileStore(path, cfg)
+    assert len(parsed) == 50 and (sorted(store.ttls.heap), store.ttls.never) == schedule
+    store.stop()
+    with open(os.path.join(path, "msgs", "ttl.snap"), "r+b") as f:
+        f.truncate(40)
+    parsed.clear()
+    store = FileStore(path, cfg)
+    assert len(parsed) == 149 and (sorted(store.ttls.heap), store.ttls.never) == schedule
+    store.stop()
 
 
 def test_nats_py_key_value_with_per_key_ttl(tmp_path):
