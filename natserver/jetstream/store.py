@@ -287,9 +287,9 @@ class Store:
                 seq = ttls.pop_due(now)
                 if not seq:
                     break
+                budget -= 1  # (an entry of a message already gone counts too)
                 if seq in self.idx:
                     self._expire_one(seq)
-                    budget -= 1
             due = now if not budget else ttls.next_expiry()
             if due is not None and (nxt is None or due < nxt):
                 nxt = due

@@ -310,6 +310,19 @@ def test_a_mass_expiry_is_spread_over_turns():
     print(f"{total} TTL expiries: {elapsed:.3f}s CPU in {turns} turns")
 
 
+def test_entries_of_purged_messages_count_against_the_batch():
+    """A purge leaves its messages' entries in the heap: popping them is bounded per turn
+    too, and the heap is then compacted to the live messages."""
+    store = _memory_store(allow_msg_ttl=True)
+    for i in range(10_000):
+        store.store_msg(b"s.a", b"", b"x", i, 60)
+    store.store_msg(b"s.b", b"", b"x", 10_000, 60)
+    assert store.purge_ex(b"s.a", 0, 0) == 10_000
+    assert store.expire(100 * S) == 100 * S and store.msgs == 1  # a batch of entries popped, come back
+    assert len(store.ttls.heap) == 1  # compacted
+    assert store.expire(100 * S) is None and store.msgs == 0
+
+
 def test_max_age_spares_never_without_rescanning():
     """max_age walks past messages that never expire once: the next expiry starts after them."""
     store = _memory_store(max_age=10 * S, allow_msg_ttl=True)
