@@ -465,6 +465,14 @@ def test_nats_py_key_value_with_per_key_ttl(tmp_path):
         await server.advance_async(6)  # the marker's own 5 s
         info = await js.stream_info("KV_sessions")
         assert info.state.messages == 1 and info.state.last_seq == 3
+        # A purge marker with a TTL (kv.purge(msg_ttl=)) rolls the key up, then goes itself
+        # (a marker: no server marker for it).
+        await kv.purge("bob", msg_ttl=8)
+        info = await js.stream_info("KV_sessions")
+        assert info.state.messages == 1 and info.state.last_seq == 4
+        await server.advance_async(9)
+        info = await js.stream_info("KV_sessions")
+        assert info.state.messages == 0 and info.state.last_seq == 4
         await watcher.stop()
         await nc.close()
 
