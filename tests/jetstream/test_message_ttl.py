@@ -28,6 +28,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
+from natserver.jetstream import crypto
 from natserver.jetstream import store as store_module
 from natserver.jetstream.store import EXPIRE_BATCH, FileStore, MemoryStore
 from natserver.jetstream.stream import StreamConfig as ServerStreamConfig
@@ -427,6 +428,31 @@ def test_the_ttl_snapshot_spares_reading_headers(tmp_path, monkeypatch):
     parsed.clear()
     store = FileStore(path, cfg)
     assert len(parsed) == 149 and (sorted(store.ttls.heap), store.ttls.never) == schedule
+    store.stop()
+
+
+@pytest.mark.parametrize("cipher", [crypto.CHACHA, crypto.AES])
+def test_encrypted_stores_recover_ttls_from_the_headers(tmp_path, cipher):
+    """An encrypted store keeps no snapshot: its TTLs come back from the decrypted headers,
+    from small segments a header at a time and from a big one read whole."""
+    cfg = check_stream_config(ServerStreamConfig(name="E", subjects=["e.>"], allow_msg_ttl=True), {})
+    stream_cipher = crypto.StreamCipher(cipher, os.urandom(32))
+    path = str(tmp_path / "E")
+    store = FileStore(path, cfg, segment_size=400, cipher=stream_cipher)
+    for i in range(1, 21):  # a few to a segment
+        store.store_msg(b"e.small", b"NATS/1.0\r\nNats-TTL: %ds\r\n\r\n" % (10 + i), b"x", i * S, 10 + i)
+    store.flush()
+    store.segment_size = 1 << 20
+    store._roll()
+    for i in range(21, 121):  # 100 in one segment
+        ttl = TTL_NEVER if i % 7 == 0 else 10 + i
+        value = b"never" if ttl < 0 else b"%d" % ttl
+        store.store_msg(b"e.big", b"NATS/1.0\r\nA: b\r\nNats-TTL: %s\r\n\r\n" % value, b"x", i * S, ttl)
+    schedule = (sorted(store.ttls.heap), set(store.ttls.never))
+    store.stop()
+    assert len(store.segs) > 3 and not os.path.exists(os.path.join(path, "msgs", "ttl.snap"))
+    store = FileStore(path, cfg, segment_size=1 << 20, cipher=stream_cipher)
+    assert (sorted(store.ttls.heap), store.ttls.never) == schedule and (len(schedule[0]), len(schedule[1])) == (105, 15)
     store.stop()
 
 
