@@ -60,6 +60,9 @@ log = logging.getLogger("natserver")
 
 DEFAULT_SYNC_INTERVAL = 120.0  # nats-server's default (2 minutes)
 META_FILE = "meta.json"
+# After expiring a stream's messages failed (logged), try it again this much later (max_age,
+# when the stream has one, otherwise this; natserver's own choice).
+EXPIRE_RETRY_NS = 1_000_000_000
 
 
 def parse_sync(value) -> tuple[bool, float]:
@@ -325,7 +328,8 @@ class JetStream:
                 log.error("JetStream: can not open the stream in %s: %s", path, exc)
                 continue
             store.update_config(cfg)
-            store.expire(now)
+            if cfg.subject_delete_marker_ttl <= 0:
+                store.expire(now)  # (with markers: by the expirer, once the stream is there to store them)
             try:
                 store.flush()
             except OSError:  # a full disk: logged by the store; its messages are still served
@@ -478,13 +482,14 @@ class JetStream:
             stream.unsubscribe()
             stream.subscribe()
         stream.set_republish()
+        stream.set_markers()
         if cfg.sources != old.sources:
             self.sourcing.attach(stream)
         stream.store.update_config(cfg)
-        if cfg.max_age > 0:
-            stream.store.expire(clock.now_ns())
-            if stream.store.msgs:
-                self.schedule_expiry(stream.store.first_ts + cfg.max_age)
+        if cfg.max_age > 0 or cfg.allow_msg_ttl:
+            nxt = stream.store.expire(clock.now_ns())
+            if nxt is not None:
+                self.schedule_expiry(nxt)
         self.persist(stream)
 
     def delete_stream(self, stream: Stream) -> None:
@@ -589,18 +594,26 @@ class JetStream:
                 scope.deadline = at
 
     async def _expirer(self) -> None:
+        """Expire by max_age and per-message TTLs: each stream's store says when it next has
+        something to remove; a store that stopped at its batch limit (EXPIRE_BATCH) is
+        come back to after the other tasks had a turn."""
         while True:
             now = clock.now_ns()
             deadline = None
             for stream in list(self.streams.values()):
-                if stream.cfg.max_age > 0 and not stream.store.closed:
-                    try:
-                        nxt = stream.store.expire(now)
-                    except Exception:
-                        log.exception("JetStream: expiring messages of '%s' failed", stream.name)
-                        nxt = now + stream.cfg.max_age
-                    if nxt is not None and (deadline is None or nxt < deadline):
-                        deadline = nxt
+                store = stream.store
+                if store.closed or not (stream.cfg.max_age > 0 or (stream.cfg.allow_msg_ttl and store.ttls.heap)):
+                    continue
+                try:
+                    nxt = store.expire(now)
+                except Exception:
+                    log.exception("JetStream: expiring messages of '%s' failed", stream.name)
+                    nxt = now + (stream.cfg.max_age or EXPIRE_RETRY_NS)
+                if nxt is not None and (deadline is None or nxt < deadline):
+                    deadline = nxt
+            if deadline is not None and deadline <= now:
+                await trio.lowlevel.checkpoint()  # more to do: after everyone else's turn
+                continue
             with trio.CancelScope() as scope:
                 self._expiry_scope = scope
                 if deadline is not None:

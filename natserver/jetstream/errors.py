@@ -162,6 +162,7 @@ consumer_overlapping_filters = _fixed(400, 10138, "consumer subject filters cann
 consumer_empty_filter = _fixed(400, 10139, "consumer filter in FilterSubjects cannot be empty")
 expected_last_seq_per_subject_invalid = _fixed(  # 2.12+: a -Subject header without the sequence
     400, 10193, "missing sequence for expected last sequence per subject")
+message_ttl_invalid = _fixed(400, 10165, "invalid per-message TTL")  # 2.11+
 message_ttl_disabled = _fixed(400, 10166, "per-message TTL is disabled")  # 2.11+
 consumer_already_exists = _fixed(400, 10148, "consumer already exists")  # 2.10+ action "create"
 consumer_does_not_exist = _fixed(400, 10149, "consumer does not exist")  # 2.10+ action "update"

@@ -59,6 +59,7 @@ from collections.abc import Callable
 
 from ..server.reclaim import load_malloc_trim
 from .msgindex import DEAD, DictIndex, MsgIndex
+from .ttl import TtlSchedule, expires_at, header_ttl, is_marker
 from .util import compile_filter, get_header, has_wildcard
 
 log = logging.getLogger("natserver")
@@ -99,6 +100,11 @@ class StoredMsg:
 
 # Bulk removals above this many messages rebuild the per-subject state in one pass.
 _BULK = 64
+# Store.expire removes at most this many messages a call (max_age and TTLs together): the
+# engine's expirer comes back for the rest on its next turn, so that a mass expiry never holds
+# the one thread that serves every client for long (natserver's own bound: nats-server
+# expires in a goroutine of its own).
+EXPIRE_BATCH = 4096
 
 
 class Store:
@@ -121,6 +127,16 @@ class Store:
         self.idx = self._new_index()
         self.fss: dict[bytes, list] = {}
         self.closed = False
+        # Messages with a Nats-TTL (ttl.py): kept whether or not the stream allows TTLs (a
+        # sourced message may carry one), acted on only when it does (expire).
+        self.ttls = TtlSchedule()
+        # Everything live below this sequence that max_age has reached never expires
+        # (Nats-TTL: never): expire goes on from here instead of the first message.
+        self._age_cursor = 0
+        # Called by expire, with subject_delete_marker_ttl, when the message it removes is the
+        # last of its subject (and no marker itself): the stream stores a marker that rolls
+        # the subject up (stream.py). None: the message is simply removed.
+        self.on_last_expired: Callable[[int, bytes], None] | None = None
         # Called with the sequence of each message removed one by one (a delete, a limit, its
         # age): the stream's consumers treat a pending one as acknowledged (nats-server's
         # decStreamPending). Purges are not reported here.
@@ -128,9 +144,10 @@ class Store:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def store_msg(self, subj: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
+    def store_msg(self, subj: bytes, hdr: bytes, msg: bytes, ts: int, ttl: int = 0) -> int:
         """Store a message with the next sequence; returns it. Raises StoreError when a
-        discard-new limit refuses it; enforces the other limits afterwards (discard old)."""
+        discard-new limit refuses it; enforces the other limits afterwards (discard old).
+        ``ttl``: the message's Nats-TTL in seconds (ttl.parse_ttl; 0 none, -1 never)."""
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
         cfg = self.cfg
@@ -171,6 +188,11 @@ class Store:
         self.bytes += entry[2]
         self.last_seq = seq
         self.last_ts = ts
+        if ttl:
+            ttls = self.ttls
+            ttls.add(seq, ts, ttl)
+            if len(ttls.heap) + len(ttls.never) > 2 * self.msgs + 1024:
+                ttls.compact(self.idx.__contains__, self.msgs)  # (what limits removed: amortised)
         if at_subject_limit:
             while ss[0] > maxp:
                 self._remove(ss[1])
@@ -223,15 +245,73 @@ class Store:
                     self._remove(ss[1])
 
     def expire(self, now: int) -> int | None:
-        """Remove messages older than max_age; returns when the next one expires (ns)."""
+        """Remove what max_age and the messages' own TTLs (with ``allow_msg_ttl``) say is
+        gone at ``now``, at most EXPIRE_BATCH messages; returns when to come back (ns: ``now``
+        when it stopped at the batch limit; None: nothing will expire). A message with
+        ``Nats-TTL: never`` is spared by max_age. With ``subject_delete_marker_ttl`` the last
+        message of a subject goes through ``on_last_expired`` (memstore.go expireMsgs)."""
+        budget = EXPIRE_BATCH
+        nxt = None
         max_age = self.cfg.max_age
-        if max_age <= 0 or not self.msgs:
-            return None
-        horizon = now - max_age
-        ts_of = self.idx.ts_of
-        while self.msgs and ts_of(self.first_seq) <= horizon:
-            self._remove(self.first_seq)
-        return self.first_ts + max_age if self.msgs else None
+        if max_age > 0 and self.msgs:
+            horizon = now - max_age
+            ts_of = self.idx.ts_of
+            never = self.ttls.never
+            if not never:
+                while self.msgs and ts_of(self.first_seq) <= horizon and budget:
+                    self._expire_one(self.first_seq)
+                    budget -= 1
+                if self.msgs:
+                    nxt = now if not budget else self.first_ts + max_age
+            else:
+                seq = max(self.first_seq, self._age_cursor)
+                while budget:
+                    seq = self.idx.next_live(seq, self.last_seq) if seq <= self.last_seq else 0
+                    if not seq:
+                        break
+                    ts = ts_of(seq)
+                    if ts > horizon:
+                        nxt = ts + max_age
+                        break
+                    if seq in never:
+                        self._age_cursor = seq + 1
+                    else:
+                        self._expire_one(seq)
+                    budget -= 1
+                    seq += 1
+                if not budget:
+                    nxt = now
+        ttls = self.ttls
+        if ttls.heap and getattr(self.cfg, "allow_msg_ttl", False):
+            while budget:
+                seq = ttls.pop_due(now)
+                if not seq:
+                    break
+                budget -= 1  # (an entry of a message already gone counts too)
+                if seq in self.idx:
+                    self._expire_one(seq)
+            due = now if not budget else ttls.next_expiry()
+            if due is not None and (nxt is None or due < nxt):
+                nxt = due
+            ttls.compact(self.idx.__contains__, self.msgs)
+        return nxt
+
+    def _expire_one(self, seq: int) -> None:
+        """Remove an expired message, or let the stream replace it with a subject delete
+        marker when it is the last of its subject (and no marker itself)."""
+        callback = self.on_last_expired
+        if callback is not None:
+            subj = self.idx[seq][0]
+            ss = self.fss.get(subj)
+            if ss is not None and ss[0] == 1:
+                stored = self.load_msg(seq)
+                if stored is not None and not is_marker(stored.hdr):
+                    callback(seq, subj)
+                    if seq not in self.idx:
+                        return
+                    # The marker could not be stored (a limit, a full disk): nats-server would
+                    # try again later; natserver removes the message as max_age says.
+        self._remove(seq)
 
     # -- removing -----------------------------------------------------------------------------
 
@@ -327,6 +407,7 @@ class Store:
         self.first_seq = first_seq
         self.last_seq = first_seq - 1
         self.first_ts = 0
+        self.ttls.clear()
         self._purged()
         return purged
 
@@ -541,6 +622,19 @@ SEGMENT_SIZE = 8 * 1024 * 1024  # roll to a new segment past this (nats-server: 
 SEGMENT_SUFFIX = ".seg"
 
 
+# Recovering TTLs: a segment with at least this many live messages with headers is read whole,
+# one with fewer a header at a time.
+_TTL_READ_WHOLE = 64
+# The TTL schedule written when the store stops (FileStore._write_ttl_snapshot; nats-server's
+# thw.db): magic, version, the sequence it covers up to (every message below it with a TTL is
+# in it), the heap's entries, the never-expiring sequences, then a CRC-32 of all of it. A
+# start reads it and the headers of the messages from that sequence on only. Encrypted
+# stores keep none (as they keep no index files).
+TTL_SNAPSHOT = "ttl.snap"
+_TTL_MAGIC = b"NSTT"
+_TTL_VERSION = 1
+_TTL_HEAD = struct.Struct("<4sHHQQQ")  # magic, version, reserved, covered, heap entries, never
+
 # Segment index files (FileStore._write_seg_index): header, then the arrays, the subjects
 # (id, length, bytes), the DEL sequences and the sequences of messages with headers (their
 # Nats-Msg-Id is read at start when they are within the duplicate window), then a CRC-32.
@@ -682,6 +776,7 @@ class FileStore(Store):
         torn_tail = False
         unpack_frame = _FRAME.unpack_from
         unpack_body = _MSG_BODY.unpack_from
+        hdr_lists: dict[int, list[int]] = {}  # each segment's messages with headers (their TTLs)
         unindexed: dict[int, tuple[list[int], list[int]]] = {}  # sealed segments scanned: their DELs, header seqs
         seg_start: dict[int, int] = {}  # each segment's first sequence (its first position)
         dels: list[int] = []
@@ -700,6 +795,7 @@ class FileStore(Store):
             covered = 0
             dels = []
             hdrs = []
+            hdr_lists[seg] = hdrs
             if loaded is not None:
                 (covered, first, ts_a, off_a, size_a, sid_a, table, seg_dels, seg_hdrs,
                  (s_first, s_last, s_lts)) = loaded
@@ -714,6 +810,7 @@ class FileStore(Store):
                         idx.pop(seq, None)
                     dels = seg_dels.tolist()
                     hdrs = seg_hdrs.tolist()
+                    hdr_lists[seg] = hdrs
                     if horizon is not None:  # the Nats-Msg-Ids within the duplicate window
                         for seq in hdrs:
                             if seq in idx and idx.ts_of(seq) >= horizon:
@@ -820,6 +917,11 @@ class FileStore(Store):
             self.first_seq = max(floor, last_seq + 1) if (floor or last_seq) else 0
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
+        if getattr(self.cfg, "allow_msg_ttl", False):  # (NSQ's and STAN's stores have no TTLs)
+            covered = self._load_ttl_snapshot()
+            if covered:
+                hdr_lists = {seg: [seq for seq in seqs if seq >= covered] for seg, seqs in hdr_lists.items()}
+            self._recover_ttls(hdr_lists)
         # Write to the newest segment while it has room.
         if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
             self.active = self.segs[-1]
@@ -843,6 +945,90 @@ class FileStore(Store):
         if self.werr is None:
             self._drop_dead_segments()
         self._trim_heap()  # (what reading the segments left behind)
+
+    def _ttl_snapshot_path(self) -> str:
+        return os.path.join(self.msgs_dir, TTL_SNAPSHOT)
+
+    def _write_ttl_snapshot(self) -> None:
+        """At a clean stop: the TTL schedule of the live messages, so that the next start
+        reads no headers but those of the messages stored after it."""
+        path = self._ttl_snapshot_path()
+        if self.cipher is not None or not getattr(self.cfg, "allow_msg_ttl", False):
+            return
+        live = self.idx.__contains__
+        heap = [(expires, seq) for expires, seq in self.ttls.heap if live(seq)]
+        never = [seq for seq in self.ttls.never if live(seq)]
+        flat = array("q", [v for entry in heap for v in entry])
+        body = _TTL_HEAD.pack(_TTL_MAGIC, _TTL_VERSION, 0, self.last_seq + 1, len(heap), len(never))
+        body += flat.tobytes() + array("q", never).tobytes()
+        try:
+            write_atomic(path, body + _U32.pack(zlib.crc32(body)))
+        except OSError as exc:  # the next start reads the headers instead
+            log.warning("JetStream: can not write %s: %s", path, exc)
+
+    def _load_ttl_snapshot(self) -> int:
+        """The TTLs a clean stop wrote: returns the sequence from which headers must still be
+        read (0: no usable snapshot, read them all)."""
+        try:
+            with open(self._ttl_snapshot_path(), "rb") as f:
+                data = f.read()
+        except OSError:
+            return 0
+        if len(data) < _TTL_HEAD.size + 4 or zlib.crc32(data[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
+            log.warning("JetStream: %s is torn or corrupt: reading the TTLs from the messages", self._ttl_snapshot_path())
+            return 0
+        magic, version, _, covered, n_heap, n_never = _TTL_HEAD.unpack_from(data, 0)
+        if magic != _TTL_MAGIC or version != _TTL_VERSION or \
+                len(data) != _TTL_HEAD.size + 8 * (2 * n_heap + n_never) + 4:
+            return 0
+        values = array("q")
+        values.frombytes(data[_TTL_HEAD.size : -4])
+        if sys.byteorder != "little":
+            values.byteswap()
+        idx = self.idx
+        flat = values[: 2 * n_heap]
+        entries = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2) if flat[i + 1] in idx]
+        self.ttls.add_many(entries)
+        self.ttls.never.update(seq for seq in values[2 * n_heap :] if seq in idx)
+        return covered
+
+    def _recover_ttls(self, hdr_lists: dict[int, list[int]]) -> None:
+        """The TTLs of the live messages with headers (their Nats-TTL), each segment read
+        once: expiry resumes where it was (what is already due goes at the first expiry).
+        nats-server keeps a snapshot of its timer wheel (thw.db) and scans what came after
+        it; natserver reads the headers of the messages that have some."""
+        idx = self.idx
+        entries: list[tuple[int, int]] = []
+        never = self.ttls.never
+        seen: dict[bytes, int] = {}  # header block -> its TTL (messages mostly share a few)
+        for seg, seqs in hdr_lists.items():
+            live = [seq for seq in seqs if seq in idx]
+            if not live:
+                continue
+            fd = self.fds[seg]
+            whole = len(live) >= _TTL_READ_WHOLE
+            data = self._disk(seg, os.pread(fd, os.fstat(fd).st_size, 0), 0) if whole else b""
+            for seq in live:
+                offset = idx[seq][4]
+                head = data[offset : offset + _MSG_FIXED] if whole else self._disk(seg, os.pread(fd, _MSG_FIXED, offset), offset)
+                if len(head) < _MSG_FIXED:
+                    continue
+                _, rtype, rseq, ts, sl, hl, _ = _MSG_HEAD.unpack_from(head, 0)
+                if rtype != T_MSG or rseq != seq or not hl:
+                    continue
+                start = offset + _MSG_FIXED + sl
+                hdr = bytes(data[start : start + hl] if whole else self._disk(seg, os.pread(fd, hl, start), start))
+                ttl = seen.get(hdr)
+                if ttl is None:
+                    ttl = header_ttl(hdr)
+                    if len(seen) < _TTL_READ_WHOLE:
+                        seen[hdr] = ttl
+                if ttl > 0:
+                    entries.append((expires_at(ts, ttl), seq))
+                elif ttl < 0:
+                    never.add(seq)
+        if entries:
+            self.ttls.add_many(entries)
 
     # -- segment index files ----------------------------------------------------------------------
 
@@ -1259,6 +1445,8 @@ class FileStore(Store):
             self.sync_now()
         except OSError as exc:
             log.error("JetStream: closing %s: %s", self.path, exc)
+        if self.werr is None:
+            self._write_ttl_snapshot()
         self.closed = True
         for fd in self.fds.values():
             os.close(fd)

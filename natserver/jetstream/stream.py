@@ -27,6 +27,7 @@ from .gojson import (
     decode_struct,
 )
 from .store import StoreError, StoreWriteError
+from .ttl import MIN_MARKER_TTL_NS, MSG_TTL, InvalidTTL, header_ttl, marker_header, parse_ttl
 from .util import (
     dumps,
     gen_header,
@@ -101,6 +102,7 @@ _CONFIG_FIELDS = {
     "deny_purge": decode_bool,
     "allow_rollup_hdrs": decode_bool,
     "allow_msg_ttl": decode_bool,
+    "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "metadata": decode_metadata,
 }
 
@@ -111,7 +113,7 @@ _DEFAULTS = {
     "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
-    "allow_msg_ttl": False, "metadata": None,
+    "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "metadata": None,
 }
 
 
@@ -149,6 +151,7 @@ class StreamConfig:
     deny_purge: bool
     allow_rollup_hdrs: bool
     allow_msg_ttl: bool
+    subject_delete_marker_ttl: int  # ns
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -207,6 +210,8 @@ class StreamConfig:
         out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
         if self.allow_msg_ttl:  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
             out["allow_msg_ttl"] = True
+        if self.subject_delete_marker_ttl:
+            out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -263,11 +268,23 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise invalid("discard new per subject requires discard new policy to be set")
         if cfg.max_msgs_per_subject <= 0:
             raise invalid("discard new per subject requires max msgs per subject > 0")
+    if cfg.subject_delete_marker_ttl > 0:
+        # 2.11+: markers need TTLs and roll-ups, which a (non-pedantic) request gets.
+        if cfg.subject_delete_marker_ttl < MIN_MARKER_TTL_NS:
+            raise invalid("subject delete marker TTL must be at least 1 second")
+        cfg.allow_msg_ttl = True
+        if not cfg.allow_rollup_hdrs:
+            cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+    elif cfg.subject_delete_marker_ttl < 0:
+        raise invalid("subject delete marker TTL must not be negative")
     if cfg.mirror is not None:
         if cfg.subjects:
             raise errors.mirror_with_subjects()
         if cfg.sources:
             raise errors.mirror_with_sources()
+        if cfg.subject_delete_marker_ttl > 0:
+            # A marker would use a sequence the origin does not have.
+            raise invalid("subject delete markers forbidden on mirrors")
         cfg.mirror = decode_source(cfg.mirror)
         if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
             raise invalid("detected cycle")
@@ -420,6 +437,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
         raise invalid("stream configuration update can not cancel deny message deletes")
     if not cfg.deny_purge and old.deny_purge:
         raise invalid("stream configuration update can not cancel deny purge")
+    if old.allow_msg_ttl and not cfg.allow_msg_ttl:
+        raise invalid("message TTL status can not be disabled")
     if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
         raise errors.replicas_not_supported()
     if cfg.sealed:
@@ -440,7 +459,6 @@ _EXPECTED_LAST_MSG_ID = b"Nats-Expected-Last-Msg-Id"
 # 2.10+: the subject (or filter) whose last sequence Nats-Expected-Last-Subject-Sequence names,
 # instead of the message's own subject.
 _EXPECTED_LAST_SUBJ_SEQ_SUBJ = b"Nats-Expected-Last-Subject-Sequence-Subject"
-_MSG_TTL = b"Nats-TTL"  # 2.11+ per-message TTL
 _ROLLUP = b"Nats-Rollup"
 _REQUEST_INFO = b"Nats-Request-Info"
 
@@ -471,6 +489,7 @@ class Stream:
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
         store.on_remove = self._removed
+        self.set_markers()
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
@@ -495,6 +514,18 @@ class Stream:
         """Consumers but the direct ones (a mirror or source's, elsewhere): nats-server neither
         counts nor lists those (numPublicConsumers)."""
         return sum(1 for c in self.consumers.values() if not c.cfg.direct)
+
+    def set_markers(self) -> None:
+        """With subject_delete_marker_ttl, the store hands the last message of a subject
+        that expires to :meth:`_delete_marker`."""
+        self.store.on_last_expired = self._delete_marker if self.cfg.subject_delete_marker_ttl > 0 else None
+
+    def _delete_marker(self, seq: int, subject: bytes) -> None:
+        """max_age or a TTL removes the last message of ``subject``: as nats-server, the
+        stream stores a marker in its place (Nats-Marker-Reason: MaxAge, the marker's TTL and
+        a subject roll-up that removes the expired message), as a published message without
+        a reply: limits, republish, consumers and followers see it."""
+        self.process_msg(subject, None, marker_header(self.cfg.subject_delete_marker_ttl), b"")
 
     def set_republish(self) -> None:
         rp = self.cfg.republish
@@ -555,6 +586,11 @@ class Stream:
             if expected and expected != self._name_b:
                 self._reject(reply, errors.stream_not_match())
                 return
+            if MSG_TTL in hdr and not cfg.allow_msg_ttl and header_ttl(hdr):
+                # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
+                # answered as such below) on a stream that does not allow them.
+                self._reject(reply, errors.message_ttl_disabled())
+                return
             msg_id = get_header(_NATS_MSG_ID, hdr)
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
@@ -579,15 +615,6 @@ class Stream:
             if value and value != self.lmsgid:
                 self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
                 return
-            if get_header(_MSG_TTL, hdr):
-                # stream.go processJetStreamMsg: refused unless the stream allows it; natserver
-                # does not expire single messages yet, so it refuses rather than store one that
-                # would never go (issue #27 item 4).
-                if not cfg.allow_msg_ttl:
-                    self._reject(reply, errors.message_ttl_disabled())
-                else:
-                    self._reject(reply, errors.stream_general("natserver does not support per-message TTL yet"))
-                return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
@@ -606,6 +633,19 @@ class Stream:
         if self.engine.over_limit(store.kind):
             self._reject(reply, errors.insufficient_resources())
             return
+        ttl = 0
+        if hdr and MSG_TTL in hdr:
+            try:
+                ttl = parse_ttl(get_header(MSG_TTL, hdr))
+            except InvalidTTL:
+                self._reject(reply, errors.message_ttl_invalid())
+                return
+            marker_ttl = cfg.subject_delete_marker_ttl // 1_000_000_000
+            if 0 < ttl < marker_ttl and cfg.max_msgs_per_subject != 1:
+                # stream.go: a message lives at least as long as the markers, or a marker
+                # already there for its subject could be missed.
+                ttl = marker_ttl
+                hdr = gen_header(remove_header(hdr, MSG_TTL), MSG_TTL, b"%d" % ttl)
         if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)
@@ -613,7 +653,7 @@ class Stream:
             was_empty = not store.msgs
             tlseq = store.last_seq_for(subject) if self.transform is not None else 0
             try:
-                seq = store.store_msg(subject, hdr, msg, now)
+                seq = store.store_msg(subject, hdr, msg, now, ttl)
             except StoreWriteError:
                 # The disk refused the write (logged by the store): nats-server 2.15.1 does
                 # not answer (processJetStreamMsg: "We don't want to respond back to the
@@ -624,6 +664,8 @@ class Stream:
                 return
             if was_empty and cfg.max_age > 0:
                 self.engine.schedule_expiry(now + cfg.max_age)
+            if ttl > 0 and cfg.allow_msg_ttl:
+                self.engine.schedule_expiry(store.ttls.next_expiry() or now)
             if self.transform is not None:
                 self.republish(subject, hdr, msg, seq, tlseq)
         self.lmsgid = msg_id
@@ -670,9 +712,14 @@ class Stream:
             return store.skip_msg(ts)  # no interest: the sequence is used, nothing is kept
         was_empty = not store.msgs
         tlseq = store.last_seq_for(subject) if self.transform is not None else 0
-        seq = store.store_msg(subject, hdr, msg, ts)
+        # A sourced message keeps its TTL (an invalid one counts as none: nats-server would
+        # drop the message, leaving a mirror's sequences behind the origin's).
+        ttl = header_ttl(hdr)
+        seq = store.store_msg(subject, hdr, msg, ts, ttl)
         if was_empty and self.cfg.max_age > 0:
             self.engine.schedule_expiry(store.first_ts + self.cfg.max_age)
+        if ttl > 0 and self.cfg.allow_msg_ttl:
+            self.engine.schedule_expiry(store.ttls.next_expiry() or ts)
         if hdr and self.cfg.mirror is None:
             msg_id = get_header(_NATS_MSG_ID, hdr)
             self.lmsgid = msg_id

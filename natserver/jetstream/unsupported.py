@@ -1,11 +1,10 @@
 """What nats-server 2.15.1's StreamConfig and ConsumerConfig have that natserver does not act on
-yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its per-message
-TTLs or its subject transform were dropped; natserver refuses a request that sets one of these
+yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its subject
+transform or its compression was dropped; natserver refuses a request that sets one of these
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
-as natserver implements them (issue #27 items 2-4, issue #28). ``allow_msg_ttl`` is not here:
-nats-py 2.16 sets it on every Key-Value bucket, so natserver takes it and refuses a message that
-carries a ``Nats-TTL`` header instead (natserver/jetstream/stream.py).
+as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
+(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py) have left it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ STREAM_FIELDS = {
     "first_seq": "2.10",
     "subject_transform": "2.10",
     "consumer_limits": "2.10",
-    "subject_delete_marker_ttl": "2.11",
     "allow_msg_counter": "2.12",
     "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",

@@ -16,7 +16,7 @@ def assert_natserver_matches(run_script, config: str, recorded: Path, tmp_path: 
     """``run_script(port)`` against natserver with ``config`` (``%s``: a store directory)
     gives the recording, entry by entry (the first that differs is named)."""
     with running("natserver", config % (tmp_path / "store"), tmp_path) as port:
-        _assert_recorded(run_script(port), recorded)
+        assert_recorded(run_script(port), recorded)
 
 
 def assert_nats_server_matches(run_script, config: str, recorded: Path, tmp_path: Path,
@@ -24,11 +24,13 @@ def assert_nats_server_matches(run_script, config: str, recorded: Path, tmp_path
     """The live nats-server (``binary``: 2.9.10 unless a test names the 2.15.1 reference,
     tests/reference.py) still gives the recording."""
     with running("nats-server", config % (tmp_path / "store"), tmp_path, binary=binary) as port:
-        _assert_recorded(run_script(port), recorded)
+        assert_recorded(run_script(port), recorded)
 
 
-def _assert_recorded(got: dict, recorded: Path) -> None:
-    """``got`` is the recording, entry by entry (the first that differs is named)."""
+def assert_recorded(got: dict, recorded: Path) -> None:
+    """``got`` is the recording, entry by entry (the first that differs is named): for a
+    script that runs the server itself (test_message_ttl.py moves an in-process server's
+    clock)."""
     expected = json.loads(recorded.read_text())
     assert list(got) == list(expected)
     for name in expected:

@@ -196,7 +196,7 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
             return json.loads(data[:-2])
 
         stream = {"name": "S", "subjects": ["s.>"]}
-        for field, value in [("compression", "s2"), ("first_seq", 10), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
+        for field, value in [("compression", "s2"), ("first_seq", 10), ("allow_msg_counter", True),
                              ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
                              ("subject_transform", {"src": "s.>", "dest": "t.>"}),
                              ("consumer_limits", {"max_ack_pending": 5})]:
@@ -207,16 +207,8 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
         answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, "sources": [{"name": "X", "subject_transforms": [
             {"src": ">", "dest": "x.>"}]}]})
         assert "subject_transforms" in answer["error"]["description"]
-        zeros = {"compression": "none", "first_seq": 0, "allow_msg_ttl": True, "consumer_limits": {}}
+        zeros = {"compression": "none", "first_seq": 0, "consumer_limits": {}}
         assert "error" not in await ask("$JS.API.STREAM.CREATE.S", {**stream, **zeros})
-        # allow_msg_ttl is taken (nats-py 2.16 sets it on every Key-Value bucket); a message
-        # with a TTL is refused, as natserver would never expire it.
-        header = b"NATS/1.0\r\nNats-TTL: 5s\r\n\r\n"
-        await client.send(b"HPUB s.x _R %d %d\r\n%s\r\n" % (len(header), len(header), header))
-        line = await client.read_line()
-        answer = json.loads((await client.read_exactly(int(line.split()[-1]) + 2))[:-2])
-        assert answer["error"] == {"code": 500, "err_code": 10051,
-                                   "description": "natserver does not support per-message TTL yet"}
         for field, value in [("priority_groups", ["g"]),
                              ("priority_policy", "pinned_client"), ("priority_timeout", 1_000_000_000)]:
             answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
