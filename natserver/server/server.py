@@ -11,7 +11,6 @@ Use it the trio way::
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import os
@@ -35,7 +34,7 @@ from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
 from .binding import peer_ip
-from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, connection_record
+from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, connection_record
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
@@ -103,7 +102,7 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.reclaimer = Reclaimer()  # gives memory back after many closes (reclaim.py)
-        self.closed_clients: collections.deque = collections.deque(maxlen=options.max_closed_clients)
+        self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
         # Client sockets already listening, bound by the command before its imports (cli.py).

@@ -7,11 +7,16 @@ and left retained 786 B a subscription when each was kept as a dict; nats-server
 
 from __future__ import annotations
 
+import collections
 import gc
 import tracemalloc
 
+import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from natserver.server.client import CLOSED_CHUNK, ClosedRing
 from natserver.server.monitor import Monitor
 
 TIMEOUT = 30  # seconds, for the whole test's I/O
@@ -112,3 +117,37 @@ async def test_a_partial_payload_left_behind_counts_its_bytes(autojump_clock, st
             await trio.sleep(0.01)
         await trio.sleep(1.5 * reclaim.RECLAIM_QUIET)
         assert server.reclaimer.reclaims == 1
+
+
+@given(maxlen=st.integers(0, 150), records=st.integers(0, 400), probes=st.lists(st.integers(-500, 500), max_size=8))
+@settings(max_examples=60, deadline=None)
+def test_the_closed_ring_keeps_what_a_deque_would(maxlen, records, probes):
+    """ClosedRing (server.closed_clients) against collections.deque(maxlen=...): the same
+    records, oldest first, whatever the maximum, across chunk boundaries and evictions."""
+    ring, reference = ClosedRing(maxlen), collections.deque(maxlen=maxlen)
+    for cid in range(records):
+        record = {"cid": cid, "reason": "Client Closed", "subs_packed": "a  1 0 0" * (cid % 3)}
+        if cid % 5 == 0:
+            record["account"] = "A"  # a second shape of keys
+        ring.append(record)
+        reference.append(record)
+    assert len(ring) == len(reference) and bool(ring) == bool(reference)
+    assert [record.unpacked() for record in ring] == list(reference)
+    for index in probes:
+        if -len(reference) <= index < len(reference):
+            assert ring[index].unpacked() == reference[index]
+        else:
+            with pytest.raises(IndexError):
+                ring[index]
+
+
+def test_closed_records_are_sealed_outside_the_small_object_arenas():
+    """A full ring of 10 000 records is one bytes object per CLOSED_CHUNK of them (each over
+    CPython's 512-byte small-object limit, so from malloc), plus the records not sealed yet."""
+    ring = ClosedRing(10_000)
+    for cid in range(12_345):
+        ring.append({"cid": cid, "ip": "127.0.0.1", "port": 40_000 + cid, "reason": "Client Closed",
+                     "name": f"client-{cid}", "lang": "python3", "version": "2.16.0"})
+    assert len(ring) == 10_000 and ring[0]["cid"] == 2_345 and ring[-1]["cid"] == 12_344
+    assert len(ring._chunks) <= 10_000 // CLOSED_CHUNK + 1 and len(ring._open) < CLOSED_CHUNK
+    assert all(len(chunk) > 512 for _, chunk in ring._chunks)
