@@ -56,3 +56,18 @@ def test_answering_a_keepalive_ping_keeps_the_drain_timeout():
     finally:
         ours.close()
         server.close()
+
+
+def test_natsgo_scenarios_are_skipped_with_the_reason_when_nats_go_is_missing(monkeypatch, tmp_path, capsys):
+    """Without nats.go (or Go) the nats.go-driven scenarios say why and are skipped; the run
+    still succeeds, and nothing is started."""
+    from benchmarks import natsgo, run
+
+    monkeypatch.setenv("NATSGO_GOPATH", str(tmp_path))  # no src/github.com/nats-io/nats.go here
+    monkeypatch.setattr(natsgo, "_built", None)
+    why = natsgo.missing()
+    assert why is not None and ("nats.go not found" in why or "no Go toolchain" in why)
+    assert run.main(["--only", "q,p", "--rounds", "1", "--nats-server-cmd", "none",
+                     "--natserver-cmd", "false", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: " + why) == 2
