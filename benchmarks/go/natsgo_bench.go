@@ -62,7 +62,6 @@ func reqrep(url string, requesters, size, warmup int, duration time.Duration) ma
 	var wg sync.WaitGroup
 	var start sync.WaitGroup
 	start.Add(1)
-	t0 := time.Now()
 	for r := 0; r < requesters; r++ {
 		nc := connect(url)
 		defer nc.Close()
@@ -92,7 +91,7 @@ func reqrep(url string, requesters, size, warmup int, duration time.Duration) ma
 			}
 		}(r, nc)
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	start.Done()
 	wg.Wait()
 	elapsed := time.Since(t0)
