@@ -3,6 +3,7 @@ where seconds are not: see the README's note on this machine's noise).
 
     python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects; 1 -> 1 1 KiB
     python -m benchmarks.instructions --n 50000 --only traffic
+    python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -71,12 +72,51 @@ async def main():
 trio.run(main)
 """
 
+# Request/reply round trips through the in-process server (two hops each), the requester and
+# the responder being trio clients in the same process. "inbox": as nats.go's Request() does it,
+# a new reply subject every request under one wildcard subscription (_INBOX.<id>.*), so every
+# reply is a subject cache miss; "reqrep": one fixed reply subject, as scenario (g) sends.
+_REQREP_WORKLOAD = r"""
+import sys, trio, natserver
+
+N, KIND = int(sys.argv[1]), sys.argv[2]
+INBOX = b"_INBOX.abcdefghijklmnopqrstuv"
+
+async def main():
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+
+        async def connect(sub):
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await stream.send_all(b'CONNECT {"verbose":false,"headers":true,"no_responders":true}\r\n%sPING\r\n' % sub)
+            got = b""
+            while b"PONG\r\n" not in got:
+                got += await stream.receive_some(65536)
+            return stream
+
+        responder = await connect(b"SUB bench.req 1\r\n")
+        requester = await connect(b"SUB %s%s 1\r\n" % (INBOX, b".*" if KIND == "inbox" else b""))
+        for i in range(N):
+            reply = b"%s.%d" % (INBOX, i) if KIND == "inbox" else INBOX
+            await requester.send_all(b"PUB bench.req %s 16\r\nxxxxxxxxxxxxxxxx\r\n" % reply)
+            await responder.receive_some(4096)
+            await responder.send_all(b"PUB %s 16\r\nxxxxxxxxxxxxxxxx\r\n" % reply)
+            await requester.receive_some(4096)
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+_REQREP_KINDS = ("inbox", "reqrep")
+
+
+REQREP_SCALE = 20  # request/reply workloads run --n / 20 round trips
+
 
 def count(n: int, kind: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
-            f.write(_WORKLOAD)
+            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, str(n), kind],
@@ -92,7 +132,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -104,13 +144,18 @@ def main(argv=None) -> int:
         return 2
     random.seed(0)
     kinds = (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B"),
-             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"))
+             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"),
+             ("inbox", "request/reply, nats.go-style reply subjects (_INBOX.<id>.<n>, one wildcard sub)"),
+             ("reqrep", "request/reply, one fixed reply subject"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue
-        long, short = count(args.n, kind), count(args.n // 5, kind)
-        per = (long - short) / (args.n - args.n // 5)
-        print(f"{label}: {per:,.0f} instructions a message ({long:,} and {short:,} in all)")
+        # A round trip costs as much as ~40 pub/sub messages: fewer of them, same run time.
+        n = args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n
+        long, short = count(n, kind), count(n // 5, kind)
+        per = (long - short) / (n - n // 5)
+        unit = "round trip (server and both clients)" if kind in _REQREP_KINDS else "message"
+        print(f"{label}: {per:,.0f} instructions a {unit} ({long:,} and {short:,} in all)")
     return 0
 
 

@@ -42,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"directory for JSON + PNG (default {DEFAULT_OUT})")
     ap.add_argument("--natserver-cmd", help="command starting natserver (default: python -m natserver)")
     ap.add_argument("--nats-server-cmd",
-                    help="command starting the Go server (default: nats-server if on PATH; 'none' to skip)")
+                    help="command starting the Go server (default: $NATS_SERVER_REFERENCE, else nats-server 2.15.1 "
+                         "from the CI cache, else nats-server on PATH; 'none' to skip)")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return ap.parse_args(argv)
 
@@ -90,10 +91,16 @@ def main(argv=None) -> int:
                 fd_limit=nofile, loadavg_start=os.getloadavg())
     all_rounds: dict[str, dict[str, list[RoundResult]]] = {}
     summaries: dict[str, dict] = {}
+    not_run: dict[str, str] = {}  # scenario id -> why it could not run here
     failed = False
     try:
         for sc in scenarios:
             print(f"[{sc.id}] {sc.title}")
+            why = sc.requires() if sc.requires else None
+            if why:
+                print(f"  skipped: {why}\n")
+                not_run[sc.id] = why
+                continue
             per_server: dict[str, list[RoundResult]] = {s.label: [] for s in specs}
             all_rounds[sc.id] = per_server
             for r in range(rounds):
@@ -115,11 +122,14 @@ def main(argv=None) -> int:
             if sc.id in all_rounds and sc.id not in summaries and any(all_rounds[sc.id].values()):
                 summaries[sc.id] = report.summarize(sc, all_rounds[sc.id], spec_b is not None)
 
-    if not summaries:
-        return 1
+    if not summaries:  # nothing ran: an error unless every scenario was skipped (and said why)
+        return 0 if not_run and not failed else 1
     meta["loadavg_end"] = os.getloadavg()
+    meta["skipped"] = not_run
     print("=" * 30, "summary (medians; ratio = median of per-round natserver/nats-server)", "=" * 30)
     print(report.format_table(list(summaries.values())))
+    for sid, why in not_run.items():
+        print(f"[{sid}] skipped: {why}")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     jpath = args.out / f"bench-{stamp}.json"

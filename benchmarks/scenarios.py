@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from benchmarks import wire
+from benchmarks import natsgo, wire
 from benchmarks.servers import RunningServer, ServerSpec
 from benchmarks.wire import FlowGroup, SubConn, now
 
@@ -105,6 +105,9 @@ class Scenario:
     title: str
     metrics: list[Metric]
     run: Callable[[ServerSpec, Options], RoundResult]
+    # Why the scenario cannot run on this machine (a missing tool), or None: checked once,
+    # before its first round; the runner then skips it with that message.
+    requires: Callable[[], str | None] | None = None
 
 
 # --------------------------------------------------------------------------
@@ -565,6 +568,62 @@ def run_reqrep(spec: ServerSpec, opts: Options) -> RoundResult:
 
 
 # --------------------------------------------------------------------------
+# nats.go (benchmarks/go/natsgo_bench.go): a client nobody on the project wrote
+
+NATSGO_WARMUP = 200  # requests per requester before measuring, as in (g)
+
+
+def run_natsgo_reqrep(spec: ServerSpec, opts: Options, requesters: int = 1) -> RoundResult:
+    """nats.go's Request() against a Subscribe callback calling m.Respond(), 16 B."""
+    res = RoundResult(spec.label)
+    with spec.start() as srv:
+        cpu0, t0 = srv.cpu_seconds(), now()
+        out, load_cpu = natsgo.run(srv.port, ["-mode", "reqrep", "-requesters", str(requesters), "-size", "16",
+                                              "-warmup", str(NATSGO_WARMUP), "-duration", f"{opts.duration}s"],
+                                   timeout=opts.duration + 60)
+        cpu1, t1 = srv.cpu_seconds(), now()
+        _server_checks(res, srv)
+    if out["requests"]:
+        res.metrics.update(p50_us=out["p50_us"], p90_us=out["p90_us"], p99_us=out["p99_us"], rtt_rate=out["rate"])
+    res.load_cpu_pct = _pct(load_cpu, t1 - t0)  # (includes connecting and the warm-up)
+    res.server_cpu_pct = _pct(cpu1 - cpu0, t1 - t0)
+    total = out["requests"] + out["warmup"]
+    res.checks.append(Check("every request answered once", not out["errors"] and out["answered"] == total,
+                            "; ".join(out["errors"] or []) or f"{out['answered']}/{total}"))
+    res.raw = out
+    return res
+
+
+def run_natsgo_pubsub(spec: ServerSpec, opts: Options, subs: int, subjects: int, sizes: tuple[int, int]) -> RoundResult:
+    """nats.go Publish() to Subscribe callbacks on ``bench.>``, subject and size drawn every message."""
+    res = RoundResult(spec.label)
+    with spec.start() as srv:
+        cpu0, t0 = srv.cpu_seconds(), now()
+        out, load_cpu = natsgo.run(srv.port, ["-mode", "pubsub", "-subs", str(subs), "-subjects", str(subjects),
+                                              "-min", str(sizes[0]), "-max", str(sizes[1]),
+                                              "-duration", f"{opts.duration}s"],
+                                   timeout=opts.duration + 60)
+        cpu1, t1 = srv.cpu_seconds(), now()
+        _server_checks(res, srv)
+    res.metrics["deliv_rate"] = out["deliv_rate"]
+    res.load_cpu_pct = _pct(load_cpu, t1 - t0)
+    res.server_cpu_pct = _pct(cpu1 - cpu0, t1 - t0)
+    res.checks.append(Check("every subscriber got every message", out["complete"],
+                            f"published {out['published']}, received {out['received']}"))
+    res.raw = out
+    return res
+
+
+def _natsgo_reqrep_metrics(target: Target | None) -> list[Metric]:
+    return [
+        Metric("p50_us", "p50 latency", "µs", higher_is_better=False, target=target),
+        Metric("p90_us", "p90 latency", "µs", higher_is_better=False, chart=False),
+        Metric("p99_us", "p99 latency", "µs", higher_is_better=False, chart=False),
+        Metric("rtt_rate", "round trips/s", "1/s", chart=False),
+    ]
+
+
+# --------------------------------------------------------------------------
 # Idle connections
 
 
@@ -670,6 +729,18 @@ TRAFFIC_WILDCARDS = ["traffic.*", "traffic.>", "traffic.*", "traffic.>"]
 # The traffic-like scenarios (m, n, o) come first: they are the headline (issue #17). The
 # targets are the issue's; (a)-(f) are runs of identical messages and say what those cost.
 SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
+    # Request/reply as a user's service does it (issue #33): the number the README reports.
+    Scenario("q", "request/reply with nats.go Request() and m.Respond(), 1 requester, 16 B",
+             _natsgo_reqrep_metrics(Target("ratio", "<=", 1.1)), run_natsgo_reqrep, requires=natsgo.missing),
+    Scenario("r", "request/reply with nats.go, 4 requesters (own connections), 16 B",
+             _natsgo_reqrep_metrics(None), lambda spec, opts: run_natsgo_reqrep(spec, opts, requesters=4),
+             requires=natsgo.missing),
+    Scenario("p", "nats.go 1 publisher -> 1 subscriber, 64 subjects, 16-512 B drawn every message",
+             [_deliv(Target("ratio", ">=", 0.8))],
+             lambda spec, opts: run_natsgo_pubsub(spec, opts, 1, 64, (16, 512)), requires=natsgo.missing),
+    Scenario("s", "nats.go 1 publisher -> 1 subscriber, 1 KiB",
+             [_deliv(Target("ratio", ">=", 0.9))],
+             lambda spec, opts: run_natsgo_pubsub(spec, opts, 1, 1, (1024, 1024)), requires=natsgo.missing),
     Scenario("m", "1 publisher -> 1 subscriber, 16-512 B drawn every message",
              [_deliv(Target("ratio", ">=", 0.8)), _pubs()], _traffic_scenario((16, 512), 1, ["traffic.s"])),
     Scenario("n", "1 publisher -> 4 wildcard subscribers, 64 subjects, 32-256 B, drawn every message",
@@ -688,7 +759,7 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
              [_deliv(Target("ratio", ">=", 0.35)), _pubs()], _pubsub_scenario(128, 1, 4, queue_group=True)),
     Scenario("f", "4 publishers -> 4 subscribers, 128 B",
              [_deliv(Target("ratio", ">=", 0.50)), _pubs()], _pubsub_scenario(128, 4, 4)),
-    Scenario("g", "request/reply, 1 requester, 1 responder, sequential, 16 B", [
+    Scenario("g", "request/reply, own wire driver, 1 requester, 1 responder, sequential, 16 B", [
         Metric("p50_us", "p50 latency", "µs", higher_is_better=False, target=Target("ratio", "<=", 1.2)),
         Metric("p90_us", "p90 latency", "µs", higher_is_better=False, chart=False),
         Metric("p99_us", "p99 latency", "µs", higher_is_better=False, chart=False),

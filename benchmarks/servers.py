@@ -43,7 +43,15 @@ def default_natserver_cmd() -> list[str]:
     return [sys.executable, "-m", "natserver"]
 
 
+# The reference release (issue #33): where the CI setup caches nats-server 2.15.1.
+REFERENCE_NATS_SERVER = Path.home() / ".cache" / "natserver-ci" / "nats-server-2.15.1" / "bin" / "nats-server"
+
+
 def default_nats_server_cmd() -> list[str] | None:
+    """$NATS_SERVER_REFERENCE (as the tests use it), else the cached 2.15.1, else nats-server on PATH."""
+    for path in (os.environ.get("NATS_SERVER_REFERENCE"), REFERENCE_NATS_SERVER):
+        if path and os.access(path, os.X_OK):
+            return [str(path)]
     path = shutil.which("nats-server")
     return [path] if path else None
 

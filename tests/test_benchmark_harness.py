@@ -56,3 +56,45 @@ def test_answering_a_keepalive_ping_keeps_the_drain_timeout():
     finally:
         ours.close()
         server.close()
+
+
+def test_natsgo_scenarios_are_skipped_with_the_reason_when_nats_go_is_missing(monkeypatch, tmp_path, capsys):
+    """Without nats.go (or Go) the nats.go-driven scenarios say why and are skipped; the run
+    still succeeds, and nothing is started."""
+    from benchmarks import natsgo, run
+
+    monkeypatch.setenv("NATSGO_GOPATH", str(tmp_path))  # no src/github.com/nats-io/nats.go here
+    monkeypatch.setattr(natsgo, "_built", None)
+    why = natsgo.missing()
+    assert why is not None and ("nats.go not found" in why or "no Go toolchain" in why)
+    assert run.main(["--only", "q,p", "--rounds", "1", "--nats-server-cmd", "none",
+                     "--natserver-cmd", "false", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipped: " + why) == 2
+
+
+def test_hops_splits_round_trips_into_server_and_client_turns(tmp_path):
+    """benchmarks.hops reads the times between the four packets of each round trip."""
+    import struct
+
+    from benchmarks import hops
+
+    def packet(t_us: int, sport: int, dport: int, data: bytes) -> bytes:
+        tcp = struct.pack(">HHIIBBHHH", sport, dport, 0, 0, 5 << 4, 0x18, 65535, 0, 0) + data
+        ip = bytes([0x45]) + bytes(19) + tcp
+        frame = bytes(12) + b"\x08\x00" + ip
+        return struct.pack("<IIII", t_us // 1_000_000, t_us % 1_000_000, len(frame), len(frame)) + frame
+
+    port = 4222
+    steps = [(50, 5001, b"PUB bench.req _INBOX.a.1 2\r\nxx\r\n"), (10, port, b"MSG bench.req 1 _INBOX.a.1 2\r\nxx\r\n"),
+             (40, 5000, b"PUB _INBOX.a.1 2\r\nxx\r\n"), (20, port, b"MSG _INBOX.a.1 1 2\r\nxx\r\n")]
+    blob, t = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1), 0
+    for _ in range(3):
+        for gap, other, data in steps:
+            t += gap
+            blob += packet(t, port, 6000, data) if other == port else packet(t, other, port, data)
+    path = tmp_path / "rr.pcap"
+    path.write_bytes(blob)
+    got = {name: [round(x, 6) for x in times] for name, times in hops.hops(str(path), port).items()}
+    assert got == {hops.STEPS[0]: [10.0] * 3, hops.STEPS[1]: [40.0] * 3, hops.STEPS[2]: [20.0] * 3,
+                   hops.STEPS[3]: [50.0] * 2}
