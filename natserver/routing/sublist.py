@@ -23,6 +23,7 @@ shapes (with the node tuples below): a match without the cache went from 1.58 to
 
 from __future__ import annotations
 
+import random
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
@@ -59,25 +60,42 @@ def is_valid_literal_subject(subject: bytes) -> bool:
     return b"" not in tokens and _PWC not in tokens and _FWC not in tokens
 
 
+def queue_seed() -> int:
+    """A queue group's first random state for queue_pick (never 0: xorshift stays at 0)."""
+    return random.getrandbits(32) | 1
+
+
+def queue_pick(state: int, members: int) -> tuple[int, int]:
+    """The next of a queue group's random states (xorshift32) and the member it starts at:
+    nats-server starts each message's search for a member at a random index (client.go
+    processMsgResults, fastrand). The compiled delivery loop (server/_croute.c) steps the same
+    generator, so both pick the same members."""
+    state ^= (state << 13) & 0xFFFFFFFF
+    state ^= state >> 17
+    state ^= (state << 5) & 0xFFFFFFFF
+    return state, state % members
+
+
 class SublistResult:
     """What one subject matches: plain subscriptions and one list per queue group.
 
-    ``next_member`` keeps each group's round-robin position, so successive messages on the
-    subject go to successive members.
+    ``next_member`` keeps each group's random state (queue_pick): each message goes to a member
+    picked from a random start, as nats-server picks one (client.go processMsgResults), and a
+    member that cannot take it passes it on to the next.
     """
 
     __slots__ = ("psubs", "qsubs", "next_member", "plan", "qplan")
 
     psubs: Sequence  # a list, or a node's own tuple when one node matched (never written)
     qsubs: Sequence[list]  # one list of members per queue group
-    next_member: list[int]  # one position per queue group
+    next_member: list[int]  # one random state per queue group (queue_pick)
     plan: tuple | None
     qplan: tuple | None
 
     def __init__(self, psubs: Sequence, qsubs: Sequence[list]) -> None:
         self.psubs = psubs
         self.qsubs = qsubs
-        self.next_member = [0] * len(qsubs)
+        self.next_member = [queue_seed() for _ in qsubs]
         # Free for the router to keep per-result precomputed data (the MSG line heads):
         # a cached result is for one subject and is replaced whenever its matches change.
         self.plan = None

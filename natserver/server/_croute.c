@@ -11,7 +11,7 @@
    code handles that op: an op that is not a Pub, headers, a payload of BIG_PAYLOAD or more or
    not bytes, a result without subscribers, a subscription with a limit, permission filter or
    callback (sub.limited), a client's own message without echo to a plain subscription of its
-   own. Queue groups get one member each, round robin, as Client._queue_targets picks it. A
+   own. Queue groups get one member each, from a random start, as Client._queue_targets picks it. A
    subscriber pushed over its stall mark gets the publisher's _over_stall_mark, as in Python,
    and the loop returns after that message so the caller sees the stall. The pure-Python path
    stays complete and is the reference (tests/server/test_croute.py feeds both).
@@ -126,7 +126,7 @@ unlimited(PyObject *sub)
     return is_limited < 0 ? -1 : !is_limited;
 }
 
-/* The plan's targets followed by one member of each queue group, picked round robin as
+/* The plan's targets followed by one member of each queue group, picked from a random start as
    Client._queue_targets picks it (a member is passed over when it is the publisher without
    echo, or has had its auto-unsubscribe maximum), with the groups' positions moved on; NULL
    with no error set: leave the message to Python (a picked member is limited, nobody gets it,
@@ -151,9 +151,20 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
         if (!PyTuple_CheckExact(members))
             goto done;
         Py_ssize_t n = PyTuple_GET_SIZE(members);
-        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(next_member, g));
-        if (start < 0) /* (an error, or a position Python's % would read otherwise) */
+        /* The group's next random state and the member to start at (sublist.queue_pick). */
+        PyObject *state_object = PyList_GET_ITEM(next_member, g);
+        if (!PyLong_CheckExact(state_object) || n <= 0)
             goto done;
+        unsigned long long state = PyLong_AsUnsignedLongLong(state_object);
+        if (state == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* (not a state this module wrote: Python handles the message) */
+            goto done;
+        }
+        state &= 0xFFFFFFFFull;
+        state ^= (state << 13) & 0xFFFFFFFFull;
+        state ^= state >> 17;
+        state ^= (state << 5) & 0xFFFFFFFFull;
+        Py_ssize_t start = (Py_ssize_t)(state % (unsigned long long)n);
         for (Py_ssize_t step = 0; step < n; step++) {
             PyObject *entry = PyTuple_GET_ITEM(members, (start + step) % n);
             if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
@@ -175,7 +186,7 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
                 goto done;
             picked[n_picked] = entry;
             group_of[n_picked] = g;
-            moved_to[n_picked] = start + step + 1;
+            moved_to[n_picked] = (Py_ssize_t)state;
             n_picked++;
             break;
         }
@@ -193,7 +204,7 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
     for (int k = 0; k < n_picked; k++) {
         Py_INCREF(picked[k]);
         PyTuple_SET_ITEM(targets, n_plan + k, picked[k]);
-        PyObject *position = PyLong_FromSsize_t(moved_to[k]);
+        PyObject *position = PyLong_FromUnsignedLongLong((unsigned long long)moved_to[k]);
         if (position == NULL || PyList_SetItem(next_member, group_of[k], position) < 0) {
             Py_CLEAR(targets);
             break;

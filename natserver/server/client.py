@@ -46,7 +46,14 @@ from ..protocol.errors import ProtocolError, ServerError
 from ..protocol.ops import PING, Connect, Ping, PingRun, Pong, Pub, PubRun, Sub, Unsub
 from ..protocol.parser import Parser, compiled, restride
 from ..routing.accounts import GLOBAL_ACCOUNT
-from ..routing.sublist import EMPTY_RESULT, SublistResult, is_valid_literal_subject, is_valid_subject
+from ..routing.sublist import (
+    EMPTY_RESULT,
+    SublistResult,
+    is_valid_literal_subject,
+    is_valid_subject,
+    queue_pick,
+    queue_seed,
+)
 from . import trace
 
 if TYPE_CHECKING:
@@ -671,7 +678,7 @@ class Client:
             groups = [group for group in result.qsubs if group[0].queue in queues] if queues else []
             filtered = SublistResult(result.psubs, groups)
             filtered.plan = result.plan
-            filtered.next_member = [random.randrange(len(group)) for group in groups]
+            filtered.next_member = [queue_seed() for _ in groups]
             result = filtered
         if not result.psubs and not result.qsubs:
             return 0
@@ -779,8 +786,8 @@ class Client:
 
     def _route_run(self, run: PubRun) -> bool:
         """Deliver a PubRun whole (see PubRun): one ``bytes.replace`` per plain subscriber
-        turns its PUBs into MSGs; a queue group's members get the run split round robin, each
-        share joined in one call. Returns False, having changed nothing, when a per-message rule
+        turns its PUBs into MSGs; a queue group's members get the run dealt round robin from a
+        random member, each share joined in one call. Returns False, having changed nothing, when a per-message rule
         applies (hooks, auto-unsubscribe or filters, verbose, pedantic errors, permission
         checks, no subscribers); the caller then handles the run's Pubs one by one.
 
@@ -854,8 +861,8 @@ class Client:
                 if not members:
                     continue
                 k = len(members)
-                first = result.next_member[index]
-                result.next_member[index] = first + count
+                # A run is dealt round robin from a random member (one draw a run, not a message).
+                result.next_member[index], first = queue_pick(result.next_member[index], k)
                 for j, member in enumerate(members):
                     share = pieces[(j - first) % k :: k]
                     if share:
@@ -945,8 +952,8 @@ class Client:
         return forwarder is not None and self.forwards and forwarder.has_interest(self, subject)
 
     def _queue_targets(self, result, subject: bytes) -> list:
-        """One member of each queue group, round robin, skipping members that cannot take the
-        message, as (sub, client, MSG head) like a plan's entries: the heads are built once
+        """One member of each queue group, looked for from a random start (queue_pick), skipping
+        members that cannot take the message, as (sub, client, MSG head) like a plan's entries: the heads are built once
         per result (its ``qplan``), not per message (callgrind, micro 1 -> queue group of 4,
         64 subjects: see benchmarks/README.md)."""
         qplan = result.qplan
@@ -960,13 +967,13 @@ class Client:
         picked = []
         for index, members in enumerate(qplan):
             n = len(members)
-            start = next_member[index]
+            state, start = queue_pick(next_member[index], n)
             for step in range(n):
                 entry = members[(start + step) % n]
                 sub = entry[0]
                 if (entry[1] is self and not echo) or (sub.max_msgs and sub.delivered >= sub.max_msgs):
                     continue
-                next_member[index] = start + step + 1
+                next_member[index] = state
                 picked.append(entry)
                 break
         return picked

@@ -302,6 +302,41 @@ def test_subscribe_push_bound(target):
     run(main())
 
 
+def test_deliver_group_members_are_picked_from_random_starts(target):
+    """Item 12: a push consumer's deliver group (a core queue group on the deliver subject)
+    gets each message to one member, picked as nats-server picks it: from a random start
+    (client.go processMsgResults), so one member often gets two in a row. Round robin, what
+    natserver did, never gives one member two in a row and spreads exactly evenly."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="dgroup", subjects=["dgroup"])
+        order: list[int] = []
+
+        def member(index: int):
+            async def cb(msg):
+                order.append(index)
+            return cb
+
+        for index in range(3):
+            await js.subscribe("dgroup", "workers", cb=member(index), durable="workers")
+        for i in range(300):
+            await js.publish("dgroup", b"%d" % i)
+        for _ in range(50):
+            if len(order) == 300:
+                break
+            await asyncio.sleep(0.1)
+        assert len(order) == 300
+        repeats = sum(a == b for a, b in zip(order, order[1:]))
+        # A third of the 299 pairs on average (random picks); 0 for round robin.
+        assert repeats > 30, (repeats, [order.count(i) for i in range(3)])
+        assert all(order.count(i) > 30 for i in range(3))
+        await nc.close()
+
+    run(main())
+
+
 def test_pull_max_bytes_counts(target):
     """A pull request's max_bytes counts subject, ack reply, headers and data of each message
     (consumer.go): what fits, then 409 with the pending counts; or the timeout."""

@@ -324,10 +324,12 @@ async def queue_group_delivery(payloads: list[bytes]):
             return received, counters
 
 
-async def test_a_run_to_a_queue_group_goes_round_robin_one_member_each():
+async def test_a_run_to_a_queue_group_is_dealt_round_robin_one_member_each():
     payloads = [b"%05d" % i for i in range(300)]
     received, counters = await queue_group_delivery(payloads)
-    assert [len(r) for r in received] == [100, 100, 100]  # round robin over the run
+    # A run is dealt round robin from a random member (sublist.queue_pick): 100 each when the
+    # 300 arrive in one read, one more or less a member for each further read they span.
+    assert all(97 <= len(r) <= 103 for r in received) and sum(len(r) for r in received) == 300
     assert sorted(p for r in received for _, _, p in r) == payloads  # each exactly once
     for i, r in enumerate(received):
         assert {sid for _, sid, _ in r} == {b"%d" % i}
@@ -349,7 +351,7 @@ async def test_nats_py_style_runs_on_the_wire():
     expected = b"MSG foo 1 2\r\nhi\r\n" * 100 + b"MSG foo 1 2\r\nho\r\n" * 50
     got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo 1\r\n', len(expected))
     assert got == expected
-    # and round robin in a queue group, the same bytes per message
+    # and in a queue group of one, the same bytes per message
     got = await wire_bytes(script, b'CONNECT {"verbose":false}\r\nSUB foo q 1\r\n', len(expected))
     assert got == expected
 
