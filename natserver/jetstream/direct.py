@@ -1,0 +1,371 @@
+"""Direct get (``$JS.API.DIRECT.GET.<stream>`` and ``...GET.<stream>.<subject>``) as nats-server
+2.15.1 answers it (stream.go: processDirectGetRequest, processDirectGetLastBySubjectRequest,
+getDirectRequest, getDirectMulti; the stores' GetSeqFromTime and MultiLastMsgs).
+
+A request is one message (``seq``, ``last_by_subj``, ``next_by_subj``, ``start_time``), a batch
+(``batch``, ``max_bytes``: each message with ``Nats-Num-Pending`` and ``Nats-Last-Sequence``, then
+a ``204 EOB`` status with both) or the last message of each subject matching ``multi_last``
+(with ``up_to_seq`` or ``up_to_time``, at most 1024 subjects, the EOB adding
+``Nats-UpTo-Sequence``). Errors are statuses: ``408 Empty Request``, ``Malformed Request``, ``Bad
+Request``; ``404 Message Not Found``, ``404 No Results``; ``413 Too Many Results``.
+
+Bounded work: a batch answers up to :data:`CHUNK_MSGS` messages (or :data:`CHUNK_BYTES`) at
+once; the rest goes to :class:`DirectGets`, whose task sends it a chunk at a time, with a
+checkpoint between chunks, so one request for a million messages never keeps the other clients
+waiting. Batches queued there are answered in the order they came.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import re
+from typing import TYPE_CHECKING
+
+import trio
+
+from .gojson import INT64, UINT64, DecodeError, decode_bool, decode_int, decode_str, decode_strlist, decode_struct
+from .util import compile_filter, gen_header, has_wildcard, loads, rfc3339nano
+
+if TYPE_CHECKING:
+    from . import JetStream
+
+log = logging.getLogger("natserver")
+
+# getDirectMulti's maxAllowedResponses: a multi_last covering more subjects gets 413.
+MULTI_LAST_LIMIT = 1024
+# natserver's own: how much of a batch one turn sends before a checkpoint (the rest follows
+# from DirectGets' task). nats-server sends a whole batch at once, from the client's goroutine.
+CHUNK_MSGS = 256
+CHUNK_BYTES = 1 << 20
+
+HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
+HDR_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
+HDR_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
+HDR_NOT_FOUND = b"NATS/1.0 404 Message Not Found\r\n\r\n"
+HDR_NO_RESULTS = b"NATS/1.0 404 No Results\r\n\r\n"
+HDR_TOO_MANY = b"NATS/1.0 413 Too Many Results\r\n\r\n"
+_EOB = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
+_EOB_MULTI = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\nNats-UpTo-Sequence: %d\r\n\r\n"
+
+# Go's RFC 3339 (time.Time's UnmarshalJSON): fractional seconds of any length, Z or an offset.
+_RFC3339 = re.compile(rb'"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:(Z)|([+-])(\d\d):(\d\d))"')
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def go_time_ns(value) -> int:
+    """A JSON time as Go's time.Time decodes it, in Unix nanoseconds as Go's UnixNano gives
+    them: wrapped to int64 past the year 2262 (so a far-future time is in the past)."""
+    if not isinstance(value, str):
+        raise DecodeError("not a time")
+    m = _RFC3339.fullmatch(b'"' + value.encode() + b'"')
+    if m is None:
+        raise DecodeError(f"not an RFC 3339 time: {value!r}")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    if hour > 23 or minute > 59 or second > 59:
+        raise DecodeError(f"time out of range: {value!r}")
+    try:
+        if year:
+            days = (datetime.date(year, month, day) - _EPOCH).days
+        else:  # (year 0: the Gregorian calendar repeats every 400 years)
+            days = (datetime.date(400, month, day) - datetime.date(2370, 1, 1)).days
+    except ValueError as exc:
+        raise DecodeError(str(exc)) from None
+    offset = 0
+    if m.group(9):
+        oh, om = int(m.group(10)), int(m.group(11))
+        if oh > 23 or om > 59:
+            raise DecodeError(f"time zone out of range: {value!r}")
+        offset = (oh * 60 + om) * 60 * (1 if m.group(9) == "+" else -1)
+    seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset
+    nanos = int(((m.group(7) or b"") + b"000000000")[:9])
+    return ((seconds * 1_000_000_000 + nanos + (1 << 63)) % (1 << 64)) - (1 << 63)
+
+
+_int = lambda v: decode_int(v, INT64)  # noqa: E731  (Go's int)
+_uint = lambda v: decode_int(v, UINT64)  # noqa: E731
+
+# JSApiMsgGetRequest
+REQUEST = {
+    "seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str,
+    "batch": _int, "max_bytes": _int, "start_time": go_time_ns,
+    "multi_last": decode_strlist, "up_to_seq": _uint, "up_to_time": go_time_ns, "no_hdr": decode_bool,
+}
+
+
+def parse_request(payload: bytes) -> dict | bytes:
+    """``$JS.API.DIRECT.GET.<stream>``'s request, or the status that answers it."""
+    if not payload:
+        return HDR_EMPTY
+    try:
+        req = decode_struct(loads(payload), REQUEST, {})
+    except ValueError:
+        return HDR_MALFORMED
+    seq, last_for, next_for = req.get("seq", 0), req.get("last_by_subj", ""), req.get("next_by_subj", "")
+    multi, start = req.get("multi_last") or [], req.get("start_time")
+    if not seq and not last_for and not next_for and not multi and start is None:
+        return HDR_EMPTY
+    if ((seq and last_for) or (seq and start is not None) or (start is not None and last_for)
+            or (last_for and next_for) or (last_for and req.get("batch", 0) > 0) or (last_for and multi)
+            or (next_for and multi) or (req.get("up_to_seq", 0) and req.get("up_to_time") is not None)):
+        return HDR_BAD
+    return req
+
+
+def parse_last_by_subject(key: bytes, payload: bytes) -> dict | bytes:
+    """``$JS.API.DIRECT.GET.<stream>.<subject>``: the body may only say ``no_hdr`` or
+    ``max_bytes`` (which one message ignores)."""
+    req: dict = {}
+    if payload:
+        try:
+            req = decode_struct(loads(payload), REQUEST, {})
+        except ValueError:
+            return HDR_MALFORMED
+    if not key:
+        return HDR_BAD
+    if (req.get("last_by_subj") or req.get("next_by_subj") or req.get("multi_last") or req.get("seq")
+            or req.get("batch") or req.get("start_time") is not None or req.get("up_to_seq")
+            or req.get("up_to_time") is not None):
+        return HDR_BAD
+    req["last_by_subj"] = key.decode("utf-8", "replace")
+    return req
+
+
+def seq_from_time(store, ts: int) -> int:
+    """The stores' GetSeqFromTime: the first sequence stored at ``ts`` or later, else the one
+    after the last."""
+    return store.first_seq_at_time(ts) or store.last_seq + 1
+
+
+def _headers(name: bytes, sm, ts: bytes) -> bytes:
+    if not sm.hdr:
+        return b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
+            name, sm.subject, sm.seq, ts)
+    hdr = gen_header(sm.hdr, b"Nats-Stream", name)
+    hdr = gen_header(hdr, b"Nats-Subject", sm.subject)
+    hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % sm.seq)
+    return gen_header(hdr, b"Nats-Time-Stamp", ts)[:-2]
+
+
+def _batch_headers(name: bytes, sm, np: int, lseq: int) -> bytes:
+    ts = rfc3339nano(sm.ts).encode()
+    if not sm.hdr:
+        return _headers(name, sm, ts) + b"Nats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (np, lseq)
+    hdr = _headers(name, sm, ts) + b"\r\n"
+    hdr = gen_header(hdr, b"Nats-Num-Pending", b"%d" % np)
+    return gen_header(hdr, b"Nats-Last-Sequence", b"%d" % lseq)
+
+
+class _Batch:
+    """getDirectRequest for a batch: its position, pending count and bytes sent, so that it
+    can go on a chunk at a time."""
+
+    def __init__(self, js: "JetStream", stream, reply, req: dict, seq: int, max_bytes: int) -> None:
+        self.js, self.stream, self.reply = js, stream, reply
+        self.name = stream.name.encode()
+        self.next_for = req.get("next_by_subj", "").encode()
+        self.no_hdr = req.get("no_hdr", False)
+        self.batch = req.get("batch", 0)
+        self.seq = seq
+        self.max_bytes = max_bytes
+        store = stream.store
+        self.np = store.num_pending(seq, self.next_for)
+        self.valid_through = store.last_seq
+        self.lseq = 0
+        self.i = 0
+        self.sent_bytes = 0
+
+    def step(self) -> bool:
+        """Send the next chunk; True when the batch is done (its EOB or 404 sent)."""
+        store = self.stream.store
+        if store.closed:  # (the stream went away between chunks)
+            self._eob(store, recount=False)
+            return True
+        send = self.js.send
+        chunk_msgs = chunk_bytes = 0
+        while self.i < self.batch:
+            if chunk_msgs >= CHUNK_MSGS or chunk_bytes >= CHUNK_BYTES:
+                return False
+            sm = store.load_next_msg(self.next_for, self.seq)
+            if sm is None:
+                if self.batch > 1 and self.i > 0:
+                    break
+                send(self.reply, b"", HDR_NOT_FOUND)
+                return True
+            self.seq = sm.seq + 1
+            hdr = None
+            if not self.no_hdr:
+                if self.np > 0:
+                    self.np -= 1
+                hdr = _batch_headers(self.name, sm, self.np, self.lseq)
+            self.lseq = sm.seq
+            send(self.reply, sm.data, hdr)
+            size = len(sm.subject) + len(sm.hdr) + len(sm.data)
+            self.i += 1
+            chunk_msgs += 1
+            chunk_bytes += size
+            self.sent_bytes += size
+            if self.sent_bytes >= self.max_bytes:
+                break
+        self._eob(store, recount=True)
+        return True
+
+    def _eob(self, store, recount: bool) -> None:
+        if recount and store.last_seq > self.valid_through:
+            self.np = store.num_pending(self.seq, self.next_for)
+        self.js.send(self.reply, b"", _EOB % (self.np, self.lseq))
+
+
+class DirectGets:
+    """Answers direct gets for one JetStream engine; batches too long for one turn go on from
+    :meth:`run` (the engine's task)."""
+
+    def __init__(self, js: "JetStream") -> None:
+        self.js = js
+        self.queue: collections.deque[_Batch] = collections.deque()
+        self._wake = trio.Event()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def request(self, stream, key: bytes | None, reply, payload: bytes) -> None:
+        """A request to ``stream`` (one that allows direct gets), ``key`` the subject of the
+        last-by-subject form (None for the JSON form)."""
+        if not reply:
+            return
+        req = parse_request(payload) if key is None else parse_last_by_subject(key, payload)
+        if isinstance(req, bytes):
+            self.js.send(reply, b"", req)
+            return
+        if req.get("multi_last"):
+            self._multi(stream, req, reply)
+        else:
+            self._get(stream, req, reply)
+
+    def _max_bytes(self, req: dict) -> int:
+        """max_bytes, else the server's max_pending (as nats-server's MaxPending)."""
+        return req.get("max_bytes", 0) or self.js.server.options.max_pending
+
+    def _get(self, stream, req: dict, reply) -> None:
+        store = stream.store
+        start = req.get("start_time")
+        seq = seq_from_time(store, start) if start is not None else req.get("seq", 0)
+        if req.get("batch", 0):
+            job = _Batch(self.js, stream, reply, req, seq, self._max_bytes(req))
+            if self.queue:  # (behind the batches already going on)
+                self.queue.append(job)
+            elif not job.step():
+                self.queue.append(job)
+                self._wake.set()
+            return
+        next_for = req.get("next_by_subj", "")
+        if seq > 0 and not next_for:
+            sm = store.load_msg(seq)
+        elif next_for:
+            sm = store.load_next_msg(next_for.encode(), seq)
+        else:
+            sm = store.load_last_msg(req["last_by_subj"].encode())
+        if sm is None:
+            self.js.send(reply, b"", HDR_NOT_FOUND)
+            return
+        hdr = None if req.get("no_hdr") else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
+        self.js.send(reply, sm.data, hdr)
+
+    def _multi(self, stream, req: dict, reply) -> None:
+        """getDirectMulti: the last message of each subject matching multi_last, up to
+        up_to_seq (or the last message stored before up_to_time), in sequence order."""
+        store = stream.store
+        send = self.js.send
+        up_to = req.get("up_to_seq", 0)
+        up_to_time = req.get("up_to_time")
+        if up_to_time is not None:
+            up_to = seq_from_time(store, up_to_time)
+            if up_to <= store.first_seq:
+                send(reply, b"", HDR_NO_RESULTS)
+                return
+            up_to -= 1
+        if not up_to:
+            up_to = store.last_seq
+        seqs = last_seqs(store, req["multi_last"], up_to)
+        if seqs is None:
+            send(reply, b"", HDR_TOO_MANY)
+            return
+        if not seqs:
+            send(reply, b"", HDR_NO_RESULTS)
+            return
+        name = stream.name.encode()
+        min_seq, batch, max_bytes = req.get("seq", 0), req.get("batch", 0), self._max_bytes(req)
+        np = len(seqs)
+        lseq = sent = sent_bytes = 0
+        for seq in seqs:
+            np -= 1
+            if seq < min_seq:
+                continue
+            sm = store.load_msg(seq)
+            if sm is None:  # (nats-server folds a failed load into a 404)
+                send(reply, b"", HDR_NOT_FOUND)
+                return
+            send(reply, sm.data, _batch_headers(name, sm, np, lseq))
+            lseq = seq
+            sent_bytes += len(sm.subject) + len(sm.hdr) + len(sm.data)
+            if sent_bytes >= max_bytes:
+                break
+            sent += 1
+            if 0 < batch <= sent:
+                break
+        send(reply, b"", _EOB_MULTI % (np, lseq, up_to))
+
+    # -- batches that go on -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Send what the queued batches have left, a chunk at a time, with a checkpoint
+        between chunks."""
+        server = self.js.server
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self.queue:
+                try:
+                    if self.queue[0].step():
+                        self.queue.popleft()
+                except Exception:  # a bug must not stop the other batches
+                    log.exception("JetStream: direct get batch failed")
+                    self.queue.popleft()
+                server.flush_touched()
+                await trio.lowlevel.checkpoint()
+
+
+def last_seqs(store, filters: list[str], up_to: int) -> list[int] | None:
+    """The stores' MultiLastMsgs: the last sequence at or below ``up_to`` of each subject
+    matching one of ``filters``, sorted; None when there are more than MULTI_LAST_LIMIT. As
+    nats-server's file store, an ``up_to`` outside the stream's sequences finds nothing."""
+    if not store.msgs:
+        return []
+    if store.kind != "memory" and not store.first_seq <= up_to <= store.last_seq:
+        return []
+    fss = store.fss
+    found: dict[bytes, int] = {}
+
+    def take(subj: bytes, ss) -> bool:
+        if subj in found:
+            return True
+        if ss[2] <= up_to:
+            found[subj] = ss[2]
+        elif ss[1] <= up_to:  # (a message below the ceiling: the last of them)
+            seq = store.idx.rfind(subj, up_to, ss[1])
+            if seq:
+                found[subj] = seq
+        return len(found) <= MULTI_LAST_LIMIT
+
+    for text in filters:
+        filter = text.encode()
+        if not has_wildcard(filter):
+            ss = fss.get(filter)
+            if ss is not None and not take(filter, ss):
+                return None
+            continue
+        match = compile_filter(filter)
+        for subj, ss in fss.items():
+            if (match is None or match(subj)) and not take(subj, ss):
+                return None
+    return sorted(found.values())

@@ -1,0 +1,327 @@
+"""JetStream direct get as nats-server 2.15.1 answers it: ``$JS.API.DIRECT.GET.<stream>`` with a
+JSON request (``seq``, ``last_by_subj``, ``next_by_subj``, ``start_time``, batches with
+``batch``/``max_bytes``, ``multi_last`` with ``up_to_seq``/``up_to_time``, ``no_hdr``) and
+``$JS.API.DIRECT.GET.<stream>.<subject>``; the headers on each message and on the ``204 EOB``
+status, the 404/408/413 statuses and the limit of 1024 subjects a multi_last may cover. One
+script runs against natserver and must give, byte for byte (timestamps checked for their form and
+consistency, then replaced), what was recorded from nats-server 2.15.1 in
+data/direct_get_nats_server_2.15.1.json (``python -m tests.jetstream.test_direct_get`` records it
+again); a live 2.15.1, when installed, must still give it. nats-py's direct reads (Key-Value get,
+``get_msg(direct=True)``) run against natserver too."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from pathlib import Path
+
+from tests import reference
+from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
+from tests.jetstream.test_consumer_rules import RawClient
+
+RECORDED = Path(__file__).with_name("data") / "direct_get_nats_server_2.15.1.json"
+JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
+TIMEOUT = 20
+MULTI_LIMIT = 1024  # getDirectMulti's maxAllowedResponses in nats-server 2.15.1
+
+_DG = "$JS.API.DIRECT.GET."
+
+
+class _Later:
+    """A request body made when its turn comes, from the timestamps seen so far."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+
+
+class _Bulk:
+    """Publishes without replies (pipelined), then a PING: the answers are []."""
+
+    def __init__(self, messages: list[tuple[str, bytes]]) -> None:
+        self.messages = messages
+
+
+class _Summary:
+    """A request whose answers are recorded as their count, the first two and the last."""
+
+    def __init__(self, body) -> None:
+        self.body = body
+
+
+def _go_time(ns: int) -> str:
+    """An RFC 3339 time with nanoseconds (as a client would send it)."""
+    seconds, frac = divmod(ns, 1_000_000_000)
+    when = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def _ns(text: str) -> int:
+    main, _, frac = text.rstrip("Z").partition(".")
+    when = datetime.datetime.fromisoformat(main + "+00:00")
+    return int(when.timestamp()) * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
+def _at(stream: str, seq: int, delta: int = 0, field: str = "start_time", **extra) -> _Later:
+    return _Later(lambda times: {field: _go_time(times[stream, seq] + delta), **extra})
+
+
+def _stream_cases(s: str, prefix: str) -> list[tuple[str, str, object]]:
+    """The requests every stream form (file, memory) must answer alike. The stream ``s`` holds
+    (with ``prefix`` p): 1 p.a, 2 p.b (with a header), 3 p.c, 4 p.a, 5 p.b.x (deleted),
+    6 p.d, 7 p.a, 8 p.b; about 20 ms apart."""
+    g = _DG + s
+    p = prefix
+    return [
+        (f"{s}: seq 1", g, {"seq": 1}),
+        (f"{s}: seq 2, a message with headers", g, {"seq": 2}),
+        (f"{s}: a deleted seq", g, {"seq": 5}),
+        (f"{s}: seq past the end", g, {"seq": 99}),
+        (f"{s}: seq 2 without headers", g, {"seq": 2, "no_hdr": True}),
+        (f"{s}: last by subject", g, {"last_by_subj": f"{p}.a"}),
+        (f"{s}: last by wildcard subject", g, {"last_by_subj": f"{p}.*"}),
+        (f"{s}: last by a subject without messages", g, {"last_by_subj": f"{p}.zz"}),
+        (f"{s}: next by subject", g, {"next_by_subj": f"{p}.a"}),
+        (f"{s}: next by subject from seq 2", g, {"next_by_subj": f"{p}.a", "seq": 2}),
+        (f"{s}: next by wildcard from seq 5", g, {"next_by_subj": f"{p}.>", "seq": 5}),
+        (f"{s}: next by subject past the last", g, {"next_by_subj": f"{p}.c", "seq": 4}),
+        (f"{s}: subject form", f"{g}.{p}.a", b""),
+        (f"{s}: subject form, several tokens", f"{g}.{p}.b.x", b""),
+        (f"{s}: subject form, wildcard", f"{g}.{p}.*", b""),
+        (f"{s}: subject form, missing", f"{g}.{p}.nope", b""),
+        (f"{s}: subject form with {{}}", f"{g}.{p}.a", {}),
+        (f"{s}: subject form with no_hdr", f"{g}.{p}.b", {"no_hdr": True}),
+        (f"{s}: subject form with seq", f"{g}.{p}.a", {"seq": 1}),
+        (f"{s}: subject form with batch", f"{g}.{p}.a", {"batch": 2}),
+        (f"{s}: subject form with up_to_seq", f"{g}.{p}.a", {"up_to_seq": 2}),
+        (f"{s}: subject form with max_bytes", f"{g}.{p}.a", {"max_bytes": 2}),
+        (f"{s}: subject form, malformed", f"{g}.{p}.a", b"{"),
+        (f"{s}: subject form, empty key", f"{g}.", b""),
+        (f"{s}: empty request", g, b""),
+        (f"{s}: {{}}", g, {}),
+        (f"{s}: malformed", g, b"{nope"),
+        (f"{s}: batch alone", g, {"batch": 2}),
+        (f"{s}: seq as a string", g, {"seq": "1"}),
+        (f"{s}: a negative seq", g, {"seq": -1}),
+        (f"{s}: a malformed start_time", g, {"start_time": "yesterday"}),
+        (f"{s}: seq and last_by_subj", g, {"seq": 1, "last_by_subj": f"{p}.a"}),
+        (f"{s}: seq and start_time", g, {"seq": 1, "start_time": "2024-01-01T00:00:00Z"}),
+        (f"{s}: start_time and last_by_subj", g, {"start_time": "2024-01-01T00:00:00Z", "last_by_subj": f"{p}.a"}),
+        (f"{s}: last_by_subj and next_by_subj", g, {"last_by_subj": f"{p}.a", "next_by_subj": f"{p}.a"}),
+        (f"{s}: last_by_subj and batch", g, {"last_by_subj": f"{p}.a", "batch": 2}),
+        (f"{s}: last_by_subj and a negative batch", g, {"last_by_subj": f"{p}.a", "batch": -1}),
+        (f"{s}: last_by_subj and multi_last", g, {"last_by_subj": f"{p}.a", "multi_last": [f"{p}.b"]}),
+        (f"{s}: next_by_subj and multi_last", g, {"next_by_subj": f"{p}.a", "multi_last": [f"{p}.b"]}),
+        (f"{s}: up_to_seq and up_to_time", g, {"multi_last": [f"{p}.a"], "up_to_seq": 3,
+                                               "up_to_time": "2024-01-01T00:00:00Z"}),
+        # Batches.
+        (f"{s}: batch of 3 from seq 1", g, {"seq": 1, "batch": 3}),
+        (f"{s}: batch over a deleted seq", g, {"seq": 4, "batch": 3}),
+        (f"{s}: batch from a deleted seq", g, {"seq": 5, "batch": 2}),
+        (f"{s}: batch past the end", g, {"seq": 6, "batch": 10}),
+        (f"{s}: batch from past the end", g, {"seq": 99, "batch": 10}),
+        (f"{s}: batch of 1", g, {"seq": 1, "batch": 1}),
+        (f"{s}: a negative batch", g, {"seq": 1, "batch": -3}),
+        (f"{s}: batch by subject", g, {"next_by_subj": f"{p}.a", "batch": 5}),
+        (f"{s}: batch by subject from seq 2", g, {"next_by_subj": f"{p}.a", "seq": 2, "batch": 1}),
+        (f"{s}: batch by wildcard", g, {"next_by_subj": f"{p}.b.>", "batch": 5}),
+        (f"{s}: batch by a subject without messages", g, {"next_by_subj": f"{p}.zz", "batch": 5}),
+        (f"{s}: batch with max_bytes 1", g, {"seq": 1, "batch": 5, "max_bytes": 1}),
+        (f"{s}: batch with max_bytes 20", g, {"seq": 1, "batch": 5, "max_bytes": 20}),
+        (f"{s}: batch with a negative max_bytes", g, {"seq": 1, "batch": 5, "max_bytes": -1}),
+        (f"{s}: max_bytes without batch", g, {"seq": 1, "max_bytes": 1}),
+        (f"{s}: batch without headers", g, {"seq": 1, "batch": 3, "no_hdr": True}),
+        (f"{s}: up_to_seq on a batch", g, {"seq": 1, "batch": 3, "up_to_seq": 1}),
+        # start_time.
+        (f"{s}: start_time at seq 3", g, _at(s, 3)),
+        (f"{s}: start_time just before seq 3", g, _at(s, 3, -1)),
+        (f"{s}: start_time just after seq 3", g, _at(s, 3, 1)),
+        (f"{s}: start_time long before", g, {"start_time": "2001-01-01T00:00:00Z"}),
+        (f"{s}: start_time in the future", g, {"start_time": "2200-01-01T00:00:00Z"}),
+        (f"{s}: start_time past 2262 (Go's UnixNano wraps)", g, {"start_time": "2999-01-01T00:00:00Z"}),
+        (f"{s}: start_time with a batch", g, _at(s, 6, 0, batch=5)),
+        (f"{s}: start_time with next_by_subj", g, _at(s, 2, 0, next_by_subj=f"{p}.a", batch=5)),
+        (f"{s}: start_time in the future with a batch", g, {"start_time": "2200-01-01T00:00:00Z", "batch": 3}),
+        # multi_last.
+        (f"{s}: multi_last of two subjects", g, {"multi_last": [f"{p}.a", f"{p}.b"]}),
+        (f"{s}: multi_last by wildcard", g, {"multi_last": [f"{p}.*"]}),
+        (f"{s}: multi_last of everything", g, {"multi_last": [">"]}),
+        (f"{s}: multi_last overlapping", g, {"multi_last": [f"{p}.a", f"{p}.*", f"{p}.a"]}),
+        (f"{s}: multi_last of nothing stored", g, {"multi_last": [f"{p}.zz"]}),
+        (f"{s}: multi_last with an empty list", g, {"multi_last": [], "seq": 1}),
+        (f"{s}: multi_last up_to_seq 4", g, {"multi_last": [f"{p}.>"], "up_to_seq": 4}),
+        (f"{s}: multi_last up_to_seq past the end", g, {"multi_last": [f"{p}.a"], "up_to_seq": 99}),
+        (f"{s}: multi_last up_to_seq 1", g, {"multi_last": [f"{p}.b", f"{p}.c"], "up_to_seq": 1}),
+        (f"{s}: multi_last with seq", g, {"multi_last": [f"{p}.*"], "seq": 7}),
+        (f"{s}: multi_last with seq past them", g, {"multi_last": [f"{p}.*"], "seq": 50}),
+        (f"{s}: multi_last with batch", g, {"multi_last": [f"{p}.*"], "batch": 2}),
+        (f"{s}: multi_last with max_bytes", g, {"multi_last": [f"{p}.*"], "max_bytes": 1}),
+        (f"{s}: multi_last without headers", g, {"multi_last": [f"{p}.b"], "no_hdr": True}),
+        (f"{s}: multi_last up_to_time at seq 4", g, _at(s, 4, 0, "up_to_time", multi_last=[f"{p}.>"])),
+        (f"{s}: multi_last up_to_time just after seq 4", g, _at(s, 4, 1, "up_to_time", multi_last=[f"{p}.>"])),
+        (f"{s}: multi_last up_to_time at seq 1", g, _at(s, 1, 0, "up_to_time", multi_last=[f"{p}.>"])),
+        (f"{s}: multi_last up_to_time at seq 2", g, _at(s, 2, 0, "up_to_time", multi_last=[f"{p}.>"])),
+        (f"{s}: multi_last up_to_time long before", g, {"multi_last": [f"{p}.>"], "up_to_time": "2001-01-01T00:00:00Z"}),
+        (f"{s}: multi_last up_to_time in the future", g, {"multi_last": [f"{p}.a"], "up_to_time": "2200-01-01T00:00:00Z"}),
+        (f"{s}: multi_last up_to_time past 2262", g, {"multi_last": [f"{p}.a"], "up_to_time": "2999-01-01T00:00:00Z"}),
+        (f"{s}: multi_last with start_time", g, {"multi_last": [f"{p}.a"], "start_time": "2001-01-01T00:00:00Z"}),
+    ]
+
+
+def _fill(s: str, p: str) -> list[tuple[str, str, object]]:
+    header = (b"X-Test: yes\r\n", b"b1")
+    return [
+        (f"{s}: publish 1", f"{p}.a", b"a1"),
+        (f"{s}: publish 2", f"{p}.b", header),
+        (f"{s}: publish 3", f"{p}.c", b"c1"),
+        (f"{s}: publish 4", f"{p}.a", b"a2"),
+        (f"{s}: publish 5", f"{p}.b.x", b"bx1"),
+        (f"{s}: publish 6", f"{p}.d", b""),
+        (f"{s}: publish 7", f"{p}.a", b"a3"),
+        (f"{s}: publish 8", f"{p}.b", b"b2"),
+        (f"{s}: delete 5", f"$JS.API.STREAM.MSG.DELETE.{s}", {"seq": 5}),
+    ]
+
+
+_MANY = [(f"m.{i}", b"x") for i in range(MULTI_LIMIT + 1)]
+
+SCRIPT: list[tuple[str, str, object]] = [
+    ("stream F", "$JS.API.STREAM.CREATE.F", {"name": "F", "subjects": ["f.>"], "allow_direct": True}),
+    ("stream M", "$JS.API.STREAM.CREATE.M", {"name": "M", "subjects": ["m.>"], "allow_direct": True,
+                                             "storage": "memory"}),
+    ("stream N, no allow_direct", "$JS.API.STREAM.CREATE.N", {"name": "N", "subjects": ["n.>"]}),
+    ("F: empty stream, seq 1", _DG + "F", {"seq": 1}),
+    ("F: empty stream, batch", _DG + "F", {"seq": 1, "batch": 3}),
+    ("F: empty stream, multi_last", _DG + "F", {"multi_last": [">"]}),
+    ("F: empty stream, multi_last up_to_time", _DG + "F", {"multi_last": [">"], "up_to_time": "2999-01-01T00:00:00Z"}),
+    ("F: empty stream, start_time", _DG + "F", {"start_time": "2001-01-01T00:00:00Z", "batch": 2}),
+    *_fill("F", "f"),
+    *_fill("M", "m"),
+    ("N: publish", "n.a", b"n1"),
+    ("N: direct get without allow_direct", _DG + "N", {"seq": 1}),
+    ("a stream that does not exist", _DG + "NOPE", {"seq": 1}),
+    *_stream_cases("F", "f"),
+    *_stream_cases("M", "m"),
+    # The limit on how many subjects a multi_last may cover (1024): 1025 subjects in a
+    # memory stream, 1024 in a file stream.
+    ("M: 1025 more subjects", "", _Bulk(_MANY)),
+    ("M: multi_last over 1025+ subjects", _DG + "M", {"multi_last": ["m.>"]}),
+    ("M: multi_last over 1025+ subjects, batch 2", _DG + "M", {"multi_last": ["m.>"], "batch": 2}),
+    ("M: multi_last over 1025+ subjects up to seq 100", _DG + "M", _Summary({"multi_last": ["m.>"], "up_to_seq": 100})),
+    ("M: multi_last over all but a few, by name", _DG + "M",
+     _Summary({"multi_last": [f"m.{i}" for i in range(20, MULTI_LIMIT + 1)]})),
+    ("M: multi_last over 1025 names", _DG + "M", {"multi_last": [f"m.{i}" for i in range(MULTI_LIMIT + 1)]}),
+    ("F: 1020 more subjects", "", _Bulk([(f"f.n.{i}", b"y") for i in range(MULTI_LIMIT - 4)])),
+    ("F: multi_last over exactly 1024 subjects", _DG + "F", _Summary({"multi_last": ["f.>"]})),
+    ("F: one more subject", "f.n.last", b"z"),
+    ("F: multi_last over 1025 subjects", _DG + "F", {"multi_last": ["f.>"]}),
+    ("F: multi_last over 1025 subjects up to seq 9", _DG + "F", {"multi_last": ["f.>"], "up_to_seq": 9}),
+    ("F: a batch of 2000", _DG + "F", _Summary({"seq": 1, "batch": 2000})),
+    ("F: a batch of 2000 from 1000", _DG + "F", _Summary({"seq": 1000, "batch": 2000, "max_bytes": 5000})),
+]
+
+_TS = re.compile(r"Nats-Time-Stamp: ([^\r]*)\r\n")
+_SEQ = re.compile(r"\r\nNats-Sequence: (\d+)\r\n")
+_STREAM = re.compile(r"\r\nNats-Stream: ([^\r]*)\r\n")
+_STATUS = re.compile(r"NATS/1.0 \d")
+_GO_RFC3339NANO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d*[1-9])?Z")
+
+
+class _Run:
+    def __init__(self, port: int) -> None:
+        self.client = _Client(port)
+        self.times: dict[tuple[str, int], int] = {}  # (stream, seq) -> timestamp (ns) seen in an answer
+
+    def normal(self, answer: str) -> str:
+        """A message's timestamp, checked for Go's RFC3339Nano form and for being the same
+        every time its sequence is seen, becomes ``<ts>``; a publish ack or an API response
+        becomes its field names (what this test is about is direct get's answers)."""
+        if answer.startswith("{"):
+            if '"error"' in answer:
+                return answer
+            if '"config"' in answer:  # (stream info: 2.9's shape in natserver)
+                return "json: stream info"
+            return "json: " + ",".join(sorted(re.findall(r'"(\w+)":', answer)))
+        stamp = _TS.search(answer)
+        if stamp is None:
+            return answer
+        assert _GO_RFC3339NANO.fullmatch(stamp.group(1)), answer
+        seq, stream = _SEQ.search(answer), _STREAM.search(answer)
+        assert seq is not None and stream is not None, answer
+        ns = _ns(stamp.group(1))
+        assert self.times.setdefault((stream.group(1), int(seq.group(1))), ns) == ns, answer
+        return _TS.sub("Nats-Time-Stamp: <ts>\r\n", answer)
+
+    def step(self, subject: str, body) -> object:
+        if isinstance(body, _Bulk):
+            self.client.bulk(body.messages)
+            return []
+        summary = isinstance(body, _Summary)
+        if summary:
+            body = body.body
+        if isinstance(body, _Later):
+            body = body.make(self.times)
+        batchy = isinstance(body, dict) and (body.get("batch") or body.get("multi_last"))
+        answers = [self.normal(a) for a in self.client.request(subject, body, until_status=bool(batchy))]
+        if summary:
+            return {"count": len(answers), "first": answers[:2], "last": answers[-1:]}
+        return answers
+
+
+class _Client(RawClient):
+    """RawClient that also publishes with headers (a body (headers, payload) goes as HPUB),
+    pipelines publishes, and spaces publishes apart so that times tell messages apart."""
+
+    def request(self, subject: str, body, until_status: bool = False) -> list[str]:
+        """... and, ``until_status``, reads on until a status (a batch's end, an error): what
+        nats-server sends from its internal send queue may come after the PONG."""
+        if not subject.startswith("$JS."):
+            time.sleep(0.02)
+        if not isinstance(body, tuple):
+            answers = super().request(subject, body)
+            while until_status and answers and not _STATUS.match(answers[-1]):
+                answers.append(self._next_msg())
+            return answers
+        headers, payload = body
+        block = b"NATS/1.0\r\n" + headers + b"\r\n"
+        self.sock.sendall(b"HPUB %s _R.x %d %d\r\n%s%s\r\n" % (
+            subject.encode(), len(block), len(block) + len(payload), block, payload))
+        return super().request("_nothing", b"")
+
+    def _next_msg(self) -> str:
+        line = self._until(b"\r\n")
+        while not line.startswith((b"MSG ", b"HMSG ")):  # (a PONG)
+            line = self._until(b"\r\n")
+        size = int(line.split()[-1])
+        while len(self.buf) < size + 2:
+            chunk = self.sock.recv(65536)
+            assert chunk
+            self.buf += chunk
+        data, self.buf = self.buf[:size], self.buf[size + 2 :]
+        return data.decode()
+
+    def bulk(self, messages: list[tuple[str, bytes]]) -> None:
+        """Publishes all but the last without a reply, the last with one, and waits for its
+        ack: the stream has stored them all then (its ingest is in order)."""
+        *first, (subject, payload) = messages
+        self.sock.sendall(b"".join(b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(m), m) for s, m in first)
+                          + b"PUB %s _R.x %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+        assert '"seq"' in self._next_msg()
+
+
+def run_script(port: int) -> dict:
+    run = _Run(port)
+    return {name: run.step(subject, body) for name, subject, body in SCRIPT}
+
+
+def test_natserver_answers_as_nats_server(tmp_path):
+    assert_natserver_matches(run_script, JS_CONFIG, RECORDED, tmp_path)
+
+
+@reference.needs_nats_server
+def test_the_recording_is_what_nats_server_answers(tmp_path):
+    assert_nats_server_matches(run_script, JS_CONFIG, RECORDED, tmp_path, binary=reference.NATS_SERVER)
+
+
+if __name__ == "__main__":
+    record(run_script, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
