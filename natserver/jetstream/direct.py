@@ -77,7 +77,7 @@ def go_time_ns(value) -> int:
         oh, om = int(m.group(10)), int(m.group(11))
         if oh > 23 or om > 59:
             raise DecodeError(f"time zone out of range: {value!r}")
-        offset = (oh * 60 + om) * 60 * (1 if m.group(9) == "+" else -1)
+        offset = (oh * 60 + om) * 60 * (1 if m.group(9) == b"+" else -1)
     seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset
     nanos = int(((m.group(7) or b"") + b"000000000")[:9])
     return ((seconds * 1_000_000_000 + nanos + (1 << 63)) % (1 << 64)) - (1 << 63)

@@ -11,11 +11,22 @@ again); a live 2.15.1, when installed, must still give it. nats-py's direct read
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import nats
+import pytest
+import trio
+
+from natserver.jetstream import direct
+from natserver.jetstream.direct import DirectGets
+from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.stream import StreamConfig, check_stream_config
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
@@ -325,3 +336,153 @@ def test_the_recording_is_what_nats_server_answers(tmp_path):
 
 if __name__ == "__main__":
     record(run_script, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
+
+
+# -- bounded work: long batches a chunk at a time ------------------------------------------------
+
+
+class _FakeEngine:
+    """What DirectGets uses of an engine: send (recorded) and the server's flush and
+    max_pending."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes, bytes | None]] = []
+        self.flushes = 0
+        self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 * 1024 * 1024),
+                                      flush_touched=self._flush)
+
+    def _flush(self) -> None:
+        self.flushes += 1
+
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None) -> None:
+        self.sent.append((subject, payload, headers))
+
+
+def _stream(n: int) -> SimpleNamespace:
+    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=["s.>"]), {}))
+    for i in range(n):
+        store.store_msg(b"s.%d" % (i % 3), b"", b"%d" % i, 1_000_000_000 * (i + 1))
+    return SimpleNamespace(name="S", store=store)
+
+
+async def test_a_long_batch_goes_on_a_chunk_at_a_time_and_others_are_answered_meanwhile():
+    """A batch of 1000 sends CHUNK_MSGS messages at once and the rest from DirectGets' task,
+    a chunk per turn with a checkpoint between (another task runs in between); a request
+    arriving meanwhile is answered at once, a second batch after the first; the messages,
+    their pending counts and the EOB are those of one batch sent whole."""
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    stream = _stream(1000)
+    gets.request(stream, None, b"A", b'{"seq":1,"batch":1000}')
+    assert len(engine.sent) == direct.CHUNK_MSGS and gets.queue
+    gets.request(stream, None, b"B", b'{"seq":5}')  # a single message: at once
+    assert engine.sent[-1][0] == b"B" and engine.sent[-1][1] == b"4"
+    gets.request(stream, None, b"C", b'{"seq":990,"batch":5}')  # behind the first batch
+    assert engine.sent[-1][0] == b"B"
+    turns = []
+
+    async def other_client():
+        while gets.queue:
+            turns.append(len(engine.sent))
+            await trio.lowlevel.checkpoint()
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gets.run)
+            nursery.start_soon(other_client)
+            while gets.queue:
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+    a = [(payload, headers) for reply, payload, headers in engine.sent if reply == b"A"]
+    assert [payload for payload, _ in a[:-1]] == [b"%d" % i for i in range(1000)]
+    assert a[500][1] == (b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: s.2\r\nNats-Sequence: 501\r\n"
+                         b"Nats-Time-Stamp: 1970-01-01T00:08:21Z\r\nNats-Num-Pending: 499\r\n"
+                         b"Nats-Last-Sequence: 500\r\n\r\n")
+    assert a[-1] == (b"", b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 1000\r\n\r\n")
+    c = [payload for reply, payload, _ in engine.sent if reply == b"C"]
+    assert c == [b"989", b"990", b"991", b"992", b"993", b""]
+    assert [reply for reply, _, _ in engine.sent].index(b"C") > len(a)  # after A's EOB
+    # The rest of A came in chunks, another task running between them.
+    assert len(set(turns)) >= (1000 - direct.CHUNK_MSGS) // direct.CHUNK_MSGS
+    assert engine.flushes >= 3
+
+
+async def test_a_batch_whose_stream_goes_away_ends_with_its_eob():
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    stream = _stream(600)
+    gets.request(stream, None, b"A", b'{"seq":1,"batch":600}')
+    stream.store.stop()
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gets.run)
+            while gets.queue:
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+    assert len(engine.sent) == direct.CHUNK_MSGS + 1
+    assert engine.sent[-1][2] == (b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n"
+                                  % (600 - direct.CHUNK_MSGS, direct.CHUNK_MSGS))
+
+
+@pytest.mark.parametrize("text, ns", [
+    ("1970-01-01T00:00:00Z", 0),
+    ("1970-01-01T00:00:01.5Z", 1_500_000_000),
+    ("1970-01-01T01:00:00+01:00", 0),
+    ("1969-12-31T23:00:00.000000001-01:00", 1),
+    ("2024-02-29T12:00:00.1234567891Z", 1709208000_123456789),  # (digits past 9 dropped)
+    ("2262-04-11T23:47:16.854775807Z", (1 << 63) - 1),
+    ("2262-04-11T23:47:16.854775808Z", -(1 << 63)),  # Go's UnixNano wraps
+    ("0000-01-01T00:00:00Z", ((-62167219200 * 10**9 + (1 << 63)) % (1 << 64)) - (1 << 63)),
+])
+def test_times_as_go_reads_them(text, ns):
+    assert direct.go_time_ns(text) == ns
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2024-01-01", "2024-01-01 00:00:00Z", "2024-02-30T00:00:00Z",
+                                  "2024-01-01T24:00:00Z", "2024-01-01T00:00:00", "2024-01-01T00:00:00+25:00", 5])
+def test_times_go_refuses(text):
+    with pytest.raises(ValueError):
+        direct.go_time_ns(text)
+
+
+# -- nats-py ---------------------------------------------------------------------------------
+
+
+def test_nats_py_reads_directly(threaded_server, tmp_path):
+    """nats-py's direct reads against natserver: a Key-Value bucket (``direct=True``: its get
+    is DIRECT.GET.<stream>.<subject>, with a revision {"seq"}), get_msg/get_last_msg with
+    direct=True, a missing key; and a multi_last request as a client sends it by hand (nats-py
+    has no call for batches)."""
+    handle = threaded_server(jetstream=True, store_dir=str(tmp_path / "js"))
+
+    async def main():
+        nc = await nats.connect(handle.url, allow_reconnect=False)
+        try:
+            js = nc.jetstream()
+            kv = await js.create_key_value(nats.js.api.KeyValueConfig(bucket="CFG", history=5, direct=True))
+            assert (await js.stream_info("KV_CFG")).config.allow_direct
+            await kv.put("a", b"1")
+            await kv.put("b", b"2")
+            await kv.put("a", b"3")
+            entry = await kv.get("a")
+            assert (entry.value, entry.revision) == (b"3", 3)
+            assert (await kv.get("a", revision=1)).value == b"1"
+            with pytest.raises(nats.js.errors.KeyNotFoundError):
+                await kv.get("missing")
+            with pytest.raises(nats.js.errors.KeyNotFoundError):
+                await kv.get("a", revision=2)  # that revision is b's
+            msg = await js.get_last_msg("KV_CFG", "$KV.CFG.b", direct=True)
+            assert (msg.seq, msg.data, msg.headers["Nats-Stream"]) == (2, b"2", "KV_CFG")
+            nxt = await js.get_msg("KV_CFG", seq=2, subject="$KV.CFG.a", next=True, direct=True)
+            assert nxt.seq == 3
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish("$JS.API.DIRECT.GET.KV_CFG", json.dumps({"multi_last": ["$KV.CFG.*"]}).encode(),
+                             reply=inbox)
+            got = [await sub.next_msg(timeout=2) for _ in range(3)]
+            assert [(m.headers["Nats-Subject"], m.data) for m in got[:2]] == [("$KV.CFG.b", b"2"), ("$KV.CFG.a", b"3")]
+            assert got[2].headers["Status"] == "204" and got[2].headers["Nats-UpTo-Sequence"] == "3"
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
