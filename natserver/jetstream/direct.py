@@ -9,10 +9,12 @@ a ``204 EOB`` status with both) or the last message of each subject matching ``m
 ``Nats-UpTo-Sequence``). Errors are statuses: ``408 Empty Request``, ``Malformed Request``, ``Bad
 Request``; ``404 Message Not Found``, ``404 No Results``; ``413 Too Many Results``.
 
-Bounded work: a batch answers up to :data:`CHUNK_MSGS` messages (or :data:`CHUNK_BYTES`) at
-once; the rest goes to :class:`DirectGets`, whose task sends it a chunk at a time, with a
-checkpoint between chunks, so one request for a million messages never keeps the other clients
-waiting. Batches queued there are answered in the order they came.
+Bounded work: a batch or a multi_last sends up to :data:`CHUNK_MSGS` messages (or
+:data:`CHUNK_BYTES`) at once; the rest goes to :class:`DirectGets`, whose task sends it a chunk
+at a time, with a checkpoint between chunks, so one request for a million messages never keeps
+the other clients waiting. Batches queued there are answered in the order they came. (A
+multi_last's subjects are chosen at once, as nats-server does; a message of them deleted before
+its chunk is sent is skipped, where nats-server, holding the stream's lock, sends it.)
 """
 
 from __future__ import annotations
@@ -217,13 +219,64 @@ class _Batch:
         self.js.send(self.reply, b"", _EOB % (self.np, self.lseq))
 
 
+class _Multi:
+    """getDirectMulti's sending (the sequences already chosen: a snapshot, as nats-server's
+    read lock makes it), a chunk at a time."""
+
+    def __init__(self, js: "JetStream", stream, reply, req: dict, seqs: list[int], up_to: int,
+                 max_bytes: int) -> None:
+        self.js, self.stream, self.reply = js, stream, reply
+        self.name = stream.name.encode()
+        self.seqs = seqs
+        self.up_to = up_to
+        self.min_seq = req.get("seq", 0)
+        self.batch = req.get("batch", 0)
+        self.max_bytes = max_bytes
+        self.np = len(seqs)
+        self.pos = 0
+        self.lseq = self.sent = self.sent_bytes = 0
+
+    def step(self) -> bool:
+        store = self.stream.store
+        send = self.js.send
+        first = self.pos == 0
+        chunk_msgs = chunk_bytes = 0
+        while self.pos < len(self.seqs) and not store.closed:
+            if chunk_msgs >= CHUNK_MSGS or chunk_bytes >= CHUNK_BYTES:
+                return False
+            seq = self.seqs[self.pos]
+            self.pos += 1
+            self.np -= 1
+            if seq < self.min_seq:
+                continue
+            sm = store.load_msg(seq)
+            if sm is None:
+                if first:  # (nats-server folds a failed load into a 404)
+                    send(self.reply, b"", HDR_NOT_FOUND)
+                    return True
+                continue  # (removed since the request came: skipped)
+            send(self.reply, sm.data, _batch_headers(self.name, sm, self.np, self.lseq))
+            self.lseq = seq
+            size = len(sm.subject) + len(sm.hdr) + len(sm.data)
+            chunk_msgs += 1
+            chunk_bytes += size
+            self.sent_bytes += size
+            if self.sent_bytes >= self.max_bytes:
+                break
+            self.sent += 1
+            if 0 < self.batch <= self.sent:
+                break
+        send(self.reply, b"", _EOB_MULTI % (self.np, self.lseq, self.up_to))
+        return True
+
+
 class DirectGets:
     """Answers direct gets for one JetStream engine; batches too long for one turn go on from
     :meth:`run` (the engine's task)."""
 
     def __init__(self, js: "JetStream") -> None:
         self.js = js
-        self.queue: collections.deque[_Batch] = collections.deque()
+        self.queue: collections.deque[_Batch | _Multi] = collections.deque()
         self._wake = trio.Event()
 
     # -- requests ---------------------------------------------------------------------------
@@ -251,12 +304,7 @@ class DirectGets:
         start = req.get("start_time")
         seq = seq_from_time(store, start) if start is not None else req.get("seq", 0)
         if req.get("batch", 0):
-            job = _Batch(self.js, stream, reply, req, seq, self._max_bytes(req))
-            if self.queue:  # (behind the batches already going on)
-                self.queue.append(job)
-            elif not job.step():
-                self.queue.append(job)
-                self._wake.set()
+            self._start(_Batch(self.js, stream, reply, req, seq, self._max_bytes(req)))
             return
         next_for = req.get("next_by_subj", "")
         if seq > 0 and not next_for:
@@ -289,31 +337,19 @@ class DirectGets:
         seqs = last_seqs(store, req["multi_last"], up_to)
         if seqs is None:
             send(reply, b"", HDR_TOO_MANY)
-            return
-        if not seqs:
+        elif not seqs:
             send(reply, b"", HDR_NO_RESULTS)
-            return
-        name = stream.name.encode()
-        min_seq, batch, max_bytes = req.get("seq", 0), req.get("batch", 0), self._max_bytes(req)
-        np = len(seqs)
-        lseq = sent = sent_bytes = 0
-        for seq in seqs:
-            np -= 1
-            if seq < min_seq:
-                continue
-            sm = store.load_msg(seq)
-            if sm is None:  # (nats-server folds a failed load into a 404)
-                send(reply, b"", HDR_NOT_FOUND)
-                return
-            send(reply, sm.data, _batch_headers(name, sm, np, lseq))
-            lseq = seq
-            sent_bytes += len(sm.subject) + len(sm.hdr) + len(sm.data)
-            if sent_bytes >= max_bytes:
-                break
-            sent += 1
-            if 0 < batch <= sent:
-                break
-        send(reply, b"", _EOB_MULTI % (np, lseq, up_to))
+        else:
+            self._start(_Multi(self.js, stream, reply, req, seqs, up_to, self._max_bytes(req)))
+
+    def _start(self, job) -> None:
+        """Answer ``job``'s first chunk now, the rest from :meth:`run`; behind the jobs that
+        are going on already, if any."""
+        if self.queue:
+            self.queue.append(job)
+        elif not job.step():
+            self.queue.append(job)
+            self._wake.set()
 
     # -- batches that go on -----------------------------------------------------------------
 

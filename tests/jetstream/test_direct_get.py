@@ -213,6 +213,26 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("a stream that does not exist", _DG + "NOPE", {"seq": 1}),
     *_stream_cases("F", "f"),
     *_stream_cases("M", "m"),
+    # How Go's encoding/json reads the request.
+    ("F: multi_last as a string", _DG + "F", {"multi_last": "f.a"}),
+    ("F: batch as 2.0", _DG + "F", b'{"seq":1,"batch":2.0}'),
+    ("F: no_hdr as a string", _DG + "F", {"seq": 1, "no_hdr": "true"}),
+    ("F: a JSON array", _DG + "F", b"[1]"),
+    ("F: JSON null", _DG + "F", b"null"),
+    ("F: subject form with JSON null", _DG + "F.f.a", b"null"),
+    ("F: start_time null", _DG + "F", {"seq": 1, "start_time": None}),
+    ("F: multi_last null", _DG + "F", {"seq": 1, "multi_last": None}),
+    ("F: SEQ in capitals", _DG + "F", b'{"SEQ":2}'),
+    ("F: an unknown field", _DG + "F", {"seq": 2, "nope": 1}),
+    ("F: start_time with an offset", _DG + "F", {"start_time": "2001-01-01T02:00:00+02:00", "batch": 1}),
+    ("F: start_time with a lower-case z", _DG + "F", {"start_time": "2001-01-01T00:00:00z"}),
+    ("F: next_by_subj empty", _DG + "F", {"seq": 1, "next_by_subj": ""}),
+    ("F: up_to_seq without multi_last", _DG + "F", {"seq": 1, "up_to_seq": 3}),
+    ("F: up_to_time without multi_last", _DG + "F", {"seq": 1, "up_to_time": "2001-01-01T00:00:00Z"}),
+    ("F: multi_last with an empty filter", _DG + "F", {"multi_last": [""]}),
+    ("F: multi_last with an invalid subject", _DG + "F", {"multi_last": ["f..a"]}),
+    ("F: last_by_subj an invalid subject", _DG + "F", {"last_by_subj": "f..a"}),
+    ("F: next_by_subj an invalid subject", _DG + "F", {"next_by_subj": "f.>.a", "batch": 2}),
     # The limit on how many subjects a multi_last may cover (1024): 1025 subjects in a
     # memory stream, 1024 in a file stream.
     ("M: 1025 more subjects", "", _Bulk(_MANY)),
@@ -405,6 +425,31 @@ async def test_a_long_batch_goes_on_a_chunk_at_a_time_and_others_are_answered_me
     # The rest of A came in chunks, another task running between them.
     assert len(set(turns)) >= (1000 - direct.CHUNK_MSGS) // direct.CHUNK_MSGS
     assert engine.flushes >= 3
+
+
+async def test_a_long_multi_last_goes_on_a_chunk_at_a_time():
+    """multi_last over 700 subjects: CHUNK_MSGS at once, the rest from the task; a subject's
+    last message deleted before its chunk goes is skipped; the EOB counts as one sent whole."""
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=["s.>"]), {}))
+    for i in range(700):
+        store.store_msg(b"s.%d" % i, b"", b"%d" % i, 1_000_000_000 * (i + 1))
+    gets.request(SimpleNamespace(name="S", store=store), None, b"A", b'{"multi_last":["s.*"]}')
+    assert len(engine.sent) == direct.CHUNK_MSGS and gets.queue
+    store.remove_msg(600)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gets.run)
+            while gets.queue:
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+    assert [payload for _, payload, _ in engine.sent[:-1]] == [b"%d" % i for i in range(700) if i != 599]
+    assert engine.sent[300][2] == (b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: s.300\r\nNats-Sequence: 301\r\n"
+                                   b"Nats-Time-Stamp: 1970-01-01T00:05:01Z\r\nNats-Num-Pending: 399\r\n"
+                                   b"Nats-Last-Sequence: 300\r\n\r\n")
+    assert engine.sent[-1][2] == (b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 700\r\n"
+                                  b"Nats-UpTo-Sequence: 700\r\n\r\n")
 
 
 async def test_a_batch_whose_stream_goes_away_ends_with_its_eob():
