@@ -39,7 +39,9 @@ log = logging.getLogger("natserver")
 MULTI_LAST_LIMIT = 1024
 # natserver's own: how much of a batch one turn sends before a checkpoint (the rest follows
 # from DirectGets' task). nats-server sends a whole batch at once, from the client's goroutine.
-CHUNK_MSGS = 256
+# Measured (a batch of 20 000 messages of 100 B, another client's single gets meanwhile):
+# whole, they waited up to 550 ms; in chunks of 128, up to 16 ms (nats-server 2.15.1: 20 ms).
+CHUNK_MSGS = 128
 CHUNK_BYTES = 1 << 20
 
 HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
