@@ -35,6 +35,7 @@ RECORDED = Path(__file__).with_name("data") / "direct_get_nats_server_2.15.1.jso
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 TIMEOUT = 20
 MULTI_LIMIT = 1024  # getDirectMulti's maxAllowedResponses in nats-server 2.15.1
+NO_ANSWER = 0.5  # seconds without an answer that mean none comes (no stream, no allow_direct)
 
 _DG = "$JS.API.DIRECT.GET."
 
@@ -300,36 +301,59 @@ class _Run:
 
 
 class _Client(RawClient):
-    """RawClient that also publishes with headers (a body (headers, payload) goes as HPUB),
-    pipelines publishes, and spaces publishes apart so that times tell messages apart."""
+    """RawClient reading each request's answers as they come (no fixed wait), publishing with
+    headers (a body (headers, payload) goes as HPUB) and in bulk."""
 
     def request(self, subject: str, body, until_status: bool = False) -> list[str]:
-        """... and, ``until_status``, reads on until a status (a batch's end, an error): what
-        nats-server sends from its internal send queue may come after the PONG."""
+        """The answers: the first (none within NO_ANSWER seconds: nobody takes the request)
+        and, ``until_status``, the rest up to a status (a batch's end, an error). Publishes are
+        spaced apart so that their times tell the messages apart."""
         if not subject.startswith("$JS."):
             time.sleep(0.02)
-        if not isinstance(body, tuple):
-            answers = super().request(subject, body)
-            while until_status and answers and not _STATUS.match(answers[-1]):
-                answers.append(self._next_msg())
-            return answers
-        headers, payload = body
-        block = b"NATS/1.0\r\n" + headers + b"\r\n"
-        self.sock.sendall(b"HPUB %s _R.x %d %d\r\n%s%s\r\n" % (
-            subject.encode(), len(block), len(block) + len(payload), block, payload))
-        return super().request("_nothing", b"")
+        if isinstance(body, tuple):
+            headers, payload = body
+            block = b"NATS/1.0\r\n" + headers + b"\r\n"
+            self.sock.sendall(b"HPUB %s _R.x %d %d\r\n%s%s\r\n" % (
+                subject.encode(), len(block), len(block) + len(payload), block, payload))
+        else:
+            payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.sock.sendall(b"PUB %s _R.x %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+        first = self._next_msg(NO_ANSWER)
+        if first is None:
+            return []
+        answers = [first]
+        while until_status and not _STATUS.match(answers[-1]):
+            answer = self._next_msg(TIMEOUT)
+            assert answer is not None, answers[-1]
+            answers.append(answer)
+        return answers
 
-    def _next_msg(self) -> str:
-        line = self._until(b"\r\n")
-        while not line.startswith((b"MSG ", b"HMSG ")):  # (a PONG)
-            line = self._until(b"\r\n")
-        size = int(line.split()[-1])
-        while len(self.buf) < size + 2:
-            chunk = self.sock.recv(65536)
+    def _next_msg(self, wait: float) -> str | None:
+        """The next message's payload (other protocol lines skipped); None after ``wait``."""
+        deadline = time.monotonic() + wait
+        while True:
+            eol = self.buf.find(b"\r\n")
+            if eol >= 0:
+                line = self.buf[:eol]
+                if not line.startswith((b"MSG ", b"HMSG ")):
+                    self.buf = self.buf[eol + 2 :]
+                    continue
+                end = eol + 2 + int(line.split()[-1])
+                if len(self.buf) >= end + 2:
+                    data, self.buf = self.buf[eol + 2 : end], self.buf[end + 2 :]
+                    return data.decode()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                return None
+            finally:
+                self.sock.settimeout(TIMEOUT)
             assert chunk
             self.buf += chunk
-        data, self.buf = self.buf[:size], self.buf[size + 2 :]
-        return data.decode()
 
     def bulk(self, messages: list[tuple[str, bytes]]) -> None:
         """Publishes all but the last without a reply, the last with one, and waits for its
@@ -337,7 +361,7 @@ class _Client(RawClient):
         *first, (subject, payload) = messages
         self.sock.sendall(b"".join(b"PUB %s %d\r\n%s\r\n" % (s.encode(), len(m), m) for s, m in first)
                           + b"PUB %s _R.x %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
-        assert '"seq"' in self._next_msg()
+        assert '"seq"' in (self._next_msg(TIMEOUT) or "")
 
 
 def run_script(port: int) -> dict:
