@@ -90,9 +90,6 @@ class Api:
             self.js.send(reply, encoded)
         advisories.api_audit(self.js, *self._request, encoded)
 
-    def _publish(self, reply: bytes, payload: bytes, headers: bytes | None = None) -> None:
-        self.js.send(reply, payload, headers)
-
     def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
         self._send(reply, {"type": rtype, "error": exc.to_json(), **extra}, error=True)
 
