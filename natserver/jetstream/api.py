@@ -412,10 +412,15 @@ class Api:
     def direct_get(self, name: str, key_tokens: list, reply, payload: bytes) -> None:
         """``$JS.API.DIRECT.GET.<stream>`` (JSON request) and ``...GET.<stream>.<subject>``
         (last message on the subject): direct.py. Only streams with allow_direct answer
-        (nats-server subscribes for those only); errors are status headers."""
+        (nats-server subscribes for those only), else a mirror of ``name`` with mirror_direct
+        (nats-server's mirrors join the origin's queue group: on one server either may
+        answer; here the origin does when it allows direct gets); errors are status headers."""
         stream = self.js.streams.get(name)
         if stream is None or not stream.cfg.allow_direct:
-            return
+            stream = next((s for s in self.js.streams.values() if s.cfg.mirror_direct and s.cfg.mirror is not None
+                           and s.cfg.mirror["name"] == name), None)
+            if stream is None:
+                return
         self.direct.request(stream, b".".join(key_tokens) if key_tokens else None, reply, payload)
 
     # -- consumers (consumer_api.py) ---------------------------------------------------------

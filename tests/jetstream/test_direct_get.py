@@ -28,8 +28,10 @@ from natserver.jetstream.direct import DirectGets
 from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig, check_stream_config
 from tests import reference
+from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
+from tests.jetstream.test_external_sources import ACCOUNTS, EXT
 
 RECORDED = Path(__file__).with_name("data") / "direct_get_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
@@ -555,3 +557,83 @@ def test_nats_py_reads_directly(threaded_server, tmp_path):
             await nc.close()
 
     asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+# -- a mirror with mirror_direct answers for its origin ----------------------------------------
+
+
+async def _answers(nc, subject: str, body: bytes, until_status: bool) -> list:
+    """The answers to a direct get: (headers but the time stamp, payload) each."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish(subject, body, reply=inbox)
+    out: list = []
+    while True:
+        msg = await sub.next_msg(timeout=5)
+        headers = {getattr(k, "value", k): v for k, v in (msg.headers or {}).items() if k != "Nats-Time-Stamp"}
+        out.append([sorted(headers.items()), msg.data.decode()])
+        if not until_status or "Status" in headers:
+            break
+    await sub.unsubscribe()
+    return out
+
+
+async def _mirror_direct(port: int) -> dict:
+    """Account B mirrors account A's stream O (external) with mirror_direct: B's
+    ``$JS.API.DIRECT.GET.O`` is answered by the mirror, named in Nats-Stream."""
+    a = await nats.connect(f"nats://127.0.0.1:{port}", user="a", password="a")
+    b = await nats.connect(f"nats://127.0.0.1:{port}", user="b", password="b")
+    try:
+        await a.jetstream().add_stream(name="O", subjects=["o.>"], allow_direct=True)
+        for subject, data in (("o.a", b"1"), ("o.b", b"2"), ("o.a", b"3")):
+            await a.jetstream().publish(subject, data)
+        created = await _request(b, "$JS.API.STREAM.CREATE.M", {
+            "name": "M", "mirror": {"name": "O", "external": EXT}, "mirror_direct": True})
+        assert "error" not in created, created
+        while (await _request(b, "$JS.API.STREAM.INFO.M", None)).get("state", {}).get("messages") != 3:
+            await asyncio.sleep(0.05)
+        while True:  # (nats-server's mirror joins the origin's direct gets once caught up)
+            try:
+                await b.request("$JS.API.DIRECT.GET.O", b'{"seq":1}', timeout=0.2)
+                break
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                await asyncio.sleep(0.05)
+        return {
+            "seq 1": await _answers(b, "$JS.API.DIRECT.GET.O", b'{"seq":1}', False),
+            "last of o.a": await _answers(b, "$JS.API.DIRECT.GET.O.o.a", b"", False),
+            "multi_last": await _answers(b, "$JS.API.DIRECT.GET.O", b'{"multi_last":["o.*"]}', True),
+            "batch": await _answers(b, "$JS.API.DIRECT.GET.O", b'{"seq":1,"batch":5}', True),
+        }
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _request(nc, subject: str, body) -> dict:
+    data = json.dumps(body).encode() if body is not None else b""
+    return json.loads((await nc.request(subject, data, timeout=5)).data)
+
+
+def _scenario(kind: str, tmp_path, binary: str | None = None) -> dict:
+    kwargs = {"binary": binary} if binary else {}
+    with running(kind, ACCOUNTS % (tmp_path / "store"), tmp_path, **kwargs) as port:
+        return asyncio.run(asyncio.wait_for(_mirror_direct(port), 30))
+
+
+def _check_mirror_direct(got: dict) -> None:
+    assert got["seq 1"] == [[[("Nats-Sequence", "1"), ("Nats-Stream", "M"), ("Nats-Subject", "o.a")], "1"]]
+    assert got["last of o.a"] == [[[("Nats-Sequence", "3"), ("Nats-Stream", "M"), ("Nats-Subject", "o.a")], "3"]]
+    assert got["multi_last"][1] == [[("Nats-Last-Sequence", "2"), ("Nats-Num-Pending", "0"), ("Nats-Sequence", "3"),
+                                     ("Nats-Stream", "M"), ("Nats-Subject", "o.a")], "3"]
+    assert got["multi_last"][2] == [[("Description", "EOB"), ("Nats-Last-Sequence", "3"), ("Nats-Num-Pending", "0"),
+                                     ("Nats-UpTo-Sequence", "3"), ("Status", "204")], ""]
+    assert [answer[1] for answer in got["batch"]] == ["1", "2", "3", ""]
+
+
+def test_a_mirror_with_mirror_direct_answers_for_its_origin(tmp_path):
+    _check_mirror_direct(_scenario("natserver", tmp_path))
+
+
+@reference.needs_nats_server
+def test_nats_server_s_mirror_answers_so_too(tmp_path):
+    _check_mirror_direct(_scenario("nats-server", tmp_path, reference.NATS_SERVER))
