@@ -6,8 +6,10 @@ status, the 404/408/413 statuses and the limit of 1024 subjects a multi_last may
 script runs against natserver and must give, byte for byte (timestamps checked for their form and
 consistency, then replaced), what was recorded from nats-server 2.15.1 in
 data/direct_get_nats_server_2.15.1.json (``python -m tests.jetstream.test_direct_get`` records it
-again); a live 2.15.1, when installed, must still give it. nats-py's direct reads (Key-Value get,
-``get_msg(direct=True)``) run against natserver too."""
+again); a live 2.15.1, when installed, must still give it. Also: long batches and multi_lasts
+go a chunk at a time with other requests answered meanwhile (a fake engine, trio); Go's reading
+of times; nats-py's direct reads (Key-Value get, ``get_msg(direct=True)``); a cross-account
+mirror with ``mirror_direct`` answering for its origin, on natserver and on 2.15.1."""
 
 from __future__ import annotations
 
