@@ -12,9 +12,10 @@ Request``; ``404 Message Not Found``, ``404 No Results``; ``413 Too Many Results
 Bounded work: a batch or a multi_last sends up to :data:`CHUNK_MSGS` messages (or
 :data:`CHUNK_BYTES`) at once; the rest goes to :class:`DirectGets`, whose task sends it a chunk
 at a time, with a checkpoint between chunks, so one request for a million messages never keeps
-the other clients waiting. Batches queued there are answered in the order they came. (A
-multi_last's subjects are chosen at once, as nats-server does; a message of them deleted before
-its chunk is sent is skipped, where nats-server, holding the stream's lock, sends it.)
+the other clients waiting. Batches queued there are answered in the order they came. A
+multi_last with wildcards tests :data:`SELECT_SUBJECTS` of the stream's subjects a turn before it
+sends (nats-server chooses them all at once, under the stream's lock: here a message of them
+deleted before its chunk is sent is skipped, a subject new since the request may be missed).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ MULTI_LAST_LIMIT = 1024
 # whole, they waited up to 550 ms; in chunks of 128, up to 16 ms (nats-server 2.15.1: 20 ms).
 CHUNK_MSGS = 128
 CHUNK_BYTES = 1 << 20
+# natserver's own: how many of a stream's subjects a multi_last with wildcards tests a turn
+# (about 10 ms of matching).
+SELECT_SUBJECTS = 16384
 
 HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
 HDR_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
@@ -222,26 +226,86 @@ class _Batch:
 
 
 class _Multi:
-    """getDirectMulti's sending (the sequences already chosen: a snapshot, as nats-server's
-    read lock makes it), a chunk at a time."""
+    """getDirectMulti, a chunk at a time: first choosing the subjects (MultiLastMsgs: the last
+    sequence at or below ``up_to`` of each subject a filter matches), :data:`SELECT_SUBJECTS`
+    of the stream's subjects a turn, then sending their messages in sequence order."""
 
-    def __init__(self, js: "JetStream", stream, reply, req: dict, seqs: list[int], up_to: int,
-                 max_bytes: int) -> None:
+    def __init__(self, js: "JetStream", stream, reply, req: dict, up_to: int, max_bytes: int) -> None:
         self.js, self.stream, self.reply = js, stream, reply
         self.name = stream.name.encode()
-        self.seqs = seqs
         self.up_to = up_to
         self.min_seq = req.get("seq", 0)
         self.batch = req.get("batch", 0)
         self.max_bytes = max_bytes
-        self.np = len(seqs)
-        self.pos = 0
-        self.lseq = self.sent = self.sent_bytes = 0
+        self.found: dict[bytes, int] = {}  # subject -> its last sequence at or below up_to
+        self.matchers: list = []  # the wildcard filters' (None: everything)
+        self.subjects = None  # the stream's subjects still to test against them
+        self.seqs: list[int] | None = None  # once chosen
+        self.fresh = True  # (no turn since the request came)
+        self.np = self.pos = self.lseq = self.sent = self.sent_bytes = 0
+        store = stream.store
+        # As nats-server's file store, an up_to outside the stream's sequences finds nothing.
+        if not store.msgs or (store.kind != "memory" and not store.first_seq <= up_to <= store.last_seq):
+            self.seqs = []
+            return
+        for text in req["multi_last"]:
+            filter = text.encode()
+            if has_wildcard(filter):
+                self.matchers.append(compile_filter(filter))
+            else:
+                ss = store.fss.get(filter)
+                if ss is not None:
+                    self._take(store, filter, ss)
+        if self.matchers:
+            self.subjects = iter(list(store.fss))
+
+    def _take(self, store, subj: bytes, ss) -> None:
+        if subj in self.found:
+            return
+        if ss[2] <= self.up_to:
+            self.found[subj] = ss[2]
+        elif ss[1] <= self.up_to:  # (a message below the ceiling: the last of them)
+            seq = store.idx.rfind(subj, self.up_to, ss[1])
+            if seq:
+                self.found[subj] = seq
+
+    def _select(self, store) -> bool:
+        """Test the next subjects; True once all are (or too many matched)."""
+        if self.subjects is not None and not store.closed:
+            fss, matchers, n = store.fss, self.matchers, 0
+            for subj in self.subjects:
+                ss = fss.get(subj)
+                if ss is not None and any(m is None or m(subj) for m in matchers):
+                    self._take(store, subj, ss)
+                    if len(self.found) > MULTI_LAST_LIMIT:
+                        break
+                n += 1
+                if n >= SELECT_SUBJECTS:
+                    return False
+        if len(self.found) <= MULTI_LAST_LIMIT:
+            self.seqs = sorted(self.found.values())
+            self.np = len(self.seqs)
+        return True
 
     def step(self) -> bool:
+        """Go on; True when the request is answered (EOB or an error status sent)."""
+        try:
+            return self._step()
+        finally:
+            self.fresh = False
+
+    def _step(self) -> bool:
         store = self.stream.store
         send = self.js.send
-        first = self.pos == 0
+        if self.seqs is None:
+            if not self._select(store):
+                return False
+            if self.seqs is None:
+                send(self.reply, b"", HDR_TOO_MANY)
+                return True
+        if not self.seqs:
+            send(self.reply, b"", HDR_NO_RESULTS)
+            return True
         chunk_msgs = chunk_bytes = 0
         while self.pos < len(self.seqs) and not store.closed:
             if chunk_msgs >= CHUNK_MSGS or chunk_bytes >= CHUNK_BYTES:
@@ -253,7 +317,7 @@ class _Multi:
                 continue
             sm = store.load_msg(seq)
             if sm is None:
-                if first:  # (nats-server folds a failed load into a 404)
+                if self.fresh:  # (nats-server folds a failed load into a 404)
                     send(self.reply, b"", HDR_NOT_FOUND)
                     return True
                 continue  # (removed since the request came: skipped)
@@ -336,13 +400,7 @@ class DirectGets:
             up_to -= 1
         if not up_to:
             up_to = store.last_seq
-        seqs = last_seqs(store, req["multi_last"], up_to)
-        if seqs is None:
-            send(reply, b"", HDR_TOO_MANY)
-        elif not seqs:
-            send(reply, b"", HDR_NO_RESULTS)
-        else:
-            self._start(_Multi(self.js, stream, reply, req, seqs, up_to, self._max_bytes(req)))
+        self._start(_Multi(self.js, stream, reply, req, up_to, self._max_bytes(req)))
 
     def _start(self, job) -> None:
         """Answer ``job``'s first chunk now, the rest from :meth:`run`; behind the jobs that
@@ -371,39 +429,3 @@ class DirectGets:
                     self.queue.popleft()
                 server.flush_touched()
                 await trio.lowlevel.checkpoint()
-
-
-def last_seqs(store, filters: list[str], up_to: int) -> list[int] | None:
-    """The stores' MultiLastMsgs: the last sequence at or below ``up_to`` of each subject
-    matching one of ``filters``, sorted; None when there are more than MULTI_LAST_LIMIT. As
-    nats-server's file store, an ``up_to`` outside the stream's sequences finds nothing."""
-    if not store.msgs:
-        return []
-    if store.kind != "memory" and not store.first_seq <= up_to <= store.last_seq:
-        return []
-    fss = store.fss
-    found: dict[bytes, int] = {}
-
-    def take(subj: bytes, ss) -> bool:
-        if subj in found:
-            return True
-        if ss[2] <= up_to:
-            found[subj] = ss[2]
-        elif ss[1] <= up_to:  # (a message below the ceiling: the last of them)
-            seq = store.idx.rfind(subj, up_to, ss[1])
-            if seq:
-                found[subj] = seq
-        return len(found) <= MULTI_LAST_LIMIT
-
-    for text in filters:
-        filter = text.encode()
-        if not has_wildcard(filter):
-            ss = fss.get(filter)
-            if ss is not None and not take(filter, ss):
-                return None
-            continue
-        match = compile_filter(filter)
-        for subj, ss in fss.items():
-            if (match is None or match(subj)) and not take(subj, ss):
-                return None
-    return sorted(found.values())

@@ -480,6 +480,36 @@ async def test_a_long_multi_last_goes_on_a_chunk_at_a_time():
                                   b"Nats-UpTo-Sequence: 700\r\n\r\n")
 
 
+async def test_a_multi_last_over_many_subjects_chooses_them_over_several_turns():
+    """A wildcard over 40 000 subjects: SELECT_SUBJECTS tested a turn (a single get answered
+    in between), then the messages; too many matches end with 413 as soon as they are found."""
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=[">"]), {}))
+    for i in range(40_000):
+        store.store_msg(b"k.%d.v" % i, b"", b"%d" % i, 1_000_000_000 * (i + 1))
+    stream = SimpleNamespace(name="S", store=store)
+    gets.request(stream, None, b"A", b'{"multi_last":["k.1.*","k.39999.>"]}')
+    gets.request(stream, None, b"T", b'{"multi_last":["k.*.v"]}')
+    assert engine.sent == [] and len(gets.queue) == 2
+    gets.request(stream, None, b"B", b'{"seq":5}')
+    assert engine.sent == [(b"B", b"4", engine.sent[0][2])]
+    turns = 0
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gets.run)
+            while gets.queue:
+                turns += 1
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+    assert turns >= 40_000 // direct.SELECT_SUBJECTS
+    assert [(reply, payload) for reply, payload, _ in engine.sent[1:]] == [
+        (b"A", b"1"), (b"A", b"39999"), (b"A", b""), (b"T", b"")]
+    assert engine.sent[3][2] == (b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 40000\r\n"
+                                 b"Nats-UpTo-Sequence: 40000\r\n\r\n")
+    assert engine.sent[4][2] == direct.HDR_TOO_MANY
+
+
 async def test_a_batch_whose_stream_goes_away_ends_with_its_eob():
     engine = _FakeEngine()
     gets = DirectGets(engine)  # type: ignore[arg-type]
