@@ -29,6 +29,7 @@ from natserver.jetstream import direct
 from natserver.jetstream.direct import DirectGets
 from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig, check_stream_config
+from natserver.jetstream.util import get_header
 from tests import reference
 from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
@@ -508,6 +509,44 @@ async def test_a_multi_last_over_many_subjects_chooses_them_over_several_turns()
     assert engine.sent[3][2] == (b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 40000\r\n"
                                  b"Nats-UpTo-Sequence: 40000\r\n\r\n")
     assert engine.sent[4][2] == direct.HDR_TOO_MANY
+
+
+async def _drain(gets: DirectGets) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gets.run)
+            while gets.queue:
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_batch_counts_what_is_pending_over_several_turns():
+    """From the middle of 200 000 messages, the pending count is COUNT_SEQS sequences a
+    turn before the first message goes; the numbers are those of one count."""
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    stream = _stream(200_000)  # seq k: subject s.((k - 1) % 3)
+    gets.request(stream, None, b"A", b'{"seq":2,"next_by_subj":"s.1","batch":3}')
+    assert engine.sent == [] and gets.queue
+    await _drain(gets)
+    pending = (200_000 - 2) // 3 + 1  # s.1 from seq 2: 2, 5, 8, ...
+    assert [(payload, get_header(b"Nats-Num-Pending", headers)) for _, payload, headers in engine.sent] == [
+        (b"1", b"%d" % (pending - 1)), (b"4", b"%d" % (pending - 2)), (b"7", b"%d" % (pending - 3)),
+        (b"", b"%d" % (pending - 3))]
+
+
+async def test_the_eob_counts_again_when_messages_came_meanwhile():
+    """As nats-server past its count's validThrough: the EOB's pending count is counted again
+    from after the last message sent when the stream grew during the batch."""
+    engine = _FakeEngine()
+    gets = DirectGets(engine)  # type: ignore[arg-type]
+    stream = _stream(1000)
+    gets.request(stream, None, b"A", b'{"seq":1,"batch":1000}')
+    for i in range(5):
+        stream.store.store_msg(b"s.new", b"", b"n%d" % i, 2_000_000_000_000)
+    await _drain(gets)
+    assert len(engine.sent) == 1001
+    assert engine.sent[-1][2] == b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 5\r\nNats-Last-Sequence: 1000\r\n\r\n"
 
 
 async def test_a_batch_whose_stream_goes_away_ends_with_its_eob():
