@@ -218,6 +218,7 @@ class JetStream:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.delivery.run)
                 nursery.start_soon(self.sourcing.run)
+                nursery.start_soon(self.api.direct.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._syncer)

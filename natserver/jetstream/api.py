@@ -2,9 +2,8 @@
 as nats-server v2.9.10's (field order included), and DIRECT.GET.
 
 Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
-MSG.DELETE; DIRECT.GET (by sequence, next by subject, last by subject in the body or in the
-subject, and batches as nats-server 2.11 serves them). CONSUMER requests go to consumer_api.py. Anything else gets no response, as
-nats-server gives none to unknown API subjects.
+MSG.DELETE; DIRECT.GET (direct.py). CONSUMER requests go to consumer_api.py. Anything else
+gets no response, as nats-server gives none to unknown API subjects.
 """
 
 from __future__ import annotations
@@ -16,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from . import advisories, errors, unsupported
 from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
+from .direct import DirectGets
 from .errors import ApiError
 from .gojson import INT64, UINT64, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
-from .util import dumps, gen_header, loads, rfc3339nano, subjects_collide
+from .util import dumps, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -40,12 +40,6 @@ _NAMES_REQUEST = {"offset": _goint, "subject": decode_str}
 _PURGE_REQUEST = {"seq": _uint, "filter": decode_str, "keep": _uint}
 _MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": decode_bool}
 _MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str}
-_DIRECT_REQUEST = {**_MSG_GET_REQUEST, "batch": _goint, "max_bytes": _goint}
-
-_HDR_404 = b"NATS/1.0 404 Message Not Found\r\n\r\n"
-_HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
-_HDR_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
-_HDR_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
 
 
 def is_empty_request(payload: bytes) -> bool:
@@ -80,6 +74,7 @@ class Api:
             b"PURGE": self.stream_purge,
         }
         self.consumers = ConsumerApi(self)
+        self.direct = DirectGets(js)
         self._request: tuple[bytes, bytes] = (b"", b"")  # the request being answered: subject, payload (the audit's)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -94,9 +89,6 @@ class Api:
         if reply:
             self.js.send(reply, encoded)
         advisories.api_audit(self.js, *self._request, encoded)
-
-    def _publish(self, reply: bytes, payload: bytes, headers: bytes | None = None) -> None:
-        self.js.send(reply, payload, headers)
 
     def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
         self._send(reply, {"type": rtype, "error": exc.to_json(), **extra}, error=True)
@@ -419,99 +411,17 @@ class Api:
 
     def direct_get(self, name: str, key_tokens: list, reply, payload: bytes) -> None:
         """``$JS.API.DIRECT.GET.<stream>`` (JSON request) and ``...GET.<stream>.<subject>``
-        (last message on the subject). Only streams with allow_direct answer; errors are
-        status headers, as nats-server sends them."""
-        if not reply:
-            return
+        (last message on the subject): direct.py. Only streams with allow_direct answer
+        (nats-server subscribes for those only), else a mirror of ``name`` with mirror_direct
+        (nats-server's mirrors join the origin's queue group: on one server either may
+        answer; here the origin does when it allows direct gets); errors are status headers."""
         stream = self.js.streams.get(name)
         if stream is None or not stream.cfg.allow_direct:
-            return
-        publish = self._publish
-        if key_tokens:
-            if payload:
-                publish(reply, b"", headers=_HDR_BAD)
+            stream = next((s for s in self.js.streams.values() if s.cfg.mirror_direct and s.cfg.mirror is not None
+                           and s.cfg.mirror["name"] == name), None)
+            if stream is None:
                 return
-            key = b".".join(key_tokens)
-            if not key:
-                publish(reply, b"", headers=_HDR_BAD)
-                return
-            req: dict = {"last_by_subj": key.decode("utf-8", "replace")}
-        else:
-            if not payload:
-                publish(reply, b"", headers=_HDR_EMPTY)
-                return
-            try:
-                req = decode_struct(loads(payload), _DIRECT_REQUEST, {})
-            except ValueError:
-                publish(reply, b"", headers=_HDR_MALFORMED)
-                return
-            seq, last_for, next_for = req.get("seq", 0), req.get("last_by_subj", ""), req.get("next_by_subj", "")
-            if not seq and not last_for and not next_for:
-                publish(reply, b"", headers=_HDR_EMPTY)
-                return
-            if (seq and last_for) or (last_for and next_for) or (last_for and req.get("batch", 0) > 0):
-                publish(reply, b"", headers=_HDR_BAD)
-                return
-        self._direct(stream, req, reply)
-
-    def _direct(self, stream, req: dict, reply) -> None:
-        store = stream.store
-        publish = self._publish
-        name = stream.name.encode()
-        seq = req.get("seq", 0)
-        last_for = req.get("last_by_subj", "").encode()
-        next_for = req.get("next_by_subj", "").encode()
-        batch = req.get("batch", 0)
-        is_batch = batch > 0
-        if not is_batch:
-            batch = 1
-            pending = 0
-        else:
-            pending = store.num_pending(seq, next_for)
-        max_bytes = req.get("max_bytes", 0) or self.server.options.max_pending
-        sent = 0
-        prev = 0
-        for i in range(batch):
-            if seq > 0 and not next_for:
-                if i == 0 and not is_batch:
-                    sm = store.load_msg(seq)
-                else:
-                    sm = store.load_next_msg(b"", seq)
-            elif next_for:
-                sm = store.load_next_msg(next_for, seq)
-            else:
-                sm = store.load_last_msg(last_for)
-            if sm is None:
-                if is_batch and i > 0:
-                    break
-                publish(reply, b"", headers=_HDR_404)
-                return
-            seq = sm.seq + 1
-            ts = rfc3339nano(sm.ts).encode()
-            if is_batch and pending > 0:
-                pending -= 1
-            if not sm.hdr:
-                hdr = b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
-                    name, sm.subject, sm.seq, ts)
-                if is_batch:
-                    hdr += b"Nats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n" % (pending, prev)
-                hdr += b"\r\n"
-            else:
-                hdr = gen_header(sm.hdr, b"Nats-Stream", name)
-                hdr = gen_header(hdr, b"Nats-Subject", sm.subject)
-                hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % sm.seq)
-                hdr = gen_header(hdr, b"Nats-Time-Stamp", ts)
-                if is_batch:
-                    hdr = gen_header(hdr, b"Nats-Num-Pending", b"%d" % pending)
-                    hdr = gen_header(hdr, b"Nats-Last-Sequence", b"%d" % prev)
-            prev = sm.seq
-            publish(reply, sm.data, headers=hdr)
-            sent += len(sm.subject) + len(sm.hdr) + len(sm.data)
-            if sent >= max_bytes:
-                break
-        if is_batch:
-            pending = store.num_pending(seq, next_for)
-            publish(reply, b"", headers=b"NATS/1.0 204 EOB\r\nNats-Num-Pending: %d\r\nNats-Last-Sequence: %d\r\n\r\n" % (pending, prev))
+        self.direct.request(stream, b".".join(key_tokens) if key_tokens else None, reply, payload)
 
     # -- consumers (consumer_api.py) ---------------------------------------------------------
 

@@ -29,6 +29,23 @@ _TRIM_AT = 4096
 _FEW_SUBJECTS = 64
 
 
+def _first_at_time(index, ts: int, lo: int, hi: int) -> int:
+    """The first live sequence in [lo, hi] whose timestamp is at least ``ts`` (0: none): a
+    binary search, as nats-server's GetSeqFromTime (timestamps grow with sequences; a probe on
+    a removed sequence moves to the next live one), so a time costs O(log n), not a scan."""
+    found = 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        probe = index.next_live(mid, hi)
+        if not probe:  # nothing live in [mid, hi]
+            hi = mid - 1
+        elif index.ts_of(probe) >= ts:
+            found, hi = probe, mid - 1
+        else:
+            lo = probe + 1
+    return found
+
+
 class _LazyMatch(dict):
     """subject id -> whether its subject matches, tested when first asked (``in`` too)."""
 
@@ -122,10 +139,9 @@ class DictIndex(dict):
         return [s for s in range(lo, hi + 1) if s not in self]
 
     def first_at_time(self, ts: int) -> int:
-        for seq, entry in self.items():  # (in sequence order: inserted so)
-            if entry[1] >= ts:
-                return seq
-        return 0
+        if not self:
+            return 0
+        return _first_at_time(self, ts, next(iter(self)), next(reversed(self)))
 
     def bounds(self, subjects: set) -> dict[bytes, tuple[int, int]]:
         """(first, last) live sequence of each of ``subjects`` that has one."""
@@ -470,13 +486,8 @@ class MsgIndex:
         return n, self.next_live(self.base + i, self.base + j - 1), self.prev_live(self.base + j - 1, self.base + i)
 
     def first_at_time(self, ts: int) -> int:
-        """The first live sequence whose timestamp is at least ``ts`` (0: none); no entry
-        built on the way."""
-        stamps, sid = self.ts, self.sid
-        for i in range(self.head, len(sid)):
-            if stamps[i] >= ts and sid[i] != DEAD:
-                return self.base + i
-        return 0
+        """(no entry built on the way)"""
+        return _first_at_time(self, ts, self.base + self.head, self.base + len(self.sid) - 1)
 
     def missing(self, lo: int, hi: int) -> list[int]:
         sid = self.sid

@@ -244,6 +244,7 @@ def test_msgindex_matches_a_dict(subjects):
         assert compact.count_match(None, a, b) == plain.count_match(None, a, b)
         assert compact.missing(a, b) == plain.missing(a, b)
         assert compact.first_at_time(a * 10) == plain.first_at_time(a * 10)
+        assert plain.first_at_time(a * 10) == next((s for s, e in plain.items() if e[1] >= a * 10), 0)  # (a scan)
     for touched in ({b"s.0", b"s.2", b"s.9"}, {b"s.%d" % k for k in range(0, subjects, 3)}):
         assert compact.bounds(touched) == plain.bounds(touched)
     # Subject ids of subjects no message has any more are reused.
