@@ -263,9 +263,9 @@ class JetStream:
 
             self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
 
-    def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+    def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
-        self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
+        return self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
 
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""

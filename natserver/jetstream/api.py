@@ -93,11 +93,14 @@ class Api:
     def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
         self._send(reply, {"type": rtype, "error": exc.to_json(), **extra}, error=True)
 
-    def handle(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+    def handle(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """Answer one request; False when nats-server would have had no subscriber for it (a
+        direct get no stream answers), so that the requester gets the 503 no-responders
+        status, as from nats-server, instead of waiting out its timeout."""
         tokens = subject.split(b".")
         n = len(tokens)
         if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
-            return
+            return True
         kind = tokens[2]
         self._request = (subject, payload)
         try:
@@ -120,11 +123,12 @@ class Api:
                     elif tokens[4] == b"DELETE":
                         self.msg_delete(name, reply, payload)
             elif kind == b"DIRECT" and n >= 5 and tokens[3] == b"GET":
-                self.direct_get(tokens[4].decode("utf-8", "replace"), tokens[5:], reply, payload)
+                return self.direct_get(tokens[4].decode("utf-8", "replace"), tokens[5:], reply, payload)
             elif kind == b"CONSUMER":
                 self.consumer(tokens, reply, payload)
         except Exception:  # a bug must not take the publisher's connection down
             log.exception("JetStream API request on %r failed", subject)
+        return True
 
     # -- account ------------------------------------------------------------------------------
 
@@ -409,7 +413,7 @@ class Api:
 
     # -- direct get ---------------------------------------------------------------------------
 
-    def direct_get(self, name: str, key_tokens: list, reply, payload: bytes) -> None:
+    def direct_get(self, name: str, key_tokens: list, reply, payload: bytes) -> bool:
         """``$JS.API.DIRECT.GET.<stream>`` (JSON request) and ``...GET.<stream>.<subject>``
         (last message on the subject): direct.py. Only streams with allow_direct answer
         (nats-server subscribes for those only), else a mirror of ``name`` with mirror_direct
@@ -420,8 +424,9 @@ class Api:
             stream = next((s for s in self.js.streams.values() if s.cfg.mirror_direct and s.cfg.mirror is not None
                            and s.cfg.mirror["name"] == name), None)
             if stream is None:
-                return
+                return False  # (nobody subscribed: no responders)
         self.direct.request(stream, b".".join(key_tokens) if key_tokens else None, reply, payload)
+        return True
 
     # -- consumers (consumer_api.py) ---------------------------------------------------------
 

@@ -708,3 +708,49 @@ def test_a_mirror_with_mirror_direct_answers_for_its_origin(tmp_path):
 @reference.needs_nats_server
 def test_nats_server_s_mirror_answers_so_too(tmp_path):
     _check_mirror_direct(_scenario("nats-server", tmp_path, reference.NATS_SERVER))
+
+
+# -- nobody to answer: no responders --------------------------------------------------------------
+
+
+async def _no_responders(url: str) -> list[str]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="NODIRECT", subjects=["nd"])
+        await js.publish("nd", b"x")
+        outcomes = []
+        for subject in ("$JS.API.DIRECT.GET.NONE", "$JS.API.DIRECT.GET.NODIRECT", "$JS.API.DIRECT.GET.NODIRECT.nd"):
+            try:
+                await nc.request(subject, b'{"seq":1}', timeout=2)
+                outcomes.append("answered")
+            except nats.errors.NoRespondersError:
+                outcomes.append("no responders")
+        with pytest.raises(nats.errors.NoRespondersError):
+            await js.get_msg("NONEXISTENT_STREAM", seq=1, direct=True)  # (nats-py's JSMTest)
+        return outcomes
+    finally:
+        await nc.close()
+
+
+_LIVE_215 = [pytest.mark.needs_nats_server,
+             pytest.mark.skipif(not reference.HAVE_NATS_SERVER, reason="nats-server 2.15.1 is not installed")]
+
+
+@pytest.mark.parametrize("kind", ["natserver", pytest.param("nats-server-2.15.1", marks=_LIVE_215)])
+def test_a_direct_get_nobody_answers_gets_no_responders(kind, threaded_server, tmp_path):
+    """nats-server subscribes to DIRECT.GET.<stream> only for streams with allow_direct: a
+    request for a missing stream, or one without direct gets, finds no subscriber and gets the
+    503 no-responders status at once (natserver answered nothing: the client waited out its
+    timeout)."""
+    if kind == "natserver":
+        handle = threaded_server(jetstream=True, store_dir=str(tmp_path / "js"))
+        assert asyncio.run(_no_responders(handle.url)) == ["no responders"] * 3
+        return
+    from tests.jetstream.test_jetstream import GoServer
+
+    server = GoServer(tmp_path / "go", reference.NATS_SERVER).start()
+    try:
+        assert asyncio.run(_no_responders(server.url)) == ["no responders"] * 3
+    finally:
+        server.stop()
