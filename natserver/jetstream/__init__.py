@@ -484,8 +484,8 @@ class JetStream:
             stream.subscribe()
         stream.set_republish()
         stream.set_markers()
-        if cfg.sources != old.sources:
-            self.sourcing.attach(stream)
+        if cfg.sources != old.sources or cfg.mirror != old.mirror:
+            self.sourcing.attach(stream)  # (a promoted mirror stops following its origin)
         stream.store.update_config(cfg)
         if cfg.max_age > 0 or cfg.allow_msg_ttl:
             nxt = stream.store.expire(clock.now_ns())

@@ -419,7 +419,9 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
     invalid = errors.stream_invalid_config
     if cfg.name != old.name:
         raise invalid("stream configuration name must match original")
-    if cfg.mirror != old.mirror:
+    # nats-server 2.12+: removing the mirror promotes the mirror to a normal stream; any
+    # other change to it is refused.
+    if cfg.mirror is not None and cfg.mirror != old.mirror:
         raise errors.mirror_not_updatable()
     if cfg.max_consumers != old.max_consumers:
         raise invalid("stream configuration update can not change MaxConsumers")

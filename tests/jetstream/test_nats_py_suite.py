@@ -337,6 +337,41 @@ def test_deliver_group_members_are_picked_from_random_starts(target):
     run(main())
 
 
+def test_a_mirror_is_promoted_by_removing_its_mirror(target):
+    """V210FeaturesTest::test_stream_mirror_removal (nats-server 2.12+): an update without the
+    mirror makes the mirror a normal stream (its messages kept, the origin no longer followed,
+    subjects of its own allowed); changing the mirror is still refused."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="SOURCE", subjects=["source.>"])
+        for i in range(5):
+            await js.publish(f"source.{i}", b"m%d" % i)
+        await js.add_stream(name="MIRROR", mirror=nats.js.api.StreamSource(name="SOURCE"))
+        for _ in range(50):
+            if (await js.stream_info("MIRROR")).state.messages == 5:
+                break
+            await asyncio.sleep(0.1)
+        config = (await js.stream_info("MIRROR")).config
+        with pytest.raises(nats.js.errors.BadRequestError) as err:
+            await js.update_stream(config=config.evolve(
+                mirror=nats.js.api.StreamSource(name="SOURCE", filter_subject="source.1")))
+        assert (err.value.err_code, err.value.description) == (10055, "stream mirror configuration can not be updated")
+        info = await js.update_stream(config=config.evolve(mirror=None, subjects=["promoted.>"]))
+        assert (info.config.mirror, info.config.subjects, info.state.messages, info.mirror) == (
+            None, ["promoted.>"], 5, None)
+        await js.publish("source.9", b"after")  # no longer copied
+        ack = await js.publish("promoted.x", b"own")
+        assert (ack.stream, ack.seq) == ("MIRROR", 6)
+        await asyncio.sleep(0.3)
+        info = await js.stream_info("MIRROR")
+        assert (info.state.messages, info.state.last_seq) == (6, 6)
+        await nc.close()
+
+    run(main())
+
+
 def test_pull_max_bytes_counts(target):
     """A pull request's max_bytes counts subject, ack reply, headers and data of each message
     (consumer.go): what fits, then 409 with the pending counts; or the timeout."""
