@@ -12,7 +12,8 @@ import base64
 import logging
 from typing import TYPE_CHECKING, Any
 
-from . import advisories, errors, unsupported
+from ..protocol.const import JS_API_LEVEL
+from . import advisories, errors, not_enabled, unsupported
 from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
 from .direct import DirectGets
@@ -20,7 +21,7 @@ from .errors import ApiError
 from .gojson import INT64, UINT64, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
-from .util import dumps, loads, rfc3339nano, subjects_collide
+from .util import dumps, get_header, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -40,6 +41,22 @@ _NAMES_REQUEST = {"offset": _goint, "subject": decode_str}
 _PURGE_REQUEST = {"seq": _uint, "filter": decode_str, "keep": _uint}
 _MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": decode_bool}
 _MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str}
+
+
+REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"  # jetstream_versioning.go JSRequiredApiLevel
+REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
+
+
+def level_supported(hdr: bytes) -> bool:
+    """nats-server's errorOnRequiredApiLevel, inverted: no Nats-Required-Api-Level header, or
+    one naming a level natserver has (JS_API_LEVEL); not a number is refused too."""
+    value = get_header(REQUIRED_API_LEVEL, hdr)
+    if not value:
+        return True
+    try:
+        return int(value) <= JS_API_LEVEL
+    except ValueError:
+        return False
 
 
 def is_empty_request(payload: bytes) -> bool:
@@ -103,6 +120,10 @@ class Api:
             return True
         kind = tokens[2]
         self._request = (subject, payload)
+        if hdr and not level_supported(hdr):
+            refused = self._refuse_level(subject, tokens, reply)
+            if refused is not None:
+                return refused
         try:
             if kind == b"INFO" and n == 3:
                 self.account_info(reply)
@@ -116,6 +137,9 @@ class Api:
                     handler = self._stream_ops.get(op)
                     if handler is not None:
                         handler(tokens[4].decode("utf-8", "replace"), reply, payload)
+                elif n == 6 and tokens[3:5] in ([b"LEADER", b"STEPDOWN"], [b"PEER", b"REMOVE"]):
+                    rtype = "stream_leader_stepdown_response" if op == b"LEADER" else "stream_remove_peer_response"
+                    self._fail(reply, _T + rtype, errors.cluster_required())
                 elif n == 6 and op == b"MSG":
                     name = tokens[5].decode("utf-8", "replace")
                     if tokens[4] == b"GET":
@@ -124,10 +148,37 @@ class Api:
                         self.msg_delete(name, reply, payload)
             elif kind == b"DIRECT" and n >= 5 and tokens[3] == b"GET":
                 return self.direct_get(tokens[4].decode("utf-8", "replace"), tokens[5:], reply, payload)
+            elif kind == b"CONSUMER" and n == 7 and tokens[3:5] == [b"LEADER", b"STEPDOWN"]:
+                self._fail(reply, _T + "consumer_leader_stepdown_response", errors.cluster_required())
             elif kind == b"CONSUMER":
                 self.consumer(tokens, reply, payload)
         except Exception:  # a bug must not take the publisher's connection down
             log.exception("JetStream API request on %r failed", subject)
+        return True
+
+    def _refuse_level(self, subject: bytes, tokens: list, reply) -> bool | None:
+        """A request that needs a higher API level than natserver's: each API's own response
+        type with 412 10185, a pull request and a direct get a ``412 Required Api Level``
+        status instead (nats-server 2.15.1; a direct get only where a stream answers). None:
+        an API that answers something else first (the step-downs: clustering required)."""
+        if tokens[2] == b"DIRECT" or (tokens[2] == b"CONSUMER" and len(tokens) > 4 and tokens[3:5] == [b"MSG", b"NEXT"]):
+            if tokens[2] == b"DIRECT":
+                name = tokens[4].decode("utf-8", "replace") if len(tokens) > 4 else ""
+                stream = self.js.streams.get(name)
+                if stream is None or not stream.cfg.allow_direct:
+                    return False
+            if reply:
+                self.js.send(reply, b"", REQUIRED_API_LEVEL_STATUS)
+            return True
+        body = not_enabled.answer(subject, errors.required_api_level())
+        if body is None:
+            return None
+        js = self.js
+        js.api_total += 1
+        js.api_errors += 1
+        if reply:
+            js.send(reply, body)
+        advisories.api_audit(js, subject, self._request[1], body)
         return True
 
     # -- account ------------------------------------------------------------------------------

@@ -196,6 +196,12 @@ def consumer_name_invalid(name: str) -> ApiError:
 # Mirrors and sources (nats-server v2.9.10 server/errors.json).
 mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain other sources")
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
+# A single server (nats-server errors.json JSClusterRequiredErr): leader step-downs and peer
+# removals need a JetStream cluster, which natserver does not run.
+cluster_required = _fixed(503, 10010, "JetStream clustering support required")
+# nats-server 2.11+ (jetstream_versioning.go errorOnRequiredApiLevel): a request whose
+# Nats-Required-Api-Level header names a level above JS_API_LEVEL (or is not a number).
+required_api_level = _fixed(412, 10185, "JetStream minimum api level required")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")
 source_max_message_size_too_big = _fixed(400, 10046, "stream source must have max message size >= target")
 

@@ -36,12 +36,24 @@ _ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
 }
 
 
-def answer(subject: bytes) -> bytes | None:
-    """The response to a ``$JS.API.`` request ``subject`` from an account without JetStream."""
+# APIs that answer a too-high Nats-Required-Api-Level (and no more) in nats-server 2.15.1: the
+# API error then comes before anything natserver does not have.
+_LEVEL_ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
+    **_ANSWERS,
+    (b"CONSUMER", b"UNPIN"): ("consumer_unpin_response", {}),
+    (b"STREAM", b"SNAPSHOT"): ("stream_snapshot_response", {}),
+    (b"STREAM", b"RESTORE"): ("stream_restore_response", {"deliver_subject": ""}),
+}
+
+
+def answer(subject: bytes, error: errors.ApiError | None = None) -> bytes | None:
+    """The response to a ``$JS.API.`` request ``subject`` from an account without JetStream
+    (or, given ``error``, the same response type with that error: REQUIRED_API_LEVEL)."""
     tokens = tuple(subject.split(b".")[2:])
+    table = _ANSWERS if error is None else _LEVEL_ANSWERS
     for length in (3, 2, 1):
-        found = _ANSWERS.get(tokens[:length])
+        found = table.get(tokens[:length])
         if found is not None:
             rtype, rest = found
-            return dumps({"type": _T + rtype, "error": NOT_ENABLED().to_json(), **rest})
+            return dumps({"type": _T + rtype, "error": (error or NOT_ENABLED()).to_json(), **rest})
     return None
