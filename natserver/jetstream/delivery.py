@@ -270,14 +270,16 @@ class Delivery:
             client = account.internal
         return client, subject
 
-    def _next_waiting(self, consumer: Consumer, size: int, now: int) -> PullRequest | None:
+    def _next_waiting(self, consumer: Consumer, size: int, now: int, fresh: bool = False) -> PullRequest | None:
         """consumer.go nextWaiting: the first waiting request that can take a message of
         ``size`` bytes; those expired, too small (max_bytes) or with nobody listening any
         more are told so and leave the list. Priority groups: with ``pinned_client`` only the
         pinned client's requests are served (the first request without an id gets a new pin
         when there is none; one with another id is told 423 and leaves; those without wait at
         the back); with ``overflow`` a request with ``min_pending``/``min_ack_pending`` waits
-        at the back until the consumer has that many messages pending or unacknowledged."""
+        at the back until the consumer has that many messages pending or unacknowledged
+        (``fresh``: the message is a first delivery already counted as unacknowledged, which
+        nats-server counts only once sent)."""
         waiting = consumer.waiting
         send = self.js.send
         cfg = consumer.cfg
@@ -312,7 +314,7 @@ class Delivery:
             if policy == "overflow" and req.group is not None and (req.min_pending > 0 or req.min_ack_pending > 0):
                 # (the count is taken after this message's delivery was recorded: one more)
                 if not (0 < req.min_pending <= consumer.cached_num_pending() + 1
-                        or 0 < req.min_ack_pending <= len(consumer.pending)):
+                        or 0 < req.min_ack_pending <= len(consumer.pending) - fresh):
                     waiting.append(waiting.pop(0))
                     cycled += 1
                     if cycled >= len(waiting):
@@ -350,7 +352,7 @@ class Delivery:
             ack = self.ack_reply(consumer, msg, count)
             # consumer.go: what max_bytes counts, the ack reply included (not the inbox).
             size = len(msg.subject) + len(ack) + len(msg.hdr or b"") + len(msg.data)
-            req = self._next_waiting(consumer, size, now)
+            req = self._next_waiting(consumer, size, now, count == 1 and consumer.cfg.ack_policy != "none")
             if req is None:
                 consumer.undo(msg.seq, count)
                 break
