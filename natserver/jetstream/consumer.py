@@ -37,7 +37,7 @@ DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000  # ns; nats-server's JsDeleteWaitTime
 DEFAULT_PRIORITY_TIMEOUT = 120_000_000_000  # ns; nats-server's JsDefaultPinnedTTL (2m), pinned_client
 # consumer.go validGroupName: a priority group's name
 GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
-# consumer.go PriorityPolicy's JSON names; "prioritized" (2.12) is refused by unsupported.py
+# consumer.go PriorityPolicy's JSON names ("prioritized": 2.12)
 PRIORITY_POLICIES = ("none", "overflow", "pinned_client", "prioritized")
 EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base62
 NUID_LEN = 22  # a NUID's length (nuid.Next()): nats-server's pin ids

@@ -38,6 +38,7 @@ _PULL_REQUEST = {"batch": lambda v: decode_int(v, INT64), "expires": lambda v: d
                  "min_ack_pending": lambda v: decode_int(v, INT64), "id": decode_str,
                  "priority": lambda v: decode_int(v, INT64)}
 MAX_REQUEST_PRIORITY = 9  # processNextMsgRequest: a request's priority is 0..9
+NO_PRIORITY = 2**31 - 1  # insertAtPosition: a request naming no group comes last (math.MaxInt32)
 _PIN_HEADER = b"Nats-Pin-Id"  # JSPullRequestNatsPinId
 
 
@@ -79,7 +80,7 @@ def _too_big_header(batch: int, max_bytes: int) -> bytes:
 
 class PullRequest:
     __slots__ = ("account", "batch", "expires", "group", "heartbeat", "interest", "last_beat", "max_bytes",
-                 "min_ack_pending", "min_pending", "no_wait", "pin_id", "reply", "sent")
+                 "min_ack_pending", "min_pending", "no_wait", "pin_id", "priority", "reply", "sent")
 
     def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
         self.reply = reply
@@ -96,11 +97,24 @@ class PullRequest:
         self.interest = reply
         # Priority groups (2.11): a JSON request's group ("" when it names none; None for a
         # request that is a number or empty: nats-server's nil PriorityGroup), overflow's
-        # thresholds and the pin id it was given or brings.
+        # thresholds, the pin id it was given or brings, and its priority (prioritized: lower
+        # first).
         self.group: str | None = None
         self.min_pending = 0
         self.min_ack_pending = 0
         self.pin_id = ""
+        self.priority = NO_PRIORITY
+
+
+def _insert_by_priority(waiting: list, req: PullRequest) -> None:
+    """consumer.go insertAtPosition: after every request of the same or a higher priority
+    (a lower number)."""
+    at = len(waiting)
+    for i, other in enumerate(waiting):
+        if other.priority > req.priority:
+            at = i
+            break
+    waiting.insert(at, req)
 
 
 def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
@@ -222,7 +236,11 @@ class Delivery:
             request.min_pending = req.get("min_pending", 0)
             request.min_ack_pending = req.get("min_ack_pending", 0)
             request.pin_id = req.get("id", "")
-        consumer.waiting.append(request)
+            request.priority = req.get("priority", 0)
+        if cfg.priority_policy == "prioritized":
+            _insert_by_priority(consumer.waiting, request)
+        else:
+            consumer.waiting.append(request)
         self.serve(consumer, now)
         if consumer.waiting and consumer.waiting[-1].expires:
             self.poke()
@@ -343,6 +361,7 @@ class Delivery:
         waiting = consumer.waiting
         consumer.retry_at = 0
         end_of_stream = False
+        prioritized = consumer.cfg.priority_policy == "prioritized"
         while waiting:
             got = consumer.next_msg(now)
             if got is None:
@@ -367,6 +386,10 @@ class Delivery:
             req.sent += 1
             if req.batch <= 0:
                 waiting.remove(req)
+            elif prioritized and len(waiting) > 1 and waiting[0] is req:
+                # waitQueue.popAndRequeue: behind the others of its priority
+                waiting.pop(0)
+                _insert_by_priority(waiting, req)
         self._queue_save(consumer)
         self.process_waiting(consumer, now, end_of_stream)
 

@@ -5,8 +5,7 @@ transform or its compression was dropped; natserver refuses a request that sets 
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 (``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py) and priority groups (``priority_groups``,
-``priority_timeout``, ``priority_policy`` overflow and pinned_client: consumer.py, delivery.py)
-have left it; ``priority_policy: prioritized`` (2.12) is refused by value.
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) have left it.
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sourc
 CONSUMER_FIELDS = {
     "sourcing": "2.14",
 }
-# (field, value) -> the release that added that value of a field natserver otherwise takes.
-CONSUMER_VALUES = {("priority_policy", "prioritized"): "2.12"}
 # Values a client sends for "not used" besides Go's zero values.
 _UNUSED = {"compression": ("none", ""), "persist_mode": ("default", "")}
 
@@ -83,8 +80,3 @@ def refuse_consumer(obj) -> None:
     name = _found(obj, CONSUMER_FIELDS)
     if name is not None:
         raise errors.consumer_create(_message(name, CONSUMER_FIELDS[name]))
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            release = CONSUMER_VALUES.get((key.lower(), value)) if isinstance(value, str) else None
-            if release is not None:
-                raise errors.consumer_create(_message(f"{key.lower()} {value}", release))

@@ -1,12 +1,13 @@
 """Consumer priority groups (nats-server 2.11, issue #27 item 3), as nats-server 2.15.1 does
 them for pull consumers: ``priority_groups``, ``priority_policy`` (``overflow``,
-``pinned_client``; ``prioritized`` is refused by name, unsupported.py) and ``priority_timeout``
+``pinned_client``, ``prioritized``) and ``priority_timeout``
 with checkConsumerCfg's errors; pull requests' ``group``, ``min_pending``, ``min_ack_pending``,
 ``id`` and ``priority`` and the 400/423 statuses they can get; the overflow policy (a request
 with thresholds waits until that many messages are pending or unacknowledged); the pinned
 client (``Nats-Pin-Id`` on what it gets, 423 for another id, the pin moving after
 ``priority_timeout`` without a request, ``$JS.API.CONSUMER.UNPIN``, the PINNED/UNPINNED
-advisories) and consumer info's ``priority_groups``.
+advisories); prioritized requests served by priority, in turn within one; and consumer info's
+``priority_groups``.
 
 One script runs against natserver and must give what was recorded from nats-server 2.15.1 in
 data/priority_groups_nats_server_2.15.1.json (``python -m tests.jetstream.test_priority_groups``
@@ -35,6 +36,7 @@ JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 TIMEOUT = 20
 SECOND = 1_000_000_000
 ADVISORIES = "$JS.EVENT.ADVISORY.CONSUMER.*.S.*"
+PULL_SID = 1000  # the script's pull requests: sid PULL_SID + n listens on _P.<n>
 
 
 def _create(name: str, **config):
@@ -80,6 +82,8 @@ SCRIPT: list[tuple] = [
     ("updated: another group", *_create("O", **{**OVERFLOW, "priority_groups": ["g", "h", "i"]})),
     ("the pinned consumer", *_create("P", **PINNED, priority_timeout=60 * SECOND)),
     ("a plain pull consumer", *_create("N", ack_policy="explicit")),
+    ("the prioritized consumer", *_create("R", priority_policy="prioritized", priority_groups=["g"], filter_subject="s.r",
+                                          ack_policy="none")),
     # Pull requests the rules refuse.
     ("overflow: no group", *_next("O", {"batch": 1, "expires": SECOND})),
     ("overflow: an empty group", *_next("O", {"batch": 1, "group": ""})),
@@ -133,6 +137,24 @@ SCRIPT: list[tuple] = [
     ("another message, nobody waiting", "s.c", b"m6"),
     ("the new pin's id gets it", *_next("P", lambda pins: {"batch": 1, "group": "g", "id": pins[2],
                                                                    "no_wait": True})),
+    # Prioritized: lower numbers first, first come first served within one; a request that is a
+    # number names no group and comes last.
+    ("a number, last", *_next("R", b"2")),
+    ("priority 5 for two", *_next("R", {"batch": 2, "group": "g", "priority": 5, "expires": 5 * SECOND})),
+    ("priority 1", *_next("R", {"batch": 1, "group": "g", "priority": 1, "expires": 5 * SECOND})),
+    ("another priority 5", *_next("R", {"batch": 2, "group": "g", "priority": 5, "expires": 5 * SECOND})),
+    ("no priority: 0", *_next("R", {"batch": 1, "group": "g", "expires": 5 * SECOND})),
+    ("prioritized: min_pending", *_next("R", {"batch": 1, "group": "g", "min_pending": 1})),
+    ("prioritized: an unknown group", *_next("R", {"batch": 1, "group": "x"})),
+    ("info R", "$JS.API.CONSUMER.INFO.S.R", b""),
+    ("r1", "s.r", b"r1"),
+    ("r2", "s.r", b"r2"),
+    ("r3", "s.r", b"r3"),
+    ("r4", "s.r", b"r4"),
+    ("r5", "s.r", b"r5"),
+    ("r6", "s.r", b"r6"),
+    ("r7", "s.r", b"r7"),
+    ("r8", "s.r", b"r8"),
     ("unpin: no group", *_unpin("P", {})),
     ("unpin: an empty body", *_unpin("P", b"")),
     ("unpin: null", *_unpin("P", b"null")),
@@ -163,7 +185,11 @@ class _Client(RawClient):
     def request(self, subject: str, body) -> list:  # type: ignore[override]
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.sent += 1
-        self.sock.sendall(b"PUB %s _R.%d %d\r\n%s\r\nPING\r\n" % (subject.encode(), self.sent, len(payload), payload))
+        reply = b"_R.%d" % self.sent
+        if ".MSG.NEXT." in subject:  # its own subscription: what it gets is told apart by the sid
+            reply = b"_P.%d" % self.sent
+            self.sock.sendall(b"SUB %s %d\r\n" % (reply, PULL_SID + self.sent))
+        self.sock.sendall(b"PUB %s %s %d\r\n%s\r\nPING\r\n" % (subject.encode(), reply, len(payload), payload))
         time.sleep(0.1)  # (nats-server answers some from another goroutine, after a PONG)
         self.sock.sendall(b"PING\r\n")
         return self._messages()
@@ -173,6 +199,7 @@ class _Client(RawClient):
         return self._messages(1)
 
     def _messages(self, pongs: int = 2) -> list:
+        """(subject, reply, headers, payload, the pull request's reply it answers or "")"""
         data = b"".join(self._until(b"PONG\r\n") for _ in range(pongs))
         messages = []
         while data:
@@ -183,7 +210,9 @@ class _Client(RawClient):
                 hsize = int(parts[-2]) if parts[0] == "HMSG" else 0
                 reply = parts[3] if len(parts) == (6 if parts[0] == "HMSG" else 5) else ""
                 body = data[:size]
-                messages.append((parts[1], reply, body[:hsize].decode(), body[hsize:].decode()))
+                sid = int(parts[2])
+                request = f"_P.{sid - PULL_SID}" if sid > PULL_SID else ""
+                messages.append((parts[1], reply, body[:hsize].decode(), body[hsize:].decode(), request))
                 data = data[size + 2 :]
         return messages
 
@@ -197,7 +226,7 @@ def _header(head: str, name: str) -> str | None:
 
 
 def _normal(message: tuple, pins: list) -> object:
-    subject, reply, head, payload = message
+    subject, reply, head, payload, request = message
 
     def pin(value):
         if not value:
@@ -217,7 +246,7 @@ def _normal(message: tuple, pins: list) -> object:
         return {"advisory": subject, **doc}
     if reply.startswith("$JS.ACK."):  # a delivery: to which request, the ack reply without its timestamp
         tokens = reply.split(".")
-        return {"to": subject, "ack": ".".join(tokens[:7] + tokens[8:]), "data": payload,
+        return {"to": request, "subject": subject, "ack": ".".join(tokens[:7] + tokens[8:]), "data": payload,
                 "pin": pin(_header(head, "Nats-Pin-Id"))}
     if head:  # a status
         return {"to": subject, "status": head.strip()}
@@ -275,3 +304,158 @@ def test_the_recording_is_what_nats_server_answers(tmp_path):
 
 if __name__ == "__main__":
     record(run_script, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
+
+
+# -- the pin's timeout, on the server's clock (nats-py as the client) ----------------------------
+
+
+def _run(coro):
+    asyncio.run(asyncio.wait_for(coro, TIMEOUT))
+
+
+class _Puller:
+    """A client's pull requests to a consumer, sent as JSON with nats-py (2.16 has no priority
+    group API); what answers them arrives on the client's own inbox."""
+
+    def __init__(self, nc, consumer: str) -> None:
+        self.nc, self.consumer = nc, consumer
+        self.inbox = nc.new_inbox()
+        self.got: asyncio.Queue = asyncio.Queue()
+
+    async def start(self) -> _Puller:
+        await self.nc.subscribe(self.inbox, cb=self.got.put)
+        return self
+
+    async def ask(self, **request) -> None:
+        await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.S.{self.consumer}", json.dumps(request).encode(),
+                              reply=self.inbox)
+        await self.nc.flush()
+
+    async def next(self):
+        return await asyncio.wait_for(self.got.get(), 5)
+
+    async def nothing(self) -> bool:
+        await self.nc.flush()
+        await asyncio.sleep(0.2)
+        return self.got.empty()
+
+
+async def _setup(url: str, **config):
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="S", subjects=["s.>"])
+    body = {"stream_name": "S", "config": {"durable_name": "C", "ack_policy": "explicit", **config}}
+    answer = json.loads((await nc.request("$JS.API.CONSUMER.CREATE.S.C", json.dumps(body).encode())).data)
+    assert "error" not in answer, answer
+    events: asyncio.Queue = asyncio.Queue()
+
+    async def on_event(msg):
+        await events.put(json.loads(msg.data))
+
+    await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.S.C", cb=on_event)
+    await nc.flush()
+    return nc, js, events
+
+
+async def _pinned(events) -> dict:
+    while True:
+        event = await asyncio.wait_for(events.get(), 5)
+        if event["type"].endswith(("_pinned", "_unpinned")):
+            return event
+
+
+@pytest.mark.nats_server(jetstream=True, clock="manual")
+def test_the_pin_moves_when_the_pinned_client_stops_asking(nats_server):
+    """A's first request is pinned; B, asking without an id, waits. A asks again with its id
+    before priority_timeout (10 s) runs out, which keeps the pin; then A stops asking, and 10 s
+    later the pin goes (advisory "timeout") to B's waiting request. A's id is then refused."""
+
+    async def main():
+        nc, js, events = await _setup(nats_server.url, priority_policy="pinned_client", priority_groups=["g"],
+                                      priority_timeout=10 * SECOND)
+        for n in range(4):
+            await js.publish("s.a", b"m%d" % n)
+        a, b = await _Puller(nc, "C").start(), await _Puller(nc, "C").start()
+        await a.ask(batch=1, group="g", expires=60 * SECOND)
+        first = await a.next()
+        pin = first.headers["Nats-Pin-Id"]
+        assert first.data == b"m0" and len(pin) == 22
+        assert (await _pinned(events))["pinned_id"] == pin
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.S.C", b"")).data)
+        assert info["priority_groups"][0]["pinned_client_id"] == pin
+        await b.ask(batch=1, group="g", expires=60 * SECOND)
+        assert await b.nothing()
+        await nats_server.advance_async(8)
+        await a.ask(batch=1, group="g", id=pin, expires=60 * SECOND)  # the pin for another 10 s
+        second = await a.next()
+        assert (second.data, second.headers["Nats-Pin-Id"]) == (b"m1", pin)
+        await nats_server.advance_async(8)  # 16 s after the pin, 8 after A's last request
+        assert await b.nothing() and events.empty()
+        await nats_server.advance_async(3)
+        unpinned = await _pinned(events)
+        assert (unpinned["reason"], unpinned["group"]) == ("timeout", "g")
+        third = await b.next()
+        new_pin = third.headers["Nats-Pin-Id"]
+        assert third.data == b"m2" and new_pin != pin
+        assert (await _pinned(events))["pinned_id"] == new_pin
+        await a.ask(batch=1, group="g", id=pin, expires=60 * SECOND)
+        refused = await a.next()
+        assert (refused.headers["Status"], refused.headers.get("Description")) == ("423", "Nats-Pin-Id mismatch")
+        await nc.close()
+
+    _run(main())
+
+
+@pytest.mark.nats_server(jetstream=True, clock="manual")
+def test_a_pin_nobody_renews_goes_and_the_next_request_gets_a_new_one(nats_server):
+    """Nothing waits when the pin times out: info shows no pin; the old id's next request,
+    with a message there, is told 423 Nats-Wrong-Pin-Id; a request without an id is pinned."""
+
+    async def main():
+        nc, js, events = await _setup(nats_server.url, priority_policy="pinned_client", priority_groups=["g"])
+        await js.publish("s.a", b"one")
+        a = await _Puller(nc, "C").start()
+        await a.ask(batch=1, group="g", no_wait=True)
+        first = await a.next()
+        await first.ack()  # (or ack_wait would bring it again)
+        pin = first.headers["Nats-Pin-Id"]
+        await _pinned(events)
+        await nats_server.advance_async(119)  # the default priority_timeout: 2 minutes
+        assert events.empty()
+        await nats_server.advance_async(2)
+        assert (await _pinned(events))["reason"] == "timeout"
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.S.C", b"")).data)
+        assert info["priority_groups"] == [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}]
+        await js.publish("s.a", b"two")
+        await a.ask(batch=1, group="g", id=pin, no_wait=True)
+        refused = await a.next()
+        assert refused.headers["Status"] == "423" and refused.headers["Nats-Pending-Messages"] == "1"
+        await a.ask(batch=1, group="g", no_wait=True)
+        got = await a.next()
+        assert got.data == b"two" and got.headers["Nats-Pin-Id"] not in ("", pin)
+        await nc.close()
+
+    _run(main())
+
+
+@pytest.mark.nats_server(jetstream=True)
+def test_overflow_serves_the_standby_only_past_its_threshold(nats_server):
+    """The usual overflow set-up: a primary asks without thresholds, a standby with
+    min_pending 3. With the primary away, the standby gets nothing while fewer than 3 wait,
+    and is served once the backlog reaches 3."""
+
+    async def main():
+        nc, js, _ = await _setup(nats_server.url, priority_policy="overflow", priority_groups=["jobs"])
+        standby = await _Puller(nc, "C").start()
+        await standby.ask(batch=5, group="jobs", min_pending=3, expires=30 * SECOND)
+        await js.publish("s.a", b"j1")
+        await js.publish("s.a", b"j2")
+        assert await standby.nothing()
+        await js.publish("s.a", b"j3")
+        assert (await standby.next()).data == b"j1"
+        primary = await _Puller(nc, "C").start()
+        await primary.ask(batch=5, group="jobs", expires=30 * SECOND)
+        assert [(await primary.next()).data for _ in range(2)] == [b"j2", b"j3"]
+        await nc.close()
+
+    _run(main())
