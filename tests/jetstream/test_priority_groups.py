@@ -30,6 +30,7 @@ import pytest
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
+from tests.jetstream.test_nats_py_suite import REFERENCE, _Target
 
 RECORDED = Path(__file__).with_name("data") / "priority_groups_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
@@ -438,14 +439,25 @@ def test_a_pin_nobody_renews_goes_and_the_next_request_gets_a_new_one(nats_serve
     _run(main())
 
 
-@pytest.mark.nats_server(jetstream=True)
-def test_overflow_serves_the_standby_only_past_its_threshold(nats_server):
+# -- with nats-py, against natserver and nats-server 2.15.1 alike ---------------------------------
+
+
+@pytest.fixture(params=["natserver", pytest.param("nats-server-2.15.1", marks=pytest.mark.needs_nats_server)])
+def target(request, threaded_server, tmp_path):
+    if request.param != "natserver" and REFERENCE is None:
+        pytest.skip("nats-server 2.15.1 not installed")
+    t = _Target(request.param, threaded_server, tmp_path / request.param).start()
+    yield t
+    t.stop()
+
+
+def test_overflow_serves_the_standby_only_past_its_threshold(target):
     """The usual overflow set-up: a primary asks without thresholds, a standby with
     min_pending 3. With the primary away, the standby gets nothing while fewer than 3 wait,
     and is served once the backlog reaches 3."""
 
     async def main():
-        nc, js, _ = await _setup(nats_server.url, priority_policy="overflow", priority_groups=["jobs"])
+        nc, js, _ = await _setup(target.url, priority_policy="overflow", priority_groups=["jobs"])
         standby = await _Puller(nc, "C").start()
         await standby.ask(batch=5, group="jobs", min_pending=3, expires=30 * SECOND)
         await js.publish("s.a", b"j1")
@@ -456,6 +468,40 @@ def test_overflow_serves_the_standby_only_past_its_threshold(nats_server):
         primary = await _Puller(nc, "C").start()
         await primary.ask(batch=5, group="jobs", expires=30 * SECOND)
         assert [(await primary.next()).data for _ in range(2)] == [b"j2", b"j3"]
+        await nc.close()
+
+    _run(main())
+
+
+def test_unpin_hands_the_group_to_the_waiting_client(target):
+    """A is pinned; B's request waits. UNPIN: B's request gets the next message and a new pin;
+    A's request with its old id is refused (423), B's id is served."""
+
+    async def main():
+        nc, js, events = await _setup(target.url, priority_policy="pinned_client", priority_groups=["g"])
+        for n in range(3):
+            await js.publish("s.a", b"m%d" % n)
+        a, b = await _Puller(nc, "C").start(), await _Puller(nc, "C").start()
+        await a.ask(batch=1, group="g", expires=10 * SECOND)
+        pin_a = (await a.next()).headers["Nats-Pin-Id"]
+        assert (await _pinned(events))["pinned_id"] == pin_a
+        await b.ask(batch=1, group="g", expires=10 * SECOND)
+        assert await b.nothing()
+        answer = json.loads((await nc.request("$JS.API.CONSUMER.UNPIN.S.C", b'{"group":"g"}')).data)
+        assert answer == {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"}
+        got = await b.next()
+        pin_b = got.headers["Nats-Pin-Id"]
+        assert got.data == b"m1" and pin_b != pin_a
+        seen = [await _pinned(events), await _pinned(events)]
+        assert sorted((e["type"].rsplit(".", 1)[1], e.get("reason"), e.get("pinned_id")) for e in seen) == [
+            ("consumer_group_pinned", None, pin_b), ("consumer_group_unpinned", "admin", None)]
+        await a.ask(batch=1, group="g", id=pin_a, expires=10 * SECOND)
+        assert (await a.next()).headers["Status"] == "423"
+        await b.ask(batch=1, group="g", id=pin_b, expires=10 * SECOND)
+        got = await b.next()
+        assert (got.data, got.headers["Nats-Pin-Id"]) == (b"m2", pin_b)
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.S.C", b"")).data)
+        assert info["priority_groups"][0]["pinned_client_id"] == pin_b
         await nc.close()
 
     _run(main())
