@@ -519,14 +519,17 @@ class Consumer:
         self.pin_id = ""
         self.pinned_ts = 0
         self.pin_expires = 0
+        self.pin_group = ""  # the group the pinned request named (the timeout's advisory names it)
 
     # -- priority groups ----------------------------------------------------------------------
 
-    def assign_pin(self, now: int) -> str:
-        """consumer.go assignNewPinId: a new pin id for the group (the caller tells)."""
+    def assign_pin(self, group: str, now: int) -> str:
+        """consumer.go assignNewPinId: a new pin id for a request of ``group`` (the caller
+        tells)."""
         self.pin_id = nuid()
         self.pinned_ts = now
         self.pin_expires = now + self.cfg.priority_timeout
+        self.pin_group = group
         return self.pin_id
 
     def unassign_pin(self) -> None:

@@ -314,7 +314,7 @@ class Delivery:
             if need_pin or consumer.pin_id:
                 if need_pin and not req.pin_id:
                     if req.group:  # (assignNewPinId: a request that names no group gets none)
-                        pin = consumer.assign_pin(now)
+                        pin = consumer.assign_pin(req.group, now)
                         req.pin_id = pin
                         advisories.consumer_pinned(self.js, consumer.stream.name, consumer.name, req.group, pin)
                         self.poke()  # (the pin's timer)
@@ -666,8 +666,8 @@ class Delivery:
         if consumer.pin_expires and consumer.pin_expires <= now:
             # consumer.go setPinnedTimer's timer: the pinned client asked for nothing for
             # priority_timeout; the next request without an id gets a new pin
+            group = consumer.pin_group
             consumer.unassign_pin()
-            group = (cfg.priority_groups or [""])[0]
             advisories.consumer_unpinned(self.js, consumer.stream.name, consumer.name, group,
                                          advisories.UNPINNED_TIMEOUT)
             if consumer.waiting:

@@ -372,12 +372,12 @@ def test_the_pin_moves_when_the_pinned_client_stops_asking(nats_server):
     later the pin goes (advisory "timeout") to B's waiting request. A's id is then refused."""
 
     async def main():
-        nc, js, events = await _setup(nats_server.url, priority_policy="pinned_client", priority_groups=["g"],
+        nc, js, events = await _setup(nats_server.url, priority_policy="pinned_client", priority_groups=["g", "h"],
                                       priority_timeout=10 * SECOND)
         for n in range(4):
             await js.publish("s.a", b"m%d" % n)
         a, b = await _Puller(nc, "C").start(), await _Puller(nc, "C").start()
-        await a.ask(batch=1, group="g", expires=60 * SECOND)
+        await a.ask(batch=1, group="h", expires=60 * SECOND)  # (the advisories name A's group)
         first = await a.next()
         pin = first.headers["Nats-Pin-Id"]
         assert first.data == b"m0" and len(pin) == 22
@@ -394,7 +394,7 @@ def test_the_pin_moves_when_the_pinned_client_stops_asking(nats_server):
         assert await b.nothing() and events.empty()
         await nats_server.advance_async(3)
         unpinned = await _pinned(events)
-        assert (unpinned["reason"], unpinned["group"]) == ("timeout", "g")
+        assert (unpinned["reason"], unpinned["group"]) == ("timeout", "h")
         third = await b.next()
         new_pin = third.headers["Nats-Pin-Id"]
         assert third.data == b"m2" and new_pin != pin
