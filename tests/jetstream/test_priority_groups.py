@@ -27,6 +27,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from natserver.testing import NatsServer
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
@@ -505,3 +506,34 @@ def test_unpin_hands_the_group_to_the_waiting_client(target):
         await nc.close()
 
     _run(main())
+
+
+def test_a_durable_keeps_its_priority_settings_across_a_restart(tmp_path):
+    """The settings are in the durable's configuration on disk (the pin is not: it is in
+    memory, as in nats-server): after a restart the rules still apply."""
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js")) as server:
+
+        async def before():
+            nc, js, _ = await _setup(server.url, priority_policy="pinned_client", priority_groups=["g"],
+                                     priority_timeout=30 * SECOND)
+            await js.publish("s.a", b"one")
+            a = await _Puller(nc, "C").start()
+            await a.ask(batch=1, group="g", no_wait=True)
+            assert "Nats-Pin-Id" in (await a.next()).headers
+            await nc.close()
+
+        _run(before())
+        server.restart()
+
+        async def after():
+            nc = await nats.connect(server.url)
+            info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.S.C", b"")).data)
+            assert {k: info["config"][k] for k in ("priority_groups", "priority_policy", "priority_timeout")} == {
+                "priority_groups": ["g"], "priority_policy": "pinned_client", "priority_timeout": 30 * SECOND}
+            assert info["priority_groups"] == [{"group": "g", "pinned_ts": "0001-01-01T00:00:00Z"}]
+            a = await _Puller(nc, "C").start()
+            await a.ask(batch=1, no_wait=True)
+            assert (await a.next()).headers.get("Description") == "Bad Request - Priority Group missing"
+            await nc.close()
+
+        _run(after())
