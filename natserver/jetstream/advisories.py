@@ -1,6 +1,6 @@
 """JetStream advisories on ``$JS.EVENT.ADVISORY.>``, as nats-server 2.15.1 publishes them
 (jetstream_events.go): stream and consumer actions (created, updated, deleted), a consumer
-paused or resumed, and the API audit of every API response. Each is published in the JetStream account, and only built when
+paused or resumed, a priority group's client pinned or unpinned, and the API audit of every API response. Each is published in the JetStream account, and only built when
 someone listens (nats-server's publishAdvisory).
 """
 
@@ -21,6 +21,9 @@ STREAM_ACTION_TYPE = "io.nats.jetstream.advisory.v1.stream_action"  # JSStreamAc
 CONSUMER_ACTION_TYPE = "io.nats.jetstream.advisory.v1.consumer_action"  # JSConsumerActionAdvisoryType
 API_AUDIT_TYPE = "io.nats.jetstream.advisory.v1.api_audit"  # JSAPIAuditType
 CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"  # JSConsumerPauseAdvisoryType
+CONSUMER_PINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_pinned"  # JSConsumerGroupPinnedAdvisoryType
+CONSUMER_UNPINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_unpinned"  # ...UnpinnedAdvisoryType
+UNPINNED_ADMIN, UNPINNED_TIMEOUT = "admin", "timeout"  # the unpinned advisory's reasons
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
 # The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
 CREATE, MODIFY, DELETE = ("CREATED", "create"), ("UPDATED", "modify"), ("DELETED", "delete")
@@ -61,6 +64,31 @@ def consumer_pause(js: JetStream, stream: str, consumer: str, paused: bool, paus
     publish(js, f"{ADVISORY_PREFIX}CONSUMER.PAUSE.{stream}.{consumer}",
             lambda: {"type": CONSUMER_PAUSE_TYPE, "stream": stream, "consumer": consumer, "paused": paused,
                      "pause_until": pause_until or _ZERO_TIME})
+
+
+def _group_event(js: JetStream, subject: str, kind: str, stream: str, consumer: str, last: dict) -> None:
+    """JSConsumerGroupPinnedAdvisory / ...UnpinnedAdvisory: the account, then the domain before
+    the group (their field order)."""
+    encoded = subject.encode()
+    if not js.client.has_interest(encoded):
+        return
+    doc: dict = {"type": kind, "id": event_id(), "timestamp": rfc3339nano(clock.now_ns()),
+                 "account": js.account_name or "$G", "stream": stream, "consumer": consumer}
+    if js.domain:
+        doc["domain"] = js.domain
+    js.send(encoded, dumps({**doc, **last}))
+
+
+def consumer_pinned(js: JetStream, stream: str, consumer: str, group: str, pin_id: str) -> None:
+    """sendPinnedAdvisoryLocked: a client was pinned (a pull request got a new pin id)."""
+    _group_event(js, f"{ADVISORY_PREFIX}CONSUMER.PINNED.{stream}.{consumer}", CONSUMER_PINNED_TYPE, stream,
+                 consumer, {"group": group, "pinned_id": pin_id})
+
+
+def consumer_unpinned(js: JetStream, stream: str, consumer: str, group: str, reason: str) -> None:
+    """sendUnpinnedAdvisoryLocked: the pin went (``reason``: the UNPIN API, or the timeout)."""
+    _group_event(js, f"{ADVISORY_PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}", CONSUMER_UNPINNED_TYPE, stream,
+                 consumer, {"group": group, "reason": reason})
 
 
 def api_audit(js: JetStream, subject: bytes, request: bytes, response: bytes) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import secrets
 import string
 
@@ -17,6 +18,7 @@ from .gojson import (
     INT64,
     UINT64,
     DecodeError,
+    GoDecodeError,
     decode_bool,
     decode_enum,
     decode_int,
@@ -26,13 +28,19 @@ from .gojson import (
     decode_struct,
 )
 from .stream import MAX_METADATA_LEN
-from .util import compile_filters, is_subset_match, is_valid_subject, rfc3339nano
+from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
 DEFAULT_MAX_ACK_PENDING = 1000  # nats-server's JsDefaultMaxAckPending
 DEFAULT_MAX_WAITING = 512  # nats-server's JSWaitQueueDefaultMax (pull consumers)
 DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000  # ns; nats-server's JsDeleteWaitTimeDefault (5s), ephemerals
+DEFAULT_PRIORITY_TIMEOUT = 120_000_000_000  # ns; nats-server's JsDefaultPinnedTTL (2m), pinned_client
+# consumer.go validGroupName: a priority group's name
+GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+# consumer.go PriorityPolicy's JSON names ("prioritized": 2.12)
+PRIORITY_POLICIES = ("none", "overflow", "pinned_client", "prioritized")
 EPHEMERAL_NAME_LEN = 8  # nats-server's createConsumerName: 8 characters of base62
+NUID_LEN = 22  # a NUID's length (nuid.Next()): nats-server's pin ids
 _NAME_ALPHABET = string.ascii_letters + string.digits
 
 _DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
@@ -47,6 +55,13 @@ def _durations(value):
     if not isinstance(value, list):
         raise DecodeError("backoff: not a list")
     return [_goint(v) for v in value]
+
+
+def _priority_policy(value):
+    """consumer.go PriorityPolicy.UnmarshalJSON (its error follows "invalid JSON: ")."""
+    if isinstance(value, str) and value in PRIORITY_POLICIES:
+        return value
+    raise GoDecodeError(f"unknown priority policy: {dumps(value).decode()}")
 
 
 def _time(value):
@@ -88,6 +103,9 @@ _FIELDS = {
     "direct": decode_bool,
     "metadata": decode_metadata,
     "pause_until": gotime.decoder("CreateConsumerRequest.config.pause_until"),  # 2.11
+    "priority_groups": decode_strlist,  # 2.11
+    "priority_policy": _priority_policy,
+    "priority_timeout": _goint,  # ns (Go's PinnedTTL)
 }
 
 # Go's zero values; which of them are omitted (omitempty) is in to_json.
@@ -98,7 +116,8 @@ _DEFAULTS = {
     "max_waiting": 0, "max_ack_pending": 0, "idle_heartbeat": 0, "flow_control": False,
     "headers_only": False, "max_batch": 0, "max_expires": 0, "max_bytes": 0, "deliver_subject": "",
     "deliver_group": "", "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
-    "direct": False, "metadata": None, "pause_until": None,
+    "direct": False, "metadata": None, "pause_until": None, "priority_groups": None, "priority_policy": "none",
+    "priority_timeout": 0,
 }
 # Written even when zero (no omitempty in nats-server's struct tags).
 _ALWAYS = {"deliver_policy", "ack_policy", "replay_policy", "num_replicas"}
@@ -141,6 +160,9 @@ class ConsumerConfig:
     direct: bool
     metadata: dict[str, str] | None
     pause_until: str | None  # RFC 3339 as nats-server writes it back (gotime.canonical)
+    priority_groups: list[str] | None
+    priority_policy: str  # PRIORITY_POLICIES
+    priority_timeout: int  # ns: how long a pinned client may stay away (pinned_client)
 
     def __init__(self, **values) -> None:
         for key, default in _DEFAULTS.items():
@@ -184,6 +206,11 @@ def ephemeral_name() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(EPHEMERAL_NAME_LEN))
 
 
+def nuid() -> str:
+    """A pin id as long as nats-server's NUIDs (random: ids only need to differ)."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(NUID_LEN))
+
+
 def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1) -> None:
     """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's)."""
     if cfg.max_deliver == 0:
@@ -201,6 +228,10 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1) -> None:
                 cfg.max_ack_pending = max_ack_pending_limit
     if not cfg.durable_name and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
+    if cfg.priority_timeout < 0:  # (nats-server's non-pedantic mode: a negative duration is none)
+        cfg.priority_timeout = 0
+    if cfg.priority_policy == "pinned_client" and cfg.priority_timeout == 0:
+        cfg.priority_timeout = DEFAULT_PRIORITY_TIMEOUT
 
 
 def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "limits",
@@ -278,6 +309,26 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
         raise errors.consumer_durable_name_mismatch()
     if sum(len(k) + len(v) for k, v in (cfg.metadata or {}).items()) > MAX_METADATA_LEN:
         raise errors.consumer_metadata_length(f"{MAX_METADATA_LEN // 1024}KB")
+    _check_priority(cfg)
+
+
+def _check_priority(cfg: ConsumerConfig) -> None:
+    """checkConsumerCfg's priority group rules (2.11), last as there."""
+    if cfg.priority_policy != "none":
+        if cfg.deliver_subject:
+            raise errors.consumer_push_with_priority_group()
+        if not cfg.priority_groups:
+            raise errors.consumer_priority_policy_without_group()
+        for group in cfg.priority_groups:
+            if not group:
+                raise errors.consumer_empty_group_name()
+            if not GROUP_NAME.fullmatch(group):
+                raise errors.consumer_invalid_group_name()
+    else:
+        if cfg.priority_groups:
+            raise errors.consumer_priority_group_with_policy_none()
+        if cfg.priority_timeout > 0:
+            raise errors.consumer_pinned_ttl_without_priority_policy()
 
 
 # checkConsumerCfg's start rules: per policy, which optional start must and must not be set.
@@ -462,6 +513,30 @@ class Consumer:
         # by arm_pause while the deadline is ahead, 0 when not).
         self.pause_ns = gotime.nanos(cfg.pause_until) if cfg.pause_until is not None else None
         self.unpause_at = 0
+        # Priority groups (2.11, priority_policy pinned_client): the pin id the client serving
+        # the group has (consumer.go currentPinId; "" when none), when it got it (Unix ns) and
+        # when it loses it unless it asks again with the id (pinnedTtl's timer; 0: none).
+        self.pin_id = ""
+        self.pinned_ts = 0
+        self.pin_expires = 0
+        self.pin_group = ""  # the group the pinned request named (the timeout's advisory names it)
+
+    # -- priority groups ----------------------------------------------------------------------
+
+    def assign_pin(self, group: str, now: int) -> str:
+        """consumer.go assignNewPinId: a new pin id for a request of ``group`` (the caller
+        tells)."""
+        self.pin_id = nuid()
+        self.pinned_ts = now
+        self.pin_expires = now + self.cfg.priority_timeout
+        self.pin_group = group
+        return self.pin_id
+
+    def unassign_pin(self) -> None:
+        """consumer.go unassignPinId."""
+        self.pin_id = ""
+        self.pinned_ts = 0
+        self.pin_expires = 0
 
     # -- pause --------------------------------------------------------------------------------
 
@@ -815,4 +890,10 @@ class Consumer:
         if pause_ns is not None and now < pause_ns:
             info["paused"] = True
             info["pause_remaining"] = pause_ns - now
+        if self.cfg.priority_groups:  # (nats-server reports the first group only)
+            state: dict = {"group": self.cfg.priority_groups[0]}
+            if self.pin_id:
+                state["pinned_client_id"] = self.pin_id
+            state["pinned_ts"] = rfc3339nano(self.pinned_ts) if self.pinned_ts else gotime.ZERO
+            info["priority_groups"] = [state]
         return info

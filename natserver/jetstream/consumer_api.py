@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .. import clock
 from . import advisories, consumer_store, errors, gotime, unsupported
 from .consumer import (
+    GROUP_NAME,
     Consumer,
     ConsumerConfig,
     check_config,
@@ -85,6 +86,8 @@ class ConsumerApi:
             self.names(text[4], reply, payload, full=op == b"LIST")
         elif op == b"PAUSE" and n == 6:
             self.pause(text[4], text[5], reply, payload)
+        elif op == b"UNPIN" and n == 6:
+            self.unpin(text[4], text[5], reply, payload)
 
     def _stream(self, name: str):
         stream = self.js.streams.get(name)
@@ -253,6 +256,31 @@ class ConsumerApi:
         if was_paused and not consumer.paused(now):
             self.js.delivery.resumed(consumer, now)
 
+    def unpin(self, stream_name: str, name: str, reply, payload: bytes) -> None:
+        """jsConsumerUnpinRequest (2.11): ``{"group": "<group>"}`` takes the pin from the
+        group's pinned client (any policy: the advisory says so all the same); the next pull
+        request without an id gets a new one."""
+        rtype = _T + "consumer_unpin_response"
+        try:
+            group = _unpin_request(payload)
+            if not group:
+                raise errors.invalid_json("consumer group not specified")
+            if not GROUP_NAME.fullmatch(group):
+                raise errors.consumer_invalid_group_name()
+            consumer = self._stream(stream_name).consumers.get(name)
+            if consumer is None:
+                raise errors.consumer_not_found()
+            if group not in (consumer.cfg.priority_groups or ()):
+                raise errors.consumer_invalid_priority_group()
+        except ApiError as exc:
+            self.api._fail(reply, rtype, exc)
+            return
+        consumer.unassign_pin()
+        advisories.consumer_unpinned(self.js, stream_name, name, group, advisories.UNPINNED_ADMIN)
+        self.api._send(reply, {"type": rtype})
+        if consumer.waiting:
+            self.js.delivery.serve(consumer, clock.now_ns())
+
     def _save(self, consumer: Consumer) -> None:
         """A durable's configuration is on disk before the API answers."""
         if consumer.cfg.durable_name and consumer.stream.file_backed:
@@ -291,6 +319,42 @@ class ConsumerApi:
             listed = page
         self.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": limit,
                                "consumers": listed})
+
+
+def _unpin_request(payload: bytes) -> str:
+    """JSApiConsumerUnpinRequest's group, decoded as Go's json.Unmarshal does (unknown fields
+    ignored; its errors for an empty body and for values of the wrong type)."""
+    if not payload.strip():
+        raise errors.invalid_json("unexpected end of JSON input")
+    try:
+        value = loads(payload)
+    except ValueError:
+        raise errors.invalid_json() from None  # (Go's syntax error texts are not reproduced)
+    if value is None:
+        return ""
+    if not isinstance(value, dict):
+        raise errors.invalid_json(f"json: cannot unmarshal {_json_kind(value)} into Go value of type "
+                                  "server.JSApiConsumerUnpinRequest")
+    group = ""
+    for key, item in value.items():
+        if key.lower() != "group" or item is None:
+            continue
+        if not isinstance(item, str):
+            raise errors.invalid_json(f"json: cannot unmarshal {_json_kind(item)} into Go struct field "
+                                      "JSApiConsumerUnpinRequest.group of type string")
+        group = item
+    return group
+
+
+def _json_kind(value) -> str:
+    """Go's name for a JSON value's kind in its Unmarshal errors."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    return "bool" if isinstance(value, bool) else "number"
 
 
 def _pause_in_utc(consumer: Consumer) -> bool:

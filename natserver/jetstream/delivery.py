@@ -13,7 +13,7 @@ import trio
 from .. import clock
 from ..protocol.gotext import go_duration
 from . import advisories, consumer_store
-from .gojson import INT64, decode_bool, decode_int, decode_struct
+from .gojson import INT64, decode_bool, decode_int, decode_str, decode_struct
 from .util import loads
 
 if TYPE_CHECKING:
@@ -32,7 +32,14 @@ _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
 _ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
 _PULL_REQUEST = {"batch": lambda v: decode_int(v, INT64), "expires": lambda v: decode_int(v, INT64),
                  "no_wait": decode_bool, "max_bytes": lambda v: decode_int(v, INT64),
-                 "idle_heartbeat": lambda v: decode_int(v, INT64)}
+                 "idle_heartbeat": lambda v: decode_int(v, INT64),
+                 # 2.11's priority group fields (consumer.go PriorityGroup, embedded in the request)
+                 "group": decode_str, "min_pending": lambda v: decode_int(v, INT64),
+                 "min_ack_pending": lambda v: decode_int(v, INT64), "id": decode_str,
+                 "priority": lambda v: decode_int(v, INT64)}
+MAX_REQUEST_PRIORITY = 9  # processNextMsgRequest: a request's priority is 0..9
+NO_PRIORITY = 2**31 - 1  # insertAtPosition: a request naming no group comes last (math.MaxInt32)
+_PIN_HEADER = b"Nats-Pin-Id"  # JSPullRequestNatsPinId
 
 
 PUSH_BURST = 1024  # messages a push consumer sends in one go before yielding to the timer task
@@ -51,14 +58,29 @@ def _timeout_header(batch: int, max_bytes: int, why: bytes = b"Request Timeout")
             % (why, batch, max_bytes))
 
 
+def _wrong_pin_header(batch: int, max_bytes: int) -> bytes:
+    return (b"NATS/1.0 423 Nats-Wrong-Pin-Id\r\nNats-Pending-Messages: %d\r\nNats-Pending-Bytes: %d\r\n\r\n"
+            % (batch, max_bytes))
+
+
+def _bad_request(why: str) -> bytes:
+    return b"NATS/1.0 400 Bad Request - %s\r\n\r\n" % why.encode()
+
+
+def _with_pin(hdr: bytes | None, pin_id: str) -> bytes:
+    """client.go genHeader: the message's headers with ``Nats-Pin-Id`` added last."""
+    head = hdr[:-2] if hdr and len(hdr) > 2 else b"NATS/1.0\r\n"
+    return head + b"%s: %s\r\n\r\n" % (_PIN_HEADER, pin_id.encode())
+
+
 def _too_big_header(batch: int, max_bytes: int) -> bytes:
     return (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: %d\r\n"
             b"Nats-Pending-Bytes: %d\r\n\r\n" % (batch, max_bytes))
 
 
 class PullRequest:
-    __slots__ = ("account", "batch", "expires", "heartbeat", "interest", "last_beat", "max_bytes", "no_wait",
-                 "reply", "sent")
+    __slots__ = ("account", "batch", "expires", "group", "heartbeat", "interest", "last_beat", "max_bytes",
+                 "min_ack_pending", "min_pending", "no_wait", "pin_id", "priority", "reply", "sent")
 
     def __init__(self, reply: bytes, batch: int, max_bytes: int, no_wait: bool, expires: int) -> None:
         self.reply = reply
@@ -73,6 +95,26 @@ class PullRequest:
         # of the account to ask and the subject, ``reply`` unless it came through an import.
         self.account = None
         self.interest = reply
+        # Priority groups (2.11): a JSON request's group ("" when it names none; None for a
+        # request that is a number or empty: nats-server's nil PriorityGroup), overflow's
+        # thresholds, the pin id it was given or brings, and its priority (prioritized: lower
+        # first).
+        self.group: str | None = None
+        self.min_pending = 0
+        self.min_ack_pending = 0
+        self.pin_id = ""
+        self.priority = NO_PRIORITY
+
+
+def _insert_by_priority(waiting: list, req: PullRequest) -> None:
+    """consumer.go insertAtPosition: after every request of the same or a higher priority
+    (a lower number)."""
+    at = len(waiting)
+    for i, other in enumerate(waiting):
+        if other.priority > req.priority:
+            at = i
+            break
+    waiting.insert(at, req)
 
 
 def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | None, data: bytes) -> int:
@@ -131,6 +173,7 @@ class Delivery:
             return
         now = clock.now_ns()
         batch, expires, no_wait, max_bytes, heartbeat = 1, 0, False, 0, 0
+        req: dict | None = None  # a JSON request (its priority group fields)
         body = payload.strip()
         if body:
             try:
@@ -163,6 +206,11 @@ class Delivery:
         if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
             self.js.send(reply, b"", b"NATS/1.0 409 Exceeded MaxRequestMaxBytes of %d\r\n\r\n" % cfg.max_bytes)
             return
+        if req is not None:
+            refusal = self._check_priority(consumer, req, now)
+            if refusal:
+                self.js.send(reply, b"", refusal)
+                return
         consumer.active_at = now
         self.process_waiting(consumer, now, False)
         if no_wait:
@@ -183,10 +231,45 @@ class Delivery:
         request = PullRequest(reply, batch, max_bytes, no_wait, now + expires if expires > 0 else 0)
         request.heartbeat, request.last_beat = max(heartbeat, 0), now
         request.account, request.interest = self._track_interest(reply)
-        consumer.waiting.append(request)
+        if req is not None:
+            request.group = req.get("group", "")
+            request.min_pending = req.get("min_pending", 0)
+            request.min_ack_pending = req.get("min_ack_pending", 0)
+            request.pin_id = req.get("id", "")
+            request.priority = req.get("priority", 0)
+        if cfg.priority_policy == "prioritized":
+            _insert_by_priority(consumer.waiting, request)
+        else:
+            consumer.waiting.append(request)
         self.serve(consumer, now)
         if consumer.waiting and consumer.waiting[-1].expires:
             self.poke()
+
+    def _check_priority(self, consumer: Consumer, req: dict, now: int) -> bytes:
+        """processNextMsgRequest's priority group rules for a JSON request, in its order: the
+        status to answer with (b"" when the request may wait). A request with the pinned
+        client's id keeps the pin for another priority_timeout."""
+        cfg = consumer.cfg
+        policy = cfg.priority_policy
+        group, pin_id = req.get("group", ""), req.get("id", "")
+        if (req.get("min_pending", 0) or req.get("min_ack_pending", 0)) and policy != "overflow":
+            return _bad_request("Not a Overflow Priority consumer")
+        if pin_id and policy != "pinned_client":
+            return _bad_request("Not a Pinned Client Priority consumer")
+        if not 0 <= req.get("priority", 0) <= MAX_REQUEST_PRIORITY:
+            return _bad_request(f"Priority must be between 0 and {MAX_REQUEST_PRIORITY}")
+        if policy == "none":
+            return b""
+        if not group:
+            return _bad_request("Priority Group missing")
+        if group not in (cfg.priority_groups or ()):
+            return _bad_request("Invalid Priority Group")
+        if consumer.pin_id:
+            if pin_id == consumer.pin_id:
+                consumer.pin_expires = now + cfg.priority_timeout
+            elif pin_id:
+                return b"NATS/1.0 423 Nats-Pin-Id mismatch\r\n\r\n"
+        return b""
 
     def _track_interest(self, reply: bytes):
         """consumer.go trackDownAccountAndInterest: a reply that came in through a service
@@ -205,22 +288,62 @@ class Delivery:
             client = account.internal
         return client, subject
 
-    def _next_waiting(self, consumer: Consumer, size: int, now: int) -> PullRequest | None:
+    def _next_waiting(self, consumer: Consumer, size: int, now: int, fresh: bool = False) -> PullRequest | None:
         """consumer.go nextWaiting: the first waiting request that can take a message of
         ``size`` bytes; those expired, too small (max_bytes) or with nobody listening any
-        more are told so and leave the list."""
+        more are told so and leave the list. Priority groups: with ``pinned_client`` only the
+        pinned client's requests are served (the first request without an id gets a new pin
+        when there is none; one with another id is told 423 and leaves; those without wait at
+        the back); with ``overflow`` a request with ``min_pending``/``min_ack_pending`` waits
+        at the back until the consumer has that many messages pending or unacknowledged
+        (``fresh``: the message is a first delivery already counted as unacknowledged, which
+        nats-server counts only once sent)."""
         waiting = consumer.waiting
         send = self.js.send
+        cfg = consumer.cfg
+        policy = cfg.priority_policy
+        need_pin = policy == "pinned_client" and not consumer.pin_id
+        cycled = 0
         while waiting:
             req = waiting[0]
             if req.expires and req.expires <= now:
                 waiting.pop(0)
                 send(req.reply, b"", _timeout_header(req.batch, req.max_bytes))
                 continue
+            assigned = False
+            if need_pin or consumer.pin_id:
+                if need_pin and not req.pin_id:
+                    if req.group:  # (assignNewPinId: a request that names no group gets none)
+                        pin = consumer.assign_pin(req.group, now)
+                        req.pin_id = pin
+                        advisories.consumer_pinned(self.js, consumer.stream.name, consumer.name, req.group, pin)
+                        self.poke()  # (the pin's timer)
+                    assigned = True
+                elif not need_pin and not req.pin_id:
+                    waiting.append(waiting.pop(0))  # (the waitQueue's cycle)
+                    cycled += 1
+                    if cycled >= len(waiting):
+                        return None
+                    continue
+                elif need_pin or req.pin_id != consumer.pin_id:
+                    waiting.pop(0)  # an old pin id
+                    send(req.reply, b"", _wrong_pin_header(req.batch, req.max_bytes))
+                    continue
+            if policy == "overflow" and req.group is not None and (req.min_pending > 0 or req.min_ack_pending > 0):
+                # (the count is taken after this message's delivery was recorded: one more)
+                if not (0 < req.min_pending <= consumer.cached_num_pending() + 1
+                        or 0 < req.min_ack_pending <= len(consumer.pending) - fresh):
+                    waiting.append(waiting.pop(0))
+                    cycled += 1
+                    if cycled >= len(waiting):
+                        return None
+                    continue
             if req.max_bytes:
                 if size > req.max_bytes:
                     waiting.pop(0)
                     send(req.reply, b"", _too_big_header(req.batch, req.max_bytes))
+                    if assigned:
+                        consumer.unassign_pin()
                     continue
                 req.max_bytes -= size
                 if req.max_bytes == 0:
@@ -238,6 +361,7 @@ class Delivery:
         waiting = consumer.waiting
         consumer.retry_at = 0
         end_of_stream = False
+        prioritized = consumer.cfg.priority_policy == "prioritized"
         while waiting:
             got = consumer.next_msg(now)
             if got is None:
@@ -247,18 +371,25 @@ class Delivery:
             ack = self.ack_reply(consumer, msg, count)
             # consumer.go: what max_bytes counts, the ack reply included (not the inbox).
             size = len(msg.subject) + len(ack) + len(msg.hdr or b"") + len(msg.data)
-            req = self._next_waiting(consumer, size, now)
+            req = self._next_waiting(consumer, size, now, count == 1 and consumer.cfg.ack_policy != "none")
             if req is None:
                 consumer.undo(msg.seq, count)
                 break
             # (pull consumers have no rate_limit_bps: refused, 10086)
             if consumer.replaying and self._held_back(consumer, msg, count, size, now, 0):
                 break
-            deliver(self.js.client, req.reply, msg.subject, ack, msg.hdr or None, msg.data)
+            hdr = msg.hdr or None
+            if consumer.cfg.priority_policy == "pinned_client":
+                hdr = _with_pin(hdr, consumer.pin_id)
+            deliver(self.js.client, req.reply, msg.subject, ack, hdr, msg.data)
             req.batch -= 1
             req.sent += 1
             if req.batch <= 0:
                 waiting.remove(req)
+            elif prioritized and len(waiting) > 1 and waiting[0] is req:
+                # waitQueue.popAndRequeue: behind the others of its priority
+                waiting.pop(0)
+                _insert_by_priority(waiting, req)
         self._queue_save(consumer)
         self.process_waiting(consumer, now, end_of_stream)
 
@@ -468,6 +599,8 @@ class Delivery:
                     d = consumer.retry_at
                 if consumer.unpause_at and (d is None or consumer.unpause_at < d):
                     d = consumer.unpause_at
+                if consumer.pin_expires and (d is None or consumer.pin_expires < d):
+                    d = consumer.pin_expires
                 if consumer.cfg.idle_heartbeat:
                     beat = consumer.last_push + consumer.cfg.idle_heartbeat
                     if d is None or beat < d:
@@ -530,6 +663,15 @@ class Delivery:
             consumer.unpause_at = 0
             advisories.consumer_pause(self.js, consumer.stream.name, consumer.name, False, cfg.pause_until)
             self.resumed(consumer, now)
+        if consumer.pin_expires and consumer.pin_expires <= now:
+            # consumer.go setPinnedTimer's timer: the pinned client asked for nothing for
+            # priority_timeout; the next request without an id gets a new pin
+            group = consumer.pin_group
+            consumer.unassign_pin()
+            advisories.consumer_unpinned(self.js, consumer.stream.name, consumer.name, group,
+                                         advisories.UNPINNED_TIMEOUT)
+            if consumer.waiting:
+                self.serve(consumer, now)
         if not cfg.durable_name and cfg.inactive_threshold:
             if cfg.deliver_subject:
                 if self.js.client.has_interest(cfg.deliver_subject.encode()):

@@ -216,3 +216,15 @@ def stream_external_deliver_overlap(prefix: str, subject: str) -> ApiError:
 
 def stream_external_deliver_wildcards(prefix: str) -> ApiError:
     return ApiError(400, 10024, f"stream external delivery prefix {prefix} must not contain wildcards")
+
+
+# Priority groups (nats-server 2.11+, server/errors.json of 2.15.1).
+consumer_priority_policy_without_group = _fixed(
+    400, 10159, "Setting PriorityPolicy requires at least one PriorityGroup to be set")
+consumer_invalid_priority_group = _fixed(400, 10160, "Provided priority group does not exist for this consumer")
+consumer_empty_group_name = _fixed(400, 10161, "Group name cannot be an empty string")
+consumer_invalid_group_name = _fixed(
+    400, 10162, "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters")
+consumer_push_with_priority_group = _fixed(400, 10178, "priority groups can not be used with push consumers")
+consumer_priority_group_with_policy_none = _fixed(400, 10196, "consumer can not have priority groups when policy is none")
+consumer_pinned_ttl_without_priority_policy = _fixed(400, 10197, "PinnedTTL cannot be set when PriorityPolicy is none")

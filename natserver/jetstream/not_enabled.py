@@ -33,6 +33,8 @@ _ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
     (b"CONSUMER", b"LIST"): ("consumer_list_response", {**_PAGE, "consumers": []}),
     # 2.11 (as nats-server 2.15.1 answers it)
     (b"CONSUMER", b"PAUSE"): ("consumer_pause_response", {"paused": False, "pause_until": "0001-01-01T00:00:00Z"}),
+    # (nats-server 2.15.1 checks the request's JSON and group first; not reproduced here)
+    (b"CONSUMER", b"UNPIN"): ("consumer_unpin_response", {}),
 }
 
 

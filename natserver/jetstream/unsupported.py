@@ -4,7 +4,8 @@ transform or its compression was dropped; natserver refuses a request that sets 
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
-(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py) have left it.
+(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py) and priority groups (``priority_groups``,
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) have left it.
 """
 
 from __future__ import annotations
@@ -26,13 +27,10 @@ STREAM_FIELDS = {
 }
 SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sources
 CONSUMER_FIELDS = {
-    "priority_groups": "2.11",
-    "priority_policy": "2.11",
-    "priority_timeout": "2.11",
     "sourcing": "2.14",
 }
 # Values a client sends for "not used" besides Go's zero values.
-_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", ""), "priority_policy": ("none", "")}
+_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", "")}
 
 
 def _set(name: str, value) -> bool:

@@ -209,11 +209,10 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
         assert "subject_transforms" in answer["error"]["description"]
         zeros = {"compression": "none", "first_seq": 0, "consumer_limits": {}}
         assert "error" not in await ask("$JS.API.STREAM.CREATE.S", {**stream, **zeros})
-        for field, value in [("priority_groups", ["g"]),
-                             ("priority_policy", "pinned_client"), ("priority_timeout", 1_000_000_000)]:
-            answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
-                "durable_name": "C", "ack_policy": "explicit", field: value}})
-            assert answer["error"]["err_code"] == 10012 and field in answer["error"]["description"], field
+        answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
+            "durable_name": "C", "ack_policy": "explicit", "sourcing": True}})
+        assert answer["error"] == {"code": 500, "err_code": 10012, "description": "natserver does not support "
+                                   "sourcing (added in nats-server 2.14) yet"}
         assert "error" not in await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
             "durable_name": "C", "ack_policy": "explicit", "priority_policy": "none"}})
 
