@@ -215,7 +215,8 @@ class Api:
             response = {"type": _T + "account_info_response", **usage}
         if js.domain:
             response["domain"] = js.domain
-        response["api"] = {"total": js.api_total, "errors": js.api_errors}
+        # (2.11+ adds the level: nats-py reads it before using limit markers)
+        response["api"] = {"level": JS_API_LEVEL, "total": js.api_total, "errors": js.api_errors}
         if tier:
             response["tiers"] = {tier: usage}
         self._send(reply, response)

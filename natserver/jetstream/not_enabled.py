@@ -42,7 +42,6 @@ _ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
 # API error then comes before anything natserver does not have.
 _LEVEL_ANSWERS: dict[tuple[bytes, ...], tuple[str, dict]] = {
     **_ANSWERS,
-    (b"CONSUMER", b"UNPIN"): ("consumer_unpin_response", {}),
     (b"STREAM", b"SNAPSHOT"): ("stream_snapshot_response", {}),
     (b"STREAM", b"RESTORE"): ("stream_restore_response", {"deliver_subject": ""}),
 }

@@ -16,10 +16,11 @@ SERVER_VERSION = "2.15.1"
 GIT_COMMIT_FIELD = "natserver"
 # INFO "api_lvl" (server/jetstream_versioning.go JSApiLevel, 5 in nats-server 2.15.1): the
 # JetStream API level whose features natserver implements in full. Level 1 is 2.11's (per-message
-# TTLs, consumer pause, priority groups), level 2 is 2.12's (counters, atomic batches,
-# schedules). Clients switch features on by it, so it names only what is there; 0 is omitted
-# from INFO, as Go's omitempty omits it.
-JS_API_LEVEL = 0
+# TTLs and subject delete markers, consumer pause, priority groups: all here), level 2 is
+# 2.12's (counters, atomic batches, schedules, async persist: not all here yet). Clients switch
+# features on by it (nats-py's limit_marker_ttl, the Nats-Required-Api-Level header a request
+# may carry), so it names only what is there; 0 would be omitted from INFO (Go's omitempty).
+JS_API_LEVEL = 1
 # INFO "proto": 1 means the server supports dynamic cluster INFO updates (client protocol v1).
 PROTO_VERSION = 1
 # INFO "go": nats-server reports its Go toolchain; we report our runtime instead.

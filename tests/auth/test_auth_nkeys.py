@@ -98,8 +98,8 @@ async def test_info_carries_a_fresh_nonce(start_server, raw_connect, alice):
         client = await raw_connect(server)
         info = await client.read_info()
         assert re.fullmatch(r"[A-Za-z0-9_-]{15}", info["nonce"])
-        # server.go Info: client_id, client_ip, nonce, then (2.10+) the server's xkey last.
-        assert list(info)[-4:] == ["client_id", "client_ip", "nonce", "xkey"]
+        # server.go Info: client_id, client_ip, nonce, then (2.11+) api_lvl and the xkey last.
+        assert list(info)[-5:] == ["client_id", "client_ip", "nonce", "api_lvl", "xkey"]
         nonces.add(info["nonce"])
     assert len(nonces) == 3
     plain = await start_server(authorization="tok")

@@ -21,3 +21,12 @@ free_port = helpers.free_port
 def running(kind: str, config: str, tmp_path, args: tuple = (), binary: str = NATS_SERVER):
     """test_auth_helpers.running with nats-server 2.9.10 as "nats-server"."""
     return helpers.running(kind, config, tmp_path, args, binary)
+
+
+def as_2_9_account_info(doc: dict) -> dict:
+    """natserver's ``$JS.API.INFO`` answer as nats-server 2.9.10 shapes it: without the
+    ``api.level`` that 2.11 added (natserver reports its JS_API_LEVEL there)."""
+    api = doc.get("api")
+    if isinstance(api, dict):
+        doc["api"] = {key: value for key, value in api.items() if key != "level"}
+    return doc

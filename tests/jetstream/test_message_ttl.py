@@ -459,18 +459,15 @@ def test_encrypted_stores_recover_ttls_from_the_headers(tmp_path, cipher):
 def test_nats_py_key_value_with_per_key_ttl(tmp_path):
     """nats-py 2.16's Key-Value with per-key TTLs (``kv.create(..., msg_ttl=)``) and limit
     markers: the key goes at its time, a watcher sees the server's marker as a purge, and the
-    marker goes after its own TTL. (nats-py's ``limit_marker_ttl`` asks for JetStream API
-    level 1, which natserver does not claim yet: protocol/const.py JS_API_LEVEL. The bucket
-    gets its markers by a stream update instead.)"""
+    marker goes after its own TTL. nats-py's ``limit_marker_ttl`` asks the server for JetStream
+    API level 1 (INFO api_lvl: protocol/const.py JS_API_LEVEL)."""
 
     async def main(server: NatsServer):
         nc = await nats.connect(server.url, allow_reconnect=False)
         js = nc.jetstream()
-        kv = await js.create_key_value(nats.js.api.KeyValueConfig(bucket="sessions"))
+        kv = await js.create_key_value(nats.js.api.KeyValueConfig(bucket="sessions", limit_marker_ttl=5))
         config = (await js.stream_info("KV_sessions")).config
-        assert config.allow_msg_ttl  # (nats-py sets it on every bucket)
-        config.subject_delete_marker_ttl = 5
-        await js.update_stream(config)
+        assert config.allow_msg_ttl and config.subject_delete_marker_ttl == 5
         await kv.create("alice", b"token", msg_ttl=10)
         await kv.put("bob", b"forever")
         watcher = await kv.watchall()
