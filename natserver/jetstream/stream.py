@@ -713,7 +713,7 @@ class Stream:
         if self.followed:
             self.engine.sourcing.wake()
 
-    def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: int | None) -> tuple[bytes, bytes, str]:
+    def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, str]:
         """A counter stream's message for an increment (counter.py): (header, body, total).
         Raises ApiError: no increment (10169), a broken counter, over max_payload."""
         if incr is None:
