@@ -130,9 +130,10 @@ def check_publish(allow_counter: bool, hdr: bytes, msg: bytes) -> Number | None:
         raise errors.message_incr_disabled()
     if msg:
         raise errors.message_incr_payload()
-    for key in INCOMPATIBLE:
-        if get_header(key, hdr):
-            raise errors.message_incr_invalid()
+    if b"Nats-Expected-" in hdr or b"Nats-Rollup" in hdr:
+        for key in INCOMPATIBLE:
+            if get_header(key, hdr):
+                raise errors.message_incr_invalid()
     return incr
 
 
@@ -194,28 +195,56 @@ def set_header(hdr: bytes, key: bytes, value: bytes) -> bytes:
         i = end
 
 
-def apply(store, subject: bytes, hdr: bytes, msg: bytes, incr: Number, max_payload: int) -> tuple[bytes, bytes, str]:
+class Totals:
+    """A counter stream's last totals, so that an increment need not read and parse its
+    subject's last message: subject -> (the sequence the message was to get, total, its
+    Nats-Counter-Sources). An entry counts only while that sequence is still the subject's
+    last (a message refused after ``apply``, deleted or purged leaves a stale entry, which
+    the store then replaces); at most MAX_TOTALS subjects are kept."""
+
+    MAX_TOTALS = 10_000
+
+    __slots__ = ("by_subject",)
+
+    def __init__(self) -> None:
+        self.by_subject: dict[bytes, tuple[int, Number, bytes]] = {}
+
+    def last(self, store, subject: bytes) -> tuple[Number, bytes]:
+        """The subject's total and its Nats-Counter-Sources (b"": none)."""
+        seq = store.last_seq_for(subject)
+        if not seq:
+            return 0, b""
+        cached = self.by_subject.get(subject)
+        if cached is not None and cached[0] == seq:
+            return cached[1], cached[2]
+        last = store.load_msg(seq)
+        if last is None:
+            return 0, b""
+        total = parse_value(_counter_value(last.data))
+        return total, (get_header(COUNTER_SOURCES, last.hdr) if last.hdr and COUNTER_SOURCES in last.hdr else b"")
+
+    def keep(self, subject: bytes, seq: int, total: Number, sources: bytes) -> None:
+        if len(self.by_subject) >= self.MAX_TOTALS and subject not in self.by_subject:
+            self.by_subject.clear()
+        self.by_subject[subject] = (seq, total, sources)
+
+
+def apply(store, totals: Totals, subject: bytes, hdr: bytes, msg: bytes, incr: Number,
+          max_payload: int) -> tuple[bytes, bytes, str]:
     """What a counter stream stores for an increment of ``subject``: (header, body, total).
     A sourced message (``hdr`` has Nats-Stream-Source, ``msg`` is the origin's body) counts
     the origin's new total less its previous one. Raises ApiError (a broken counter, a
     message over ``max_payload``)."""
-    total: Number = 0
-    sources: dict = {}
-    last = store.load_last_msg(subject)
-    if last is not None:
-        total = parse_value(_counter_value(last.data))
-        raw = get_header(COUNTER_SOURCES, last.hdr)
-        if raw:
-            sources = _counter_sources(raw)
-    source = get_header(SOURCE_HEADER, hdr)
+    total, raw = totals.last(store, subject)
+    sources = _counter_sources(raw) if raw else {}
+    source = get_header(SOURCE_HEADER, hdr) if SOURCE_HEADER in hdr else b""
     if source:
         # stream.go: the origin is the header's first field, its subject the fifth (2.10+'s
         # form; natserver writes 2.9's "<origin> <sequence>": the subject is the same).
         fields = source.decode("utf-8", "replace").split(" ")
         origin = fields[0]
         origin_subject = fields[4] if len(fields) >= 5 else subject.decode("utf-8", "replace")
-        origin_total = _counter_value(msg)
-        now = parse_value(origin_total)
+        now = parse_value(_counter_value(msg))
         per_subject = sources.setdefault(origin, {})
         before = parse_value(per_subject.get(origin_subject, ""))
         per_subject[origin_subject] = _text(now)
@@ -229,4 +258,8 @@ def apply(store, subject: bytes, hdr: bytes, msg: bytes, incr: Number, max_paylo
         hdr = set_header(hdr, COUNTER_SOURCES, dumps(ordered))
     if len(hdr) > max_payload or len(body) > max_payload - len(hdr):
         raise errors.message_exceeds_maximum()
+    # The message gets the store's next sequence, unless something refuses it (then the
+    # entry is stale at once: see Totals).
+    kept = get_header(COUNTER_SOURCES, hdr) if COUNTER_SOURCES in hdr else b""
+    totals.keep(subject, store.last_seq + 1, total, kept)
     return hdr, body, text

@@ -505,6 +505,7 @@ class Stream:
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
+        self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -609,6 +610,10 @@ class Stream:
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
                 self._reject(reply, errors.message_ttl_disabled())
+                return
+            if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
+                # 2.15+: a published message may not pose as a sourced one (stream.go).
+                self._reject(reply, errors.message_source_hdr_not_allowed())
                 return
             msg_id = get_header(_NATS_MSG_ID, hdr)
             if msg_id:
@@ -720,7 +725,7 @@ class Stream:
             raise errors.message_incr_missing()
         server = getattr(self.engine, "server", None)
         max_payload = server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
-        return counter.apply(self.store, subject, hdr, msg, incr, max_payload)
+        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, max_payload)
 
     def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
         """nats-server's republish of a stored message: the mapped subject, the headers

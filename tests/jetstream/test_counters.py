@@ -128,6 +128,17 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("incr c.d 1 after the delete", "c.d", _incr("1")),
     ("purge c.d", "$JS.API.STREAM.PURGE.C", {"filter": "c.d"}),
     ("incr c.d 1 after the purge", "c.d", _incr("1")),
+    # A client's own Nats-Counter-Sources is stored as it is, and read by the next increment.
+    ("incr c.z with a client's counter sources", "c.z", _incr("1", b"Nats-Counter-Sources: nonsense")),
+    ("incr c.z after it (broken)", "c.z", _incr("1")),
+    ("incr c.y with valid counter sources", "c.y", _incr("1", b'Nats-Counter-Sources: {"Q": {"c.y": "5"}}')),
+    ("incr c.y after it", "c.y", _incr("2")),
+    ("get last c.y", *_last("C", "c.y")),
+    ("purge c.z", "$JS.API.STREAM.PURGE.C", {"filter": "c.z"}),
+    ("incr c.z after the purge", "c.z", _incr("1")),
+    # A publish that claims to be sourced.
+    ("incr with a stream source header", "c.x", _incr("1", b"Nats-Stream-Source: Q 1")),
+    ("info C after those", *_info("C")),
     # Sourced counters.
     ("counter stream D", *_stream("D", subjects=["d.>"], allow_msg_counter=True)),
     ("incr d.a 7", "d.a", _incr("7")),
