@@ -118,6 +118,13 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("incr on X7", "x7.a", _incr("4")),
     ("incr on X7 again", "x7.a", _incr("4")),
     ("info X7", *_info("X7")),
+    # A message refused after its total was worked out (max_msg_size) counts for nothing.
+    ("counter X10 with a small max_msg_size", *_stream("X10", subjects=["x10.>"], allow_msg_counter=True,
+                                                       max_msg_size=64)),
+    ("X10: incr x10.a", "x10.a", _incr("1")),
+    ("X10: incr x10.a too large", "x10.a", _incr("1", b"X-Pad: " + b"p" * 40)),
+    ("X10: incr x10.b", "x10.b", _incr("1")),
+    ("X10: incr x10.a again", "x10.a", _incr("1")),
     # Reading back.
     ("get last c.a", *_last("C", "c.a")),
     ("get last c.b", *_last("C", "c.b")),
