@@ -8,6 +8,9 @@ generator stays cheap):
 * ``pub-sync``  the same with natserver's ``sync_interval: always`` (fsync before every ack,
   group commit); nats-server v2.9.10 has no such option, so natserver only;
 * ``direct``    DIRECT.GET by sequence, per second, on a stream of 10 000 messages;
+* ``counter``   acknowledged increments per second (``Nats-Incr: 1``) into a counter stream
+  (``allow_msg_counter``, nats-server 2.12+: compare with 2.15.1), over 100 subjects, every
+  ack's total checked;
 * ``store``     the file store's cost: one stream filled with 1 000 000 messages of 16 B
   (``--store-msgs``; ``--store-10m`` for 10 000 000), the server's RSS growth per stored
   message, then ``kill -9`` and the time until a restarted server answers STREAM.INFO with
@@ -139,6 +142,37 @@ def bench_publish(port: int, duration: float, size: int) -> tuple[float, bool]:
         elapsed = time.perf_counter() - start
         info = conn.request(b"$JS.API.STREAM.INFO.BENCH", b"")
         ok = ok and info["state"]["messages"] == acked and info["state"]["last_seq"] == acked
+        return acked / elapsed, ok
+    finally:
+        conn.close()
+
+
+COUNTER_SUBJECTS = 100  # the counter workload's subjects (each increment reads its subject's total)
+
+
+def bench_counter(port: int, duration: float) -> tuple[float, bool]:
+    """Acked counter increments/s; and whether every ack's total was right."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "COUNT", "subjects": ["count.>"], "storage": "file", "allow_msg_counter": True})
+        hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
+        batch = b"".join(b"HPUB count.%d _R.a %d %d\r\n%s\r\n" % (i % COUNTER_SUBJECTS, len(hdr), len(hdr), hdr)
+                         for i in range(WINDOW))
+        totals = [0] * COUNTER_SUBJECTS
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            conn.sock.sendall(batch)
+            for i, (_, ack) in enumerate(conn.replies(WINDOW)):
+                totals[i % COUNTER_SUBJECTS] += 1
+                if json.loads(ack).get("val") != str(totals[i % COUNTER_SUBJECTS]):
+                    ok = False
+            acked += WINDOW
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.COUNT", b"")
+        ok = ok and info["state"]["messages"] == acked
         return acked / elapsed, ok
     finally:
         conn.close()
@@ -286,6 +320,7 @@ WORKLOADS = {
     "pub": [("pub 16 B", 16, False), ("pub 1 KiB", 1024, False)],
     "pub-sync": [("pub 16 B, sync always", 16, True)],
     "direct": [("direct get", None, False)],
+    "counter": [("counter increments", "counter", False)],
 }
 
 
@@ -294,7 +329,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store")
+    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter")
     parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
@@ -331,6 +366,8 @@ def main(argv=None) -> int:
                     try:
                         if size is None:
                             rate, ok = bench_direct(server.port, args.duration)
+                        elif size == "counter":
+                            rate, ok = bench_counter(server.port, args.duration)
                         else:
                             rate, ok = bench_publish(server.port, args.duration, size)
                     finally:

@@ -164,6 +164,15 @@ expected_last_seq_per_subject_invalid = _fixed(  # 2.12+: a -Subject header with
     400, 10193, "missing sequence for expected last sequence per subject")
 message_ttl_invalid = _fixed(400, 10165, "invalid per-message TTL")  # 2.11+
 message_ttl_disabled = _fixed(400, 10166, "per-message TTL is disabled")  # 2.11+
+# 2.12+: counters (counter.py; server/errors.json).
+message_incr_disabled = _fixed(400, 10168, "message counters is disabled")
+message_incr_missing = _fixed(400, 10169, "message counter increment is missing")
+message_incr_payload = _fixed(400, 10170, "message counter has payload")
+message_incr_invalid = _fixed(400, 10171, "message counter increment is invalid")
+message_counter_broken = _fixed(400, 10172, "message counter is broken")
+mirror_with_counters = _fixed(400, 10173, "stream mirrors can not also calculate counters")
+# 2.15+: only a stream's own sourcing writes Nats-Stream-Source (a counter stream counts by it).
+message_source_hdr_not_allowed = _fixed(400, 10227, "message stream source header is not allowed")
 consumer_already_exists = _fixed(400, 10148, "consumer already exists")  # 2.10+ action "create"
 consumer_does_not_exist = _fixed(400, 10149, "consumer does not exist")  # 2.10+ action "update"
 consumer_create_filter_mismatch = _fixed(

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from .. import clock
 from ..routing.transform import SubjectTransform
-from . import errors
+from . import counter, errors
+from .counter import check_counter_config
 from .errors import ApiError
 from .external import check_external
 from .gojson import (
@@ -51,6 +52,7 @@ MAX_DESCRIPTION_LEN = 4 * 1024
 MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and values, bytes (2.10+)
 MAX_REPLICAS = 5
 MAX_HEADER_SIZE = 65535
+DEFAULT_MAX_PAYLOAD = 1024 * 1024  # nats-server's MAX_PAYLOAD_SIZE (max_payload's default)
 
 
 
@@ -103,6 +105,7 @@ _CONFIG_FIELDS = {
     "allow_rollup_hdrs": decode_bool,
     "allow_msg_ttl": decode_bool,
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
+    "allow_msg_counter": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -113,7 +116,7 @@ _DEFAULTS = {
     "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
-    "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "metadata": None,
+    "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False, "metadata": None,
 }
 
 
@@ -152,6 +155,7 @@ class StreamConfig:
     allow_rollup_hdrs: bool
     allow_msg_ttl: bool
     subject_delete_marker_ttl: int  # ns
+    allow_msg_counter: bool  # 2.12+: counters (counter.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -212,6 +216,8 @@ class StreamConfig:
             out["allow_msg_ttl"] = True
         if self.subject_delete_marker_ttl:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
+        if self.allow_msg_counter:
+            out["allow_msg_counter"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -263,6 +269,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         raise invalid("duplicates window needs to be >= 100ms")
     if cfg.deny_purge and cfg.allow_rollup_hdrs:
         raise invalid("roll-ups require the purge permission")
+    if cfg.allow_msg_counter:
+        check_counter_config(cfg)
     if cfg.discard_new_per_subject:
         if cfg.discard != "new":
             raise invalid("discard new per subject requires discard new policy to be set")
@@ -282,6 +290,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_subjects()
         if cfg.sources:
             raise errors.mirror_with_sources()
+        if cfg.allow_msg_counter:
+            raise errors.mirror_with_counters()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -441,6 +451,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
         raise invalid("stream configuration update can not cancel deny purge")
     if old.allow_msg_ttl and not cfg.allow_msg_ttl:
         raise invalid("message TTL status can not be disabled")
+    if cfg.allow_msg_counter != old.allow_msg_counter:
+        raise invalid("stream configuration update can not change message counter setting")
     if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
         raise errors.replicas_not_supported()
     if cfg.sealed:
@@ -495,6 +507,7 @@ class Stream:
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
+        self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -580,10 +593,17 @@ class Stream:
         store = self.store
         msg_id = b""
         rollup = b""
+        incr = None  # a counter's increment (Nats-Incr)
         if hdr:
             if _REQUEST_INFO in hdr:
                 hdr = remove_header(hdr, _REQUEST_INFO) or None
         if hdr:
+            if counter.INCR in hdr:
+                try:
+                    incr = counter.check_publish(cfg.allow_msg_counter, hdr, msg)
+                except ApiError as exc:
+                    self._reject(reply, exc)
+                    return
             expected = get_header(_EXPECTED_STREAM, hdr)
             if expected and expected != self._name_b:
                 self._reject(reply, errors.stream_not_match())
@@ -592,6 +612,10 @@ class Stream:
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
                 self._reject(reply, errors.message_ttl_disabled())
+                return
+            if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
+                # 2.15+: a published message may not pose as a sourced one (stream.go).
+                self._reject(reply, errors.message_source_hdr_not_allowed())
                 return
             msg_id = get_header(_NATS_MSG_ID, hdr)
             if msg_id:
@@ -626,6 +650,13 @@ class Stream:
                     return  # nats-server drops it without a response
         else:
             hdr = b""
+        total = None
+        if cfg.allow_msg_counter:
+            try:
+                hdr, msg, total = self._count(subject, hdr, msg, incr)
+            except ApiError as exc:
+                self._reject(reply, exc)
+                return
         if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
             self._reject(reply, errors.message_exceeds_maximum())
             return
@@ -680,11 +711,23 @@ class Stream:
             store.purge_ex(b"", 0, 1)
             self.purge_consumers(b"")
         if reply and not cfg.no_ack:
-            self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+            if total is None:
+                self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+            else:  # 2.12+: a counter's total (PubAck.Value)
+                self.engine.respond(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()), self)
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
+
+    def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, str]:
+        """A counter stream's message for an increment (counter.py): (header, body, total).
+        Raises ApiError: no increment (10169), a broken counter, over max_payload."""
+        if incr is None:
+            raise errors.message_incr_missing()
+        server = getattr(self.engine, "server", None)
+        max_payload = server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
+        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, max_payload)
 
     def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
         """nats-server's republish of a stored message: the mapped subject, the headers
@@ -710,6 +753,14 @@ class Stream:
         no ack; limits, republish, consumers and followers as for a published message.
         Raises StoreError when the store refuses it (discard new)."""
         store = self.store
+        if self.cfg.allow_msg_counter:
+            # A counter stream counts what its sources bring (counter.py); one that can not be
+            # counted stops the source there, as nats-server's retries at the same message.
+            try:
+                incr = counter.parse_incr(hdr)
+                hdr, msg, _ = self._count(subject, hdr, msg, incr)
+            except ApiError as exc:
+                raise StoreError(exc.description) from None
         if self.cfg.retention == "interest" and not self.consumers:
             return store.skip_msg(ts)  # no interest: the sequence is used, nothing is kept
         was_empty = not store.msgs

@@ -4,8 +4,11 @@ transform or its compression was dropped; natserver refuses a request that sets 
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
-(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py) and priority groups (``priority_groups``,
-``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) have left it.
+(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), priority groups (``priority_groups``,
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
+(``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
+(``allow_atomic``, ``allow_batched``) and message schedules (``allow_msg_schedules``) are still
+refused here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ STREAM_FIELDS = {
     "first_seq": "2.10",
     "subject_transform": "2.10",
     "consumer_limits": "2.10",
-    "allow_msg_counter": "2.12",
     "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",
     "persist_mode": "2.12",
