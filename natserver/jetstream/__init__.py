@@ -326,6 +326,7 @@ class JetStream:
                 continue
             store.update_config(cfg)
             store.expire(now)
+            store.start_at(cfg.first_seq)
             try:
                 store.flush()
             except OSError:  # a full disk: logged by the store; its messages are still served
@@ -441,6 +442,7 @@ class JetStream:
                 store: Store = self._file_store(path, cfg, created, cipher)
             else:
                 store = MemoryStore(cfg)
+            store.start_at(cfg.first_seq)
         except (OSError, ValueError) as exc:  # ValueError: a name the file system refuses (NUL)
             log.warning("Stream create failed for '$G > %s': %s", cfg.name, exc)
             raise errors.stream_create("error creating store for stream") from None

@@ -194,6 +194,7 @@ def consumer_name_invalid(name: str) -> ApiError:
 
 # Mirrors and sources (nats-server v2.9.10 server/errors.json).
 mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain other sources")
+mirror_with_first_seq = _fixed(400, 10143, "stream mirrors can not have first sequence configured")  # 2.10+
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")
 source_max_message_size_too_big = _fixed(400, 10046, "stream source must have max message size >= target")

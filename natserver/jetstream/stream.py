@@ -17,6 +17,7 @@ from .gojson import (
     INT64,
     UINT64,
     DecodeError,
+    GoDecodeError,
     decode_bool,
     decode_enum,
     decode_int,
@@ -64,6 +65,26 @@ def _sources(value):
     return [decode_source(v) for v in value]
 
 
+def _go_kind(value) -> str:
+    """What Go's json error calls a JSON value ("number -1", "string", ...)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _first_seq(value):
+    """first_seq (2.10+): a uint64, refused with the text of Go's Unmarshal error."""
+    try:
+        return decode_int(value, UINT64)
+    except DecodeError:
+        raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                            f"StreamConfigRequest.first_seq of type uint64") from None
+
+
 def _republish(value):
     raw = decode_struct(decode_object(value), {"src": decode_str, "dest": decode_str, "headers_only": decode_bool}, {})
     out = {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
@@ -92,6 +113,7 @@ _CONFIG_FIELDS = {
     "placement": _placement,
     "mirror": lambda v: decode_source(v),
     "sources": _sources,
+    "first_seq": _first_seq,
     "republish": _republish,
     "allow_direct": decode_bool,
     "mirror_direct": decode_bool,
@@ -108,7 +130,7 @@ _DEFAULTS = {
     "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
     "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
     "discard": "old", "storage": "", "num_replicas": 0, "no_ack": False, "template_owner": "",
-    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
+    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "allow_msg_ttl": False, "metadata": None,
@@ -140,6 +162,7 @@ class StreamConfig:
     placement: dict | None
     mirror: dict | None  # a StreamSource (decode_source)
     sources: list[dict] | None
+    first_seq: int  # 2.10+: the sequence of the stream's first message (0: 1)
     republish: dict | None
     allow_direct: bool
     mirror_direct: bool
@@ -195,6 +218,8 @@ class StreamConfig:
             out["mirror"] = self.mirror
         if self.sources:
             out["sources"] = self.sources
+        if self.first_seq:
+            out["first_seq"] = self.first_seq
         if self.republish is not None:
             out["republish"] = self.republish
         out["allow_direct"] = self.allow_direct
@@ -264,6 +289,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         if cfg.max_msgs_per_subject <= 0:
             raise invalid("discard new per subject requires max msgs per subject > 0")
     if cfg.mirror is not None:
+        if cfg.first_seq:
+            raise errors.mirror_with_first_seq()
         if cfg.subjects:
             raise errors.mirror_with_subjects()
         if cfg.sources:

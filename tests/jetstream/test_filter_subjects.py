@@ -196,7 +196,7 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
             return json.loads(data[:-2])
 
         stream = {"name": "S", "subjects": ["s.>"]}
-        for field, value in [("compression", "s2"), ("first_seq", 10), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
+        for field, value in [("compression", "s2"), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
                              ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
                              ("subject_transform", {"src": "s.>", "dest": "t.>"}),
                              ("consumer_limits", {"max_ack_pending": 5})]:
