@@ -479,7 +479,7 @@ class JetStream:
         if cfg.subjects != old.subjects:
             stream.unsubscribe()
             stream.subscribe()
-        stream.set_republish()
+        stream.set_transforms()
         if cfg.sources != old.sources:
             self.sourcing.attach(stream)
         stream.store.update_config(cfg)

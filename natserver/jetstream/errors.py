@@ -194,6 +194,14 @@ def consumer_name_invalid(name: str) -> ApiError:
 
 # Mirrors and sources (nats-server v2.9.10 server/errors.json).
 mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain other sources")
+def stream_transform_invalid_source(err: str) -> ApiError:  # 2.10+
+    return ApiError(400, 10155, f"stream transform source: {err}")
+
+
+def stream_transform_invalid_destination(err: str) -> ApiError:  # 2.10+
+    return ApiError(400, 10156, f"stream transform: {err}")
+
+
 mirror_with_first_seq = _fixed(400, 10143, "stream mirrors can not have first sequence configured")  # 2.10+
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")

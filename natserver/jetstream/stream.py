@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .. import clock
-from ..routing.transform import SubjectTransform
+from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import errors
 from .errors import ApiError
 from .external import check_external
@@ -85,6 +85,15 @@ def _first_seq(value):
                             f"StreamConfigRequest.first_seq of type uint64") from None
 
 
+def _subject_transform(value):
+    """subject_transform (2.10+): {"src", "dest"}, both always written."""
+    if not isinstance(value, dict):
+        raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                            f"StreamConfigRequest.subject_transform of type server.SubjectTransformConfig")
+    raw = decode_struct(value, {"src": decode_str, "dest": decode_str}, {})
+    return {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
+
+
 def _republish(value):
     raw = decode_struct(decode_object(value), {"src": decode_str, "dest": decode_str, "headers_only": decode_bool}, {})
     out = {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
@@ -114,6 +123,7 @@ _CONFIG_FIELDS = {
     "mirror": lambda v: decode_source(v),
     "sources": _sources,
     "first_seq": _first_seq,
+    "subject_transform": _subject_transform,
     "republish": _republish,
     "allow_direct": decode_bool,
     "mirror_direct": decode_bool,
@@ -130,7 +140,7 @@ _DEFAULTS = {
     "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
     "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
     "discard": "old", "storage": "", "num_replicas": 0, "no_ack": False, "template_owner": "",
-    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "republish": None,
+    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "subject_transform": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "allow_msg_ttl": False, "metadata": None,
@@ -163,6 +173,7 @@ class StreamConfig:
     mirror: dict | None  # a StreamSource (decode_source)
     sources: list[dict] | None
     first_seq: int  # 2.10+: the sequence of the stream's first message (0: 1)
+    subject_transform: dict | None  # 2.10+: {"src", "dest"} applied to what the stream stores
     republish: dict | None
     allow_direct: bool
     mirror_direct: bool
@@ -220,6 +231,8 @@ class StreamConfig:
             out["sources"] = self.sources
         if self.first_seq:
             out["first_seq"] = self.first_seq
+        if self.subject_transform is not None:
+            out["subject_transform"] = self.subject_transform
         if self.republish is not None:
             out["republish"] = self.republish
         out["allow_direct"] = self.allow_direct
@@ -342,8 +355,16 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             for other in cfg.subjects:
                 if other != subj and subjects_collide(other, subj):
                     raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+    if cfg.subject_transform is not None:  # (2.10+: after the subjects, before republish)
+        src, dest = cfg.subject_transform["src"], cfg.subject_transform["dest"]
+        if src and not is_valid_subject(src):
+            raise errors.stream_transform_invalid_source(f"{errors.BAD_SUBJECT} {src}")
+        try:
+            validate_mapping(src, dest)
+        except MappingError as exc:
+            raise errors.stream_transform_invalid_destination(str(exc)) from None
     if cfg.republish is not None:
-        cfg.republish = check_republish(cfg.republish, cfg.subjects)
+        cfg.republish = check_republish(cfg.republish, cfg.subjects, cfg.subject_transform)
     _check_source_filters(cfg)
     return cfg
 
@@ -403,13 +424,19 @@ _SOURCE_FIELDS = {
 }
 
 
-def check_republish(value: dict, subjects: list) -> dict:
-    """nats-server 2.9.10's republish checks, its messages (all 10052)."""
+def check_republish(value: dict, subjects: list, transform: dict | None = None) -> dict:
+    """nats-server 2.9.10's republish checks, its messages (all 10052); and 2.10's implicit
+    republish: from ``>`` to ``>`` on a stream whose one subject is its subject transform's
+    source republishes what the transform stores (its destination)."""
     invalid = errors.stream_invalid_config
     raw = _republish(value)
     src = raw["src"] or ">"
     dest = raw["dest"]
-    if not any(subjects_collide(src, subj) for subj in subjects):
+    implicit = (src == dest == ">" and transform is not None and len(subjects) == 1
+                and transform["src"] == subjects[0])
+    if implicit and transform is not None:
+        src = dest = transform["dest"]
+    elif not any(subjects_collide(src, subj) for subj in subjects):
         raise invalid("stream configuration for republish source is not valid subset of subjects")
     if any(subjects_collide(dest, subj) for subj in subjects):
         raise invalid("stream configuration for republish destination forms a cycle")
@@ -509,8 +536,9 @@ class Stream:
         self._name_b = self.name.encode()
         self.followed = False  # a mirror or a source reads this stream (sourcing.py)
         self.links: list = []  # this stream's own mirror/sources (sourcing.SourceLink)
-        self.transform: SubjectTransform | None = None  # republish's (set_republish)
-        self.set_republish()
+        self.transform: SubjectTransform | None = None  # republish's (set_transforms)
+        self.input_transform: SubjectTransform | None = None  # subject_transform's (2.10+)
+        self.set_transforms()
         recovered = getattr(store, "recovered_ids", None)
         if recovered:
             for msg_id, seq, ts in recovered:
@@ -523,9 +551,12 @@ class Stream:
         counts nor lists those (numPublicConsumers)."""
         return sum(1 for c in self.consumers.values() if not c.cfg.direct)
 
-    def set_republish(self) -> None:
+    def set_transforms(self) -> None:
+        """From the (checked) configuration: republish's and subject_transform's."""
         rp = self.cfg.republish
         self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp else None
+        st = self.cfg.subject_transform
+        self.input_transform = validate_mapping(st["src"], st["dest"]) if st else None
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -566,6 +597,8 @@ class Stream:
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
         cfg = self.cfg
+        if self.input_transform is not None:  # (stream.go: before anything else)
+            subject = self.input_transform.apply_bytes(subject) or subject
         if cfg.sealed:
             if reply:
                 self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
@@ -674,7 +707,7 @@ class Stream:
         Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
         sequence) after the message's own, and Nats-Msg-Size instead of the data."""
         transform, republish = self.transform, self.cfg.republish
-        if transform is None or republish is None:  # (callers checked: set_republish sets both)
+        if transform is None or republish is None:  # (callers checked: set_transforms sets both)
             return
         dest = transform.apply_bytes(subject)
         if dest is None:
@@ -692,6 +725,8 @@ class Stream:
         """Store a message a mirror or source brought in (sourcing.py): no publish checks and
         no ack; limits, republish, consumers and followers as for a published message.
         Raises StoreError when the store refuses it (discard new)."""
+        if self.input_transform is not None:  # (nats-server: mirrored and sourced messages too)
+            subject = self.input_transform.apply_bytes(subject) or subject
         store = self.store
         if self.cfg.retention == "interest" and not self.consumers:
             return store.skip_msg(ts)  # no interest: the sequence is used, nothing is kept

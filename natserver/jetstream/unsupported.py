@@ -16,7 +16,6 @@ from . import errors
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
     "compression": "2.10",
-    "subject_transform": "2.10",
     "consumer_limits": "2.10",
     "subject_delete_marker_ttl": "2.11",
     "allow_msg_counter": "2.12",

@@ -198,7 +198,6 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
         stream = {"name": "S", "subjects": ["s.>"]}
         for field, value in [("compression", "s2"), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
                              ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
-                             ("subject_transform", {"src": "s.>", "dest": "t.>"}),
                              ("consumer_limits", {"max_ack_pending": 5})]:
             answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
             assert answer["error"] == {"code": 500, "err_code": 10052,

@@ -1,6 +1,8 @@
 """Stream settings of nats-server 2.10+ (issue #27 item 2): ``first_seq`` (the sequence of the
-stream's first message; refused for mirrors, 10143; an update only changes the configuration),
-as nats-server 2.15.1 answers them. One script runs against natserver and must give what was
+stream's first message; refused for mirrors, 10143; an update only changes the configuration)
+and ``subject_transform`` (the subject a message is stored under, for published and sourced
+messages; its errors 10155/10156; 2.10's implicit republish), as nats-server 2.15.1 answers
+them. One script runs against natserver and must give what was
 recorded from nats-server 2.15.1 in data/stream_settings_nats_server_2.15.1.json
 (``python -m tests.jetstream.test_stream_settings`` records it again); a live 2.15.1, when
 installed, must still give it."""
@@ -59,6 +61,54 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("first_seq negative", *_stream("B", subjects=["b"], first_seq=-1)),
     ("first_seq a string", *_stream("B", subjects=["b"], first_seq="5")),
     ("first_seq 0", *_stream("Z", subjects=["z"], first_seq=0)),
+    # subject_transform (2.10+): what the stream stores, under which subject
+    ("transform", *_stream("T", subjects=["t.>"], subject_transform={"src": "t.*.*", "dest": "x.$2.$1"})),
+    ("a source into a transforming stream", *_stream("ST", sources=[{"name": "T"}],
+                                                      subject_transform={"src": "t.>", "dest": "s.>"})),
+    ("publish t.a.b", "t.a.b", b"t1"),
+    ("publish t.c (not the transform's)", "t.c", b"t2"),
+    ("stored transformed", *_get("T", 1)),
+    ("stored as published", *_get("T", 2)),
+    ("last of the transformed subject is 1", "t.a.b", (b"Nats-Expected-Last-Subject-Sequence: 1\r\n", b"t3")),
+    ("last of the transformed subject is 1 again", "t.a.b", (b"Nats-Expected-Last-Subject-Sequence: 1\r\n", b"t4")),
+    ("a consumer on the transformed subjects", "$JS.API.CONSUMER.CREATE.T.C",
+     {"stream_name": "T", "config": {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "x.>"}}),
+    ("update the transform", *_update("T", subjects=["t.>"], subject_transform={"src": "t.>", "dest": "y.>"})),
+    ("publish after the update", "t.a.b", b"t5"),
+    ("stored with the new transform", *_get("T", 4)),
+    ("remove the transform", *_update("T", subjects=["t.>"])),
+    ("publish without a transform", "t.a.b", b"t6"),
+    ("stored untransformed", *_get("T", 5)),
+    ("partition of a literal source", *_stream("P", subjects=["p.a"],
+                                                subject_transform={"src": "p.a", "dest": "q.{{partition(3)}}"})),
+    ("publish p.a", "p.a", b"p1"),
+    ("stored in its partition", *_get("P", 1)),
+    ("left and wildcards left out", *_stream("L", subjects=["l.*.*"],
+                                             subject_transform={"src": "l.*.*", "dest": "m.{{left(1,2)}}"})),
+    ("publish l.abcd.e", "l.abcd.e", b"l1"),
+    ("stored by left", *_get("L", 1)),
+    ("from everything", *_stream("E", subjects=["e.>"], subject_transform={"dest": "f.>"})),
+    ("publish e.1", "e.1", b"e1"),
+    ("stored under f", *_get("E", 1)),
+    ("implicit republish", *_stream("R", subjects=["r.>"], subject_transform={"src": "r.>", "dest": "rr.>"},
+                                    republish={"src": ">", "dest": ">"})),
+    ("republish forming a cycle", *_stream("R2", subjects=["r2.>", "r3"], subject_transform={"src": "r2.>", "dest": "rr2.>"},
+                                           republish={"src": ">", "dest": ">"})),
+    ("transform: source invalid", *_stream("N1", subjects=["n1"], subject_transform={"src": "n1..a", "dest": "x"})),
+    ("transform: a wildcard in dest", *_stream("N2", subjects=["n2.*"], subject_transform={"src": "n2.*", "dest": "x.*"})),
+    ("transform: unknown function", *_stream("N3", subjects=["n3.*"], subject_transform={"src": "n3.*", "dest": "x.{{foo(1)}}"})),
+    ("transform: index out of range", *_stream("N4", subjects=["n4.*"], subject_transform={"src": "n4.*", "dest": "x.$3"})),
+    ("transform: a wildcard from a literal", *_stream("N5", subjects=["n5"], subject_transform={"src": "n5", "dest": "x.{{wildcard(1)}}"})),
+    ("transform: an empty token", *_stream("N6", subjects=["n6.*"], subject_transform={"src": "n6.*", "dest": "x..$1"})),
+    ("transform: not enough arguments", *_stream("N7", subjects=["n7.*"], subject_transform={"src": "n7.*", "dest": "x.{{split(1)}}"})),
+    ("transform: > to *", *_stream("N8", subjects=["n8.>"], subject_transform={"src": "n8.>", "dest": "x.*"})),
+    ("transform: a space in dest", *_stream("N9", subjects=["n9.*"], subject_transform={"src": "n9.*", "dest": "x y.$1"})),
+    ("transform: not an object", *_stream("N10", subjects=["n10"], subject_transform="n10")),
+    ("transform: without dest", *_stream("N11", subjects=["n11.*"], subject_transform={"src": "n11.*"})),
+    ("publish n11.a", "n11.a", b"n1"),
+    ("stored as published without dest", *_get("N11", 1)),
+    ("the sourced message transformed", *_get("ST", 2)),
+    ("the sourced message kept", *_get("ST", 1)),
 ]
 
 
@@ -74,8 +124,11 @@ def _normal(answer: str):
         return {"error": document["error"]}
     if "config" in document and "state" in document:
         config, state = document["config"], document["state"]
-        return {"first_seq": config.get("first_seq"),
+        return {"first_seq": config.get("first_seq"), "subject_transform": config.get("subject_transform"),
+                "republish": config.get("republish"),
                 "state": {k: state[k] for k in ("messages", "first_seq", "last_seq")}}
+    if "config" in document and "delivered" in document:
+        return {"filter_subject": document["config"].get("filter_subject"), "num_pending": document["num_pending"]}
     if "message" in document:
         message = document["message"]
         return {"subject": message["subject"], "seq": message["seq"], "data": message.get("data")}
@@ -137,6 +190,33 @@ def test_first_seq_on_restart(threaded_server, tmp_path):
     handle.stop()
     handle = threaded_server(jetstream=True, store_dir=store_dir)
     asyncio.run(asyncio.wait_for(check(handle.url), TIMEOUT))
+
+
+def test_nats_py_stream_with_subject_transform(threaded_server, tmp_path):
+    """What a client does with it: nats-py's StreamConfig.subject_transform; a message
+    published on the stream's subject is stored, acknowledged and read back under the
+    transformed one."""
+    handle = threaded_server(jetstream=True, store_dir=str(tmp_path / "js"))
+
+    async def main():
+        nc = await nats.connect(handle.url, allow_reconnect=False)
+        try:
+            js = nc.jetstream()
+            info = await js.add_stream(nats.js.api.StreamConfig(
+                name="ORDERS", subjects=["orders.*.*"],
+                subject_transform=nats.js.api.SubjectTransform(src="orders.*.*", dest="by-region.$2.$1")))
+            assert info.config.subject_transform.dest == "by-region.$2.$1"
+            ack = await js.publish("orders.o1.eu", b"order")
+            assert ack.seq == 1
+            msg = await js.get_last_msg("ORDERS", "by-region.eu.o1")
+            assert (msg.subject, msg.data) == ("by-region.eu.o1", b"order")
+            sub = await js.pull_subscribe("by-region.eu.*", durable="eu", stream="ORDERS")
+            fetched = await sub.fetch(1, timeout=2)
+            assert [m.subject for m in fetched] == ["by-region.eu.o1"]
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
 
 
 if __name__ == "__main__":
