@@ -202,6 +202,32 @@ def stream_transform_invalid_destination(err: str) -> ApiError:  # 2.10+
     return ApiError(400, 10156, f"stream transform: {err}")
 
 
+# 2.10+: a mirror's or source's subject_transforms.
+mirror_multiple_filters = _fixed(
+    400, 10150, "mirror with multiple subject transforms cannot also have a single subject filter")
+mirror_overlapping_filters = _fixed(400, 10152, "mirror subject filters can not overlap")
+source_multiple_filters = _fixed(
+    400, 10144, "source with multiple subject transforms cannot also have a single subject filter")
+source_overlapping_filters = _fixed(400, 10147, "source filters can not overlap")
+source_duplicate = _fixed(400, 10140, "duplicate source configuration detected")
+
+
+def mirror_invalid_filter(err: str) -> ApiError:
+    return ApiError(400, 10151, f"mirror transform source: {err}")
+
+
+def mirror_invalid_transform(err: str) -> ApiError:
+    return ApiError(400, 10154, f"mirror transform: {err}")
+
+
+def source_invalid_filter(err: str) -> ApiError:
+    return ApiError(400, 10145, f"source transform source: {err}")
+
+
+def source_invalid_transform(err: str) -> ApiError:
+    return ApiError(400, 10146, f"source transform: {err}")
+
+
 mirror_with_first_seq = _fixed(400, 10143, "stream mirrors can not have first sequence configured")  # 2.10+
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 mirror_max_message_size_too_big = _fixed(400, 10030, "stream mirror must have max message size >= source")

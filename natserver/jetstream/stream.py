@@ -11,7 +11,7 @@ from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import errors
 from .errors import ApiError
-from .external import check_external
+from .external import check_external, index_name
 from .gojson import (
     INT32,
     INT64,
@@ -62,7 +62,7 @@ def _placement(value):
 def _sources(value):
     if not isinstance(value, list):
         raise DecodeError("sources: not a list")
-    return [decode_source(v) for v in value]
+    return [decode_source(v, f"sources.{i}") for i, v in enumerate(value)]
 
 
 def _go_kind(value) -> str:
@@ -85,13 +85,30 @@ def _first_seq(value):
                             f"StreamConfigRequest.first_seq of type uint64") from None
 
 
-def _subject_transform(value):
+def _subject_transform(value, where: str = "subject_transform"):
     """subject_transform (2.10+): {"src", "dest"}, both always written."""
     if not isinstance(value, dict):
         raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
-                            f"StreamConfigRequest.subject_transform of type server.SubjectTransformConfig")
+                            f"StreamConfigRequest.{where} of type server.SubjectTransformConfig")
     raw = decode_struct(value, {"src": decode_str, "dest": decode_str}, {})
     return {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
+
+
+class _WrongTransforms(GoDecodeError):
+    """A source's subject_transforms that is not a list of objects (decode_source names where)."""
+
+
+def _subject_transforms(value):
+    """A mirror's or source's subject_transforms (2.10+): a list of subject_transform."""
+    if not isinstance(value, list):
+        raise _WrongTransforms(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                               "StreamConfigRequest.{where}.subject_transforms of type []server.SubjectTransformConfig")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):  # (Go names an element so, without "Go struct field")
+            raise _WrongTransforms(f"json: cannot unmarshal {_go_kind(item)} into "
+                                   f"StreamConfigRequest.{{where}}.subject_transforms.{i} of type "
+                                   "server.SubjectTransformConfig")
+    return [_subject_transform(item) for item in value]
 
 
 def _republish(value):
@@ -120,7 +137,7 @@ _CONFIG_FIELDS = {
     "template_owner": decode_str,
     "duplicate_window": lambda v: decode_int(v, INT64),
     "placement": _placement,
-    "mirror": lambda v: decode_source(v),
+    "mirror": lambda v: decode_source(v, "mirror"),
     "sources": _sources,
     "first_seq": _first_seq,
     "subject_transform": _subject_transform,
@@ -309,6 +326,7 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
         if cfg.sources:
             raise errors.mirror_with_sources()
         cfg.mirror = decode_source(cfg.mirror)
+        _check_source_transforms(cfg.mirror, True)
         if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
             raise invalid("detected cycle")
         # nats-server checks a stream of this account with the origin's name, external or not.
@@ -320,6 +338,9 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             cfg.mirror_direct = origin.cfg.allow_direct
     if cfg.sources:
         cfg.sources = [decode_source(src) for src in cfg.sources]
+        for src in cfg.sources:
+            _check_source_transforms(src, False)
+        _check_same_origin(cfg.sources)
         for src in cfg.sources:
             if src["name"] == cfg.name and "external" not in src:
                 raise invalid("detected cycle")
@@ -369,6 +390,60 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     return cfg
 
 
+def _check_source_transforms(spec: dict, mirror: bool) -> None:
+    """checkStreamCfg on a mirror's or source's subject_transforms (2.10+), in its order and
+    with its errors: not with a filter_subject; each source a valid subject and each mapping
+    valid (2.10's rules); no two sources overlapping (a mirror's: colliding)."""
+    transforms = spec.get("subject_transforms") or ()
+    if not transforms:
+        return
+    if spec.get("filter_subject"):
+        raise errors.mirror_multiple_filters() if mirror else errors.source_multiple_filters()
+
+    def check(tr: dict) -> None:
+        src = tr["src"]
+        if src and not is_valid_subject(src):
+            text = f"{errors.BAD_SUBJECT} {src}"
+            raise errors.mirror_invalid_filter(text) if mirror else errors.source_invalid_filter(text)
+        try:
+            validate_mapping(src, tr["dest"])
+        except MappingError as exc:
+            raise (errors.mirror_invalid_transform(str(exc)) if mirror
+                   else errors.source_invalid_transform(str(exc))) from None
+
+    if mirror:  # each one checked, then compared with the others
+        for outer, tr in enumerate(transforms):
+            check(tr)
+            if any(inner != outer and subjects_collide(tr["src"], other["src"])
+                   for inner, other in enumerate(transforms)):
+                raise errors.mirror_overlapping_filters()
+    else:  # all checked, then compared
+        for tr in transforms:
+            check(tr)
+        for outer, tr in enumerate(transforms):
+            if any(inner != outer and is_subset_match(tr["src"], other["src"])
+                   for inner, other in enumerate(transforms)):
+                raise errors.source_overlapping_filters()
+
+
+def _check_same_origin(sources: list) -> None:
+    """Sources of one origin with subject_transforms: nats-server 2.10+ tells them apart by
+    their filters and transforms (composeIName), refusing the same one twice (10140);
+    natserver still knows its sources by origin, as 2.9.10 did (sourcing.py), so it refuses
+    two different ones by name rather than merge them."""
+    seen: dict = {}
+    for src in sources:
+        origin = index_name(src)
+        transforms = src.get("subject_transforms")
+        if origin in seen and (transforms or seen[origin].get("subject_transforms")):
+            if seen[origin].get("subject_transforms") == transforms:
+                raise errors.source_duplicate()
+            raise errors.stream_invalid_config(
+                "natserver does not support several sources of one stream with subject_transforms "
+                "(added in nats-server 2.10) yet")
+        seen[origin] = src
+
+
 def _check_source_filters(cfg: StreamConfig) -> None:
     """nats-server 2.15.1's addStream: a mirror's or source's filter is checked for its form
     only (10049, its texts); one that overlaps none of the origin's subjects is taken."""
@@ -382,12 +457,16 @@ def _check_source_filters(cfg: StreamConfig) -> None:
             raise errors.stream_create(f"subject filter '{filter}' for the source: {errors.BAD_SUBJECT}")
 
 
-def decode_source(value) -> dict:
+def decode_source(value, where: str = "mirror") -> dict:
     """A StreamSource (mirror or one of the sources) in Go's field order and omitempty rules:
-    name, opt_start_seq, opt_start_time, filter_subject, external {api, deliver}."""
+    name, opt_start_seq, opt_start_time, filter_subject, subject_transforms (2.10+), external
+    {api, deliver}. ``where``: its place in the request, for Go's decoding errors."""
     if value is None:
         raise DecodeError("source: null")
-    raw = decode_struct(value, _SOURCE_FIELDS, {})
+    try:
+        raw = decode_struct(value, _SOURCE_FIELDS, {})
+    except _WrongTransforms as exc:
+        raise GoDecodeError(str(exc).replace("{where}", where)) from None
     out: dict = {"name": raw.get("name", "")}
     if raw.get("opt_start_seq"):
         out["opt_start_seq"] = raw["opt_start_seq"]
@@ -395,6 +474,8 @@ def decode_source(value) -> dict:
         out["opt_start_time"] = raw["opt_start_time"]
     if raw.get("filter_subject"):
         out["filter_subject"] = raw["filter_subject"]
+    if raw.get("subject_transforms"):
+        out["subject_transforms"] = raw["subject_transforms"]
     if raw.get("external") is not None:
         ext = decode_struct(raw["external"], {"api": decode_str, "deliver": decode_str}, {})
         out["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
@@ -420,6 +501,7 @@ _SOURCE_FIELDS = {
     "opt_start_seq": lambda v: decode_int(v, UINT64),
     "opt_start_time": _source_time,
     "filter_subject": decode_str,
+    "subject_transforms": _subject_transforms,
     "external": decode_object,
 }
 

@@ -24,7 +24,7 @@ STREAM_FIELDS = {
     "persist_mode": "2.12",
     "allow_batched": "2.14",
 }
-SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sources
+SOURCE_FIELDS: dict[str, str] = {}  # in mirror and in each of sources (none left)
 CONSUMER_FIELDS = {
     "priority_groups": "2.11",
     "priority_policy": "2.11",

@@ -1,8 +1,9 @@
 """Stream settings of nats-server 2.10+ (issue #27 item 2): ``first_seq`` (the sequence of the
 stream's first message; refused for mirrors, 10143; an update only changes the configuration)
 and ``subject_transform`` (the subject a message is stored under, for published and sourced
-messages; its errors 10155/10156; 2.10's implicit republish), as nats-server 2.15.1 answers
-them. One script runs against natserver and must give what was
+messages; its errors 10155/10156; 2.10's implicit republish) and a mirror's or source's
+``subject_transforms`` (filters each with a transform; errors 10140, 10144-10147, 10150-10154;
+a source whose transforms change starts over), as nats-server 2.15.1 answers them. One script runs against natserver and must give what was
 recorded from nats-server 2.15.1 in data/stream_settings_nats_server_2.15.1.json
 (``python -m tests.jetstream.test_stream_settings`` records it again); a live 2.15.1, when
 installed, must still give it."""
@@ -11,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import nats
+import pytest
 
 from tests import reference
+from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
+from tests.jetstream.test_external_sources import ACCOUNTS, EXT, _messages, _request, _wait
 from tests.jetstream.test_filter_subjects import _Client
 
 RECORDED = Path(__file__).with_name("data") / "stream_settings_nats_server_2.15.1.json"
@@ -65,6 +70,15 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("transform", *_stream("T", subjects=["t.>"], subject_transform={"src": "t.*.*", "dest": "x.$2.$1"})),
     ("a source into a transforming stream", *_stream("ST", sources=[{"name": "T"}],
                                                       subject_transform={"src": "t.>", "dest": "s.>"})),
+    # A source's and a mirror's subject_transforms (2.10+): filters, each with a transform.
+    ("source with transforms", *_stream("SX", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t.*.*", "dest": "from-t.$2"}, {"src": "x.>", "dest": ""}]}])),
+    ("mirror with transforms", *_stream("MX", mirror={"name": "T", "subject_transforms": [
+        {"src": "t.c", "dest": "mc"}, {"src": "x.*.*", "dest": "mx.$1.$2"}]})),
+    ("mirror with one transform", *_stream("M1", mirror={"name": "T", "subject_transforms": [
+        {"src": "", "dest": "all.>"}]})),
+    ("source with an empty transform source", *_stream("SE", sources=[{"name": "T", "subject_transforms": [
+        {"src": "", "dest": "all.>"}]}])),
     ("publish t.a.b", "t.a.b", b"t1"),
     ("publish t.c (not the transform's)", "t.c", b"t2"),
     ("stored transformed", *_get("T", 1)),
@@ -107,8 +121,46 @@ SCRIPT: list[tuple[str, str, object]] = [
     ("transform: without dest", *_stream("N11", subjects=["n11.*"], subject_transform={"src": "n11.*"})),
     ("publish n11.a", "n11.a", b"n1"),
     ("stored as published without dest", *_get("N11", 1)),
+    ("source: a filter and a transform", *_stream("B1", sources=[{"name": "T", "filter_subject": "t.>",
+                                                                   "subject_transforms": [{"src": "t.>", "dest": "u.>"}]}])),
+    ("mirror: a filter and a transform", *_stream("B2", mirror={"name": "T", "filter_subject": "t.>",
+                                                                "subject_transforms": [{"src": "t.>", "dest": "u.>"}]})),
+    ("source: transform source invalid", *_stream("B3", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t..a", "dest": "u"}]}])),
+    ("source: transform invalid", *_stream("B4", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t.*", "dest": "u.*"}]}])),
+    ("source: transforms overlapping", *_stream("B5", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t.a.*", "dest": "u.$1"}, {"src": "t.>", "dest": "v.>"}]}])),
+    ("mirror: transform source invalid", *_stream("B6", mirror={"name": "T", "subject_transforms": [
+        {"src": "t..a", "dest": "u"}]})),
+    ("mirror: transform invalid", *_stream("B7", mirror={"name": "T", "subject_transforms": [
+        {"src": "t.*", "dest": "u.*"}]})),
+    ("mirror: transforms overlapping", *_stream("B8", mirror={"name": "T", "subject_transforms": [
+        {"src": "t.a.*", "dest": "u.$1"}, {"src": "t.*.b", "dest": "v.$1"}]})),
+    ("source: transforms not a list", *_stream("B9", sources=[{"name": "T"}, {"name": "A", "subject_transforms": {
+        "src": "a.>", "dest": "b.>"}}])),
+    ("mirror: a transform not an object", *_stream("B10", mirror={"name": "T", "subject_transforms": ["t.>"]})),
+    ("source: the same one twice", *_stream("B11", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t.>", "dest": "u.>"}]}, {"name": "T", "subject_transforms": [{"src": "t.>", "dest": "u.>"}]}])),
+    ("mirror: update the transforms", *_update("MX", mirror={"name": "T", "subject_transforms": [
+        {"src": "t.c", "dest": "md"}]})),
+    ("let the sources catch up", "", 1.5),
     ("the sourced message transformed", *_get("ST", 2)),
     ("the sourced message kept", *_get("ST", 1)),
+    ("source with transforms: info", *_info("SX")),
+    ("source with transforms: 1", *_get("SX", 1)),
+    ("source with transforms: 2", *_get("SX", 2)),
+    ("source with transforms: 3", *_get("SX", 3)),
+    ("mirror with transforms: info", *_info("MX")),
+    ("mirror with transforms: 2", *_get("MX", 2)),
+    ("mirror with transforms: 1", *_get("MX", 1)),
+    ("mirror with one transform: 4", *_get("M1", 4)),
+    ("source with an empty transform source: info", *_info("SE")),
+    ("change a source's transforms", *_update("SX", sources=[{"name": "T", "subject_transforms": [
+        {"src": "t.c", "dest": "again"}]}])),
+    ("let the source start over", "", 1.5),
+    ("the changed source starts over", *_get("SX", 4)),
+    ("and nothing after", *_get("SX", 5)),
 ]
 
 
@@ -124,9 +176,18 @@ def _normal(answer: str):
         return {"error": document["error"]}
     if "config" in document and "state" in document:
         config, state = document["config"], document["state"]
-        return {"first_seq": config.get("first_seq"), "subject_transform": config.get("subject_transform"),
-                "republish": config.get("republish"),
-                "state": {k: state[k] for k in ("messages", "first_seq", "last_seq")}}
+        out = {"first_seq": config.get("first_seq"), "subject_transform": config.get("subject_transform"),
+               "republish": config.get("republish"), "mirror": config.get("mirror"), "sources": config.get("sources"),
+               "state": {k: state[k] for k in ("messages", "first_seq", "last_seq")}}
+        if document.get("type", "").endswith("_info_response"):
+            # The links' reports by name and transforms (nats-server 2.15.1 also answers a
+            # create with them, natserver as 2.9.10 did not: outside this file's settings).
+            for key in ("mirror", "sources"):
+                links = document.get(key)
+                links = [links] if isinstance(links, dict) else links or []
+                out[f"{key} info"] = [{k: link.get(k) for k in ("name", "subject_transforms", "error")}
+                                      for link in links] or None
+        return out
     if "config" in document and "delivered" in document:
         return {"filter_subject": document["config"].get("filter_subject"), "num_pending": document["num_pending"]}
     if "message" in document:
@@ -139,7 +200,14 @@ def _normal(answer: str):
 
 def run_script(port: int) -> dict:
     client = _Client(port)
-    return {name: [_normal(a) for a in client.request(subject, body)] for name, subject, body in SCRIPT}
+    answers = {}
+    for name, subject, body in SCRIPT:
+        if isinstance(body, float):  # nats-server's sources copy in the background
+            time.sleep(body)
+            answers[name] = []
+            continue
+        answers[name] = [_normal(a) for a in client.request(subject, body)]
+    return answers
 
 
 def test_natserver_answers_as_nats_server(tmp_path):
@@ -217,6 +285,53 @@ def test_nats_py_stream_with_subject_transform(threaded_server, tmp_path):
             await nc.close()
 
     asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+EXTERNAL_SERVERS = ["natserver", pytest.param("nats-server", marks=[
+    pytest.mark.skipif(not reference.HAVE_NATS_SERVER, reason="nats-server 2.15.1 is not installed"),
+    pytest.mark.needs_nats_server])]
+
+
+async def _external_transforms(port: int) -> dict:
+    """Account B mirrors and sources account A's stream through its exported API, with
+    subject_transforms: the internal consumer gets the transforms' sources as its filters,
+    and what it delivers is stored under the transformed subjects."""
+    a = await nats.connect(f"nats://127.0.0.1:{port}", user="a", password="a")
+    b = await nats.connect(f"nats://127.0.0.1:{port}", user="b", password="b")
+    out: dict = {}
+    try:
+        await a.jetstream().add_stream(name="O", subjects=["o.>"])
+        for i in range(3):
+            await a.jetstream().publish(f"o.{i}", b"x%d" % i)
+        await _request(b, "$JS.API.STREAM.CREATE.M", {"name": "M", "mirror": {"name": "O", "external": EXT, "subject_transforms": [
+            {"src": "o.1", "dest": "one"}, {"src": "o.2", "dest": "two"}]}})
+        await _request(b, "$JS.API.STREAM.CREATE.S", {"name": "S", "sources": [{"name": "O", "external": EXT, "subject_transforms": [
+            {"src": "o.*", "dest": "src.$1"}]}]})
+        await _wait(b, "M", 2)
+        await _wait(b, "S", 3)
+        await a.jetstream().publish("o.1", b"later")
+        await _wait(b, "M", 3)
+        await _wait(b, "S", 4)
+        for name in ("M", "S"):
+            info = await _request(b, f"$JS.API.STREAM.INFO.{name}", None)
+            out[name] = [(seq, subject, data) for seq, subject, data, _ in await _messages(b, name)]
+            out[f"{name} state"] = {k: info["state"][k] for k in ("messages", "first_seq", "last_seq")}
+    finally:
+        await a.close()
+        await b.close()
+    return out
+
+
+@pytest.mark.parametrize("kind", EXTERNAL_SERVERS)
+def test_external_mirror_and_source_with_subject_transforms(kind, tmp_path):
+    with running(kind, ACCOUNTS % (tmp_path / "store"), tmp_path, binary=reference.NATS_SERVER or "") as port:
+        got = asyncio.run(asyncio.wait_for(_external_transforms(port), 30))
+    assert got == {
+        "M": [(2, "one", "x1"), (3, "two", "x2"), (4, "one", "later")],
+        "M state": {"messages": 3, "first_seq": 2, "last_seq": 4},
+        "S": [(1, "src.0", "x0"), (2, "src.1", "x1"), (3, "src.2", "x2"), (4, "src.1", "later")],
+        "S state": {"messages": 4, "first_seq": 1, "last_seq": 4},
+    }
 
 
 if __name__ == "__main__":
