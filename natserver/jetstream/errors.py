@@ -148,6 +148,10 @@ stream_max_stream_bytes_exceeded = _fixed(400, 10122, "stream max bytes exceeds 
 
 def consumer_max_pending_ack_excess(limit: int) -> ApiError:
     return ApiError(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
+
+
+def consumer_inactive_threshold_excess(limit: str) -> ApiError:  # 2.10+ (a Go duration: "5s")
+    return ApiError(400, 10153, f"consumer inactive threshold exceeds system limit of {limit}")
 consumer_flow_control_needs_heartbeats = _fixed(400, 10108, "consumer with flow control also needs heartbeats")
 consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires ack policy")
 consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")

@@ -94,6 +94,27 @@ def _subject_transform(value, where: str = "subject_transform"):
     return {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
 
 
+_LIMIT_TYPES = {"inactive_threshold": "time.Duration", "max_ack_pending": "int"}
+_LIMIT_FIELDS = {k: (lambda v: v) for k in _LIMIT_TYPES}  # (checked by _consumer_limits)
+
+
+def _consumer_limits(value):
+    """consumer_limits (2.10+): the defaults and caps of the stream's consumers
+    ({"inactive_threshold" ns, "max_ack_pending"}, each written only when set; Go's checks
+    take any value, negative too)."""
+    if not isinstance(value, dict):
+        kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else _go_kind(value)
+        raise GoDecodeError(f"json: cannot unmarshal {kind} into Go struct field "
+                            "StreamConfigRequest.consumer_limits of type server.StreamConsumerLimits")
+    out = {}
+    for key, item in decode_struct(value, _LIMIT_FIELDS, {}).items():
+        if isinstance(item, bool) or not isinstance(item, int) or not INT64[0] <= item <= INT64[1]:
+            raise GoDecodeError(f"json: cannot unmarshal {_go_kind(item)} into Go struct field "
+                                f"StreamConfigRequest.consumer_limits.{key} of type {_LIMIT_TYPES[key]}")
+        out[key] = item
+    return {k: out[k] for k in _LIMIT_TYPES if out.get(k)}
+
+
 class _WrongTransforms(GoDecodeError):
     """A source's subject_transforms that is not a list of objects (decode_source names where)."""
 
@@ -149,6 +170,7 @@ _CONFIG_FIELDS = {
     "deny_delete": decode_bool,
     "deny_purge": decode_bool,
     "allow_rollup_hdrs": decode_bool,
+    "consumer_limits": _consumer_limits,
     "allow_msg_ttl": decode_bool,
     "metadata": decode_metadata,
 }
@@ -160,7 +182,7 @@ _DEFAULTS = {
     "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "subject_transform": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
-    "allow_msg_ttl": False, "metadata": None,
+    "consumer_limits": None, "allow_msg_ttl": False, "metadata": None,
 }
 
 
@@ -199,6 +221,7 @@ class StreamConfig:
     deny_delete: bool
     deny_purge: bool
     allow_rollup_hdrs: bool
+    consumer_limits: dict | None  # 2.10+: {"inactive_threshold" ns, "max_ack_pending"}, the set ones
     allow_msg_ttl: bool
     metadata: dict[str, str] | None
 
@@ -260,6 +283,8 @@ class StreamConfig:
         out["deny_delete"] = self.deny_delete
         out["deny_purge"] = self.deny_purge
         out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
+        if self.consumer_limits:  # (2.15.1 always writes it, {} when unset: issue #27)
+            out["consumer_limits"] = self.consumer_limits
         if self.allow_msg_ttl:  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
             out["allow_msg_ttl"] = True
         if self.metadata:

@@ -1,6 +1,6 @@
 """What nats-server 2.15.1's StreamConfig and ConsumerConfig have that natserver does not act on
 yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its per-message
-TTLs or its subject transform were dropped; natserver refuses a request that sets one of these
+TTLs or its compression were dropped; natserver refuses a request that sets one of these
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28). ``allow_msg_ttl`` is not here:
@@ -16,7 +16,6 @@ from . import errors
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
     "compression": "2.10",
-    "consumer_limits": "2.10",
     "subject_delete_marker_ttl": "2.11",
     "allow_msg_counter": "2.12",
     "allow_atomic": "2.12",
@@ -24,7 +23,7 @@ STREAM_FIELDS = {
     "persist_mode": "2.12",
     "allow_batched": "2.14",
 }
-SOURCE_FIELDS: dict[str, str] = {}  # in mirror and in each of sources (none left)
+SOURCE_FIELDS = {"consumer": "2.14"}  # in mirror and in each of sources (durable sourcing)
 CONSUMER_FIELDS = {
     "priority_groups": "2.11",
     "priority_policy": "2.11",

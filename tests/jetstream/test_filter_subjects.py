@@ -197,12 +197,14 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
 
         stream = {"name": "S", "subjects": ["s.>"]}
         for field, value in [("compression", "s2"), ("subject_delete_marker_ttl", 1_000_000_000), ("allow_msg_counter", True),
-                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
-                             ("consumer_limits", {"max_ack_pending": 5})]:
+                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async")]:
             answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
             assert answer["error"] == {"code": 500, "err_code": 10052,
                                        "description": f"natserver does not support {field} (added in nats-server "
                                                       f"{unsupported.STREAM_FIELDS[field]}) yet"}, field
+        answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, "sources": [{"name": "X", "consumer": {
+            "name": "c", "deliver_subject": "d"}}]})
+        assert answer["error"]["err_code"] == 10052 and "consumer" in answer["error"]["description"]
         zeros = {"compression": "none", "first_seq": 0, "allow_msg_ttl": True, "consumer_limits": {}}
         assert "error" not in await ask("$JS.API.STREAM.CREATE.S", {**stream, **zeros})
         # allow_msg_ttl is taken (nats-py 2.16 sets it on every Key-Value bucket); a message

@@ -3,7 +3,9 @@ stream's first message; refused for mirrors, 10143; an update only changes the c
 and ``subject_transform`` (the subject a message is stored under, for published and sourced
 messages; its errors 10155/10156; 2.10's implicit republish) and a mirror's or source's
 ``subject_transforms`` (filters each with a transform; errors 10140, 10144-10147, 10150-10154;
-a source whose transforms change starts over), as nats-server 2.15.1 answers them. One script runs against natserver and must give what was
+a source whose transforms change starts over) and ``consumer_limits`` (the defaults and caps of
+the stream's consumers, 10121/10153; an update below what a consumer has, 10069; durables
+deleted after their inactive threshold), as nats-server 2.15.1 answers them. One script runs against natserver and must give what was
 recorded from nats-server 2.15.1 in data/stream_settings_nats_server_2.15.1.json
 (``python -m tests.jetstream.test_stream_settings`` records it again); a live 2.15.1, when
 installed, must still give it."""
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.js.api import ConsumerConfig
 
 from tests import reference
 from tests.jetstream.legacy_reference import running
@@ -43,6 +46,14 @@ def _info(name: str) -> tuple[str, bytes]:
 
 def _get(name: str, seq: int) -> tuple[str, dict]:
     return f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq}
+
+
+def _consumer(stream: str, name: str, **config) -> tuple[str, dict]:
+    """A consumer create (ephemeral without a name), acks explicit unless said."""
+    if name:
+        config["durable_name"] = name
+    return (f"$JS.API.CONSUMER.CREATE.{stream}" + (f".{name}" if name else ""),
+            {"stream_name": stream, "config": {"ack_policy": "explicit", **config}})
 
 
 SCRIPT: list[tuple[str, str, object]] = [
@@ -144,6 +155,34 @@ SCRIPT: list[tuple[str, str, object]] = [
         {"src": "t.>", "dest": "u.>"}]}, {"name": "T", "subject_transforms": [{"src": "t.>", "dest": "u.>"}]}])),
     ("mirror: update the transforms", *_update("MX", mirror={"name": "T", "subject_transforms": [
         {"src": "t.c", "dest": "md"}]})),
+    # consumer_limits (2.10+): the defaults and caps of the stream's consumers
+    ("consumer limits", *_stream("CL", subjects=["cl.>"], consumer_limits={
+        "inactive_threshold": 60_000_000_000, "max_ack_pending": 50})),
+    ("consumer limits empty", *_stream("CL0", subjects=["cl0"], consumer_limits={})),
+    ("consumer limits negative", *_stream("CLN", subjects=["cln"], consumer_limits={
+        "inactive_threshold": -5, "max_ack_pending": -2})),
+    ("consumer limits: a string", *_stream("CLB", subjects=["clb"], consumer_limits={"max_ack_pending": "5"})),
+    ("consumer limits: a duration string", *_stream("CLB", subjects=["clb"], consumer_limits={"inactive_threshold": "5s"})),
+    ("consumer limits: a number", *_stream("CLB", subjects=["clb"], consumer_limits=5)),
+    ("a durable takes the limits", *_consumer("CL", "D1")),
+    ("consumer limits for ephemerals", *_stream("CLE", subjects=["cle"], consumer_limits={"max_ack_pending": 7})),
+    ("an ephemeral takes them", *_consumer("CLE", "")),
+    ("max_ack_pending over the limit", *_consumer("CL", "D2", max_ack_pending=51)),
+    ("max_ack_pending at the limit", *_consumer("CL", "D3", max_ack_pending=50)),
+    ("inactive_threshold over the limit", *_consumer("CL", "D4", inactive_threshold=60_500_000_000)),
+    ("inactive_threshold under the limit", *_consumer("CL", "D5", inactive_threshold=30_000_000_000)),
+    ("max_ack_pending -1", *_consumer("CL", "D6", max_ack_pending=-1)),
+    ("ack none, pull", *_consumer("CL", "D7", ack_policy="none")),
+    ("ack none, push", *_consumer("CL", "D8", ack_policy="none", deliver_subject="deliver.d8")),
+    ("a stream without limits", *_consumer("CL0", "D9")),
+    ("update: lower inactive_threshold", *_update("CL", subjects=["cl.>"], consumer_limits={
+        "inactive_threshold": 40_000_000_000, "max_ack_pending": 50})),
+    ("update: lower max_ack_pending", *_update("CL", subjects=["cl.>"], consumer_limits={
+        "inactive_threshold": 60_000_000_000, "max_ack_pending": 10})),
+    ("update: raise them", *_update("CL", subjects=["cl.>"], consumer_limits={
+        "inactive_threshold": 90_000_000_000, "max_ack_pending": 500})),
+    ("update: remove them", *_update("CL", subjects=["cl.>"])),
+    ("a durable after the limits went", *_consumer("CL", "D10")),
     ("let the sources catch up", "", 1.5),
     ("the sourced message transformed", *_get("ST", 2)),
     ("the sourced message kept", *_get("ST", 1)),
@@ -173,10 +212,16 @@ def _normal(answer: str):
     except ValueError:
         return answer
     if "error" in document:
-        return {"error": document["error"]}
+        error = dict(document["error"])
+        prefix = "change to limits violates consumers: "
+        if error.get("description", "").startswith(prefix):  # (nats-server lists them from a map)
+            names = error["description"][len(prefix):].split(", ")
+            error["description"] = prefix + ", ".join(sorted(names))
+        return {"error": error}
     if "config" in document and "state" in document:
         config, state = document["config"], document["state"]
         out = {"first_seq": config.get("first_seq"), "subject_transform": config.get("subject_transform"),
+               "consumer_limits": config.get("consumer_limits") or None,
                "republish": config.get("republish"), "mirror": config.get("mirror"), "sources": config.get("sources"),
                "state": {k: state[k] for k in ("messages", "first_seq", "last_seq")}}
         if document.get("type", "").endswith("_info_response"):
@@ -189,7 +234,9 @@ def _normal(answer: str):
                                       for link in links] or None
         return out
     if "config" in document and "delivered" in document:
-        return {"filter_subject": document["config"].get("filter_subject"), "num_pending": document["num_pending"]}
+        config = document["config"]
+        return {k: config.get(k) for k in ("filter_subject", "max_ack_pending", "inactive_threshold", "ack_policy")} | {
+            "durable": bool(config.get("durable_name")), "num_pending": document["num_pending"]}
     if "message" in document:
         message = document["message"]
         return {"subject": message["subject"], "seq": message["seq"], "data": message.get("data")}
@@ -332,6 +379,36 @@ def test_external_mirror_and_source_with_subject_transforms(kind, tmp_path):
         "S": [(1, "src.0", "x0"), (2, "src.1", "x1"), (3, "src.2", "x2"), (4, "src.1", "later")],
         "S state": {"messages": 4, "first_seq": 1, "last_seq": 4},
     }
+
+
+@pytest.mark.nats_server(jetstream=True, clock="manual")
+def test_consumer_limits_inactive_threshold_removes_durables(nats_server):
+    """A stream's consumer_limits give its consumers their inactive threshold, durables
+    included: nats-server 2.10+ deletes a durable nobody pulls from for that long (checked
+    against 2.15.1 by the script's own probe); one that a request waits on stays. On the
+    server's clock."""
+
+    async def main():
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(nats.js.api.StreamConfig(
+                name="ORDERS", subjects=["orders.*"],
+                consumer_limits=nats.js.api.StreamConsumerLimits(inactive_threshold=30, max_ack_pending=20)))
+            info = await js.add_consumer("ORDERS", ConsumerConfig(durable_name="idle", ack_policy="explicit"))
+            assert (info.config.inactive_threshold, info.config.max_ack_pending) == (30, 20)
+            await js.add_consumer("ORDERS", ConsumerConfig(durable_name="busy", ack_policy="explicit"))
+            busy = await js.pull_subscribe_bind("busy", stream="ORDERS")
+            waiting = asyncio.ensure_future(busy.fetch(1, timeout=5))  # 60 s of the server's time
+            await nats_server.advance_async(29)
+            assert {c.name for c in await js.consumers_info("ORDERS")} == {"idle", "busy"}
+            await nats_server.advance_async(2)
+            assert [c.name for c in await js.consumers_info("ORDERS")] == ["busy"]
+            waiting.cancel()
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
 
 
 if __name__ == "__main__":
