@@ -165,7 +165,9 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
     stream (scanning backwards until every source is found)."""
     wanted = {link._iname: link for link in links if not link.mirror and not link.next}
     store = stream.store
-    if not store.msgs and store.last_seq:
+    if not store.msgs and store.last_seq and store.last_ts:
+        # (a stream that never stored anything, its first_seq aside, has no last time: as
+        # nats-server's check of LastTime, its sources start from the beginning)
         # Emptied (purged, expired): nothing tells where the sources were. nats-server then
         # takes only what the origins get from now on, rather than everything again.
         for link in wanted.values():

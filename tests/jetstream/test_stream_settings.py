@@ -16,11 +16,13 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nats
 import pytest
 from nats.js.api import ConsumerConfig
 
+from natserver.jetstream.sourcing import recover_source_positions
 from tests import reference
 from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
@@ -305,6 +307,21 @@ def test_first_seq_on_restart(threaded_server, tmp_path):
     handle.stop()
     handle = threaded_server(jetstream=True, store_dir=store_dir)
     asyncio.run(asyncio.wait_for(check(handle.url), TIMEOUT))
+
+
+def test_first_seq_sources_restarted_before_anything_came():
+    """A stream with sources and first_seq that has stored nothing yet looks emptied (its
+    last sequence is first_seq - 1) but is not: after a restart its sources start from the
+    origin's first message, not from its end (nats-server looks at the last message's time);
+    one that was emptied by a purge takes only what comes next."""
+    def recovered(last_ts: int) -> bool:
+        store = SimpleNamespace(msgs=0, first_seq=10, last_seq=9, last_ts=last_ts)
+        link = SimpleNamespace(mirror=False, next=0, _iname=b"O", from_new=False)
+        recover_source_positions(SimpleNamespace(store=store), [link])
+        return link.from_new
+
+    assert recovered(0) is False  # a new stream with first_seq 10
+    assert recovered(1_700_000_000_000_000_000) is True  # emptied after messages
 
 
 def test_nats_py_stream_with_subject_transform(threaded_server, tmp_path):
