@@ -206,7 +206,7 @@ class SubjectTransform:
     """One transform from ``source`` to ``dest`` (accounts.go newTransform); MappingError if
     nats-server would refuse it."""
 
-    __slots__ = ("source", "dest", "source_tokens", "dest_tokens", "steps", "literal", "identity")
+    __slots__ = ("source", "dest", "source_tokens", "dest_tokens", "steps", "literal", "identity", "cache")
 
     def __init__(self, source: str, dest: str, *, v2_10: bool = False) -> None:
         valid, source_tokens, stars, full = _subject_info(source)
@@ -249,6 +249,10 @@ class SubjectTransform:
             if used < stars and not v2_10:  # (2.10+ asks it of import transforms only)
                 raise MappingError(f"{NOT_USING_ALL_WILDCARDS} in {dest}")
         self.literal = not any(self.steps) and not full
+        # 2.10+ transforms (a stream's, applied to every message it stores) remember what they
+        # gave, as mappings do (MAPPED_CACHE_SIZE), unless random() makes each answer new.
+        deterministic = not any(step and step[0] == _RANDOM for step in self.steps)
+        self.cache: dict | None = {} if v2_10 and deterministic else None
 
 
     def matches(self, tokens: list[str]) -> bool:
@@ -268,8 +272,18 @@ class SubjectTransform:
         ``>`` leaves it alone, as subject_transform.go Match)."""
         if self.identity:
             return subject
+        cache = self.cache
+        if cache is not None:
+            found = cache.get(subject, _UNKNOWN)
+            if found is not _UNKNOWN:
+                return found
         mapped = self.apply(subject.decode("utf-8", "surrogateescape"))
-        return None if mapped is None else mapped.encode("utf-8", "surrogateescape")
+        out = None if mapped is None else mapped.encode("utf-8", "surrogateescape")
+        if cache is not None:
+            if len(cache) >= MAPPED_CACHE_SIZE:
+                cache.clear()
+            cache[subject] = out
+        return out
 
     def transform_tokens(self, tokens: list[str]) -> str:
         """accounts.go transform: ``tokens`` are a subject known to match the source."""

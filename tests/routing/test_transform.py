@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from natserver.routing.transform import (
+    MAPPED_CACHE_SIZE,
     MapDest,
     MappingError,
     SubjectMappings,
@@ -190,3 +191,15 @@ def test_the_2_9_rules_stay_for_mappings():
     with pytest.raises(MappingError):
         SubjectTransform("foo.*", "bar.{{left(1,2)}}")
     assert validate_mapping("foo", "") is None
+
+
+def test_2_10_transforms_remember_their_answers_within_a_bound():
+    transform = SubjectTransform("o.*", "x.$1", v2_10=True)
+    assert transform.apply_bytes(b"o.a") == b"x.a"
+    assert transform.cache == {b"o.a": b"x.a"}
+    assert transform.apply_bytes(b"p") is None and transform.cache[b"p"] is None
+    for i in range(MAPPED_CACHE_SIZE + 10):
+        assert transform.apply_bytes(b"o.%d" % i) == b"x.%d" % i
+    assert len(transform.cache) <= MAPPED_CACHE_SIZE
+    assert SubjectTransform("o.*", "x.{{random(3)}}", v2_10=True).cache is None  # a new answer each time
+    assert SubjectTransform("o.*", "x.$1").cache is None  # (core mappings cache in SubjectMappings)
