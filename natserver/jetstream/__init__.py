@@ -100,6 +100,21 @@ def jetstream_accounts(server) -> list:
     return [config.name for config in options.accounts if config.jetstream]
 
 
+def _check_consumer_limits(stream: Stream, old: StreamConfig, cfg: StreamConfig) -> None:
+    """stream.go updateWithAdvisory: consumer_limits (2.10+) that change may not be below
+    what the stream's consumers already have (10069, naming them)."""
+    new_limits, old_limits = cfg.consumer_limits or {}, old.consumer_limits or {}
+    threshold, ack_pending = new_limits.get("inactive_threshold", 0), new_limits.get("max_ack_pending", 0)
+    if not ((threshold > 0 and threshold != old_limits.get("inactive_threshold", 0))
+            or (ack_pending > 0 and ack_pending != old_limits.get("max_ack_pending", 0))):
+        return
+    violating = [c.name for c in stream.consumers.values()
+                 if (threshold > 0 and c.cfg.inactive_threshold > threshold)
+                 or (ack_pending > 0 and c.cfg.max_ack_pending > ack_pending)]
+    if violating:
+        raise errors.stream_update(f"change to limits violates consumers: {', '.join(violating)}")
+
+
 class JetStream:
     """The engine: streams by name, the API, deferred acks and the background tasks."""
 
@@ -331,6 +346,7 @@ class JetStream:
             store.update_config(cfg)
             if cfg.subject_delete_marker_ttl <= 0:
                 store.expire(now)  # (with markers: by the expirer, once the stream is there to store them)
+            store.start_at(cfg.first_seq)
             try:
                 store.flush()
             except OSError:  # a full disk: logged by the store; its messages are still served
@@ -446,6 +462,7 @@ class JetStream:
                 store: Store = self._file_store(path, cfg, created, cipher)
             else:
                 store = MemoryStore(cfg)
+            store.start_at(cfg.first_seq)
         except (OSError, ValueError) as exc:  # ValueError: a name the file system refuses (NUL)
             log.warning("Stream create failed for '$G > %s': %s", cfg.name, exc)
             raise errors.stream_create("error creating store for stream") from None
@@ -462,6 +479,7 @@ class JetStream:
     def update_stream(self, stream: Stream, new: StreamConfig) -> None:
         old = stream.cfg
         cfg = check_update(old, new, self.streams, self.limits)
+        _check_consumer_limits(stream, old, cfg)
         for other in self.streams.values():
             if other is stream:
                 continue
@@ -482,7 +500,7 @@ class JetStream:
         if cfg.subjects != old.subjects:
             stream.unsubscribe()
             stream.subscribe()
-        stream.set_republish()
+        stream.set_transforms()
         stream.set_markers()
         if cfg.sources != old.sources or cfg.mirror != old.mirror:
             self.sourcing.attach(stream)  # (a promoted mirror stops following its origin)

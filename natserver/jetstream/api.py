@@ -18,7 +18,7 @@ from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi
 from .direct import DirectGets
 from .errors import ApiError
-from .gojson import INT64, UINT64, decode_bool, decode_int, decode_str, decode_struct
+from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
 from .util import dumps, get_header, loads, rfc3339nano, subjects_collide
@@ -229,6 +229,8 @@ class Api:
             try:
                 request = loads(payload)
                 cfg = StreamConfig.from_json(request)
+            except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
+                raise errors.invalid_json(str(exc)) from None
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_stream(request)
@@ -257,6 +259,8 @@ class Api:
             try:
                 request = loads(payload)
                 ncfg = StreamConfig.from_json(request)
+            except GoDecodeError as exc:
+                raise errors.invalid_json(str(exc)) from None
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_stream(request)

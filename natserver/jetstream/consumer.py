@@ -13,6 +13,7 @@ import re
 import secrets
 import string
 
+from ..protocol.gotext import go_duration
 from . import errors, gotime
 from .gojson import (
     INT64,
@@ -211,14 +212,21 @@ def nuid() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(NUID_LEN))
 
 
-def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1) -> None:
-    """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's)."""
+def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_limits: dict | None = None) -> None:
+    """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's;
+    ``stream_limits``: the stream's consumer_limits, 2.10+, whose values a consumer that
+    sets none takes, whatever its ack policy)."""
     if cfg.max_deliver == 0:
         cfg.max_deliver = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
         cfg.max_waiting = DEFAULT_MAX_WAITING
     if cfg.backoff:
         cfg.ack_wait = cfg.backoff[0]
+    if stream_limits:
+        if cfg.max_ack_pending == 0:
+            cfg.max_ack_pending = stream_limits.get("max_ack_pending", 0)
+        if cfg.inactive_threshold == 0:
+            cfg.inactive_threshold = stream_limits.get("inactive_threshold", 0)
     if cfg.ack_policy != "none":
         if cfg.ack_wait == 0:
             cfg.ack_wait = DEFAULT_ACK_WAIT
@@ -235,9 +243,10 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1) -> None:
 
 
 def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "limits",
-                 max_ack_pending_limit: int = -1) -> None:
+                 max_ack_pending_limit: int = -1, stream_limits: dict | None = None) -> None:
     """nats-server's checkConsumerCfg for a standalone server, in its order (the names first,
-    as the API handler checks them); ``max_ack_pending_limit``: the account's."""
+    as the API handler checks them); ``max_ack_pending_limit``: the account's;
+    ``stream_limits``: the stream's consumer_limits (2.10+), caps."""
     for name in (cfg.durable_name, cfg.name):
         if name and any(c in name for c in ".*> \t"):
             raise errors.consumer_name_invalid(name)
@@ -275,6 +284,13 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_max_request_expires_too_small()
     if 0 < max_ack_pending_limit < cfg.max_ack_pending:
         raise errors.consumer_max_pending_ack_excess(max_ack_pending_limit)
+    if stream_limits:
+        limit = stream_limits.get("max_ack_pending", 0)
+        if 0 < limit < cfg.max_ack_pending:
+            raise errors.consumer_max_pending_ack_excess(limit)
+        limit = stream_limits.get("inactive_threshold", 0)
+        if 0 < limit < cfg.inactive_threshold:
+            raise errors.consumer_inactive_threshold_excess(go_duration(limit / 1e9))
     if cfg.direct:  # (what a mirror or source asks an origin for: push, ephemeral)
         if not cfg.deliver_subject:
             raise errors.consumer_direct_requires_push()

@@ -129,10 +129,10 @@ class ConsumerApi:
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
-            set_defaults(cfg, ack_limit)
+            set_defaults(cfg, ack_limit, stream.cfg.consumer_limits)
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
-            check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit)
+            check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit, stream.cfg.consumer_limits)
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name, req.get("action", ""))
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)

@@ -74,6 +74,7 @@ def load_all(stream, stream_path: str) -> list[Consumer]:
             consumer.rdc = {int(s): int(n) for s, n in state["rdc"]}
             consumer.num_pending()  # counted from the recovered position (consumer.go setLeader)
             consumer.arm_pause(clock.now_ns())  # still paused until pause_until (setLeader: updatePauseState)
+            consumer.active_at = clock.now_ns()  # inactive_threshold counts from the restart
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.error("JetStream: can not load the consumer in %s: %s", path, exc)
             continue

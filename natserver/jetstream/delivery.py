@@ -591,7 +591,7 @@ class Delivery:
                     save_at = consumer.saved_at + consumer_store.SNAPSHOT_INTERVAL
                     if d is None or save_at < d:
                         d = save_at
-                if not consumer.cfg.durable_name and consumer.cfg.inactive_threshold:
+                if consumer.cfg.inactive_threshold:  # (durables too, as nats-server 2.10+)
                     gone = consumer.active_at + consumer.cfg.inactive_threshold
                     if d is None or gone < d:
                         d = gone
@@ -672,7 +672,7 @@ class Delivery:
                                          advisories.UNPINNED_TIMEOUT)
             if consumer.waiting:
                 self.serve(consumer, now)
-        if not cfg.durable_name and cfg.inactive_threshold:
+        if cfg.inactive_threshold:  # consumer.go deleteNotActive: ephemerals and durables alike
             if cfg.deliver_subject:
                 if self.js.client.has_interest(cfg.deliver_subject.encode()):
                     consumer.active_at = now

@@ -148,6 +148,10 @@ stream_max_stream_bytes_exceeded = _fixed(400, 10122, "stream max bytes exceeds 
 
 def consumer_max_pending_ack_excess(limit: int) -> ApiError:
     return ApiError(400, 10121, f"consumer max ack pending exceeds system limit of {limit}")
+
+
+def consumer_inactive_threshold_excess(limit: str) -> ApiError:  # 2.10+ (a Go duration: "5s")
+    return ApiError(400, 10153, f"consumer inactive threshold exceeds system limit of {limit}")
 consumer_flow_control_needs_heartbeats = _fixed(400, 10108, "consumer with flow control also needs heartbeats")
 consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires ack policy")
 consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")
@@ -204,6 +208,41 @@ def consumer_name_invalid(name: str) -> ApiError:
 
 # Mirrors and sources (nats-server v2.9.10 server/errors.json).
 mirror_with_sources = _fixed(400, 10031, "stream mirrors can not also contain other sources")
+def stream_transform_invalid_source(err: str) -> ApiError:  # 2.10+
+    return ApiError(400, 10155, f"stream transform source: {err}")
+
+
+def stream_transform_invalid_destination(err: str) -> ApiError:  # 2.10+
+    return ApiError(400, 10156, f"stream transform: {err}")
+
+
+# 2.10+: a mirror's or source's subject_transforms.
+mirror_multiple_filters = _fixed(
+    400, 10150, "mirror with multiple subject transforms cannot also have a single subject filter")
+mirror_overlapping_filters = _fixed(400, 10152, "mirror subject filters can not overlap")
+source_multiple_filters = _fixed(
+    400, 10144, "source with multiple subject transforms cannot also have a single subject filter")
+source_overlapping_filters = _fixed(400, 10147, "source filters can not overlap")
+source_duplicate = _fixed(400, 10140, "duplicate source configuration detected")
+
+
+def mirror_invalid_filter(err: str) -> ApiError:
+    return ApiError(400, 10151, f"mirror transform source: {err}")
+
+
+def mirror_invalid_transform(err: str) -> ApiError:
+    return ApiError(400, 10154, f"mirror transform: {err}")
+
+
+def source_invalid_filter(err: str) -> ApiError:
+    return ApiError(400, 10145, f"source transform source: {err}")
+
+
+def source_invalid_transform(err: str) -> ApiError:
+    return ApiError(400, 10146, f"source transform: {err}")
+
+
+mirror_with_first_seq = _fixed(400, 10143, "stream mirrors can not have first sequence configured")  # 2.10+
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 # A single server (nats-server errors.json JSClusterRequiredErr): leader step-downs and peer
 # removals need a JetStream cluster, which natserver does not run.

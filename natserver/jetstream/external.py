@@ -28,10 +28,20 @@ import random
 from typing import TYPE_CHECKING
 
 from .. import clock as server_clock
+from ..routing.transform import validate_mapping
 from . import errors
 from .errors import ApiError
 from .store import StoreError
-from .util import dumps, gen_header, get_header, is_valid_subject, loads, remove_header, subjects_collide
+from .util import (
+    compile_filter,
+    dumps,
+    gen_header,
+    get_header,
+    is_valid_subject,
+    loads,
+    remove_header,
+    subjects_collide,
+)
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -110,6 +120,28 @@ def _valid_publish_subject(subject: str) -> bool:
     return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
 
 
+def source_transforms(spec: dict) -> list:
+    """A mirror's or source's subject_transforms (2.10+, checked already) as
+    ``[(source filter, predicate or None for everything, transform or None)]``: a message
+    matching a source is taken, under its transform's subject (none: as it is)."""
+    out = []
+    for tr in spec.get("subject_transforms") or ():
+        transform = validate_mapping(tr["src"], tr["dest"])
+        out.append((tr["src"], compile_filter(tr["src"].encode()), transform))
+    return out
+
+
+def takes_nothing(spec: dict, mirror: bool) -> bool:
+    """nats-server 2.15.1 asks the origin for a consumer whose filter_subjects are the
+    transforms' sources (a mirror with one: its filter_subject); an empty one makes that
+    request fail (10139, "consumer filter in FilterSubjects cannot be empty"), again and again,
+    so such a link copies nothing."""
+    transforms = spec.get("subject_transforms") or ()
+    if mirror and len(transforms) == 1:
+        return False
+    return any(not tr["src"] for tr in transforms)
+
+
 class OriginLink:
     """What a mirror or source link (``sourcing.SourceLink``, ``ExternalLink``) does with each
     message its origin gives it. Subclasses set ``stream``, ``origin``, ``mirror``, ``_iname``
@@ -123,6 +155,20 @@ class OriginLink:
     mirror: bool
     _iname: bytes  # the index name a source's Nats-Stream-Source header carries
     _blocked: str  # the store's last refusal (logged once)
+    transforms: list  # source_transforms(spec)
+
+    def transformed(self, subject: bytes) -> bytes | None:
+        """The subject to store an origin message under: its transform's (stream.go: the
+        first transform whose source matches), as it is when that one has no destination or
+        there are none; None when transforms are set and none takes it."""
+        if not self.transforms:
+            return subject
+        for _src, match, transform in self.transforms:
+            if match is None or match(subject):
+                if transform is None:
+                    return subject
+                return transform.apply_bytes(subject) or subject
+        return None
 
     def store_from_origin(self, seq: int, subject: bytes, hdr: bytes | None, data: bytes, ts: int) -> bool:
         """Store origin message ``seq``: in a mirror with its sequence and time (a gap before
@@ -131,6 +177,10 @@ class OriginLink:
         nats-server's). False when the stream's limits refuse it (logged once per reason):
         the caller asks for it again later, as nats-server does."""
         target = self.stream
+        taken = self.transformed(subject)
+        if taken is None:
+            return True  # not one of the transforms' (an origin that ignored filter_subjects)
+        subject = taken
         try:
             if self.mirror:
                 store = target.store
@@ -158,7 +208,7 @@ class ExternalLink(OriginLink):
 
     __slots__ = ("stream", "spec", "origin", "filter", "mirror", "external", "_iname", "next", "active",
                  "error", "from_new", "lag", "sseq", "dseq", "cname", "_lreq", "_sip_until",
-                 "_reply_sub", "_deliver_sub", "_blocked")
+                 "_reply_sub", "_deliver_sub", "_blocked", "transforms")
 
     def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
         self.stream = stream
@@ -166,6 +216,9 @@ class ExternalLink(OriginLink):
         self.origin = spec["name"]
         self.filter = spec.get("filter_subject", "")
         self.mirror = mirror
+        self.transforms = source_transforms(spec)
+        if mirror and len(self.transforms) == 1:  # (nats-server: one filter, in filter_subject)
+            self.filter = self.transforms[0][0]
         self.external = spec["external"]
         self._iname = index_name(spec).encode()
         self.next = 0  # the next origin sequence wanted (0: from the configured start)
@@ -185,11 +238,14 @@ class ExternalLink(OriginLink):
     # -- reports --------------------------------------------------------------------------------
 
     def info_json(self, now: int) -> dict:
-        """StreamSourceInfo: name, external, lag, active (-1: never heard from), error."""
+        """StreamSourceInfo: name, external, lag, active (-1: never heard from), error,
+        subject_transforms (2.10+)."""
         out: dict = {"name": self.origin, "external": dict(self.external), "lag": self.lag,
                      "active": now - self.active if self.active else -1}
         if self.error is not None:
             out["error"] = self.error.to_json()
+        if self.spec.get("subject_transforms"):
+            out["subject_transforms"] = self.spec["subject_transforms"]
         return out
 
     # -- the consumer ---------------------------------------------------------------------------
@@ -203,6 +259,8 @@ class ExternalLink(OriginLink):
                 return False
             self._sip_until = 0.0  # no response: nobody answered the request
             self._cancel()
+        if takes_nothing(self.spec, self.mirror):
+            return False  # (its consumer could never be set up: see takes_nothing)
         stalled = self.cname and self.active and now - self.active > STALLED_NS
         if (not self.cname or stalled) and clock - self._lreq >= RETRY_INTERVAL:
             self._setup(now, clock)
@@ -268,6 +326,8 @@ class ExternalLink(OriginLink):
                 config["deliver_policy"] = "new"
         config.update(ack_policy="none", ack_wait=ACK_WAIT_NS, max_deliver=1, idle_heartbeat=HEARTBEAT_NS,
                       flow_control=True, direct=True)
+        if self.transforms and not self.filter:
+            config["filter_subjects"] = [src for src, _, _ in self.transforms]
         if self.filter:
             config["filter_subject"] = self.filter
             name = f"{'mirror' if self.mirror else 'src'}-{get_hash(sync_subject('n'))}"

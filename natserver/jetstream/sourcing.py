@@ -31,7 +31,7 @@ import trio
 from .. import clock
 from . import errors
 from .consumer import parse_time
-from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name
+from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name, source_transforms, takes_nothing
 from .util import get_header
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class SourceLink(OriginLink):
     """One mirror or source of a stream: where it is in the origin, and how it is doing."""
 
     __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
-                 "_blocked", "from_new")
+                 "_blocked", "from_new", "transforms", "_filters")
 
     def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
         self.stream = stream
@@ -62,6 +62,9 @@ class SourceLink(OriginLink):
         self._iname = self.origin.encode()  # nats-server's index name (no external prefix)
         self._blocked = ""  # the store's last refusal (logged once)
         self.from_new = False  # start after the origin's last message (a purged stream's restart)
+        self.transforms = source_transforms(spec)  # 2.10+: several filters, each with a transform
+        # The filters read from the origin: the transforms' sources, or the one filter_subject.
+        self._filters = [src.encode() for src, _, _ in self.transforms] or [self.filter]
 
     def info_json(self, now: int) -> dict:
         """StreamSourceInfo: name, lag, active (ns since the last contact, -1: never), error."""
@@ -72,6 +75,8 @@ class SourceLink(OriginLink):
         out: dict = {"name": self.origin, "lag": lag, "active": now - self.active if self.active else -1}
         if self.error is not None:
             out["error"] = self.error.to_json()
+        if self.spec.get("subject_transforms"):
+            out["subject_transforms"] = self.spec["subject_transforms"]
         return out
 
     def start_seq(self, origin: "Stream") -> int:
@@ -103,6 +108,8 @@ class SourceLink(OriginLink):
             self.error = errors.stream_not_found()
             self.active = 0
             return False
+        if takes_nothing(self.spec, self.mirror):
+            return False  # (as nats-server's link, whose consumer is refused: see takes_nothing)
         self.error = None
         self.active = now
         target = self.stream
@@ -117,8 +124,18 @@ class SourceLink(OriginLink):
         if self.next < ostore.first_seq:
             self.next = ostore.first_seq
         copied = 0
+        filters = self._filters
+        # Each filter's next match (several: the earliest is taken, and only its filter looked
+        # up again; the transforms' sources do not overlap).
+        nexts = [ostore.next_seq(f, self.next) for f in filters] if len(filters) > 1 else None
         while copied < BATCH:
-            seq = ostore.next_seq(self.filter, self.next)
+            if nexts is None:
+                seq = ostore.next_seq(filters[0], self.next)
+            else:
+                for i, candidate in enumerate(nexts):
+                    if candidate and candidate < self.next:
+                        nexts[i] = ostore.next_seq(filters[i], self.next)
+                seq = min((c for c in nexts if c), default=0)
             if not seq:
                 self.next = max(self.next, ostore.last_seq + 1)
                 return False
@@ -148,7 +165,9 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
     stream (scanning backwards until every source is found)."""
     wanted = {link._iname: link for link in links if not link.mirror and not link.next}
     store = stream.store
-    if not store.msgs and store.last_seq:
+    if not store.msgs and store.last_seq and store.last_ts:
+        # (a stream that never stored anything, its first_seq aside, has no last time: as
+        # nats-server's check of LastTime, its sources start from the beginning)
         # Emptied (purged, expired): nothing tells where the sources were. nats-server then
         # takes only what the origins get from now on, rather than everything again.
         for link in wanted.values():
@@ -198,7 +217,12 @@ class Sourcing:
                 link = old.get(iname)
                 if link is None or link.spec != spec:
                     fresh = new_link(stream, spec, False)
-                    if link is not None:  # a changed filter goes on from where it was
+                    # A changed filter goes on from where it was; changed subject_transforms
+                    # make another source for nats-server 2.10+ (its index name has them),
+                    # which starts over.
+                    if link is not None and link.spec.get("subject_transforms") != spec.get("subject_transforms"):
+                        link = None
+                    if link is not None:
                         fresh.next, fresh.active, fresh.error = link.next, link.active, link.error
                     link = fresh
                 by_name[iname] = link

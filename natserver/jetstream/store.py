@@ -411,6 +411,14 @@ class Store:
         self._purged()
         return purged
 
+    def start_at(self, first_seq: int) -> None:
+        """A stream's ``first_seq`` (2.10+), when it is created and each time its store is
+        opened: a store whose first sequence is below it is emptied and goes on from it (or
+        from after its last sequence, if that is higher), as nats-server's newFileStore and
+        newMemStore purge(cfg.FirstSeq)."""
+        if first_seq > 0 and self.first_seq < first_seq:
+            self._remove_all(max(first_seq, self.last_seq + 1))
+
     def compact(self, seq: int) -> int:
         """Remove every message below ``seq`` (nats-server's Compact)."""
         if seq == 0 or seq > self.last_seq:

@@ -8,16 +8,17 @@ import re
 from typing import TYPE_CHECKING
 
 from .. import clock
-from ..routing.transform import SubjectTransform
+from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import counter, errors
 from .counter import check_counter_config
 from .errors import ApiError
-from .external import check_external
+from .external import check_external, index_name
 from .gojson import (
     INT32,
     INT64,
     UINT64,
     DecodeError,
+    GoDecodeError,
     decode_bool,
     decode_enum,
     decode_int,
@@ -64,7 +65,74 @@ def _placement(value):
 def _sources(value):
     if not isinstance(value, list):
         raise DecodeError("sources: not a list")
-    return [decode_source(v) for v in value]
+    return [decode_source(v, f"sources.{i}") for i, v in enumerate(value)]
+
+
+def _go_kind(value) -> str:
+    """What Go's json error calls a JSON value ("number -1", "string", ...)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _first_seq(value):
+    """first_seq (2.10+): a uint64, refused with the text of Go's Unmarshal error."""
+    try:
+        return decode_int(value, UINT64)
+    except DecodeError:
+        raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                            f"StreamConfigRequest.first_seq of type uint64") from None
+
+
+def _subject_transform(value, where: str = "subject_transform"):
+    """subject_transform (2.10+): {"src", "dest"}, both always written."""
+    if not isinstance(value, dict):
+        raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                            f"StreamConfigRequest.{where} of type server.SubjectTransformConfig")
+    raw = decode_struct(value, {"src": decode_str, "dest": decode_str}, {})
+    return {"src": raw.get("src", ""), "dest": raw.get("dest", "")}
+
+
+_LIMIT_TYPES = {"inactive_threshold": "time.Duration", "max_ack_pending": "int"}
+_LIMIT_FIELDS = {k: (lambda v: v) for k in _LIMIT_TYPES}  # (checked by _consumer_limits)
+
+
+def _consumer_limits(value):
+    """consumer_limits (2.10+): the defaults and caps of the stream's consumers
+    ({"inactive_threshold" ns, "max_ack_pending"}, each written only when set; Go's checks
+    take any value, negative too)."""
+    if not isinstance(value, dict):
+        kind = "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else _go_kind(value)
+        raise GoDecodeError(f"json: cannot unmarshal {kind} into Go struct field "
+                            "StreamConfigRequest.consumer_limits of type server.StreamConsumerLimits")
+    out = {}
+    for key, item in decode_struct(value, _LIMIT_FIELDS, {}).items():
+        if isinstance(item, bool) or not isinstance(item, int) or not INT64[0] <= item <= INT64[1]:
+            raise GoDecodeError(f"json: cannot unmarshal {_go_kind(item)} into Go struct field "
+                                f"StreamConfigRequest.consumer_limits.{key} of type {_LIMIT_TYPES[key]}")
+        out[key] = item
+    return {k: out[k] for k in _LIMIT_TYPES if out.get(k)}
+
+
+class _WrongTransforms(GoDecodeError):
+    """A source's subject_transforms that is not a list of objects (decode_source names where)."""
+
+
+def _subject_transforms(value):
+    """A mirror's or source's subject_transforms (2.10+): a list of subject_transform."""
+    if not isinstance(value, list):
+        raise _WrongTransforms(f"json: cannot unmarshal {_go_kind(value)} into Go struct field "
+                               "StreamConfigRequest.{where}.subject_transforms of type []server.SubjectTransformConfig")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):  # (Go names an element so, without "Go struct field")
+            raise _WrongTransforms(f"json: cannot unmarshal {_go_kind(item)} into "
+                                   f"StreamConfigRequest.{{where}}.subject_transforms.{i} of type "
+                                   "server.SubjectTransformConfig")
+    return [_subject_transform(item) for item in value]
 
 
 def _republish(value):
@@ -93,8 +161,10 @@ _CONFIG_FIELDS = {
     "template_owner": decode_str,
     "duplicate_window": lambda v: decode_int(v, INT64),
     "placement": _placement,
-    "mirror": lambda v: decode_source(v),
+    "mirror": lambda v: decode_source(v, "mirror"),
     "sources": _sources,
+    "first_seq": _first_seq,
+    "subject_transform": _subject_transform,
     "republish": _republish,
     "allow_direct": decode_bool,
     "mirror_direct": decode_bool,
@@ -103,6 +173,7 @@ _CONFIG_FIELDS = {
     "deny_delete": decode_bool,
     "deny_purge": decode_bool,
     "allow_rollup_hdrs": decode_bool,
+    "consumer_limits": _consumer_limits,
     "allow_msg_ttl": decode_bool,
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "allow_msg_counter": decode_bool,
@@ -113,10 +184,11 @@ _DEFAULTS = {
     "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
     "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
     "discard": "old", "storage": "", "num_replicas": 0, "no_ack": False, "template_owner": "",
-    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "republish": None,
+    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "subject_transform": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
-    "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False, "metadata": None,
+    "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
+    "metadata": None,
 }
 
 
@@ -145,6 +217,8 @@ class StreamConfig:
     placement: dict | None
     mirror: dict | None  # a StreamSource (decode_source)
     sources: list[dict] | None
+    first_seq: int  # 2.10+: the sequence of the stream's first message (0: 1)
+    subject_transform: dict | None  # 2.10+: {"src", "dest"} applied to what the stream stores
     republish: dict | None
     allow_direct: bool
     mirror_direct: bool
@@ -153,6 +227,7 @@ class StreamConfig:
     deny_delete: bool
     deny_purge: bool
     allow_rollup_hdrs: bool
+    consumer_limits: dict | None  # 2.10+: {"inactive_threshold" ns, "max_ack_pending"}, the set ones
     allow_msg_ttl: bool
     subject_delete_marker_ttl: int  # ns
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
@@ -202,6 +277,10 @@ class StreamConfig:
             out["mirror"] = self.mirror
         if self.sources:
             out["sources"] = self.sources
+        if self.first_seq:
+            out["first_seq"] = self.first_seq
+        if self.subject_transform is not None:
+            out["subject_transform"] = self.subject_transform
         if self.republish is not None:
             out["republish"] = self.republish
         out["allow_direct"] = self.allow_direct
@@ -212,6 +291,8 @@ class StreamConfig:
         out["deny_delete"] = self.deny_delete
         out["deny_purge"] = self.deny_purge
         out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
+        if self.consumer_limits:  # (2.15.1 always writes it, {} when unset: issue #27)
+            out["consumer_limits"] = self.consumer_limits
         if self.allow_msg_ttl:  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
             out["allow_msg_ttl"] = True
         if self.subject_delete_marker_ttl:
@@ -286,6 +367,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     elif cfg.subject_delete_marker_ttl < 0:
         raise invalid("subject delete marker TTL must not be negative")
     if cfg.mirror is not None:
+        if cfg.first_seq:
+            raise errors.mirror_with_first_seq()
         if cfg.subjects:
             raise errors.mirror_with_subjects()
         if cfg.sources:
@@ -296,6 +379,7 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
         cfg.mirror = decode_source(cfg.mirror)
+        _check_source_transforms(cfg.mirror, True)
         if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
             raise invalid("detected cycle")
         # nats-server checks a stream of this account with the origin's name, external or not.
@@ -307,6 +391,9 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             cfg.mirror_direct = origin.cfg.allow_direct
     if cfg.sources:
         cfg.sources = [decode_source(src) for src in cfg.sources]
+        for src in cfg.sources:
+            _check_source_transforms(src, False)
+        _check_same_origin(cfg.sources)
         for src in cfg.sources:
             if src["name"] == cfg.name and "external" not in src:
                 raise invalid("detected cycle")
@@ -342,10 +429,72 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             for other in cfg.subjects:
                 if other != subj and subjects_collide(other, subj):
                     raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
+    if cfg.subject_transform is not None:  # (2.10+: after the subjects, before republish)
+        src, dest = cfg.subject_transform["src"], cfg.subject_transform["dest"]
+        if src and not is_valid_subject(src):
+            raise errors.stream_transform_invalid_source(f"{errors.BAD_SUBJECT} {src}")
+        try:
+            validate_mapping(src, dest)
+        except MappingError as exc:
+            raise errors.stream_transform_invalid_destination(str(exc)) from None
     if cfg.republish is not None:
-        cfg.republish = check_republish(cfg.republish, cfg.subjects)
+        cfg.republish = check_republish(cfg.republish, cfg.subjects, cfg.subject_transform)
     _check_source_filters(cfg)
     return cfg
+
+
+def _check_source_transforms(spec: dict, mirror: bool) -> None:
+    """checkStreamCfg on a mirror's or source's subject_transforms (2.10+), in its order and
+    with its errors: not with a filter_subject; each source a valid subject and each mapping
+    valid (2.10's rules); no two sources overlapping (a mirror's: colliding)."""
+    transforms = spec.get("subject_transforms") or ()
+    if not transforms:
+        return
+    if spec.get("filter_subject"):
+        raise errors.mirror_multiple_filters() if mirror else errors.source_multiple_filters()
+
+    def check(tr: dict) -> None:
+        src = tr["src"]
+        if src and not is_valid_subject(src):
+            text = f"{errors.BAD_SUBJECT} {src}"
+            raise errors.mirror_invalid_filter(text) if mirror else errors.source_invalid_filter(text)
+        try:
+            validate_mapping(src, tr["dest"])
+        except MappingError as exc:
+            raise (errors.mirror_invalid_transform(str(exc)) if mirror
+                   else errors.source_invalid_transform(str(exc))) from None
+
+    if mirror:  # each one checked, then compared with the others
+        for outer, tr in enumerate(transforms):
+            check(tr)
+            if any(inner != outer and subjects_collide(tr["src"], other["src"])
+                   for inner, other in enumerate(transforms)):
+                raise errors.mirror_overlapping_filters()
+    else:  # all checked, then compared
+        for tr in transforms:
+            check(tr)
+        for outer, tr in enumerate(transforms):
+            if any(inner != outer and is_subset_match(tr["src"], other["src"])
+                   for inner, other in enumerate(transforms)):
+                raise errors.source_overlapping_filters()
+
+
+def _check_same_origin(sources: list) -> None:
+    """Sources of one origin with subject_transforms: nats-server 2.10+ tells them apart by
+    their filters and transforms (composeIName), refusing the same one twice (10140);
+    natserver still knows its sources by origin, as 2.9.10 did (sourcing.py), so it refuses
+    two different ones by name rather than merge them."""
+    seen: dict = {}
+    for src in sources:
+        origin = index_name(src)
+        transforms = src.get("subject_transforms")
+        if origin in seen and (transforms or seen[origin].get("subject_transforms")):
+            if seen[origin].get("subject_transforms") == transforms:
+                raise errors.source_duplicate()
+            raise errors.stream_invalid_config(
+                "natserver does not support several sources of one stream with subject_transforms "
+                "(added in nats-server 2.10) yet")
+        seen[origin] = src
 
 
 def _check_source_filters(cfg: StreamConfig) -> None:
@@ -361,12 +510,16 @@ def _check_source_filters(cfg: StreamConfig) -> None:
             raise errors.stream_create(f"subject filter '{filter}' for the source: {errors.BAD_SUBJECT}")
 
 
-def decode_source(value) -> dict:
+def decode_source(value, where: str = "mirror") -> dict:
     """A StreamSource (mirror or one of the sources) in Go's field order and omitempty rules:
-    name, opt_start_seq, opt_start_time, filter_subject, external {api, deliver}."""
+    name, opt_start_seq, opt_start_time, filter_subject, subject_transforms (2.10+), external
+    {api, deliver}. ``where``: its place in the request, for Go's decoding errors."""
     if value is None:
         raise DecodeError("source: null")
-    raw = decode_struct(value, _SOURCE_FIELDS, {})
+    try:
+        raw = decode_struct(value, _SOURCE_FIELDS, {})
+    except _WrongTransforms as exc:
+        raise GoDecodeError(str(exc).replace("{where}", where)) from None
     out: dict = {"name": raw.get("name", "")}
     if raw.get("opt_start_seq"):
         out["opt_start_seq"] = raw["opt_start_seq"]
@@ -374,6 +527,8 @@ def decode_source(value) -> dict:
         out["opt_start_time"] = raw["opt_start_time"]
     if raw.get("filter_subject"):
         out["filter_subject"] = raw["filter_subject"]
+    if raw.get("subject_transforms"):
+        out["subject_transforms"] = raw["subject_transforms"]
     if raw.get("external") is not None:
         ext = decode_struct(raw["external"], {"api": decode_str, "deliver": decode_str}, {})
         out["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
@@ -399,17 +554,24 @@ _SOURCE_FIELDS = {
     "opt_start_seq": lambda v: decode_int(v, UINT64),
     "opt_start_time": _source_time,
     "filter_subject": decode_str,
+    "subject_transforms": _subject_transforms,
     "external": decode_object,
 }
 
 
-def check_republish(value: dict, subjects: list) -> dict:
-    """nats-server 2.9.10's republish checks, its messages (all 10052)."""
+def check_republish(value: dict, subjects: list, transform: dict | None = None) -> dict:
+    """nats-server 2.9.10's republish checks, its messages (all 10052); and 2.10's implicit
+    republish: from ``>`` to ``>`` on a stream whose one subject is its subject transform's
+    source republishes what the transform stores (its destination)."""
     invalid = errors.stream_invalid_config
     raw = _republish(value)
     src = raw["src"] or ">"
     dest = raw["dest"]
-    if not any(subjects_collide(src, subj) for subj in subjects):
+    implicit = (src == dest == ">" and transform is not None and len(subjects) == 1
+                and transform["src"] == subjects[0])
+    if implicit and transform is not None:
+        src = dest = transform["dest"]
+    elif not any(subjects_collide(src, subj) for subj in subjects):
         raise invalid("stream configuration for republish source is not valid subset of subjects")
     if any(subjects_collide(dest, subj) for subj in subjects):
         raise invalid("stream configuration for republish destination forms a cycle")
@@ -516,8 +678,9 @@ class Stream:
         self._name_b = self.name.encode()
         self.followed = False  # a mirror or a source reads this stream (sourcing.py)
         self.links: list = []  # this stream's own mirror/sources (sourcing.SourceLink)
-        self.transform: SubjectTransform | None = None  # republish's (set_republish)
-        self.set_republish()
+        self.transform: SubjectTransform | None = None  # republish's (set_transforms)
+        self.input_transform: SubjectTransform | None = None  # subject_transform's (2.10+)
+        self.set_transforms()
         recovered = getattr(store, "recovered_ids", None)
         if recovered:
             for msg_id, seq, ts in recovered:
@@ -542,9 +705,12 @@ class Stream:
         a reply: limits, republish, consumers and followers see it."""
         self.process_msg(subject, None, marker_header(self.cfg.subject_delete_marker_ttl), b"")
 
-    def set_republish(self) -> None:
+    def set_transforms(self) -> None:
+        """From the (checked) configuration: republish's and subject_transform's."""
         rp = self.cfg.republish
         self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp else None
+        st = self.cfg.subject_transform
+        self.input_transform = validate_mapping(st["src"], st["dest"]) if st else None
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -585,6 +751,8 @@ class Stream:
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
         cfg = self.cfg
+        if self.input_transform is not None:  # (stream.go: before anything else)
+            subject = self.input_transform.apply_bytes(subject) or subject
         if cfg.sealed:
             if reply:
                 self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
@@ -734,7 +902,7 @@ class Stream:
         Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
         sequence) after the message's own, and Nats-Msg-Size instead of the data."""
         transform, republish = self.transform, self.cfg.republish
-        if transform is None or republish is None:  # (callers checked: set_republish sets both)
+        if transform is None or republish is None:  # (callers checked: set_transforms sets both)
             return
         dest = transform.apply_bytes(subject)
         if dest is None:
@@ -752,6 +920,8 @@ class Stream:
         """Store a message a mirror or source brought in (sourcing.py): no publish checks and
         no ack; limits, republish, consumers and followers as for a published message.
         Raises StoreError when the store refuses it (discard new)."""
+        if self.input_transform is not None:  # (nats-server: mirrored and sourced messages too)
+            subject = self.input_transform.apply_bytes(subject) or subject
         store = self.store
         if self.cfg.allow_msg_counter:
             # A counter stream counts what its sources bring (counter.py); one that can not be

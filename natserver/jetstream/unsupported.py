@@ -1,10 +1,12 @@
 """What nats-server 2.15.1's StreamConfig and ConsumerConfig have that natserver does not act on
-yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its subject
-transform or its compression was dropped; natserver refuses a request that sets one of these
+yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its
+compression or its batches were dropped; natserver refuses a request that sets one of these
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
-(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), priority groups (``priority_groups``,
+(``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), ``first_seq``,
+``subject_transform``, ``consumer_limits`` and sources' ``subject_transforms`` (stream.py),
+priority groups (``priority_groups``,
 ``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
 (``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
 (``allow_atomic``, ``allow_batched``) and message schedules (``allow_msg_schedules``) are still
@@ -19,15 +21,12 @@ from . import errors
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
     "compression": "2.10",
-    "first_seq": "2.10",
-    "subject_transform": "2.10",
-    "consumer_limits": "2.10",
     "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",
     "persist_mode": "2.12",
     "allow_batched": "2.14",
 }
-SOURCE_FIELDS = {"subject_transforms": "2.10"}  # in mirror and in each of sources
+SOURCE_FIELDS = {"consumer": "2.14"}  # in mirror and in each of sources (durable sourcing)
 CONSUMER_FIELDS = {
     "sourcing": "2.14",
 }

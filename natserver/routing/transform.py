@@ -14,6 +14,12 @@ the first whose source matches wins (accounts.go selectMappedSubject). Only mess
 clients (and leaf nodes) are mapped, before permissions are checked and before routing.
 
 Errors carry nats-server's texts (errors.go ErrInvalidMappingDestination and friends).
+
+JetStream's transforms (a stream's ``subject_transform``, nats-server 2.10+) follow 2.10's
+rules instead (``SubjectTransform(..., v2_10=True)``, ``validate_mapping``): the destination need
+not use every wildcard, ``{{left(n,len)}}``, ``{{right(n,len)}}`` and ``{{random(n)}}`` are
+known, ``{{partition(n)}}`` hashes the whole subject, a literal source takes only ``partition``
+and ``random`` functions, and a malformed destination is "invalid transform".
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 
 from .subjects import is_subset_match_tokens
 
-__all__ = ["MappingError", "MapDest", "SubjectTransform", "SubjectMappings", "fnv32a"]
+__all__ = ["MappingError", "MapDest", "SubjectTransform", "SubjectMappings", "fnv32a", "validate_mapping"]
 
 BAD_SUBJECT = "invalid subject"  # errors.go ErrBadSubject
 _INVALID = "invalid mapping destination"
@@ -35,6 +41,7 @@ INDEX_OUT_OF_RANGE = f"{_INVALID}: wildcard index out of range"
 NOT_ENOUGH_ARGUMENTS = f"{_INVALID}: not enough arguments passed to the function"
 INVALID_ARGUMENT = f"{_INVALID}: function argument is invalid or in the wrong format"
 TOO_MANY_ARGUMENTS = f"{_INVALID}: too many arguments passed to the function"
+INVALID_TRANSFORM = f"{_INVALID}: invalid transform"  # 2.10+'s ErrInvalidMappingDestinationSubject
 # How many mapped subjects a mapping remembers (a deterministic mapping only): published
 # subjects repeat, and a transform costs far more than a dict lookup. Cleared when full.
 MAPPED_CACHE_SIZE = 4096
@@ -51,7 +58,7 @@ def _function(name: str) -> re.Pattern:
 
 
 # Tried in this order, as nats-server does (split last: "splitFromLeft(" is not "split(").
-_WILDCARD, _PARTITION, _SPLIT_LEFT, _SPLIT_RIGHT, _SLICE_LEFT, _SLICE_RIGHT, _SPLIT = range(7)
+_WILDCARD, _PARTITION, _SPLIT_LEFT, _SPLIT_RIGHT, _SLICE_LEFT, _SLICE_RIGHT, _SPLIT, _RIGHT, _LEFT, _RANDOM = range(10)
 _FUNCTIONS = (
     (_WILDCARD, _function("wildcard")),
     (_PARTITION, _function("partition")),
@@ -61,6 +68,14 @@ _FUNCTIONS = (
     (_SLICE_RIGHT, _function("sliceFromRight")),
     (_SPLIT, _function("split")),
 )
+# nats-server 2.10+'s list (subject_transform.go indexPlaceHolders' order).
+_FUNCTIONS_2_10 = _FUNCTIONS[:6] + (
+    (_RIGHT, _function("right")),
+    (_LEFT, _function("left")),
+    (_SPLIT, _function("split")),
+    (_RANDOM, _function("random")),
+)
+_MAX_INT32 = (1 << 31) - 1
 _COMMA = re.compile(r",\s*")
 
 
@@ -77,9 +92,9 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _placeholder(token: str) -> tuple[int, list[int], int, str] | None:
+def _placeholder(token: str, v2_10: bool = False) -> tuple[int, list[int], int, str] | None:
     """A destination token's function (kind, wildcard indexes, number, string), or None for a
-    plain token (accounts.go indexPlaceHolders)."""
+    plain token (accounts.go indexPlaceHolders; ``v2_10``: subject_transform.go's)."""
     if len(token) > 1 and token[0] == "$":
         try:
             return _WILDCARD, [_int(token[1:])], -1, ""
@@ -91,7 +106,7 @@ def _placeholder(token: str) -> tuple[int, list[int], int, str] | None:
     def fail(error: str):
         raise MappingError(f"{error} in {token}")
 
-    for kind, expression in _FUNCTIONS:
+    for kind, expression in _FUNCTIONS_2_10 if v2_10 else _FUNCTIONS:
         found = expression.search(token)
         if found is None:
             continue
@@ -104,9 +119,19 @@ def _placeholder(token: str) -> tuple[int, list[int], int, str] | None:
                     fail(TOO_MANY_ARGUMENTS)
                 return kind, [_int(args[0])], -1, ""
             if kind == _PARTITION:
-                if len(args) < 2:
+                if len(args) < (1 if v2_10 else 2):  # 2.10+: partition(n) hashes the subject
                     fail(NOT_ENOUGH_ARGUMENTS)
-                return kind, [_int(a) for a in args[1:]], _int(args[0]), ""
+                number = _int(args[0])
+                if number > _MAX_INT32:
+                    fail(INVALID_ARGUMENT)
+                return kind, [_int(a) for a in args[1:]], number, ""
+            if kind == _RANDOM:
+                if len(args) != 1:
+                    fail(NOT_ENOUGH_ARGUMENTS)
+                number = _int(args[0])
+                if number > _MAX_INT32:
+                    fail(INVALID_ARGUMENT)
+                return kind, [], number, ""
             if len(args) < 2:
                 fail(NOT_ENOUGH_ARGUMENTS)
             if len(args) > 2:
@@ -141,20 +166,32 @@ def _subject_info(subject: str) -> tuple[bool, list[str], int, bool]:
     return True, tokens, stars, full
 
 
-def validate_destination(subject: str) -> None:
-    """sublist.go ValidateMappingDestination."""
+def validate_destination(subject: str, v2_10: bool = False) -> None:
+    """sublist.go ValidateMappingDestination (``v2_10``: 2.10+'s ValidateMapping, its texts)."""
     after_full = False
+    invalid = INVALID_TRANSFORM if v2_10 else INVALID_DEST_SUBJECT
     for token in subject.split("."):
         if not token or after_full:
-            raise MappingError(f"{INVALID_DEST_SUBJECT} in {token}")
+            # (2.10+: an empty token is named by nothing, mappingDestinationErr.Error)
+            raise MappingError(f"{invalid} in {token}" if token or not v2_10 else invalid)
         if _is_function_token(token):
-            if not any(expression.search(token) for _, expression in _FUNCTIONS):
+            if not any(expression.search(token) for _, expression in (_FUNCTIONS_2_10 if v2_10 else _FUNCTIONS)):
                 raise MappingError(f"{UNKNOWN_FUNCTION} in {token}")
             continue
         if token == ">":
             after_full = True
         elif any(c in token for c in "\t\n\f\r "):
-            raise MappingError(INVALID_DEST_SUBJECT)
+            raise MappingError(invalid)
+
+
+def validate_mapping(source: str, dest: str) -> "SubjectTransform | None":
+    """nats-server 2.10+'s ValidateMapping then NewSubjectTransform: the transform (None when
+    ``dest`` is empty: nothing is transformed), or MappingError with its text. An empty
+    ``source`` is ``>``."""
+    if not dest:
+        return None
+    validate_destination(dest, v2_10=True)
+    return SubjectTransform(source or ">", dest, v2_10=True)
 
 
 def fnv32a(data: bytes) -> int:
@@ -169,26 +206,38 @@ class SubjectTransform:
     """One transform from ``source`` to ``dest`` (accounts.go newTransform); MappingError if
     nats-server would refuse it."""
 
-    __slots__ = ("source", "dest", "source_tokens", "dest_tokens", "steps", "literal")
+    __slots__ = ("source", "dest", "source_tokens", "dest_tokens", "steps", "literal", "identity", "cache")
 
-    def __init__(self, source: str, dest: str) -> None:
+    def __init__(self, source: str, dest: str, *, v2_10: bool = False) -> None:
         valid, source_tokens, stars, full = _subject_info(source)
         dest_valid, dest_tokens, dest_stars, dest_full = _subject_info(dest)
         if not valid or not dest_valid or dest_stars or full != dest_full:
             raise MappingError(BAD_SUBJECT)
         self.source, self.dest = source, dest
         self.source_tokens, self.dest_tokens = source_tokens, dest_tokens
+        # subject_transform.go Match: from everything to everything leaves subjects alone.
+        self.identity = v2_10 and source == ">" and dest == ">"
         # Per destination token: None (copied) or (kind, source token positions, number, string).
         self.steps: list = []
-        if stars or full:
+        if v2_10 and not (stars or full):
+            # A literal source: only partition (of the whole subject) and random.
+            for token in dest_tokens:
+                found = _placeholder(token, True)
+                if found is not None and found[0] not in (_PARTITION, _RANDOM):
+                    raise MappingError(f"{INDEX_OUT_OF_RANGE} in {token}")
+                self.steps.append(None if found is None else (found[0], [], found[2], ""))
+        elif stars or full:
             star_positions = [i for i, token in enumerate(source_tokens) if token == "*"]
             used = 0
             for token in dest_tokens:
-                found = _placeholder(token)
+                found = _placeholder(token, v2_10)
                 if found is None:
                     self.steps.append(None)
                     continue
                 kind, indexes, number, text = found
+                if kind == _RANDOM:
+                    self.steps.append((kind, [], number, ""))
+                    continue
                 used += 1
                 positions = []
                 for index in indexes:
@@ -197,9 +246,14 @@ class SubjectTransform:
                     # Go reads a map here: index 0 or below finds position 0.
                     positions.append(star_positions[index - 1] if index >= 1 else 0)
                 self.steps.append((kind, positions, number, text))
-            if used < stars:
+            if used < stars and not v2_10:  # (2.10+ asks it of import transforms only)
                 raise MappingError(f"{NOT_USING_ALL_WILDCARDS} in {dest}")
-        self.literal = not self.steps
+        self.literal = not any(self.steps) and not full
+        # 2.10+ transforms (a stream's, applied to every message it stores) remember what they
+        # gave, as mappings do (MAPPED_CACHE_SIZE), unless random() makes each answer new.
+        deterministic = not any(step and step[0] == _RANDOM for step in self.steps)
+        self.cache: dict | None = {} if v2_10 and deterministic else None
+
 
     def matches(self, tokens: list[str]) -> bool:
         return self.source in ("", ">") or is_subset_match_tokens(
@@ -214,9 +268,22 @@ class SubjectTransform:
         return self.transform_tokens(tokens)
 
     def apply_bytes(self, subject: bytes) -> bytes | None:
-        """``apply`` for a subject as the wire carries it."""
+        """``apply`` for a subject as the wire carries it (a 2.10+ transform from ``>`` to
+        ``>`` leaves it alone, as subject_transform.go Match)."""
+        if self.identity:
+            return subject
+        cache = self.cache
+        if cache is not None:
+            found = cache.get(subject, _UNKNOWN)
+            if found is not _UNKNOWN:
+                return found
         mapped = self.apply(subject.decode("utf-8", "surrogateescape"))
-        return None if mapped is None else mapped.encode("utf-8", "surrogateescape")
+        out = None if mapped is None else mapped.encode("utf-8", "surrogateescape")
+        if cache is not None:
+            if len(cache) >= MAPPED_CACHE_SIZE:
+                cache.clear()
+            cache[subject] = out
+        return out
 
     def transform_tokens(self, tokens: list[str]) -> str:
         """accounts.go transform: ``tokens`` are a subject known to match the source."""
@@ -230,12 +297,19 @@ class SubjectTransform:
                 out.append(token)
                 continue
             kind, positions, number, text = step
-            value = tokens[positions[0]]
+            value = tokens[positions[0]] if positions else ""
             if kind == _WILDCARD:
                 out.append(value)
             elif kind == _PARTITION:
-                key = "".join(tokens[p] for p in positions).encode()
+                # (2.10+ partition(n): the whole subject)
+                key = ("".join(tokens[p] for p in positions) if positions else ".".join(tokens)).encode()
                 out.append(str(fnv32a(key) % number) if number > 0 else "0")
+            elif kind == _RANDOM:
+                out.append(str(random.randrange(_MAX_INT32 + 1) % number) if number > 0 else "0")
+            elif kind == _LEFT:
+                out.append(value[:number] if 0 < number < len(value) else value)
+            elif kind == _RIGHT:
+                out.append(value[-number:] if 0 < number < len(value) else value)
             elif kind == _SPLIT_LEFT:
                 out.append(f"{value[:number]}.{value[number:]}" if 0 < number < len(value) else value)
             elif kind == _SPLIT_RIGHT:

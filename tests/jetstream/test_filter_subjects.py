@@ -196,18 +196,16 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
             return json.loads(data[:-2])
 
         stream = {"name": "S", "subjects": ["s.>"]}
-        for field, value in [("compression", "s2"), ("first_seq", 10),
-                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async"),
-                             ("subject_transform", {"src": "s.>", "dest": "t.>"}),
-                             ("consumer_limits", {"max_ack_pending": 5})]:
+        for field, value in [("compression", "s2"),
+                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async")]:
             answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
             assert answer["error"] == {"code": 500, "err_code": 10052,
                                        "description": f"natserver does not support {field} (added in nats-server "
                                                       f"{unsupported.STREAM_FIELDS[field]}) yet"}, field
-        answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, "sources": [{"name": "X", "subject_transforms": [
-            {"src": ">", "dest": "x.>"}]}]})
-        assert "subject_transforms" in answer["error"]["description"]
-        zeros = {"compression": "none", "first_seq": 0, "consumer_limits": {}}
+        answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, "sources": [{"name": "X", "consumer": {
+            "name": "c", "deliver_subject": "d"}}]})
+        assert answer["error"]["err_code"] == 10052 and "consumer" in answer["error"]["description"]
+        zeros = {"compression": "none", "first_seq": 0, "allow_msg_ttl": True, "consumer_limits": {}}
         assert "error" not in await ask("$JS.API.STREAM.CREATE.S", {**stream, **zeros})
         answer = await ask("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {
             "durable_name": "C", "ack_policy": "explicit", "sourcing": True}})

@@ -704,3 +704,99 @@ def test_ordered_consumer_after_restart(kind, tmp_path):
             await nc.close()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+# -- issue #27 item 2: V210FeaturesTest (first_seq, subject transforms, consumer_limits) --------
+
+
+def test_v210_subject_transforms(target):
+    """V210FeaturesTest::test_subject_transforms: a stream's subject_transform from '>', a
+    filtered consumer on the transformed subject, a source with two subject_transforms, and
+    overlapping ones refused (10147)."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="TRANSFORMS", subjects=["test", "foo"],
+                            subject_transform=nats.js.api.SubjectTransform(src=">", dest="transformed.>"))
+        for i in range(10):
+            await js.publish("test", f"{i}".encode())
+        psub = await js.pull_subscribe("test")
+        assert (await psub.consumer_info()).num_pending == 0
+        with pytest.raises(asyncio.TimeoutError):
+            await psub.fetch(1, timeout=0.5)
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.pull_subscribe("transformed.>")
+        psub = await js.pull_subscribe("transformed.test", stream="TRANSFORMS")
+        assert (await psub.consumer_info()).num_pending == 10
+        msgs = await psub.fetch(10, timeout=1)
+        assert [(m.subject, m.data) for m in msgs[::5]] == [("transformed.test", b"0"), ("transformed.test", b"5")]
+        source = nats.js.api.StreamSource(name="TRANSFORMS", subject_transforms=[
+            nats.js.api.SubjectTransform(src="transformed.>", dest="fromtest.transformed.>"),
+            nats.js.api.SubjectTransform(src="foo.>", dest="fromtest.foo.>")])
+        await js.add_stream(name="SOURCING", sources=[source])
+        await js.add_consumer(stream="SOURCING", config=nats.js.api.ConsumerConfig(durable_name="b"))
+        psub = await js.pull_subscribe_bind(consumer="b", stream="SOURCING")
+        deadline = time.monotonic() + 5
+        while (await psub.consumer_info()).num_pending < 10:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        msgs = await psub.fetch(10, timeout=1)
+        assert [(m.subject, m.data) for m in msgs[::5]] == [
+            ("fromtest.transformed.test", b"0"), ("fromtest.transformed.test", b"5")]
+        overlapping = nats.js.api.StreamSource(name="TRANSFORMS2", subject_transforms=[
+            nats.js.api.SubjectTransform(src=">", dest="fromtest.transformed.>"),
+            nats.js.api.SubjectTransform(src=">", dest="fromtest.foo.>")])
+        with pytest.raises(nats.js.errors.BadRequestError) as err:
+            await js.add_stream(name="SOURCING", sources=[overlapping])
+        assert err.value.err_code == 10147
+        await nc.close()
+
+    run(main())
+
+
+def test_v210_stream_consumer_limits(target):
+    """V210FeaturesTest::test_stream_consumer_limits: the limits in stream info (each alone
+    too), and a consumer that sets no max_ack_pending takes the stream's."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="CONSUMERLIMITS", subjects=["consumerlimits.test"],
+                            consumer_limits=nats.js.api.StreamConsumerLimits(inactive_threshold=3600.0,
+                                                                             max_ack_pending=1000))
+        limits = (await js.stream_info("CONSUMERLIMITS")).config.consumer_limits
+        assert (limits.inactive_threshold, limits.max_ack_pending) == (3600.0, 1000)
+        await js.add_consumer("CONSUMERLIMITS", config=nats.js.api.ConsumerConfig(durable_name="consumer1"))
+        assert (await js.consumer_info("CONSUMERLIMITS", "consumer1")).config.max_ack_pending == 1000
+        await js.add_stream(name="MAXACKONLY", subjects=["consumerlimits.maxack"],
+                            consumer_limits=nats.js.api.StreamConsumerLimits(max_ack_pending=500))
+        limits = (await js.stream_info("MAXACKONLY")).config.consumer_limits
+        assert (limits.inactive_threshold, limits.max_ack_pending) == (None, 500)
+        await js.add_stream(name="INACTIVETHRESHOLDONLY", subjects=["consumerlimits.inactive"],
+                            consumer_limits=nats.js.api.StreamConsumerLimits(inactive_threshold=7200.0))
+        limits = (await js.stream_info("INACTIVETHRESHOLDONLY")).config.consumer_limits
+        assert (limits.inactive_threshold, limits.max_ack_pending) == (7200.0, None)
+        await nc.close()
+
+    run(main())
+
+
+def test_v210_stream_first_seq(target):
+    """V210FeaturesTest::test_stream_first_seq."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="FIRSTSEQ", subjects=["test"], first_seq=1000)
+        assert [(await js.publish("test", b"message %d" % i)).seq for i in (1, 2, 3)] == [1000, 1001, 1002]
+        info = await js.stream_info("FIRSTSEQ")
+        assert (info.state.first_seq, info.state.last_seq, info.state.messages) == (1000, 1002, 3)
+        assert info.config.first_seq == 1000
+        msg = await js.get_msg("FIRSTSEQ", seq=1001)
+        assert (msg.seq, msg.data) == (1001, b"message 2")
+        msg = await js.get_msg("FIRSTSEQ", seq=1000)
+        assert (msg.seq, msg.data) == (1000, b"message 1")
+        await nc.close()
+
+    run(main())

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from natserver.routing.transform import MapDest, MappingError, SubjectMappings, SubjectTransform, fnv32a
+from natserver.routing.transform import (
+    MAPPED_CACHE_SIZE,
+    MapDest,
+    MappingError,
+    SubjectMappings,
+    SubjectTransform,
+    fnv32a,
+    validate_mapping,
+)
 
 REFUSED = [
     ("foo.*.*", "bar.$2", "invalid mapping destination: not using all of the token wildcard(s) in bar.$2"),
@@ -138,3 +146,60 @@ def test_mapped_results_are_remembered_boundedly():
         assert mappings.select(b"k.%d" % i) == b"v.%d" % i
     cache = mappings.mappings[0].cache
     assert cache is not None and 0 < len(cache) <= 4096
+
+
+# nats-server 2.10+'s rules, as a JetStream stream's subject_transform applies them
+# (subject_transform.go; answers checked against 2.15.1 in tests/jetstream/test_stream_settings.py).
+MATCHES_2_10 = [
+    ("l.*.*", "m.{{left(1,2)}}", "l.abcd.e", "m.ab"),  # a wildcard left out
+    ("l.*", "m.{{right(1,2)}}", "l.abcd", "m.cd"),
+    ("l.*", "m.{{left(1,9)}}", "l.abcd", "m.abcd"),  # too short: unchanged
+    ("p.a", "q.{{partition(3)}}", "p.a", "q.1"),  # the whole subject hashed
+    ("*", "{{partition(3)}}", "p.a.b", None),
+    (">", ">", "any.thing", "any.thing"),
+]
+
+
+@pytest.mark.parametrize(("source", "dest", "subject", "expected"), MATCHES_2_10)
+def test_transforms_of_nats_server_2_10(source, dest, subject, expected):
+    transform = SubjectTransform(source, dest, v2_10=True)
+    if expected is None:
+        assert transform.apply(subject) is None
+    else:
+        assert transform.apply_bytes(subject.encode()) == expected.encode()
+
+
+def test_random_of_nats_server_2_10():
+    transform = SubjectTransform("r.*", "s.$1.{{random(3)}}", v2_10=True)
+    seen = {transform.apply(f"r.{i}").split(".")[2] for i in range(200)}
+    assert seen == {"0", "1", "2"}
+
+
+@pytest.mark.parametrize(("source", "dest", "error"), [
+    ("a.*", "x..$1", "invalid mapping destination: invalid transform"),
+    ("a.*", "x.>.y", "invalid mapping destination: invalid transform in y"),
+    ("a", "x.{{wildcard(1)}}", "invalid mapping destination: wildcard index out of range in {{wildcard(1)}}"),
+    ("a.*", "x.{{random()}}", "invalid mapping destination: function argument is invalid or in the wrong format in {{random()}}"),
+])
+def test_validate_mapping_of_nats_server_2_10(source, dest, error):
+    with pytest.raises(MappingError) as caught:
+        validate_mapping(source, dest)
+    assert str(caught.value) == error
+
+
+def test_the_2_9_rules_stay_for_mappings():
+    with pytest.raises(MappingError):
+        SubjectTransform("foo.*", "bar.{{left(1,2)}}")
+    assert validate_mapping("foo", "") is None
+
+
+def test_2_10_transforms_remember_their_answers_within_a_bound():
+    transform = SubjectTransform("o.*", "x.$1", v2_10=True)
+    assert transform.apply_bytes(b"o.a") == b"x.a"
+    assert transform.cache == {b"o.a": b"x.a"}
+    assert transform.apply_bytes(b"p") is None and transform.cache[b"p"] is None
+    for i in range(MAPPED_CACHE_SIZE + 10):
+        assert transform.apply_bytes(b"o.%d" % i) == b"x.%d" % i
+    assert len(transform.cache) <= MAPPED_CACHE_SIZE
+    assert SubjectTransform("o.*", "x.{{random(3)}}", v2_10=True).cache is None  # a new answer each time
+    assert SubjectTransform("o.*", "x.$1").cache is None  # (core mappings cache in SubjectMappings)
