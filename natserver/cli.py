@@ -21,10 +21,8 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 from ._version import __version__
 from .app import build_server, check_options
-from .config.conf import ConfigError
 from .config.flags import TLS_USAGE, USAGE, UsageError, build_options, parse_args, validate
-from .config.mapping import ConfigFileError, unsupported_warnings
-from .config.options import Options
+from .config.options import ConfigError, ConfigFileError, Options
 from .protocol import const
 from .protocol.gotext import go_errno_text
 from .server.files import remove_ports_file, write_pid_file, write_ports_file
@@ -65,7 +63,7 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     configure_logging(options)
     server._logging_configured = True
     _tune_gc()
-    for line in unsupported_warnings(options):
+    for line in _unsupported_warnings(options):
         log.warning("%s", line)
     exit_code = 0
     signals_wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -110,6 +108,17 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     if command_line.ports_file:
         remove_ports_file(command_line.ports_file)
     return exit_code
+
+
+def _unsupported_warnings(options: Options) -> list[str]:
+    """config.mapping's unsupported_warnings, which reads only ``options.extra`` (the keys and
+    flags natserver accepts but ignores): a start with nothing there does not import the
+    config file mapping for it."""
+    if not options.extra:
+        return []
+    from .config.mapping import unsupported_warnings
+
+    return unsupported_warnings(options)
 
 
 def _tune_gc() -> None:
@@ -255,7 +264,7 @@ def _main(argv: list[str], early) -> int:
         options = build_options(given, on_warnings=None if check else lambda exc: sys.stderr.write(str(exc)))
         if check:
             # Valid for nats-server, but name what natserver will not act on, as a start would.
-            for line in unsupported_warnings(options):
+            for line in _unsupported_warnings(options):
                 print(f"natserver: warning: {line}", file=sys.stderr)
             digest = f" ({options.config_digest})" if options.config_digest else ""
             print(f"natserver: configuration file {options.config_file} is valid{digest}", file=sys.stderr)
