@@ -84,6 +84,7 @@ NOT_ON_PLAIN_START = (
     "email.utils",  # the HTTP monitor's Date header
     "cryptography",  # signing and verifying nkeys, JWTs (the server's xkey is made without it)
     "bcrypt",  # bcrypt passwords
+    "fractions",  # Go duration strings (-ping_interval 2m, config files)
 )
 
 
