@@ -124,10 +124,12 @@ def _unsupported_warnings(options: Options) -> list[str]:
 def _tune_gc() -> None:
     """The binary owns its process: collect less often (see GC_GEN0_THRESHOLD) and move the
     objects made at start (modules, functions, configuration) out of the collector's way, so
-    the full collections that still happen walk only what the server made since."""
+    the full collections that still happen walk only what the server made since. The collector
+    is on from here: natserver.launch turns it off for the imports and the build."""
     _gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(const.GC_GEN0_THRESHOLD, gen1, gen2)
     gc.freeze()
+    gc.enable()
     if log.isEnabledFor(logging.DEBUG):  # counting the frozen objects walks them all (~4 ms)
         threshold, frozen = gc.get_threshold()[0], gc.get_freeze_count()
         log.debug("Garbage collection: generation 0 threshold %d, %d objects frozen", threshold, frozen)

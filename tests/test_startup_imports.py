@@ -62,6 +62,9 @@ _CHILD = textwrap.dedent(
         reclaim = sys.modules.get("natserver.server.reclaim")
         if reclaim is not None:
             print("@malloc_trim_lookups", reclaim.load_malloc_trim.cache_info().misses, flush=True)
+        # launch.py stops the collector for the imports; the running server collects again.
+        import gc
+        print("@gc_enabled", gc.isenabled(), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=first_client, daemon=True).start()
@@ -114,6 +117,7 @@ def test_plain_start_imports_only_the_core():
     assert crept_in == []
     # ctypes.util.find_library("c") runs ldconfig: done when the first reclaim needs it.
     assert "@malloc_trim_lookups 0" in loaded
+    assert "@gc_enabled True" in loaded
 
 
 def test_a_config_file_still_imports_what_it_needs(tmp_path):
