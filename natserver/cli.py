@@ -21,10 +21,8 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 from ._version import __version__
 from .app import build_server, check_options
-from .config.conf import ConfigError
 from .config.flags import TLS_USAGE, USAGE, UsageError, build_options, parse_args, validate
-from .config.mapping import ConfigFileError, unsupported_warnings
-from .config.options import Options
+from .config.options import ConfigError, ConfigFileError, Options
 from .protocol import const
 from .protocol.gotext import go_errno_text
 from .server.files import remove_ports_file, write_pid_file, write_ports_file
@@ -65,7 +63,7 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     configure_logging(options)
     server._logging_configured = True
     _tune_gc()
-    for line in unsupported_warnings(options):
+    for line in _unsupported_warnings(options):
         log.warning("%s", line)
     exit_code = 0
     signals_wanted = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -112,15 +110,29 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     return exit_code
 
 
+def _unsupported_warnings(options: Options) -> list[str]:
+    """config.mapping's unsupported_warnings, which reads only ``options.extra`` (the keys and
+    flags natserver accepts but ignores): a start with nothing there does not import the
+    config file mapping for it."""
+    if not options.extra:
+        return []
+    from .config.mapping import unsupported_warnings
+
+    return unsupported_warnings(options)
+
+
 def _tune_gc() -> None:
     """The binary owns its process: collect less often (see GC_GEN0_THRESHOLD) and move the
     objects made at start (modules, functions, configuration) out of the collector's way, so
-    the full collections that still happen walk only what the server made since."""
+    the full collections that still happen walk only what the server made since. The collector
+    is on from here: natserver.launch turns it off for the imports and the build."""
     _gen0, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(const.GC_GEN0_THRESHOLD, gen1, gen2)
     gc.freeze()
-    threshold, frozen = gc.get_threshold()[0], gc.get_freeze_count()
-    log.debug("Garbage collection: generation 0 threshold %d, %d objects frozen", threshold, frozen)
+    gc.enable()
+    if log.isEnabledFor(logging.DEBUG):  # counting the frozen objects walks them all (~4 ms)
+        threshold, frozen = gc.get_threshold()[0], gc.get_freeze_count()
+        log.debug("Garbage collection: generation 0 threshold %d, %d objects frozen", threshold, frozen)
 
 
 # -- -sl ---------------------------------------------------------------------------------------
@@ -255,7 +267,7 @@ def _main(argv: list[str], early) -> int:
         options = build_options(given, on_warnings=None if check else lambda exc: sys.stderr.write(str(exc)))
         if check:
             # Valid for nats-server, but name what natserver will not act on, as a start would.
-            for line in unsupported_warnings(options):
+            for line in _unsupported_warnings(options):
                 print(f"natserver: warning: {line}", file=sys.stderr)
             digest = f" ({options.config_digest})" if options.config_digest else ""
             print(f"natserver: configuration file {options.config_file} is valid{digest}", file=sys.stderr)

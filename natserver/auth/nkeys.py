@@ -4,7 +4,9 @@ A public key is ``base32(prefix byte + 32-byte Ed25519 public key + CRC16 little
 without padding (56 characters starting with ``U`` for users, ``A`` accounts, ``O``
 operators, ``N`` servers); a seed is the same with two prefix bytes (``S`` then the key
 type) around the 32-byte private seed (58 characters, ``SU...``, ``SA...``, ``SO...``).
-This is the encoding of github.com/nats-io/nkeys, re-implemented on ``cryptography``.
+This is the encoding of github.com/nats-io/nkeys, re-implemented on ``cryptography``, which
+is imported on first use (signing, verifying, making a key pair): the plain ``natserver`` start
+encodes keys but never signs, and importing ``cryptography`` costs more than the server's ids.
 
 The module doubles as a stand-in for the ``nkeys`` Python package (``from_seed(seed)``
 returning a key pair with ``public_key``, ``sign()``, ``verify()`` and ``wipe()``), so nats-py
@@ -18,11 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 __all__ = [
     "KeyPair",
@@ -143,6 +140,9 @@ def verify(public_key, data: bytes, signature: bytes) -> bool:
         return False
     if len(signature) != 64:
         return False
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(raw).verify(bytes(signature), bytes(data))
     except (InvalidSignature, ValueError):
@@ -177,6 +177,8 @@ class KeyPair:
     def sign(self, data: bytes) -> bytes:
         if self._seed is None:
             raise NkeyError("cannot sign: public key only")
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         return Ed25519PrivateKey.from_private_bytes(self._seed).sign(bytes(data))
 
     def verify(self, data: bytes, signature: bytes) -> bool:
@@ -191,9 +193,7 @@ class KeyPair:
 
 def from_seed(seed) -> KeyPair:
     prefix, raw = decode_seed(seed)
-    private = Ed25519PrivateKey.from_private_bytes(raw)
-    public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return KeyPair(prefix, public, raw)
+    return KeyPair(prefix, _ed25519_public(raw), raw)
 
 
 def from_public_key(key) -> KeyPair:
@@ -203,8 +203,13 @@ def from_public_key(key) -> KeyPair:
 
 def _create(prefix: int) -> KeyPair:
     raw = os.urandom(32)
-    public = Ed25519PrivateKey.from_private_bytes(raw).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return KeyPair(prefix, public, raw)
+    return KeyPair(prefix, _ed25519_public(raw), raw)
+
+
+def _ed25519_public(seed: bytes) -> bytes:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
 
 
 def create_user() -> KeyPair:
@@ -223,13 +228,55 @@ def create_server() -> KeyPair:
     return _create(PREFIX_SERVER)
 
 
-def create_curve_keys() -> tuple[str, X25519PrivateKey]:
+def create_curve_keys() -> tuple[str, bytes]:
     """An x25519 key pair as nkeys.CreateCurveKeys makes it: the public key as nkey text
-    (``X...``, 56 characters) and the private key. nats-server 2.10+ announces the public one
-    in INFO ``xkey`` (server.go NewServer) for messages encrypted to the server."""
-    private = X25519PrivateKey.generate()
-    public = private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    return encode_public_key(PREFIX_CURVE, public).decode(), private
+    (``X...``, 56 characters) and the 32-byte private key. nats-server 2.10+ announces the
+    public one in INFO ``xkey`` (server.go NewServer) for messages encrypted to the server.
+    (``cryptography``'s ``X25519PrivateKey.from_private_bytes(private)`` is the same key.)"""
+    private = os.urandom(32)
+    return encode_public_key(PREFIX_CURVE, x25519_public_key(private)).decode(), private
+
+
+# RFC 7748 section 4.1 and 5: Curve25519's prime, (A - 2) / 4 for A = 486662, the base point's u.
+_X25519_P = 2**255 - 19
+_X25519_A24 = 121665
+_X25519_BASE_U = 9
+
+
+def x25519_public_key(private: bytes) -> bytes:
+    """X25519(private, 9): the public key of a 32-byte x25519 private key (RFC 7748's
+    Montgomery ladder, section 5). In Python because the server makes one key per start, and
+    this takes about a millisecond where importing ``cryptography`` takes several; it is not
+    constant-time, which a public key derived once per start does not need (tests compare it
+    with ``cryptography``'s)."""
+    scalar = bytearray(private)
+    scalar[0] &= 248
+    scalar[31] &= 127
+    scalar[31] |= 64
+    k = int.from_bytes(scalar, "little")
+    p = _X25519_P
+    x1 = _X25519_BASE_U
+    x2, z2, x3, z3 = 1, 0, x1, 1
+    swap = 0
+    for t in range(254, -1, -1):
+        bit = (k >> t) & 1
+        if swap ^ bit:
+            x2, x3, z2, z3 = x3, x2, z3, z2
+        swap = bit
+        a = x2 + z2
+        aa = a * a % p
+        b = x2 - z2
+        bb = b * b % p
+        e = aa - bb
+        da = (x3 - z3) * a % p
+        cb = (x3 + z3) * b % p
+        x3 = (da + cb) ** 2 % p
+        z3 = x1 * (da - cb) ** 2 % p
+        x2 = aa * bb % p
+        z2 = e * (aa + _X25519_A24 * e) % p
+    if swap:
+        x2, z2 = x3, z3
+    return (x2 * pow(z2, p - 2, p) % p).to_bytes(32, "little")
 
 
 # nkeys package names nats-py and other tools use.

@@ -49,40 +49,11 @@ from datetime import datetime, timezone
 
 from ..protocol.gotext import GO_JSON_ESCAPES, parse_duration
 
+# ConfigError lives in options.py, which the command line imports without this parser when
+# there is no config file; it is still importable from here.
+from .options import ConfigError
+
 __all__ = ["ConfigError", "config_digest", "parse", "parse_file", "parse_duration", "to_int"]
-
-
-class ConfigError(Exception):
-    """A configuration that cannot be read or parsed.
-
-    ``line`` and ``column`` are 1-based; they are None only when the file
-    itself could not be read. ``path`` is None for text given to :func:`parse`
-    without a path.
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        path: str | None = None,
-        line: int | None = None,
-        column: int | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.path = path
-        self.line = line
-        self.column = column
-
-    def __str__(self) -> str:
-        where = self.path if self.path is not None else "config"
-        if self.line is None:
-            return f"{where}: {self.reason}"
-        return f"{where}:{self.line}:{self.column}: {self.reason}"
-
-    def __reduce__(self):
-        # Keep path/line/column when the error crosses a process boundary.
-        return (self.__class__, (self.reason,), self.__dict__)
 
 
 class _ReferenceCycleError(ConfigError):

@@ -26,10 +26,7 @@ from dataclasses import dataclass
 from ..auth.tls import TLSConfig, TLSConfigError, server_context
 from ..protocol import const
 from ..protocol.gotext import go_duration, parse_duration
-from .conf import to_int
-from .mapping import ConfigFileError, apply_baseline, options_from_file
-from .options import Options
-from .stan import StanConfigError, apply_flags
+from .options import ConfigFileError, Options, apply_baseline
 
 USAGE = f"""\
 Usage: natserver [options]
@@ -287,6 +284,8 @@ def _convert(name: str, flag: _Flag, raw: str):
         except ValueError as exc:
             raise UsageError(f'invalid value "{raw}" for flag -{name}: {exc}') from None
     if flag.kind == "size":
+        from .conf import to_int  # the config file's size syntax (1MB, 64k); see build_options
+
         try:
             return to_int(raw)
         except (ValueError, TypeError):
@@ -372,6 +371,10 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
     options = Options(auth_timeout=0.0)  # 0: the default (2 s, or the TLS timeout + 1 s)
     config_file = given.get("config_file")
     if config_file:
+        # Imported only for a config file: the mapping of every config key (auth, accounts,
+        # JWTs, TLS blocks) is not needed by a start with flags alone.
+        from .mapping import options_from_file
+
         try:
             options = options_from_file(config_file)
         except ConfigFileError as exc:
@@ -394,6 +397,8 @@ def build_options(given: dict, *, on_warnings=None) -> Options:
     options = options.copy(**changes)
     options = _override_tls(options, given)
     if given.get("stan_flags"):  # streaming flags over the streaming {} block (natserver.stan)
+        from .stan import StanConfigError, apply_flags
+
         try:
             options = options.copy(stan=apply_flags(options.stan, given["stan_flags"]))
         except StanConfigError as exc:

@@ -44,7 +44,10 @@ from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, Expo
 from ..routing.sublist import is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
 from . import conf
-from .options import Options, WebsocketOptions
+
+# ConfigFileError and apply_baseline live in options.py, which the command line imports
+# without this module when there is no config file; they are still importable from here.
+from .options import ConfigFileError, Options, WebsocketOptions, apply_baseline
 from .stan import StanConfigError, StanOptions
 
 __all__ = [
@@ -58,22 +61,6 @@ __all__ = [
 ]
 
 _INT32_MAX = 2**31 - 1
-
-
-class ConfigFileError(ValueError):
-    """Errors and warnings found while applying a configuration file (nats-server's
-    ``processConfigErr``). ``str()`` is nats-server's text: warnings first, then errors,
-    each followed by a new line. ``options`` holds the result when there are only warnings.
-    """
-
-    def __init__(self, errors: list[str], warnings: list[str] | None = None, options: Options | None = None):
-        self.errors = list(errors)
-        self.warnings = list(warnings or [])
-        self.options = options
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        return "".join(line + "\n" for line in self.warnings + self.errors)
 
 
 # -- where each key was written ---------------------------------------------------------------
@@ -979,33 +966,6 @@ class _Builder:
             self.changes["auth_timeout"] = 0.0  # the default: the TLS timeout + 1 s
         options = self.options.copy(**self.changes, extra=self.extra)
         return apply_baseline(options, http_host=False)
-
-
-def apply_baseline(options: Options, *, http_host: bool = True) -> Options:
-    """nats-server's setBaselineOptions: zero values mean the defaults; port 0 is 4222."""
-    defaults = {
-        "host": ("", const.DEFAULT_HOST),
-        "port": (0, const.DEFAULT_PORT),
-        "max_connections": (0, const.DEFAULT_MAX_CONNECTIONS),
-        "ping_interval": (0, const.DEFAULT_PING_INTERVAL),
-        "ping_max": (0, const.DEFAULT_PING_MAX_OUT),
-        "auth_timeout": (0, const.DEFAULT_AUTH_TIMEOUT),
-        "max_control_line": (0, const.MAX_CONTROL_LINE_SIZE),
-        "max_payload": (0, const.MAX_PAYLOAD_SIZE),
-        "max_pending": (0, const.MAX_PENDING_SIZE),
-        "write_deadline": (0, const.DEFAULT_WRITE_DEADLINE),
-        "max_closed_clients": (0, const.DEFAULT_MAX_CLOSED_CLIENTS),
-        "lame_duck_duration": (0, const.DEFAULT_LAME_DUCK_DURATION),
-        "lame_duck_grace_period": (0, const.DEFAULT_LAME_DUCK_GRACE_PERIOD),
-    }
-    changes = {name: default for name, (zero, default) in defaults.items() if getattr(options, name) == zero}
-    if options.auth_timeout == 0 and options.tls is not None:
-        # opts.go getDefaultAuthTimeout: with TLS, the TLS timeout plus one second.
-        timeout = options.tls.timeout if options.tls.timeout > 0 else const.DEFAULT_TLS_TIMEOUT
-        changes["auth_timeout"] = timeout + 1.0
-    if http_host and not options.http_host:
-        changes["http_host"] = changes.get("host", options.host)
-    return options.copy(**changes) if changes else options
 
 
 def options_from_dict(

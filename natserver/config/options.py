@@ -1,4 +1,7 @@
-"""Server options: every setting with nats-server's name and default (see protocol/const.py)."""
+"""Server options: every setting with nats-server's name and default (see protocol/const.py), the
+baseline that turns zero values into defaults (apply_baseline), and the two errors of reading a
+configuration (ConfigError, ConfigFileError: raised by conf.py and mapping.py, which the command
+line imports only for a config file)."""
 
 from __future__ import annotations
 
@@ -212,3 +215,79 @@ class WebsocketOptions:
     handshake_timeout: float = 0.0  # 0: WEBSOCKET_HANDSHAKE_TIMEOUT
     compression: bool = False  # permessage-deflate when the client offers it
     advertise: str = ""
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be read or parsed.
+
+    ``line`` and ``column`` are 1-based; they are None only when the file
+    itself could not be read. ``path`` is None for text given to :func:`parse`
+    without a path.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.path = path
+        self.line = line
+        self.column = column
+
+    def __str__(self) -> str:
+        where = self.path if self.path is not None else "config"
+        if self.line is None:
+            return f"{where}: {self.reason}"
+        return f"{where}:{self.line}:{self.column}: {self.reason}"
+
+    def __reduce__(self):
+        # Keep path/line/column when the error crosses a process boundary.
+        return (self.__class__, (self.reason,), self.__dict__)
+
+
+class ConfigFileError(ValueError):
+    """Errors and warnings found while applying a configuration file (nats-server's
+    ``processConfigErr``). ``str()`` is nats-server's text: warnings first, then errors,
+    each followed by a new line. ``options`` holds the result when there are only warnings.
+    """
+
+    def __init__(self, errors: list[str], warnings: list[str] | None = None, options: Options | None = None):
+        self.errors = list(errors)
+        self.warnings = list(warnings or [])
+        self.options = options
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "".join(line + "\n" for line in self.warnings + self.errors)
+
+
+def apply_baseline(options: Options, *, http_host: bool = True) -> Options:
+    """nats-server's setBaselineOptions: zero values mean the defaults; port 0 is 4222."""
+    defaults = {
+        "host": ("", const.DEFAULT_HOST),
+        "port": (0, const.DEFAULT_PORT),
+        "max_connections": (0, const.DEFAULT_MAX_CONNECTIONS),
+        "ping_interval": (0, const.DEFAULT_PING_INTERVAL),
+        "ping_max": (0, const.DEFAULT_PING_MAX_OUT),
+        "auth_timeout": (0, const.DEFAULT_AUTH_TIMEOUT),
+        "max_control_line": (0, const.MAX_CONTROL_LINE_SIZE),
+        "max_payload": (0, const.MAX_PAYLOAD_SIZE),
+        "max_pending": (0, const.MAX_PENDING_SIZE),
+        "write_deadline": (0, const.DEFAULT_WRITE_DEADLINE),
+        "max_closed_clients": (0, const.DEFAULT_MAX_CLOSED_CLIENTS),
+        "lame_duck_duration": (0, const.DEFAULT_LAME_DUCK_DURATION),
+        "lame_duck_grace_period": (0, const.DEFAULT_LAME_DUCK_GRACE_PERIOD),
+    }
+    changes = {name: default for name, (zero, default) in defaults.items() if getattr(options, name) == zero}
+    if options.auth_timeout == 0 and options.tls is not None:
+        # opts.go getDefaultAuthTimeout: with TLS, the TLS timeout plus one second.
+        timeout = options.tls.timeout if options.tls.timeout > 0 else const.DEFAULT_TLS_TIMEOUT
+        changes["auth_timeout"] = timeout + 1.0
+    if http_host and not options.http_host:
+        changes["http_host"] = changes.get("host", options.host)
+    return options.copy(**changes) if changes else options

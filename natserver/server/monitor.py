@@ -17,15 +17,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime
-import email.utils
 import logging
 import os
 import re
 import sys
 import time
 import urllib.parse
+from typing import TYPE_CHECKING
 
-import h11
 import orjson
 import trio
 
@@ -34,6 +33,12 @@ from ..protocol import const
 from ..routing.sublist import is_valid_literal_subject
 from .client import ClosedRecord, connection_record, unpack_subs
 from .listen import listen_error, open_listeners
+
+# h11 (and email.utils) only serve HTTP: imported by the methods that speak it, so that the
+# system account, which builds the same documents for $SYS requests on every plain start,
+# does not load them (tests/test_startup_imports.py).
+if TYPE_CHECKING:
+    import h11
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["Monitor", "serve_monitor"]
@@ -451,6 +456,8 @@ class Monitor:
 
     async def handle_stream(self, stream: trio.abc.Stream) -> None:
         """Serve one HTTP connection: requests one after another until either side closes."""
+        import h11
+
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
         try:
             while True:
@@ -490,6 +497,8 @@ class Monitor:
 
     async def _read_request(self, conn: h11.Connection, stream) -> tuple[h11.Request | None, bool]:
         """The next request (its body read and discarded), or None when the peer is gone."""
+        import h11
+
         request = None
         body_size = 0
         with trio.move_on_after(IDLE_TIMEOUT):
@@ -519,6 +528,10 @@ class Monitor:
             await stream.send_all(data)
 
     async def _send(self, conn, stream, status: int, ctype: str, body: bytes, *, head: bool, close: bool = False) -> None:
+        import email.utils
+
+        import h11
+
         headers = [("Content-Type", ctype)]
         if ctype == JSON:
             headers.append(("Access-Control-Allow-Origin", "*"))

@@ -37,8 +37,9 @@ RECLAIM_QUIET = 1.0
 
 @functools.cache
 def load_malloc_trim():
-    """glibc's malloc_trim, or None (another libc, or none found). Looked up once a process:
-    ctypes.util.find_library runs ldconfig (8-13 ms), which every server start paid."""
+    """glibc's malloc_trim, or None (another libc, or none found). Looked up once a process,
+    on first use: ctypes.util.find_library runs ldconfig (4-13 ms), which every server start
+    paid before its first INFO (issue #33)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         trim = libc.malloc_trim
@@ -57,7 +58,6 @@ class Reclaimer:
         self._bytes = 0
         self._last_close = 0.0
         self._due = trio.Event()
-        self._trim = load_malloc_trim()
         self.reclaims = 0  # how many times it ran (tests, monitoring)
 
     def note_closed(self, released_bytes: int) -> None:
@@ -86,5 +86,12 @@ class Reclaimer:
     async def reclaim(self) -> None:
         gc.collect()  # the closed Clients' cycles (Client <-> Subscription, tasks)
         self.reclaims += 1
-        if self._trim is not None:
-            await trio.to_thread.run_sync(self._trim, 0)
+        await trio.to_thread.run_sync(_trim_heap)
+
+
+def _trim_heap() -> None:
+    """``malloc_trim(0)`` where glibc has it (in a worker thread: it walks every arena, and the
+    first call looks the function up)."""
+    trim = load_malloc_trim()
+    if trim is not None:
+        trim(0)

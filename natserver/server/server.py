@@ -17,14 +17,13 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import trio
 
 from .. import clock
 from ..auth import tls as tls_module
-from ..auth.jwt import OperatorMode
 from ..auth.nkeys import PREFIX_SERVER, create_curve_keys, encode_public_key
 from ..auth.tls import TLSConfig, server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
@@ -38,10 +37,15 @@ from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, c
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
-from .monitor import serve_monitor
 from .reclaim import Reclaimer
-from .signals import handle_signal, reauthorize_clients
 from .trace import log_prefix
+
+# Imported where they are used, not here: the plain ``natserver -p 4222`` start needs none of
+# them before its first INFO, and together they are a third of the server's import time
+# (tests/test_startup_imports.py): operator mode (auth.jwt), the HTTP monitor (h11), and the
+# signal handlers (which read config files: config.flags and config.mapping).
+if TYPE_CHECKING:
+    from ..auth.jwt import OperatorMode
 
 # Everything in __all__ gets re-exported as part of natserver's public API.
 __all__ = ["ListenError", "Server", "Subsystem"]
@@ -217,6 +221,8 @@ class Server:
             self.accounts = Accounts(self)
         operator = None
         if options.operator_mode:
+            from ..auth.jwt import OperatorMode
+
             operator = OperatorMode(self, options)
         self.operator = operator
         if operator is not None:
@@ -293,6 +299,8 @@ class Server:
                 if options.http_port:
                     # nats-server starts monitoring before the client listener, so a wrapper
                     # that saw "Server is ready" can query it at once.
+                    from .monitor import serve_monitor
+
                     self.monitor = await nursery.start(serve_monitor, self)
                 for subsystem in self.subsystems:
                     if subsystem.wanted(options):
@@ -483,6 +491,8 @@ class Server:
             for line in lines:
                 log.info("%s", line)
             if lines or _auth_fields(old) != _auth_fields(self.options):
+                from .signals import reauthorize_clients
+
                 reauthorize_clients(self)
         if self.port is not None:
             self._info_base = self._make_info_base()
@@ -627,6 +637,8 @@ class Server:
 
     async def on_signal(self, signum: int, nursery: trio.Nursery) -> None:
         """SIGHUP (reload), SIGUSR1 (reopen log), SIGUSR2 (lame duck): see server/signals.py."""
+        from .signals import handle_signal
+
         await handle_signal(self, signum, nursery)
 
     # -- stopping -----------------------------------------------------------------------------

@@ -23,10 +23,8 @@ import signal
 import trio
 
 from ..auth.users import watch_expiry
-from ..config.conf import ConfigError
 from ..config.flags import build_options, validate
-from ..config.mapping import ConfigFileError
-from ..config.options import Options
+from ..config.options import ConfigError, ConfigFileError, Options
 from ..protocol import errors
 from ..protocol.gotext import go_duration
 from .files import remove_ports_file, write_pid_file, write_ports_file
