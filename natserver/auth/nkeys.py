@@ -232,51 +232,13 @@ def create_curve_keys() -> tuple[str, bytes]:
     """An x25519 key pair as nkeys.CreateCurveKeys makes it: the public key as nkey text
     (``X...``, 56 characters) and the 32-byte private key. nats-server 2.10+ announces the
     public one in INFO ``xkey`` (server.go NewServer) for messages encrypted to the server.
-    (``cryptography``'s ``X25519PrivateKey.from_private_bytes(private)`` is the same key.)"""
-    private = os.urandom(32)
-    return encode_public_key(PREFIX_CURVE, x25519_public_key(private)).decode(), private
+    ``cryptography`` does the curve (imported here, not at start-up: ~13 ms of it, paid by
+    the server's construction either way, but not by clients of this module that never
+    make a key)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-
-# RFC 7748 section 4.1 and 5: Curve25519's prime, (A - 2) / 4 for A = 486662, the base point's u.
-_X25519_P = 2**255 - 19
-_X25519_A24 = 121665
-_X25519_BASE_U = 9
-
-
-def x25519_public_key(private: bytes) -> bytes:
-    """X25519(private, 9): the public key of a 32-byte x25519 private key (RFC 7748's
-    Montgomery ladder, section 5). In Python because the server makes one key per start, and
-    this takes about a millisecond where importing ``cryptography`` takes several; it is not
-    constant-time, which a public key derived once per start does not need (tests compare it
-    with ``cryptography``'s)."""
-    scalar = bytearray(private)
-    scalar[0] &= 248
-    scalar[31] &= 127
-    scalar[31] |= 64
-    k = int.from_bytes(scalar, "little")
-    p = _X25519_P
-    x1 = _X25519_BASE_U
-    x2, z2, x3, z3 = 1, 0, x1, 1
-    swap = 0
-    for t in range(254, -1, -1):
-        bit = (k >> t) & 1
-        if swap ^ bit:
-            x2, x3, z2, z3 = x3, x2, z3, z2
-        swap = bit
-        a = x2 + z2
-        aa = a * a % p
-        b = x2 - z2
-        bb = b * b % p
-        e = aa - bb
-        da = (x3 - z3) * a % p
-        cb = (x3 + z3) * b % p
-        x3 = (da + cb) ** 2 % p
-        z3 = x1 * (da - cb) ** 2 % p
-        x2 = aa * bb % p
-        z2 = e * (aa + _X25519_A24 * e) % p
-    if swap:
-        x2, z2 = x3, z3
-    return (x2 * pow(z2, p - 2, p) % p).to_bytes(32, "little")
+    key = X25519PrivateKey.generate()  # (the raw forms: serialization's import pulls in bcrypt)
+    return encode_public_key(PREFIX_CURVE, key.public_key().public_bytes_raw()).decode(), key.private_bytes_raw()
 
 
 # nkeys package names nats-py and other tools use.
