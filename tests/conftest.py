@@ -22,7 +22,7 @@ import natserver
 
 # -- the slow suites ---------------------------------------------------------------------------
 
-# Files left out of the default run (`python -m pytest -q`) to keep it near 7 minutes on two
+# Files left out of the default run (`python -m pytest -q`) to keep it near 9 minutes on two
 # cores; they carry the ``slow`` marker. `-m slow` runs only them, `--run-slow` everything, and
 # naming a file or test on the command line runs it whatever its marker. CI runs them all.
 # Seconds are one run's, on the 2-core machine the suite is sized for.
