@@ -35,7 +35,7 @@ from natserver.testing import NatsServer
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
-from tests.jetstream.test_nats_py_suite import REFERENCE, _Target
+from tests.jetstream.test_nats_py_suite import REFERENCE, target  # noqa: F401 (target: a fixture)
 
 RECORDED = Path(__file__).with_name("data") / "consumer_pause_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
@@ -509,16 +509,10 @@ def test_a_restart_keeps_a_consumer_paused_until_its_deadline(tmp_path):
 # -- with nats-py, against natserver and nats-server 2.15.1 ---------------------------------------
 
 
-@pytest.fixture(params=["natserver", pytest.param("nats-server-2.15.1", marks=pytest.mark.needs_nats_server)])
-def target(request, threaded_server, tmp_path):
-    if request.param != "natserver" and REFERENCE is None:
-        pytest.skip("nats-server 2.15.1 not installed")
-    t = _Target(request.param, threaded_server, tmp_path / request.param).start()
-    yield t
-    t.stop()
+# (the ``target`` fixture: tests/jetstream/test_nats_py_suite.py's, imported above)
 
 
-def test_a_paused_durable_stays_paused_across_a_restart(target):
+def test_a_paused_durable_stays_paused_across_a_restart(target):  # noqa: F811 (the imported fixture)
     """One consumer paused for an hour is still paused after a restart (same deadline); one
     whose short pause ran out while the server was down delivers at once."""
     until = gotime.format(time.time_ns() + 3600 * 10**9)
@@ -562,7 +556,7 @@ def test_a_paused_durable_stays_paused_across_a_restart(target):
 # nats-py's own pause tests (tests/test_js.py ConsumerPauseResumeTest, nats.py 2.16), as it runs them.
 
 
-def test_nats_py_consumer_pause_and_resume(target):
+def test_nats_py_consumer_pause_and_resume(target):  # noqa: F811 (the imported fixture)
     from datetime import datetime, timedelta, timezone
 
     async def main():
@@ -595,7 +589,7 @@ def test_nats_py_consumer_pause_and_resume(target):
     _run(main())
 
 
-def test_nats_py_consumer_pause_until_in_config(target):
+def test_nats_py_consumer_pause_until_in_config(target):  # noqa: F811 (the imported fixture)
     from datetime import datetime, timedelta, timezone
 
     async def main():
@@ -615,7 +609,7 @@ def test_nats_py_consumer_pause_until_in_config(target):
     _run(main())
 
 
-def test_nats_py_consumer_pause_with_immediate_expiry(target):
+def test_nats_py_consumer_pause_with_immediate_expiry(target):  # noqa: F811 (the imported fixture)
     async def main():
         nc = await nats.connect(target.url)
         jsm = nc.jsm()

@@ -31,7 +31,7 @@ from natserver.testing import NatsServer
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
-from tests.jetstream.test_nats_py_suite import REFERENCE, _Target
+from tests.jetstream.test_nats_py_suite import REFERENCE, target  # noqa: F401 (target: a fixture)
 
 RECORDED = Path(__file__).with_name("data") / "priority_groups_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
@@ -443,16 +443,10 @@ def test_a_pin_nobody_renews_goes_and_the_next_request_gets_a_new_one(nats_serve
 # -- with nats-py, against natserver and nats-server 2.15.1 alike ---------------------------------
 
 
-@pytest.fixture(params=["natserver", pytest.param("nats-server-2.15.1", marks=pytest.mark.needs_nats_server)])
-def target(request, threaded_server, tmp_path):
-    if request.param != "natserver" and REFERENCE is None:
-        pytest.skip("nats-server 2.15.1 not installed")
-    t = _Target(request.param, threaded_server, tmp_path / request.param).start()
-    yield t
-    t.stop()
+# (the ``target`` fixture: tests/jetstream/test_nats_py_suite.py's, imported above)
 
 
-def test_overflow_serves_the_standby_only_past_its_threshold(target):
+def test_overflow_serves_the_standby_only_past_its_threshold(target):  # noqa: F811 (the imported fixture)
     """The usual overflow set-up: a primary asks without thresholds, a standby with
     min_pending 3. With the primary away, the standby gets nothing while fewer than 3 wait,
     and is served once the backlog reaches 3."""
@@ -474,7 +468,7 @@ def test_overflow_serves_the_standby_only_past_its_threshold(target):
     _run(main())
 
 
-def test_unpin_hands_the_group_to_the_waiting_client(target):
+def test_unpin_hands_the_group_to_the_waiting_client(target):  # noqa: F811 (the imported fixture)
     """A is pinned; B's request waits. UNPIN: B's request gets the next message and a new pin;
     A's request with its old id is refused (423), B's id is served."""
 
