@@ -693,7 +693,13 @@ class Delivery:
                 consumer.last_push = now
                 self.js.send(consumer.cfg.deliver_subject.encode(), b"", _heartbeat_header(consumer))
             return
-        self.process_waiting(consumer, now, False)
+        # consumer.go loopAndGatherMsgs: a waiting request's own timer (its heartbeat or its
+        # expiry) runs processWaiting as at the end of the stream, so a no_wait request that has
+        # had messages and is only held back now (max_ack_pending) ends with 404 No Messages
+        # instead of another heartbeat (nats-py's fetch relies on it).
+        timer_due = any((req.heartbeat and req.last_beat + req.heartbeat <= now) or (req.expires and req.expires <= now)
+                        for req in consumer.waiting)
+        self.process_waiting(consumer, now, timer_due)
         if consumer.waiting or consumer.rdq:
             self.serve(consumer, now)
         for req in consumer.waiting:

@@ -372,6 +372,41 @@ def test_a_mirror_is_promoted_by_removing_its_mirror(target):
     run(main())
 
 
+def test_no_wait_request_held_back_by_max_ack_pending_ends_at_its_heartbeat(target):
+    """PullSubscribeTest::test_fetch_heartbeats: with max_ack_pending 5 and 15 messages, a
+    no_wait pull of 20 with expires and idle heartbeats gets 5 messages, then, when its first
+    heartbeat is due, 404 No Messages (consumer.go's wait timer runs processWaiting as at the
+    end of the stream); natserver kept it waiting with heartbeats, so nats-py's next fetch found
+    leftovers and asked without expires (400 heartbeat value too large)."""
+
+    async def main():
+        nc = await connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="events", subjects=["events.>"])
+        await js.add_consumer("events", durable_name="a", max_waiting=5, ack_wait=30, max_ack_pending=5,
+                              filter_subject="events.>")
+        for i in range(15):
+            await js.publish(f"events.{i}", b"i:%d" % i)
+        got: list = []
+
+        async def cb(msg):
+            got.append((msg.headers or {}).get("Status") or msg.data.decode())
+
+        inbox = nc.new_inbox()
+        await nc.subscribe(inbox, cb=cb)
+        request = {"batch": 20, "idle_heartbeat": 100_000_000, "no_wait": True, "expires": 2_000_000_000}
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.events.a", json.dumps(request).encode(), reply=inbox)
+        for _ in range(40):
+            if len(got) >= 6:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # (and nothing after the 404: no heartbeats)
+        assert got == [f"i:{i}" for i in range(5)] + ["404"]
+        await nc.close()
+
+    run(main())
+
+
 def test_pull_max_bytes_counts(target):
     """A pull request's max_bytes counts subject, ack reply, headers and data of each message
     (consumer.go): what fits, then 409 with the pending counts; or the timeout."""
