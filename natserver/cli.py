@@ -52,12 +52,15 @@ class CommandLine:
         self.ports_file: str | None = None
 
 
-async def run_server(options: Options, flags: dict | None = None, listening: list | None = None) -> int:
+async def run_server(options: Options, flags: dict | None = None, listening: list | None = None,
+                     greeter=None) -> int:
     """Run until stopped (SIGINT, SIGTERM, lame duck); return the exit code (nats-server: 1
     after SIGTERM, 0 otherwise). Writes the pid and ports files; SIGHUP, SIGUSR1 and SIGUSR2
     go to ``Server.on_signal``. ``listening``: client sockets already listening (launch.py)."""
     server = build_server(options)
     server.listening_sockets = listening
+    if greeter is not None:
+        server.adopt_early(greeter)
     command_line = CommandLine(flags or {})
     server.command_line = command_line
     configure_logging(options)
@@ -219,33 +222,38 @@ def send_signal(spec: str) -> None:
 # -- main --------------------------------------------------------------------------------------
 
 
-def _early_sockets(early, options: Options) -> list | None:
+def _early_sockets(early, options: Options, greeter=None) -> list | None:
     """The sockets launch.py bound before the imports, if the options listen just there; else
-    close them (the server binds as usual)."""
+    close them (the server binds as usual), and whatever the greeter took."""
     if early is None:
         return None
     address, sockets = early
     host = None if options.host in ("", "0.0.0.0") else options.host
     if address == (host, 0 if options.port == const.RANDOM_PORT else options.port):
         return sockets
+    if greeter is not None:
+        greeter.close()
     for sock in sockets:
         sock.close()
     return None
 
 
-def main(argv: list[str] | None = None, early=None) -> int:
-    """The command line; ``early``: (address, sockets) bound by natserver.launch."""
+def main(argv: list[str] | None = None, early=None, greeter=None) -> int:
+    """The command line; ``early``: (address, sockets) bound by natserver.launch, and
+    ``greeter`` the thread greeting clients on them meanwhile (server/early.py)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        return _main(argv, early)
+        return _main(argv, early, greeter)
     finally:
+        if greeter is not None:
+            greeter.close()
         if early is not None:
             for sock in early[1]:  # whatever the server did not take (closing twice is harmless)
                 if sock.fileno() >= 0:
                     sock.close()
 
 
-def _main(argv: list[str], early) -> int:
+def _main(argv: list[str], early, greeter=None) -> int:
     try:
         given = parse_args(argv)
         if given.get("version"):
@@ -281,7 +289,8 @@ def _main(argv: list[str], early) -> int:
         print(f"natserver: {exc}", file=sys.stderr)
         return 1
     try:
-        return trio.run(run_server, options, given, _early_sockets(early, options))
+        listening = _early_sockets(early, options, greeter)
+        return trio.run(run_server, options, given, listening, greeter if listening else None)
     except KeyboardInterrupt:
         return 0
     except ListenError:

@@ -12,6 +12,11 @@ change where the server listens); anything else (a config file, ``-sl``, ``-t``,
 flag, a value that does not parse) leaves it all to the full command line parser, and so do
 errors: a port in use is reported by the server as usual. ``cli`` binds again when the options
 it builds listen elsewhere than the early socket.
+
+Waiting in the accept queue is not having the INFO, though, and Python and trio alone take
+~250 ms. So when the command line says everything the INFO will say (``greeting_base``), a
+thread greets the clients that connect meanwhile (server/early.py) with the INFO the server
+will send, under the server identity it will have; the server then serves them as its own.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 from .protocol import const
 from .server.binding import LISTEN_BACKLOG as SERVER_LISTEN_BACKLOG
 from .server.binding import bind_sockets
+from .server.early import EarlyGreeter, info_base, make_identity
 
 # Flags an early bind allows, with a value / without one (Go's flag package: -x v, -x=v, --x v).
 # nats-streaming-server's flags are plain too (node-nats-streaming's harness starts
@@ -42,12 +48,16 @@ _HOST_FLAGS = frozenset(("a", "addr", "net"))
 # server would open itself.
 LISTEN_BACKLOG = SERVER_LISTEN_BACKLOG
 _PORT_VALUE = re.compile(r"-1|0|[1-9][0-9]{0,4}")
+# Plain flags after which a client must not be greeted early: the connection limit (the
+# server answers a connection over it with an error after the INFO), and the NATS Streaming
+# flags (a front-end that may start slowly or not at all).
+_GREETING_UNSAFE_FLAGS = frozenset("max_connections stan SD stan_debug SV stan_trace SDV cid cluster_id st store dir".split())
 
 
-def early_address(argv: list[str]) -> tuple[str | None, int] | None:
-    """(host, port) to bind for this command line, as Server.run would (host None: every
-    address), or None when the command line is not a plain one."""
-    host, port = const.DEFAULT_HOST, const.DEFAULT_PORT
+def _plain_flags(argv: list[str]) -> dict[str, str] | None:
+    """The flags of a plain command line, by the name given (the last of each wins, as Go's
+    flag package; a boolean flag maps to "true" or its value), or None when it is not one."""
+    flags: dict[str, str] = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -61,6 +71,7 @@ def early_address(argv: list[str]) -> tuple[str | None, int] | None:
         if name in _BOOL_FLAGS:
             if value is not None and value not in ("true", "false"):
                 return None
+            flags[name] = value or "true"
             continue
         if name not in _VALUE_FLAGS:
             return None
@@ -69,6 +80,13 @@ def early_address(argv: list[str]) -> tuple[str | None, int] | None:
                 return None
             value = argv[i]
             i += 1
+        flags[name] = value
+    return flags
+
+
+def _address(flags: dict[str, str]) -> tuple[str | None, int] | None:
+    host, port = const.DEFAULT_HOST, const.DEFAULT_PORT
+    for name, value in flags.items():
         if name in _PORT_FLAGS:
             # Decimal only: Go reads "010" as octal and "0x10" as hex; -p 0 is the default port.
             if not _PORT_VALUE.fullmatch(value):
@@ -79,6 +97,40 @@ def early_address(argv: list[str]) -> tuple[str | None, int] | None:
     if port > 65535:
         return None
     return (None if host in ("", "0.0.0.0") else host), (0 if port == const.RANDOM_PORT else port)
+
+
+def early_address(argv: list[str]) -> tuple[str | None, int] | None:
+    """(host, port) to bind for this command line, as Server.run would (host None: every
+    address), or None when the command line is not a plain one."""
+    flags = _plain_flags(argv)
+    return None if flags is None else _address(flags)
+
+
+def greeting_base(argv: list[str], server_id: str, port: int) -> dict | None:
+    """The INFO fields (early.info_base) the server will send for this plain command line,
+    listening on ``port``, or None when the greeting cannot know them (the flags that change
+    INFO are the address, the server name, -js and a decimal --max_payload)."""
+    flags = _plain_flags(argv)
+    if flags is None:
+        return None
+    host = const.DEFAULT_HOST
+    name = ""
+    max_payload = const.MAX_PAYLOAD_SIZE
+    jetstream = False
+    for flag, value in flags.items():
+        if flag in _HOST_FLAGS:
+            host = value
+        elif flag in ("n", "name", "server_name"):
+            name = value
+        elif flag == "max_payload":
+            if not value.isdigit() or not 0 < int(value) <= const.MAX_PAYLOAD_MAX_SIZE:
+                return None
+            max_payload = int(value)
+        elif flag in ("js", "jetstream"):
+            jetstream = value == "true"
+        elif flag in _GREETING_UNSAFE_FLAGS:
+            return None
+    return info_base(server_id, name or server_id, host, port, True, max_payload, jetstream)
 
 
 def bind_early(argv: list[str]) -> tuple[tuple[str | None, int], list[socket.socket]] | None:
@@ -96,10 +148,19 @@ def bind_early(argv: list[str]) -> tuple[tuple[str | None, int], list[socket.soc
     return (address, sockets) if sockets else None
 
 
+def start_greeter(argv: list[str], sockets: list[socket.socket]) -> EarlyGreeter | None:
+    """Greet clients on the early sockets while the server is imported (server/early.py), when
+    the command line says everything the INFO will say; else None (they wait for the server)."""
+    identity = make_identity()
+    base = greeting_base(argv, identity.server_id, sockets[0].getsockname()[1])
+    return None if base is None else EarlyGreeter(sockets, identity, base).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``natserver`` command (and ``python -m natserver``)."""
     argv = sys.argv[1:] if argv is None else argv
     early = bind_early(argv)
+    greeter = start_greeter(argv, early[1]) if early is not None else None
     # No cyclic garbage collection while the server is imported and built: the imports make
     # few cycles, and collecting them cost ~10 % of exec -> INFO (issue #33: ~60 generation-0
     # and 5 generation-1 collections). cli._tune_gc turns it back on once the start-up objects
@@ -110,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         # Imported here on purpose, after the bind: this import is the 150-300 ms being hidden.
         from .cli import main as cli_main
 
-        return cli_main(argv, early=early)
+        return cli_main(argv, early=early, greeter=greeter)
     finally:
+        if greeter is not None:  # whatever the server did not take over
+            greeter.close()
         if collecting:
             gc.enable()

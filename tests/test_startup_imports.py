@@ -1,5 +1,6 @@
 """What the plain ``natserver -p PORT`` start imports before its first client has the INFO
-(issue #33: exec to INFO within 100 ms). Operator mode, the HTTP monitor, the config file
+(issue #33: exec to INFO within 100 ms; the early greeting sends it before trio is imported)
+and before the server answers it. Operator mode, the HTTP monitor, the config file
 mapping and the subsystems that options turn on are imported where they are used
 (``cryptography`` is, for the server's xkey: ~13 ms); these tests fail if one of them creeps back into the plain start path. They read
 ``sys.modules``, never the clock: ``benchmarks/bench_startup.py --cli`` measures the time."""
@@ -25,6 +26,20 @@ TIMEOUT = 60.0  # the whole child process, on a loaded 2-core machine
 _CHILD = textwrap.dedent(
     """
     import os, signal, socket, sys, threading, time
+
+    # The first import of trio waits (up to 10 s) for the client to have its INFO, and says
+    # whether it had: True only if something sent the INFO before trio was imported.
+    got_info = threading.Event()
+
+    class TrioGate:
+        def find_spec(self, name, path=None, target=None):
+            if name == "trio":
+                sys.meta_path.remove(self)
+                # (a config file: no greeting to wait for)
+                print("@info_before_trio", got_info.wait(10 if sys.argv[1] == "-" else 0), flush=True)
+            return None
+
+    sys.meta_path.insert(0, TrioGate())
     from natserver.launch import main
 
     def free_port():
@@ -56,6 +71,14 @@ _CHILD = textwrap.dedent(
             data += chunk
         if not data.startswith(b"INFO "):
             os._exit(5)
+        got_info.set()
+        # Then everything imported once the server itself answers.
+        sock.sendall(b"CONNECT {}\\r\\nPING\\r\\n")
+        while b"PONG\\r\\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                os._exit(6)
+            data += chunk
         print("\\n".join(sorted(sys.modules)), flush=True)
         # Work that is not an import: glibc's malloc_trim looked up (ldconfig runs) or not.
         reclaim = sys.modules.get("natserver.server.reclaim")
@@ -90,8 +113,9 @@ NOT_ON_PLAIN_START = (
 
 
 def modules_at_first_info(*argv: str, config: Path | None = None) -> set[str]:
-    """sys.modules of ``natserver *argv`` (PORT: a free port) when a client has its INFO,
-    with ``@name value`` lines for the other things the child reports."""
+    """sys.modules of ``natserver *argv`` (PORT: a free port) when a client has had its INFO
+    and its first PONG, with ``@name value`` lines for the other things the child reports
+    (``@info_before_trio``: whether the INFO came before trio was imported)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     result = subprocess.run(
         [sys.executable, "-c", _CHILD, str(config) if config else "-", *argv],
@@ -109,6 +133,8 @@ def modules_at_first_info(*argv: str, config: Path | None = None) -> set[str]:
 
 def test_plain_start_imports_only_the_core():
     loaded = modules_at_first_info("-a", "127.0.0.1", "-p", "PORT")
+    # The first client's INFO came before trio was imported (the greeting, server/early.py).
+    assert "@info_before_trio True" in loaded
     # It ran: the server, its client code and the system account (on by default) are there.
     assert {"natserver.server.server", "natserver.server.client", "natserver.system", "trio"} <= loaded
     crept_in = sorted(name for name in NOT_ON_PLAIN_START if name in loaded)
@@ -122,6 +148,7 @@ def test_a_config_file_still_imports_what_it_needs(tmp_path):
     # The control: the same probe sees the lazy imports happen once the options ask for them.
     loaded = modules_at_first_info("-c", str(tmp_path / "server.conf"), "-a", "127.0.0.1", config=tmp_path / "server.conf")
     assert {"natserver.config.mapping", "natserver.config.conf"} <= loaded
+    assert "@info_before_trio False" in loaded  # no greeting: the file may say anything
 
 
 # RFC 7748 section 6.1: Alice's and Bob's private keys and their public keys.

@@ -15,11 +15,10 @@ import errno
 import logging
 import os
 import socket
-import sys
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 import trio
 
 from .. import clock
@@ -34,6 +33,7 @@ from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
 from .binding import peer_ip
 from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, connection_record
+from .early import EarlyGreeter, client_info, info_base
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
@@ -109,8 +109,10 @@ class Server:
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
-        # Client sockets already listening, bound by the command before its imports (cli.py).
+        # Client sockets already listening, bound by the command before its imports (cli.py),
+        # and the thread that greeted clients on them meanwhile (early.py, via adopt_early).
         self.listening_sockets: list | None = None
+        self.early_greeter: EarlyGreeter | None = None
         self.start_time = clock.now()
         self.in_msgs = 0
         self.in_bytes = 0
@@ -307,6 +309,8 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 nursery.start_soon(self.reclaimer.run)
+                if self.early_greeter is not None:
+                    self._serve_greeted(nursery)
                 for listener in self.listeners:
                     nursery.start_soon(self.accept_loop, listener, self.serve_client)
                 if self.listeners:
@@ -319,10 +323,41 @@ class Server:
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None
+            if self.early_greeter is not None:  # the server did not get as far as serving
+                self.early_greeter.close()
+                self.early_greeter = None
             for listener in self.listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
             log.info("Server Exiting..")
+
+    def adopt_early(self, greeter: EarlyGreeter) -> None:
+        """Be the server whose INFO ``greeter`` has been sending while this one was imported
+        (early.py): its identity now, the connections it greeted once the server runs."""
+        identity = greeter.identity
+        if not self.options.server_name:
+            self.server_name = identity.server_id
+        self.server_id = identity.server_id
+        self.xkey, self._xkey_private = identity.xkey, identity.xkey_private
+        self.early_greeter = greeter
+
+    def _serve_greeted(self, nursery: trio.Nursery) -> None:
+        """Serve the connections the early greeter took, as if accept_loop had (their INFO
+        went out already); close them if this server's INFO is not the one they were sent."""
+        greeter, self.early_greeter = self.early_greeter, None
+        assert greeter is not None
+        greeted = greeter.handover()
+        if greeted:
+            self._next_cid = max(self._next_cid, greeted[-1][1])
+        if greeter.base != self._info_base:
+            log.debug("Closing %d connections greeted before the start: the options changed the INFO", len(greeted))
+            for conn, *_ in greeted:
+                conn.close()
+            return
+        if greeted:
+            log.debug("Serving %d connections greeted before the start", len(greeted))
+        for conn, cid, ip, port in greeted:
+            nursery.start_soon(partial(self.serve_client, conn, ip, port, greeted_cid=cid))
 
     async def accept_loop(self, listener: trio.SocketListener, handle) -> None:
         """Accept connections until lame duck or shutdown, each served by ``handle(sock, ip,
@@ -382,17 +417,22 @@ class Server:
         finally:
             acceptor.detach()
 
-    async def serve_client(self, stream: trio.abc.Stream | socket.socket, ip: str, port: int, *, tls: bool = True) -> None:
+    async def serve_client(self, stream: trio.abc.Stream | socket.socket, ip: str, port: int, *, tls: bool = True,
+                           greeted_cid: int | None = None) -> None:
         """Serve a NATS client on an accepted ``stream`` until it closes: the client listener's
         connections (a non-blocking stdlib socket, see accept_loop), and those a front-end
         carries over another transport (WebSocket) with ``tls=False`` (that transport did its
-        own TLS). Call from a task of its own."""
-        self._next_cid += 1
-        cid = self._next_cid
+        own TLS). Call from a task of its own. ``greeted_cid``: the connection got its INFO,
+        as that client id, from the early greeter (early.py)."""
+        if greeted_cid is None:
+            self._next_cid += 1
+            cid = self._next_cid
+        else:
+            cid = greeted_cid
         client = Client(self, stream, cid, ip, port)
         if self.auth is not None and self.auth.nonce_required:
             client.nonce = new_nonce()
-        info = self.info_for(client)
+        info = self.info_for(client) if greeted_cid is None else b""
         self.total_connections += 1
         if self.connection_hook is not None and self.connection_hook(client, "accept"):
             await client.close_transport()
@@ -498,62 +538,38 @@ class Server:
             self._info_base = self._make_info_base()
 
     def _make_info_base(self) -> dict:
-        """INFO's fields in nats-server's Info struct order (server.go): clients do not care,
-        but byte-level comparisons with nats-server do."""
         options = self.options
-        info = {
-            "server_id": self.server_id,
-            "server_name": self.server_name,
-            "version": const.SERVER_VERSION,
-            "proto": const.PROTO_VERSION,
-            "git_commit": const.GIT_COMMIT_FIELD,
-            "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
-            "host": options.host,
-            "port": self.port,
-            "headers": options.headers,
-        }
-        if self.auth is not None and self.auth.info_auth_required:
-            info["auth_required"] = True
         tls = options.tls
-        if tls is not None:
-            if not options.allow_non_tls:
-                info["tls_required"] = True
-            if tls.verify:
-                info["tls_verify"] = True
-            if options.allow_non_tls:
-                info["tls_available"] = True
-        info["max_payload"] = options.max_payload
-        if options.jetstream:
-            info["jetstream"] = True
-        return info
+        return info_base(
+            self.server_id, self.server_name, options.host, self.port or 0, options.headers,
+            options.max_payload, bool(options.jetstream),
+            auth_required=self.auth is not None and self.auth.info_auth_required,
+            tls_required=tls is not None and not options.allow_non_tls,
+            tls_verify=tls is not None and bool(tls.verify),
+            tls_available=tls is not None and bool(options.allow_non_tls),
+        )
 
     def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False) -> bytes:
         """The INFO ``client`` gets on connect, or (``connect_info``) the one nats-server 2.10+
         sends a protocol-1 client after its first PONG (client.go processPing): the same
         without the nonce, with the account the client is bound to."""
-        info = dict(self._info_base)
-        if tls_required and not info.get("tls_required"):
+        base = self._info_base
+        if tls_required and not base.get("tls_required"):
             # server.go createClient: a client that did the handshake first is told TLS is
             # required even where allow_non_tls offers it (tls_available stays).
-            info = _with_tls_required(info)
-        info["client_id"] = client.cid
-        info["client_ip"] = client.ip
-        if client.nonce and not connect_info:
-            info["nonce"] = client.nonce.decode()
-        if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
-            info["domain"] = self.options.jetstream_domain
-        if self.lame_duck:
-            info["ldm"] = True
+            base = _with_tls_required(base)
+        connect = None
         if connect_info:
             account = client.account.name if client.account is not None else GLOBAL_ACCOUNT
-            info["connect_info"] = True
-            info["remote_account"] = account
+            connect = {"connect_info": True, "remote_account": account}
             if self.system is not None and account == self.system.name:
-                info["acc_is_sys"] = True
-        if const.JS_API_LEVEL:  # Go's omitempty: level 0 is not sent
-            info["api_lvl"] = const.JS_API_LEVEL
-        info["xkey"] = self.xkey
-        return b"INFO " + orjson.dumps(info) + b" \r\n"
+                connect["acc_is_sys"] = True
+        return client_info(
+            base, client.cid, client.ip, self.xkey,
+            nonce=client.nonce.decode() if client.nonce and not connect_info else None,
+            domain=self.options.jetstream_domain if self.options.jetstream else None,
+            ldm=self.lame_duck, connect=connect,
+        )
 
     def make_internal_client(self, sublist) -> Client:
         """A new connection-less client of this server in ``sublist``'s subject space (an
