@@ -79,23 +79,23 @@ def queue_pick(state: int, members: int) -> tuple[int, int]:
 class SublistResult:
     """What one subject matches: plain subscriptions and one list per queue group.
 
-    ``next_member`` keeps each group's random state (queue_pick): each message goes to a member
+    ``queue_state`` keeps each group's random state (queue_pick): each message goes to a member
     picked from a random start, as nats-server picks one (client.go processMsgResults), and a
     member that cannot take it passes it on to the next.
     """
 
-    __slots__ = ("psubs", "qsubs", "next_member", "plan", "qplan")
+    __slots__ = ("psubs", "qsubs", "queue_state", "plan", "qplan")
 
     psubs: Sequence  # a list, or a node's own tuple when one node matched (never written)
     qsubs: Sequence[list]  # one list of members per queue group
-    next_member: list[int]  # one random state per queue group (queue_pick)
+    queue_state: list[int]  # one random state per queue group (queue_pick)
     plan: tuple | None
     qplan: tuple | None
 
     def __init__(self, psubs: Sequence, qsubs: Sequence[list]) -> None:
         self.psubs = psubs
         self.qsubs = qsubs
-        self.next_member = [queue_seed() for _ in qsubs]
+        self.queue_state = [queue_seed() for _ in qsubs]
         # Free for the router to keep per-result precomputed data (the MSG line heads):
         # a cached result is for one subject and is replaced whenever its matches change.
         self.plan = None
@@ -458,7 +458,7 @@ class Sublist:
                 # and with shared empty tuples, not two more lists to allocate and free.
                 result = _new_result(SublistResult)
                 result.psubs = psubs
-                result.qsubs = result.next_member = ()  # type: ignore[assignment]  # shared, never indexed: no queue groups
+                result.qsubs = result.queue_state = ()  # type: ignore[assignment]  # shared, never indexed: no queue groups
                 result.plan = None
             else:
                 result = EMPTY_RESULT

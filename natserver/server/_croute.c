@@ -27,7 +27,7 @@
 
 static PyObject *str_plan, *str_qsubs, *str_psubs, *str_client, *str_sid_part, *str_limited,
     *str_delivered, *str_out, *str_pending, *str_out_msgs, *str_out_bytes, *str_stall_at,
-    *str_over_stall_mark, *str_qplan, *str_next_member, *str_max_msgs, *one;
+    *str_over_stall_mark, *str_qplan, *str_queue_state, *str_max_msgs, *one;
 
 /* Results with more queue groups than this go to Python (the picks are kept on the stack). */
 #define MAX_GROUPS 16
@@ -136,12 +136,12 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
 {
     PyObject *targets = NULL;
     PyObject *qplan = PyObject_GetAttr(result, str_qplan);
-    PyObject *next_member = qplan == NULL ? NULL : PyObject_GetAttr(result, str_next_member);
-    if (next_member == NULL)
+    PyObject *queue_state = qplan == NULL ? NULL : PyObject_GetAttr(result, str_queue_state);
+    if (queue_state == NULL)
         goto done;
     Py_ssize_t n_groups = PyTuple_CheckExact(qplan) ? PyTuple_GET_SIZE(qplan) : -1;
-    if (n_groups < 0 || n_groups > MAX_GROUPS || !PyList_CheckExact(next_member)
-        || PyList_GET_SIZE(next_member) != n_groups)
+    if (n_groups < 0 || n_groups > MAX_GROUPS || !PyList_CheckExact(queue_state)
+        || PyList_GET_SIZE(queue_state) != n_groups)
         goto done;
     PyObject *picked[MAX_GROUPS];
     Py_ssize_t group_of[MAX_GROUPS], moved_to[MAX_GROUPS];
@@ -152,7 +152,7 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
             goto done;
         Py_ssize_t n = PyTuple_GET_SIZE(members);
         /* The group's next random state and the member to start at (sublist.queue_pick). */
-        PyObject *state_object = PyList_GET_ITEM(next_member, g);
+        PyObject *state_object = PyList_GET_ITEM(queue_state, g);
         if (!PyLong_CheckExact(state_object) || n <= 0)
             goto done;
         unsigned long long state = PyLong_AsUnsignedLongLong(state_object);
@@ -205,14 +205,14 @@ with_queue_members(PyObject *result, PyObject *plan, PyObject *publisher, int ec
         Py_INCREF(picked[k]);
         PyTuple_SET_ITEM(targets, n_plan + k, picked[k]);
         PyObject *position = PyLong_FromUnsignedLongLong((unsigned long long)moved_to[k]);
-        if (position == NULL || PyList_SetItem(next_member, group_of[k], position) < 0) {
+        if (position == NULL || PyList_SetItem(queue_state, group_of[k], position) < 0) {
             Py_CLEAR(targets);
             break;
         }
     }
 done:
     Py_XDECREF(qplan);
-    Py_XDECREF(next_member);
+    Py_XDECREF(queue_state);
     return targets;
 }
 
@@ -476,7 +476,7 @@ PyInit__croute(void)
     INTERN(str_plan, "plan")
     INTERN(str_qsubs, "qsubs")
     INTERN(str_qplan, "qplan")
-    INTERN(str_next_member, "next_member")
+    INTERN(str_queue_state, "queue_state")
     INTERN(str_max_msgs, "max_msgs")
     INTERN(str_psubs, "psubs")
     INTERN(str_client, "client")

@@ -678,7 +678,7 @@ class Client:
             groups = [group for group in result.qsubs if group[0].queue in queues] if queues else []
             filtered = SublistResult(result.psubs, groups)
             filtered.plan = result.plan
-            filtered.next_member = [queue_seed() for _ in groups]
+            filtered.queue_state = [queue_seed() for _ in groups]
             result = filtered
         if not result.psubs and not result.qsubs:
             return 0
@@ -862,7 +862,7 @@ class Client:
                     continue
                 k = len(members)
                 # A run is dealt round robin from a random member (one draw a run, not a message).
-                result.next_member[index], first = queue_pick(result.next_member[index], k)
+                result.queue_state[index], first = queue_pick(result.queue_state[index], k)
                 for j, member in enumerate(members):
                     share = pieces[(j - first) % k :: k]
                     if share:
@@ -963,17 +963,17 @@ class Client:
                 tuple([(sub, sub.client, prefix + sub.sid_part) for sub in group]) for group in result.qsubs
             )
         echo = self.echo
-        next_member = result.next_member
+        queue_state = result.queue_state
         picked = []
         for index, members in enumerate(qplan):
             n = len(members)
-            state, start = queue_pick(next_member[index], n)
+            state, start = queue_pick(queue_state[index], n)
             for step in range(n):
                 entry = members[(start + step) % n]
                 sub = entry[0]
                 if (entry[1] is self and not echo) or (sub.max_msgs and sub.delivered >= sub.max_msgs):
                     continue
-                next_member[index] = state
+                queue_state[index] = state
                 picked.append(entry)
                 break
         return picked
