@@ -79,6 +79,8 @@ __all__ = [
 
 Stage = Literal["before_info", "after_info", "after_connect", "after_ping"]
 
+# How long a connection closed by a fault reads and drops what its client still sends.
+CLOSE_FAULT_LINGER = 1.0
 # Our stage names -> the stage names of Server.connection_hook.
 _STAGES = {"before_info": "accept", "after_info": "info", "after_connect": "connect", "after_ping": "ping"}
 # Keyword spellings the pytest marker accepts besides Options' own field names.
@@ -904,6 +906,9 @@ class NatsServer:
         for fault in self._stage_faults:
             if fault._stage == stage and fault._remaining > 0 and (fault._name is None or fault._name == client.name):
                 fault._fire()
+                # The client sees EOF, never a reset for the bytes it sent after the close
+                # (its handshake PING): a reset makes nats-py give up instead of reconnecting.
+                client.linger_on_close = CLOSE_FAULT_LINGER
                 return True
         return False
 

@@ -151,6 +151,24 @@ def _check_connect_types(options: dict) -> dict:
     return opts
 
 
+
+async def _linger(sock: socket.socket, seconds: float) -> None:
+    """Half-close ``sock`` and read (dropping it) until the peer closes or ``seconds`` pass."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+    with trio.move_on_after(seconds):
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                if not sock.recv(65536):
+                    return
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+
 class Client:
     """Server-side state of one client connection."""
 
@@ -162,6 +180,9 @@ class Client:
     # Why authentication refused the client, when it is not a wrong credential (auth/users.py
     # authenticate_connect sets it, Server.authenticate to a full account's error).
     _auth_error: errors.ServerError | None
+    # Seconds close_transport half-closes and reads before it closes (0: it closes at once,
+    # as nats-server does). The test double's close faults set it (testing.py).
+    linger_on_close: float = 0.0
 
     def __init__(self, server: Server, stream: trio.abc.Stream | socket.socket | None, cid: int, ip: str,
                  port: int) -> None:
@@ -307,10 +328,15 @@ class Client:
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) and not self.closed else -1
 
     async def close_transport(self) -> None:
-        """Close the connection's socket (or stream) at once, without a goodbye."""
+        """Close the connection's socket (or stream) at once, without a goodbye; or, when
+        ``linger_on_close`` is set, with one: the peer gets EOF and what it still sends is
+        read and dropped for that long, so that it does not meet a reset instead (a socket
+        closed with unread data, or data arriving after, answers with RST)."""
         sock = self._sock
         if self._stream is None and sock is not None:
             if sock.fileno() >= 0:
+                if self.linger_on_close > 0:
+                    await _linger(sock, self.linger_on_close)
                 trio.lowlevel.notify_closing(sock)  # (nobody waits on it: the reader has left)
                 sock.close()
             return

@@ -150,6 +150,22 @@ def test_close_during_the_handshake(server, stage):
     run(main())
 
 
+def test_a_closed_connection_answers_late_bytes_with_eof_not_a_reset(server):
+    """A client whose PING is still unread when the fault closes the connection (a second
+    segment, as happens on a loaded machine) reads EOF, not a reset: a reset made nats-py
+    give up instead of reconnecting. Here many PINGs follow the CONNECT at once, so some are
+    unread when the fault closes: a plain close() would answer them with RST (the close
+    lingers, reading, see Client.linger_on_close)."""
+    server.close_connections("after_connect")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        assert sock.recv(4096).startswith(b"INFO ")
+        sock.sendall(b"CONNECT {}\r\n" + b"PING\r\n" * 200_000)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        assert data == b""  # EOF: no PONG, and no ConnectionResetError on the way
+
+
 def test_close_before_info_without_reconnect_fails_the_connect(server):
     async def main():
         server.close_connections("before_info")
