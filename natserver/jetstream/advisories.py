@@ -31,7 +31,6 @@ EVENT_ID_LEN = 22  # a NUID's length (nuid.Next())
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
-
 class AdvisoryHost(Protocol):
     """What advisories need of the engine (``JetStream``): where and how to publish."""
 

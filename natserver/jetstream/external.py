@@ -64,7 +64,6 @@ _STALLED = b"Nats-Consumer-Stalled"
 _ACK_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
 
 
-
 class Waker(Protocol):
     """sourcing.Sourcing as a link uses it: copy what is new."""
 
