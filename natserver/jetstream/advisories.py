@@ -2,19 +2,19 @@
 (jetstream_events.go): stream and consumer actions (created, updated, deleted), a consumer
 paused or resumed, a priority group's client pinned or unpinned, and the API audit of every API response. Each is published in the JetStream account, and only built when
 someone listens (nats-server's publishAdvisory).
+
+Layer (README "Layers"): a state-tier helper, called by the API and by deliveries; what it
+needs of the engine (the package's ``JetStream``) is ``AdvisoryHost``.
 """
 
 from __future__ import annotations
 
 import secrets
 import string
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .. import clock
 from .util import dumps, rfc3339nano
-
-if TYPE_CHECKING:
-    from . import JetStream
 
 ADVISORY_PREFIX = "$JS.EVENT.ADVISORY."
 STREAM_ACTION_TYPE = "io.nats.jetstream.advisory.v1.stream_action"  # JSStreamActionAdvisoryType
@@ -31,12 +31,27 @@ EVENT_ID_LEN = 22  # a NUID's length (nuid.Next())
 _ID_ALPHABET = string.ascii_letters + string.digits
 
 
+class AdvisoryHost(Protocol):
+    """What advisories need of the engine (``JetStream``): where and how to publish."""
+
+    @property
+    def server(self) -> Any: ...
+    @property
+    def client(self) -> Any: ...  # the JetStream account's internal client
+    @property
+    def domain(self) -> str: ...
+    @property
+    def account_name(self) -> str | None: ...
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None,
+             reply: bytes | None = None) -> None: ...
+
+
 def event_id() -> str:
     """An event id as long as nats-server's NUIDs (random: ids only need to differ)."""
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(EVENT_ID_LEN))
 
 
-def publish(js: JetStream, subject: str, make_fields) -> None:
+def publish(js: AdvisoryHost, subject: str, make_fields) -> None:
     """``{"type", "id", "timestamp", **make_fields()}`` on ``subject``, when someone listens."""
     encoded = subject.encode()
     if not js.client.has_interest(encoded):
@@ -48,17 +63,17 @@ def publish(js: JetStream, subject: str, make_fields) -> None:
     js.send(encoded, dumps(doc))
 
 
-def stream_action(js: JetStream, stream: str, action: tuple) -> None:
+def stream_action(js: AdvisoryHost, stream: str, action: tuple) -> None:
     publish(js, f"{ADVISORY_PREFIX}STREAM.{action[0]}.{stream}",
             lambda: {"type": STREAM_ACTION_TYPE, "stream": stream, "action": action[1]})
 
 
-def consumer_action(js: JetStream, stream: str, consumer: str, action: tuple) -> None:
+def consumer_action(js: AdvisoryHost, stream: str, consumer: str, action: tuple) -> None:
     publish(js, f"{ADVISORY_PREFIX}CONSUMER.{action[0]}.{stream}.{consumer}",
             lambda: {"type": CONSUMER_ACTION_TYPE, "stream": stream, "consumer": consumer, "action": action[1]})
 
 
-def consumer_pause(js: JetStream, stream: str, consumer: str, paused: bool, pause_until: str | None) -> None:
+def consumer_pause(js: AdvisoryHost, stream: str, consumer: str, paused: bool, pause_until: str | None) -> None:
     """sendPauseAdvisoryLocked: ``pause_until`` as the consumer's configuration has it (the
     zero time when it has none), ``paused`` whether that is still ahead."""
     publish(js, f"{ADVISORY_PREFIX}CONSUMER.PAUSE.{stream}.{consumer}",
@@ -66,7 +81,7 @@ def consumer_pause(js: JetStream, stream: str, consumer: str, paused: bool, paus
                      "pause_until": pause_until or _ZERO_TIME})
 
 
-def _group_event(js: JetStream, subject: str, kind: str, stream: str, consumer: str, last: dict) -> None:
+def _group_event(js: AdvisoryHost, subject: str, kind: str, stream: str, consumer: str, last: dict) -> None:
     """JSConsumerGroupPinnedAdvisory / ...UnpinnedAdvisory: the account, then the domain before
     the group (their field order)."""
     encoded = subject.encode()
@@ -79,19 +94,19 @@ def _group_event(js: JetStream, subject: str, kind: str, stream: str, consumer: 
     js.send(encoded, dumps({**doc, **last}))
 
 
-def consumer_pinned(js: JetStream, stream: str, consumer: str, group: str, pin_id: str) -> None:
+def consumer_pinned(js: AdvisoryHost, stream: str, consumer: str, group: str, pin_id: str) -> None:
     """sendPinnedAdvisoryLocked: a client was pinned (a pull request got a new pin id)."""
     _group_event(js, f"{ADVISORY_PREFIX}CONSUMER.PINNED.{stream}.{consumer}", CONSUMER_PINNED_TYPE, stream,
                  consumer, {"group": group, "pinned_id": pin_id})
 
 
-def consumer_unpinned(js: JetStream, stream: str, consumer: str, group: str, reason: str) -> None:
+def consumer_unpinned(js: AdvisoryHost, stream: str, consumer: str, group: str, reason: str) -> None:
     """sendUnpinnedAdvisoryLocked: the pin went (``reason``: the UNPIN API, or the timeout)."""
     _group_event(js, f"{ADVISORY_PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}", CONSUMER_UNPINNED_TYPE, stream,
                  consumer, {"group": group, "reason": reason})
 
 
-def api_audit(js: JetStream, subject: bytes, request: bytes, response: bytes) -> None:
+def api_audit(js: AdvisoryHost, subject: bytes, request: bytes, response: bytes) -> None:
     """sendJetStreamAPIAuditAdvisory: the request (left out when empty) and the response as
     strings, and who asked (the client whose message the API is handling)."""
 

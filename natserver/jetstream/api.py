@@ -4,19 +4,22 @@ as nats-server v2.9.10's (field order included), and DIRECT.GET.
 Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
 MSG.DELETE; DIRECT.GET (direct.py). CONSUMER requests go to consumer_api.py. Anything else
 gets no response, as nats-server gives none to unknown API subjects.
+
+Layer (README "Layers"): the top of the package's layers, under the engine (the package's
+``JetStream``), which it reaches through ``ApiHost``.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocol.const import JS_API_LEVEL
 from . import advisories, errors, not_enabled, unsupported
 from .advisories import CREATE, DELETE, MODIFY
-from .consumer_api import ConsumerApi
-from .direct import DirectGets
+from .consumer_api import ConsumerApi, ConsumerHost
+from .direct import DirectGets, DirectHost
 from .errors import ApiError
 from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
@@ -24,7 +27,7 @@ from .stream import StreamConfig, check_stream_config
 from .util import dumps, get_header, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
-    from . import JetStream
+    from .stream import Stream
 
 log = logging.getLogger("natserver")
 
@@ -77,10 +80,24 @@ def _decode(payload: bytes, fields: dict) -> dict:
         raise errors.invalid_json() from exc
 
 
+class ApiHost(ConsumerHost, DirectHost, Protocol):
+    """What the API needs of the engine (``JetStream``): its streams and their lifecycle,
+    and the API counters it keeps."""
+
+    api_total: int
+    api_errors: int
+
+    def check_reservation(self, storage: str, add: int, base: int, exclude: str | None) -> None: ...
+    def add_stream(self, config: StreamConfig) -> Stream: ...
+    def update_stream(self, stream: Stream, new: StreamConfig) -> None: ...
+    def delete_stream(self, stream: Stream) -> None: ...
+    def persist(self, stream: Stream) -> None: ...
+
+
 class Api:
     """Handles one request at a time, synchronously, from the ``$JS.API.>`` subscription."""
 
-    def __init__(self, js: "JetStream") -> None:
+    def __init__(self, js: ApiHost) -> None:
         self.js = js
         self.server = js.server
         self._stream_ops = {

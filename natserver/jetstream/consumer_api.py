@@ -2,15 +2,19 @@
 DURABLE.CREATE, INFO, DELETE, NAMES and LIST, answered with nats-server v2.9.10's JSON
 and error codes, and PAUSE (2.11, as nats-server 2.15.1 answers it). Consumers live in
 ``stream.consumers`` (name -> Consumer).
+
+Layer (README "Layers"): below ``api``, which routes requests here; what this module needs of
+it is ``ApiRouter`` (its responses) and of the engine ``ConsumerHost``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import clock
 from . import advisories, consumer_store, errors, gotime, unsupported
+from .advisories import AdvisoryHost
 from .consumer import (
     GROUP_NAME,
     Consumer,
@@ -26,7 +30,8 @@ from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str,
 from .util import dumps, loads
 
 if TYPE_CHECKING:
-    from .api import Api
+    from .delivery import Delivery
+    from .stream import Stream
 
 _T = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024  # JSApiNamesLimit
@@ -58,8 +63,29 @@ def _decode(payload: bytes, fields: dict) -> dict:
         raise errors.invalid_json() from exc
 
 
+class ConsumerHost(AdvisoryHost, Protocol):
+    """What the consumer API needs of the engine (``JetStream``)."""
+
+    @property
+    def streams(self) -> dict[str, Stream]: ...
+    @property
+    def limits(self) -> dict: ...  # the account's JetStream limits
+    @property
+    def delivery(self) -> Delivery: ...
+    def stream_path(self, stream: Stream) -> str: ...
+
+
+class ApiRouter(Protocol):
+    """What the consumer API needs of the API (``api.Api``) that routes requests to it."""
+
+    @property
+    def js(self) -> ConsumerHost: ...
+    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True) -> None: ...
+    def _fail(self, reply, rtype: str, exc: ApiError, **extra: Any) -> None: ...
+
+
 class ConsumerApi:
-    def __init__(self, api: Api) -> None:
+    def __init__(self, api: ApiRouter) -> None:
         self.api = api
         self.js = api.js
 

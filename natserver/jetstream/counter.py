@@ -19,21 +19,21 @@ for each (origin, subject) in ``Nats-Counter-Sources: {"<origin>":{"<subject>":"
 and adds to its own total the difference from the origin's previous total (written back into
 ``Nats-Incr``), so that several origins, and local increments, add up. A mirror of a counter
 stream, and a plain stream sourcing one, store its messages as they are.
+
+Layer (README "Layers"): below ``stream``, which calls it; what it reads of a stream's
+configuration is ``CounterConfig``.
 """
 
 from __future__ import annotations
 
 import decimal
 import re
-from typing import TYPE_CHECKING, Union
+from typing import Protocol, Union
 
 import orjson
 
 from . import errors
 from .util import dumps, gen_header, get_header
-
-if TYPE_CHECKING:
-    from .stream import StreamConfig
 
 INCR = b"Nats-Incr"  # stream.go JSMessageIncr
 COUNTER_SOURCES = b"Nats-Counter-Sources"  # stream.go JSMessageCounterSources
@@ -60,7 +60,18 @@ _EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=deci
 Number = Union[int, decimal.Decimal]
 
 
-def check_counter_config(cfg: "StreamConfig") -> None:
+class CounterConfig(Protocol):
+    """What the counter rules read of a stream's configuration (stream.StreamConfig)."""
+
+    @property
+    def discard(self) -> str: ...
+    @property
+    def allow_msg_ttl(self) -> bool: ...
+    @property
+    def retention(self) -> str: ...
+
+
+def check_counter_config(cfg: CounterConfig) -> None:
     """checkStreamCfg's rules for a counter stream (10052, its texts and order)."""
     invalid = errors.stream_invalid_config
     if cfg.discard == "new":

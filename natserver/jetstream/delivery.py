@@ -1,24 +1,28 @@
 """Consumer delivery on the wire: pull requests ($JS.API.CONSUMER.MSG.NEXT), acks on
 ``$JS.ACK.>``, ack_wait redelivery and request expiry on one timer task, advisories.
 The per-consumer rules are in consumer.py (sans-IO); this module does the sending.
+
+Layer (README "Layers"): the top of the state tier, beside ``sourcing``; what it needs of the
+engine (the package's ``JetStream``) is ``DeliveryHost``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from .. import clock
 from ..protocol.gotext import go_duration
 from . import advisories, consumer_store
+from .advisories import AdvisoryHost
 from .gojson import INT64, decode_bool, decode_int, decode_str, decode_struct
 from .util import loads
 
 if TYPE_CHECKING:
-    from . import JetStream
     from .consumer import Consumer
+    from .stream import Stream
 
 log = logging.getLogger("natserver")
 
@@ -124,10 +128,36 @@ def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | Non
     return client.deliver_as(dsubj, subject, reply, hdr, data)
 
 
+class ConsumerRemover(Protocol):
+    """consumer_api.ConsumerApi as deliveries use it: to delete a consumer gone inactive."""
+
+    def remove(self, consumer: Consumer) -> None: ...
+
+
+class _ApiConsumers(Protocol):
+    @property
+    def consumers(self) -> ConsumerRemover: ...
+
+
+class DeliveryHost(AdvisoryHost, Protocol):
+    """What deliveries need of the engine (``JetStream``)."""
+
+    @property
+    def streams(self) -> dict[str, Stream]: ...
+    @property
+    def account(self) -> Any: ...  # the engine's account, None for $G
+    @property
+    def api(self) -> _ApiConsumers: ...
+    def subscribe(self, subject: str, callback) -> Any: ...
+    def unsubscribe(self, sub) -> None: ...
+    def stream_path(self, stream: Stream) -> str: ...
+    def _store_dirty(self, store) -> None: ...
+
+
 class Delivery:
     """Owned by the engine: the ack subscription and the timer task."""
 
-    def __init__(self, js: JetStream) -> None:
+    def __init__(self, js: DeliveryHost) -> None:
         self.js = js
         self.server = js.server
         self._wake = trio.Event()

@@ -17,6 +17,9 @@ the other clients waiting. Batches queued there are answered in the order they c
 multi_last with wildcards tests :data:`SELECT_SUBJECTS` of the stream's subjects a turn before it
 sends (nats-server chooses them all at once, under the stream's lock: here a message of them
 deleted before its chunk is sent is skipped, a subject new since the request may be missed).
+
+Layer (README "Layers"): below ``api``, which routes DIRECT.GET here; what it needs of the
+engine is ``DirectHost``.
 """
 
 from __future__ import annotations
@@ -25,17 +28,24 @@ import collections
 import datetime
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import trio
 
 from .gojson import INT64, UINT64, DecodeError, decode_bool, decode_int, decode_str, decode_strlist, decode_struct
 from .util import compile_filter, gen_header, has_wildcard, loads, rfc3339nano
 
-if TYPE_CHECKING:
-    from . import JetStream
-
 log = logging.getLogger("natserver")
+
+
+class DirectHost(Protocol):
+    """What direct gets need of the engine (``JetStream``): the server (its options and
+    task nursery) and a way to send."""
+
+    @property
+    def server(self) -> Any: ...
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None,
+             reply: bytes | None = None) -> None: ...
 
 # getDirectMulti's maxAllowedResponses: a multi_last covering more subjects gets 413.
 MULTI_LAST_LIMIT = 1024
@@ -174,7 +184,7 @@ class _Batch:
     scan), sending :data:`CHUNK_MSGS` a turn, and the ``204 EOB`` (counting again what is left
     when messages came meanwhile, as nats-server does past its count's validThrough)."""
 
-    def __init__(self, js: "JetStream", stream, reply, req: dict, seq: int, max_bytes: int) -> None:
+    def __init__(self, js: DirectHost, stream, reply, req: dict, seq: int, max_bytes: int) -> None:
         self.js, self.stream, self.reply = js, stream, reply
         self.name = stream.name.encode()
         self.next_for = req.get("next_by_subj", "").encode()
@@ -266,7 +276,7 @@ class _Multi:
     sequence at or below ``up_to`` of each subject a filter matches), :data:`SELECT_SUBJECTS`
     of the stream's subjects a turn, then sending their messages in sequence order."""
 
-    def __init__(self, js: "JetStream", stream, reply, req: dict, up_to: int, max_bytes: int) -> None:
+    def __init__(self, js: DirectHost, stream, reply, req: dict, up_to: int, max_bytes: int) -> None:
         self.js, self.stream, self.reply = js, stream, reply
         self.name = stream.name.encode()
         self.up_to = up_to
@@ -376,7 +386,7 @@ class DirectGets:
     """Answers direct gets for one JetStream engine; batches too long for one turn go on from
     :meth:`run` (the engine's task)."""
 
-    def __init__(self, js: "JetStream") -> None:
+    def __init__(self, js: DirectHost) -> None:
         self.js = js
         self.queue: collections.deque[_Batch | _Multi] = collections.deque()
         self._wake = trio.Event()

@@ -18,6 +18,9 @@ So account B mirrors account A's stream when it imports A's ``$JS.API.>`` (under
 A's delivery subjects and A's ``$JS.FC.>``; and a stream of another domain (``$JS.<domain>.API``)
 is mirrored over a leaf node. What the stream then holds, and its ``Nats-Stream-Source``
 headers (``<origin>:<hash of api> <sequence>``), are nats-server 2.9.10's.
+
+Layer (README "Layers"): below ``stream``, which takes its configuration checks from here;
+what a link needs of the stream it copies into is ``LinkedStream`` (``stream.Stream``).
 """
 
 from __future__ import annotations
@@ -25,13 +28,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .. import clock as server_clock
 from ..routing.transform import validate_mapping
 from . import errors
 from .errors import ApiError
-from .store import StoreError
+from .store import Store, StoreError
 from .util import (
     compile_filter,
     dumps,
@@ -42,9 +45,6 @@ from .util import (
     remove_header,
     subjects_collide,
 )
-
-if TYPE_CHECKING:
-    from .stream import Stream
 
 log = logging.getLogger("natserver")
 
@@ -62,6 +62,35 @@ _CONTROL = b"NATS/1.0 100 "
 _LAST_CONSUMER = b"Nats-Last-Consumer"
 _STALLED = b"Nats-Consumer-Stalled"
 _ACK_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
+
+
+class Waker(Protocol):
+    """sourcing.Sourcing as a link uses it: copy what is new."""
+
+    def wake(self) -> None: ...
+
+
+class LinkEngine(Protocol):
+    """What a link needs of its stream's engine (the package's ``JetStream``)."""
+
+    @property
+    def sourcing(self) -> Waker: ...
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None,
+             reply: bytes | None = None) -> None: ...
+    def subscribe(self, subject: str, callback) -> Any: ...
+    def unsubscribe(self, sub) -> None: ...
+
+
+class LinkedStream(Protocol):
+    """What a link needs of the stream it copies into (``stream.Stream``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def engine(self) -> LinkEngine: ...
+    def store_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int: ...
 
 
 def get_hash(name: str) -> str:
@@ -150,7 +179,7 @@ class OriginLink:
     __slots__ = ()
 
     # What the subclasses hold (in their own slots)
-    stream: Stream
+    stream: LinkedStream
     origin: str  # the origin stream's name
     mirror: bool
     _iname: bytes  # the index name a source's Nats-Stream-Source header carries
@@ -210,7 +239,7 @@ class ExternalLink(OriginLink):
                  "error", "from_new", "lag", "sseq", "dseq", "cname", "_lreq", "_sip_until",
                  "_reply_sub", "_deliver_sub", "_blocked", "transforms")
 
-    def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
+    def __init__(self, stream: LinkedStream, spec: dict, mirror: bool) -> None:
         self.stream = stream
         self.spec = spec
         self.origin = spec["name"]

@@ -19,12 +19,15 @@ but what a client sees is nats-server's:
 A pump task copies whatever is new whenever a followed stream stores a message, at most
 ``BATCH`` messages per link before it lets other tasks run, and refreshes ``active`` every
 ``HEARTBEAT`` seconds as nats-server's idle heartbeats do.
+
+Layer (README "Layers"): the top of the state tier, beside ``delivery``; what it needs of the
+engine (the package's ``JetStream``) is ``SourcingHost``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -35,7 +38,6 @@ from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name, sourc
 from .util import get_header
 
 if TYPE_CHECKING:
-    from . import JetStream
     from .stream import Stream
 
 log = logging.getLogger("natserver")
@@ -49,6 +51,8 @@ class SourceLink(OriginLink):
 
     __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
                  "_blocked", "from_new", "transforms", "_filters")
+
+    stream: Stream  # a same-server link reads its origin through its stream's engine
 
     def __init__(self, stream: "Stream", spec: dict, mirror: bool) -> None:
         self.stream = stream
@@ -190,10 +194,20 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
             link.next = int(parts[1]) + 1
 
 
+class SourcingHost(Protocol):
+    """What mirrors and sources need of the engine (``JetStream``): its streams (origins and
+    targets alike) and the server (its task nursery)."""
+
+    @property
+    def streams(self) -> dict[str, Stream]: ...
+    @property
+    def server(self) -> Any: ...
+
+
 class Sourcing:
     """Every stream's links, and the task that keeps them copying."""
 
-    def __init__(self, engine: "JetStream") -> None:
+    def __init__(self, engine: SourcingHost) -> None:
         self.engine = engine
         self._wake = trio.Event()
 

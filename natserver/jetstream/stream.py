@@ -1,18 +1,22 @@
 """Streams: configuration (decoded, defaulted and validated as nats-server v2.9.10 does) and
-the publish path (expected-* headers, deduplication, limits, acks)."""
+the publish path (expected-* headers, deduplication, limits, acks).
+
+Layer (README "Layers"): the middle of the state tier: consumers sit above it, the store below;
+what a stream needs of the engine (the package's ``JetStream``) is ``StreamHost``.
+"""
 
 from __future__ import annotations
 
 import collections
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import counter, errors
 from .counter import check_counter_config
 from .errors import ApiError
-from .external import check_external, index_name
+from .external import LinkEngine, check_external, index_name
 from .gojson import (
     INT32,
     INT64,
@@ -43,8 +47,24 @@ from .util import (
     subjects_collide,
 )
 
-if TYPE_CHECKING:
-    from . import JetStream
+
+class StreamWatcher(Protocol):
+    """delivery.Delivery as a stream uses it: its consumers have something new."""
+
+    def stream_changed(self, stream: Stream) -> None: ...
+
+
+class StreamHost(LinkEngine, Protocol):
+    """What a stream needs of the engine (``JetStream``): answers, expiry timers, the account's
+    limits, and the tasks above it (deliveries, mirrors and sources) to wake."""
+
+    @property
+    def streams(self) -> dict[str, Stream]: ...
+    @property
+    def delivery(self) -> StreamWatcher: ...
+    def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
+    def schedule_expiry(self, deadline_ns: int) -> None: ...
+    def over_limit(self, kind: str) -> bool: ...
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
 MIN_WINDOW = 100 * 1_000_000  # 100ms: the least max_age and duplicate_window
@@ -655,7 +675,7 @@ class Stream:
             if entry is not None:
                 consumer.ack(seq, entry[0], now)
 
-    def __init__(self, engine: "JetStream", cfg: StreamConfig, store, created: int) -> None:
+    def __init__(self, engine: StreamHost, cfg: StreamConfig, store, created: int) -> None:
         self.engine = engine
         self.cfg = cfg
         self.name = cfg.name
