@@ -1099,6 +1099,7 @@ class Cluster:
             return
         if remote_id == self.server.server_id:
             log.debug("%s - Detected route to self, ignoring", route.label)
+            route.peer_id = remote_id  # (so its dial loop stops: route.go keeps routesToSelf)
             route.close("Duplicate Route")
             self.configured = [u for u in self.configured if u != route.url]
             return

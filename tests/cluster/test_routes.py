@@ -304,3 +304,15 @@ async def test_a_route_of_another_cluster_is_refused(nursery):
         while not (a.cluster._next_rid >= 1 and not a.cluster.all_routes):
             await trio.sleep(0.01)
     assert a.cluster.routes == {} and other.cluster.routes == {}
+
+
+async def test_a_route_to_itself_is_dialled_once(nursery):
+    """A node whose routes list its own cluster URL (nats.py's cluster tests give every node
+    the same three URLs) finds itself once and stops dialling it, as route.go's routesToSelf:
+    it used to dial itself again every 50-300 ms for as long as it ran."""
+    port = free_port()
+    a = await start_node(nursery, routes=[f"nats://127.0.0.1:{port}"], cluster_port=port)
+    await trio.sleep(1.5)
+    # One connection dialled to itself and the one it accepted from itself, both closed.
+    assert a.cluster._next_rid == 2
+    assert not a.cluster.routes
