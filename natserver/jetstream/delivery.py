@@ -416,10 +416,12 @@ class Delivery:
             req.sent += 1
             if req.batch <= 0:
                 waiting.remove(req)
-            elif prioritized and len(waiting) > 1 and waiting[0] is req:
-                # waitQueue.popAndRequeue: behind the others of its priority
+            elif len(waiting) > 1 and waiting[0] is req:
                 waiting.pop(0)
-                _insert_by_priority(waiting, req)
+                if prioritized:  # waitQueue.popAndRequeue: behind the others of its priority
+                    _insert_by_priority(waiting, req)
+                else:  # waitQueue.pop (2.10+): behind the others, so waiting requests take turns
+                    waiting.append(req)
         self._queue_save(consumer)
         self.process_waiting(consumer, now, end_of_stream)
 

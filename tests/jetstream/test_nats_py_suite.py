@@ -835,3 +835,32 @@ def test_v210_stream_first_seq(target):
         await nc.close()
 
     run(main())
+
+
+def test_waiting_pull_requests_take_turns(target):
+    """nats-server 2.10+ (consumer.go waitQueue.pop): a waiting pull request that got a message
+    goes behind the others, so two requests waiting share what comes one message each in
+    turn; natserver used to fill the first request's batch before the second got any."""
+
+    async def main():
+        nc = await connect(target.url)
+
+        async def api(subject: str, body: dict) -> dict:
+            return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=2)).data)
+
+        await api("$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": ["t.>"]})
+        await api("$JS.API.CONSUMER.CREATE.T.c", {"stream_name": "T", "config": {
+            "name": "c", "durable_name": "c", "ack_policy": "none"}})
+        first, second = await nc.subscribe("r.1"), await nc.subscribe("r.2")
+        for reply in ("r.1", "r.2"):
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.T.c", b'{"batch":3,"expires":5000000000}', reply=reply)
+        await nc.flush()
+        await asyncio.sleep(0.2)
+        for i in range(1, 5):
+            await nc.publish("t.x", b"m%d" % i)
+        await nc.flush()
+        assert await _statuses(first, 0.5) == [b"m1", b"m3"]
+        assert await _statuses(second, 0.2) == [b"m2", b"m4"]
+        await nc.close()
+
+    run(main())
