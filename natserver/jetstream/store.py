@@ -989,6 +989,13 @@ class FileStore(Store):
         self._resume_writes(recovering=True)  # (a new segment when the newest has no room)
         if last and self.active != last:
             unindexed[last] = (dels, hdrs)
+        # The segment sealed last before the stop may be plain (a crash before it was
+        # compressed, or it filled up just before a stop): compressed now. Older plain ones
+        # (written before an update to s2) stay as they are.
+        if self.werr is None and getattr(self.cfg, "compression", "none") == "s2":
+            for seg in self.segs[-2:]:
+                if seg != self.active and seg not in self.zsegs and seg in self.fds:
+                    self._compress(seg, None)
         # Index files for the sealed segments that had none (or a stale one), so the next
         # start reads them instead of the records.
         for k, seg in enumerate(ids):

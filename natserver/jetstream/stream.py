@@ -87,11 +87,14 @@ COMPRESSIONS = ("none", "s2")
 def _compression(value):
     """compression (2.10+): "none" or "s2", refused with the text of nats-server's Unmarshal
     (StoreCompression.UnmarshalJSON: any other string, "" and "S2" too)."""
-    if not isinstance(value, str):
+    if value is not None and not isinstance(value, str):
         raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value).split()[0]} into Go value of type string")
-    if value not in COMPRESSIONS:
+    if value not in COMPRESSIONS:  # (null too: it unmarshals to "")
         raise GoDecodeError("unknown compression algorithm")
     return value
+
+
+_compression.takes_null = True  # type: ignore[attr-defined]
 
 
 def _first_seq(value):
