@@ -630,10 +630,10 @@ _OVERHEAD = _MSG_FIXED + 4  # a MSG record is this plus subject, header and data
 
 SEGMENT_SIZE = 8 * 1024 * 1024  # roll to a new segment past this (nats-server: 8 MB blocks)
 SEGMENT_SUFFIX = ".seg"
-# Decompressed chunks of compressed segments kept per stream (compressed.py: 64 KiB each, so
-# 2 MiB): a consumer reading in order decompresses each chunk once. natserver's own bound
+# Decompressed chunks of compressed segments kept per stream (compressed.py: 16 KiB each, so
+# 1 MiB): a consumer reading in order decompresses each chunk once. natserver's own bound
 # (nats-server caches whole decompressed blocks for a while).
-ZCACHE_CHUNKS = 32
+ZCACHE_CHUNKS = 64
 _NO_CUT = 1 << 62  # (the active segment's cuts are not tracked)
 
 
