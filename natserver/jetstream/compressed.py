@@ -81,29 +81,38 @@ def record_starts(data, step: int = CHUNK_SIZE) -> list[int]:
     return cuts
 
 
-def build(data, cuts: list[int], xor=None) -> bytes:
-    """The compressed file for the plain segment ``data`` cut at ``cuts``; ``xor(keystream
-    id, offset, bytes)`` encrypts (None: a plain store)."""
+def compress_chunks(data, cuts: list[int]) -> list[tuple[int, bytes]]:
+    """(plain length, snappy block) of each chunk of ``data`` cut at ``cuts`` (offsets into
+    ``data``, 0 first)."""
     snappy = _snappy()
     bounds = [c for c in cuts if 0 <= c < len(data)] or [0]
     bounds.append(len(data))
-    view = memoryview(data)
-    chunks = []
+    out = []
+    with memoryview(data) as view:
+        for lo, hi in zip(bounds, bounds[1:]):
+            if hi > lo:
+                out.append((hi - lo, bytes(snappy.compress_raw(bytes(view[lo:hi])))))
+    return out
+
+
+def assemble(chunks: list[tuple[int, bytes]], xor=None) -> bytes:
+    """The compressed file of ``chunks`` (compress_chunks'); ``xor(keystream id, offset,
+    bytes)`` encrypts (None: a plain store)."""
     table = bytearray()
-    for lo, hi in zip(bounds, bounds[1:]):
-        if hi <= lo:
-            continue
-        comp = bytes(snappy.compress_raw(bytes(view[lo:hi])))
-        chunks.append(comp)
-        table += _ENTRY.pack(hi - lo, len(comp), zlib.crc32(comp))
-    view.release()
+    for plain, comp in chunks:
+        table += _ENTRY.pack(plain, len(comp), zlib.crc32(comp))
     zid = new_keystream_id() if xor is not None else 0
-    head = _HEAD.pack(MAGIC, VERSION, ALG_S2, 0, zid, len(data), len(chunks))
+    head = _HEAD.pack(MAGIC, VERSION, ALG_S2, 0, zid, sum(plain for plain, _ in chunks), len(chunks))
     head += _HEAD_CRC.pack(zlib.crc32(head))
-    body = bytes(table) + _HEAD_CRC.pack(zlib.crc32(table)) + b"".join(chunks)
+    body = bytes(table) + _HEAD_CRC.pack(zlib.crc32(table)) + b"".join(comp for _, comp in chunks)
     if xor is not None:
         body = xor(zid, len(head), body)
     return head + body
+
+
+def build(data, cuts: list[int], xor=None) -> bytes:
+    """The compressed file for the plain segment ``data`` cut at ``cuts``."""
+    return assemble(compress_chunks(data, cuts), xor)
 
 
 class ZSegment:

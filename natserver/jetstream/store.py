@@ -55,6 +55,7 @@ import struct
 import sys
 import zlib
 from array import array
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -635,6 +636,9 @@ SEGMENT_SUFFIX = ".seg"
 # (nats-server caches whole decompressed blocks for a while).
 ZCACHE_CHUNKS = 64
 _NO_CUT = 1 << 62  # (the active segment's cuts are not tracked)
+# Chunks of the active segment compressed at most when a chunk fills up: the one just filled
+# and one behind (natserver's own bound: the work per stored message stays small).
+_CHUNKS_PER_CUT = 2
 
 
 # Recovering TTLs: a segment with at least this many live messages with headers is read whole,
@@ -778,6 +782,9 @@ class FileStore(Store):
         # walking its records when it is compressed.
         self.active_cuts: list[int] | None = None
         self._next_cut = _NO_CUT
+        # With compression: the active segment's chunks compressed as they filled up (from
+        # its start, in order), so that sealing it compresses only its last one.
+        self.active_zchunks: list[tuple[int, bytes]] = []
         self._recover(dedup_window, now)
 
     # -- recovery -----------------------------------------------------------------------------
@@ -1245,6 +1252,7 @@ class FileStore(Store):
         self.active_hdrs = []
         self.active_cuts = [0]
         self._next_cut = self.chunk_size
+        self.active_zchunks = []
         self.flushed = self.checkpointed = 0
         # After the STATE record: DEL records made while no segment could be created.
         self.buf[:0] = _frame_state(self.first_seq, self.last_seq, self.last_ts)
@@ -1256,11 +1264,42 @@ class FileStore(Store):
     def _roll(self) -> None:
         self.flush()
         self._seal()
-        sealed, cuts = self.active, self.active_cuts
+        sealed, cuts, ready = self.active, self.active_cuts, self.active_zchunks
         self._new_segment()
         if getattr(self.cfg, "compression", "none") == "s2":  # (NSQ's and STAN's stores: none)
-            self._compress(sealed, cuts)
+            self._compress(sealed, cuts, ready)
         self._trim_heap()
+
+    def _cut(self, offset: int) -> None:
+        """A record starts at ``offset`` of the active segment, a chunk past the last cut:
+        a chunk ends here. With compression on, the chunk just completed is compressed now
+        (~16 KiB: tens of microseconds), so that sealing the segment is not one long pause.
+        A chunk compressed ahead and then erased in is dropped (_erase) and done again."""
+        cuts = self.active_cuts
+        assert cuts is not None
+        cuts.append(offset)
+        self._next_cut = offset + self.chunk_size
+        ready = self.active_zchunks
+        if getattr(self.cfg, "compression", "none") != "s2":
+            return
+        # The chunk just completed, and one more behind when some are missing (an erase in
+        # this segment, compression switched on while it was written): catching up.
+        for _ in range(_CHUNKS_PER_CUT):
+            k = len(ready)
+            if k >= len(cuts) - 1:
+                break
+            try:
+                ready.extend(compressed.compress_chunks(self._active_bytes(cuts[k], cuts[k + 1]), [0]))
+            except OSError:  # (compressed when the segment is sealed)
+                break
+
+    def _active_bytes(self, lo: int, hi: int) -> bytes:
+        """Plain bytes [lo, hi) of the active segment: on disk, in the buffer, or both."""
+        flushed = self.flushed
+        if lo >= flushed:
+            return bytes(self.buf[lo - flushed : hi - flushed])
+        head = self._disk(self.active, os.pread(self.fds[self.active], min(hi, flushed) - lo, lo), lo)
+        return head if hi <= flushed else head + bytes(self.buf[: hi - flushed])
 
     # -- compressed segments (compression s2, compressed.py) --------------------------------------
 
@@ -1270,29 +1309,37 @@ class FileStore(Store):
     def _xor(self):
         return self.cipher.xor if self.cipher is not None else None
 
-    def _compress(self, seg: int, cuts: list[int] | None) -> None:
-        """Replace the sealed plain segment ``seg`` by its compressed form. A failure (a full
-        disk) leaves it plain, as it was (logged)."""
+    def _compress(self, seg: int, cuts: list[int] | None, ready: list | None = None) -> None:
+        """Replace the sealed plain segment ``seg`` by its compressed form (``ready``: its
+        first chunks, compressed already). A failure (a full disk) leaves it plain, as it
+        was (logged)."""
         fd = self.fds.get(seg)
         if fd is None or seg in self.zsegs:
             return
         try:
-            data = self._disk(seg, os.pread(fd, os.fstat(fd).st_size, 0), 0)
+            length = os.fstat(fd).st_size
             if cuts is None:
-                cuts = compressed.record_starts(data, self.chunk_size)
-            self._write_compressed(seg, data, cuts)
+                data = self._disk(seg, os.pread(fd, length, 0), 0)
+                chunks = compressed.compress_chunks(data, compressed.record_starts(data, self.chunk_size))
+            else:
+                chunks = list(ready or ())
+                lo = cuts[len(chunks)] if len(chunks) < len(cuts) else length
+                rest = self._disk(seg, os.pread(fd, length - lo, lo), lo) if length > lo else b""
+                chunks += compressed.compress_chunks(rest, [c - lo for c in cuts[len(chunks):]])
+            self._write_compressed(seg, compressed.assemble(chunks, self._xor()))
             os.unlink(self._seg_path(seg))
             self.dir_unsynced = True
         except OSError as exc:
             log.warning("JetStream: %s: segment %d left uncompressed: %s", self.path, seg, _os_error_text(exc))
 
-    def _write_compressed(self, seg: int, data, cuts: list[int]) -> None:
-        """Write ``<seg>.sz`` (temporary name, fsync, rename, directory fsync) from the plain
-        segment ``data`` and make it the segment's file; raises OSError (nothing changed)."""
+    def _write_compressed(self, seg: int, blob: bytes) -> None:
+        """Write ``<seg>.sz`` (temporary name, fsync, rename, directory fsync) with ``blob``
+        (compressed.assemble's) and make it the segment's file; raises OSError (nothing
+        changed)."""
         path = self._zpath(seg)
         tmp = path + ".tmp"
         try:
-            write_atomic(path, compressed.build(data, cuts, self._xor()))
+            write_atomic(path, blob)
             new_fd = os.open(path, os.O_RDONLY)
         except OSError:
             try:
@@ -1350,7 +1397,7 @@ class FileStore(Store):
         data = bytearray(b"".join(data for _, data in pieces if data is not None))
         data[offset : offset + len(rec)] = rec
         try:
-            self._write_compressed(seg, data, z.cuts())
+            self._write_compressed(seg, compressed.build(data, z.cuts(), self._xor()))
         except OSError as exc:  # the DEL record still removes it
             log.error("JetStream: %s: erasing in segment %d failed: %s", self.path, seg, _os_error_text(exc))
 
@@ -1424,8 +1471,7 @@ class FileStore(Store):
         buf += _U32.pack(crc)
         offset = self.size
         if offset >= self._next_cut:  # (a place where a compressed chunk may start)
-            self.active_cuts.append(offset)  # type: ignore[union-attr]
-            self._next_cut = offset + self.chunk_size
+            self._cut(offset)
         self.size += total
         seg = self.active
         self.live[seg] += 1
@@ -1519,6 +1565,8 @@ class FileStore(Store):
         head = _MSG_HEAD.pack(total - 8, T_ERASED, seq, ts, sl, hl, ml)
         body = head + os.urandom(sl + hl + ml)
         rec = body + _U32.pack(zlib.crc32(body))
+        if seg == self.active and self.active_cuts is not None:  # (chunks compressed ahead: from here on stale)
+            del self.active_zchunks[max(bisect_right(self.active_cuts, offset) - 1, 0):]
         if seg == self.active and offset >= self.flushed:
             start = offset - self.flushed
             self.buf[start : start + total] = rec

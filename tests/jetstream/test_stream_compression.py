@@ -297,6 +297,26 @@ def test_erase_in_a_compressed_segment(tmp_path):
     store.stop()
 
 
+def test_chunks_are_compressed_as_they_fill_up(tmp_path, monkeypatch):
+    """Sealing a segment compresses only its last chunk (the others were compressed as they
+    filled up): no long pause per segment. An erase in the segment being written makes its
+    chunks from there on be compressed again: the erased bytes never reach the file."""
+    sizes = []
+    original = compressed.compress_chunks
+    monkeypatch.setattr(compressed, "compress_chunks", lambda data, cuts: sizes.append(len(data)) or original(data, cuts))
+    store = open_store(tmp_path)
+    fill(store, 1000)
+    assert store.remove_msg(store.last_seq - 50, erase=True)  # (in the segment being written)
+    erased = event(store.last_seq - 51)
+    fill(store, 1000, first=1000)
+    assert len(store.zsegs) >= 3 and max(sizes) < 2 * CHUNK
+    check(store, 2000, gone={950})
+    store.stop()
+    raw = b"".join(bytes(z.read_chunk(i)) for z in [compressed.ZSegment(os.open(tmp_path / "msgs" / n, os.O_RDONLY))
+                                                   for n in files(tmp_path, compressed.SUFFIX)] for i in range(len(z.starts)))
+    assert erased not in raw and event(948) in raw
+
+
 def test_a_corrupt_chunk_loses_only_its_messages(tmp_path):
     store = open_store(tmp_path)
     fill(store, 2000)
@@ -343,13 +363,13 @@ def test_a_crash_while_compressing_a_segment(tmp_path, monkeypatch, step):
     def crash(*args, **kwargs):
         raise Crash
 
-    real_build = compressed.build
+    real_assemble = compressed.assemble
     if step == "write":  # half of the temporary file written
-        def torn(data, cuts, xor=None):
-            out = real_build(data, cuts, xor)
+        def torn(chunks, xor=None):
+            out = real_assemble(chunks, xor)
             (tmp_path / "msgs" / f"{store.active - 1}.sz.tmp").write_bytes(out[: len(out) // 2])
             raise Crash
-        monkeypatch.setattr(compressed, "build", torn)
+        monkeypatch.setattr(compressed, "assemble", torn)
     elif step == "rename":
         monkeypatch.setattr("natserver.jetstream.store.write_atomic", crash)
     else:  # renamed, the plain segment not removed yet
