@@ -40,6 +40,10 @@ With encryption at rest (``jetstream { key }``, crypto.py) the segments hold exa
 records XORed with a keystream per segment, by offset (``FileStore._disk``), so everything
 here (offsets, checksums of the plain records, recovery) is the same for both.
 
+With ``compression: s2`` a sealed segment is kept as ``<n>.sz`` (compressed.py): the same
+records, compressed in chunks cut at record boundaries; offsets stay the plain segment's, so
+the index and its files are unchanged, and reads and recovery take the bytes from there.
+
 Writes go to a buffer that the engine flushes (one ``write``) before it sends the acks of the
 messages in it, so an acknowledged message has reached the operating system; with sync
 "always" the engine also fsyncs before acking (group commit).
