@@ -17,6 +17,11 @@ generator stays cheap):
   every message (beside the same for an empty store: the process's own start), and the
   RSS per message after that restart. Not in the default ``--only`` (it takes a while);
   compare with nats-server 2.15.1 through ``--nats-server-cmd``.
+* ``compression`` a stream of 100 000 JSON-ish events (``--compress-msgs``) with
+  ``compression`` none and s2: acknowledged publishes per second, the bytes of its message
+  files after a clean stop, and STREAM.MSG.GET of every message by sequence per second after
+  a restart (cold: what is on disk is read and decompressed). Not in the default ``--only``;
+  compare with nats-server 2.15.1 through ``--nats-server-cmd``.
 
 Usage (from the repository root)::
 
@@ -282,6 +287,80 @@ def bench_store(spec: ServerSpec, msgs: int) -> dict:
         shutil.rmtree(empty, ignore_errors=True)
 
 
+def event(i: int) -> bytes:
+    """A JSON-ish event (the compression workload): what most streams carry."""
+    return (b'{"id":%d,"user":"user-%d","event":"page_view","path":"/products/%d","ts":"2026-11-28T10:%02d:%02d.%03dZ",'
+            b'"agent":"Mozilla/5.0 (X11; Linux x86_64)","ok":true}' % (i, i % 997, i % 500, i // 3600 % 60, i // 60 % 60, i % 1000))
+
+
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            total += os.path.getsize(os.path.join(root, name))
+    return total
+
+
+def bench_compression(spec: ServerSpec, msgs: int, compression: str) -> dict:
+    """Publish ``msgs`` events into a stream with ``compression``, stop, measure its message
+    files, restart and read every message back by sequence."""
+    store = tempfile.mkdtemp(prefix="jsbench-compress-")
+    server = start(spec, store, False)
+    try:
+        conn = Conn(server.port)
+        create_stream(conn, {"name": "EVENTS", "subjects": ["events.>"], "storage": "file", "compression": compression})
+        sent = 0
+        begin = time.perf_counter()
+        while sent < msgs:
+            n = min(WINDOW, msgs - sent)
+            conn.sock.sendall(b"".join(b"PUB events.%d _R.p %d\r\n%s\r\n" % (i % 10, len(event(i)), event(i))
+                                       for i in range(sent, sent + n)))
+            conn.replies(n)
+            sent += n
+        pub_s = time.perf_counter() - begin
+        conn.close()
+        server.stop()  # (a clean stop: nats-server compresses a sealed block in the background)
+        msgs_dir = os.path.join(store, "jetstream", "$G", "streams", "EVENTS", "msgs")
+        disk = _dir_bytes(msgs_dir)
+        server = start(spec, store, False)
+        while _stream_msgs(server.port, "EVENTS") != msgs:
+            time.sleep(0.01)
+        conn = Conn(server.port)
+        ok = True
+        begin = time.perf_counter()
+        for start_seq in range(1, msgs + 1, WINDOW):
+            seqs = range(start_seq, min(start_seq + WINDOW, msgs + 1))
+            conn.sock.sendall(b"".join(b'PUB $JS.API.STREAM.MSG.GET.EVENTS _R.g %d\r\n{"seq":%d}\r\n'
+                                       % (len(b'{"seq":%d}' % s), s) for s in seqs))
+            # (nats-server answers API requests from several goroutines: in any order)
+            got = sorted(json.loads(data)["message"]["seq"] for _, data in conn.replies(len(seqs)))
+            ok = ok and got == list(seqs)
+        read_s = time.perf_counter() - begin
+        conn.close()
+        return {"msgs": msgs, "compression": compression, "pub_per_s": msgs / pub_s, "disk_bytes": disk,
+                "plain_bytes": sum(len(event(i)) for i in range(msgs)), "read_per_s": msgs / read_s, "ok": ok}
+    finally:
+        server.stop()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def run_compression(specs: list, msgs: int, rounds: int) -> dict:
+    out: dict = {}
+    for _ in range(rounds):
+        for spec in specs:
+            for compression in ("none", "s2"):
+                r = bench_compression(spec, msgs, compression)
+                out.setdefault(f"{spec.label} {compression}", []).append(r)
+                print(f"  compression {compression:4s} {spec.label:12s} {msgs:,} events ({r['plain_bytes']:,} B): "
+                      f"on disk {r['disk_bytes']:,} B, publish {r['pub_per_s']:,.0f}/s, "
+                      f"read after restart {r['read_per_s']:,.0f}/s {'ok' if r['ok'] else 'WRONG'}", flush=True)
+    summary = {}
+    for label, runs in out.items():
+        summary[label] = {k: statistics.median(r[k] for r in runs) for k in ("disk_bytes", "pub_per_s", "read_per_s")}
+        summary[label]["rounds"] = runs
+    return summary
+
+
 def run_store(specs: list, msgs: int, rounds: int) -> dict:
     out: dict = {}
     for _ in range(rounds):
@@ -329,9 +408,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter")
+    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression")
     parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
+    parser.add_argument("--compress-msgs", type=int, default=100_000, help="events for the compression workload")
     parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
@@ -347,7 +427,12 @@ def main(argv=None) -> int:
     results: dict = {}
     failures = 0
     store_summary = None
+    compression_summary = None
     for key in args.only.split(","):
+        if key == "compression":
+            compression_summary = run_compression(specs, args.compress_msgs, args.rounds)
+            failures += sum(not r["ok"] for by in compression_summary.values() for r in by["rounds"])
+            continue
         if key == "store":
             store_summary = run_store(specs, 10_000_000 if args.store_10m else args.store_msgs, args.rounds)
             failures += sum(not r["ok"] for by in store_summary.values() for r in by["rounds"])
@@ -391,7 +476,7 @@ def main(argv=None) -> int:
     path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
         json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
-                   "store": store_summary}, f, indent=2)
+                   "store": store_summary, "compression": compression_summary}, f, indent=2)
     print(f"\nwrote {path}")
     return 1 if failures else 0
 

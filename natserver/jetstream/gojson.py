@@ -89,6 +89,9 @@ def decode_struct(obj, fields: dict, target: dict) -> dict:
             continue
         convert = fields[name]
         if value is None:
+            if getattr(convert, "takes_null", False):  # (a type whose UnmarshalJSON decides)
+                target[name] = convert(value)
+                continue
             if getattr(convert, "enum", False):
                 raise DecodeError(f"can not unmarshal null into {name}")
             if convert in (decode_strlist, decode_object):

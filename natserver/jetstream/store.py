@@ -40,6 +40,10 @@ With encryption at rest (``jetstream { key }``, crypto.py) the segments hold exa
 records XORed with a keystream per segment, by offset (``FileStore._disk``), so everything
 here (offsets, checksums of the plain records, recovery) is the same for both.
 
+With ``compression: s2`` a sealed segment is kept as ``<n>.sz`` (compressed.py): the same
+records, compressed in chunks cut at record boundaries; offsets stay the plain segment's, so
+the index and its files are unchanged, and reads and recovery take the bytes from there.
+
 Writes go to a buffer that the engine flushes (one ``write``) before it sends the acks of the
 messages in it, so an acknowledged message has reached the operating system; with sync
 "always" the engine also fsyncs before acking (group commit).
@@ -55,9 +59,12 @@ import struct
 import sys
 import zlib
 from array import array
+from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Callable
 
 from ..server.reclaim import load_malloc_trim
+from . import compressed
 from .msgindex import DEAD, DictIndex, MsgIndex
 from .ttl import TtlSchedule, expires_at, header_ttl, is_marker
 from .util import compile_filter, get_header, has_wildcard
@@ -628,6 +635,14 @@ _OVERHEAD = _MSG_FIXED + 4  # a MSG record is this plus subject, header and data
 
 SEGMENT_SIZE = 8 * 1024 * 1024  # roll to a new segment past this (nats-server: 8 MB blocks)
 SEGMENT_SUFFIX = ".seg"
+# Decompressed chunks of compressed segments kept per stream (compressed.py: 16 KiB each, so
+# 1 MiB): a consumer reading in order decompresses each chunk once. natserver's own bound
+# (nats-server caches whole decompressed blocks for a while).
+ZCACHE_CHUNKS = 64
+_NO_CUT = 1 << 62  # (the active segment's cuts are not tracked)
+# Chunks of the active segment compressed at most when a chunk fills up: the one just filled
+# and one behind (natserver's own bound: the work per stored message stays small).
+_CHUNKS_PER_CUT = 2
 
 
 # Recovering TTLs: a segment with at least this many live messages with headers is read whole,
@@ -732,8 +747,9 @@ class FileStore(Store):
         return MsgIndex()
 
     def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
-                 dedup_window: int = 0, now: int = 0, cipher=None) -> None:
+                 dedup_window: int = 0, now: int = 0, cipher=None, chunk_size: int = compressed.CHUNK_SIZE) -> None:
         super().__init__(cfg)
+        self.chunk_size = chunk_size  # compressed segments' chunks (compressed.py; smaller in tests)
         self.path = path
         self.cipher = cipher  # crypto.StreamCipher: encrypted segments (None: plain)
         self.msgs_dir = os.path.join(path, "msgs")
@@ -762,16 +778,42 @@ class FileStore(Store):
         self._trimmed_at = 0  # the index's positions at the last heap trim
         self._syncing: list[int] = []  # the segments of the last sync_targets
         self.recovered_ids: list[tuple[bytes, int, int]] = []  # (Nats-Msg-Id, seq, ts)
+        # Compressed segments (compression s2, compressed.py): their fds are in fds too.
+        self.zsegs: dict[int, compressed.ZSegment] = {}
+        self._zcache: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # (segment, chunk) -> plain bytes
+        # Where the active segment's chunks may be cut (its MSG records' offsets, one per
+        # CHUNK_SIZE); None when not known (the segment written to at the start): found by
+        # walking its records when it is compressed.
+        self.active_cuts: list[int] | None = None
+        self._next_cut = _NO_CUT
+        # With compression: the active segment's chunks compressed as they filled up (from
+        # its start, in order), so that sealing it compresses only its last one.
+        self.active_zchunks: list[tuple[int, bytes]] = []
         self._recover(dedup_window, now)
 
     # -- recovery -----------------------------------------------------------------------------
 
     def _recover(self, dedup_window: int, now: int) -> None:
         names = os.listdir(self.msgs_dir)
-        ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in names
-                     if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit())
-        for name in names:  # an index file a crash left half written (never renamed)
-            if name.endswith(INDEX_SUFFIX + ".tmp"):
+        plain = {int(name[: -len(SEGMENT_SUFFIX)]) for name in names
+                 if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit()}
+        packed = {int(name[: -len(compressed.SUFFIX)]) for name in names
+                  if name.endswith(compressed.SUFFIX) and name[: -len(compressed.SUFFIX)].isdigit()}
+        for seg in sorted(packed):
+            if self._open_compressed(seg):
+                if seg in plain:  # a crash after the compressed file's rename: it is whole
+                    os.unlink(self._seg_path(seg))
+                    plain.discard(seg)
+            elif seg in plain:  # (never the case: the plain one goes after the rename)
+                os.unlink(self._zpath(seg))
+            else:
+                log.error("JetStream: %s: compressed segment %d is unreadable; its messages are lost",
+                          self.msgs_dir, seg)
+                os.rename(self._zpath(seg), self._zpath(seg) + ".corrupt")
+                self.lost += 1
+        ids = sorted(plain | set(self.zsegs))
+        for name in names:  # an index or compressed file a crash left half written (never renamed)
+            if name.endswith((INDEX_SUFFIX + ".tmp", compressed.SUFFIX + ".tmp")):
                 try:
                     os.unlink(os.path.join(self.msgs_dir, name))
                 except OSError:
@@ -790,8 +832,9 @@ class FileStore(Store):
         dels: list[int] = []
         hdrs: list[int] = []
         for k, seg in enumerate(ids):
-            seg_path = self._seg_path(seg)
-            fd = os.open(seg_path, os.O_RDWR)
+            zipped = seg in self.zsegs
+            seg_path = self._zpath(seg) if zipped else self._seg_path(seg)
+            fd = self.fds[seg] if zipped else os.open(seg_path, os.O_RDWR)
             self.fds[seg] = fd
             self.segs.append(seg)
             self.live[seg] = 0
@@ -830,76 +873,87 @@ class FileStore(Store):
                     floor = max(floor, s_first)
                     if s_last > last_seq or (s_last == last_seq and not last_ts):
                         last_seq, last_ts = s_last, s_lts
-                    if covered == os.fstat(fd).st_size:
+                    if covered == self._seg_len(seg):
                         self.size = covered
                         continue
-            with open(seg_path, "rb") as f:
-                data = self._disk(seg, f.read(), 0)
-            view = memoryview(data)
-            n = len(data)
-            pos = covered
-            bad_at = -1
-            while pos < n:
-                ok, total = _check_record(view, pos, n)
-                if not ok:
-                    if total and pos + total < n and _check_record(view, pos + total, n)[0]:
-                        log.warning("JetStream: skipping a corrupt record in %s at %d", seg_path, pos)
-                        self.lost += 1
-                        pos += total
-                        continue
-                    bad_at = pos
-                    break
-                length, rtype = unpack_frame(view, pos)
-                if rtype == T_MSG:
-                    seq, ts, sl, hl, ml = unpack_body(view, pos + 5)
-                    start = pos + _MSG_FIXED
-                    subj = data[start : start + sl]
-                    subj = subjects.setdefault(subj, subj)
-                    if idx and seq <= last_indexed:  # out of order (never written so): not served
-                        log.warning("JetStream: skipping message %d out of order in %s", seq, seg_path)
-                        self.lost += 1
-                        pos += total
-                        continue
-                    idx.add(seq, subj, ts, seg, pos, _msg_size(sl, hl, ml))
-                    last_indexed = seq
-                    if seq >= last_seq:
-                        last_seq, last_ts = seq, ts
-                    if hl:
-                        hdrs.append(seq)
-                    if hl and horizon is not None and ts >= horizon:
-                        msg_id = get_header(b"Nats-Msg-Id", data[start + sl : start + sl + hl])
-                        if msg_id:
-                            candidates.append((msg_id, seq, ts))
-                elif rtype == T_DEL:
-                    (seq,) = struct.unpack_from("<Q", view, pos + 5)
-                    idx.pop(seq, None)
-                    dels.append(seq)
-                elif rtype == T_ERASED:
-                    seq, ts = struct.unpack_from("<Qq", view, pos + 5)
-                    idx.pop(seq, None)
-                    if seq > last_seq:
-                        last_seq, last_ts = seq, ts
-                elif rtype == T_STATE:
-                    first, last, lts = struct.unpack_from("<QQq", view, pos + 5)
-                    floor = max(floor, first)
-                    if last > last_seq or (last == last_seq and not last_ts):
-                        last_seq, last_ts = last, lts
-                pos += total
-            view.release()
-            if bad_at >= 0:
-                if k == len(ids) - 1:
-                    log.warning("JetStream: %s: dropping a torn or corrupt tail of %d bytes at offset %d",
-                                seg_path, n - bad_at, bad_at)
-                    os.truncate(seg_path, bad_at)
+            if zipped:  # chunk by chunk (each holds whole records)
+                pieces = self._seg_pieces(seg)
+            else:
+                with open(seg_path, "rb") as f:
+                    pieces = [(0, self._disk(seg, f.read(), 0))]
+            n = 0
+            for base, data in pieces:
+                if data is None:
+                    log.warning("JetStream: %s: skipping a corrupt chunk at %d", seg_path, base)
                     self.lost += 1
-                    n = bad_at
-                    # Encrypted: never write a keystream's bytes twice (the cut tail may have
-                    # been copied): the next writes go to a new segment.
-                    torn_tail = True
-                else:
-                    log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
-                    self.lost += 1
-            self.size = n
+                    continue
+                n = len(data)
+                if base + n <= covered:
+                    continue
+                view = memoryview(data)
+                pos = max(covered - base, 0)
+                bad_at = -1
+                while pos < n:
+                    ok, total = _check_record(view, pos, n)
+                    if not ok:
+                        if total and pos + total < n and _check_record(view, pos + total, n)[0]:
+                            log.warning("JetStream: skipping a corrupt record in %s at %d", seg_path, base + pos)
+                            self.lost += 1
+                            pos += total
+                            continue
+                        bad_at = pos
+                        break
+                    length, rtype = unpack_frame(view, pos)
+                    if rtype == T_MSG:
+                        seq, ts, sl, hl, ml = unpack_body(view, pos + 5)
+                        start = pos + _MSG_FIXED
+                        subj = data[start : start + sl]
+                        subj = subjects.setdefault(subj, subj)
+                        if idx and seq <= last_indexed:  # out of order (never written so): not served
+                            log.warning("JetStream: skipping message %d out of order in %s", seq, seg_path)
+                            self.lost += 1
+                            pos += total
+                            continue
+                        idx.add(seq, subj, ts, seg, base + pos, _msg_size(sl, hl, ml))
+                        last_indexed = seq
+                        if seq >= last_seq:
+                            last_seq, last_ts = seq, ts
+                        if hl:
+                            hdrs.append(seq)
+                        if hl and horizon is not None and ts >= horizon:
+                            msg_id = get_header(b"Nats-Msg-Id", data[start + sl : start + sl + hl])
+                            if msg_id:
+                                candidates.append((msg_id, seq, ts))
+                    elif rtype == T_DEL:
+                        (seq,) = struct.unpack_from("<Q", view, pos + 5)
+                        idx.pop(seq, None)
+                        dels.append(seq)
+                    elif rtype == T_ERASED:
+                        seq, ts = struct.unpack_from("<Qq", view, pos + 5)
+                        idx.pop(seq, None)
+                        if seq > last_seq:
+                            last_seq, last_ts = seq, ts
+                    elif rtype == T_STATE:
+                        first, last, lts = struct.unpack_from("<QQq", view, pos + 5)
+                        floor = max(floor, first)
+                        if last > last_seq or (last == last_seq and not last_ts):
+                            last_seq, last_ts = last, lts
+                    pos += total
+                view.release()
+                if bad_at >= 0:
+                    if k == len(ids) - 1 and not zipped:
+                        log.warning("JetStream: %s: dropping a torn or corrupt tail of %d bytes at offset %d",
+                                    seg_path, n - bad_at, bad_at)
+                        os.truncate(seg_path, bad_at)
+                        self.lost += 1
+                        n = bad_at
+                        # Encrypted: never write a keystream's bytes twice (the cut tail may have
+                        # been copied): the next writes go to a new segment.
+                        torn_tail = True
+                    else:
+                        log.warning("JetStream: %s: ignoring a corrupt tail of %d bytes", seg_path, n - bad_at)
+                        self.lost += 1
+            self.size = self._seg_len(seg) if zipped else n
             if sealed:
                 unindexed[seg] = (dels, hdrs)
         # Everything below the highest STATE first_seq is gone.
@@ -931,12 +985,14 @@ class FileStore(Store):
                 hdr_lists = {seg: [seq for seq in seqs if seq >= covered] for seg, seqs in hdr_lists.items()}
             self._recover_ttls(hdr_lists)
         # Write to the newest segment while it has room.
-        if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None):
+        if self.segs and self.size < self.segment_size and not (torn_tail and self.cipher is not None) \
+                and self.segs[-1] not in self.zsegs:
             self.active = self.segs[-1]
             self.flushed = self.size
             if self.size == 0:
                 self.buf += _frame_state(self.first_seq, self.last_seq, self.last_ts)
                 self.size = len(self.buf)
+                self.active_cuts, self._next_cut = [0], self.chunk_size
         last = self.segs[-1] if self.segs else 0
         if last:
             self.active_first, self.active_dels, self.active_hdrs = seg_start[last], dels, hdrs
@@ -944,15 +1000,34 @@ class FileStore(Store):
         self._resume_writes(recovering=True)  # (a new segment when the newest has no room)
         if last and self.active != last:
             unindexed[last] = (dels, hdrs)
+        # The segment sealed last before the stop may be plain (a crash before it was
+        # compressed, or it filled up just before a stop): compressed now. Older plain ones
+        # (written before an update to s2) stay as they are.
+        if self.werr is None and getattr(self.cfg, "compression", "none") == "s2":
+            for seg in self.segs[-2:]:
+                if seg != self.active and seg not in self.zsegs and seg in self.fds:
+                    self._compress(seg, None)
         # Index files for the sealed segments that had none (or a stale one), so the next
         # start reads them instead of the records.
         for k, seg in enumerate(ids):
             if seg in unindexed and seg in self.fds:
                 end = seg_start[ids[k + 1]] if k + 1 < len(ids) else idx.end
-                self._write_seg_index(seg, seg_start[seg], end - 1, *unindexed[seg], os.fstat(self.fds[seg]).st_size)
+                self._write_seg_index(seg, seg_start[seg], end - 1, *unindexed[seg], self._seg_len(seg))
         if self.werr is None:
             self._drop_dead_segments()
         self._trim_heap()  # (what reading the segments left behind)
+
+    def _open_compressed(self, seg: int) -> bool:
+        """Open ``<seg>.sz`` (recovery): False when its header or table does not check."""
+        fd = os.open(self._zpath(seg), os.O_RDONLY)
+        try:
+            self.zsegs[seg] = compressed.ZSegment(fd, self._xor())
+        except (compressed.CorruptSegment, OSError, struct.error) as exc:
+            log.warning("JetStream: %s: compressed segment %d not used: %s", self.msgs_dir, seg, exc)
+            os.close(fd)
+            return False
+        self.fds[seg] = fd
+        return True
 
     def _ttl_snapshot_path(self) -> str:
         return os.path.join(self.msgs_dir, TTL_SNAPSHOT)
@@ -1013,19 +1088,18 @@ class FileStore(Store):
             live = [seq for seq in seqs if seq in idx]
             if not live:
                 continue
-            fd = self.fds[seg]
             whole = len(live) >= _TTL_READ_WHOLE
-            data = self._disk(seg, os.pread(fd, os.fstat(fd).st_size, 0), 0) if whole else b""
+            data = self._seg_bytes(seg) if whole else b""
             for seq in live:
                 offset = idx[seq][4]
-                head = data[offset : offset + _MSG_FIXED] if whole else self._disk(seg, os.pread(fd, _MSG_FIXED, offset), offset)
+                head = data[offset : offset + _MSG_FIXED] if whole else self._seg_read(seg, offset, _MSG_FIXED)
                 if len(head) < _MSG_FIXED:
                     continue
                 _, rtype, rseq, ts, sl, hl, _ = _MSG_HEAD.unpack_from(head, 0)
                 if rtype != T_MSG or rseq != seq or not hl:
                     continue
                 start = offset + _MSG_FIXED + sl
-                hdr = bytes(data[start : start + hl] if whole else self._disk(seg, os.pread(fd, hl, start), start))
+                hdr = bytes(data[start : start + hl] if whole else self._seg_read(seg, start, hl))
                 ttl = seen.get(hdr)
                 if ttl is None:
                     ttl = header_ttl(hdr)
@@ -1110,7 +1184,7 @@ class FileStore(Store):
              _max_ts) = _IDX_HEAD.unpack_from(raw, 0)
             if magic != _IDX_MAGIC or version != _IDX_VERSION:
                 raise ValueError("version")
-            if seg_size > os.fstat(self.fds[seg]).st_size:
+            if seg_size > self._seg_len(seg):
                 raise ValueError("stale")  # (the segment was cut shorter)
             pos = _IDX_HEAD.size
             arrays = []
@@ -1180,6 +1254,9 @@ class FileStore(Store):
         self.active_first = self.idx.end  # (its messages: from here on)
         self.active_dels = []
         self.active_hdrs = []
+        self.active_cuts = [0]
+        self._next_cut = self.chunk_size
+        self.active_zchunks = []
         self.flushed = self.checkpointed = 0
         # After the STATE record: DEL records made while no segment could be created.
         self.buf[:0] = _frame_state(self.first_seq, self.last_seq, self.last_ts)
@@ -1191,8 +1268,171 @@ class FileStore(Store):
     def _roll(self) -> None:
         self.flush()
         self._seal()
+        sealed, cuts, ready = self.active, self.active_cuts, self.active_zchunks
         self._new_segment()
+        if getattr(self.cfg, "compression", "none") == "s2":  # (NSQ's and STAN's stores: none)
+            self._compress(sealed, cuts, ready)
         self._trim_heap()
+
+    def _cut(self, offset: int) -> None:
+        """A record starts at ``offset`` of the active segment, a chunk past the last cut:
+        a chunk ends here. With compression on, the chunk just completed is compressed now
+        (~16 KiB: tens of microseconds), so that sealing the segment is not one long pause.
+        A chunk compressed ahead and then erased in is dropped (_erase) and done again."""
+        cuts = self.active_cuts
+        assert cuts is not None
+        cuts.append(offset)
+        self._next_cut = offset + self.chunk_size
+        ready = self.active_zchunks
+        if getattr(self.cfg, "compression", "none") != "s2":
+            return
+        # The chunk just completed, and one more behind when some are missing (an erase in
+        # this segment, compression switched on while it was written): catching up.
+        for _ in range(_CHUNKS_PER_CUT):
+            k = len(ready)
+            if k >= len(cuts) - 1:
+                break
+            try:
+                ready.extend(compressed.compress_chunks(self._active_bytes(cuts[k], cuts[k + 1]), [0]))
+            except OSError:  # (compressed when the segment is sealed)
+                break
+
+    def _active_bytes(self, lo: int, hi: int) -> bytes:
+        """Plain bytes [lo, hi) of the active segment: on disk, in the buffer, or both."""
+        flushed = self.flushed
+        if lo >= flushed:
+            return bytes(self.buf[lo - flushed : hi - flushed])
+        head = self._disk(self.active, os.pread(self.fds[self.active], min(hi, flushed) - lo, lo), lo)
+        return head if hi <= flushed else head + bytes(self.buf[: hi - flushed])
+
+    # -- compressed segments (compression s2, compressed.py) --------------------------------------
+
+    def _zpath(self, seg: int) -> str:
+        return os.path.join(self.msgs_dir, f"{seg}{compressed.SUFFIX}")
+
+    def _xor(self):
+        return self.cipher.xor if self.cipher is not None else None
+
+    def _compress(self, seg: int, cuts: list[int] | None, ready: list | None = None) -> None:
+        """Replace the sealed plain segment ``seg`` by its compressed form (``ready``: its
+        first chunks, compressed already). A failure (a full disk) leaves it plain, as it
+        was (logged)."""
+        fd = self.fds.get(seg)
+        if fd is None or seg in self.zsegs:
+            return
+        try:
+            length = os.fstat(fd).st_size
+            if cuts is None:
+                data = self._disk(seg, os.pread(fd, length, 0), 0)
+                chunks = compressed.compress_chunks(data, compressed.record_starts(data, self.chunk_size))
+            else:
+                chunks = list(ready or ())
+                lo = cuts[len(chunks)] if len(chunks) < len(cuts) else length
+                rest = self._disk(seg, os.pread(fd, length - lo, lo), lo) if length > lo else b""
+                chunks += compressed.compress_chunks(rest, [c - lo for c in cuts[len(chunks):]])
+            self._write_compressed(seg, compressed.assemble(chunks, self._xor()))
+            os.unlink(self._seg_path(seg))
+            self.dir_unsynced = True
+        except OSError as exc:
+            log.warning("JetStream: %s: segment %d left uncompressed: %s", self.path, seg, _os_error_text(exc))
+
+    def _write_compressed(self, seg: int, blob: bytes) -> None:
+        """Write ``<seg>.sz`` (temporary name, fsync, rename, directory fsync) with ``blob``
+        (compressed.assemble's) and make it the segment's file; raises OSError (nothing
+        changed)."""
+        path = self._zpath(seg)
+        tmp = path + ".tmp"
+        try:
+            write_atomic(path, blob)
+            new_fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            z = compressed.ZSegment(new_fd, self._xor())
+        except compressed.CorruptSegment as exc:  # (just written: a failing disk)
+            os.close(new_fd)
+            raise OSError(errno.EIO, f"compressed segment does not check ({exc})", path) from None
+        old = self.fds[seg]
+        self.fds[seg] = new_fd
+        self.zsegs[seg] = z
+        self.unsynced.discard(seg)
+        os.close(old)
+        self._zdrop_cache(seg)
+
+    def _zdrop_cache(self, seg: int) -> None:
+        for key in [key for key in self._zcache if key[0] == seg]:
+            del self._zcache[key]
+
+    def _zread(self, seg: int, offset: int, n: int) -> bytes:
+        """``n`` plain bytes at ``offset`` of a compressed segment, within one chunk (a record
+        never spans two): b"" when its chunk is corrupt."""
+        z = self.zsegs[seg]
+        i = z.chunk_of(offset)
+        if i < 0:
+            return b""
+        key = (seg, i)
+        cache = self._zcache
+        chunk = cache.get(key)
+        if chunk is None:
+            chunk = z.read_chunk(i, self._xor())
+            if chunk is None:
+                log.error("JetStream: %s: chunk %d of segment %d is corrupt", self.path, i, seg)
+                return b""
+            cache[key] = chunk
+            if len(cache) > ZCACHE_CHUNKS:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+        start = offset - z.starts[i]
+        return chunk[start : start + n]
+
+    def _zerase(self, seg: int, offset: int, rec: bytes) -> None:
+        """Erase in a compressed segment: the segment is written again with the record
+        replaced (nats-server rewrites a compressed block too)."""
+        z = self.zsegs[seg]
+        pieces = list(z.pieces(self._xor()))
+        if any(data is None for _, data in pieces):
+            log.error("JetStream: %s: segment %d has a corrupt chunk: not erased", self.path, seg)
+            return
+        data = bytearray(b"".join(data for _, data in pieces if data is not None))
+        data[offset : offset + len(rec)] = rec
+        try:
+            self._write_compressed(seg, compressed.build(data, z.cuts(), self._xor()))
+        except OSError as exc:  # the DEL record still removes it
+            log.error("JetStream: %s: erasing in segment %d failed: %s", self.path, seg, _os_error_text(exc))
+
+    def _seg_len(self, seg: int) -> int:
+        """The segment's plain length."""
+        z = self.zsegs.get(seg)
+        return z.length if z is not None else os.fstat(self.fds[seg]).st_size
+
+    def _seg_read(self, seg: int, offset: int, n: int) -> bytes:
+        if seg in self.zsegs:
+            return self._zread(seg, offset, n)
+        return self._disk(seg, os.pread(self.fds[seg], n, offset), offset)
+
+    def _seg_pieces(self, seg: int) -> list:
+        """The whole segment as (plain offset, bytes or None for a corrupt chunk) pieces."""
+        z = self.zsegs.get(seg)
+        if z is not None:
+            return list(z.pieces(self._xor()))
+        fd = self.fds[seg]
+        return [(0, self._disk(seg, os.pread(fd, os.fstat(fd).st_size, 0), 0))]
+
+    def _seg_bytes(self, seg: int) -> bytes:
+        """The whole plain segment (a corrupt chunk's bytes as zeros: its records do not check)."""
+        pieces = self._seg_pieces(seg)
+        if len(pieces) == 1 and pieces[0][1] is not None:
+            return pieces[0][1]
+        out = bytearray(self._seg_len(seg))
+        for base, data in pieces:
+            if data is not None:
+                out[base : base + len(data)] = data
+        return bytes(out)
 
     def _trim_heap(self) -> None:
         """Give the heap pages freed by the index arrays' growth back (glibc malloc_trim):
@@ -1234,6 +1474,8 @@ class FileStore(Store):
         buf += msg
         buf += _U32.pack(crc)
         offset = self.size
+        if offset >= self._next_cut:  # (a place where a compressed chunk may start)
+            self._cut(offset)
         self.size += total
         seg = self.active
         self.live[seg] += 1
@@ -1260,6 +1502,8 @@ class FileStore(Store):
         if seg == self.active and offset >= self.flushed:
             start = offset - self.flushed
             rec = bytes(self.buf[start : start + want])
+        elif seg in self.zsegs:
+            rec = self._zread(seg, offset, want)
         else:
             try:
                 rec = self._disk(seg, os.pread(self.fds[seg], want, offset), offset)
@@ -1325,6 +1569,8 @@ class FileStore(Store):
         head = _MSG_HEAD.pack(total - 8, T_ERASED, seq, ts, sl, hl, ml)
         body = head + os.urandom(sl + hl + ml)
         rec = body + _U32.pack(zlib.crc32(body))
+        if seg == self.active and self.active_cuts is not None:  # (chunks compressed ahead: from here on stale)
+            del self.active_zchunks[max(bisect_right(self.active_cuts, offset) - 1, 0):]
         if seg == self.active and offset >= self.flushed:
             start = offset - self.flushed
             self.buf[start : start + total] = rec
@@ -1337,6 +1583,9 @@ class FileStore(Store):
                 pass
             if seg == self.active:
                 self.checkpointed = 0
+            if seg in self.zsegs:
+                self._zerase(seg, offset, rec)
+                return
             fd = self.fds.get(seg)
             if fd is not None:
                 try:
@@ -1412,7 +1661,9 @@ class FileStore(Store):
             os.close(self.fds.pop(seg))
             self.live.pop(seg, None)
             self.unsynced.discard(seg)
-            for path in (self._idx_path(seg), self._seg_path(seg)):
+            if self.zsegs.pop(seg, None) is not None:
+                self._zdrop_cache(seg)
+            for path in (self._idx_path(seg), self._zpath(seg), self._seg_path(seg)):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:

@@ -99,6 +99,24 @@ def _go_kind(value) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
+# compression (2.10+): nats-server's StoreCompression names (filestore.go); "none" is also what
+# a stream without the field gets.
+COMPRESSIONS = ("none", "s2")
+
+
+def _compression(value):
+    """compression (2.10+): "none" or "s2", refused with the text of nats-server's Unmarshal
+    (StoreCompression.UnmarshalJSON: any other string, "" and "S2" too)."""
+    if value is not None and not isinstance(value, str):
+        raise GoDecodeError(f"json: cannot unmarshal {_go_kind(value).split()[0]} into Go value of type string")
+    if value not in COMPRESSIONS:  # (null too: it unmarshals to "")
+        raise GoDecodeError("unknown compression algorithm")
+    return value
+
+
+_compression.takes_null = True  # type: ignore[attr-defined]
+
+
 def _first_seq(value):
     """first_seq (2.10+): a uint64, refused with the text of Go's Unmarshal error."""
     try:
@@ -183,6 +201,7 @@ _CONFIG_FIELDS = {
     "placement": _placement,
     "mirror": lambda v: decode_source(v, "mirror"),
     "sources": _sources,
+    "compression": _compression,
     "first_seq": _first_seq,
     "subject_transform": _subject_transform,
     "republish": _republish,
@@ -204,7 +223,7 @@ _DEFAULTS = {
     "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
     "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
     "discard": "old", "storage": "", "num_replicas": 0, "no_ack": False, "template_owner": "",
-    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "first_seq": 0, "subject_transform": None, "republish": None,
+    "duplicate_window": 0, "placement": None, "mirror": None, "sources": None, "compression": "none", "first_seq": 0, "subject_transform": None, "republish": None,
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
@@ -237,6 +256,7 @@ class StreamConfig:
     placement: dict | None
     mirror: dict | None  # a StreamSource (decode_source)
     sources: list[dict] | None
+    compression: str  # 2.10+: "none" or "s2" (file streams compress sealed segments: compressed.py)
     first_seq: int  # 2.10+: the sequence of the stream's first message (0: 1)
     subject_transform: dict | None  # 2.10+: {"src", "dest"} applied to what the stream stores
     republish: dict | None
@@ -297,6 +317,8 @@ class StreamConfig:
             out["mirror"] = self.mirror
         if self.sources:
             out["sources"] = self.sources
+        if self.compression != "none":  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
+            out["compression"] = self.compression
         if self.first_seq:
             out["first_seq"] = self.first_seq
         if self.subject_transform is not None:

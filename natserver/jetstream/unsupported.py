@@ -1,11 +1,12 @@
 """What nats-server 2.15.1's StreamConfig and ConsumerConfig have that natserver does not act on
 yet. A 2.9 server ignores fields it does not know, so a client cannot tell that its
-compression or its batches were dropped; natserver refuses a request that sets one of these
+batches were dropped; natserver refuses a request that sets one of these
 (a non-zero value) instead, naming the field, with the error nats-server gives for a
 configuration it cannot take (10052 for streams, 10012 for consumers). Fields leave this table
 as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 (``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), ``first_seq``,
 ``subject_transform``, ``consumer_limits`` and sources' ``subject_transforms`` (stream.py),
+``compression`` (store.py, compressed.py),
 priority groups (``priority_groups``,
 ``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
 (``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
@@ -20,7 +21,6 @@ from . import errors
 # field (as nats-server's JSON names it) -> the nats-server release that added it. A value is
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
-    "compression": "2.10",
     "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",
     "persist_mode": "2.12",
@@ -31,7 +31,7 @@ CONSUMER_FIELDS = {
     "sourcing": "2.14",
 }
 # Values a client sends for "not used" besides Go's zero values.
-_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", "")}
+_UNUSED = {"persist_mode": ("default", "")}
 
 
 def _set(name: str, value) -> bool:

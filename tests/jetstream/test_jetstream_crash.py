@@ -43,14 +43,14 @@ def payload(i: int) -> tuple[bytes, bytes]:
 
 
 class Proc:
-    def __init__(self, kind: str, store, conf=None) -> None:
+    def __init__(self, kind: str, store, conf=None, launcher: tuple = ("-m", "natserver")) -> None:
         self.ports_dir = store.parent / f"ports-{kind}"
         self.ports_dir.mkdir(exist_ok=True)
         for old in self.ports_dir.iterdir():
             old.unlink()
         common = ["-a", "127.0.0.1", "-p", "-1", "--ports_file_dir", str(self.ports_dir)]
         if kind == "natserver":
-            argv = [sys.executable, "-m", "natserver", *common]
+            argv = [sys.executable, *launcher, *common]
         else:
             argv = [NATS_SERVER, *common]
         argv += ["-c", str(conf)] if conf else ["-js", "-sd", str(store)]
@@ -155,12 +155,12 @@ class Raw:
         self.sock.close()
 
 
-def flood_and_kill(server: Proc, first: int = 0) -> dict[int, int]:
+def flood_and_kill(server: Proc, first: int = 0, stream: dict | None = None) -> dict[int, int]:
     """Publish messages first, first + 1, ... until the kill; returns {acknowledged seq:
-    message index}."""
+    message index}. ``stream``: more of the stream's configuration."""
     conn = Raw(server.port)
     created = json.loads(conn.request(b"$JS.API.STREAM.CREATE.CRASH",
-                                      json.dumps({"name": "CRASH", "subjects": ["crash.>"]}).encode()))
+                                      json.dumps({"name": "CRASH", "subjects": ["crash.>"], **(stream or {})}).encode()))
     assert "error" not in created, created
     acked: dict[int, int] = {}
     answered = 0

@@ -382,6 +382,10 @@ def m_has(model, seq) -> bool:
 
 
 class StoreMachine(RuleBasedStateMachine):
+    # The file store's settings (test_stream_compression.py runs the machine compressed).
+    store_kwargs: dict = {"segment_size": 200}
+    compression = "none"
+
     def __init__(self):
         super().__init__()
         import tempfile
@@ -391,10 +395,10 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(max_msgs=st.sampled_from([0, 5, 12]), per=st.sampled_from([0, 2]),
                 discard=st.sampled_from(["old", "new"]))
     def setup(self, max_msgs, per, discard):
-        self.cfg = config(max_msgs=max_msgs, max_msgs_per_subject=per, discard=discard)
+        self.cfg = config(max_msgs=max_msgs, max_msgs_per_subject=per, discard=discard, compression=self.compression)
         self.model = Model(self.cfg)
         self.mem = MemoryStore(self.cfg)
-        self.file = FileStore(self.dir, self.cfg, segment_size=200)
+        self.file = FileStore(self.dir, self.cfg, **self.store_kwargs)
         self.ts = 0
 
     def teardown(self):
@@ -459,7 +463,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.file.stop()
-        self.file = FileStore(self.dir, self.cfg, segment_size=200)
+        self.file = FileStore(self.dir, self.cfg, **self.store_kwargs)
 
     @rule(filter=st.sampled_from(FILTERS), start=st.integers(0, 40))
     def lookups(self, filter, start):
