@@ -67,6 +67,8 @@ def check_counter_config(cfg: "StreamConfig") -> None:
         raise invalid("counter stream cannot use discard new")
     if cfg.allow_msg_ttl:
         raise invalid("counter stream cannot use message TTLs")
+    if cfg.allow_msg_schedules:
+        raise invalid("counter stream cannot use message schedules")
     if cfg.retention != "limits":
         raise invalid("counter stream can only use limits retention")
 
