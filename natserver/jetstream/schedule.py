@@ -58,6 +58,9 @@ MSG_ID = b"Nats-Msg-Id"
 MIN_EVERY_NS = 1_000_000_000
 # cron.go parseCron: "If no time is found within five years, return error."
 CRON_YEAR_LIMIT = 5
+# scheduler.go resetTimer: nats-server's timer fires at least 250 ms after it is set, so a
+# schedule fires no sooner than that after it was stored (an @at in the past: 250 ms later).
+MIN_FIRE_DELAY_NS = 250_000_000
 # Schedules one turn of the firing task fires at most (per stream), then it lets the other
 # tasks run: like ttl.py's EXPIRE_BATCH, bounded work on the one thread serving every client.
 FIRE_BATCH = 1024
@@ -159,7 +162,7 @@ def _zone(name: str) -> tzinfo:
     if name == "UTC":
         zone = timezone.utc
     elif name == "Local":
-        zone = datetime.now().astimezone().tzinfo or timezone.utc  # noqa: DTZ005 (the zone, not the time)
+        zone = _local_zone()
     else:
         if ".." in name or name[0] in "/\\":  # (Go's containsDotDot: errLocation)
             raise _Invalid(name)
@@ -172,6 +175,21 @@ def _zone(name: str) -> tzinfo:
     if len(_zones) < 1024:
         _zones[name] = zone
     return zone
+
+
+def _local_zone() -> tzinfo:
+    """Go's time.Local: $TZ (a zone name), else /etc/localtime, else UTC."""
+    import os
+    import zoneinfo
+
+    name = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if name:
+            return zoneinfo.ZoneInfo(name)
+        with open("/etc/localtime", "rb") as f:
+            return zoneinfo.ZoneInfo.from_file(f, key="Local")
+    except (OSError, ValueError, zoneinfo.ZoneInfoNotFoundError):
+        return timezone.utc
 
 
 def _offset_at(seconds: int, loc: tzinfo) -> int:
@@ -493,8 +511,10 @@ def check_publish(allowed: bool, allow_ttl: bool, subjects: list[str], subject: 
 
 
 class Scheduler:
-    """A stream's schedules: subject -> [sequence, due ns] (due None: fired, its message not
-    stored yet), and a heap of (due, sequence) whose stale entries are skipped."""
+    """A stream's schedules: subject -> [sequence, due ns, when it fires ns] (due None: fired,
+    its message not stored yet), and a heap of (fires, sequence) whose stale entries are
+    skipped. A schedule fires at its due time, or MIN_FIRE_DELAY_NS after it was stored if
+    that is later; the next time it says is counted from its due time."""
 
     __slots__ = ("schedules", "by_seq", "heap")
 
@@ -506,31 +526,32 @@ class Scheduler:
     def __len__(self) -> int:
         return len(self.schedules)
 
-    def _push(self, due: int, seq: int) -> None:
-        heapq.heappush(self.heap, (due, seq))
+    def _push(self, fire_at: int, seq: int) -> None:
+        heapq.heappush(self.heap, (fire_at, seq))
         if len(self.heap) > 2 * len(self.schedules) + 1024:
-            self.heap = [(d, s) for d, s in self.heap if self._live(d, s)]
+            self.heap = [(f, s) for f, s in self.heap if self._live(f, s)]
             heapq.heapify(self.heap)
 
-    def _live(self, due: int, seq: int) -> bool:
+    def _live(self, fire_at: int, seq: int) -> bool:
         subj = self.by_seq.get(seq)
         entry = self.schedules.get(subj) if subj is not None else None
-        return entry is not None and entry[0] == seq and entry[1] == due
+        return entry is not None and entry[0] == seq and entry[2] == fire_at
 
-    def add(self, seq: int, subject: bytes, due: int) -> None:
-        """A schedule stored (scheduler.go init): it replaces the subject's schedule."""
+    def add(self, seq: int, subject: bytes, due: int, now: int) -> None:
+        """A schedule stored at ``now`` (scheduler.go init): it replaces the subject's."""
         old = self.schedules.get(subject)
         if old is not None:
             self.by_seq.pop(old[0], None)
-        self.schedules[subject] = [seq, due]
+        fire_at = max(due, now + MIN_FIRE_DELAY_NS)
+        self.schedules[subject] = [seq, due, fire_at]
         self.by_seq[seq] = subject
-        self._push(due, seq)
+        self._push(fire_at, seq)
 
     def update(self, subject: bytes, due: int) -> None:
         """A fired message stored, saying when the schedule fires next."""
         entry = self.schedules.get(subject)
         if entry is not None:
-            entry[1] = due
+            entry[1] = entry[2] = due
             self._push(due, entry[0])
 
     def remove_subject(self, subject: bytes) -> None:
@@ -558,7 +579,7 @@ class Scheduler:
             except (_Invalid, ApiError):
                 due = 0
             if due:
-                self.add(seq, subject, due)
+                self.add(seq, subject, due, now)
                 return
         scheduler = slice_header(SCHEDULER, hdr) if hdr else None
         if not scheduler:
@@ -574,7 +595,7 @@ class Scheduler:
             self.update(scheduler, due)
 
     def next_due(self) -> int | None:
-        """The earliest due time (it may be a stale entry's)."""
+        """When the earliest schedule fires (it may be a stale entry's time)."""
         return self.heap[0][0] if self.heap else None
 
     def due(self, now: int, store: MemoryStore, limit: int) -> tuple[list[tuple[bytes, bytes | None, bytes]], bool]:
@@ -584,10 +605,11 @@ class Scheduler:
         heap = self.heap
         fired: list[tuple[int, bytes, bytes | None, bytes]] = []
         while heap and heap[0][0] <= now and len(fired) < limit:
-            due, seq = heapq.heappop(heap)
-            if not self._live(due, seq):
+            fire_at, seq = heapq.heappop(heap)
+            if not self._live(fire_at, seq):
                 continue
             subject = self.by_seq[seq]
+            due = self.schedules[subject][1]
             sm = store.load_msg(seq)
             if sm is None:
                 self.remove(seq)
@@ -596,7 +618,7 @@ class Scheduler:
             if out is None:
                 self.remove(seq)
                 continue
-            self.schedules[subject][1] = None  # in flight: its fired message sets the next time
+            self.schedules[subject][2] = None  # in flight: its fired message sets the next time
             fired.append((seq, *out))
         fired.sort(key=lambda f: f[0])
         return [f[1:] for f in fired], bool(heap and heap[0][0] <= now)

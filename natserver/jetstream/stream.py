@@ -724,8 +724,8 @@ class Stream:
             # its own timestamp, the last fired message's next time): what came due while the
             # server was down is due now, and fires once.
             for seq, ts, subject, hdr in recovered:
-                scheduler.stored(seq, subject, hdr, ts, ts)
-            for subject, (seq, _) in list(scheduler.schedules.items()):
+                scheduler.stored(seq, subject, hdr, ts, ts)  # (the floor: 250 ms after ts)
+            for subject, (seq, *_) in list(scheduler.schedules.items()):
                 if store.last_seq_for(subject) != seq:  # a later message without headers
                     scheduler.remove_subject(subject)
             store.recovered_schedules = None
