@@ -65,6 +65,9 @@ MIN_FIRE_DELAY_NS = 250_000_000
 # tasks run: like ttl.py's EXPIRE_BATCH, bounded work on the one thread serving every client.
 FIRE_BATCH = 1024
 
+# Parsed zones and cron patterns kept (a stream's schedules mostly share a few).
+_CACHE_MAX = 1024
+_INT64_MAX = 2**63 - 1  # strconv.Atoi's range (a larger number does not parse)
 _NS = 1_000_000_000
 _EMPTY_HDR = len(b"NATS/1.0\r\n\r\n")
 
@@ -172,7 +175,7 @@ def _zone(name: str) -> tzinfo:
             zone = zoneinfo.ZoneInfo(name)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError, UnicodeError):
             raise _Invalid(name) from None
-    if len(_zones) < 1024:
+    if len(_zones) < _CACHE_MAX:
         _zones[name] = zone
     return zone
 
@@ -270,7 +273,7 @@ _BOUNDS = ((0, 59, None), (0, 59, None), (0, 23, None), (1, 31, None), (1, 12, _
 def _number(expr: str, names: dict | None) -> int:
     if names is not None and expr.lower() in names:
         return names[expr.lower()]
-    if not _INT.fullmatch(expr) or len(expr) > 19:
+    if not _INT.fullmatch(expr) or len(expr.lstrip("+-").lstrip("0")) > 19 or abs(int(expr)) > _INT64_MAX:
         raise _Invalid(f"failed to parse int from {expr}")
     value = int(expr)
     if value < 0:
@@ -439,7 +442,7 @@ def parse_cron_pattern(text: str) -> Cron:
                 bits |= _range(expr, bounds)
         values.append(bits)
     cron = Cron(values)
-    if len(_crons) < 1024:
+    if len(_crons) < _CACHE_MAX:
         _crons[text] = cron
     return cron
 
