@@ -31,9 +31,9 @@ TIMEOUT = 10  # hard limit on one test's I/O
 FAST = 5.0  # real seconds a test may take (minutes of server time are jumped)
 
 
-def _run(main) -> None:
+def _run(main, clock: str = "manual") -> None:
     started = time.monotonic()
-    with NatsServer(jetstream=True, clock="manual") as server:
+    with NatsServer(jetstream=True, clock=clock) as server:
         asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
     assert time.monotonic() - started < FAST
 
@@ -71,6 +71,33 @@ def test_backoff_redelivers_at_each_step():
         await nc.close()
 
     _run(main)
+
+
+def test_push_backoff_and_ack_wait_count_from_the_delivery():
+    """A push consumer's redelivery timer is set by the delivery itself: the clock moved right
+    after it (the timer task had nothing to wait for before) still redelivers at the backoff
+    steps. (The timer task used to learn of the new ack deadline only from the next event.)"""
+
+    async def main(server):
+        nc = await nats.connect(f"nats://127.0.0.1:{server.port}")
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s"])
+        sub = await nc.subscribe("deliver")
+        await js.add_consumer("S", ConsumerConfig(durable_name="C", deliver_subject="deliver", ack_policy=AckPolicy.EXPLICIT,
+                                                  backoff=[10, 60], max_deliver=4))
+        await js.publish("s", b"job")
+        assert (await sub.next_msg(timeout=2)).metadata.num_delivered == 1
+        await server.advance_async(11)
+        assert (await sub.next_msg(timeout=2)).metadata.num_delivered == 2
+        await server.advance_async(58)
+        await _nothing(sub)
+        await server.advance_async(3)
+        third = await sub.next_msg(timeout=2)
+        assert third.metadata.num_delivered == 3
+        await third.ack()
+        await nc.close()
+
+    _run(main, clock="real")  # (the clock runs: the 58 s step must not pass the 60 s)
 
 
 def test_a_pull_request_expires_and_beats_on_the_moved_clock():
