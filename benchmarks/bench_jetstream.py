@@ -11,6 +11,13 @@ generator stays cheap):
 * ``counter``   acknowledged increments per second (``Nats-Incr: 1``) into a counter stream
   (``allow_msg_counter``, nats-server 2.12+: compare with 2.15.1), over 100 subjects, every
   ack's total checked;
+* ``schedule``  message schedules (``allow_msg_schedules``, nats-server 2.12+: compare with
+  2.15.1): ``--sched-rate`` schedules a second, each ``@at`` a distinct time (ms precision)
+  1.5 s or more ahead, published up front; a push consumer on the targets reads each fired
+  message's stored timestamp from its ack subject: fired per second, and the lateness (stored
+  time minus the ``@at`` time) p50/p99. Every schedule must fire exactly once. nats-server's
+  timer waits at least 250 ms after each run (scheduler.go resetTimer), so its lateness is that
+  of its batches;
 * ``store``     the file store's cost: one stream filled with 1 000 000 messages of 16 B
   (``--store-msgs``; ``--store-10m`` for 10 000 000), the server's RSS growth per stored
   message, then ``kill -9`` and the time until a restarted server answers STREAM.INFO with
@@ -181,6 +188,76 @@ def bench_counter(port: int, duration: float) -> tuple[float, bool]:
         return acked / elapsed, ok
     finally:
         conn.close()
+
+
+SCHED_LEAD = 1.5  # s: the first @at is this far ahead (past nats-server's 250 ms floor)
+SCHED_RATE = 200  # schedules a second (--sched-rate)
+
+
+def bench_schedule(port: int, duration: float, rate: int = SCHED_RATE) -> tuple[float, bool, list[float]]:
+    """Scheduled messages fired per second, whether each fired once, and each one's lateness
+    (ms): its stored timestamp minus its @at time."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "SCHED", "subjects": ["sched.>"], "storage": "file", "allow_msg_schedules": True})
+        conn.request(b"$JS.API.CONSUMER.CREATE.SCHED", json.dumps({"stream_name": "SCHED", "config": {
+            "deliver_subject": "_F.fired", "ack_policy": "none", "filter_subject": "sched.fired.>",
+            "deliver_policy": "all"}}).encode())
+        conn.sock.sendall(b"SUB _F.fired 2\r\nPING\r\n")
+        while conn._line() != b"PONG":
+            pass
+        n = max(1, int(rate * duration))
+        first = time.time() + SCHED_LEAD
+        due = {}
+        out = bytearray()
+        for i in range(n):
+            at_ns = int((first + i / rate) * 1e3) * 1_000_000  # whole milliseconds
+            due[b"sched.s.%d" % i] = at_ns
+            secs, ns = divmod(at_ns, 1_000_000_000)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + ".%03dZ" % (ns // 1_000_000)
+            hdr = b"NATS/1.0\r\nNats-Schedule: @at %s\r\nNats-Schedule-Target: sched.fired.%d\r\n\r\n" % (
+                stamp.encode(), i % 10)
+            out += b"HPUB sched.s.%d _R.s %d %d\r\n%s%d\r\n" % (i, len(hdr), len(hdr) + len(b"%d" % i), hdr, i)
+            if len(out) > 1 << 16 or i == n - 1:
+                conn.sock.sendall(bytes(out))
+                out.clear()
+        conn.replies(n)  # the acks
+        late: list[float] = []
+        seen: set[bytes] = set()
+        ok = True
+        conn.sock.settimeout(SCHED_LEAD + duration + 5)
+        while len(seen) < n:
+            line = conn._line()
+            if line == b"PING":
+                conn.sock.sendall(b"PONG\r\n")
+                continue
+            parts = line.split()
+            if parts[0] != b"HMSG" or parts[2] != b"2":  # (sid 2: the consumer's deliveries)
+                continue
+            total = int(parts[-1])
+            while len(conn.buf) < total + 2:
+                conn._fill()
+            body = bytes(conn.buf[:total])
+            del conn.buf[: total + 2]
+            hdr = body[: int(parts[-2])]
+            start = hdr.find(b"Nats-Scheduler: ") + len(b"Nats-Scheduler: ")
+            scheduler = hdr[start : hdr.find(b"\r\n", start)]
+            if scheduler in seen or scheduler not in due:
+                ok = False
+            seen.add(scheduler)
+            stored_ns = int(parts[3].split(b".")[-2])  # $JS.ACK.<stream>.<consumer>.<n>.<sseq>.<cseq>.<ts>.<pending>
+            late.append((stored_ns - due[scheduler]) / 1e6)
+        info = conn.request(b"$JS.API.STREAM.INFO.SCHED", b"")
+        ok = ok and info["state"]["messages"] == n  # the fired ones; every @at schedule purged
+        span = max(due.values()) - min(due.values())
+        return n / max(span / 1e9, 1e-9), ok, late
+    finally:
+        conn.close()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 def bench_direct(port: int, duration: float) -> tuple[float, bool]:
@@ -400,6 +477,7 @@ WORKLOADS = {
     "pub-sync": [("pub 16 B, sync always", 16, True)],
     "direct": [("direct get", None, False)],
     "counter": [("counter increments", "counter", False)],
+    "schedule": [("scheduled messages", "schedule", False)],
 }
 
 
@@ -408,7 +486,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression")
+    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression, schedule")
+    parser.add_argument("--sched-rate", type=int, default=SCHED_RATE, help="schedules a second (schedule)")
     parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--compress-msgs", type=int, default=100_000, help="events for the compression workload")
@@ -428,6 +507,7 @@ def main(argv=None) -> int:
     failures = 0
     store_summary = None
     compression_summary = None
+    lateness: dict = {}
     for key in args.only.split(","):
         if key == "compression":
             compression_summary = run_compression(specs, args.compress_msgs, args.rounds)
@@ -453,6 +533,11 @@ def main(argv=None) -> int:
                             rate, ok = bench_direct(server.port, args.duration)
                         elif size == "counter":
                             rate, ok = bench_counter(server.port, args.duration)
+                        elif size == "schedule":
+                            rate, ok, late = bench_schedule(server.port, args.duration, args.sched_rate)
+                            lateness.setdefault(spec.label, []).append(late)
+                            print(f"  {'':24s} {spec.label:12s} lateness p50 {_pct(late, 0.5):.1f} ms, "
+                                  f"p99 {_pct(late, 0.99):.1f} ms, max {max(late):.1f} ms", flush=True)
                         else:
                             rate, ok = bench_publish(server.port, args.duration, size)
                     finally:
@@ -472,6 +557,13 @@ def main(argv=None) -> int:
         summary[label] = {"natserver": nat, "nats-server": ref, "ratio": ratio, "rounds": by}
         print(f"{label:26s} {nat or 0:14,.0f} {(f'{ref:14,.0f}' if ref else '             -')} "
               f"{(f'{ratio:7.2f}' if ratio else '      -')}")
+    if lateness:
+        print(f"\n{'schedule lateness (ms)':26s} {'p50':>8s} {'p99':>8s} {'max':>8s}")
+        for label, runs in lateness.items():
+            merged = [v for run in runs for v in run]
+            summary.setdefault("scheduled messages", {})[f"lateness {label}"] = {
+                "p50": _pct(merged, 0.5), "p99": _pct(merged, 0.99), "max": max(merged)}
+            print(f"{label:26s} {_pct(merged, 0.5):8.1f} {_pct(merged, 0.99):8.1f} {max(merged):8.1f}")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:

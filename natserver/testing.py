@@ -545,14 +545,17 @@ class NatsServer:
         if error is not None:
             raise RuntimeError("the natserver thread failed") from error
 
-    def restart(self, down_for: float = 0.0, timeout: float = 10.0) -> None:
+    def restart(self, down_for: float = 0.0, timeout: float = 10.0, *, skip: float = 0.0) -> None:
         """Stop, stay down ``down_for`` seconds, start again on the same port (a new server
         id; recorded messages and faults carry over). Clients see a disconnect, then their
-        reconnects succeed: the reconnect test."""
+        reconnects succeed: the reconnect test. ``skip``: the server's clock comes back that
+        many seconds later than it stopped, without waiting (time that passed while it was
+        down, e.g. timers that came due meanwhile)."""
         if self._nursery is not None:
             raise RuntimeError("a trio-native server restarts with `await restart_async()`")
         port = self.port
         self._stop(timeout)
+        self._wall_offset_ns += int(skip * 1e9)
         if down_for > 0:
             time.sleep(down_for)
         self._start_thread(self.options.copy(port=port), timeout)

@@ -164,6 +164,7 @@ class JetStream:
         self._dirty: set = set()
         self._wake = trio.Event()
         self._expiry_scope: trio.CancelScope | None = None
+        self._fire_scope: trio.CancelScope | None = None
         self._sync_scope: trio.CancelScope | None = None
         self._api_sub = None
         self._domain_sub = None
@@ -236,6 +237,7 @@ class JetStream:
                 nursery.start_soon(self.api.direct.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
+                nursery.start_soon(self._schedules)
                 nursery.start_soon(self._syncer)
                 task_status.started(self)
                 await trio.sleep_forever()
@@ -502,6 +504,7 @@ class JetStream:
             stream.subscribe()
         stream.set_transforms()
         stream.set_markers()
+        stream.set_scheduler()
         if cfg.sources != old.sources or cfg.mirror != old.mirror:
             self.sourcing.attach(stream)  # (a promoted mirror stops following its origin)
         stream.store.update_config(cfg)
@@ -639,6 +642,42 @@ class JetStream:
                     scope.deadline = trio.current_time() + max(0.0, (deadline - clock.now_ns()) / 1e9) + 0.001
                 await trio.sleep_forever()
             self._expiry_scope = None
+
+    def schedule_fire(self, deadline_ns: int) -> None:
+        """A message schedule comes due at ``deadline_ns`` (schedule.py): wake the firing task
+        then, if it sleeps longer."""
+        scope = self._fire_scope
+        if scope is not None:
+            at = trio.current_time() + max(0.0, (deadline_ns - clock.now_ns()) / 1e9)
+            if at < scope.deadline:
+                scope.deadline = at
+
+    async def _schedules(self) -> None:
+        """Fire message schedules (schedule.py) when they come due, on the server's clock:
+        each stream with schedules fires at most FIRE_BATCH per turn; with more due this
+        comes back after the other tasks had a turn."""
+        while True:
+            now = clock.now_ns()
+            deadline = None
+            for stream in list(self.streams.values()):
+                if stream.scheduler is None or not stream.scheduler.heap:
+                    continue
+                try:
+                    nxt = stream.fire_schedules(now)
+                except Exception:
+                    log.exception("JetStream: firing the schedules of '%s' failed", stream.name)
+                    nxt = now + EXPIRE_RETRY_NS
+                if nxt is not None and (deadline is None or nxt < deadline):
+                    deadline = nxt
+            if deadline is not None and deadline <= now:
+                await trio.lowlevel.checkpoint()  # more to do: after everyone else's turn
+                continue
+            with trio.CancelScope() as scope:
+                self._fire_scope = scope
+                if deadline is not None:
+                    scope.deadline = trio.current_time() + max(0.0, (deadline - clock.now_ns()) / 1e9)
+                await trio.sleep_forever()
+            self._fire_scope = None
 
     async def _syncer(self) -> None:
         while True:

@@ -69,6 +69,8 @@ class CounterConfig(Protocol):
     def allow_msg_ttl(self) -> bool: ...
     @property
     def retention(self) -> str: ...
+    @property
+    def allow_msg_schedules(self) -> bool: ...
 
 
 def check_counter_config(cfg: CounterConfig) -> None:
@@ -78,6 +80,8 @@ def check_counter_config(cfg: CounterConfig) -> None:
         raise invalid("counter stream cannot use discard new")
     if cfg.allow_msg_ttl:
         raise invalid("counter stream cannot use message TTLs")
+    if cfg.allow_msg_schedules:
+        raise invalid("counter stream cannot use message schedules")
     if cfg.retention != "limits":
         raise invalid("counter stream can only use limits retention")
 

@@ -490,10 +490,14 @@ class Delivery:
         if paced:  # rate_limit_bps's bucket holds the largest message (consumer.go setRateLimit)
             max_msg_size = consumer.stream.cfg.max_msg_size
             burst = max_msg_size if max_msg_size > 0 else server.options.max_payload
+        sent = False
         for _ in range(PUSH_BURST):
             got = consumer.next_msg(now)
             if got is None:
+                if sent and consumer.pending:
+                    self.poke()  # new ack deadlines: the timer task takes them into account
                 return
+            sent = True
             msg, count = got
             hdr, data = msg.hdr or None, msg.data
             if headers_only:

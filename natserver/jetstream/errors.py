@@ -175,6 +175,17 @@ message_incr_payload = _fixed(400, 10170, "message counter has payload")
 message_incr_invalid = _fixed(400, 10171, "message counter increment is invalid")
 message_counter_broken = _fixed(400, 10172, "message counter is broken")
 mirror_with_counters = _fixed(400, 10173, "stream mirrors can not also calculate counters")
+# 2.12+: message schedules (schedule.py; server/errors.json).
+mirror_with_msg_schedules = _fixed(400, 10186, "stream mirrors can not also schedule messages")
+source_with_msg_schedules = _fixed(400, 10187, "stream source can not also schedule messages")
+message_schedules_disabled = _fixed(400, 10188, "message schedules is disabled")
+message_schedules_pattern_invalid = _fixed(400, 10189, "message schedules pattern is invalid")
+message_schedules_target_invalid = _fixed(400, 10190, "message schedules target is invalid")
+message_schedules_ttl_invalid = _fixed(400, 10191, "message schedules invalid per-message TTL")
+message_schedules_rollup_invalid = _fixed(400, 10192, "message schedules invalid rollup")
+message_schedules_source_invalid = _fixed(400, 10203, "message schedules source is invalid")
+message_schedules_scheduler_invalid = _fixed(400, 10212, "message schedules invalid scheduler")
+message_schedules_time_zone_invalid = _fixed(400, 10223, "message schedules time zone is invalid")
 # 2.15+: only a stream's own sourcing writes Nats-Stream-Source (a counter stream counts by it).
 message_source_hdr_not_allowed = _fixed(400, 10227, "message stream source header is not allowed")
 consumer_already_exists = _fixed(400, 10148, "consumer already exists")  # 2.10+ action "create"

@@ -789,6 +789,8 @@ class FileStore(Store):
         # With compression: the active segment's chunks compressed as they filled up (from
         # its start, in order), so that sealing it compresses only its last one.
         self.active_zchunks: list[tuple[int, bytes]] = []
+        # (seq, ts, subject, headers) of messages with schedule headers (schedule.py)
+        self.recovered_schedules: list[tuple[int, int, bytes, bytes]] | None = None
         self._recover(dedup_window, now)
 
     # -- recovery -----------------------------------------------------------------------------
@@ -979,6 +981,8 @@ class FileStore(Store):
             self.first_seq = max(floor, last_seq + 1) if (floor or last_seq) else 0
             self.first_ts = 0
         self.recovered_ids = [c for c in candidates if c[1] in idx]
+        if getattr(self.cfg, "allow_msg_schedules", False):
+            self._recover_schedules(hdr_lists)
         if getattr(self.cfg, "allow_msg_ttl", False):  # (NSQ's and STAN's stores have no TTLs)
             covered = self._load_ttl_snapshot()
             if covered:
@@ -1080,11 +1084,28 @@ class FileStore(Store):
         once: expiry resumes where it was (what is already due goes at the first expiry).
         nats-server keeps a snapshot of its timer wheel (thw.db) and scans what came after
         it; natserver reads the headers of the messages that have some."""
-        idx = self.idx
         entries: list[tuple[int, int]] = []
         never = self.ttls.never
         seen: dict[bytes, int] = {}  # header block -> its TTL (messages mostly share a few)
-        for seg, seqs in hdr_lists.items():
+        for seq, ts, hdr in self._headers_of(hdr_lists):
+            ttl = seen.get(hdr)
+            if ttl is None:
+                ttl = header_ttl(hdr)
+                if len(seen) < _TTL_READ_WHOLE:
+                    seen[hdr] = ttl
+            if ttl > 0:
+                entries.append((expires_at(ts, ttl), seq))
+            elif ttl < 0:
+                never.add(seq)
+        if entries:
+            self.ttls.add_many(entries)
+
+    def _headers_of(self, hdr_lists: dict[int, list[int]]):
+        """(seq, timestamp, headers) of the live messages listed (by segment) as having
+        headers, in sequence order within a segment, each segment read once (whole when many
+        of its messages are wanted)."""
+        idx = self.idx
+        for seg, seqs in sorted(hdr_lists.items()):
             live = [seq for seq in seqs if seq in idx]
             if not live:
                 continue
@@ -1099,18 +1120,19 @@ class FileStore(Store):
                 if rtype != T_MSG or rseq != seq or not hl:
                     continue
                 start = offset + _MSG_FIXED + sl
-                hdr = bytes(data[start : start + hl] if whole else self._seg_read(seg, start, hl))
-                ttl = seen.get(hdr)
-                if ttl is None:
-                    ttl = header_ttl(hdr)
-                    if len(seen) < _TTL_READ_WHOLE:
-                        seen[hdr] = ttl
-                if ttl > 0:
-                    entries.append((expires_at(ts, ttl), seq))
-                elif ttl < 0:
-                    never.add(seq)
-        if entries:
-            self.ttls.add_many(entries)
+                yield seq, ts, bytes(data[start : start + hl] if whole else self._seg_read(seg, start, hl))
+
+    def _recover_schedules(self, hdr_lists: dict[int, list[int]]) -> None:
+        """The messages with schedule headers (schedule.py), in order, for the stream to
+        replay into its scheduler: (seq, timestamp, subject, headers). nats-server keeps a
+        snapshot (sched.db) and scans what came after it; natserver reads the headers."""
+        idx = self.idx
+        found = []
+        for seq, ts, hdr in self._headers_of(hdr_lists):
+            if b"Nats-Schedule" in hdr:
+                found.append((seq, ts, idx[seq][0], hdr))
+        found.sort(key=lambda f: f[0])
+        self.recovered_schedules = found
 
     # -- segment index files ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
-from . import counter, errors
+from . import counter, errors, schedule
 from .counter import check_counter_config
 from .errors import ApiError
 from .external import LinkEngine, check_external, index_name
@@ -64,6 +64,7 @@ class StreamHost(LinkEngine, Protocol):
     def delivery(self) -> StreamWatcher: ...
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
     def schedule_expiry(self, deadline_ns: int) -> None: ...
+    def schedule_fire(self, deadline_ns: int) -> None: ...
     def over_limit(self, kind: str) -> bool: ...
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
@@ -74,7 +75,6 @@ MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and val
 MAX_REPLICAS = 5
 MAX_HEADER_SIZE = 65535
 DEFAULT_MAX_PAYLOAD = 1024 * 1024  # nats-server's MAX_PAYLOAD_SIZE (max_payload's default)
-
 
 
 def _placement(value):
@@ -216,6 +216,7 @@ _CONFIG_FIELDS = {
     "allow_msg_ttl": decode_bool,
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "allow_msg_counter": decode_bool,
+    "allow_msg_schedules": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -227,7 +228,7 @@ _DEFAULTS = {
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
-    "metadata": None,
+    "allow_msg_schedules": False, "metadata": None,
 }
 
 
@@ -271,6 +272,7 @@ class StreamConfig:
     allow_msg_ttl: bool
     subject_delete_marker_ttl: int  # ns
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
+    allow_msg_schedules: bool  # 2.12+: message schedules (schedule.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -341,6 +343,8 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.allow_msg_schedules:
+            out["allow_msg_schedules"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -408,6 +412,12 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
     elif cfg.subject_delete_marker_ttl < 0:
         raise invalid("subject delete marker TTL must not be negative")
+    if cfg.allow_msg_schedules:
+        # 2.12+: a schedule replaces the one before it on its subject by a roll-up.
+        if cfg.discard == "new":
+            raise invalid("message scheduling cannot use discard new")
+        if not cfg.allow_rollup_hdrs:
+            cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
     if cfg.mirror is not None:
         if cfg.first_seq:
             raise errors.mirror_with_first_seq()
@@ -417,6 +427,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_sources()
         if cfg.allow_msg_counter:
             raise errors.mirror_with_counters()
+        if cfg.allow_msg_schedules:
+            raise errors.mirror_with_msg_schedules()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -431,6 +443,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
                 raise errors.mirror_max_message_size_too_big()
             # nats-server: a mirror inherits direct gets from the stream it mirrors.
             cfg.mirror_direct = origin.cfg.allow_direct
+    if cfg.sources and cfg.allow_msg_schedules:
+        raise errors.source_with_msg_schedules()
     if cfg.sources:
         cfg.sources = [decode_source(src) for src in cfg.sources]
         for src in cfg.sources:
@@ -657,6 +671,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
         raise invalid("message TTL status can not be disabled")
     if cfg.allow_msg_counter != old.allow_msg_counter:
         raise invalid("stream configuration update can not change message counter setting")
+    if old.allow_msg_schedules and not cfg.allow_msg_schedules:
+        raise invalid("message schedules can not be disabled")
     if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
         raise errors.replicas_not_supported()
     if cfg.sealed:
@@ -679,6 +695,7 @@ _EXPECTED_LAST_MSG_ID = b"Nats-Expected-Last-Msg-Id"
 _EXPECTED_LAST_SUBJ_SEQ_SUBJ = b"Nats-Expected-Last-Subject-Sequence-Subject"
 _ROLLUP = b"Nats-Rollup"
 _REQUEST_INFO = b"Nats-Request-Info"
+_SCHEDULE_HEADERS = b"Nats-Schedule"  # in every schedule header's name (schedule.py)
 
 
 class Stream:
@@ -723,6 +740,8 @@ class Stream:
         self.transform: SubjectTransform | None = None  # republish's (set_transforms)
         self.input_transform: SubjectTransform | None = None  # subject_transform's (2.10+)
         self.set_transforms()
+        self.scheduler: schedule.Scheduler | None = None  # allow_msg_schedules' (schedule.py)
+        self.set_scheduler()
         recovered = getattr(store, "recovered_ids", None)
         if recovered:
             for msg_id, seq, ts in recovered:
@@ -734,6 +753,35 @@ class Stream:
         """Consumers but the direct ones (a mirror or source's, elsewhere): nats-server neither
         counts nor lists those (numPublicConsumers)."""
         return sum(1 for c in self.consumers.values() if not c.cfg.direct)
+
+    def set_scheduler(self) -> None:
+        """With allow_msg_schedules: the schedules, at start from the stored messages."""
+        if not self.cfg.allow_msg_schedules or self.scheduler is not None:
+            return
+        scheduler = self.scheduler = schedule.Scheduler()
+        store = self.store
+        recovered = getattr(store, "recovered_schedules", None)
+        if recovered:
+            # Replayed in order as when they were stored (a schedule's first time counted from
+            # its own timestamp, the last fired message's next time): what came due while the
+            # server was down is due now, and fires once.
+            for seq, ts, subject, hdr in recovered:
+                scheduler.stored(seq, subject, hdr, ts, ts)  # (the floor: 250 ms after ts)
+            for subject, (seq, *_) in list(scheduler.schedules.items()):
+                if store.last_seq_for(subject) != seq:  # a later message without headers
+                    scheduler.remove_subject(subject)
+            store.recovered_schedules = None
+
+    def fire_schedules(self, now: int) -> int | None:
+        """Store what the schedules due at ``now`` fire (at most FIRE_BATCH of them): returns
+        when to come back (ns; ``now``: more are due; None: no schedule)."""
+        scheduler = self.scheduler
+        if scheduler is None or self.store.closed:
+            return None
+        fired, more = scheduler.due(now, self.store, schedule.FIRE_BATCH)
+        for target, hdr, data in fired:
+            self.process_msg(target, None, hdr, data, scheduled=True)
+        return now if more else scheduler.next_due()
 
     def set_markers(self) -> None:
         """With subject_delete_marker_ttl, the store hands the last message of a subject
@@ -790,8 +838,10 @@ class Stream:
         if reply and not self.cfg.no_ack:
             self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
 
-    def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
-        """A message on one of the stream's subjects (called synchronously by the server)."""
+    def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes,
+                    scheduled: bool = False) -> None:
+        """A message on one of the stream's subjects (called synchronously by the server);
+        ``scheduled``: one a schedule fired (schedule.py), its headers the server's own."""
         cfg = self.cfg
         if self.input_transform is not None:  # (stream.go: before anything else)
             subject = self.input_transform.apply_bytes(subject) or subject
@@ -823,6 +873,13 @@ class Stream:
                 # answered as such below) on a stream that does not allow them.
                 self._reject(reply, errors.message_ttl_disabled())
                 return
+            if _SCHEDULE_HEADERS in hdr and not scheduled:
+                try:
+                    hdr = schedule.check_publish(cfg.allow_msg_schedules, cfg.allow_msg_ttl, cfg.subjects or [],
+                                                 subject, hdr, self._last_msg, now)
+                except ApiError as exc:
+                    self._reject(reply, exc)
+                    return
             if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
                 self._reject(reply, errors.message_source_hdr_not_allowed())
@@ -920,6 +977,10 @@ class Stream:
         elif rollup == b"all":
             store.purge_ex(b"", 0, 1)
             self.purge_consumers(b"")
+        if hdr and _SCHEDULE_HEADERS in hdr:
+            self._scheduled(seq, subject, hdr, now)
+        elif self.scheduler is not None and subject in self.scheduler.schedules:
+            self.scheduler.remove_subject(subject)  # (a message without headers ends it)
         if reply and not cfg.no_ack:
             if total is None:
                 self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
@@ -929,6 +990,30 @@ class Stream:
             self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
+
+    def _last_msg(self, subject: bytes) -> tuple[bytes, bytes] | None:
+        sm = self.store.load_last_msg(subject)
+        return None if sm is None else (sm.hdr or b"", sm.data)
+
+    def _scheduled(self, seq: int, subject: bytes, hdr: bytes, now: int) -> None:
+        """A stored message with schedule headers: the scheduler learns of it, and one saying
+        ``Nats-Schedule-Next: purge`` (a schedule's last message, or a client ending one)
+        purges the schedule's subject (stream.go processJetStreamMsgWithRollup)."""
+        cfg = self.cfg
+        scheduler = self.scheduler
+        if scheduler is not None and seq in self.store.idx:
+            scheduler.stored(seq, subject, hdr, now, now)
+            nxt = scheduler.next_due()
+            if nxt is not None:
+                self.engine.schedule_fire(nxt)
+        if cfg.allow_rollup_hdrs and not cfg.deny_purge and \
+                schedule.slice_header(schedule.NEXT, hdr) == schedule.NEXT_PURGE:
+            scheduler_subject = schedule.slice_header(schedule.SCHEDULER, hdr)
+            if scheduler_subject:
+                self.store.purge_ex(scheduler_subject, 0, 0)
+                self.purge_consumers(scheduler_subject)
+                if scheduler is not None:
+                    scheduler.remove_subject(scheduler_subject)
 
     def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, str]:
         """A counter stream's message for an increment (counter.py): (header, body, total).

@@ -8,10 +8,10 @@ as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 ``subject_transform``, ``consumer_limits`` and sources' ``subject_transforms`` (stream.py),
 ``compression`` (store.py, compressed.py),
 priority groups (``priority_groups``,
-``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
-(``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
-(``allow_atomic``, ``allow_batched``) and message schedules (``allow_msg_schedules``) are still
-refused here.
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py), counters
+(``allow_msg_counter``: counter.py) and message schedules (``allow_msg_schedules``:
+schedule.py) have left it; atomic and fast batch publishing (``allow_atomic``,
+``allow_batched``) are still refused here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from . import errors
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
     "allow_atomic": "2.12",
-    "allow_msg_schedules": "2.12",
     "persist_mode": "2.12",
     "allow_batched": "2.14",
 }
