@@ -2,7 +2,7 @@
 as nats-server v2.9.10's (field order included), and DIRECT.GET.
 
 Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
-MSG.DELETE; DIRECT.GET (direct.py). CONSUMER requests go to consumer_api.py. Anything else
+MSG.DELETE; DIRECT.GET (direct.py); STREAM.SNAPSHOT, RESTORE (snapshot.py). CONSUMER requests go to consumer_api.py. Anything else
 gets no response, as nats-server gives none to unknown API subjects.
 """
 
@@ -133,6 +133,10 @@ class Api:
                     self.stream_names(reply, payload)
                 elif n == 4 and op == b"LIST":
                     self.stream_list(reply, payload)
+                elif n == 5 and op == b"SNAPSHOT":
+                    self.js.snapshots.snapshot_request(tokens[4].decode("utf-8", "replace"), reply, payload)
+                elif n == 5 and op == b"RESTORE":
+                    self.js.snapshots.restore_request(tokens[4].decode("utf-8", "replace"), reply, payload)
                 elif n == 5:
                     handler = self._stream_ops.get(op)
                     if handler is not None:
