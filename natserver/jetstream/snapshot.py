@@ -249,11 +249,9 @@ def s2_decode_block(src: bytes) -> bytes:
                 elif length == 7:
                     length = int.from_bytes(src[s : s + 3], "little") + (1 << 16)
                     s += 3
-                else:
-                    length += 4
             else:
                 offset = toffset
-                length += 4
+            length += 4
         elif kind == 2:
             length = (tag >> 2) + 1
             offset = int.from_bytes(src[s + 1 : s + 3], "little")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 
 import nats
@@ -107,7 +108,7 @@ async def _fill(nc, name: str, storage: str) -> None:
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"], storage=storage)
     for i in range(30):
-        await js.publish(f"{name}.{i % 4}", bytes(range(256)) * (i % 5) + b"%d" % i,
+        await js.publish(f"{name}.{i % 4}", random.Random(i).randbytes(300 * (i % 5)) + b"%d" % i,
                          headers={"H": f"v{i}", "Nats-Msg-Id": f"id{i}"} if i % 3 == 0 else None)
     for seq in (5, 6, 30):
         await nc.request(f"$JS.API.STREAM.MSG.DELETE.{name}", json.dumps({"seq": seq}).encode())
@@ -118,8 +119,12 @@ async def _fill(nc, name: str, storage: str) -> None:
     await msgs[0].ack()
     await msgs[2].ack()
     await msgs[1].nak()
-    again = await sub.fetch(1)
-    assert again[0].metadata.num_delivered == 2
+    for _ in range(6):  # (nats-server may deliver new messages before the nak'ed one)
+        again = await sub.fetch(1)
+        if again[0].metadata.num_delivered == 2:
+            break
+    else:
+        raise AssertionError("the nak'ed message did not come again")
 
 
 async def _contents(nc, name: str) -> dict:
@@ -141,8 +146,22 @@ async def _contents(nc, name: str) -> dict:
     return {"state": state, "messages": msgs, "consumers": consumers, "config": info["config"]}
 
 
-@pytest.mark.parametrize("storage", ["file", "memory"])
-def test_round_trip_natserver(tmp_path, storage):
+def _without_last_ts(before: dict, after: dict) -> None:
+    """nats-server 2.15.1 does not restore the time of trailing deleted sequences (its
+    SkipMsgs), so its last_ts after a restore is not the snapshot's; natserver keeps it."""
+    before["state"].pop("last_ts")
+    after["state"].pop("last_ts")
+
+
+def _serve(kind: str, tmp_path: Path):
+    tmp_path.mkdir(exist_ok=True)
+    if kind == "natserver":
+        return running("natserver", JS_CONFIG % (tmp_path / "store"), tmp_path)
+    return running("nats-server", JS_CONFIG % (tmp_path / "store"), tmp_path, binary=reference.NATS_SERVER)
+
+
+def _round_trip(kind: str, storage: str, tmp_path: Path) -> None:
+    """Fill, snapshot, delete, restore: everything is back, on ``kind`` of server."""
     async def main(port: int) -> None:
         nc = await _connect(port)
         try:
@@ -156,21 +175,80 @@ def test_round_trip_natserver(tmp_path, storage):
             assert all(r.startswith("$JS.SNAPSHOT.ACK.S.") and r.endswith(f".1024.{i + 1}")
                        for i, r in enumerate(replies[:-1]))
             assert replies[-1] == ""  # the short last chunk
-            assert data.startswith(b"\xff\x06\x00\x00sNaPpY")
+            magic = b"sNaPpY" if kind == "natserver" else b"S2sTwO"
+            assert data.startswith(b"\xff\x06\x00\x00" + magic)
             await nc.request("$JS.API.STREAM.DELETE.S", b"")
             final = await driver.restore("S", response, data, chunk=700)
             assert final["type"] == "io.nats.jetstream.api.v1.stream_create_response"
             assert "error" not in final, final
             after = await _contents(nc, "S")
-            assert after == before
+            if kind == "nats-server":
+                _without_last_ts(before, after)
+            for part in before:
+                assert after[part] == before[part], part
             # The restored consumer goes on after what it had delivered.
             js = nc.jetstream()
             sub = await js.pull_subscribe("S.>", durable="D", stream="S")
             got = await sub.fetch(1)
-            assert got[0].metadata.sequence.stream == 7  # (5 and 6 are deleted)
+            delivered = before["consumers"]["D"]["delivered"]["stream_seq"]
+            assert got[0].metadata.sequence.stream == (7 if delivered < 7 else delivered + 1)  # (5, 6 deleted)
             assert got[0].metadata.num_delivered == 1
         finally:
             await nc.close()
 
-    with running("natserver", JS_CONFIG % (tmp_path / "store"), tmp_path) as port:
+    with _serve(kind, tmp_path) as port:
         asyncio.run(asyncio.wait_for(main(port), TIMEOUT))
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+def test_round_trip_natserver(tmp_path, storage):
+    _round_trip("natserver", storage, tmp_path)
+
+
+@reference.needs_nats_server
+@pytest.mark.parametrize("storage", ["file", "memory"])
+def test_the_driver_against_nats_server(tmp_path, storage):
+    """The same driver and checks against 2.15.1: the protocol is its."""
+    _round_trip("nats-server", storage, tmp_path)
+
+
+def _across(source: str, target: str, storage: str, tmp_path: Path) -> None:
+    """A snapshot taken on ``source`` restored into ``target``: the same messages, state
+    and consumers (configurations differ by 2.9-vs-2.15 shape only, so are left out)."""
+    async def take(port: int):
+        nc = await _connect(port)
+        try:
+            await _fill(nc, "S", storage)
+            response, data, status, _ = await Driver(nc).snapshot("S", chunk_size=4096)
+            assert status == "204"
+            return response, data, await _contents(nc, "S")
+        finally:
+            await nc.close()
+
+    async def give(port: int, response: dict, data: bytes):
+        nc = await _connect(port)
+        try:
+            final = await Driver(nc).restore("S", response, data)
+            assert "error" not in final, final
+            return await _contents(nc, "S")
+        finally:
+            await nc.close()
+
+    with _serve(source, tmp_path / "a") as port:
+        response, data, before = asyncio.run(asyncio.wait_for(take(port), TIMEOUT))
+    with _serve(target, tmp_path / "b") as port:
+        after = asyncio.run(asyncio.wait_for(give(port, response, data), TIMEOUT))
+    if target == "nats-server":
+        _without_last_ts(before, after)
+    for part in ("state", "messages", "consumers"):
+        assert after[part] == before[part], part
+
+
+@reference.needs_nats_server
+def test_natserver_snapshot_restores_into_nats_server(tmp_path):
+    _across("natserver", "nats-server", "file", tmp_path)
+
+
+@reference.needs_nats_server
+def test_nats_server_snapshot_restores_into_natserver(tmp_path):
+    _across("nats-server", "natserver", "file", tmp_path)
