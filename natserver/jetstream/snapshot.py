@@ -50,7 +50,7 @@ from . import errors
 from .consumer import ConsumerConfig, parse_time
 from .errors import ApiError
 from .ttl import header_ttl
-from .util import dumps, loads
+from .util import dumps, loads, rfc3339nano
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -183,6 +183,11 @@ class ArchiveReader:
         del buf[:pos]
         return out
 
+    @property
+    def pending_entry(self) -> bool:
+        """An entry's header was read, its payload is not complete."""
+        return self._head is not None
+
 
 # -- the framing (snappy's framing format, S2's extension of it) ------------------------------
 
@@ -290,6 +295,8 @@ class FrameReader:
         buf += data
         out = []
         pos = 0
+        if not self.started and buf and buf[0] != 0xFF:
+            raise ArchiveError("s2: corrupt input")  # (a stream starts with its identifier)
         while len(buf) - pos >= 4:
             kind = buf[pos]
             size = buf[pos + 1] | buf[pos + 2] << 8 | buf[pos + 3] << 16
@@ -481,9 +488,7 @@ class Snapshots:
             from . import unsupported
 
             unsupported.refuse_stream(config)
-            cfg = check_stream_config(cfg, js.streams, js.limits)
-            if cfg.num_replicas > 1:
-                raise errors.replicas_not_supported()
+            cfg = check_stream_config(cfg, js.streams, js.limits)  # (replicas: refused when the stream is made)
             max_streams = js.limits.get("max_streams", -1)
             if max_streams > 0 and len(js.streams) >= max_streams:
                 raise errors.max_streams_reached()
@@ -529,9 +534,11 @@ class SnapshotSender:
         # ones removed meanwhile are skipped.
         self.first_seq, self.last_seq = store.first_seq, store.last_seq
         self.consumers = [c for c in stream.consumers.values() if not c.cfg.direct] if consumers else []
+        # The response has the stream's state as it is; state.json counts the consumers that
+        # follow (none without them), as streamSnapshotV2.
         self.state = stream.state_json()
-        self.state["consumer_count"] = len(self.consumers)
-        entries = [MAGIC, self._entry(STATE_ENTRY, clock.now_ns(), 0, b"", dumps(self.state))]
+        archived = {**self.state, "consumer_count": len(self.consumers)}
+        entries = [MAGIC, self._entry(STATE_ENTRY, clock.now_ns(), 0, b"", dumps(archived))]
         now = clock.now_ns()
         for consumer in self.consumers:  # (taken now, as the state)
             entries.append(self._entry(CONSUMER_PREFIX + consumer.name.encode(), now, 0, b"",
@@ -663,6 +670,7 @@ class Restore:
         self.eob = False
         self.total = 0
         self.finished = False
+        self.error: ApiError | None = None  # why it failed (told when the last chunk comes)
         self.last_activity = trio.current_time()
         self.activity = trio.Event()
 
@@ -677,22 +685,32 @@ class Restore:
             self._end(error=True)
             return
         if not payload:
-            self._complete(reply)
+            if self.error is not None:
+                self._fail(reply, self.error)
+            else:
+                self._complete(reply)
             return
         self.total += len(payload)
-        try:
-            for entry in self.archive.feed(self.frames.feed(payload)):
-                self._apply(*entry)
-        except ApiError as exc:
-            self._fail(reply, exc)
-            return
-        except (ArchiveError, OSError) as exc:
-            self._fail(reply, errors.stream_restore(str(exc)))
-            return
-        except Exception as exc:  # a store refusing a message (StoreError) and the like
-            self._fail(reply, errors.stream_restore(str(exc) or type(exc).__name__))
-            return
+        if self.error is None:
+            try:
+                for entry in self.archive.feed(self.frames.feed(payload)):
+                    self._apply(*entry)
+            except ApiError as exc:
+                self._failed(exc)
+            except (ArchiveError, OSError) as exc:
+                self._failed(errors.stream_restore(str(exc)))
+            except Exception as exc:  # a store refusing a message (StoreError) and the like
+                self._failed(errors.stream_restore(str(exc) or type(exc).__name__))
+        # Acked even when it failed: as 2.15.1, the error answers the final (empty) chunk,
+        # and the chunks until then are taken and dropped.
         self.js.send(reply, b"")
+
+    def _failed(self, exc: ApiError) -> None:
+        """The restore can not succeed: what it restored goes now, the error is told at the
+        end (processStreamRestore: chunks after the restore finished are acked)."""
+        log.warning("Restore failed for stream '%s': %s", self.name, exc.description)
+        self.error = exc
+        self._drop()
 
     def _limit_for(self, name: bytes, seq: int, hdr_size: int, size: int) -> None:
         """Refuse an entry before its payload is buffered: a message above the server's
@@ -763,7 +781,10 @@ class Restore:
         # The whole restore's bytes are reserved against the account's and server's limits
         # before anything is written (RestoreStreamV2's reservation).
         js.check_reservation(cfg.storage, max(cfg.max_bytes, nbytes), 0, exclude=None)
-        stream = js.add_stream(cfg)
+        try:
+            stream = js.add_stream(cfg)
+        except ApiError as exc:  # (Go's ApiError text: "<description> (<err_code>)")
+            raise errors.stream_restore(f"error adding stream: {exc.description} ({exc.err_code})") from None
         # Not reachable by publishers, not followed by sourcing, until complete.
         stream.unsubscribe()
         js.sourcing.detach(stream)
@@ -812,7 +833,17 @@ class Restore:
         js = self.js
         rtype = _T + "stream_create_response"
         if not self.eob:
-            err = "EOF" if self.state is None or not self.archive.buf else "archive: invalid archive stream"
+            # What 2.15.1's readers say at the end of their input: S2's in a frame, the
+            # archive's in an entry or its magic, "EOF" between entries (or with nothing).
+            archive = self.archive
+            if self.frames.buf:
+                err = "s2: corrupt input"
+            elif not archive.seen_magic and archive.buf:
+                err = "unexpected EOF"
+            elif archive.buf or archive.pending_entry:
+                err = "archive: invalid archive stream"
+            else:
+                err = "EOF"
             self._fail(reply, errors.stream_restore(err))
             return
         stream = self.stream
@@ -836,11 +867,12 @@ class Restore:
                 js.delivery.push(consumer, now)
         log.info("Completed restore of %d bytes for stream '%s'", self.total, self.name)
         self._end(error=False)
-        js.api._send(reply, {"type": rtype, **stream.info_json(sourcing=False)})
+        js.api._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "ts": rfc3339nano(clock.now_ns())})
         js.server.flush_touched()
 
     def _fail(self, reply, exc: ApiError) -> None:
-        log.warning("Restore failed for stream '%s': %s", self.name, exc.description)
+        if self.error is None:
+            log.warning("Restore failed for stream '%s': %s", self.name, exc.description)
         self._end(error=True)
         self.js.api._send(reply, {"type": _T + "stream_create_response", "error": exc.to_json()}, error=True)
 
@@ -851,8 +883,13 @@ class Restore:
         self.js.unsubscribe(self.sub)
         self.owner.restores.pop(self.name, None)
         self.activity.set()
-        if error and self.stream is not None:
-            stream = self.stream
+        if error:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Remove what the restore made (the stream and its consumers)."""
+        if self.stream is not None:
+            stream, self.stream = self.stream, None
             for consumer in list(stream.consumers.values()):
                 self.js.api.consumers.remove(consumer)
             if self.js.streams.get(stream.name) is stream:

@@ -252,3 +252,152 @@ def test_natserver_snapshot_restores_into_nats_server(tmp_path):
 @reference.needs_nats_server
 def test_nats_server_snapshot_restores_into_natserver(tmp_path):
     _across("nats-server", "natserver", "file", tmp_path)
+
+
+# -- the errors, recorded from 2.15.1 ------------------------------------------------------------
+
+STALL = 6.0  # s: past 2.15.1's 5 s ack timeout and restore activity interval
+
+
+def _error_or_kind(doc: dict):
+    """An error as it is (Go's unmarshal text cut: natserver says "invalid JSON" alone);
+    anything else by its type and keys."""
+    if "error" in doc:
+        error = dict(doc["error"])
+        if error.get("err_code") == 10025:
+            error["description"] = error["description"].split(":")[0]
+        return {"error": error}
+    return {"type": doc.get("type"), "keys": sorted(doc)}
+
+
+async def _answer(nc, subject: str, body: bytes, timeout: float = 2) -> object:
+    try:
+        msg = await nc.request(subject, body, timeout=timeout)
+    except nats.errors.NoRespondersError:
+        return "no responders"
+    except nats.errors.TimeoutError:
+        return "timeout"
+    if not msg.data:
+        return "ack"
+    return _error_or_kind(json.loads(msg.data))
+
+
+async def _script(port: int, wait) -> dict:
+    nc = await _connect(port)
+    out: dict = {}
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"])
+        for i in range(20):
+            await js.publish(f"s.{i % 3}", random.Random(i).randbytes(400), headers={"I": str(i)})
+        await js.add_consumer("S", durable_name="D", ack_policy="explicit")
+        driver = Driver(nc)
+        snap = "$JS.API.STREAM.SNAPSHOT."
+        out["snapshot of a missing stream"] = await _answer(nc, snap + "NONE", b'{"deliver_subject":"x"}')
+        out["snapshot, empty request"] = await _answer(nc, snap + "S", b"")
+        out["snapshot, invalid JSON"] = await _answer(nc, snap + "S", b'{"deliver_subject":')
+        out["snapshot without a deliver subject"] = await _answer(nc, snap + "S", b'{"no_consumers":true}')
+        out["snapshot to a wildcard"] = await _answer(nc, snap + "S", b'{"deliver_subject":"a.>"}')
+        response, data, status, replies = await driver.snapshot("S", consumers=False, chunk_size=10)
+        out["snapshot without consumers, chunk size clamped"] = {
+            "response": _error_or_kind(response), "consumer_count": response["state"]["consumer_count"],
+            "first reply": replies[0].rsplit(".", 2)[1:], "last reply": replies[-1], "status": status}
+        response, data, status, replies = await driver.snapshot("S")
+        out["snapshot in one chunk"] = {"consumer_count": response["state"]["consumer_count"],
+                                        "replies": replies, "status": status}
+
+        # No acks: one chunk in flight (a window of one chunk), then 408 after the ack timeout.
+        got: list = []
+        inbox = nc.new_inbox()
+
+        async def keep(msg) -> None:
+            got.append([msg.reply != "", len(msg.data) > 0, (msg.headers or {}).get("Status"),
+                        (msg.headers or {}).get("Description")])
+
+        sub = await nc.subscribe(inbox, cb=keep)
+        await nc.request(snap + "S", json.dumps({"deliver_subject": inbox, "chunk_size": 1024,
+                                                 "window_size": 1024}).encode())
+        await nc.flush()
+        await wait(STALL)
+        await nc.flush()
+        await sub.unsubscribe()
+        out["snapshot never acked"] = got
+
+        restore = "$JS.API.STREAM.RESTORE."
+        meta = {"config": {"name": "C", "subjects": ["c.>"], "storage": "file"}, "state": response["state"]}
+        out["restore, empty request"] = await _answer(nc, restore + "C", b"")
+        out["restore, invalid JSON"] = await _answer(nc, restore + "C", b'{"config":')
+        out["restore, another name"] = await _answer(nc, restore + "X", json.dumps(meta).encode())
+        out["restore of an existing stream"] = await _answer(nc, restore + "S", json.dumps(
+            {"config": {"name": "S", "subjects": ["s2.>"]}}).encode())
+        out["restore, invalid configuration"] = await _answer(nc, restore + "N", json.dumps(
+            {"config": {"name": "N", "subjects": ["n..x"]}}).encode())
+        out["restore, subjects overlapping"] = await _answer(nc, restore + "N", json.dumps(
+            {"config": {"name": "N", "subjects": ["s.>"]}}).encode())
+
+        async def session(name: str) -> str:
+            answer = await driver.request(restore + name, {"config": {"name": name, "subjects": [f"{name}.>"]}})
+            assert answer["deliver_subject"].startswith(f"$JS.SNAPSHOT.RESTORE.{name}.")
+            return answer["deliver_subject"]
+
+        async def exists(name: str) -> bool:
+            return "error" not in await driver.request(f"$JS.API.STREAM.INFO.{name}", b"")
+
+        deliver = await session("G")
+        out["restore, garbage"] = [await _answer(nc, deliver, b"garbage, not a snapshot"),
+                                   await _answer(nc, deliver, b""), await exists("G")]
+        answer = await driver.request(restore + "R", {"config": {"name": "R", "subjects": ["r.>"], "num_replicas": 3}})
+        deliver = answer["deliver_subject"]
+        out["restore of three replicas"] = [_error_or_kind(answer), await _answer(nc, deliver, data),
+                                            await _answer(nc, deliver, b""), await exists("R")]
+        deliver = await session("E")
+        out["restore, nothing"] = [await _answer(nc, deliver, b""), await exists("E")]
+        deliver = await session("T")
+        out["restore, truncated"] = [await _answer(nc, deliver, data[: len(data) // 2]),
+                                     await _answer(nc, deliver, b""), await exists("T")]
+        deliver = await session("W")
+        await js.add_stream(name="W", subjects=["w.>"])
+        out["restore of a stream created meanwhile"] = [await _answer(nc, deliver, data), await exists("W")]
+        deliver = await session("A")
+        first = await _answer(nc, deliver, data[:1024])
+        await wait(STALL)
+        out["restore abandoned"] = [first, await _answer(nc, deliver, data[1024:]), await exists("A")]
+
+        final = await driver.restore("C", meta, data)
+        info = await driver.request("$JS.API.CONSUMER.INFO.C.D", b"")
+        out["restore"] = {"answer": _error_or_kind(final),
+                          "state": {k: final["state"][k] for k in ("messages", "first_seq", "last_seq",
+                                                                   "consumer_count")},
+                          "consumer": {k: info[k] for k in ("num_pending", "num_ack_pending")}}
+        out["restore of a stream now existing"] = await _answer(nc, restore + "C", json.dumps(meta).encode())
+    finally:
+        await nc.close()
+    return out
+
+
+def _natserver_run(tmp_path: Path) -> dict:
+    from natserver.testing import NatsServer
+
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
+        async def wait(seconds: float) -> None:
+            await asyncio.get_running_loop().run_in_executor(None, server.advance, seconds)
+
+        return asyncio.run(asyncio.wait_for(_script(server.port, wait), TIMEOUT))
+
+
+def _nats_server_run(port: int) -> dict:
+    return asyncio.run(asyncio.wait_for(_script(port, asyncio.sleep), TIMEOUT))
+
+
+def test_errors_as_nats_server(tmp_path):
+    assert_recorded(_natserver_run(tmp_path), RECORDED)
+
+
+@reference.needs_nats_server
+def test_the_recording_is_what_nats_server_answers(tmp_path):
+    with running("nats-server", JS_CONFIG % (tmp_path / "store"), tmp_path, binary=reference.NATS_SERVER) as port:
+        assert_recorded(_nats_server_run(port), RECORDED)
+
+
+if __name__ == "__main__":
+    record(_nats_server_run, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
