@@ -143,7 +143,7 @@ class ArchiveReader:
         """Every entry complete with ``data``: (name, ts, seq, hdr_size, payload)."""
         buf = self.buf
         buf += data
-        out = []
+        out: list[tuple[bytes, int, int, int, bytes]] = []
         pos = 0
         if not self.seen_magic:
             if len(buf) < len(MAGIC):

@@ -21,6 +21,7 @@ waits for its ack), then an empty request answered with the stream info.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 from pathlib import Path
@@ -29,11 +30,15 @@ import nats
 import pytest
 
 from natserver.jetstream import snapshot
+from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.stream import StreamConfig
 from tests import reference
 from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_recorded, record
 
 RECORDED = Path(__file__).with_name("data") / "snapshot_nats_server_2.15.1.json"
+# A snapshot 2.15.1 took (S2 framing, with repeat copies), with what its stream held.
+RECORDED_SNAPSHOT = Path(__file__).with_name("data") / "snapshot_from_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 TIMEOUT = 30  # s, every test's bound
 CLI_RESTORE_CHUNK = 64 * 1024  # jsm.go restoreSnapshot's chunk
@@ -399,5 +404,187 @@ def test_the_recording_is_what_nats_server_answers(tmp_path):
         assert_recorded(_nats_server_run(port), RECORDED)
 
 
+# -- a 2.15.1 snapshot, replayed ------------------------------------------------------------------
+
+
+async def _take(port: int) -> dict:
+    """A snapshot of a stream with repetitive payloads (S2 encodes repeats), deletes and
+    consumers, with the stream's contents."""
+    nc = await _connect(port)
+    try:
+        await _fill(nc, "S", "file")
+        js = nc.jetstream()
+        for i in range(40):
+            await js.publish(f"S.{i % 2}", b"abcdefgh" * (50 + i) + b"%d" % i)
+        response, data, status, _ = await Driver(nc).snapshot("S")
+        assert status is None or status == "204"
+        return {"response": response, "data": base64.b64encode(data).decode(),
+                "contents": await _contents(nc, "S")}
+    finally:
+        await nc.close()
+
+
+def _record_snapshot() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder, \
+            running("nats-server", JS_CONFIG % folder, Path(folder), binary=reference.NATS_SERVER) as port:
+        RECORDED_SNAPSHOT.write_text(json.dumps(asyncio.run(_take(port)), indent=1) + "\n")
+    print(f"wrote {RECORDED_SNAPSHOT}")
+
+
+def test_a_recorded_nats_server_snapshot_restores(tmp_path):
+    """2.15.1's snapshot (S2 blocks with repeat copies, decoded by s2_decode_block) restored
+    into natserver: every message, the state and the consumers as 2.15.1 had them."""
+    recorded = json.loads(RECORDED_SNAPSHOT.read_text())
+    data = base64.b64decode(recorded["data"])
+    assert data.startswith(b"\xff\x06\x00\x00S2sTwO")
+
+    async def main(port: int) -> dict:
+        nc = await _connect(port)
+        try:
+            final = await Driver(nc).restore("S", recorded["response"], data)
+            assert "error" not in final, final
+            return await _contents(nc, "S")
+        finally:
+            await nc.close()
+
+    with _serve("natserver", tmp_path) as port:
+        after = asyncio.run(asyncio.wait_for(main(port), TIMEOUT))
+    before = recorded["contents"]
+    after["messages"] = {str(seq): msg for seq, msg in after["messages"].items()}  # (as JSON keeps them)
+    for part in ("state", "messages", "consumers"):
+        assert after[part] == before[part], part
+
+
 if __name__ == "__main__":
     record(_nats_server_run, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
+    _record_snapshot()
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+
+def _archive(entries) -> bytes:
+    parts = [snapshot.MAGIC]
+    for name, ts, seq, hdr, data in entries:
+        parts.append(snapshot.entry_header(name, ts, seq, len(hdr), len(data)) + hdr + data)
+    return b"".join(parts)
+
+
+def test_archive_reader_whole_and_byte_by_byte():
+    """archive.Reader's entries, however the bytes arrive (h11's three ways)."""
+    entries = [(b"state.json", 5, 0, b"", b"{}"), (b"a.b", -7, 3, b"NATS/1.0\r\n\r\n", b"x" * 300),
+               (b"c", 1 << 62, 1 << 40, b"", b""), (b"", 0, 0, b"", b"")]
+    raw = _archive(entries)
+    expected = [(name, ts, seq, len(hdr), hdr + data) for name, ts, seq, hdr, data in entries]
+    assert snapshot.ArchiveReader().feed(raw) == expected
+    reader = snapshot.ArchiveReader()
+    got = []
+    for i in range(len(raw)):
+        got += reader.feed(raw[i : i + 1])
+    assert got == expected
+    reader = snapshot.ArchiveReader()
+    assert reader.feed(raw + b"\x05") == expected and reader.buf == bytearray(b"\x05")
+    with pytest.raises(snapshot.ArchiveError, match="invalid archive stream"):
+        snapshot.ArchiveReader().feed(b"NATSARC2" + raw[8:])
+
+
+def test_frame_reader_snappy_and_s2_in_pieces():
+    """natserver's snappy framing and 2.15.1's S2 framing (a recorded snapshot whose block
+    uses S2's repeat copies, which snappy decoders refuse), whole or in 1000-byte pieces."""
+    import cramjam
+
+    raw = _archive([(b"state.json", 1, 0, b"", b"{}")] * 50)
+    ours = bytes(cramjam.snappy.compress(raw))
+    theirs = base64.b64decode(json.loads(RECORDED_SNAPSHOT.read_text())["data"])
+    for data in (ours, theirs):
+        whole = snapshot.FrameReader().feed(data)
+        assert whole.startswith(snapshot.MAGIC)
+        reader = snapshot.FrameReader()
+        assert b"".join(reader.feed(data[i : i + 1000]) for i in range(0, len(data), 1000)) == whole
+    assert snapshot.FrameReader().feed(ours) == raw
+    broken = bytearray(theirs)
+    broken[-1] ^= 1  # (the block's last byte: the checksum no longer matches, or it no longer decodes)
+    with pytest.raises(snapshot.ArchiveError, match="s2: corrupt input"):
+        snapshot.FrameReader().feed(bytes(broken))
+
+
+class _Stream:
+    """What SnapshotSender reads of a stream."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.name = "S"
+        self.consumers: dict = {}
+
+    def state_json(self) -> dict:
+        return {"messages": self.store.msgs, "first_seq": self.store.first_seq, "last_seq": self.store.last_seq}
+
+
+def test_a_snapshot_turn_produces_a_bounded_amount():
+    """A big stream is archived TURN_BYTES (plus one message) a turn, so that its snapshot
+    goes out between other clients' turns; what comes out is the whole stream."""
+    store = MemoryStore(StreamConfig.from_json({"name": "S", "subjects": ["s"]}))
+    size = 10_000
+    for i in range(200):
+        store.store_msg(b"s", b"", bytes([i]) * size, i + 1)
+    sender = snapshot.SnapshotSender(None, _Stream(store), "x", False, 0, 0)  # type: ignore[arg-type]
+    turns = 0
+    while not sender.done:
+        before = sender.next_seq
+        sender._produce()
+        turns += 1
+        assert (sender.next_seq - before) * size <= snapshot.TURN_BYTES + size
+    assert turns >= 200 * size // (snapshot.TURN_BYTES + size)
+    entries = snapshot.ArchiveReader().feed(snapshot.FrameReader().feed(bytes(sender.out)))
+    assert [e[2] for e in entries[1:-1]] == list(range(1, 201))
+    assert all(e[4] == bytes([e[2] - 1]) * size for e in entries[1:-1])
+
+
+def test_the_window_and_the_ack_timeout(tmp_path):
+    """window_size / chunk_size chunks go unacked; each ack lets one more go; no ack for the
+    ack timeout (the server's clock moved) ends the snapshot with 408 No Flow Response."""
+    from natserver.testing import NatsServer
+
+    async def main(server) -> None:
+        nc = await _connect(server.port)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="S", subjects=["s"])
+            for i in range(40):
+                await js.publish("s", random.Random(i).randbytes(1000))
+            got: list = []
+            inbox = nc.new_inbox()
+
+            async def keep(msg) -> None:
+                got.append(msg)
+
+            await nc.subscribe(inbox, cb=keep)
+            await nc.request("$JS.API.STREAM.SNAPSHOT.S", json.dumps(
+                {"deliver_subject": inbox, "chunk_size": 2048, "window_size": 8192}).encode())
+            for _ in range(50):
+                await nc.flush()
+                if len(got) >= 4:
+                    break
+            await nc.flush()
+            assert [m.reply.rsplit(".", 2)[1:] for m in got] == [["2048", str(i)] for i in (1, 2, 3, 4)]
+            await got[0].respond(b"")
+            await got[1].respond(b"")
+            for _ in range(50):
+                await nc.flush()
+                if len(got) >= 6:
+                    break
+            assert len(got) == 6
+            await asyncio.get_running_loop().run_in_executor(None, server.advance, snapshot.ACK_TIMEOUT + 1)
+            for _ in range(50):
+                await nc.flush()
+                if len(got) >= 7:
+                    break
+            assert len(got) == 7 and got[6].data == b""
+            assert got[6].headers == {"Status": "408", "Description": "No Flow Response"}
+        finally:
+            await nc.close()
+
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
+        asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
