@@ -496,7 +496,7 @@ class Snapshots:
             if name in js.streams or name in self.restores:
                 raise errors.stream_name_exist_restore_failed()
         except ApiError as exc:
-            api._fail(reply, rtype, exc)
+            api._fail(reply, rtype, exc, deliver_subject="")  # (not omitted when empty)
             return
         restore = Restore(self, cfg)
         self.restores[name] = restore

@@ -271,7 +271,7 @@ def _error_or_kind(doc: dict):
         error = dict(doc["error"])
         if error.get("err_code") == 10025:
             error["description"] = error["description"].split(":")[0]
-        return {"error": error}
+        return {"error": error, "keys": sorted(doc)}
     return {"type": doc.get("type"), "keys": sorted(doc)}
 
 
@@ -404,6 +404,60 @@ def test_the_recording_is_what_nats_server_answers(tmp_path):
         assert_recorded(_nats_server_run(port), RECORDED)
 
 
+# -- account and server limits, recorded from 2.15.1 ------------------------------------------------
+
+LIMITS_RECORDED = Path(__file__).with_name("data") / "snapshot_limits_nats_server_2.15.1.json"
+LIMITS_CONFIG = """jetstream { store_dir: "%s" }
+accounts {
+  A: { jetstream: { max_file: 20000, max_mem: 20000 }, users: [{user: a, password: a}] }
+  B: { jetstream: enabled, users: [{user: b, password: b}] }
+}
+"""
+
+
+async def _limits_script(port: int) -> dict:
+    """A 31 KB stream of account B restored into account A, whose limits are 20 KB."""
+    nb = await nats.connect(f"nats://b:b@127.0.0.1:{port}", allow_reconnect=False)
+    na = await nats.connect(f"nats://a:a@127.0.0.1:{port}", allow_reconnect=False)
+    out: dict = {}
+    try:
+        js = nb.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"])
+        for i in range(30):
+            await js.publish("s.x", random.Random(i).randbytes(1000))
+        response, data, _, _ = await Driver(nb).snapshot("S")
+        driver = Driver(na)
+        out["file, over the account's limit"] = [_error_or_kind(await driver.restore("S", response, data)),
+                                                 _error_or_kind(await driver.request("$JS.API.STREAM.INFO.S", b""))]
+        config = {**response["config"], "max_bytes": 50000}
+        out["max_bytes over the account's limit"] = _error_or_kind(await driver.request(
+            "$JS.API.STREAM.RESTORE.S", {"config": config, "state": response["state"]}))
+        config = {**response["config"], "storage": "memory"}
+        out["memory, over the account's limit"] = _error_or_kind(await driver.restore(
+            "S", {"config": config, "state": response["state"]}, data))
+        out["into the account that has it"] = _error_or_kind(await Driver(nb).request(
+            "$JS.API.STREAM.RESTORE.S", {"config": response["config"], "state": response["state"]}))
+    finally:
+        await na.close()
+        await nb.close()
+    return out
+
+
+def _limits_run(port: int) -> dict:
+    return asyncio.run(asyncio.wait_for(_limits_script(port), TIMEOUT))
+
+
+def test_limits_as_nats_server(tmp_path):
+    with running("natserver", LIMITS_CONFIG % (tmp_path / "store"), tmp_path) as port:
+        assert_recorded(_limits_run(port), LIMITS_RECORDED)
+
+
+@reference.needs_nats_server
+def test_the_limits_recording_is_what_nats_server_answers(tmp_path):
+    with running("nats-server", LIMITS_CONFIG % (tmp_path / "store"), tmp_path, binary=reference.NATS_SERVER) as port:
+        assert_recorded(_limits_run(port), LIMITS_RECORDED)
+
+
 # -- a 2.15.1 snapshot, replayed ------------------------------------------------------------------
 
 
@@ -459,6 +513,7 @@ def test_a_recorded_nats_server_snapshot_restores(tmp_path):
 
 if __name__ == "__main__":
     record(_nats_server_run, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
+    record(_limits_run, LIMITS_CONFIG, LIMITS_RECORDED, binary=reference.NATS_SERVER)
     _record_snapshot()
 
 
