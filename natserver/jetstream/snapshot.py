@@ -46,7 +46,7 @@ import cramjam
 import trio
 
 from .. import clock
-from . import errors
+from . import advisories, errors
 from .consumer import ConsumerConfig, parse_time
 from .errors import ApiError
 from .ttl import header_ttl
@@ -452,7 +452,9 @@ class Snapshots:
             api._fail(reply, rtype, exc)
             return
         sender = SnapshotSender(self.js, stream, deliver, not no_consumers, chunk_size or 0, window_size or 0)
+        sender.client = advisories.client_info(self.js.server, self.js.server.callback_publisher)
         api._send(reply, {"type": rtype, "config": stream.cfg.to_json(), "state": sender.state})
+        advisories.snapshot_create(self.js, name, sender.state, sender.client)
         self.js.server.flush_touched()
         assert self._nursery is not None
         self._nursery.start_soon(sender.run)
@@ -500,6 +502,8 @@ class Snapshots:
             return
         restore = Restore(self, cfg)
         self.restores[name] = restore
+        restore.client = advisories.client_info(js.server, js.server.callback_publisher)
+        advisories.restore_create(js, name, restore.client)  # (before the answer, as 2.15.1)
         api._send(reply, {"type": rtype, "deliver_subject": restore.subject})
         assert self._nursery is not None
         self._nursery.start_soon(restore.watch)
@@ -551,6 +555,8 @@ class SnapshotSender:
         self.slots = self.max_inflight
         self.slot_freed = trio.Event()
         self.ack_subject = f"{SNAPSHOT_ACK_PREFIX}{stream.name}.{secrets.token_hex(11)}"
+        self.client: dict | None = None  # who asked (the advisories')
+        self.started = clock.now_ns()
 
     @staticmethod
     def _entry(name: bytes, ts: int, seq: int, hdr: bytes, data: bytes) -> bytes:
@@ -588,6 +594,7 @@ class SnapshotSender:
         js = self.js
         client = js.client
         status = _STATUS_DONE
+        error = ""
         sent_with_reply = False
         sub = js.subscribe(self.ack_subject + ".>", self._on_ack)
         try:
@@ -633,12 +640,18 @@ class SnapshotSender:
         except (ArchiveError, OSError) as exc:
             log.warning("Snapshot of stream '%s' failed: %s", self.stream.name, exc)
             status = b"NATS/1.0 500 %s\r\n\r\n" % str(exc).encode()
+            error = str(exc)
         finally:
             js.unsubscribe(sub)
         if status is _STATUS_DONE and not sent_with_reply:
             js.send(self.deliver, b"")
         else:
             js.send(self.deliver, b"", status)
+        if status is _STATUS_NO_FLOW:
+            error = "no flow response"
+        elif status is _STATUS_NO_INTEREST:
+            error = "no interest"
+        advisories.snapshot_complete(js, self.stream.name, self.started, clock.now_ns(), self.client, error)
         js.server.flush_touched()
 
 
@@ -671,6 +684,8 @@ class Restore:
         self.total = 0
         self.finished = False
         self.error: ApiError | None = None  # why it failed (told when the last chunk comes)
+        self.client: dict | None = None  # who asked (the advisories')
+        self.started = clock.now_ns()
         self.last_activity = trio.current_time()
         self.activity = trio.Event()
 
@@ -683,6 +698,7 @@ class Restore:
         if not reply:
             log.warning("restore for stream '%s' requires reply subject for each chunk", self.name)
             self._end(error=True)
+            advisories.restore_complete(self.js, self.name, self.started, clock.now_ns(), self.total, self.client)
             return
         if not payload:
             if self.error is not None:
@@ -867,6 +883,7 @@ class Restore:
                 js.delivery.push(consumer, now)
         log.info("Completed restore of %d bytes for stream '%s'", self.total, self.name)
         self._end(error=False)
+        advisories.restore_complete(js, self.name, self.started, now, self.total, self.client)
         js.api._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "ts": rfc3339nano(clock.now_ns())})
         js.server.flush_touched()
 
@@ -874,6 +891,7 @@ class Restore:
         if self.error is None:
             log.warning("Restore failed for stream '%s': %s", self.name, exc.description)
         self._end(error=True)
+        advisories.restore_complete(self.js, self.name, self.started, clock.now_ns(), self.total, self.client)
         self.js.api._send(reply, {"type": _T + "stream_create_response", "error": exc.to_json()}, error=True)
 
     def _end(self, *, error: bool) -> None:

@@ -290,6 +290,16 @@ async def _answer(nc, subject: str, body: bytes, timeout: float = 2) -> object:
 async def _script(port: int, wait) -> dict:
     nc = await _connect(port)
     out: dict = {}
+    events: list = []
+
+    async def advisory(msg) -> None:
+        kind = msg.subject.split(".")[4]
+        if kind.startswith(("SNAPSHOT_", "RESTORE_")):
+            doc = json.loads(msg.data)
+            events.append([kind, doc["stream"], doc["type"], sorted(doc), doc.get("error"),
+                           doc["client"] is not None and doc["client"]["acc"], doc.get("bytes", 0) > 0])
+
+    await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.>", cb=advisory)
     try:
         js = nc.jetstream()
         await js.add_stream(name="S", subjects=["s.>"])
@@ -375,6 +385,8 @@ async def _script(port: int, wait) -> dict:
                                                                    "consumer_count")},
                           "consumer": {k: info[k] for k in ("num_pending", "num_ack_pending")}}
         out["restore of a stream now existing"] = await _answer(nc, restore + "C", json.dumps(meta).encode())
+        await nc.flush()
+        out["advisories"] = sorted(events)
     finally:
         await nc.close()
     return out
