@@ -51,7 +51,7 @@ from . import advisories, errors
 from .consumer import ConsumerConfig, parse_time
 from .errors import ApiError
 from .ttl import header_ttl
-from .util import dumps, loads, rfc3339nano
+from .util import dumps, get_header, loads, rfc3339nano
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -82,6 +82,7 @@ MAX_NAME_LEN = 1 << 20  # archive.maxNameLen
 # natserver's bound on a state.json or consumer entry held whole while restoring.
 MAX_META_ENTRY = 64 * 1024 * 1024
 STATE_ENTRY = b"state.json"
+MSG_ID = b"Nats-Msg-Id"  # (stream.py's deduplication header)
 CONSUMER_PREFIX = b"consumers/"
 
 _STATUS_DONE = b"NATS/1.0 204\r\n\r\n"
@@ -874,6 +875,15 @@ class Restore:
         hdr = payload[:hdr_size]
         data = payload[hdr_size:]
         store.store_msg(name, hdr, data, ts, header_ttl(hdr) if hdr else 0)
+        if hdr and MSG_ID in hdr:
+            # Deduplication goes on: the ids within the window, as a restart rebuilds them.
+            msg_id = get_header(MSG_ID, hdr)
+            stream = self.stream
+            if msg_id and ts > clock.now_ns() - stream.cfg.duplicate_window:
+                stream._store_msg_id(msg_id, seq, ts)
+            stream.lmsgid = msg_id or b""
+        else:
+            self.stream.lmsgid = b""
 
     def _start(self, state: dict) -> None:
         js = self.js
