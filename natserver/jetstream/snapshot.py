@@ -50,6 +50,8 @@ from .. import clock
 from . import advisories, errors
 from .consumer import ConsumerConfig, parse_time
 from .errors import ApiError
+from .gojson import INT64, GoDecodeError, decode_bool, decode_int, decode_object, decode_str, decode_struct
+from .store import StoreError
 from .ttl import header_ttl
 from .util import dumps, get_header, loads, rfc3339nano
 
@@ -78,6 +80,7 @@ SNAPSHOT_ACK_PREFIX = "$JS.SNAPSHOT.ACK."  # jsSnapshotAckT
 RESTORE_PREFIX = "$JS.SNAPSHOT.RESTORE."  # jsRestoreDeliverT
 
 MAGIC = b"NATSARC1"  # archive.MagicBytes
+MAX_S2_BLOCK = 4 << 20  # s2's maxBlockSize: what one frame may decode to
 MAX_NAME_LEN = 1 << 20  # archive.maxNameLen
 # natserver's bound on a state.json or consumer entry held whole while restoring.
 MAX_META_ENTRY = 64 * 1024 * 1024
@@ -305,7 +308,7 @@ def s2_decode_block(src: bytes) -> bytes:
     """An S2 block (klauspost/compress s2 decode.go): snappy's literals and copies, plus a
     copy with offset 0 (tag 1) repeating the previous offset with an extended length."""
     got = _read_uvarint(src, 0)
-    if got is None:
+    if got is None or got[0] > MAX_S2_BLOCK:
         raise ArchiveError("s2: corrupt input")
     dlen, s = got
     dst = bytearray()
@@ -323,7 +326,7 @@ def s2_decode_block(src: bytes) -> bytes:
                 x = int.from_bytes(src[s + 1 : s + 1 + nb], "little")
                 s += 1 + nb
             length = x + 1
-            if s + length > n:
+            if s + length > n or len(dst) + length > dlen:
                 raise ArchiveError("s2: corrupt input")
             dst += src[s : s + length]
             s += length
@@ -353,7 +356,7 @@ def s2_decode_block(src: bytes) -> bytes:
             length = (tag >> 2) + 1
             offset = int.from_bytes(src[s + 1 : s + 5], "little")
             s += 5
-        if offset <= 0 or offset > len(dst) or s > n:
+        if offset <= 0 or offset > len(dst) or s > n or len(dst) + length > dlen:
             raise ArchiveError("s2: corrupt input")
         start = len(dst) - offset
         if offset >= length:
@@ -426,6 +429,9 @@ class FrameReader:
         if kind == 0x01:
             plain = body[4:]
         else:
+            declared = _read_uvarint(body, 4)
+            if declared is None or declared[0] > MAX_S2_BLOCK:  # (before anything is allocated)
+                raise ArchiveError("s2: corrupt input")
             try:
                 plain = bytes(cramjam.snappy.decompress_raw(body[4:]))  # no S2 repeats in it
             except cramjam.DecompressionError:
@@ -486,6 +492,12 @@ def _apply_consumer_state(consumer, state: dict) -> None:
 # -- snapshots ----------------------------------------------------------------------------------
 
 
+_SNAPSHOT_REQUEST = {"deliver_subject": decode_str, "no_consumers": decode_bool,  # JSApiStreamSnapshotRequest
+                     "chunk_size": lambda v: decode_int(v, INT64), "window_size": lambda v: decode_int(v, INT64),
+                     "jsck": decode_bool}
+_RESTORE_REQUEST = {"config": decode_object, "state": decode_object}  # JSApiStreamRestoreRequest
+
+
 def _clamp(value: int, lo: int, hi: int) -> int:
     return min(max(lo, value), hi)
 
@@ -521,19 +533,13 @@ class Snapshots:
             if stream is None:
                 raise errors.stream_not_found()
             try:
-                req = loads(payload)
-                if not isinstance(req, dict):
-                    raise ValueError
-                deliver = req.get("deliver_subject", "")
-                no_consumers = req.get("no_consumers", False)
-                chunk_size = req.get("chunk_size", 0)
-                window_size = req.get("window_size", 0)
-                if (not isinstance(deliver, str) or not isinstance(no_consumers, bool)
-                        or not isinstance(req.get("jsck", False), bool)
-                        or any(isinstance(v, bool) or not isinstance(v, int) for v in (chunk_size, window_size))):
-                    raise ValueError
-            except ValueError:
+                req = decode_struct(loads(payload), _SNAPSHOT_REQUEST, {})
+            except ValueError:  # (DecodeError is one)
                 raise errors.invalid_json() from None
+            deliver = req.get("deliver_subject", "")
+            no_consumers = req.get("no_consumers", False)
+            chunk_size = req.get("chunk_size", 0)
+            window_size = req.get("window_size", 0)
             if not _valid_publish_subject(deliver):
                 raise errors.snapshot_deliver_subject_invalid()
         except ApiError as exc:
@@ -560,15 +566,13 @@ class Snapshots:
             if is_empty_request(payload):
                 raise errors.bad_request()
             try:
-                req = loads(payload)
-                if not isinstance(req, dict):
-                    raise ValueError
+                req = decode_struct(loads(payload), _RESTORE_REQUEST, {})
                 config = req.get("config") or {}
-                if not isinstance(config, dict):
-                    raise ValueError
                 if not config.get("name"):
                     config = {**config, "name": name}
                 cfg = StreamConfig.from_json(config)
+            except GoDecodeError as exc:  # (Go's Unmarshal error, as stream_create says it)
+                raise errors.invalid_json(str(exc)) from None
             except ValueError:
                 raise errors.invalid_json() from None
             if cfg.name != name:
@@ -732,7 +736,7 @@ class SnapshotSender:
                 index += 1
         except _Stop:
             pass
-        except (ArchiveError, OSError) as exc:
+        except (ArchiveError, OSError, StoreError) as exc:  # (the stream deleted or unreadable meanwhile)
             log.warning("Snapshot of stream '%s' failed: %s", self.stream.name, exc)
             status = b"NATS/1.0 500 %s\r\n\r\n" % str(exc).encode()
             error = str(exc)
