@@ -38,6 +38,7 @@ with an empty message; an empty chunk ends the restore and is answered with the 
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import secrets
@@ -81,6 +82,9 @@ RESTORE_PREFIX = "$JS.SNAPSHOT.RESTORE."  # jsRestoreDeliverT
 
 MAGIC = b"NATSARC1"  # archive.MagicBytes
 MAX_S2_BLOCK = 4 << 20  # s2's maxBlockSize: what one frame may decode to
+# natserver's bound on chunks received and not yet applied (nats-server's restore blocks the
+# sender's connection instead, writing into a pipe).
+MAX_QUEUED = 64 * 1024 * 1024
 MAX_NAME_LEN = 1 << 20  # archive.maxNameLen
 # natserver's bound on a state.json or consumer entry held whole while restoring.
 MAX_META_ENTRY = 64 * 1024 * 1024
@@ -382,9 +386,12 @@ class FrameReader:
         self.started = False
 
     def feed(self, data: bytes) -> bytes:
+        return b"".join(self.frames(data))
+
+    def frames(self, data: bytes):
+        """What each whole frame ``data`` completes decodes to, one frame at a time."""
         buf = self.buf
         buf += data
-        out = []
         pos = 0
         if not self.started and buf and buf[0] != 0xFF:
             raise ArchiveError("s2: corrupt input")  # (a stream starts with its identifier)
@@ -409,12 +416,14 @@ class FrameReader:
             if kind in (0x00, 0x01):
                 if size < 4:
                     raise ArchiveError("s2: corrupt input")
-                out.append(self._chunk(kind, body))
+                plain = self._chunk(kind, body)
+                del buf[:pos]
+                pos = 0
+                yield plain
             elif kind < 0x80:
                 raise ArchiveError("s2: unsupported input")  # reserved, unskippable
             # 0x80-0xfe: skippable (padding, S2's index)
         del buf[:pos]
-        return b"".join(out)
 
     def _chunk(self, kind: int, body: bytes) -> bytes:
         if not self.s2 or (kind == 0x01 and len(body) - 4 <= 65536):
@@ -598,7 +607,7 @@ class Snapshots:
         advisories.restore_create(js, name, restore.client)  # (before the answer, as 2.15.1)
         api._send(reply, {"type": rtype, "deliver_subject": restore.subject})
         assert self._nursery is not None
-        self._nursery.start_soon(restore.watch)
+        self._nursery.start_soon(restore.run)
 
 
 def _valid_publish_subject(subject: str) -> bool:
@@ -761,6 +770,9 @@ class _Stop(Exception):
 # -- restores ------------------------------------------------------------------------------------
 
 
+_DROPPED = b"-"  # a chunk queued after the restore failed, in place of its data
+
+
 class Restore:
     """One restore session: chunks decoded and applied as they arrive."""
 
@@ -786,11 +798,15 @@ class Restore:
         self.client: dict | None = None  # who asked (the advisories')
         self.started = clock.now_ns()
         self.last_activity = trio.current_time()
-        self.activity = trio.Event()
+        self.activity = trio.Event()  # a chunk queued, or the session ended
+        self.queue: collections.deque[tuple[bytes, bytes]] = collections.deque()  # (reply, chunk)
+        self.queued = 0  # bytes in it
 
     # -- the chunks -------------------------------------------------------------------------
 
     def on_chunk(self, subject, reply, hdr, payload: bytes) -> None:
+        """A chunk arrived: queued for the session's task (``run``), which applies it a piece
+        at a time between other clients' turns and acks it when done."""
         if self.finished:
             return
         self.last_activity = trio.current_time()
@@ -799,26 +815,63 @@ class Restore:
             self._end(error=True)
             advisories.restore_complete(self.js, self.name, self.started, clock.now_ns(), self.total, self.client)
             return
-        if not payload:
-            if self.error is not None:
-                self._fail(reply, self.error)
-            else:
-                self._complete(reply)
-            return
-        self.total += len(payload)
-        if self.error is None:
-            try:
-                for entry in self.archive.feed(self.frames.feed(payload)):
-                    self._apply(*entry)
-            except ApiError as exc:
-                self._failed(exc)
-            except (ArchiveError, OSError) as exc:
-                self._failed(errors.stream_restore(str(exc)))
-            except Exception as exc:  # a store refusing a message (StoreError) and the like
-                self._failed(errors.stream_restore(str(exc) or type(exc).__name__))
-        # Acked even when it failed: as 2.15.1, the error answers the final (empty) chunk,
-        # and the chunks until then are taken and dropped.
-        self.js.send(reply, b"")
+        if self.error is not None and payload:
+            payload = _DROPPED  # (only acked: not kept)
+        self.queued += len(payload)
+        if self.queued > MAX_QUEUED and self.error is None:
+            # (a client that does not wait for acks; the CLI sends one chunk at a time)
+            self._failed(errors.stream_restore("too many chunks sent ahead of their acks"))
+        self.queue.append((reply, payload))
+        self.activity.set()
+
+    async def run(self) -> None:
+        """Apply the chunks in order; abandon the restore after RESTORE_STALL without one."""
+        while not self.finished:
+            if not self.queue:
+                self.activity = trio.Event()
+                with trio.move_on_at(self.last_activity + RESTORE_STALL):
+                    await self.activity.wait()
+                if self.finished:
+                    return
+                if not self.queue:
+                    if trio.current_time() >= self.last_activity + RESTORE_STALL:
+                        log.warning("restore for stream '%s' is stalled", self.name)
+                        self.abandon()
+                        return
+                    continue
+            reply, payload = self.queue.popleft()
+            self.queued -= len(payload)
+            if not payload:
+                if self.error is not None:
+                    self._fail(reply, self.error)
+                else:
+                    self._complete(reply)
+                return
+            self.total += len(payload)
+            if self.error is None:
+                try:
+                    for plain in self.frames.frames(payload):
+                        for at in range(0, len(plain), TURN_BYTES):
+                            for entry in self.archive.feed(plain[at : at + TURN_BYTES]):
+                                self._apply(*entry)
+                            await trio.sleep(0)  # other clients' turn
+                            if self.finished or self.error is not None:
+                                break
+                        if self.finished or self.error is not None:
+                            break
+                except ApiError as exc:
+                    self._failed(exc)
+                except (ArchiveError, OSError) as exc:
+                    self._failed(errors.stream_restore(str(exc)))
+                except Exception as exc:  # a store refusing a message (StoreError) and the like
+                    self._failed(errors.stream_restore(str(exc) or type(exc).__name__))
+            if self.finished:
+                return
+            # Acked even when it failed: as 2.15.1, the error answers the final (empty) chunk,
+            # and the chunks until then are taken and dropped.
+            self.js.send(reply, b"")
+            self.js.server.flush_touched()
+            self.last_activity = trio.current_time()
 
     def _failed(self, exc: ApiError) -> None:
         """The restore can not succeed: what it restored goes now, the error is told at the
@@ -1001,6 +1054,7 @@ class Restore:
         self._end(error=True)
         advisories.restore_complete(self.js, self.name, self.started, clock.now_ns(), self.total, self.client)
         self.js.api._send(reply, {"type": _T + "stream_create_response", "error": exc.to_json()}, error=True)
+        self.js.server.flush_touched()
 
     def _end(self, *, error: bool) -> None:
         if self.finished:
@@ -1023,18 +1077,6 @@ class Restore:
 
     def abandon(self) -> None:
         self._end(error=True)
-
-    async def watch(self) -> None:
-        """Abandon the restore after RESTORE_STALL without a chunk."""
-        while not self.finished:
-            with trio.move_on_at(self.last_activity + RESTORE_STALL):
-                await self.activity.wait()
-            if self.finished:
-                return
-            if trio.current_time() >= self.last_activity + RESTORE_STALL:
-                log.warning("restore for stream '%s' is stalled", self.name)
-                self.abandon()
-                return
 
 
 __all__ = ["ArchiveReader", "FrameReader", "Snapshots", "crc32c", "entry_header", "s2_decode_block"]
