@@ -801,6 +801,7 @@ class Restore:
         self.activity = trio.Event()  # a chunk queued, or the session ended
         self.queue: collections.deque[tuple[bytes, bytes]] = collections.deque()  # (reply, chunk)
         self.queued = 0  # bytes in it
+        self.reserved = 0  # bytes checked against the limits (state.json's, then what was written)
 
     # -- the chunks -------------------------------------------------------------------------
 
@@ -932,6 +933,9 @@ class Restore:
         hdr = payload[:hdr_size]
         data = payload[hdr_size:]
         store.store_msg(name, hdr, data, ts, header_ttl(hdr) if hdr else 0)
+        if store.bytes > self.reserved:  # (more than state.json said: the limits again)
+            self.reserved = store.bytes
+            self.js.check_reservation(self.cfg.storage, store.bytes, 0, exclude=self.name)
         if hdr and MSG_ID in hdr:
             # Deduplication goes on: the ids within the window, as a restart rebuilds them.
             msg_id = get_header(MSG_ID, hdr)
@@ -957,7 +961,8 @@ class Restore:
             raise errors.stream_name_exist_restore_failed()
         # The whole restore's bytes are reserved against the account's and server's limits
         # before anything is written (RestoreStreamV2's reservation).
-        js.check_reservation(cfg.storage, max(cfg.max_bytes, nbytes), 0, exclude=None)
+        self.reserved = max(cfg.max_bytes, nbytes)
+        js.check_reservation(cfg.storage, self.reserved, 0, exclude=None)
         try:
             stream = js.add_stream(cfg)
         except ApiError as exc:  # (Go's ApiError text: "<description> (<err_code>)")

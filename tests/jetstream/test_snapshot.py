@@ -26,6 +26,7 @@ import json
 import random
 from pathlib import Path
 
+import cramjam
 import nats
 import pytest
 
@@ -454,6 +455,14 @@ async def _limits_script(port: int) -> dict:
         config = {**response["config"], "storage": "memory"}
         out["memory, over the account's limit"] = _error_or_kind(await driver.restore(
             "S", {"config": config, "state": response["state"]}, data))
+        # A snapshot whose state.json understates its bytes: the limits stop it as it grows.
+        entries = snapshot.ArchiveReader().feed(snapshot.FrameReader().feed(data))
+        state = json.loads(entries[0][4])
+        liar = [(b"state.json", entries[0][1], 0, b"", json.dumps({**state, "bytes": 0}).encode())]
+        liar += [(name, ts, seq, body[:hs], body[hs:]) for name, ts, seq, hs, body in entries[1:]]
+        liar_data = bytes(cramjam.snappy.compress(_archive(liar)))
+        out["understated bytes over the account's limit"] = _error_or_kind(await driver.restore(
+            "S", {"config": response["config"], "state": response["state"]}, liar_data))
         out["into the account that has it"] = _error_or_kind(await Driver(nb).request(
             "$JS.API.STREAM.RESTORE.S", {"config": response["config"], "state": response["state"]}))
     finally:
@@ -542,8 +551,6 @@ def test_a_v1_snapshot_is_refused(tmp_path):
     import io
     import tarfile
 
-    import cramjam
-
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as archive:
         meta = json.dumps({"name": "V", "subjects": ["v.>"]}).encode()
@@ -599,8 +606,6 @@ def test_archive_reader_whole_and_byte_by_byte():
 def test_frame_reader_snappy_and_s2_in_pieces():
     """natserver's snappy framing and 2.15.1's S2 framing (a recorded snapshot whose block
     uses S2's repeat copies, which snappy decoders refuse), whole or in 1000-byte pieces."""
-    import cramjam
-
     raw = _archive([(b"state.json", 1, 0, b"", b"{}")] * 50)
     ours = bytes(cramjam.snappy.compress(raw))
     theirs = base64.b64decode(json.loads(RECORDED_SNAPSHOT.read_text())["data"])
