@@ -29,11 +29,13 @@ sending task produces at most TURN_BYTES of archive before it lets other clients
 
 Restore: the request (``config``, ``state``) is checked as a create is, and answered with
 the subject chunks go to (``$JS.SNAPSHOT.RESTORE.<stream>.<id>``). Each chunk (with a reply)
-is decoded and applied as it arrives (messages are written then, not at the end) and acked
-with an empty message; an empty chunk ends the restore and is answered with the stream info
-(a stream_create_response). A failure answers the chunk with ``restore failed: <error>``
-(10062) and removes what was restored. No chunk for RESTORE_STALL: the restore is abandoned
-(nothing is sent, as 2.15.1) and what was restored is removed.
+is queued for the restore's task, which decodes and applies it TURN_BYTES of archive a turn
+(messages are written then, not at the end) and acks it with an empty message; an empty
+chunk ends the restore and is answered with the stream info (a stream_create_response). A
+failure removes what was restored at once and, as 2.15.1, answers the final chunk with
+``restore failed: <error>`` (10062) or the limit's own error, the chunks before it being
+acked. No chunk for RESTORE_STALL: the restore is abandoned (nothing is sent, as 2.15.1)
+and what was restored is removed.
 """
 
 from __future__ import annotations
