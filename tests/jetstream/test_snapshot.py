@@ -714,3 +714,48 @@ def test_the_window_and_the_ack_timeout(tmp_path):
 
     with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
         asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
+
+
+async def test_a_big_chunk_is_applied_a_turn_at_a_time(start_server, raw_connect, tmp_path, monkeypatch):
+    """A chunk that decompresses to 4 MB of messages is applied TURN_BYTES a turn: at each of
+    the restore's checkpoints (where other clients get their turn) at most a turn's worth
+    more is written; the chunk is acked once all of it is."""
+    import trio
+
+    count, size = 1000, 4096
+    state = {"messages": count, "bytes": 0, "first_seq": 1, "last_seq": count, "consumer_count": 0}
+    entries = [(b"state.json", 1, 0, b"", json.dumps(state).encode())]
+    entries += [(b"r.x", i + 1, i + 1, b"", bytes(size)) for i in range(count)]
+    entries.append((b"", 0, 0, b"", b""))
+    data = bytes(cramjam.snappy.compress(_archive(entries)))
+    assert len(data) < 1024 * 1024 and count * size // snapshot.TURN_BYTES >= 8
+
+    written: list[int] = []  # messages written at each checkpoint of snapshot.py's tasks
+
+    class Checkpoints:
+        def __getattr__(self, name):
+            return getattr(trio, name)
+
+        async def sleep(self, seconds: float) -> None:
+            streams = server.jetstream.streams
+            written.append(streams["R"].store.msgs if "R" in streams else 0)
+            await trio.sleep(seconds)
+
+    monkeypatch.setattr(snapshot, "trio", Checkpoints())
+    with trio.fail_after(TIMEOUT):
+        server = await start_server(jetstream=True, store_dir=str(tmp_path / "js"))
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.send(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R 1\r\n')
+        body = json.dumps({"config": {"name": "R", "subjects": ["r.>"]}}).encode()
+        await client.send(b"PUB $JS.API.STREAM.RESTORE.R _R %d\r\n%s\r\n" % (len(body), body))
+        line = await client.read_until(b"\r\n")
+        answer = json.loads((await client.read_exactly(int(line.split()[-1]) + 2))[:-2])
+        deliver = answer["deliver_subject"].encode()
+        await client.send(b"PUB %s _R %d\r\n%s\r\n" % (deliver, len(data), data))
+        line = await client.read_until(b"\r\n")
+        assert line.startswith(b"MSG _R 1 0")  # the ack: empty
+    assert server.jetstream.streams["R"].store.msgs == count
+    per_turn = snapshot.TURN_BYTES // size + 1
+    assert len(written) >= count // per_turn
+    assert all(0 <= b - a <= per_turn for a, b in zip(written, written[1:]))
