@@ -346,6 +346,23 @@ async def _script(port: int, wait) -> dict:
         await sub.unsubscribe()
         out["snapshot never acked"] = got
 
+        # The receiver goes away: 408 No Interest (told by the advisory: nobody gets the end).
+        first: asyncio.Future = asyncio.get_running_loop().create_future()
+        inbox = nc.new_inbox()
+
+        async def once(msg) -> None:
+            if not first.done():
+                first.set_result(msg)
+
+        sub = await nc.subscribe(inbox, cb=once)
+        await nc.request(snap + "S", json.dumps({"deliver_subject": inbox, "chunk_size": 1024,
+                                                 "window_size": 1024}).encode())
+        chunk = await asyncio.wait_for(first, TIMEOUT)
+        await sub.unsubscribe()
+        await nc.flush()
+        await chunk.respond(b"")
+        await nc.flush()
+
         restore = "$JS.API.STREAM.RESTORE."
         meta = {"config": {"name": "C", "subjects": ["c.>"], "storage": "file"}, "state": response["state"]}
         out["restore, empty request"] = await _answer(nc, restore + "C", b"")
