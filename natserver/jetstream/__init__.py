@@ -49,6 +49,7 @@ from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
 from .delivery import Delivery
 from .errors import ApiError
+from .snapshot import Snapshots
 from .sourcing import Sourcing
 from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import Stream, StreamConfig, check_stream_config, check_update
@@ -157,6 +158,7 @@ class JetStream:
         self.api = Api(self)
         self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.sourcing = Sourcing(self)  # mirrors and sources
+        self.snapshots = Snapshots(self)  # backups going out, restores coming in
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -235,6 +237,7 @@ class JetStream:
                 nursery.start_soon(self.delivery.run)
                 nursery.start_soon(self.sourcing.run)
                 nursery.start_soon(self.api.direct.run)
+                nursery.start_soon(self.snapshots.run)
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._schedules)
@@ -301,6 +304,7 @@ class JetStream:
             except Exception:  # the server may be half torn down already
                 pass
             self._api_sub = None
+        self.snapshots.close()  # (a restore not finished leaves nothing behind)
         self.delivery.stop()
         self.delivery.save_durables(clock.now_ns(), force=True)
         for stream in list(self.streams.values()):

@@ -1,6 +1,7 @@
 """JetStream advisories on ``$JS.EVENT.ADVISORY.>``, as nats-server 2.15.1 publishes them
 (jetstream_events.go): stream and consumer actions (created, updated, deleted), a consumer
-paused or resumed, a priority group's client pinned or unpinned, and the API audit of every API response. Each is published in the JetStream account, and only built when
+paused or resumed, a priority group's client pinned or unpinned, snapshots and restores
+started and completed, and the API audit of every API response. Each is published in the JetStream account, and only built when
 someone listens (nats-server's publishAdvisory).
 
 Layer (README "Layers"): a state-tier helper, called by the API and by deliveries; what it
@@ -23,6 +24,10 @@ API_AUDIT_TYPE = "io.nats.jetstream.advisory.v1.api_audit"  # JSAPIAuditType
 CONSUMER_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"  # JSConsumerPauseAdvisoryType
 CONSUMER_PINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_pinned"  # JSConsumerGroupPinnedAdvisoryType
 CONSUMER_UNPINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_unpinned"  # ...UnpinnedAdvisoryType
+SNAPSHOT_CREATE_TYPE = "io.nats.jetstream.advisory.v1.snapshot_create"  # JSSnapshotCreatedAdvisoryType
+SNAPSHOT_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.snapshot_complete"  # JSSnapshotCompleteAdvisoryType
+RESTORE_CREATE_TYPE = "io.nats.jetstream.advisory.v1.restore_create"  # JSRestoreCreateAdvisoryType
+RESTORE_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.restore_complete"  # JSRestoreCompleteAdvisoryType
 UNPINNED_ADMIN, UNPINNED_TIMEOUT = "admin", "timeout"  # the unpinned advisory's reasons
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
 # The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
@@ -104,6 +109,33 @@ def consumer_unpinned(js: AdvisoryHost, stream: str, consumer: str, group: str, 
     """sendUnpinnedAdvisoryLocked: the pin went (``reason``: the UNPIN API, or the timeout)."""
     _group_event(js, f"{ADVISORY_PREFIX}CONSUMER.UNPINNED.{stream}.{consumer}", CONSUMER_UNPINNED_TYPE, stream,
                  consumer, {"group": group, "reason": reason})
+
+
+def snapshot_create(js: AdvisoryHost, stream: str, state: dict, client: dict | None) -> None:
+    publish(js, f"{ADVISORY_PREFIX}STREAM.SNAPSHOT_CREATE.{stream}",
+            lambda: {"type": SNAPSHOT_CREATE_TYPE, "stream": stream, "state": state, "client": client})
+
+
+def snapshot_complete(js: AdvisoryHost, stream: str, start: int, end: int, client: dict | None, error: str) -> None:
+    def fields() -> dict:
+        out = {"type": SNAPSHOT_COMPLETE_TYPE, "stream": stream, "start": rfc3339nano(start),
+               "end": rfc3339nano(end), "client": client}
+        if error:
+            out["error"] = error
+        return out
+
+    publish(js, f"{ADVISORY_PREFIX}STREAM.SNAPSHOT_COMPLETE.{stream}", fields)
+
+
+def restore_create(js: AdvisoryHost, stream: str, client: dict | None) -> None:
+    publish(js, f"{ADVISORY_PREFIX}STREAM.RESTORE_CREATE.{stream}",
+            lambda: {"type": RESTORE_CREATE_TYPE, "stream": stream, "client": client})
+
+
+def restore_complete(js: AdvisoryHost, stream: str, start: int, end: int, nbytes: int, client: dict | None) -> None:
+    publish(js, f"{ADVISORY_PREFIX}STREAM.RESTORE_COMPLETE.{stream}",
+            lambda: {"type": RESTORE_COMPLETE_TYPE, "stream": stream, "start": rfc3339nano(start),
+                     "end": rfc3339nano(end), "bytes": nbytes, "client": client})
 
 
 def api_audit(js: AdvisoryHost, subject: bytes, request: bytes, response: bytes) -> None:

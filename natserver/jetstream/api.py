@@ -2,7 +2,7 @@
 as nats-server v2.9.10's (field order included), and DIRECT.GET.
 
 Supported: INFO; STREAM.CREATE, UPDATE, INFO, DELETE, NAMES, LIST, PURGE, MSG.GET,
-MSG.DELETE; DIRECT.GET (direct.py). CONSUMER requests go to consumer_api.py. Anything else
+MSG.DELETE; DIRECT.GET (direct.py); STREAM.SNAPSHOT, RESTORE (snapshot.py). CONSUMER requests go to consumer_api.py. Anything else
 gets no response, as nats-server gives none to unknown API subjects.
 
 Layer (README "Layers"): the top of the package's layers, under the engine (the package's
@@ -24,9 +24,10 @@ from .errors import ApiError
 from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
-from .util import dumps, get_header, loads, rfc3339nano, subjects_collide
+from .util import dumps, get_header, is_empty_request, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
+    from .snapshot import Snapshots
     from .stream import Stream
 
 log = logging.getLogger("natserver")
@@ -62,17 +63,6 @@ def level_supported(hdr: bytes) -> bool:
         return False
 
 
-def is_empty_request(payload: bytes) -> bool:
-    """nats-server's isEmptyRequest: nothing, ``{}``, or a JSON object without keys."""
-    if not payload or payload == b"{}":
-        return True
-    try:
-        value = loads(payload)
-    except ValueError:
-        return False
-    return isinstance(value, dict) and not value
-
-
 def _decode(payload: bytes, fields: dict) -> dict:
     try:
         return decode_struct(loads(payload), fields, {})
@@ -86,6 +76,7 @@ class ApiHost(ConsumerHost, DirectHost, Protocol):
 
     api_total: int
     api_errors: int
+    snapshots: Snapshots
 
     def check_reservation(self, storage: str, add: int, base: int, exclude: str | None) -> None: ...
     def add_stream(self, config: StreamConfig) -> Stream: ...
@@ -150,6 +141,10 @@ class Api:
                     self.stream_names(reply, payload)
                 elif n == 4 and op == b"LIST":
                     self.stream_list(reply, payload)
+                elif n == 5 and op == b"SNAPSHOT":
+                    self.js.snapshots.snapshot_request(tokens[4].decode("utf-8", "replace"), reply, payload)
+                elif n == 5 and op == b"RESTORE":
+                    self.js.snapshots.restore_request(tokens[4].decode("utf-8", "replace"), reply, payload)
                 elif n == 5:
                     handler = self._stream_ops.get(op)
                     if handler is not None:

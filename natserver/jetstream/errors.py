@@ -63,6 +63,8 @@ stream_sealed = _fixed(400, 10109, "invalid operation on sealed stream")
 name_contains_path_separators = _fixed(400, 10128, "Stream name can not contain path separators")
 replicas_negative = _fixed(400, 10133, "replicas count cannot be negative")
 consumer_not_found = _fixed(404, 10014, "consumer not found")
+snapshot_deliver_subject_invalid = _fixed(400, 10015, "deliver subject not valid")
+stream_name_exist_restore_failed = _fixed(400, 10130, "stream name already in use, cannot restore")
 
 
 # Formatted descriptions ("{err}" and friends).
@@ -103,6 +105,14 @@ def stream_wrong_last_msg_id(msg_id: str) -> ApiError:
 
 def stream_wrong_last_sequence(seq: int) -> ApiError:
     return ApiError(400, 10071, f"wrong last sequence: {seq}")
+
+
+def stream_restore(err: str) -> ApiError:
+    return ApiError(500, 10062, f"restore failed: {err}")
+
+
+def stream_snapshot(err: str) -> ApiError:
+    return ApiError(500, 10064, f"snapshot failed: {err}")
 
 
 def stream_store_failed(err: str) -> ApiError:

@@ -239,3 +239,14 @@ def compile_filter(filter: bytes):
         return ok
 
     return match
+
+
+def is_empty_request(payload: bytes) -> bool:
+    """nats-server's isEmptyRequest: nothing, ``{}``, or a JSON object without keys."""
+    if not payload or payload == b"{}":
+        return True
+    try:
+        value = loads(payload)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and not value
