@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
-from . import counter, errors
+from . import batch, counter, errors
 from .counter import check_counter_config
 from .errors import ApiError
 from .external import check_external, index_name
@@ -177,6 +177,7 @@ _CONFIG_FIELDS = {
     "allow_msg_ttl": decode_bool,
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "allow_msg_counter": decode_bool,
+    "allow_atomic": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -188,7 +189,7 @@ _DEFAULTS = {
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
-    "metadata": None,
+    "allow_atomic": False, "metadata": None,
 }
 
 
@@ -231,6 +232,7 @@ class StreamConfig:
     allow_msg_ttl: bool
     subject_delete_marker_ttl: int  # ns
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
+    allow_atomic: bool  # 2.12+: atomic batch publishing (batch.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -299,6 +301,8 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.allow_atomic:
+            out["allow_atomic"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -375,6 +379,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_sources()
         if cfg.allow_msg_counter:
             raise errors.mirror_with_counters()
+        if cfg.allow_atomic:
+            raise errors.mirror_with_atomic_publish()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -670,6 +676,7 @@ class Stream:
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
+        self.batches = batch.Batches(self)  # allow_atomic's batches in flight
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -750,6 +757,11 @@ class Stream:
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
+        if hdr and batch.BATCH_ID in hdr:
+            batch_id = get_header(batch.BATCH_ID, hdr)
+            if batch_id:  # an atomic batch's message (batch.py): staged, or the commit
+                self.batches.process(batch_id, subject, reply, hdr, msg)
+                return
         cfg = self.cfg
         if self.input_transform is not None:  # (stream.go: before anything else)
             subject = self.input_transform.apply_bytes(subject) or subject
@@ -834,13 +846,30 @@ class Stream:
         if self.engine.over_limit(store.kind):
             self._reject(reply, errors.insufficient_resources())
             return
+        self.store_checked(subject, reply, hdr, msg, now, None, msg_id, rollup, total)
+
+    def store_checked(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int,
+                      batch_ack: tuple[bytes, int] | None = None, msg_id: bytes | None = None,
+                      rollup: bytes | None = None, total: str | None = None) -> bool:
+        """Store a published message whose checks are done (process_msg's, or an atomic
+        batch's: ``msg_id`` and ``rollup`` None are read from ``hdr``, the subject is the
+        published one), apply its roll-up and acknowledge it (``batch_ack``: the batch id and
+        count of a batch's commit). False: the store refused it."""
+        cfg, store = self.cfg, self.store
+        if msg_id is None:  # (an atomic batch's message)
+            if self.input_transform is not None:
+                subject = self.input_transform.apply_bytes(subject) or subject
+            if hdr and _REQUEST_INFO in hdr:
+                hdr = remove_header(hdr, _REQUEST_INFO) or b""
+            msg_id = get_header(_NATS_MSG_ID, hdr)
+            rollup = get_header(_ROLLUP, hdr).lower()
         ttl = 0
         if hdr and MSG_TTL in hdr:
             try:
                 ttl = parse_ttl(get_header(MSG_TTL, hdr))
             except InvalidTTL:
                 self._reject(reply, errors.message_ttl_invalid())
-                return
+                return False
             marker_ttl = cfg.subject_delete_marker_ttl // 1_000_000_000
             if 0 < ttl < marker_ttl and cfg.max_msgs_per_subject != 1:
                 # stream.go: a message lives at least as long as the markers, or a marker
@@ -859,10 +888,10 @@ class Stream:
                 # The disk refused the write (logged by the store): nats-server 2.15.1 does
                 # not answer (processJetStreamMsg: "We don't want to respond back to the
                 # user ... This was likely an IO issue"); the publisher times out and retries.
-                return
+                return False
             except StoreError as exc:
                 self._reject(reply, errors.stream_store_failed(str(exc)))
-                return
+                return False
             if was_empty and cfg.max_age > 0:
                 self.engine.schedule_expiry(now + cfg.max_age)
             if ttl > 0 and cfg.allow_msg_ttl:
@@ -879,7 +908,10 @@ class Stream:
             store.purge_ex(b"", 0, 1)
             self.purge_consumers(b"")
         if reply and not cfg.no_ack:
-            if total is None:
+            if batch_ack is not None:  # an atomic batch's commit (2.12+ PubAck.BatchId, BatchSize)
+                self.engine.respond(reply, b'%s%d,"batch":%s,"count":%d}' % (
+                    self._ack_prefix, seq, dumps(batch_ack[0].decode("utf-8", "replace")), batch_ack[1]), self)
+            elif total is None:
                 self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
             else:  # 2.12+: a counter's total (PubAck.Value)
                 self.engine.respond(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()), self)
@@ -887,15 +919,29 @@ class Stream:
             self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
+        return True
+
+    # -- what atomic batches use of the stream (batch.BatchStream) ------------------------------
+
+    def transformed(self, subject: bytes) -> bytes:
+        """The subject the stream stores a message published on ``subject`` under."""
+        if self.input_transform is not None:
+            return self.input_transform.apply_bytes(subject) or subject
+        return subject
+
+    def is_duplicate(self, msg_id: bytes, now: int) -> bool:
+        return self._check_msg_id(msg_id, now) is not None
+
+    def max_payload(self) -> int:
+        server = getattr(self.engine, "server", None)
+        return server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
 
     def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, str]:
         """A counter stream's message for an increment (counter.py): (header, body, total).
         Raises ApiError: no increment (10169), a broken counter, over max_payload."""
         if incr is None:
             raise errors.message_incr_missing()
-        server = getattr(self.engine, "server", None)
-        max_payload = server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
-        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, max_payload)
+        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, self.max_payload())
 
     def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
         """nats-server's republish of a stored message: the mapped subject, the headers
@@ -922,6 +968,8 @@ class Stream:
         Raises StoreError when the store refuses it (discard new)."""
         if self.input_transform is not None:  # (nats-server: mirrored and sourced messages too)
             subject = self.input_transform.apply_bytes(subject) or subject
+        if hdr and batch.BATCH_PREFIX in hdr:  # (stream.go: batching is the origin's, not ours)
+            hdr = batch.strip_batch_headers(hdr)
         store = self.store
         if self.cfg.allow_msg_counter:
             # A counter stream counts what its sources bring (counter.py); one that can not be

@@ -7,10 +7,10 @@ as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 (``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), ``first_seq``,
 ``subject_transform``, ``consumer_limits`` and sources' ``subject_transforms`` (stream.py),
 priority groups (``priority_groups``,
-``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
-(``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
-(``allow_atomic``, ``allow_batched``) and message schedules (``allow_msg_schedules``) are still
-refused here.
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py), counters
+(``allow_msg_counter``: counter.py) and atomic batch publishing (``allow_atomic``: batch.py)
+have left it; fast batch publishing (``allow_batched``) and message schedules
+(``allow_msg_schedules``) are still refused here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from . import errors
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
     "compression": "2.10",
-    "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",
     "persist_mode": "2.12",
     "allow_batched": "2.14",
