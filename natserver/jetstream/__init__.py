@@ -619,15 +619,17 @@ class JetStream:
                 scope.deadline = at
 
     async def _expirer(self) -> None:
-        """Expire by max_age and per-message TTLs (and abandon idle atomic batches): each stream's store says when it next has
-        something to remove; a store that stopped at its batch limit (EXPIRE_BATCH) is
-        come back to after the other tasks had a turn."""
+        """Expire by max_age and per-message TTLs, and abandon idle atomic batches: each
+        stream's store says when it next has something to remove; a store that stopped at
+        its batch limit (EXPIRE_BATCH) is come back to after the other tasks had a turn."""
         while True:
             now = clock.now_ns()
             deadline = None
+            batches = False
             for stream in list(self.streams.values()):
                 store = stream.store
                 if stream.batches.atomic:  # atomic batches abandoned after BATCH_TIMEOUT_NS (batch.py)
+                    batches = True
                     nxt = stream.batches.expire(now)
                     if nxt is not None and (deadline is None or nxt < deadline):
                         deadline = nxt
@@ -640,6 +642,8 @@ class JetStream:
                     nxt = now + (stream.cfg.max_age or EXPIRE_RETRY_NS)
                 if nxt is not None and (deadline is None or nxt < deadline):
                     deadline = nxt
+            if batches:
+                self.server.flush_touched()  # (the abandoned batches' advisories)
             if deadline is not None and deadline <= now:
                 await trio.lowlevel.checkpoint()  # more to do: after everyone else's turn
                 continue

@@ -16,22 +16,28 @@ bound on in-flight batches across streams against natserver.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import tempfile
 import time
 from pathlib import Path
 
+import nats
+
+from natserver.jetstream import batch as batch_module
 from natserver.testing import NatsServer
 from tests import reference
 from tests.jetstream.legacy_reference import running
 from tests.jetstream.recording import assert_recorded
 from tests.jetstream.test_message_ttl import _Client
+from tests.jetstream.test_nats_py_suite import target  # noqa: F401  (the fixture: natserver and 2.15.1)
 
 RECORDED = Path(__file__).with_name("data") / "atomic_batch_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 TIMEOUT = 60  # hard limit on one test's I/O (the live recording sleeps 11 s of it)
 WAIT = 11  # past the batch timeout (10 s)
+INCOMPLETE = {"code": 400, "err_code": 10176, "description": "atomic publish batch is incomplete"}
 
 
 def _h(batch_id: str, seq, commit: str | None = None, extra: bytes = b"") -> bytes:
@@ -279,6 +285,161 @@ def test_natserver_answers_as_nats_server(tmp_path):
 def test_the_recording_is_what_nats_server_answers(tmp_path):
     with running("nats-server", JS_CONFIG % (tmp_path / "store"), tmp_path, binary=reference.NATS_SERVER) as port:
         assert_recorded(run_script(port, time.sleep), RECORDED)
+
+
+# -- nats-py, advisories, restarts and the server-wide bound ----------------------------------
+
+
+def test_nats_py_stream_allow_atomic(target):  # noqa: F811
+    """nats-py's V210FeaturesTest::test_stream_allow_atomic (nats/tests/test_js.py), as it is."""
+
+    async def main():
+        nc = await nats.connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="ATOMIC", subjects=["test"], allow_atomic=True)
+        sinfo = await js.stream_info("ATOMIC")
+        assert sinfo.config.allow_atomic is True
+        await js.add_stream(name="NOATOMIC", subjects=["foo"], allow_atomic=False)
+        sinfo = await js.stream_info("NOATOMIC")
+        assert sinfo.config.allow_atomic is not True
+        await js.add_stream(name="DEFAULT2", subjects=["baz"])
+        sinfo = await js.stream_info("DEFAULT2")
+        assert sinfo.config.allow_atomic is not True
+        await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+def test_a_batch_through_nats_py(target):  # noqa: F811
+    """nats-py has no batch API: a client sends the headers itself (nc.request), reads the
+    PubAck's batch and count, and sees the stored messages with their batch headers; an
+    abandoned batch is announced with 2.15.1's advisory."""
+
+    async def main():
+        nc = await nats.connect(target.url)
+        js = nc.jetstream()
+        await js.add_stream(name="ORDERS", subjects=["orders.>"], allow_atomic=True)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>")
+        for i in (1, 2):
+            answer = await nc.request("orders.new", b"o%d" % i, timeout=5, headers={
+                "Nats-Batch-Id": "b1", "Nats-Batch-Sequence": str(i)})
+            assert answer.data == b""
+        answer = await nc.request("orders.paid", b"o3", timeout=5, headers={
+            "Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "3", "Nats-Batch-Commit": "1"})
+        assert json.loads(answer.data) == {"stream": "ORDERS", "seq": 3, "batch": "b1", "count": 3}
+        stored = await js.get_msg("ORDERS", 3)
+        assert (stored.subject, stored.data) == ("orders.paid", b"o3")
+        assert stored.headers == {"Nats-Batch-Id": "b1", "Nats-Batch-Sequence": "3", "Nats-Batch-Commit": "1"}
+        await nc.request("orders.new", b"x", timeout=5, headers={"Nats-Batch-Id": "gap", "Nats-Batch-Sequence": "1"})
+        answer = await nc.request("orders.new", b"x", timeout=5, headers={
+            "Nats-Batch-Id": "gap", "Nats-Batch-Sequence": "3", "Nats-Batch-Commit": "1"})
+        assert json.loads(answer.data)["error"]["err_code"] == 10176
+        advisory = json.loads((await advisories.next_msg(timeout=5)).data)
+        assert advisory.pop("id") and advisory.pop("timestamp")
+        assert advisory == {"type": "io.nats.jetstream.advisory.v1.stream_batch_abandoned", "stream": "ORDERS",
+                            "batch": "gap", "reason": "incomplete"}
+        assert (await js.stream_info("ORDERS")).state.messages == 3
+        await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+def test_a_batch_times_out_on_the_server_clock(tmp_path):
+    """An idle batch goes after 10 s of the server's clock (the expirer wakes for it, and
+    announces it), not a moment earlier; each message gives it 10 s more."""
+
+    async def main(server: NatsServer):
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="S", subjects=["s.>"], allow_atomic=True)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.S")
+
+        async def send(seq: int, commit: bool = False) -> bytes:
+            headers = {"Nats-Batch-Id": "t", "Nats-Batch-Sequence": str(seq)}
+            if commit:
+                headers["Nats-Batch-Commit"] = "1"
+            return (await nc.request("s.a", b"x", timeout=5, headers=headers)).data
+
+        assert await send(1) == b""
+        await server.advance_async(9.5)
+        assert await send(2) == b""  # 9.5 s: still there, and now 10 s more
+        await server.advance_async(9.5)
+        assert await send(3) == b""
+        await server.advance_async(10.5)
+        advisory = json.loads((await advisories.next_msg(timeout=5)).data)
+        assert (advisory["batch"], advisory["reason"]) == ("t", "timeout")
+        assert json.loads(await send(4, commit=True))["error"]["err_code"] == 10176
+        assert (await js.stream_info("S")).state.messages == 0
+        await nc.close()
+
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
+        asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
+
+
+def test_nothing_of_an_uncommitted_batch_survives_a_restart(tmp_path):
+    """File stream: a batch staged before a restart is gone after it (its commit is an
+    incomplete batch), the committed one before it stays whole, and the id starts afresh."""
+
+    def run(server: NatsServer, steps: list[tuple]) -> list:
+        client = _Client(server.port)
+        answers = [_normal(a) for a in client.batch(steps)]
+        client.sock.close()
+        return answers
+
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
+        assert run(server, [_stream("S", allow_atomic=True)]) == [{"stream": "S", "allow_atomic": True}]
+        answers = run(server, [_pub("s.a", _h("done", 1)), _pub("s.a", _h("done", 2, "1")),
+                               _pub("s.b", _h("open", 1)), _pub("s.b", _h("open", 2))])
+        assert answers == ["", {"stream": "S", "seq": 2, "batch": "done", "count": 2}, "", ""]
+        server.restart()
+        assert run(server, [_pub("s.b", _h("open", 3, "1"))]) == [{"error": INCOMPLETE}]
+        assert run(server, [_pub("s.b", _h("open", 1, "1"))]) == [{"stream": "S", "seq": 3, "batch": "open", "count": 1}]
+        client = _Client(server.port)
+        assert client.stream("S")["state"]["messages"] == 3
+
+
+def test_the_server_bounds_the_batches_in_flight(tmp_path):
+    """1000 batches in flight in the whole server (50 a stream): the 1001st, on a stream
+    with room, is refused (429, 10210) until one ends; deleting a stream ends its batches."""
+    per_stream, streams = batch_module.MAX_INFLIGHT_PER_STREAM, batch_module.MAX_INFLIGHT_TOTAL // 50 + 1
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js"), clock="manual") as server:
+        client = _Client(server.port)
+        created = client.batch([_stream(f"B{i}", allow_atomic=True) for i in range(streams)])
+        assert all("error" not in json.loads(a) for a in created)
+        opened = client.batch([_pub(f"b{i}.a", _h(f"x{j}", 1)) for i in range(streams - 1) for j in range(per_stream)])
+        assert set(opened) == {b""} and len(opened) == batch_module.MAX_INFLIGHT_TOTAL
+        (refused,) = client.batch([_pub(f"b{streams - 1}.a", _h("one-more", 1))])
+        assert json.loads(refused)["error"] == {"code": 429, "err_code": 10210,
+                                                "description": "atomic publish too many inflight"}
+        (deleted,) = client.batch([_api("$JS.API.STREAM.DELETE.B0")])
+        assert json.loads(deleted).get("success") is True
+        (taken,) = client.batch([_pub(f"b{streams - 1}.a", _h("one-more", 1))])
+        assert taken == b""
+
+
+def test_mirrors_and_sources_drop_the_batch_headers(tmp_path):
+    """A mirror (and a source) stores the origin's committed batch without its
+    Nats-Batch-* headers (2.15.1's removeHeaderIfPrefixPresent): nothing to stage there."""
+
+    async def main(server: NatsServer):
+        nc = await nats.connect(server.url, allow_reconnect=False)
+        js = nc.jetstream()
+        await js.add_stream(name="O", subjects=["o.>"], allow_atomic=True)
+        await js.add_stream(name="M", mirror=nats.js.api.StreamSource(name="O"))
+        await nc.request("o.a", b"1", timeout=5, headers={"Nats-Batch-Id": "b", "Nats-Batch-Sequence": "1",
+                                                          "Nats-Msg-Id": "k"})
+        await nc.request("o.a", b"2", timeout=5, headers={"Nats-Batch-Id": "b", "Nats-Batch-Sequence": "2",
+                                                          "Nats-Batch-Commit": "1"})
+        for _ in range(100):
+            if (await js.stream_info("M")).state.messages == 2:
+                break
+            await asyncio.sleep(0.05)
+        first, second = await js.get_msg("M", 1), await js.get_msg("M", 2)
+        assert (first.data, first.headers, second.data, second.headers) == (b"1", {"Nats-Msg-Id": "k"}, b"2", None)
+        await nc.close()
+
+    with NatsServer(jetstream=True, store_dir=str(tmp_path / "js")) as server:
+        asyncio.run(asyncio.wait_for(main(server), TIMEOUT))
 
 
 if __name__ == "__main__":
