@@ -12,6 +12,9 @@ for 10 s, or the server restarts; a staged message is answered with an empty mes
 commit with the PubAck ``{"stream","seq","batch","count"}`` (eob: its message not counted),
 a message of an unknown batch after 1 with 10176. Message ids are kept for the duplicate
 window (100.5 s here, so that no sum of the steps' 3 s and 11 s lands on its edge).
+
+A few runs (without time passing or restarts) check the model against a live nats-server
+2.15.1 too, when it is installed.
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ import json
 import socket
 import tempfile
 import time
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from natserver.testing import NatsServer
+from tests import reference
+from tests.jetstream.legacy_reference import running
+
+JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 
 TIMEOUT = 20  # one request's answers (a hard limit on the I/O)
 BATCH_TIMEOUT = 10.0  # nats-server's streamDefaultMaxBatchTimeout
@@ -96,16 +104,25 @@ class _Conn:
 
 
 class AtomicBatchMachine(RuleBasedStateMachine):
+    CLOCK = True  # the server's clock can be moved, the server restarted (natserver in-process)
+
     def __init__(self) -> None:
         super().__init__()
         self.folder = tempfile.TemporaryDirectory()
-        self.server = NatsServer(jetstream=True, store_dir=self.folder.name + "/js", clock="manual").start()
-        self.conn = _Conn(self.server.port)
+        self.conn = _Conn(self.start())
         self.now = 0.0  # seconds the server's clock was moved
         self.batches: dict[str, tuple[list, float]] = {}  # id -> (staged (subject, data, msg id), last activity)
         self.stored: list[tuple[str, str]] = []  # (subject, data) of every stored message
         self.msg_ids: dict[str, float] = {}  # id -> when stored
         self.n = 0
+
+    def start(self) -> int:
+        """Start the server; its port."""
+        self.server = NatsServer(jetstream=True, store_dir=self.folder.name + "/js", clock="manual").start()
+        return self.server.port
+
+    def stop(self) -> None:
+        self.server.stop()
 
     @initialize()
     def stream(self) -> None:
@@ -118,7 +135,7 @@ class AtomicBatchMachine(RuleBasedStateMachine):
             self.check_contents()
         finally:
             self.conn.close()
-            self.server.stop()
+            self.stop()
             self.folder.cleanup()
 
     # -- the model ---------------------------------------------------------------------------------
@@ -210,12 +227,13 @@ class AtomicBatchMachine(RuleBasedStateMachine):
             self.msg_ids[msg_id] = self.now
         assert got == {"stream": "S", "seq": len(self.stored)}
 
+    @precondition(lambda self: self.CLOCK)
     @rule(seconds=st.sampled_from([3.0, 11.0]))
     def time_passes(self, seconds):
         self.server.advance(seconds)
         self.now += seconds
 
-    @precondition(lambda self: self.batches)
+    @precondition(lambda self: self.CLOCK and self.batches)
     @rule()
     def restart(self):
         self.conn.close()
@@ -240,3 +258,24 @@ AtomicBatchMachine.TestCase.settings = settings(
     max_examples=25, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestAtomicBatches = AtomicBatchMachine.TestCase
+
+
+class LiveReferenceMachine(AtomicBatchMachine):
+    """The same model checked against a live nats-server 2.15.1 (a few runs, without time
+    passing or restarts: its clock is the real one)."""
+
+    CLOCK = False
+
+    def start(self) -> int:
+        self._running = running("nats-server", JS_CONFIG % (self.folder.name + "/store"), Path(self.folder.name),
+                                binary=reference.NATS_SERVER)
+        return self._running.__enter__()
+
+    def stop(self) -> None:
+        self._running.__exit__(None, None, None)
+
+
+LiveReferenceMachine.TestCase.settings = settings(
+    max_examples=5, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestAtomicBatchesOnNatsServer = reference.needs_nats_server(LiveReferenceMachine.TestCase)
