@@ -55,6 +55,7 @@ MAX_INFLIGHT_TOTAL = 1000  # streamDefaultMaxAtomicBatchInflightTotal (every str
 BATCH_TIMEOUT_NS = 10 * 1_000_000_000  # streamDefaultMaxBatchTimeout: 10 s without a message
 MAX_BATCH_ID_LEN = 64  # processJetStreamAtomicBatchMsg: "Batch ID is too long"
 MAX_HEADER_SIZE = 65535  # the stored header length is a u16 (checkMsgHeadersPreClusteredProposal)
+_MAX_UINT64 = 2**64 - 1  # a batch sequence is a Go uint64
 
 # jetstream_events.go: JSStreamBatchAbandonedAdvisory and its reasons.
 ABANDONED_TYPE = "io.nats.jetstream.advisory.v1.stream_batch_abandoned"
@@ -189,10 +190,10 @@ class Batches:
             reject(reply, errors.atomic_publish_invalid_batch_id())
             return
         raw_seq = get_header(BATCH_SEQ, hdr)
-        if not raw_seq or not raw_seq.isdigit():
+        seq = int(raw_seq) if raw_seq.isdigit() else -1  # (b"".isdigit() is False)
+        if not 0 <= seq <= _MAX_UINT64:  # Go's parseUint64 refuses what overflows
             reject(reply, errors.atomic_publish_missing_seq())
             return
-        seq = int(raw_seq)
         commit_value = get_header(BATCH_COMMIT, hdr) if BATCH_COMMIT in hdr else b""
         # (Go's sliceHeader: an empty value is a commit header too, and not a valid one.)
         commit = commit_value != b"" or _has_header(BATCH_COMMIT, hdr)
