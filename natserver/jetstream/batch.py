@@ -24,7 +24,7 @@ nothing of an uncommitted batch survives a restart (nats-server stages a file st
 on disk and removes them at start).
 
 The stream is reached through a small interface (:class:`BatchStream`): its configuration,
-store, name, deduplication window, counter totals, input transform, a reject/respond pair and
+store, name, engine, deduplication window, counter totals, input transform, ``reject`` and
 ``store_checked`` (the publish path after its checks).
 """
 
@@ -86,7 +86,7 @@ class BatchStream(Protocol):
 
     def max_payload(self) -> int: ...
 
-    def _reject(self, reply, error: ApiError) -> None: ...
+    def reject(self, reply, error: ApiError) -> None: ...
 
     def store_checked(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int,
                       batch_ack: tuple[bytes, int] | None = None) -> bool: ...
@@ -173,7 +173,7 @@ class Batches:
         order of checks."""
         stream = self.stream
         cfg, engine = stream.cfg, stream.engine
-        reject = stream._reject
+        reject = stream.reject
         if cfg.sealed:
             reject(reply, errors.stream_sealed())
             return
@@ -258,12 +258,12 @@ class Batches:
         check = _Check(stream)
         for subject, hdr, msg in msgs:
             if _has_header(_EXPECTED_LAST_MSG_ID, hdr) and get_header(_EXPECTED_LAST_MSG_ID, hdr):
-                stream._reject(reply, errors.atomic_publish_unsupported_header(_EXPECTED_LAST_MSG_ID.decode()))
+                stream.reject(reply, errors.atomic_publish_unsupported_header(_EXPECTED_LAST_MSG_ID.decode()))
                 return
             try:
                 hdr, msg = check.message(stream.transformed(subject), hdr, msg, now)
             except ApiError as exc:
-                stream._reject(reply, exc)
+                stream.reject(reply, exc)
                 return
             checked.append((subject, hdr, msg))
         count = len(checked)

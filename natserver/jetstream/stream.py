@@ -751,7 +751,8 @@ class Stream:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def _reject(self, reply, error: ApiError) -> None:
+    def reject(self, reply, error: ApiError) -> None:
+        """Answer a publish with ``error`` (nats-server's PubAck with "error", seq 0)."""
         if reply and not self.cfg.no_ack:
             self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
 
@@ -782,20 +783,20 @@ class Stream:
                 try:
                     incr = counter.check_publish(cfg.allow_msg_counter, hdr, msg)
                 except ApiError as exc:
-                    self._reject(reply, exc)
+                    self.reject(reply, exc)
                     return
             expected = get_header(_EXPECTED_STREAM, hdr)
             if expected and expected != self._name_b:
-                self._reject(reply, errors.stream_not_match())
+                self.reject(reply, errors.stream_not_match())
                 return
             if MSG_TTL in hdr and not cfg.allow_msg_ttl and header_ttl(hdr):
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
-                self._reject(reply, errors.message_ttl_disabled())
+                self.reject(reply, errors.message_ttl_disabled())
                 return
             if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
-                self._reject(reply, errors.message_source_hdr_not_allowed())
+                self.reject(reply, errors.message_source_hdr_not_allowed())
                 return
             msg_id = get_header(_NATS_MSG_ID, hdr)
             if msg_id:
@@ -808,23 +809,23 @@ class Stream:
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
-                    self._reject(reply, errors.stream_wrong_last_sequence(last))
+                    self.reject(reply, errors.stream_wrong_last_sequence(last))
                     return
             elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
-                self._reject(reply, errors.expected_last_seq_per_subject_invalid())
+                self.reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
             value = get_header(_EXPECTED_LAST_SEQ, hdr)
             if value and parse_uint(value) != store.last_seq:
-                self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
+                self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
                 return
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
-                self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
                 return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
-                    self._reject(reply, errors.stream_rollup_failed("rollup not permitted"))
+                    self.reject(reply, errors.stream_rollup_failed("rollup not permitted"))
                     return
                 if rollup not in (b"sub", b"all"):
                     return  # nats-server drops it without a response
@@ -835,16 +836,16 @@ class Stream:
             try:
                 hdr, msg, total = self._count(subject, hdr, msg, incr)
             except ApiError as exc:
-                self._reject(reply, exc)
+                self.reject(reply, exc)
                 return
         if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
-            self._reject(reply, errors.message_exceeds_maximum())
+            self.reject(reply, errors.message_exceeds_maximum())
             return
         if len(hdr) > MAX_HEADER_SIZE:
-            self._reject(reply, errors.header_exceeds_maximum())
+            self.reject(reply, errors.header_exceeds_maximum())
             return
         if self.engine.over_limit(store.kind):
-            self._reject(reply, errors.insufficient_resources())
+            self.reject(reply, errors.insufficient_resources())
             return
         self.store_checked(subject, reply, hdr, msg, now, None, msg_id, rollup, total)
 
@@ -868,7 +869,7 @@ class Stream:
             try:
                 ttl = parse_ttl(get_header(MSG_TTL, hdr))
             except InvalidTTL:
-                self._reject(reply, errors.message_ttl_invalid())
+                self.reject(reply, errors.message_ttl_invalid())
                 return False
             marker_ttl = cfg.subject_delete_marker_ttl // 1_000_000_000
             if 0 < ttl < marker_ttl and cfg.max_msgs_per_subject != 1:
@@ -890,7 +891,7 @@ class Stream:
                 # user ... This was likely an IO issue"); the publisher times out and retries.
                 return False
             except StoreError as exc:
-                self._reject(reply, errors.stream_store_failed(str(exc)))
+                self.reject(reply, errors.stream_store_failed(str(exc)))
                 return False
             if was_empty and cfg.max_age > 0:
                 self.engine.schedule_expiry(now + cfg.max_age)
