@@ -36,7 +36,7 @@ from .. import clock
 from . import advisories, counter, errors
 from .errors import ApiError
 from .ttl import MSG_TTL, InvalidTTL, parse_ttl
-from .util import dumps, gen_header, get_header, parse_uint
+from .util import REQUIRED_API_LEVEL, dumps, gen_header, get_header, level_supported, parse_uint
 
 if TYPE_CHECKING:
     from . import JetStream
@@ -68,7 +68,6 @@ _EXPECTED_LAST_SUBJ_SEQ_SUBJ = b"Nats-Expected-Last-Subject-Sequence-Subject"
 _EXPECTED_LAST_MSG_ID = b"Nats-Expected-Last-Msg-Id"
 _MSG_ID = b"Nats-Msg-Id"
 _ROLLUP = b"Nats-Rollup"
-_REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"
 
 
 class BatchStream(Protocol):
@@ -225,14 +224,12 @@ class Batches:
             self._drop(batch_id)
             reject(reply, errors.atomic_publish_invalid_batch_commit())
             return
-        if _REQUIRED_API_LEVEL in hdr and _has_header(_REQUIRED_API_LEVEL, hdr):
-            from .api import level_supported  # (api imports the stream module, which imports this)
-
+        if REQUIRED_API_LEVEL in hdr and _has_header(REQUIRED_API_LEVEL, hdr):
             if not level_supported(hdr):
                 self._abandon(batch_id, UNSUPPORTED)
                 reject(reply, errors.required_api_level())
                 return
-            hdr = _remove_all(hdr, _REQUIRED_API_LEVEL)
+            hdr = _remove_all(hdr, REQUIRED_API_LEVEL)
         batch.deadline = now + BATCH_TIMEOUT_NS
         if len(batch.msgs) + 1 != seq or (seq == 1 and eob):
             self._abandon(batch_id, INCOMPLETE)
