@@ -204,7 +204,7 @@ class Batches:
             batch = None
         if batch is None:
             if seq != 1:
-                if seq - (1 if eob else 0) > MAX_BATCH_SIZE:
+                if _size(seq, eob) > MAX_BATCH_SIZE:
                     reject(reply, errors.atomic_publish_too_large_batch(MAX_BATCH_SIZE))
                 else:
                     reject(reply, errors.atomic_publish_incomplete_batch())
@@ -235,7 +235,7 @@ class Batches:
             self._abandon(batch_id, INCOMPLETE)
             reject(reply, errors.atomic_publish_incomplete_batch())
             return
-        if seq - (1 if eob else 0) > MAX_BATCH_SIZE:
+        if _size(seq, eob) > MAX_BATCH_SIZE:
             self._abandon(batch_id, LARGE)
             reject(reply, errors.atomic_publish_too_large_batch(MAX_BATCH_SIZE))
             return
@@ -373,6 +373,12 @@ class _Check:
                 if (ss[0] if ss else 0) + entry[1] > cfg.max_msgs_per_subject:
                     raise errors.stream_store_failed("maximum messages per subject exceeded")
         return hdr, msg
+
+
+def _size(seq: int, eob: bool) -> int:
+    """The batch's size at ``seq``: the eob message does not count (a uint64 in Go, so an eob
+    at sequence 0 is a huge batch: "too large")."""
+    return (seq - 1) & _MAX_UINT64 if eob else seq
 
 
 def _has_header(key: bytes, hdr: bytes) -> bool:

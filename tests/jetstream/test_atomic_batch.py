@@ -95,6 +95,7 @@ SCRIPT: list[tuple[str, tuple]] = [
     ("a repeated sequence", ("many", [_pub("s.r", _h("R", 1)), _pub("s.r", _h("R", 1))])),
     ("a sequence 0", _pub("s.r", _h("Z", 0, "1"))),
     ("a sequence past 2^64", _pub("s.r", _h("Z", 2**64, "1"))),
+    ("eob at 0", _pub("s.r", _h("Z", 0, "eob"))),
     ("an empty commit value", ("many", [_pub("s.a", _h("C3", 1)), _pub("s.a", _h("C3", 2, ""))])),
     ("interleaved batches", ("many", [_pub("s.x", _h("X", 1)), _pub("s.y", _h("Y", 1)), _pub("s.x", _h("X", 2)),
                                       _pub("s.y", _h("Y", 2)), _pub("s.y", _h("Y", 3, "1")),

@@ -44,6 +44,7 @@ SUBJECTS = ("s.x", "s.y")
 MSG_IDS = (None, None, "m1", "m2")
 INCOMPLETE = {"code": 400, "err_code": 10176, "description": "atomic publish batch is incomplete"}
 INVALID_COMMIT = {"code": 400, "err_code": 10200, "description": "atomic publish batch commit is invalid"}
+TOO_LARGE = {"code": 400, "err_code": 10199, "description": "atomic publish batch is too large: 1000"}
 DUPLICATE = {"code": 400, "err_code": 10201, "description": "atomic publish batch contains duplicate message id"}
 
 
@@ -156,6 +157,8 @@ class AtomicBatchMachine(RuleBasedStateMachine):
         entry = self._batch(batch_id)
         eob = commit == "eob"
         if entry is None:
+            if seq == 0 and eob:  # (a uint64 in nats-server: the size 0 - 1 is past the limit)
+                return {"error": TOO_LARGE}
             if seq != 1:
                 return {"error": INCOMPLETE}
             entry = self.batches[batch_id] = ([], self.now)
