@@ -155,6 +155,8 @@ class JetStream:
             self.key = crypto.ServerKey(options.jetstream_cipher or crypto.DEFAULT_CIPHER, options.jetstream_key)
         self.segment_size = None  # None: the store's default (tests make it small)
         self.streams: dict[str, Stream] = {}
+        # Atomic batches in flight (batch.py): the first engine's count is the server's.
+        self.atomic_batches_inflight = [0]
         self.api = Api(self)
         self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.sourcing = Sourcing(self)  # mirrors and sources
@@ -309,6 +311,7 @@ class JetStream:
         self.delivery.save_durables(clock.now_ns(), force=True)
         for stream in list(self.streams.values()):
             stream.unsubscribe()
+            stream.batches.clear()  # staged in memory only: an uncommitted batch is gone
             stream.store.stop()
         self.streams.clear()
         self._acks = []
@@ -512,6 +515,8 @@ class JetStream:
         if cfg.sources != old.sources or cfg.mirror != old.mirror:
             self.sourcing.attach(stream)  # (a promoted mirror stops following its origin)
         stream.store.update_config(cfg)
+        if not cfg.allow_atomic:
+            stream.batches.clear()  # (stream.go update: deleteAtomicBatches)
         if cfg.max_age > 0 or cfg.allow_msg_ttl:
             nxt = stream.store.expire(clock.now_ns())
             if nxt is not None:
@@ -520,6 +525,7 @@ class JetStream:
 
     def delete_stream(self, stream: Stream) -> None:
         stream.unsubscribe()
+        stream.batches.clear()
         self.streams.pop(stream.name, None)
         self.sourcing.detach(stream)
         self._dirty.discard(stream.store)
@@ -620,14 +626,20 @@ class JetStream:
                 scope.deadline = at
 
     async def _expirer(self) -> None:
-        """Expire by max_age and per-message TTLs: each stream's store says when it next has
-        something to remove; a store that stopped at its batch limit (EXPIRE_BATCH) is
-        come back to after the other tasks had a turn."""
+        """Expire by max_age and per-message TTLs, and abandon idle atomic batches: each
+        stream's store says when it next has something to remove; a store that stopped at
+        its batch limit (EXPIRE_BATCH) is come back to after the other tasks had a turn."""
         while True:
             now = clock.now_ns()
             deadline = None
+            batches = False
             for stream in list(self.streams.values()):
                 store = stream.store
+                if stream.batches.atomic:  # atomic batches abandoned after BATCH_TIMEOUT_NS (batch.py)
+                    batches = True
+                    nxt = stream.batches.expire(now)
+                    if nxt is not None and (deadline is None or nxt < deadline):
+                        deadline = nxt
                 if store.closed or not (stream.cfg.max_age > 0 or (stream.cfg.allow_msg_ttl and store.ttls.heap)):
                     continue
                 try:
@@ -637,6 +649,8 @@ class JetStream:
                     nxt = now + (stream.cfg.max_age or EXPIRE_RETRY_NS)
                 if nxt is not None and (deadline is None or nxt < deadline):
                     deadline = nxt
+            if batches:
+                self.server.flush_touched()  # (the abandoned batches' advisories)
             if deadline is not None and deadline <= now:
                 await trio.lowlevel.checkpoint()  # more to do: after everyone else's turn
                 continue

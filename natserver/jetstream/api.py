@@ -24,7 +24,7 @@ from .errors import ApiError
 from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
-from .util import dumps, get_header, is_empty_request, loads, rfc3339nano, subjects_collide
+from .util import dumps, is_empty_request, level_supported, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
     from .snapshot import Snapshots
@@ -47,20 +47,9 @@ _MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": decode_bool}
 _MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str}
 
 
-REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"  # jetstream_versioning.go JSRequiredApiLevel
 REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 
 
-def level_supported(hdr: bytes) -> bool:
-    """nats-server's errorOnRequiredApiLevel, inverted: no Nats-Required-Api-Level header, or
-    one naming a level natserver has (JS_API_LEVEL); not a number is refused too."""
-    value = get_header(REQUIRED_API_LEVEL, hdr)
-    if not value:
-        return True
-    try:
-        return int(value) <= JS_API_LEVEL
-    except ValueError:
-        return False
 
 
 def _decode(payload: bytes, fields: dict) -> dict:

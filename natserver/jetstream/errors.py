@@ -196,6 +196,26 @@ message_schedules_rollup_invalid = _fixed(400, 10192, "message schedules invalid
 message_schedules_source_invalid = _fixed(400, 10203, "message schedules source is invalid")
 message_schedules_scheduler_invalid = _fixed(400, 10212, "message schedules invalid scheduler")
 message_schedules_time_zone_invalid = _fixed(400, 10223, "message schedules time zone is invalid")
+# 2.12+: atomic batch publishing (batch.py; server/errors.json of 2.15.1).
+atomic_publish_disabled = _fixed(400, 10174, "atomic publish is disabled")
+atomic_publish_missing_seq = _fixed(400, 10175, "atomic publish sequence is missing")
+atomic_publish_incomplete_batch = _fixed(400, 10176, "atomic publish batch is incomplete")
+atomic_publish_invalid_batch_id = _fixed(400, 10179, "atomic publish batch ID is invalid")
+mirror_with_atomic_publish = _fixed(400, 10198, "stream mirrors can not also use atomic publishing")
+atomic_publish_invalid_batch_commit = _fixed(400, 10200, "atomic publish batch commit is invalid")
+atomic_publish_duplicate_message = _fixed(400, 10201, "atomic publish batch contains duplicate message id")
+atomic_publish_too_many_inflight = _fixed(429, 10210, "atomic publish too many inflight")
+stream_wrong_last_sequence_constant = _fixed(400, 10164, "wrong last sequence")
+
+
+def atomic_publish_unsupported_header(header: str) -> ApiError:
+    return ApiError(400, 10177, f"atomic publish unsupported header used: {header}")
+
+
+def atomic_publish_too_large_batch(size: int) -> ApiError:
+    return ApiError(400, 10199, f"atomic publish batch is too large: {size}")
+
+
 # 2.15+: only a stream's own sourcing writes Nats-Stream-Source (a counter stream counts by it).
 message_source_hdr_not_allowed = _fixed(400, 10227, "message stream source header is not allowed")
 consumer_already_exists = _fixed(400, 10148, "consumer already exists")  # 2.10+ action "create"

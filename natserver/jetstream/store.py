@@ -611,7 +611,12 @@ class MemoryStore(Store):
     kind = "memory"
 
     def _append(self, seq, ts, subj, hdr, msg):
-        return (subj, ts, len(subj) + len(hdr) + len(msg) + 16, hdr, msg)
+        return (subj, ts, self.msg_size(subj, hdr, msg), hdr, msg)
+
+    @staticmethod
+    def msg_size(subj: bytes, hdr: bytes, msg: bytes) -> int:
+        """What a message counts in ``bytes`` (nats-server's memStoreMsgSize)."""
+        return len(subj) + len(hdr) + len(msg) + 16
 
     def _read(self, seq, entry):
         return entry[3], entry[4]
@@ -745,6 +750,11 @@ class FileStore(Store):
 
     def _new_index(self):
         return MsgIndex()
+
+    @staticmethod
+    def msg_size(subj: bytes, hdr: bytes, msg: bytes) -> int:
+        """What a message counts in ``bytes`` (nats-server's fileStoreMsgSize)."""
+        return _msg_size(len(subj), len(hdr), len(msg))
 
     def __init__(self, path: str, cfg, *, sync_always: bool = False, segment_size: int = SEGMENT_SIZE,
                  dedup_window: int = 0, now: int = 0, cipher=None, chunk_size: int = compressed.CHUNK_SIZE) -> None:

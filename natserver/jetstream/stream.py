@@ -13,7 +13,7 @@ from typing import Protocol
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
-from . import counter, errors, schedule
+from . import batch, counter, errors, schedule
 from .counter import check_counter_config
 from .errors import ApiError
 from .external import LinkEngine, check_external, index_name
@@ -217,6 +217,7 @@ _CONFIG_FIELDS = {
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "allow_msg_counter": decode_bool,
     "allow_msg_schedules": decode_bool,
+    "allow_atomic": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -228,7 +229,7 @@ _DEFAULTS = {
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
-    "allow_msg_schedules": False, "metadata": None,
+    "allow_msg_schedules": False, "allow_atomic": False, "metadata": None,
 }
 
 
@@ -273,6 +274,7 @@ class StreamConfig:
     subject_delete_marker_ttl: int  # ns
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
     allow_msg_schedules: bool  # 2.12+: message schedules (schedule.py)
+    allow_atomic: bool  # 2.12+: atomic batch publishing (batch.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -345,6 +347,8 @@ class StreamConfig:
             out["allow_msg_counter"] = True
         if self.allow_msg_schedules:
             out["allow_msg_schedules"] = True
+        if self.allow_atomic:
+            out["allow_atomic"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -429,6 +433,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_counters()
         if cfg.allow_msg_schedules:
             raise errors.mirror_with_msg_schedules()
+        if cfg.allow_atomic:
+            raise errors.mirror_with_atomic_publish()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -729,6 +735,7 @@ class Stream:
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
+        self.batches = batch.Batches(self)  # allow_atomic's batches in flight
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -834,7 +841,8 @@ class Stream:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def _reject(self, reply, error: ApiError) -> None:
+    def reject(self, reply, error: ApiError) -> None:
+        """Answer a publish with ``error`` (nats-server's PubAck with "error", seq 0)."""
         if reply and not self.cfg.no_ack:
             self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
 
@@ -842,6 +850,11 @@ class Stream:
                     scheduled: bool = False) -> None:
         """A message on one of the stream's subjects (called synchronously by the server);
         ``scheduled``: one a schedule fired (schedule.py), its headers the server's own."""
+        if hdr and not scheduled and batch.BATCH_ID in hdr:
+            batch_id = get_header(batch.BATCH_ID, hdr)
+            if batch_id:  # an atomic batch's message (batch.py): staged, or the commit
+                self.batches.process(batch_id, subject, reply, hdr, msg)
+                return
         cfg = self.cfg
         if self.input_transform is not None:  # (stream.go: before anything else)
             subject = self.input_transform.apply_bytes(subject) or subject
@@ -862,27 +875,27 @@ class Stream:
                 try:
                     incr = counter.check_publish(cfg.allow_msg_counter, hdr, msg)
                 except ApiError as exc:
-                    self._reject(reply, exc)
+                    self.reject(reply, exc)
                     return
             expected = get_header(_EXPECTED_STREAM, hdr)
             if expected and expected != self._name_b:
-                self._reject(reply, errors.stream_not_match())
+                self.reject(reply, errors.stream_not_match())
                 return
             if MSG_TTL in hdr and not cfg.allow_msg_ttl and header_ttl(hdr):
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
-                self._reject(reply, errors.message_ttl_disabled())
+                self.reject(reply, errors.message_ttl_disabled())
                 return
             if _SCHEDULE_HEADERS in hdr and not scheduled:
                 try:
                     hdr = schedule.check_publish(cfg.allow_msg_schedules, cfg.allow_msg_ttl, cfg.subjects or [],
                                                  subject, hdr, self._last_msg, now)
                 except ApiError as exc:
-                    self._reject(reply, exc)
+                    self.reject(reply, exc)
                     return
             if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
-                self._reject(reply, errors.message_source_hdr_not_allowed())
+                self.reject(reply, errors.message_source_hdr_not_allowed())
                 return
             msg_id = get_header(_NATS_MSG_ID, hdr)
             if msg_id:
@@ -895,23 +908,23 @@ class Stream:
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
-                    self._reject(reply, errors.stream_wrong_last_sequence(last))
+                    self.reject(reply, errors.stream_wrong_last_sequence(last))
                     return
             elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
-                self._reject(reply, errors.expected_last_seq_per_subject_invalid())
+                self.reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
             value = get_header(_EXPECTED_LAST_SEQ, hdr)
             if value and parse_uint(value) != store.last_seq:
-                self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
+                self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
                 return
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
-                self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
                 return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
-                    self._reject(reply, errors.stream_rollup_failed("rollup not permitted"))
+                    self.reject(reply, errors.stream_rollup_failed("rollup not permitted"))
                     return
                 if rollup not in (b"sub", b"all"):
                     return  # nats-server drops it without a response
@@ -922,24 +935,41 @@ class Stream:
             try:
                 hdr, msg, total = self._count(subject, hdr, msg, incr)
             except ApiError as exc:
-                self._reject(reply, exc)
+                self.reject(reply, exc)
                 return
         if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
-            self._reject(reply, errors.message_exceeds_maximum())
+            self.reject(reply, errors.message_exceeds_maximum())
             return
         if len(hdr) > MAX_HEADER_SIZE:
-            self._reject(reply, errors.header_exceeds_maximum())
+            self.reject(reply, errors.header_exceeds_maximum())
             return
         if self.engine.over_limit(store.kind):
-            self._reject(reply, errors.insufficient_resources())
+            self.reject(reply, errors.insufficient_resources())
             return
+        self.store_checked(subject, reply, hdr, msg, now, None, msg_id, rollup, total)
+
+    def store_checked(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int,
+                      batch_ack: tuple[bytes, int] | None = None, msg_id: bytes | None = None,
+                      rollup: bytes | None = None, total: str | None = None) -> bool:
+        """Store a published message whose checks are done (process_msg's, or an atomic
+        batch's: ``msg_id`` and ``rollup`` None are read from ``hdr``, the subject is the
+        published one), apply its roll-up and acknowledge it (``batch_ack``: the batch id and
+        count of a batch's commit). False: the store refused it."""
+        cfg, store = self.cfg, self.store
+        if msg_id is None:  # (an atomic batch's message)
+            if self.input_transform is not None:
+                subject = self.input_transform.apply_bytes(subject) or subject
+            if hdr and _REQUEST_INFO in hdr:
+                hdr = remove_header(hdr, _REQUEST_INFO) or b""
+            msg_id = get_header(_NATS_MSG_ID, hdr)
+            rollup = get_header(_ROLLUP, hdr).lower()
         ttl = 0
         if hdr and MSG_TTL in hdr:
             try:
                 ttl = parse_ttl(get_header(MSG_TTL, hdr))
             except InvalidTTL:
-                self._reject(reply, errors.message_ttl_invalid())
-                return
+                self.reject(reply, errors.message_ttl_invalid())
+                return False
             marker_ttl = cfg.subject_delete_marker_ttl // 1_000_000_000
             if 0 < ttl < marker_ttl and cfg.max_msgs_per_subject != 1:
                 # stream.go: a message lives at least as long as the markers, or a marker
@@ -958,10 +988,10 @@ class Stream:
                 # The disk refused the write (logged by the store): nats-server 2.15.1 does
                 # not answer (processJetStreamMsg: "We don't want to respond back to the
                 # user ... This was likely an IO issue"); the publisher times out and retries.
-                return
+                return False
             except StoreError as exc:
-                self._reject(reply, errors.stream_store_failed(str(exc)))
-                return
+                self.reject(reply, errors.stream_store_failed(str(exc)))
+                return False
             if was_empty and cfg.max_age > 0:
                 self.engine.schedule_expiry(now + cfg.max_age)
             if ttl > 0 and cfg.allow_msg_ttl:
@@ -982,7 +1012,10 @@ class Stream:
         elif self.scheduler is not None and subject in self.scheduler.schedules:
             self.scheduler.remove_subject(subject)  # (a message without headers ends it)
         if reply and not cfg.no_ack:
-            if total is None:
+            if batch_ack is not None:  # an atomic batch's commit (2.12+ PubAck.BatchId, BatchSize)
+                self.engine.respond(reply, b'%s%d,"batch":%s,"count":%d}' % (
+                    self._ack_prefix, seq, dumps(batch_ack[0].decode("utf-8", "replace")), batch_ack[1]), self)
+            elif total is None:
                 self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
             else:  # 2.12+: a counter's total (PubAck.Value)
                 self.engine.respond(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()), self)
@@ -990,6 +1023,22 @@ class Stream:
             self._stored(seq, subject)
         if self.followed:
             self.engine.sourcing.wake()
+        return True
+
+    # -- what atomic batches use of the stream (batch.BatchStream) ------------------------------
+
+    def transformed(self, subject: bytes) -> bytes:
+        """The subject the stream stores a message published on ``subject`` under."""
+        if self.input_transform is not None:
+            return self.input_transform.apply_bytes(subject) or subject
+        return subject
+
+    def is_duplicate(self, msg_id: bytes, now: int) -> bool:
+        return self._check_msg_id(msg_id, now) is not None
+
+    def max_payload(self) -> int:
+        server = getattr(self.engine, "server", None)
+        return server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
 
     def _last_msg(self, subject: bytes) -> tuple[bytes, bytes] | None:
         sm = self.store.load_last_msg(subject)
@@ -1020,9 +1069,7 @@ class Stream:
         Raises ApiError: no increment (10169), a broken counter, over max_payload."""
         if incr is None:
             raise errors.message_incr_missing()
-        server = getattr(self.engine, "server", None)
-        max_payload = server.options.max_payload if server is not None else DEFAULT_MAX_PAYLOAD
-        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, max_payload)
+        return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, self.max_payload())
 
     def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
         """nats-server's republish of a stored message: the mapped subject, the headers
@@ -1049,6 +1096,8 @@ class Stream:
         Raises StoreError when the store refuses it (discard new)."""
         if self.input_transform is not None:  # (nats-server: mirrored and sourced messages too)
             subject = self.input_transform.apply_bytes(subject) or subject
+        if hdr and batch.BATCH_PREFIX in hdr:  # (stream.go: batching is the origin's, not ours)
+            hdr = batch.strip_batch_headers(hdr)
         store = self.store
         if self.cfg.allow_msg_counter:
             # A counter stream counts what its sources bring (counter.py); one that can not be

@@ -9,9 +9,9 @@ as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 ``compression`` (store.py, compressed.py),
 priority groups (``priority_groups``,
 ``priority_timeout``, ``priority_policy``: consumer.py, delivery.py), counters
-(``allow_msg_counter``: counter.py) and message schedules (``allow_msg_schedules``:
-schedule.py) have left it; atomic and fast batch publishing (``allow_atomic``,
-``allow_batched``) are still refused here.
+(``allow_msg_counter``: counter.py), message schedules (``allow_msg_schedules``: schedule.py)
+and atomic batch publishing (``allow_atomic``: batch.py) have left it; fast batch publishing
+(``allow_batched``) is still refused here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from . import errors
 # field (as nats-server's JSON names it) -> the nats-server release that added it. A value is
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
 STREAM_FIELDS = {
-    "allow_atomic": "2.12",
     "persist_mode": "2.12",
     "allow_batched": "2.14",
 }

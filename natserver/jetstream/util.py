@@ -7,6 +7,7 @@ import time
 
 import orjson
 
+from ..protocol.const import JS_API_LEVEL
 from ..protocol.gotext import GO_JSON_ESCAPES
 
 # -- JSON, the way Go's encoding/json writes it ------------------------------------------------
@@ -75,6 +76,21 @@ def get_header(key: bytes, hdr: bytes | None) -> bytes:
         i += 1
     j = hdr.find(b"\r\n", i)
     return hdr[i:] if j < 0 else hdr[i:j]
+
+
+REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"  # jetstream_versioning.go JSRequiredApiLevel
+
+
+def level_supported(hdr: bytes) -> bool:
+    """nats-server's errorOnRequiredApiLevel, inverted: no Nats-Required-Api-Level header, or
+    one naming a level natserver has (JS_API_LEVEL); not a number is refused too."""
+    value = get_header(REQUIRED_API_LEVEL, hdr)
+    if not value:
+        return True
+    try:
+        return int(value) <= JS_API_LEVEL
+    except ValueError:
+        return False
 
 
 def parse_uint(value: bytes) -> int:

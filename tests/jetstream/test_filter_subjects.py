@@ -196,7 +196,7 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
             return json.loads(data[:-2])
 
         stream = {"name": "S", "subjects": ["s.>"]}
-        for field, value in [("allow_atomic", True), ("persist_mode", "async")]:
+        for field, value in [("allow_batched", True), ("persist_mode", "async")]:
             answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
             assert answer["error"] == {"code": 500, "err_code": 10052,
                                        "description": f"natserver does not support {field} (added in nats-server "
