@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
-from . import counter, errors
+from . import counter, errors, fastbatch
 from .counter import check_counter_config
 from .errors import ApiError
 from .external import check_external, index_name
@@ -58,8 +58,25 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024  # nats-server's MAX_PAYLOAD_SIZE (max_payload
 
 
 def _placement(value):
-    out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist}, {})
+    out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist,
+                                               "preferred": decode_str}, {})
     return {k: v for k, v in out.items() if v}
+
+
+# 2.12's persist_mode (stream.go PersistModeType): "default" (or "") is Go's zero value,
+# kept here as "" and omitted from the JSON; "async" acknowledges before the write.
+PERSIST_DEFAULT = ""
+PERSIST_ASYNC = "async"
+
+
+def _persist_mode(value):
+    """stream.go PersistModeType.UnmarshalJSON: "default", "" or "async"; anything else (another
+    case, a number, null) is refused with its error (shown after "invalid JSON: ")."""
+    if value in ("default", ""):
+        return PERSIST_DEFAULT
+    if value == PERSIST_ASYNC:
+        return PERSIST_ASYNC
+    raise GoDecodeError(f"can not unmarshal {go_quote(dumps(value).decode())}")
 
 
 def _sources(value):
@@ -177,6 +194,8 @@ _CONFIG_FIELDS = {
     "allow_msg_ttl": decode_bool,
     "subject_delete_marker_ttl": lambda v: decode_int(v, INT64),
     "allow_msg_counter": decode_bool,
+    "persist_mode": _persist_mode,
+    "allow_batched": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -188,7 +207,7 @@ _DEFAULTS = {
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
-    "metadata": None,
+    "persist_mode": PERSIST_DEFAULT, "allow_batched": False, "metadata": None,
 }
 
 
@@ -231,6 +250,8 @@ class StreamConfig:
     allow_msg_ttl: bool
     subject_delete_marker_ttl: int  # ns
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
+    persist_mode: str  # 2.12+: PERSIST_DEFAULT ("") or PERSIST_ASYNC (ack before the write)
+    allow_batched: bool  # 2.14+: fast batch publishing (fastbatch.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -299,6 +320,10 @@ class StreamConfig:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
+        if self.persist_mode:
+            out["persist_mode"] = self.persist_mode
+        if self.allow_batched:
+            out["allow_batched"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -366,6 +391,11 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
     elif cfg.subject_delete_marker_ttl < 0:
         raise invalid("subject delete marker TTL must not be negative")
+    if cfg.persist_mode == PERSIST_ASYNC:  # (2.12+; with atomic batches too, once they are here)
+        if cfg.storage != "file":
+            raise invalid("async persist mode is only supported on file storage")
+        if cfg.num_replicas > 1:
+            raise invalid("async persist mode is not supported on replicated streams")
     if cfg.mirror is not None:
         if cfg.first_seq:
             raise errors.mirror_with_first_seq()
@@ -375,6 +405,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_sources()
         if cfg.allow_msg_counter:
             raise errors.mirror_with_counters()
+        if cfg.allow_batched:
+            raise errors.mirror_with_batch_publish()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -440,6 +472,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     if cfg.republish is not None:
         cfg.republish = check_republish(cfg.republish, cfg.subjects, cfg.subject_transform)
     _check_source_filters(cfg)
+    if cfg.placement and cfg.placement.get("preferred"):  # (2.12+: not for a stream)
+        raise invalid("preferred server not permitted in placement")
     return cfg
 
 
@@ -615,6 +649,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
         raise invalid("message TTL status can not be disabled")
     if cfg.allow_msg_counter != old.allow_msg_counter:
         raise invalid("stream configuration update can not change message counter setting")
+    if cfg.persist_mode != old.persist_mode:
+        raise invalid("stream configuration update can not change persist mode")
     if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
         raise errors.replicas_not_supported()
     if cfg.sealed:
@@ -662,6 +698,9 @@ class Stream:
         self.store = store
         self.created = created
         self.file_backed = store.kind == "file"
+        # Publish acks go out at once (memory, persist_mode async: nats-server's AsyncFlush)
+        # rather than after the write (engine.respond); persist_mode can not be updated.
+        self.ack_at_once = not self.file_backed or cfg.persist_mode == PERSIST_ASYNC
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
         store.on_remove = self._removed
@@ -670,6 +709,8 @@ class Stream:
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
+        self.fast_batches: dict = {}  # 2.14+: batch id -> fastbatch.FastBatch (allow_batched)
+        self.answer_sink: list | None = None  # (_answer)
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -716,7 +757,15 @@ class Stream:
 
     def subscribe(self) -> None:
         for subject in self.cfg.subjects or ():  # (a checked config has a list: maybe empty)
-            self.subs.append(self.engine.subscribe(subject, self.process_msg))
+            self.subs.append(self.engine.subscribe(subject, self.inbound))
+
+    def inbound(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
+        """A message published on one of the stream's subjects: a fast batch's (its reply
+        ends in ``.$FI``, fastbatch.py) or a plain one."""
+        if reply and reply.endswith(fastbatch.SUFFIX):
+            fastbatch.publish(self, subject, reply, hdr, msg)
+        else:
+            self.process_msg(subject, reply, hdr, msg)
 
     def unsubscribe(self) -> None:
         for pair in self.subs:
@@ -744,9 +793,18 @@ class Stream:
 
     # -- publishing ---------------------------------------------------------------------------
 
+    def _answer(self, reply: bytes, payload: bytes) -> None:
+        """A publish's response: to the publisher (after the write, engine.respond), or to
+        ``answer_sink`` while fastbatch.py stores a batch's message through process_msg."""
+        sink = self.answer_sink
+        if sink is not None:
+            sink.append(payload)
+        else:
+            self.engine.respond(reply, payload, self)
+
     def _reject(self, reply, error: ApiError) -> None:
         if reply and not self.cfg.no_ack:
-            self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
+            self._answer(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}))
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
@@ -755,7 +813,7 @@ class Stream:
             subject = self.input_transform.apply_bytes(subject) or subject
         if cfg.sealed:
             if reply:
-                self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
+                self._answer(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}))
             return
         now = clock.now_ns()
         store = self.store
@@ -790,7 +848,7 @@ class Stream:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
                     if reply and not cfg.no_ack:
-                        self.engine.respond(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]), self)
+                        self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
                     return
             value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
             if value:
@@ -880,9 +938,9 @@ class Stream:
             self.purge_consumers(b"")
         if reply and not cfg.no_ack:
             if total is None:
-                self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+                self._answer(reply, b"%s%d}" % (self._ack_prefix, seq))
             else:  # 2.12+: a counter's total (PubAck.Value)
-                self.engine.respond(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()), self)
+                self._answer(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()))
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:

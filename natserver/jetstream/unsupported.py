@@ -7,10 +7,11 @@ as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 (``allow_msg_ttl``, ``subject_delete_marker_ttl``: ttl.py), ``first_seq``,
 ``subject_transform``, ``consumer_limits`` and sources' ``subject_transforms`` (stream.py),
 priority groups (``priority_groups``,
-``priority_timeout``, ``priority_policy``: consumer.py, delivery.py) and counters
-(``allow_msg_counter``: counter.py) have left it; atomic and fast batch publishing
-(``allow_atomic``, ``allow_batched``) and message schedules (``allow_msg_schedules``) are still
-refused here.
+``priority_timeout``, ``priority_policy``: consumer.py, delivery.py), counters
+(``allow_msg_counter``: counter.py), fast batch publishing (``allow_batched``: fastbatch.py)
+and ``persist_mode`` (stream.py, the engine's acks) have left it; atomic batch publishing
+(``allow_atomic``), message schedules (``allow_msg_schedules``) and durable sourcing (a source's
+``consumer``, a consumer's ``sourcing``) are still refused here.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ STREAM_FIELDS = {
     "compression": "2.10",
     "allow_atomic": "2.12",
     "allow_msg_schedules": "2.12",
-    "persist_mode": "2.12",
-    "allow_batched": "2.14",
 }
 SOURCE_FIELDS = {"consumer": "2.14"}  # in mirror and in each of sources (durable sourcing)
 CONSUMER_FIELDS = {
     "sourcing": "2.14",
 }
 # Values a client sends for "not used" besides Go's zero values.
-_UNUSED = {"compression": ("none", ""), "persist_mode": ("default", "")}
+_UNUSED = {"compression": ("none", "")}
 
 
 def _set(name: str, value) -> bool:

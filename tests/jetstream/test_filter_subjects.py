@@ -197,7 +197,7 @@ async def test_settings_natserver_does_not_honour_are_refused(start_server, raw_
 
         stream = {"name": "S", "subjects": ["s.>"]}
         for field, value in [("compression", "s2"),
-                             ("allow_atomic", True), ("allow_msg_schedules", True), ("persist_mode", "async")]:
+                             ("allow_atomic", True), ("allow_msg_schedules", True)]:
             answer = await ask("$JS.API.STREAM.CREATE.S", {**stream, field: value})
             assert answer["error"] == {"code": 500, "err_code": 10052,
                                        "description": f"natserver does not support {field} (added in nats-server "
