@@ -59,6 +59,7 @@ MAX_INFLIGHT_TOTAL = 50_000  # stream.go streamDefaultMaxFastBatchInflightTotal
 BATCH_TIMEOUT = 10.0  # seconds; stream.go streamDefaultMaxBatchTimeout (reset by every message)
 _MAX_UINT64 = (1 << 64) - 1
 _REQUIRED_API_LEVEL = b"Nats-Required-Api-Level"  # (api.py's REQUIRED_API_LEVEL)
+_EMPTY_HEADER = b"NATS/1.0\r\n\r\n"
 
 
 class FastBatch:
@@ -241,7 +242,7 @@ def publish(stream: Stream, subject: bytes, reply: bytes, hdr: bytes | None, msg
         del batches[req.id]  # (its timer would have removed it)
         b = None
     if b is None:
-        if req.seq != 1:
+        if req.seq != 1 or req.op == OP_PING:  # (2.15.1: a ping does not start a batch)
             _pub_error(stream, reply, errors.batch_publish_unknown_id())
             return
         if _in_flight(stream, now) + 1 > MAX_INFLIGHT_PER_STREAM or \
@@ -258,6 +259,8 @@ def publish(stream: Stream, subject: bytes, reply: bytes, hdr: bytes | None, msg
             _pub_error(stream, reply, errors.required_api_level())
             return
         hdr = remove_header(hdr, _REQUIRED_API_LEVEL)
+        if hdr == _EMPTY_HEADER:
+            hdr = None  # (nats-server's removeHeaderIfPresent: no header left)
     b.deadline = now + BATCH_TIMEOUT
     seq = req.seq
 
@@ -278,8 +281,7 @@ def publish(stream: Stream, subject: bytes, reply: bytes, hdr: bytes | None, msg
 
     b.lseq += 1
     if b.lseq != seq:
-        if seq > b.lseq:
-            _gap(stream, reply, b.lseq, seq)
+        _gap(stream, reply, b.lseq, seq)  # (2.15.1: for a message again too, not only ahead)
         if b.gap_ok and seq > b.lseq:
             b.lseq = seq
         else:  # a gap in mode fail, or a message again: the batch ends before it
