@@ -79,6 +79,9 @@ def _persist_mode(value):
     raise GoDecodeError(f"can not unmarshal {go_quote(dumps(value).decode())}")
 
 
+_persist_mode.null_error = 'can not unmarshal "null"'  # type: ignore[attr-defined]
+
+
 def _sources(value):
     if not isinstance(value, list):
         raise DecodeError("sources: not a list")
