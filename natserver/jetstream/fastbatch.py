@@ -96,39 +96,45 @@ class Request:
 
 def _int64(token: bytes) -> int:
     """util.go parseInt64: decimal digits only (else -1), wrapping as Go's int64 does."""
-    if not token or not token.isdigit() or not token.isascii():
+    if not token.isdigit():  # (bytes: ASCII digits only; False when empty)
         return -1
-    n = int(token) & _MAX_UINT64
+    n = int(token)
+    if n < 1 << 63:
+        return n
+    n &= _MAX_UINT64
     return n - (1 << 64) if n >= 1 << 63 else n
 
 
+_OPS = {b"%d" % op: op for op in range(OP_START, OP_PING + 1)}
+
+
 def parse_reply(reply: bytes) -> Request | None:
-    """stream.go getFastBatch for a reply ending in ``.$FI``: None when it is not the pattern."""
-    tokens = reply[: -len(SUFFIX)].rsplit(b".", 4)
-    if len(tokens) < 5:
+    """stream.go getFastBatch for a reply ending in ``.$FI``: None when it is not the pattern
+    (``<prefix>.<id>.<flow>.<gap>.<seq>.<op>.$FI``, the prefix not empty of dots)."""
+    tokens = reply.rsplit(b".", 6)
+    if len(tokens) != 7:
         return None
-    _prefix_and_id, flow_t, gap_t, seq_t, op_t = tokens
-    op = _int64(op_t)
-    if op < OP_START or op > OP_PING:
-        return None
-    if not seq_t.isdigit() or not seq_t.isascii():
+    _prefix, batch_id, flow_t, gap_t, seq_t, op_t, _suffix = tokens
+    op = _OPS.get(op_t)
+    if op is None:
+        op = _int64(op_t)
+        if op < OP_START or op > OP_PING:
+            return None
+    if not seq_t.isdigit():
         return None
     seq = int(seq_t)
     if seq == 0 or seq >= _MAX_UINT64:
         return None
     if (seq == 1 and op == OP_COMMIT_EOB) or (op == OP_START and seq != 1) or (op == OP_APPEND and seq <= 1):
         return None
-    if gap_t not in (GAP_FAIL, GAP_OK):
+    if gap_t != GAP_FAIL and gap_t != GAP_OK:
         return None
     flow = _int64(flow_t)
     if flow <= 0:
         flow = DEFAULT_FLOW
     elif flow > MAX_FLOW:
         flow = MAX_FLOW
-    dot = _prefix_and_id.rfind(b".")
-    if dot < 0:
-        return None
-    return Request(_prefix_and_id[dot + 1:], seq, flow, op, gap_t == GAP_OK)
+    return Request(batch_id, seq, flow, op, gap_t == GAP_OK)
 
 
 # -- the answers ------------------------------------------------------------------------------
