@@ -875,8 +875,10 @@ class Stream:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
                     self._reject(reply, errors.stream_rollup_failed("rollup not permitted"))
                     return
-                if rollup not in (b"sub", b"all"):
-                    return  # nats-server drops it without a response
+                if rollup not in (b"sub", b"all"):  # (2.9 dropped it without a response)
+                    value = go_quote(rollup.decode("utf-8", "replace"))
+                    self._reject(reply, errors.stream_rollup_failed(f"rollup value invalid: {value}"))
+                    return
         else:
             hdr = b""
         total = None

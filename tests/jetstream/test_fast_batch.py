@@ -65,6 +65,7 @@ def _update(name: str, **config) -> tuple[str, dict]:
 
 
 BATCHED = {"subjects": ["s.>"], "allow_batched": True}
+_NZ_PING = _one("n.z", "nz", 1, fastbatch.OP_PING, data=b"")[0]  # (stream N's steps end with it)
 _ID64 = "i" * 64
 _ID65 = "i" * 65
 SCRIPT: list = [
@@ -158,6 +159,32 @@ SCRIPT: list = [
     ("l2: after it", _one("s.a", "l2", 3, fastbatch.OP_APPEND)),
     # A memory stream.
     ("m1: memory", _batch("m.a", "m1", 4, flow=2, end="eob")),
+    # Other kinds of stream: a counter (the PubAck has no total), no_ack, interest retention
+    # without consumers (nothing stored, the sequences used), roll-ups, a subject transform.
+    ("counter stream C", *_stream("C", subjects=["c.>"], allow_msg_counter=True, allow_batched=True)),
+    ("c1: increments", _one("c.a", "c1", 1, 0, hdr=b"Nats-Incr: 2\r\n", data=b"") + _one(
+        "c.a", "c1", 2, 1, hdr=b"Nats-Incr: 3\r\n", data=b"") + _one("c.a", "c1", 3, 1, data=b"") + _one(
+        "c.a", "c1", 4, fastbatch.OP_COMMIT, hdr=b"Nats-Incr: 5\r\n", data=b"")),
+    ("c1: the total", *_api("$JS.API.STREAM.MSG.GET.C", {"last_by_subj": "c.a"})),
+    ("no_ack stream N", *_stream("N", subjects=["n.>"], no_ack=True, allow_batched=True)),
+    # (No answer to the usual end of a step here: a ping to a batch kept open ends them.)
+    ("n0: the batch kept open", _one("n.z", "nz", 1, 0), _NZ_PING),
+    ("n1: a batch", _batch("n.a", "n1", 3, flow=1, end="commit"), _NZ_PING),
+    ("n2: an unknown batch", _one("n.a", "n2", 2, 1), _NZ_PING),
+    ("n3: a duplicate", _one("n.a", "n3", 1, 0, hdr=b"Nats-Msg-Id: k\r\n") + _one(
+        "n.a", "n3", 2, 1, hdr=b"Nats-Msg-Id: k\r\n") + _one("n.a", "n3", 3, fastbatch.OP_COMMIT_EOB, data=b""),
+     _NZ_PING),
+    ("info N", *_api("$JS.API.STREAM.INFO.N", {})),
+    ("interest stream I", *_stream("I", subjects=["i.>"], retention="interest", allow_batched=True)),
+    ("i1: a batch", _batch("i.a", "i1", 3, end="commit")),
+    ("info I", *_api("$JS.API.STREAM.INFO.I", {})),
+    ("roll-up stream R", *_stream("R", subjects=["r.>"], allow_rollup_hdrs=True, allow_batched=True,
+                                  subject_transform={"src": "r.>", "dest": "rr.>"})),
+    ("r1: a roll-up in a batch", _batch("r.a", "r1", 3) + _one("r.a", "r1", 4, 1, hdr=b"Nats-Rollup: sub\r\n") + _one(
+        "r.a", "r1", 5, 1, hdr=b"Nats-Rollup: nonsense\r\n") + _one("r.b", "r1", 6, fastbatch.OP_COMMIT)),
+    ("a plain publish with an invalid roll-up", [("r.a", "_FB.plain", b"Nats-Rollup: NonSense\r\n", b"x")]),
+    ("info R", *_api("$JS.API.STREAM.INFO.R", {})),
+    ("r1: the last", *_api("$JS.API.STREAM.MSG.GET.R", {"last_by_subj": "rr.a"})),
     # Switched off in the middle of a batch, and on again: the batch is gone.
     ("o1: a batch", _batch("s.a", "o1", 2)),
     ("update S: allow_batched off", *_update("S", subjects=["s.>"])),
@@ -188,12 +215,16 @@ class FastClient(RawClient):
         else:
             self.sock.sendall(b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), len(payload), payload))
 
-    def step(self, messages: list) -> list:
+    def step(self, messages: list, end: tuple | None = None) -> list:
+        """The answers to ``messages``, up to the answer to ``end`` (a message whose answer
+        ends the step; by default one refused by the stream of the last message)."""
         self.steps += 1
         for message in messages:
             self._send(*message)
-        sync = f"_SYNC.{self.steps}"
-        self._send(messages[-1][0], sync, _SYNC_HEADER, b"")
+        if end is None:
+            end = (messages[-1][0], f"_SYNC.{self.steps}", _SYNC_HEADER, b"")
+        sync = end[1]
+        self._send(*end)
         answers = []
         while True:
             line = self._until(b"\r\n")
@@ -245,7 +276,7 @@ def run_script(port: int) -> dict:
     out: dict = {}
     for name, subject, *body in SCRIPT:
         if isinstance(subject, list):
-            out[name] = client.step(subject)
+            out[name] = client.step(subject, *body)
         else:
             out[name] = [_normal(a) for a in client.request(subject, body[0])]
     return out
