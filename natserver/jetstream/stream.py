@@ -876,8 +876,8 @@ class Stream:
                     self._reject(reply, errors.stream_rollup_failed("rollup not permitted"))
                     return
                 if rollup not in (b"sub", b"all"):  # (2.9 dropped it without a response)
-                    value = go_quote(rollup.decode("utf-8", "replace"))
-                    self._reject(reply, errors.stream_rollup_failed(f"rollup value invalid: {value}"))
+                    shown = go_quote(rollup.decode("utf-8", "replace"))
+                    self._reject(reply, errors.stream_rollup_failed(f"rollup value invalid: {shown}"))
                     return
         else:
             hdr = b""
