@@ -177,9 +177,13 @@ def _in_flight(stream: Stream, now: float) -> int:
 
 
 def _total_in_flight(stream: Stream, now: float) -> int:
-    """Every batch of the server's streams (nats-server counts them per process)."""
-    return sum(_in_flight(other, now) for engine in stream.engine.engines for other in engine.streams.values()
-               if other.fast_batches)
+    """Every batch of the server's streams (nats-server counts them per process); the
+    forgotten ones are looked for only when the count without them reaches the limit."""
+    streams = [other for engine in stream.engine.engines for other in engine.streams.values() if other.fast_batches]
+    total = sum(len(other.fast_batches) for other in streams)
+    if total < MAX_INFLIGHT_TOTAL:
+        return total
+    return sum(_in_flight(other, now) for other in streams)
 
 
 def _init_flow(stream: Stream, b: FastBatch) -> None:
