@@ -312,7 +312,6 @@ def publish(stream: Stream, subject: bytes, reply: bytes, hdr: bytes | None, msg
 
     # Store it, with a plain publish's checks; its answer comes back here.
     sink: list = []
-    last = stream.store.last_seq
     stream.answer_sink = sink
     try:
         stream.process_msg(subject, reply, hdr, msg)
@@ -332,15 +331,16 @@ def publish(stream: Stream, subject: bytes, reply: bytes, hdr: bytes | None, msg
         b.pseq = b.lseq
         _commit(stream, req.id, b, reply)
         return
-    if b'"duplicate"' in answer or (not answer and stream.store.last_seq == last):
-        # A duplicate (or, with no_ack, a message not stored): skipped.
+    if not answer:
+        return  # not written (a failing disk): no answer, as nats-server
+    if b'"duplicate"' in answer:  # skipped
         b.pseq = seq
         _check_flow(stream, b, reply, now)
         if not commit:
             return
         if not b.gap_ok and b.lseq == 1:
             batches.pop(req.id, None)
-            dup = loads(answer)["seq"] if answer else 0
+            dup = loads(answer)["seq"]
             quoted = go_quote(req.id.decode("utf-8", "replace")).encode()
             _send(stream, reply, b'%s%d,"duplicate": true,"batch":%s,"count":%d}' % (
                 stream._ack_prefix, dup, quoted, seq))

@@ -798,7 +798,8 @@ class Stream:
 
     def _answer(self, reply: bytes, payload: bytes) -> None:
         """A publish's response: to the publisher (after the write, engine.respond), or to
-        ``answer_sink`` while fastbatch.py stores a batch's message through process_msg."""
+        ``answer_sink`` while fastbatch.py stores a batch's message through process_msg (also
+        with no_ack: a batch reports refusals then too)."""
         sink = self.answer_sink
         if sink is not None:
             sink.append(payload)
@@ -806,7 +807,7 @@ class Stream:
             self.engine.respond(reply, payload, self)
 
     def _reject(self, reply, error: ApiError) -> None:
-        if reply and not self.cfg.no_ack:
+        if reply and (not self.cfg.no_ack or self.answer_sink is not None):
             self._answer(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}))
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
@@ -850,7 +851,7 @@ class Stream:
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
-                    if reply and not cfg.no_ack:
+                    if reply and (not cfg.no_ack or self.answer_sink is not None):
                         self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
                     return
             value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
@@ -941,7 +942,7 @@ class Stream:
         elif rollup == b"all":
             store.purge_ex(b"", 0, 1)
             self.purge_consumers(b"")
-        if reply and not cfg.no_ack:
+        if reply and (not cfg.no_ack or self.answer_sink is not None):
             if total is None:
                 self._answer(reply, b"%s%d}" % (self._ack_prefix, seq))
             else:  # 2.12+: a counter's total (PubAck.Value)

@@ -174,6 +174,12 @@ SCRIPT: list = [
     ("n3: a duplicate", _one("n.a", "n3", 1, 0, hdr=b"Nats-Msg-Id: k\r\n") + _one(
         "n.a", "n3", 2, 1, hdr=b"Nats-Msg-Id: k\r\n") + _one("n.a", "n3", 3, fastbatch.OP_COMMIT_EOB, data=b""),
      _NZ_PING),
+    ("n4: refused first, then in the middle", _one("n.a", "n4", 1, 0, hdr=b"Nats-Expected-Stream: other\r\n"),
+     _NZ_PING),
+    ("n5: refused in the middle", _batch("n.a", "n5", 2) + _one("n.a", "n5", 3, 1, hdr=b"Nats-Expected-Stream: o\r\n"),
+     _NZ_PING),
+    ("n6: a duplicate alone that commits", _one("n.a", "n6", 1, fastbatch.OP_COMMIT, hdr=b"Nats-Msg-Id: k\r\n"),
+     _NZ_PING),
     ("info N", *_api("$JS.API.STREAM.INFO.N", {})),
     ("interest stream I", *_stream("I", subjects=["i.>"], retention="interest", allow_batched=True)),
     ("i1: a batch", _batch("i.a", "i1", 3, end="commit")),
