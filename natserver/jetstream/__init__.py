@@ -52,7 +52,7 @@ from .errors import ApiError
 from .snapshot import Snapshots
 from .sourcing import Sourcing
 from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
-from .stream import Stream, StreamConfig, check_stream_config, check_update
+from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
 from .util import dumps, loads, subjects_collide
 
 __all__ = ["JetStream", "enable_jetstream"]
@@ -196,7 +196,7 @@ class JetStream:
         self.sync_always, self.sync_interval = parse_sync(value)
         for stream in self.streams.values():
             if isinstance(stream.store, FileStore):
-                stream.store.sync_always = self.sync_always
+                stream.store.sync_always = self.sync_always and not stream.ack_at_once
         if self._sync_scope is not None:
             self._sync_scope.cancel()
 
@@ -401,7 +401,10 @@ class JetStream:
         kwargs: dict[str, int] = {}
         if self.segment_size:
             kwargs["segment_size"] = self.segment_size
-        store = FileStore(path, cfg, sync_always=self.sync_always, dedup_window=cfg.duplicate_window,
+        # persist_mode async: never fsynced before an ack (stream.go: "sync always would also
+        # be disabled if it was configured"); the sync interval still applies.
+        sync_always = self.sync_always and cfg.persist_mode != PERSIST_ASYNC
+        store = FileStore(path, cfg, sync_always=sync_always, dedup_window=cfg.duplicate_window,
                           now=now, cipher=cipher, **kwargs)
         store.notify = self._store_dirty
         return store
@@ -506,6 +509,8 @@ class JetStream:
             except OSError as exc:
                 raise errors.stream_update(str(exc)) from None
         stream.cfg = cfg
+        if not cfg.allow_batched:
+            stream.fast_batches.clear()  # (stream.go update: batches in flight are dropped)
         if cfg.subjects != old.subjects:
             stream.unsubscribe()
             stream.subscribe()
@@ -537,7 +542,7 @@ class JetStream:
         store = stream.store
         if isinstance(store, FileStore):
             store.flush()
-            if self.sync_always:
+            if store.sync_always:
                 store.sync_now()
 
     def over_limit(self, kind: str) -> bool:
@@ -560,9 +565,9 @@ class JetStream:
             self.server.publish(subject, payload, reply=reply, headers=headers, flush=False)
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
-        """Send a publish response: at once for memory streams, after the write (and fsync)
-        for file streams; in order either way."""
-        if stream.file_backed or self._acks:
+        """Send a publish response: at once for memory streams and persist_mode async, after
+        the write (and fsync) for file streams; in order either way."""
+        if not stream.ack_at_once or self._acks:
             self._acks.append((stream, reply, payload))
             if not self._wake.is_set():
                 self._wake.set()
@@ -595,7 +600,7 @@ class JetStream:
             except OSError:  # logged by the store, once; it stays unwritable until a write works
                 failed.add(store)
         if self.sync_always and dirty:
-            synced = [store for store in dirty if not store.closed and store not in failed]
+            synced = [store for store in dirty if getattr(store, "sync_always", False) and not store.closed and store not in failed]
             if synced:
                 targets = [store.sync_targets() for store in synced]
                 with trio.CancelScope(shield=True):

@@ -317,3 +317,10 @@ consumer_invalid_group_name = _fixed(
 consumer_push_with_priority_group = _fixed(400, 10178, "priority groups can not be used with push consumers")
 consumer_priority_group_with_policy_none = _fixed(400, 10196, "consumer can not have priority groups when policy is none")
 consumer_pinned_ttl_without_priority_policy = _fixed(400, 10197, "PinnedTTL cannot be set when PriorityPolicy is none")
+# 2.14+: fast batch publishing (fastbatch.py; server/errors.json of 2.15.1).
+batch_publish_disabled = _fixed(400, 10205, "batch publish is disabled")
+batch_publish_invalid_pattern = _fixed(400, 10206, "batch publish pattern is invalid")
+batch_publish_invalid_id = _fixed(400, 10207, "batch publish ID is invalid")
+batch_publish_unknown_id = _fixed(400, 10208, "batch publish ID unknown")
+mirror_with_batch_publish = _fixed(400, 10209, "stream mirrors can not also use batch publishing")
+batch_publish_too_many_inflight = _fixed(429, 10211, "batch publish too many inflight")

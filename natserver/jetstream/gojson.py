@@ -89,6 +89,9 @@ def decode_struct(obj, fields: dict, target: dict) -> dict:
             continue
         convert = fields[name]
         if value is None:
+            null_error = getattr(convert, "null_error", None)
+            if null_error:  # (a type whose UnmarshalJSON refuses null with its own error)
+                raise GoDecodeError(null_error)
             if getattr(convert, "takes_null", False):  # (a type whose UnmarshalJSON decides)
                 target[name] = convert(value)
                 continue

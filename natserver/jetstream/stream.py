@@ -13,7 +13,7 @@ from typing import Protocol
 
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
-from . import batch, counter, errors, schedule
+from . import batch, counter, errors, fastbatch, schedule
 from .counter import check_counter_config
 from .errors import ApiError
 from .external import LinkEngine, check_external, index_name
@@ -78,8 +78,28 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024  # nats-server's MAX_PAYLOAD_SIZE (max_payload
 
 
 def _placement(value):
-    out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist}, {})
+    out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist,
+                                               "preferred": decode_str}, {})
     return {k: v for k, v in out.items() if v}
+
+
+# 2.12's persist_mode (stream.go PersistModeType): "default" (or "") is Go's zero value,
+# kept here as "" and omitted from the JSON; "async" acknowledges before the write.
+PERSIST_DEFAULT = ""
+PERSIST_ASYNC = "async"
+
+
+def _persist_mode(value):
+    """stream.go PersistModeType.UnmarshalJSON: "default", "" or "async"; anything else (another
+    case, a number, null) is refused with its error (shown after "invalid JSON: ")."""
+    if value in ("default", ""):
+        return PERSIST_DEFAULT
+    if value == PERSIST_ASYNC:
+        return PERSIST_ASYNC
+    raise GoDecodeError(f"can not unmarshal {go_quote(dumps(value).decode())}")
+
+
+_persist_mode.null_error = 'can not unmarshal "null"'  # type: ignore[attr-defined]
 
 
 def _sources(value):
@@ -218,6 +238,8 @@ _CONFIG_FIELDS = {
     "allow_msg_counter": decode_bool,
     "allow_msg_schedules": decode_bool,
     "allow_atomic": decode_bool,
+    "persist_mode": _persist_mode,
+    "allow_batched": decode_bool,
     "metadata": decode_metadata,
 }
 
@@ -229,7 +251,8 @@ _DEFAULTS = {
     "allow_direct": False, "mirror_direct": False, "discard_new_per_subject": False,
     "sealed": False, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": False,
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
-    "allow_msg_schedules": False, "allow_atomic": False, "metadata": None,
+    "allow_msg_schedules": False, "allow_atomic": False,
+    "persist_mode": PERSIST_DEFAULT, "allow_batched": False, "metadata": None,
 }
 
 
@@ -275,6 +298,8 @@ class StreamConfig:
     allow_msg_counter: bool  # 2.12+: counters (counter.py)
     allow_msg_schedules: bool  # 2.12+: message schedules (schedule.py)
     allow_atomic: bool  # 2.12+: atomic batch publishing (batch.py)
+    persist_mode: str  # 2.12+: PERSIST_DEFAULT ("") or PERSIST_ASYNC (ack before the write)
+    allow_batched: bool  # 2.14+: fast batch publishing (fastbatch.py)
     metadata: dict[str, str] | None
 
     def __init__(self, **values) -> None:
@@ -349,6 +374,10 @@ class StreamConfig:
             out["allow_msg_schedules"] = True
         if self.allow_atomic:
             out["allow_atomic"] = True
+        if self.persist_mode:
+            out["persist_mode"] = self.persist_mode
+        if self.allow_batched:
+            out["allow_batched"] = True
         if self.metadata:
             out["metadata"] = self.metadata
         return out
@@ -422,6 +451,13 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise invalid("message scheduling cannot use discard new")
         if not cfg.allow_rollup_hdrs:
             cfg.allow_rollup_hdrs, cfg.deny_purge = True, False
+    if cfg.persist_mode == PERSIST_ASYNC:  # (2.12+)
+        if cfg.storage != "file":
+            raise invalid("async persist mode is only supported on file storage")
+        if cfg.num_replicas > 1:
+            raise invalid("async persist mode is not supported on replicated streams")
+        if cfg.allow_atomic:
+            raise invalid("async persist mode is not supported with atomic batch publish")
     if cfg.mirror is not None:
         if cfg.first_seq:
             raise errors.mirror_with_first_seq()
@@ -435,6 +471,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.mirror_with_msg_schedules()
         if cfg.allow_atomic:
             raise errors.mirror_with_atomic_publish()
+        if cfg.allow_batched:
+            raise errors.mirror_with_batch_publish()
         if cfg.subject_delete_marker_ttl > 0:
             # A marker would use a sequence the origin does not have.
             raise invalid("subject delete markers forbidden on mirrors")
@@ -502,6 +540,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     if cfg.republish is not None:
         cfg.republish = check_republish(cfg.republish, cfg.subjects, cfg.subject_transform)
     _check_source_filters(cfg)
+    if cfg.placement and cfg.placement.get("preferred"):  # (2.12+: not for a stream)
+        raise invalid("preferred server not permitted in placement")
     return cfg
 
 
@@ -679,6 +719,8 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
         raise invalid("stream configuration update can not change message counter setting")
     if old.allow_msg_schedules and not cfg.allow_msg_schedules:
         raise invalid("message schedules can not be disabled")
+    if cfg.persist_mode != old.persist_mode:
+        raise invalid("stream configuration update can not change persist mode")
     if cfg.num_replicas != old.num_replicas and cfg.num_replicas > 1:
         raise errors.replicas_not_supported()
     if cfg.sealed:
@@ -727,6 +769,9 @@ class Stream:
         self.store = store
         self.created = created
         self.file_backed = store.kind == "file"
+        # Publish acks go out at once (memory, persist_mode async: nats-server's AsyncFlush)
+        # rather than after the write (engine.respond); persist_mode can not be updated.
+        self.ack_at_once = not self.file_backed or cfg.persist_mode == PERSIST_ASYNC
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
         store.on_remove = self._removed
@@ -736,6 +781,8 @@ class Stream:
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
         self.batches = batch.Batches(self)  # allow_atomic's batches in flight
+        self.fast_batches: dict = {}  # 2.14+: batch id -> fastbatch.FastBatch (allow_batched)
+        self.answer_sink: list | None = None  # (_answer)
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
         if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
@@ -813,7 +860,15 @@ class Stream:
 
     def subscribe(self) -> None:
         for subject in self.cfg.subjects or ():  # (a checked config has a list: maybe empty)
-            self.subs.append(self.engine.subscribe(subject, self.process_msg))
+            self.subs.append(self.engine.subscribe(subject, self.inbound))
+
+    def inbound(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
+        """A message published on one of the stream's subjects: a fast batch's (its reply
+        ends in ``.$FI``, fastbatch.py) or a plain one."""
+        if reply and reply.endswith(fastbatch.SUFFIX):
+            fastbatch.publish(self, subject, reply, hdr, msg)
+        else:
+            self.process_msg(subject, reply, hdr, msg)
 
     def unsubscribe(self) -> None:
         for pair in self.subs:
@@ -841,10 +896,20 @@ class Stream:
 
     # -- publishing ---------------------------------------------------------------------------
 
+    def _answer(self, reply: bytes, payload: bytes) -> None:
+        """A publish's response: to the publisher (after the write, engine.respond), or to
+        ``answer_sink`` while fastbatch.py stores a batch's message through process_msg (also
+        with no_ack: a batch reports refusals then too)."""
+        sink = self.answer_sink
+        if sink is not None:
+            sink.append(payload)
+        else:
+            self.engine.respond(reply, payload, self)
+
     def reject(self, reply, error: ApiError) -> None:
         """Answer a publish with ``error`` (nats-server's PubAck with "error", seq 0)."""
-        if reply and not self.cfg.no_ack:
-            self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
+        if reply and (not self.cfg.no_ack or self.answer_sink is not None):
+            self._answer(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}))
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes,
                     scheduled: bool = False) -> None:
@@ -860,7 +925,7 @@ class Stream:
             subject = self.input_transform.apply_bytes(subject) or subject
         if cfg.sealed:
             if reply:
-                self.engine.respond(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}), self)
+                self._answer(reply, dumps({"error": errors.stream_sealed().to_json(), "stream": self.name, "seq": 0}))
             return
         now = clock.now_ns()
         store = self.store
@@ -901,8 +966,8 @@ class Stream:
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
-                    if reply and not cfg.no_ack:
-                        self.engine.respond(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]), self)
+                    if reply and (not cfg.no_ack or self.answer_sink is not None):
+                        self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
                     return
             value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
             if value:
@@ -926,8 +991,10 @@ class Stream:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
                     self.reject(reply, errors.stream_rollup_failed("rollup not permitted"))
                     return
-                if rollup not in (b"sub", b"all"):
-                    return  # nats-server drops it without a response
+                if rollup not in (b"sub", b"all"):  # (2.9 dropped it without a response)
+                    shown = go_quote(rollup.decode("utf-8", "replace"))
+                    self.reject(reply, errors.stream_rollup_failed(f"rollup value invalid: {shown}"))
+                    return
         else:
             hdr = b""
         total = None
@@ -1011,14 +1078,14 @@ class Stream:
             self._scheduled(seq, subject, hdr, now)
         elif self.scheduler is not None and subject in self.scheduler.schedules:
             self.scheduler.remove_subject(subject)  # (a message without headers ends it)
-        if reply and not cfg.no_ack:
+        if reply and (not cfg.no_ack or self.answer_sink is not None):
             if batch_ack is not None:  # an atomic batch's commit (2.12+ PubAck.BatchId, BatchSize)
-                self.engine.respond(reply, b'%s%d,"batch":%s,"count":%d}' % (
-                    self._ack_prefix, seq, dumps(batch_ack[0].decode("utf-8", "replace")), batch_ack[1]), self)
+                self._answer(reply, b'%s%d,"batch":%s,"count":%d}' % (
+                    self._ack_prefix, seq, dumps(batch_ack[0].decode("utf-8", "replace")), batch_ack[1]))
             elif total is None:
-                self.engine.respond(reply, b"%s%d}" % (self._ack_prefix, seq), self)
+                self._answer(reply, b"%s%d}" % (self._ack_prefix, seq))
             else:  # 2.12+: a counter's total (PubAck.Value)
-                self.engine.respond(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()), self)
+                self._answer(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()))
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:

@@ -9,9 +9,10 @@ as natserver implements them (issue #27 items 2-4, issue #28): per-message TTLs
 ``compression`` (store.py, compressed.py),
 priority groups (``priority_groups``,
 ``priority_timeout``, ``priority_policy``: consumer.py, delivery.py), counters
-(``allow_msg_counter``: counter.py), message schedules (``allow_msg_schedules``: schedule.py)
-and atomic batch publishing (``allow_atomic``: batch.py) have left it; fast batch publishing
-(``allow_batched``) is still refused here.
+(``allow_msg_counter``: counter.py), message schedules (``allow_msg_schedules``: schedule.py),
+atomic batch publishing (``allow_atomic``: batch.py), fast batch publishing (``allow_batched``:
+fastbatch.py) and ``persist_mode`` (stream.py, the engine's acks) have left it; durable
+sourcing (a source's ``consumer``, a consumer's ``sourcing``) is still refused here.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ from . import errors
 
 # field (as nats-server's JSON names it) -> the nats-server release that added it. A value is
 # "set" when it is not Go's zero value (and not the default a client may send explicitly).
-STREAM_FIELDS = {
-    "persist_mode": "2.12",
-    "allow_batched": "2.14",
+STREAM_FIELDS: dict[str, str] = {  # (all of 2.10-2.14 acted on now)
 }
 SOURCE_FIELDS = {"consumer": "2.14"}  # in mirror and in each of sources (durable sourcing)
 CONSUMER_FIELDS = {
     "sourcing": "2.14",
 }
 # Values a client sends for "not used" besides Go's zero values.
-_UNUSED = {"persist_mode": ("default", "")}
+_UNUSED: dict[str, tuple] = {}
 
 
 def _set(name: str, value) -> bool:
