@@ -748,6 +748,13 @@ class Stream:
         if reply and not self.cfg.no_ack:
             self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
 
+    def msg_trace_event(self, subject: bytes) -> dict:
+        """A traced message's ``js`` event (server/msgtrace.py): this stream, the subject it
+        stores the message under."""
+        if self.input_transform is not None:
+            subject = self.input_transform.apply_bytes(subject) or subject
+        return {"stream": self.name, "subject": subject.decode(errors="replace")}
+
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
         cfg = self.cfg

@@ -178,7 +178,7 @@ class Server:
         self.operator: OperatorMode | None = None
         self.tls: TLSConfig | None = None
         self._import_depth = 0  # chained account imports being followed (cycle guard)
-        self.callback_publisher = None  # the client whose message an internal callback handles
+        self.callback_publisher: Client | None = None  # the client whose message an internal callback handles
         # While Client.deliver_as runs: the subject it routes by (a push consumer's deliver
         # subject) when that is not the message's own; a stream import carries it across.
         self.delivering: bytes | None = None
