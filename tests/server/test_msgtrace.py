@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import nats
+import pytest
 
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
@@ -182,5 +183,167 @@ def test_the_recording_is_what_nats_server_answers(tmp_path):
     assert_nats_server_matches(run_script, CONFIG, RECORDED, tmp_path, binary=reference.NATS_SERVER)
 
 
+# -- the account's msg_trace ----------------------------------------------------------------
+
+# nats-server 2.15.1's refusals of account msg_trace blocks, where it puts them (typo included).
+CONFIG_ERRORS = {
+    'msg_trace: "a.*"': ':1:15: Trace destination "a.*" is not valid',
+    'msg_trace { dest: "t", sampling: 0 }': ":1:38: Ttrace destination sampling value 0 is invalid, needs to be [1..100]",
+    'msg_trace { dest: "t", sampling: "x%" }': ':1:38: Invalid trace destination sampling value "x%"',
+    'msg_trace { dest: "t", sampling: 1.5 }': ':1:38: Trace destination sampling field "sampling" should be an '
+                                              "integer or a percentage, got float64",
+    'msg_trace { dest: "t", foo: 1 }': ':1:38: Unknown field "foo" parsing account message trace map/struct '
+                                       '"msg_trace"',
+    "msg_trace: 5": ':1:15: Expected account message trace "msg_trace" to be a string or a map/struct, got int64',
+    "msg_trace { dest: 5 }": ':1:27: Field "dest" should be a string, got int64',
+}
+
+
+def _config_errors(kind: str, tmp_path: Path) -> dict:
+    from tests.auth.test_auth_helpers import start_error
+
+    return {block: start_error(kind, "accounts { A { %s } }\n" % block, tmp_path).split(".conf")[-1]
+            for block in CONFIG_ERRORS}
+
+
+def test_natserver_refuses_msg_trace_blocks_as_nats_server(tmp_path):
+    assert _config_errors("natserver", tmp_path) == CONFIG_ERRORS
+
+
+@reference.needs_nats_server
+def test_nats_server_refuses_msg_trace_blocks_so(tmp_path):
+    assert _config_errors("nats-server", tmp_path) == CONFIG_ERRORS
+
+
+def test_msg_trace_values():
+    from natserver.config.mapping import options_from_dict
+    from natserver.config.options import ConfigFileError
+
+    def account(block) -> tuple:
+        options = options_from_dict({"accounts": {"A": {"msg_trace": block}}})
+        (config,) = options.accounts
+        return config.trace_dest, config.trace_sampling
+
+    assert account("t.x") == ("t.x", 100)  # no sampling: every message
+    assert account({"dest": "t.x", "sampling": "25%"}) == ("t.x", 25)
+    assert account({"DEST": "t.x", "Sampling": 100}) == ("t.x", 100)
+    with pytest.raises(ConfigFileError) as caught:  # a warning, and no sampling without a destination
+        options_from_dict({"accounts": {"A": {"msg_trace": {"sampling": 50}}}})
+    assert caught.value.errors == []
+    assert any("Trace destination sampling ignored since no destination was set" in w for w in caught.value.warnings)
+    (config,) = caught.value.options.accounts
+    assert (config.trace_dest, config.trace_sampling) == ("", 0)
+
+
+@pytest.mark.parametrize(("draw", "traced"), [(40, True), (60, False)])
+def test_traceparent_sampling(tmp_path, monkeypatch, draw, traced):
+    """msgtrace.go sample: a draw of 0-99 at most the account's percentage traces; a message
+    not drawn goes on with ``Nats-Trace-Dest: trace disabled`` (so a peer does not trace it)."""
+    from natserver.config.mapping import options_from_file
+    from natserver.server import msgtrace
+    from tests.conftest import ThreadedServer
+
+    monkeypatch.setattr(msgtrace.random, "randrange", lambda n: draw)
+    path = tmp_path / "sampled.conf"
+    path.write_text('port: -1\naccounts { A { users [{user: a, password: a}], '
+                    'msg_trace { dest: "acc.trace", sampling: 50 } } }\n')
+    handle = ThreadedServer(options_from_file(path).copy(host="127.0.0.1", quiet=True)).start()
+
+    async def main():
+        nc = await nats.connect(handle.url, user="a", password="a", allow_reconnect=False)
+        try:
+            traces = await nc.subscribe("acc.trace")
+            sub = await nc.subscribe("foo")
+            await nc.publish("foo", b"x", headers={"traceparent": TRACEPARENT})
+            msg = await sub.next_msg(timeout=5)
+            await nc.flush()
+            if traced:
+                event = json.loads((await traces.next_msg(timeout=5)).data)
+                assert [e["type"] for e in event["events"]] == ["in", "eg"]
+                assert msg.headers == {"traceparent": TRACEPARENT}
+            else:
+                assert traces.pending_msgs == 0
+                assert msg.headers == {"traceparent": TRACEPARENT, "Nats-Trace-Dest": "trace disabled"}
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    finally:
+        handle.stop()
+
+
+# -- across a route -------------------------------------------------------------------------
+# The origin server (nats-server 2.15.1 when recording, natserver when compared) routes to a
+# natserver peer. natserver announces route protocol 1 (it does not trace what comes from
+# peers), so the origin reports it as nats-server reports a peer without message tracing: the
+# egress names the hop and says no event comes from there; a trace-only message does not go.
+
+RECORDED_ROUTE = Path(__file__).with_name("data") / "msgtrace_route_nats_server_2.15.1.json"
+ROUTE_CONFIG = """
+server_name: %s
+cluster { name: c1, listen: "127.0.0.1:%d", routes: ["nats-route://127.0.0.1:%d"] }
+"""
+
+
+async def _route_script(origin_port: int, peer_port: int) -> dict:
+    origin = await nats.connect(f"nats://127.0.0.1:{origin_port}", name="pub", allow_reconnect=False)
+    peer = await nats.connect(f"nats://127.0.0.1:{peer_port}", name="far", allow_reconnect=False)
+    try:
+        far = await peer.subscribe("foo")
+        await peer.flush()
+        traces = await origin.subscribe("trace.>")
+        for _ in range(200):  # until the peer's interest has come over the route
+            await origin.publish("foo", b"ping")
+            try:
+                await far.next_msg(timeout=0.05)
+                break
+            except nats.errors.TimeoutError:
+                continue
+        while far.pending_msgs:
+            await far.next_msg(timeout=1)
+        results: dict = {}
+        for name, headers in [("routed", {"Nats-Trace-Dest": "trace.1"}),
+                              ("routed, trace only", {"Nats-Trace-Dest": "trace.2", "Nats-Trace-Only": "true"})]:
+            await origin.publish("foo", name.encode(), headers=headers)
+            event = _normal_event((await traces.next_msg(timeout=5)).data)
+            await origin.publish("foo", b"after")  # (delivered after the traced one, if that was)
+            delivered = []
+            while True:
+                msg = await far.next_msg(timeout=5)
+                if msg.data == b"after":
+                    break
+                delivered.append({"headers": dict(msg.headers or {}), "data": msg.data.decode()})
+            results[name] = {"event": event, "delivered": delivered}
+        return results
+    finally:
+        await origin.close()
+        await peer.close()
+
+
+def run_route_script(binary: str | None, tmp_path: Path) -> dict:
+    """The script with the origin run from ``binary`` (None: natserver), the peer natserver."""
+    from tests.auth.test_auth_helpers import free_port, running
+
+    origin_cluster, peer_cluster = free_port(), free_port()
+    with running("natserver", ROUTE_CONFIG % ("peer", peer_cluster, origin_cluster), tmp_path) as peer_port, \
+            running("nats-server" if binary else "natserver", ROUTE_CONFIG % ("origin", origin_cluster, peer_cluster),
+                    tmp_path, binary=binary or "") as origin_port:
+        return asyncio.run(asyncio.wait_for(_route_script(origin_port, peer_port), TIMEOUT))
+
+
+def test_natserver_traces_a_route_as_nats_server(tmp_path):
+    assert run_route_script(None, tmp_path) == json.loads(RECORDED_ROUTE.read_text())
+
+
+@reference.needs_nats_server
+def test_the_route_recording_is_what_nats_server_answers(tmp_path):
+    assert run_route_script(reference.NATS_SERVER, tmp_path) == json.loads(RECORDED_ROUTE.read_text())
+
+
 if __name__ == "__main__":
+    import tempfile
+
     record(run_script, CONFIG, RECORDED, binary=reference.NATS_SERVER)
+    with tempfile.TemporaryDirectory() as folder:
+        RECORDED_ROUTE.write_text(json.dumps(run_route_script(reference.NATS_SERVER, Path(folder)), indent=1) + "\n")
