@@ -527,10 +527,12 @@ class Server:
             info["jetstream"] = True
         return info
 
-    def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False) -> bytes:
+    def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False,
+                 lame_duck: bool = False) -> bytes:
         """The INFO ``client`` gets on connect, or (``connect_info``) the one nats-server 2.10+
         sends a protocol-1 client after its first PONG (client.go processPing): the same
-        without the nonce, with the account the client is bound to."""
+        without the nonce, with the account the client is bound to. ``lame_duck``: the INFO
+        says the server is in lame duck mode (a system request's LDM of one client)."""
         info = dict(self._info_base)
         if tls_required and not info.get("tls_required"):
             # server.go createClient: a client that did the handshake first is told TLS is
@@ -542,7 +544,7 @@ class Server:
             info["nonce"] = client.nonce.decode()
         if self.options.jetstream and self.options.jetstream_domain:  # Go's Info: after nonce, cluster
             info["domain"] = self.options.jetstream_domain
-        if self.lame_duck:
+        if self.lame_duck or lame_duck:
             info["ldm"] = True
         if connect_info:
             account = client.account.name if client.account is not None else GLOBAL_ACCOUNT
