@@ -2,7 +2,7 @@
 ``$SYS.REQ.SERVER.PING.<KIND>`` / ``$SYS.REQ.SERVER.<id>.<KIND>`` for ``RAFTZ``,
 ``IPQUEUESZ``, ``EXPVARZ``, ``PROFILEZ``, ``HEALTHZ`` with its options, and the requests to
 one server: ``KICK`` (disconnect a client), ``LDM`` (tell one client the server goes away),
-``RELOAD``.
+``RELOAD``; the fields of ``VARZ`` (and its JetStream configuration's).
 
 One script of nats-py clients runs against natserver and must give what was recorded from
 nats-server 2.15.1 in ``data/sys_requests_nats_server_2.15.1.json`` (``python -m
@@ -89,6 +89,12 @@ async def _script(port: int) -> dict:
 
         for kind, body, ping in REQUESTS:
             results[f"{'PING' if ping else 'id'} {kind} {json.dumps(body)}"] = await ask(kind, body, ping)
+        varz = (await ask("VARZ", {}, False))["data"]
+        results["VARZ fields"] = list(varz)
+        # (not "strict", 2.11's strict JSON parsing of the API, which natserver does not do,
+        # nor 2.15's limits, which it does not enforce)
+        results["VARZ jetstream config"] = [key for key in varz["jetstream"]["config"] if key != "strict"]
+        results["VARZ jetstream sync_interval"] = varz["jetstream"]["config"]["sync_interval"]
         results["EXPVARZ"] = await ask("EXPVARZ", {}, True)
         results["IPQUEUESZ"] = await ask("IPQUEUESZ", {"all": True}, False)
         results["LDM a client"] = await ask("LDM", {"cid": warned.client_id}, False)
