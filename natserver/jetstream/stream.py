@@ -7,6 +7,8 @@ import collections
 import re
 from typing import TYPE_CHECKING
 
+import orjson
+
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import counter, errors
@@ -190,6 +192,15 @@ _DEFAULTS = {
     "consumer_limits": None, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0, "allow_msg_counter": False,
     "metadata": None,
 }
+
+
+# errors.go ErrMaxPayload: what a traced message's event says of one over a size limit.
+MAX_PAYLOAD_EXCEEDED = "maximum payload exceeded"
+
+
+def _go_quote(value: bytes) -> str:
+    """Go's %q of a header value (a message id), as a trace event's error quotes it."""
+    return orjson.dumps(value.decode("utf-8", "replace")).decode()
 
 
 class StreamConfig:
@@ -661,6 +672,8 @@ class Stream:
         self.name = cfg.name
         self.store = store
         self.created = created
+        # A traced message being processed (process_traced): its js event, whether trace-only.
+        self._trace: tuple[dict, bool] | None = None
         self.file_backed = store.kind == "file"
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
@@ -744,16 +757,37 @@ class Stream:
 
     # -- publishing ---------------------------------------------------------------------------
 
-    def _reject(self, reply, error: ApiError) -> None:
+    def _reject(self, reply, error: ApiError, trace_error: str | None = None) -> None:
+        """The error answer to a publish. A traced message's event gets the error
+        processJetStreamMsg returns: an API error's ``<description> (<err_code>)`` (Go's
+        ApiError.Error), or ``trace_error``, its own words where it has them."""
+        if self._trace is not None:
+            self._trace[0]["error"] = trace_error or f"{error.description} ({error.err_code})"
         if reply and not self.cfg.no_ack:
             self.engine.respond(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}), self)
 
-    def msg_trace_event(self, subject: bytes) -> dict:
-        """A traced message's ``js`` event (server/msgtrace.py): this stream, the subject it
-        stores the message under."""
-        if self.input_transform is not None:
-            subject = self.input_transform.apply_bytes(subject) or subject
-        return {"stream": self.name, "subject": subject.decode(errors="replace")}
+    def process_traced(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes, event: dict,
+                       trace_only: bool) -> None:
+        """A traced message (server/msgtrace.py): processed as any, its ``js`` event told the
+        subject it is stored under, whether nobody is interested (interest retention), why it
+        was refused (stream.go processJetStreamMsg's error); ``trace_only``: checked, answered
+        if refused, not stored."""
+        self._trace = (event, trace_only)
+        try:
+            self.process_msg(subject, reply, hdr, msg)
+        finally:
+            self._trace = None
+
+    def _traced_store(self, subject: bytes) -> bool:
+        """A traced message passed every check: its event completed; True when it is only
+        traced (not stored, not acknowledged)."""
+        assert self._trace is not None
+        event, trace_only = self._trace
+        event["ts"] = rfc3339nano(clock.now_ns())  # (stream.go updateJetStreamEvent: a better time)
+        event["subject"] = subject.decode(errors="replace")
+        if self.cfg.retention == "interest" and not self.consumers:
+            event["nointerest"] = True
+        return trace_only
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message on one of the stream's subjects (called synchronously by the server)."""
@@ -781,12 +815,12 @@ class Stream:
                     return
             expected = get_header(_EXPECTED_STREAM, hdr)
             if expected and expected != self._name_b:
-                self._reject(reply, errors.stream_not_match())
+                self._reject(reply, errors.stream_not_match(), "expected stream does not match")
                 return
             if MSG_TTL in hdr and not cfg.allow_msg_ttl and header_ttl(hdr):
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
-                self._reject(reply, errors.message_ttl_disabled())
+                self._reject(reply, errors.message_ttl_disabled(), "message TTL disabled")
                 return
             if counter.SOURCE_HEADER in hdr and get_header(counter.SOURCE_HEADER, hdr):
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
@@ -796,6 +830,8 @@ class Stream:
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
+                    if self._trace is not None:
+                        self._trace[0]["error"] = "msgid is duplicate"  # stream.go errMsgIdDuplicate
                     if reply and not cfg.no_ack:
                         self.engine.respond(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]), self)
                     return
@@ -803,18 +839,21 @@ class Stream:
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
-                    self._reject(reply, errors.stream_wrong_last_sequence(last))
+                    self._reject(reply, errors.stream_wrong_last_sequence(last),
+                                 f"last sequence by subject mismatch: {parse_uint(value)} vs {last}")
                     return
             elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
                 self._reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
             value = get_header(_EXPECTED_LAST_SEQ, hdr)
             if value and parse_uint(value) != store.last_seq:
-                self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
+                self._reject(reply, errors.stream_wrong_last_sequence(store.last_seq),
+                             f"last sequence mismatch: {parse_uint(value)} vs {store.last_seq}")
                 return
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
-                self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                self._reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")),
+                             f"last msgid mismatch: {_go_quote(value)} vs {_go_quote(self.lmsgid)}")
                 return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:
@@ -833,10 +872,10 @@ class Stream:
                 self._reject(reply, exc)
                 return
         if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
-            self._reject(reply, errors.message_exceeds_maximum())
+            self._reject(reply, errors.message_exceeds_maximum(), MAX_PAYLOAD_EXCEEDED)
             return
         if len(hdr) > MAX_HEADER_SIZE:
-            self._reject(reply, errors.header_exceeds_maximum())
+            self._reject(reply, errors.header_exceeds_maximum(), MAX_PAYLOAD_EXCEEDED)
             return
         if self.engine.over_limit(store.kind):
             self._reject(reply, errors.insufficient_resources())
@@ -854,6 +893,8 @@ class Stream:
                 # already there for its subject could be missed.
                 ttl = marker_ttl
                 hdr = gen_header(remove_header(hdr, MSG_TTL), MSG_TTL, b"%d" % ttl)
+        if self._trace is not None and self._traced_store(subject):
+            return
         if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)

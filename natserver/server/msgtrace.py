@@ -294,13 +294,20 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
     body = payload[header_size:]
     echo = client.echo
     targets = []  # what is delivered as is
-    calls = []  # (callback subscription, header, options): imports and streams, with their header
+    calls = []  # (callback subscription, header, options): imports, with their header
+    streams: list = []  # (subscription, stream, its event)
     prefix = b"MSG " + subject + b" "
     picked = [entry[0] for entry in client._queue_targets(result, subject)] if result.qsubs else []
     for sub in [*result.psubs, *picked]:
         subscriber = sub.client
         callback = sub.callback
         if callback is not None:
+            owner = getattr(callback, "__self__", None)
+            if owner is not None and hasattr(owner, "process_traced"):  # a stream (natserver.jetstream)
+                # (its event filled in as it is processed, even trace-only: checked, not stored)
+                stream_event = trace.add("js", stream=owner.name)
+                streams.append((sub, owner, stream_event))
+                continue
             call_header, options = _internal_event(trace, callback, subject, header)
             if not trace.trace_only:
                 calls.append((sub, call_header, options))
@@ -322,6 +329,16 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
         if targets:
             sizes = b"%d %d" % (header_size, len(payload))
             delivered = client._route(_DeliveryPlan(tuple(targets)), subject, reply, header_size, sizes, payload)
+    for sub, stream, stream_event in streams:
+        server.callback_publisher = client
+        sub.delivered += 1
+        stored_header = header if trace.trace_only else _disabled(header)
+        try:
+            stream.process_traced(subject, reply, stored_header, body, stream_event, trace.trace_only)
+        except Exception:
+            log.exception("internal subscription on %r failed", sub.subject)
+        took = True
+    if not trace.trace_only:
         for sub, call_header, options in calls:
             server.callback_publisher = client
             sub.delivered += 1
@@ -352,13 +369,8 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
 
 
 def _internal_event(trace: MsgTrace, callback, subject: bytes, header: bytes) -> tuple[bytes, dict]:
-    """The event of a callback subscription (a stream, a stream import, a service import), the
-    header it gets the message with and what else its call is told."""
-    owner = getattr(callback, "__self__", None)
-    stream_event = getattr(owner, "msg_trace_event", None)
-    if stream_event is not None:  # a stream (natserver.jetstream): it stores the message
-        trace.add("js", **stream_event(subject))
-        return _disabled(header), {}
+    """The event of a callback subscription (a stream import, a service import), the header
+    it gets the message with and what else its call is told."""
     export = getattr(callback, "msg_trace_export", None)
     if export is not None:  # a stream import: the importing account, the subject there
         account, to = export(subject)

@@ -105,6 +105,7 @@ async def _script(port: int) -> dict:
         await nc.flush()
     js = pub.jetstream()
     await js.add_stream(name="S", subjects=["js.>"])
+    await js.add_stream(name="I", subjects=["int.>"], retention="interest")
 
     results: dict = {}
 
@@ -131,6 +132,13 @@ async def _script(port: int) -> dict:
     await traced("jetstream", pub, "js.a", {"Nats-Trace-Dest": "trace.7"})
     await traced("jetstream and a subscriber", pub, "js.b", {"Nats-Trace-Dest": "trace.8"})
     await traced("jetstream, trace only", pub, "js.c", {"Nats-Trace-Dest": "trace.9", "Nats-Trace-Only": "true"})
+    await traced("jetstream, a message id", pub, "js.d", {"Nats-Trace-Dest": "trace.15", "Nats-Msg-Id": "m1"})
+    await traced("jetstream, a duplicate", pub, "js.d", {"Nats-Trace-Dest": "trace.15", "Nats-Msg-Id": "m1"})
+    await traced("jetstream, wrong last sequence", pub, "js.e",
+                 {"Nats-Trace-Dest": "trace.16", "Nats-Expected-Last-Sequence": "1"})
+    await traced("jetstream, trace only, wrong last sequence", pub, "js.e",
+                 {"Nats-Trace-Dest": "trace.16", "Nats-Expected-Last-Sequence": "1", "Nats-Trace-Only": "true"})
+    await traced("jetstream, interest retention without consumers", pub, "int.a", {"Nats-Trace-Dest": "trace.17"})
     await traced("traceparent", pub, "foo", {"traceparent": TRACEPARENT}, source=account_traces)
     await traced("TraceParent in another case", pub, "foo", {"TraceParent": TRACEPARENT}, source=account_traces)
     await traced("service import", other, "bsvc.x", {"Nats-Trace-Dest": "trace.10"}, source=other_traces)
