@@ -12,8 +12,11 @@ with ``system_account: SYS``) see, in its subject space:
 * **requests** (the reply is JSON ``{"server": {...}, "data": {...}}``, as monitoring):
   ``$SYS.REQ.SERVER.PING`` and ``$SYS.REQ.SERVER.PING.<KIND>`` (every server answers: what
   ``nats server list`` sends), ``$SYS.REQ.SERVER.<id>.<KIND>`` for ``STATSZ``, ``VARZ``,
-  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``
-  and ``IDZ`` (the server's name, host and id, unwrapped);
+  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``,
+  2.15.1's ``RAFTZ``, ``IPQUEUESZ``, ``EXPVARZ``, ``PROFILEZ`` (what natserver has of Go's
+  runtime: no Raft groups, no goroutine queues, the command line, no profiles) and ``IDZ``
+  (the server's name, host and id, unwrapped); ``$SYS.REQ.SERVER.<id>.KICK``, ``.LDM`` and
+  ``.RELOAD`` (disconnect a client, tell one the server goes away, reload the configuration);
   ``$SYS.REQ.ACCOUNT.<acc>.<KIND>`` for ``CONNZ``, ``SUBSZ``, ``LEAFZ``, ``JSZ``, ``INFO``,
   ``STATZ``, and ``$SYS.REQ.ACCOUNT.PING.STATZ``; ``$SYS.REQ.USER.INFO`` (the requesting
   system user, its account and permissions). The request's JSON body holds the endpoint's
