@@ -11,23 +11,26 @@ message::
 ``in`` the ingress (the publisher's kind, cid, name, account, subject, a refusal's error),
 ``sm`` a subject mapping, ``se`` a stream export (the importing account, the subject there),
 ``si`` a service import (the exporting account, the subject from and to), ``js`` a stream
-that stored it, ``eg`` one per subscription it went to (kind, cid, name, subscription, queue,
-the account when it is not the publisher's, why it was not delivered). With
-``Nats-Trace-Only: true`` (or 1, on) the events are made but nothing is delivered or stored.
-A trace does not go past an import: a service import's requester gets its message with
-``Nats-Trace-Dest: trace disabled`` (nats-server's ``allow_trace`` on exports and imports, which
-would carry it further, is not supported: the configuration refuses it as an unknown field),
-as does a stream storing it. The header ``Nats-Trace-Origin-Account`` (of servers before 2.11)
-turns tracing off.
+(the subject it stores the message under, ``nointerest``, why it refused it), ``eg`` one per
+subscription it went to (kind, cid, name, subscription, queue, why it was not delivered) and
+per route or leaf node (kind, cid, server name, the hop, written into the copy's
+``Nats-Trace-Hop``). With ``Nats-Trace-Only: true`` (or 1, on) the events are made but
+nothing is delivered or stored. A trace does not go past an import: a service import's
+requester gets its message with ``Nats-Trace-Dest: trace disabled`` (nats-server's
+``allow_trace`` on exports and imports, which would carry it further, is not supported: the
+configuration refuses it as an unknown field), as does a stream storing it. The header
+``Nats-Trace-Origin-Account`` (of servers before 2.11) turns tracing off.
 
 Only messages with headers can be traced, so the check for the header costs nothing to
 messages without (the compiled delivery loop, _croute.c, never takes a message with headers):
 ``Client._process_ops`` asks :func:`wanted` of each message with headers and hands a traced
-one to :func:`publish`, which routes it itself, recording what happens.
+one to :func:`process`, which checks and routes it itself, recording what happens.
 
-Not supported: tracing across routes, gateways and leaf nodes (nats-server's
-``Nats-Trace-Hop``): a traced message goes to peers as any message does, with no event for
-them and none from them; a JetStream store's error in the ``js`` event.
+Across servers: natserver announces route protocol 1, below nats-server's MsgTraceProto, and
+does not trace what comes from a peer; as 2.15.1 does for such a peer, its own peers' egress
+events say that no event comes from there, and a trace-only message is not sent to them. Not
+supported either: the event of a message refused for its size (2.15.1 sends one with an
+ingress error before closing the connection).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import orjson
 
 from .. import clock
 from ..protocol import errors
+from ..protocol.gotext import go_time
 from ..routing.accounts import GLOBAL_ACCOUNT, TRACE_DEST_DISABLED, TRACE_DEST_HEADER, set_header
 from ..routing.sublist import is_valid_literal_subject, is_valid_subject
 from .trace import log_prefix
@@ -55,6 +59,7 @@ TRACE_HOP = "Nats-Trace-Hop"
 TRACE_ORIGIN_ACCOUNT = "Nats-Trace-Origin-Account"
 TRACE_PARENT = b"traceparent"  # W3C trace context, matched in any case
 _TRACE_ONLY_VALUES = ("1", "true", "on")  # msgtrace.go initMsgTrace
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 HEADER_LINE = b"NATS/1.0"
 # server.go MsgTraceProto: the server-to-server protocol level of servers that trace (2.11+).
 MSG_TRACE_PROTO = 3
@@ -99,11 +104,12 @@ def _headers(header: bytes) -> tuple[dict[str, list[str]], bool, bool]:
             continue
         if not found_parent and key.lower() == TRACE_PARENT:
             parts = value.split(b"-")
-            if len(parts) == 4 and len(parts[3]) == 2:
-                try:
-                    found_parent = int(parts[3], 16) & 1 == 1
-                except ValueError:
-                    pass
+            flags = parts[3] if len(parts) == 4 else b""
+            digits = flags[1:] if flags[:1] in (b"+", b"-") else flags
+            if len(flags) == 2 and digits and all(c in _HEX_DIGITS for c in digits):
+                # (Go's strconv.ParseInt(flags, 16, 8): an int8, so 80-ff are refused)
+                number = int(flags, 16)
+                found_parent = number <= 0x7F and number & 1 == 1
         elif not found_dest and key == TRACE_DEST:
             if value == TRACE_DEST_DISABLED.encode():
                 return {}, False, False
@@ -160,9 +166,10 @@ class MsgTrace:
     def send(self, client: Client) -> None:
         """The event to the destination, in the publisher's account (msgtrace.go sendEvent)."""
         server = client.server
-        system = getattr(server, "system", None)
-        info = system.server_info() if system is not None else _server_info(server)
-        event = {"server": info, "request": self.event["request"]}
+        system = server.system
+        if system is None:  # events.go sendInternalAccountSysMsg: no system account, no events
+            return
+        event = {"server": system.server_info(), "request": self.event["request"]}
         if self.hops:
             event["hops"] = self.hops
         event["events"] = self.events
@@ -173,20 +180,7 @@ class MsgTrace:
 
 
 def _now() -> str:
-    from .monitor import go_time  # (the monitor imports the client, which imports this module)
-
     return go_time(clock.now())
-
-
-def _server_info(server) -> dict:
-    """events.go ServerInfo without a system account to number it."""
-    from ..protocol import const
-    from .monitor import CAPABILITY_JETSTREAM, FEATURE_FLAGS
-
-    jetstream = server.jetstream is not None
-    return {"name": server.server_name, "host": server.options.host, "id": server.server_id,
-            "ver": const.SERVER_VERSION, "feature_flags": dict(FEATURE_FLAGS), "jetstream": jetstream,
-            "flags": CAPABILITY_JETSTREAM if jetstream else 0, "seq": 0, "time": _now()}
 
 
 def _account_name(client) -> str:
@@ -281,12 +275,20 @@ def process(client: Client, subject: bytes, reply: bytes | None, header_size: in
     return True
 
 
+class _Plan:
+    """What Client._route needs of a sublist result: the deliveries chosen, no queue groups."""
+
+    __slots__ = ("plan", "qsubs")
+
+    def __init__(self, plan: tuple) -> None:
+        self.plan = plan
+        self.qsubs = ()
+
+
 def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None, header_size: int, payload) -> None:
     """Route a traced message as Client.publish does (subscribers, the cluster's peers,
     no-responders), recording an event for each subscription (client.go deliverMsg,
     processMsgResults), then send the trace event."""
-    from .client import _DeliveryPlan
-
     server = client.server
     result = client.sublist.match(subject)
     payload = bytes(payload)
@@ -328,7 +330,7 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
     if not trace.trace_only:
         if targets:
             sizes = b"%d %d" % (header_size, len(payload))
-            delivered = client._route(_DeliveryPlan(tuple(targets)), subject, reply, header_size, sizes, payload)
+            delivered = client._route(_Plan(tuple(targets)), subject, reply, header_size, sizes, payload)
     for sub, stream, stream_event in streams:
         server.callback_publisher = client
         sub.delivered += 1

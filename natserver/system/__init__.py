@@ -407,7 +407,8 @@ class SystemAccount:
         return ""
 
     def _reload(self) -> str:
-        """server.go Reload, as on SIGHUP (server/signals.py)."""
+        """server.go Reload, as on SIGHUP (server/signals.py, imported when asked: it reads
+        configuration files)."""
         from ..server.signals import ReloadError, reload
 
         try:

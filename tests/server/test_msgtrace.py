@@ -140,6 +140,7 @@ async def _script(port: int) -> dict:
                  {"Nats-Trace-Dest": "trace.16", "Nats-Expected-Last-Sequence": "1", "Nats-Trace-Only": "true"})
     await traced("jetstream, interest retention without consumers", pub, "int.a", {"Nats-Trace-Dest": "trace.17"})
     await traced("traceparent", pub, "foo", {"traceparent": TRACEPARENT}, source=account_traces)
+    await traced("traceparent flags 03", pub, "foo", {"traceparent": TRACEPARENT[:-2] + "03"}, source=account_traces)
     await traced("TraceParent in another case", pub, "foo", {"TraceParent": TRACEPARENT}, source=account_traces)
     await traced("service import", other, "bsvc.x", {"Nats-Trace-Dest": "trace.10"}, source=other_traces)
     await traced("service import, trace only", other, "bsvc.x", {"Nats-Trace-Dest": "trace.10", "Nats-Trace-Only": "on"},
@@ -151,6 +152,7 @@ async def _script(port: int) -> dict:
     # origin-account header, a destination the publisher may not publish to.
     for name, client, headers in [
         ("traceparent not sampled", pub, {"traceparent": UNSAMPLED}),
+        ("traceparent flags past an int8", pub, {"traceparent": TRACEPARENT[:-2] + "ff"}),
         ("invalid destination", pub, {"Nats-Trace-Dest": "trace..x"}),
         ("invalid destination, trace only", pub, {"Nats-Trace-Dest": "trace..x", "Nats-Trace-Only": "true"}),
         ("origin account", pub, {"Nats-Trace-Dest": "trace.13", "Nats-Trace-Origin-Account": "A"}),
