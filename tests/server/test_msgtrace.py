@@ -283,6 +283,29 @@ def test_traceparent_sampling(tmp_path, monkeypatch, draw, traced):
         handle.stop()
 
 
+def test_no_trace_event_without_a_system_account(threaded_server):
+    """events.go sendInternalAccountSysMsg: the events go out through the system account, so
+    a server without one sends none; the message is delivered all the same (and trace-only
+    still is not)."""
+    handle = threaded_server(no_system_account=True)
+
+    async def main():
+        nc = await nats.connect(handle.url, allow_reconnect=False)
+        try:
+            traces = await nc.subscribe("trace.>")
+            sub = await nc.subscribe("foo")
+            await nc.publish("foo", b"only", headers={"Nats-Trace-Dest": "trace.1", "Nats-Trace-Only": "true"})
+            await nc.publish("foo", b"x", headers={"Nats-Trace-Dest": "trace.1"})
+            msg = await sub.next_msg(timeout=5)
+            await nc.flush()
+            assert (msg.data, msg.headers) == (b"x", {"Nats-Trace-Dest": "trace.1"})
+            assert traces.pending_msgs == 0 and sub.pending_msgs == 0
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
 # -- across a route -------------------------------------------------------------------------
 # The origin server (nats-server 2.15.1 when recording, natserver when compared) routes to a
 # natserver peer. natserver announces route protocol 1 (it does not trace what comes from
