@@ -80,6 +80,8 @@ _LAZY_MODULES_ON_PURPOSE = {
     # the config file's mapping and parser, NATS Streaming's flags
     "natserver/config/flags.py": frozenset({".mapping", ".conf", ".stan"}),
     "natserver/cli.py": frozenset({".config.mapping"}),
+    # the signal handlers' reload, for the system account's RELOAD request
+    "natserver/system/__init__.py": frozenset({"..server.signals"}),
 }
 
 

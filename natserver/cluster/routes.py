@@ -181,6 +181,7 @@ class Route:
         self.remote_id = ""
         self.peer_id = ""  # the id the peer's INFO gave, even when not registered
         self.remote_name = ""
+        self.proto = 0  # the server-to-server protocol level the peer announced (INFO or CONNECT "proto")
         self.remote_info: dict = {}
         self.lame_duck = False  # the peer said it is in lame duck mode (route INFO "ldm")
         self.registered = False
@@ -963,6 +964,7 @@ class Cluster:
             leaf.perms = Permissions({"publish": {"deny": [str(s) for s in deny_pub]}})
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
+        leaf.proto = _proto(options)
         leaf.remote_cluster = str(options.get("cluster") or "")
         leaf.headers = bool(options.get("headers"))
         # leafnode.go addLeafNodeConnection: an accepted leaf from the same server, cluster and
@@ -1049,6 +1051,7 @@ class Cluster:
         leaf.send(b"CONNECT " + orjson.dumps(connect) + b"\r\n")
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(info.get("server_name", ""))
+        leaf.proto = _proto(info)
         leaf.remote_info = info
         leaf.headers = bool(info.get("headers"))
         leaf.registered = True
@@ -1121,6 +1124,7 @@ class Cluster:
             return
         route.remote_id = remote_id
         route.remote_name = str(info.get("server_name", ""))
+        route.proto = _proto(info)
         route.remote_info = info
         route.headers = bool(info.get("headers"))
         route.registered = True
@@ -1281,16 +1285,18 @@ class Cluster:
 
     # -- messages -----------------------------------------------------------------------------
 
-    def forward(self, client, result, subject: bytes, reply, header_size: int, payload) -> bool:
+    def forward(self, client, result, subject: bytes, reply, header_size: int, payload, *, on_peer=None) -> bool:
         """A message published here: to each route with matching interest, at most once per
         route; each remote queue group with no local member gets it on one route (chosen by
-        the groups' weights)."""
+        the groups' weights). A traced message (server/msgtrace.py) has ``on_peer(peer)``
+        give its header size and payload for each peer (None: not sent there)."""
         if not self.routes and not self.leafs:
             return False
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
         local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
         peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
-        return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload)
+        return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload,
+                                   on_peer)
 
     def has_interest(self, client, subject: bytes) -> bool:
         """Whether a route, or a leaf of the client's account, listens on ``subject``."""
@@ -1304,7 +1310,7 @@ class Cluster:
         return False
 
     def _send_to_peers(self, peers: list, account: bytes, local_queues, allowed_queues, subject: bytes, reply,
-                       header_size: int, payload) -> bool:
+                       header_size: int, payload, on_peer=None) -> bool:
         """The message to each of ``peers`` with plain interest, and each of their queue groups
         (no local member; among ``allowed_queues`` unless None) to one peer, by weight."""
         plain: list[Route] = []
@@ -1335,7 +1341,14 @@ class Cluster:
             return False
         payload = bytes(payload)
         size = len(payload)
+        traced = on_peer is not None
         for route in {*plain, *chosen}:
+            if traced:
+                copy = on_peer(route)
+                if copy is None:
+                    continue
+                header_size, payload = copy
+                size = len(payload)
             queues = chosen.get(route, [])
             named = account if route.leaf_account is None else None  # leaf lines name no account
             if header_size > 0 and not route.headers:
@@ -1452,6 +1465,11 @@ class Cluster:
                       "auth_timeout": _go_seconds(self.leaf_auth_timeout())}
         _tls_varz(varz, options.leafnode_tls)
         return varz
+
+
+def _proto(info: dict) -> int:
+    proto = info.get("proto", 0)
+    return proto if isinstance(proto, int) and not isinstance(proto, bool) else 0
 
 
 async def enable_cluster(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

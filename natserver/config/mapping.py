@@ -41,7 +41,7 @@ from ..auth.users import NkeyUser, Permissions, User
 from ..protocol import const
 from ..protocol.gotext import go_duration, go_duration_error, go_type_name, parse_duration
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
-from ..routing.sublist import is_valid_subject
+from ..routing.sublist import is_valid_literal_subject, is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
 from . import conf
 
@@ -157,6 +157,14 @@ def parse_config_file(path) -> tuple[dict, _Locations]:
 
 class _Bad(Exception):
     """A value nats-server rejects; the message goes after "<file>:<line>:<col>: "."""
+
+
+class _BadAt(_Bad):
+    """A value inside a block rejected at its own key's place (``where``)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 _type_name = go_type_name
@@ -945,10 +953,19 @@ class _Builder:
                     config.jetstream = _account_jetstream(item)
                     if isinstance(item, dict):
                         config.jetstream_limits = _account_jetstream_limits(item)
+                elif lowered in ("msg_trace", "trace_dest"):
+                    _account_msg_trace(config, member, item,
+                                       lambda name, _item=item, _at=member_where: self.where(_item, name, _at))
+                    if config.trace_dest and not config.trace_sampling:
+                        config.trace_sampling = 100
+                    elif config.trace_sampling and not config.trace_dest:
+                        self.warnings.append(f"{member_where}: Trace destination sampling ignored since no "
+                                             "destination was set")
+                        config.trace_sampling = 0
                 elif not self.used_as_variable(block, member):
                     self.errors.append(f'{member_where}: unknown field "{member}"')
             except _Bad as exc:
-                self.errors.append(f"{member_where}: {exc}")
+                self.errors.append(f"{getattr(exc, 'where', member_where)}: {exc}")
         users, nkeys = _users_from(users_spec or [], default_permissions, account=name)
         return config, users, nkeys, users_where
 
@@ -1424,3 +1441,46 @@ def unsupported_warnings(options: Options) -> list[str]:
     for name in options.extra.get("websocket_options", []):
         lines.append(f'Websocket option "{name}" is not supported by natserver and is ignored')
     return lines
+
+
+def _account_msg_trace(config: AccountConfig, key: str, value, locate) -> None:
+    """opts.go parseAccountMsgTrace: ``msg_trace: "<dest>"`` or ``msg_trace { dest, sampling }``
+    (sampling 1-100, a number or ``"<n>%"``); its messages, typo included, each at the place
+    of the key it is about (``locate(name)``)."""
+
+    def dest(name: str, item, where: str | None) -> None:
+        if not isinstance(item, str):
+            message = f'Field "{name}" should be a string, got {go_type_name(item)}'
+        elif not is_valid_subject(item.encode()) or not is_valid_literal_subject(item.encode()):
+            message = f'Trace destination "{item}" is not valid'
+        else:
+            config.trace_dest = item
+            return
+        raise _BadAt(where, message) if where else _Bad(message)
+
+    if isinstance(value, str):
+        dest(key, value, None)
+        return
+    if not isinstance(value, dict):
+        raise _Bad(f'Expected account message trace "{key}" to be a string or a map/struct, got {go_type_name(value)}')
+    for name, item in value.items():
+        lowered = str(name).lower()
+        where = locate(name)
+        if lowered == "dest":
+            dest(name, item, where)
+        elif lowered == "sampling":
+            if isinstance(item, int) and not isinstance(item, bool):
+                number = item
+            elif isinstance(item, str):
+                try:
+                    number = int(item.removesuffix("%"))
+                except ValueError:
+                    raise _BadAt(where, f'Invalid trace destination sampling value "{item}"') from None
+            else:
+                raise _BadAt(where, f'Trace destination sampling field "{name}" should be an integer or a '
+                                    f"percentage, got {go_type_name(item)}")
+            if number <= 0 or number > 100:
+                raise _BadAt(where, f"Ttrace destination sampling value {number} is invalid, needs to be [1..100]")
+            config.trace_sampling = number
+        else:
+            raise _BadAt(where, f'Unknown field "{name}" parsing account message trace map/struct "{key}"')

@@ -53,13 +53,12 @@ from .snapshot import Snapshots
 from .sourcing import Sourcing
 from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
-from .util import dumps, loads, subjects_collide
+from .util import DEFAULT_SYNC_INTERVAL, dumps, loads, subjects_collide
 
 __all__ = ["JetStream", "enable_jetstream"]
 
 log = logging.getLogger("natserver")
 
-DEFAULT_SYNC_INTERVAL = 120.0  # nats-server's default (2 minutes)
 META_FILE = "meta.json"
 # After expiring a stream's messages failed (logged), try it again this much later (max_age,
 # when the stream has one, otherwise this; natserver's own choice).

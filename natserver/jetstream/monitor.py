@@ -10,7 +10,7 @@ import os
 from .. import clock
 from ..protocol.const import JS_API_LEVEL
 from ..server.monitor import account_name_tag
-from .util import rfc3339nano
+from .util import DEFAULT_SYNC_INTERVAL, rfc3339nano
 
 __all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz", "health"]
 
@@ -56,7 +56,15 @@ def _usage(js) -> tuple[int, int]:
 
 
 def _config(js) -> dict:
+    """jetstream.go JetStreamConfig: with 2.10+'s sync settings ("always" keeps the default
+    interval, as opts.go does; "never" has none). Not ``strict`` (2.11): natserver's API
+    does not refuse unknown fields."""
     config = {"max_memory": js.max_memory, "max_storage": js.max_store, "store_dir": js.store_dir}
+    interval = DEFAULT_SYNC_INTERVAL if js.sync_always else js.sync_interval
+    if interval:
+        config["sync_interval"] = round(interval * 1e9)
+    if js.sync_always:
+        config["sync_always"] = True
     if js.domain:
         config["domain"] = js.domain
     return config

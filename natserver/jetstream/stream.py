@@ -11,6 +11,8 @@ import collections
 import re
 from typing import Protocol
 
+import orjson
+
 from .. import clock
 from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import batch, counter, errors, fastbatch, schedule
@@ -254,6 +256,15 @@ _DEFAULTS = {
     "allow_msg_schedules": False, "allow_atomic": False,
     "persist_mode": PERSIST_DEFAULT, "allow_batched": False, "metadata": None,
 }
+
+
+# errors.go ErrMaxPayload: what a traced message's event says of one over a size limit.
+MAX_PAYLOAD_EXCEEDED = "maximum payload exceeded"
+
+
+def _go_quote(value: bytes) -> str:
+    """Go's %q of a header value (a message id), as a trace event's error quotes it."""
+    return orjson.dumps(value.decode("utf-8", "replace")).decode()
 
 
 class StreamConfig:
@@ -768,6 +779,8 @@ class Stream:
         self.name = cfg.name
         self.store = store
         self.created = created
+        # A traced message being processed (process_traced): its js event, whether trace-only.
+        self._trace: tuple[dict, bool] | None = None
         self.file_backed = store.kind == "file"
         # Publish acks go out at once (memory, persist_mode async: nats-server's AsyncFlush)
         # rather than after the write (engine.respond); persist_mode can not be updated.
@@ -906,10 +919,38 @@ class Stream:
         else:
             self.engine.respond(reply, payload, self)
 
-    def reject(self, reply, error: ApiError) -> None:
-        """Answer a publish with ``error`` (nats-server's PubAck with "error", seq 0)."""
+    def reject(self, reply, error: ApiError, trace_error: str | None = None) -> None:
+        """Answer a publish with ``error`` (nats-server's PubAck with "error", seq 0). A traced
+        message's event gets the error processJetStreamMsg returns: an API error's
+        ``<description> (<err_code>)`` (Go's ApiError.Error), or ``trace_error``, its own words
+        where it has them."""
+        if self._trace is not None:
+            self._trace[0]["error"] = trace_error or f"{error.description} ({error.err_code})"
         if reply and (not self.cfg.no_ack or self.answer_sink is not None):
             self._answer(reply, dumps({"error": error.to_json(), "stream": self.name, "seq": 0}))
+
+    def process_traced(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes, event: dict,
+                       trace_only: bool) -> None:
+        """A traced message (server/msgtrace.py): processed as any, its ``js`` event told the
+        subject it is stored under, whether nobody is interested (interest retention), why it
+        was refused (stream.go processJetStreamMsg's error); ``trace_only``: checked, answered
+        if refused, not stored."""
+        self._trace = (event, trace_only)
+        try:
+            self.process_msg(subject, reply, hdr, msg)
+        finally:
+            self._trace = None
+
+    def _traced_store(self, subject: bytes) -> bool:
+        """A traced message passed every check: its event completed; True when it is only
+        traced (not stored, not acknowledged)."""
+        assert self._trace is not None
+        event, trace_only = self._trace
+        event["ts"] = rfc3339nano(clock.now_ns())  # (stream.go updateJetStreamEvent: a better time)
+        event["subject"] = subject.decode(errors="replace")
+        if self.cfg.retention == "interest" and not self.consumers:
+            event["nointerest"] = True
+        return trace_only
 
     def process_msg(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes,
                     scheduled: bool = False) -> None:
@@ -944,12 +985,12 @@ class Stream:
                     return
             expected = get_header(_EXPECTED_STREAM, hdr)
             if expected and expected != self._name_b:
-                self.reject(reply, errors.stream_not_match())
+                self.reject(reply, errors.stream_not_match(), "expected stream does not match")
                 return
             if MSG_TTL in hdr and not cfg.allow_msg_ttl and header_ttl(hdr):
                 # stream.go processJetStreamMsg: a TTL (a valid one: an invalid one is
                 # answered as such below) on a stream that does not allow them.
-                self.reject(reply, errors.message_ttl_disabled())
+                self.reject(reply, errors.message_ttl_disabled(), "message TTL disabled")
                 return
             if _SCHEDULE_HEADERS in hdr and not scheduled:
                 try:
@@ -966,6 +1007,8 @@ class Stream:
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
+                    if self._trace is not None:
+                        self._trace[0]["error"] = "msgid is duplicate"  # stream.go errMsgIdDuplicate
                     if reply and (not cfg.no_ack or self.answer_sink is not None):
                         self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
                     return
@@ -973,18 +1016,21 @@ class Stream:
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
-                    self.reject(reply, errors.stream_wrong_last_sequence(last))
+                    self.reject(reply, errors.stream_wrong_last_sequence(last),
+                                 f"last sequence by subject mismatch: {parse_uint(value)} vs {last}")
                     return
             elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
                 self.reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
             value = get_header(_EXPECTED_LAST_SEQ, hdr)
             if value and parse_uint(value) != store.last_seq:
-                self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq))
+                self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq),
+                             f"last sequence mismatch: {parse_uint(value)} vs {store.last_seq}")
                 return
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
-                self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")))
+                self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")),
+                             f"last msgid mismatch: {_go_quote(value)} vs {_go_quote(self.lmsgid)}")
                 return
             rollup = get_header(_ROLLUP, hdr).lower()
             if rollup:
@@ -1005,10 +1051,10 @@ class Stream:
                 self.reject(reply, exc)
                 return
         if cfg.max_msg_size >= 0 and len(hdr) + len(msg) > cfg.max_msg_size:
-            self.reject(reply, errors.message_exceeds_maximum())
+            self.reject(reply, errors.message_exceeds_maximum(), MAX_PAYLOAD_EXCEEDED)
             return
         if len(hdr) > MAX_HEADER_SIZE:
-            self.reject(reply, errors.header_exceeds_maximum())
+            self.reject(reply, errors.header_exceeds_maximum(), MAX_PAYLOAD_EXCEEDED)
             return
         if self.engine.over_limit(store.kind):
             self.reject(reply, errors.insufficient_resources())
@@ -1043,6 +1089,8 @@ class Stream:
                 # already there for its subject could be missed.
                 ttl = marker_ttl
                 hdr = gen_header(remove_header(hdr, MSG_TTL), MSG_TTL, b"%d" % ttl)
+        if self._trace is not None and self._traced_store(subject):
+            return True  # (only traced: checked, neither stored nor refused)
         if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)

@@ -10,6 +10,8 @@ import orjson
 from ..protocol.const import JS_API_LEVEL
 from ..protocol.gotext import GO_JSON_ESCAPES
 
+DEFAULT_SYNC_INTERVAL = 120.0  # nats-server's default sync_interval (2 minutes)
+
 # -- JSON, the way Go's encoding/json writes it ------------------------------------------------
 
 _GO_ESCAPES = tuple((raw.encode(), escaped.encode()) for raw, escaped in GO_JSON_ESCAPES)

@@ -4,6 +4,7 @@ layer that reads or reports a duration uses these."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 
@@ -161,3 +162,24 @@ GO_JSON_ESCAPES = (
     ("\u2028", "\\u2028"),
     ("\u2029", "\\u2029"),
 )
+
+
+def go_time(ts: float, local: bool = False) -> str:
+    """A Unix time as Go's encoding/json writes a time.Time: RFC 3339 with the fraction's
+    trailing zeros cut, "Z" for UTC. Our clocks are floats, so we keep microseconds."""
+    us = round(ts * 1_000_000)
+    secs, frac = divmod(us, 1_000_000)
+    if local:
+        dt = datetime.datetime.fromtimestamp(secs).astimezone()
+    else:
+        dt = datetime.datetime.fromtimestamp(secs, datetime.timezone.utc)
+    out = dt.strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        out += "." + f"{frac:06d}".rstrip("0")
+    offset = dt.utcoffset()
+    if not offset:
+        return out + "Z"
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    minutes = abs(minutes)
+    return f"{out}{sign}{minutes // 60:02d}:{minutes % 60:02d}"

@@ -93,6 +93,10 @@ class AccountConfig:
     # jetstream { max_mem, max_file, max_streams, max_consumers, ... } (or a JWT's) as
     # $JS.API.INFO names them: max_memory, max_storage, max_streams, max_consumers, ... (absent: no limit)
     jetstream_limits: dict = field(default_factory=dict)
+    # msg_trace { dest, sampling } (2.11, server/msgtrace.py): where W3C traceparent messages
+    # are traced to, and the percentage of them traced ("": none).
+    trace_dest: str = ""
+    trace_sampling: int = 0
     extra: dict = field(default_factory=dict)
 
 
@@ -414,6 +418,8 @@ class Account:
         # account has (nats-server's shadow subscriptions): a push consumer whose deliver
         # subject is imported waits for its subscriber instead of delivering into nothing.
         deliver.interest = lambda subject: target.has_interest(mapped(subject))  # type: ignore[attr-defined]
+        # Message tracing (server/msgtrace.py): the importing account and the subject there.
+        deliver.msg_trace_export = lambda subject: (target.name, mapped(subject))  # type: ignore[attr-defined]
         self._import_subs.append((source, source.subscribe(imp.subject, deliver)))
 
     def add_service_import(self, dest: "Account", imp: ImportConfig, export: ExportConfig | None) -> None:
@@ -431,16 +437,18 @@ class Account:
         requester = self
         literal_remote = remote.encode()
 
-        def forward(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
+        def mapped(subject: bytes) -> bytes:
+            if mapper is not None:
+                return mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            return subject if has_wildcard(remote) else literal_remote
+
+        def forward(subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes,
+                    trace_disabled: bool = False) -> bool:
             # nats-server 2.10+ (client.go processServiceImport): the import counts as a
             # delivery only if the exporting account delivered it, else the requester gets 503.
+            # A traced message (server/msgtrace.py) goes on with its tracing turned off.
             server = requester.server
-            if mapper is not None:
-                to = mapper(subject.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            elif has_wildcard(remote):
-                to = subject
-            else:
-                to = literal_remote
+            to = mapped(subject)
             new_reply = None
             if reply:
                 new_reply = dest.new_response(requester, reply, response_type, threshold)
@@ -450,8 +458,12 @@ class Account:
             if rtt:
                 info["rtt"] = int(rtt * 1e9)
             headers = set_header(headers, REQUEST_INFO_HEADER, orjson.dumps(info).decode())
+            if trace_disabled:
+                headers = set_header(headers, TRACE_DEST_HEADER, TRACE_DEST_DISABLED)
             return dest.publish(to, new_reply, headers, body)
 
+        # Message tracing (server/msgtrace.py): the exporting account and the subject there.
+        forward.msg_trace_import = lambda subject: (dest.name, mapped(subject))  # type: ignore[attr-defined]
         self._import_subs.append((self, self.subscribe(local, forward)))
 
     # -- service responses (in the exporting account) ---------------------------------------
@@ -504,6 +516,12 @@ class Account:
         if delivering is not None:
             return requester.deliver_as(original, subject, reply, headers, body) > 0
         return requester.publish(original, None, headers, body)
+
+
+# Message tracing's header (nats-server 2.11, server/msgtrace.py), and its value that turns
+# tracing off (msgtrace.go MsgTraceDestDisabled: not a valid subject).
+TRACE_DEST_HEADER = "Nats-Trace-Dest"
+TRACE_DEST_DISABLED = "trace disabled"
 
 
 def set_header(headers: bytes | None, key: str, value: str) -> bytes:

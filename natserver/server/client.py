@@ -54,7 +54,7 @@ from ..routing.sublist import (
     queue_pick,
     queue_seed,
 )
-from . import trace
+from . import msgtrace, trace
 
 if TYPE_CHECKING:
     from .server import Server
@@ -569,6 +569,14 @@ class Client:
                         subject, reply, header_size, sizes, payload = op
                         n_msgs += 1
                         n_bytes += len(payload)
+                        # Message tracing (msgtrace.py): only messages with headers are looked at.
+                        if header_size > 0 and msgtrace.wanted(self, payload, header_size) and msgtrace.process(
+                            self, subject, reply, header_size, payload, mappings
+                        ):
+                            if self.stalled_on is not None:
+                                self.parser.unread(ops[i:])
+                                return
+                            continue
                         if checked:
                             if self.pedantic and not is_valid_literal_subject(subject):
                                 self.queue(errors.INVALID_PUBLISH_SUBJECT.wire)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime
 import logging
 import os
 import re
@@ -30,6 +29,7 @@ import trio
 
 from .. import clock
 from ..protocol import const
+from ..protocol.gotext import go_time
 from ..routing.sublist import is_valid_literal_subject
 from .client import ClosedRecord, connection_record, unpack_subs
 from .listen import listen_error, open_listeners
@@ -98,27 +98,6 @@ HTML = "text/html; charset=utf-8"
 
 
 # -- Go formatting -------------------------------------------------------------------------------
-
-
-def go_time(ts: float, local: bool = False) -> str:
-    """A Unix time as Go's encoding/json writes a time.Time: RFC 3339 with the fraction's
-    trailing zeros cut, "Z" for UTC. Our clocks are floats, so we keep microseconds."""
-    us = round(ts * 1_000_000)
-    secs, frac = divmod(us, 1_000_000)
-    if local:
-        dt = datetime.datetime.fromtimestamp(secs).astimezone()
-    else:
-        dt = datetime.datetime.fromtimestamp(secs, datetime.timezone.utc)
-    out = dt.strftime("%Y-%m-%dT%H:%M:%S")
-    if frac:
-        out += "." + f"{frac:06d}".rstrip("0")
-    offset = dt.utcoffset()
-    if not offset:
-        return out + "Z"
-    minutes = int(offset.total_seconds()) // 60
-    sign = "+" if minutes >= 0 else "-"
-    minutes = abs(minutes)
-    return f"{out}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def _frac(value: int, unit: int, width: int) -> str:

@@ -180,7 +180,7 @@ class Server:
         self.operator: OperatorMode | None = None
         self.tls: TLSConfig | None = None
         self._import_depth = 0  # chained account imports being followed (cycle guard)
-        self.callback_publisher = None  # the client whose message an internal callback handles
+        self.callback_publisher: Client | None = None  # the client whose message an internal callback handles
         # While Client.deliver_as runs: the subject it routes by (a push consumer's deliver
         # subject) when that is not the message's own; a stream import carries it across.
         self.delivering: bytes | None = None
@@ -549,10 +549,12 @@ class Server:
             tls_available=tls is not None and bool(options.allow_non_tls),
         )
 
-    def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False) -> bytes:
+    def info_for(self, client: Client, connect_info: bool = False, tls_required: bool = False,
+                 lame_duck: bool = False) -> bytes:
         """The INFO ``client`` gets on connect, or (``connect_info``) the one nats-server 2.10+
         sends a protocol-1 client after its first PONG (client.go processPing): the same
-        without the nonce, with the account the client is bound to."""
+        without the nonce, with the account the client is bound to. ``lame_duck``: the INFO
+        says the server is in lame duck mode (a system request's LDM of one client)."""
         base = self._info_base
         if tls_required and not base.get("tls_required"):
             # server.go createClient: a client that did the handshake first is told TLS is
@@ -568,7 +570,7 @@ class Server:
             base, client.cid, client.ip, self.xkey,
             nonce=client.nonce.decode() if client.nonce and not connect_info else None,
             domain=self.options.jetstream_domain if self.options.jetstream else None,
-            ldm=self.lame_duck, connect=connect,
+            ldm=self.lame_duck or lame_duck, connect=connect,
         )
 
     def make_internal_client(self, sublist) -> Client:

@@ -12,8 +12,11 @@ with ``system_account: SYS``) see, in its subject space:
 * **requests** (the reply is JSON ``{"server": {...}, "data": {...}}``, as monitoring):
   ``$SYS.REQ.SERVER.PING`` and ``$SYS.REQ.SERVER.PING.<KIND>`` (every server answers: what
   ``nats server list`` sends), ``$SYS.REQ.SERVER.<id>.<KIND>`` for ``STATSZ``, ``VARZ``,
-  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``
-  and ``IDZ`` (the server's name, host and id, unwrapped);
+  ``CONNZ``, ``SUBSZ``, ``ROUTEZ``, ``GATEWAYZ``, ``LEAFZ``, ``ACCOUNTZ``, ``JSZ``, ``HEALTHZ``,
+  2.15.1's ``RAFTZ``, ``IPQUEUESZ``, ``EXPVARZ``, ``PROFILEZ`` (what natserver has of Go's
+  runtime: no Raft groups, no goroutine queues, the command line, no profiles) and ``IDZ``
+  (the server's name, host and id, unwrapped); ``$SYS.REQ.SERVER.<id>.KICK``, ``.LDM`` and
+  ``.RELOAD`` (disconnect a client, tell one the server goes away, reload the configuration);
   ``$SYS.REQ.ACCOUNT.<acc>.<KIND>`` for ``CONNZ``, ``SUBSZ``, ``LEAFZ``, ``JSZ``, ``INFO``,
   ``STATZ``, and ``$SYS.REQ.ACCOUNT.PING.STATZ``; ``$SYS.REQ.USER.INFO`` (the requesting
   system user, its account and permissions). The request's JSON body holds the endpoint's
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 import urllib.parse
 
 import orjson
@@ -60,7 +64,11 @@ ACCOUNT_TRAFFIC_INTERVAL = 1.0  # seconds an account's summed message counts are
 CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
 DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
 ACCOUNT_CONNS_TYPE = "io.nats.server.advisory.v1.account_connections"
-SERVER_KINDS = ("STATSZ", "VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ", "HEALTHZ")
+SERVER_KINDS = ("STATSZ", "VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "GATEWAYZ", "LEAFZ", "ACCOUNTZ", "JSZ", "HEALTHZ",
+                "PROFILEZ", "EXPVARZ", "IPQUEUESZ", "RAFTZ")
+# Requests only to this server, by id ($SYS.REQ.SERVER.<id>.<KIND>): disconnect a client,
+# tell one that the server is going away, reload the configuration file.
+CONTROL_KINDS = ("KICK", "LDM", "RELOAD")
 ACCOUNT_KINDS = ("CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO")
 # Request JSON option names -> the monitoring endpoints' query parameters (monitor.go *Options).
 _OPTION_NAMES = {"subscriptions": "subs", "account": "acc", "consumer": "consumers", "include_unused": "unused"}
@@ -291,6 +299,8 @@ class SystemAccount:
         self._subs.append(self.account.subscribe("$SYS.REQ.ACCOUNT.*.STATZ", self._account_statz))
         for subject in ("$SYS.REQ.SERVER.PING.IDZ", f"$SYS.REQ.SERVER.{server_id}.IDZ"):
             self._subs.append(self.account.subscribe(subject, self._idz))
+        for kind in CONTROL_KINDS:
+            self._subs.append(self.account.subscribe(f"$SYS.REQ.SERVER.{server_id}.{kind}", self._control(kind)))
         self._subs.append(self.account.subscribe("$SYS.REQ.USER.INFO", self._user_info))
 
     def _idz(self, subject, reply, headers, body) -> None:
@@ -346,6 +356,66 @@ class SystemAccount:
                 return
             self._answer(reply, kind, body, None)
         return handle
+
+    def _control(self, kind: str):
+        """events.go kickClient, ldmClient, reloadConfig: done only when asked with a reply
+        subject; answered with the server block alone, or an error object."""
+        def handle(subject, reply, headers, body) -> None:
+            cid: object = 0
+            if kind != "RELOAD":
+                try:
+                    request = orjson.loads(body)
+                    cid = request.get("cid", 0) if isinstance(request, dict) else None
+                except orjson.JSONDecodeError:
+                    cid = None
+                if not isinstance(cid, int) or isinstance(cid, bool) or cid < 0:
+                    log.error("Error unmarshalling %s client request: %r", "kick", bytes(body))
+                    return  # (nats-server's message for both requests)
+            if not reply or self.filtered_out(body):
+                return
+            message: dict = {"server": self.server_info()}
+            assert isinstance(cid, int)
+            error = self._kick(cid) if kind == "KICK" else self._ldm(cid) if kind == "LDM" else self._reload()
+            if error:
+                message["error"] = {"code": 500, "description": error}
+            self.send(reply.decode(), message)
+        return handle
+
+    def _kick(self, cid: int) -> str:
+        """server.go DisconnectClientByID: a client or a leaf node connection, closed."""
+        client = self.server.clients.get(cid)
+        if client is not None and not client.closed:
+            client.close("Kicked", flush=False)
+            return ""
+        cluster = self.server.cluster
+        leaf = cluster.leafs.get(cid) if cluster is not None else None
+        if leaf is not None:
+            leaf.close("Kicked")
+            return ""
+        return "no such client or leafnode id"
+
+    def _ldm(self, cid: int) -> str:
+        """server.go LDMClientByID: the client gets an INFO saying the server is in lame duck
+        mode (and goes to another server), if it takes INFOs and has had its first PONG."""
+        client = self.server.clients.get(cid)
+        if client is None or client.closed:
+            return "no such client id"
+        if client.protocol < 1 or not client._first_pong_sent:
+            return "client does not support Lame Duck Mode or is not ready to receive the notification"
+        client.queue(self.server.info_for(client, lame_duck=True))
+        self.server.flush_touched()
+        return ""
+
+    def _reload(self) -> str:
+        """server.go Reload, as on SIGHUP (server/signals.py, imported when asked: it reads
+        configuration files)."""
+        from ..server.signals import ReloadError, reload
+
+        try:
+            reload(self.server)
+        except ReloadError as exc:
+            return str(exc)
+        return ""
 
     def _account_request(self, kind: str):
         def handle(subject, reply, headers, body) -> None:
@@ -477,6 +547,20 @@ class SystemAccount:
                                    consumer=query.get("consumers"))
         if kind == "ACCOUNTZ":
             return monitor.accountz(query.get("acc"))
+        if kind in ("RAFTZ", "IPQUEUESZ"):
+            # monitor.go Raftz, Ipqueuesz: natserver has no Raft groups (one server) and no
+            # internal queues between goroutines (one thread): nothing to list, as a
+            # standalone nats-server without JetStream clustering lists none.
+            return {}
+        if kind == "EXPVARZ":
+            # monitor.go expvarz: Go's expvar variables; of them only the command line has a
+            # meaning here (Go's runtime memstats have no Python counterpart).
+            return {"cmdline": list(sys.orig_argv)}
+        if kind == "PROFILEZ":
+            # monitor.go profilez: Go's pprof profiles, which a Python server has none of.
+            name = query.get("name")
+            error = f"Profile {orjson.dumps(name).decode()} not found" if name else "Profile name not specified"
+            return {"profile": None, "error": error}
         handler = getattr(monitor, f"handle_{kind.lower()}")
         answer = handler(query)
         return orjson.loads(answer[2] if isinstance(answer, tuple) else answer)
