@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING
 
+from ..protocol.gotext import parse_duration
 from . import errors, gotime
 from .errors import ApiError
 from .ttl import InvalidTTL, parse_ttl
@@ -230,8 +231,6 @@ def parse_schedule(pattern: bytes, loc: tzinfo | None, ts: int, now: int) -> tup
     if text.startswith("@every "):
         if loc is not None:
             raise _Invalid(text)
-        from ..protocol.gotext import parse_duration
-
         try:
             every = round(parse_duration(text[7:]) * _NS)
         except ValueError:

@@ -50,11 +50,12 @@ import cramjam
 import trio
 
 from .. import clock
-from . import advisories, errors
-from .consumer import ConsumerConfig, parse_time
+from . import advisories, errors, unsupported
+from .consumer import ConsumerConfig, check_config, parse_time, set_defaults
 from .errors import ApiError
 from .gojson import INT64, GoDecodeError, decode_bool, decode_int, decode_object, decode_str, decode_struct
 from .store import StoreError
+from .stream import StreamConfig, check_stream_config
 from .ttl import header_ttl
 from .util import dumps, get_header, is_empty_request, loads, rfc3339nano
 
@@ -606,8 +607,6 @@ class Snapshots:
     # -- the restore request ----------------------------------------------------------------
 
     def restore_request(self, name: str, reply, payload: bytes) -> None:
-        from .stream import StreamConfig, check_stream_config
-
         api = self.js.api
         rtype = _T + "stream_restore_response"
         js = self.js
@@ -628,8 +627,6 @@ class Snapshots:
                 raise errors.stream_mismatch()
             if "/" in name or "\\" in name:
                 raise errors.name_contains_path_separators()
-            from . import unsupported
-
             unsupported.refuse_stream(config)
             cfg = check_stream_config(cfg, js.streams, js.limits)  # (replicas: refused when the stream is made)
             max_streams = js.limits.get("max_streams", -1)
@@ -1024,8 +1021,6 @@ class Restore:
             raise ArchiveError(f"consumer {name!r} is missing config")
         if not isinstance(state, dict):
             raise ArchiveError(f"consumer {name!r} is missing state")
-        from .consumer import check_config, set_defaults
-
         stream = self.stream
         assert stream is not None
         try:
