@@ -732,10 +732,22 @@ class ServerProcess:
         raise AssertionError("unreachable")
 
     def _probe(self) -> bool:
+        """The server answers: a raw PING (before CONNECT) gets its PONG (as pytest-nats
+        probes) or an error. The INFO alone is not enough: natserver greets clients while it is still
+        starting (natserver/server/early.py) and answers them once it runs."""
         try:
             with socket.create_connection((self.host, self.port), timeout=0.5) as s:
                 s.settimeout(0.5)
-                return s.recv(5) != b""
+                s.sendall(b"PING\r\n")
+                data = b""
+                # Whatever answers the PING after the INFO line: PONG, or an -ERR where the
+                # configuration wants a CONNECT first (authorization).
+                while not data.partition(b"\r\n")[2].endswith(b"\r\n"):
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        return False
+                    data += chunk
+                return True
         except OSError:
             return False
 
