@@ -239,3 +239,9 @@ def compile_filter(filter: bytes):
         return ok
 
     return match
+
+
+def is_json_object_or_array(payload: bytes) -> bool:
+    """jetstream_api.go isJSONObjectOrArray (2.10+): the info, names and list requests read a
+    body only when it starts (after whitespace) with ``{`` or ``[``; anything else is none."""
+    return payload.lstrip(b" \t\r\n")[:1] in (b"{", b"[")

@@ -31,7 +31,7 @@ from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig, check_stream_config
 from natserver.jetstream.util import get_header
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
 from tests.jetstream.test_external_sources import ACCOUNTS, EXT
