@@ -150,7 +150,6 @@ class ConsumerConfig:
     sample_freq: str
     max_waiting: int
     max_ack_pending: int
-    idle_heartbeat: int  # ns
     flow_control: bool
     headers_only: bool
     max_batch: int
@@ -158,6 +157,7 @@ class ConsumerConfig:
     max_bytes: int
     deliver_subject: str
     deliver_group: str
+    idle_heartbeat: int  # ns
     inactive_threshold: int  # ns
     num_replicas: int
     mem_storage: bool

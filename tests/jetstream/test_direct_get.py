@@ -486,7 +486,7 @@ async def test_a_multi_last_over_many_subjects_chooses_them_over_several_turns()
     in between), then the messages; too many matches end with 413 as soon as they are found."""
     engine = _FakeEngine()
     gets = DirectGets(engine)  # type: ignore[arg-type]
-    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=[">"]), {}))
+    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=[">"], no_ack=True), {}))
     for i in range(40_000):
         store.store_msg(b"k.%d.v" % i, b"", b"%d" % i, 1_000_000_000 * (i + 1))
     stream = SimpleNamespace(name="S", store=store)
