@@ -54,6 +54,7 @@ from .sourcing import Sourcing
 from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
 from .util import DEFAULT_SYNC_INTERVAL, dumps, loads, subjects_collide
+from .versioning import copy_metadata
 
 __all__ = ["JetStream", "enable_jetstream"]
 
@@ -435,14 +436,15 @@ class JetStream:
 
     def add_stream(self, config: StreamConfig) -> Stream:
         tier = self.limits.get("tier")
-        if tier and tier != f"R{config.num_replicas}":
-            # nats-server picks the tier by the request's num_replicas before any default.
+        if tier and tier != f"R{max(config.num_replicas, 1)}":
+            # nats-server 2.10+ picks the tier by num_replicas, unset counting as 1 (2.9: "R0").
             raise errors.no_limits()
         cfg = check_stream_config(config, self.streams, self.limits)
         if cfg.num_replicas > 1:
             raise errors.replicas_not_supported()
         existing = self.streams.get(cfg.name)
         if existing is not None:
+            copy_metadata(cfg, existing.cfg)  # (the required level is the existing stream's)
             if existing.cfg == cfg:
                 return existing
             raise errors.stream_name_exist()

@@ -24,7 +24,16 @@ from .errors import ApiError
 from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
 from .store import StoreError
 from .stream import StreamConfig, check_stream_config
-from .util import dumps, is_empty_request, level_supported, loads, rfc3339nano, subjects_collide
+from .util import (
+    dumps,
+    is_empty_request,
+    is_json_object_or_array,
+    level_supported,
+    loads,
+    rfc3339nano,
+    subjects_collide,
+)
+from .versioning import set_static_stream_metadata
 
 if TYPE_CHECKING:
     from .snapshot import Snapshots
@@ -186,15 +195,20 @@ class Api:
 
     def account_info(self, reply) -> None:
         js = self.js
-        memory = storage = 0
+        memory = storage = reserved_memory = reserved_storage = 0
         for stream in js.streams.values():
+            reserved = max(stream.cfg.max_bytes, 0)  # (2.10+: the streams' max_bytes, reservedStorage)
             if stream.store.kind == "memory":
                 memory += stream.store.bytes
+                reserved_memory += reserved
             else:
                 storage += stream.store.bytes
+                reserved_storage += reserved
         usage: dict[str, Any] = {
             "memory": memory,
             "storage": storage,
+            "reserved_memory": reserved_memory,
+            "reserved_storage": reserved_storage,
             "streams": len(js.streams),
             "consumers": sum(s.public_consumers() for s in js.streams.values()),
             "limits": {
@@ -235,6 +249,7 @@ class Api:
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_stream(request)
+            set_static_stream_metadata(cfg)
             if cfg.name != name:
                 raise errors.stream_mismatch()
             if "/" in name or "\\" in name:
@@ -251,8 +266,7 @@ class Api:
             return
         if created:
             advisories.stream_action(self.js, name, CREATE)
-        # nats-server answers a create before its mirror/sources report anything.
-        self._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "did_create": True})
+        self._send(reply, {"type": rtype, **stream.info_json(domain=False, created=True), "did_create": True})
 
     def stream_update(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_update_response"
@@ -265,6 +279,7 @@ class Api:
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_stream(request)
+            set_static_stream_metadata(ncfg)
             cfg = check_stream_config(ncfg, self.js.streams, self.js.limits)
             if cfg.name != name:
                 raise errors.stream_mismatch()
@@ -283,7 +298,7 @@ class Api:
         paged = {"total": 0, "offset": 0, "limit": 0}
         details, filter, offset = False, "", 0
         try:
-            if not is_empty_request(payload):
+            if is_json_object_or_array(payload) and not is_empty_request(payload):
                 req = _decode(payload, _INFO_REQUEST)
                 details = req.get("deleted_details", False)
                 filter = req.get("subjects_filter", "")
@@ -299,17 +314,13 @@ class Api:
             counts = stream.store.subjects_state(filter.encode())
             if counts:
                 names = sorted(s.decode("utf-8", "replace") for s in counts)
-                offset = min(max(offset, 0), len(names))
-                page = names[offset : offset + MAX_SUBJECT_DETAILS]
+                start = min(max(offset, 0), len(names))
+                page = names[start : start + MAX_SUBJECT_DETAILS]
                 if page:
                     subjects = {s: counts[s.encode()] for s in page}
+                # (2.10+ answers the offset asked for, past the end too)
                 paged = {"total": len(counts), "offset": offset, "limit": MAX_SUBJECT_DETAILS}
-        info = {
-            "config": stream.cfg.to_json(),
-            "created": rfc3339nano(stream.created),
-            "state": stream.state_json(details=details, subjects=subjects),
-            **stream.sourcing_json(),
-        }
+        info = stream.info_json(cluster=True, details=details, subjects=subjects)
         self._send(reply, {"type": rtype, **paged, **info})
 
     def stream_delete(self, name: str, reply, payload: bytes) -> None:
@@ -336,7 +347,7 @@ class Api:
 
     def _matching_names(self, payload: bytes, rtype: str, reply) -> tuple[list, int] | None:
         offset, filter = 0, ""
-        if not is_empty_request(payload):
+        if is_json_object_or_array(payload) and not is_empty_request(payload):
             try:
                 req = _decode(payload, _NAMES_REQUEST)
             except ApiError as exc:
@@ -367,7 +378,7 @@ class Api:
         if found is None:
             return
         names, offset = found
-        infos = [self.js.streams[name].info_json() for name in names[offset : offset + LIST_LIMIT]]
+        infos = [self.js.streams[name].info_json(dynamic=False) for name in names[offset : offset + LIST_LIMIT]]
         self._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": LIST_LIMIT,
                            "streams": infos})
 

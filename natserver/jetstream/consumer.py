@@ -13,6 +13,7 @@ import re
 import secrets
 import string
 
+from .. import clock
 from ..protocol.gotext import go_duration
 from . import errors, gotime
 from .gojson import (
@@ -30,6 +31,7 @@ from .gojson import (
 )
 from .stream import MAX_METADATA_LEN
 from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano
+from .versioning import metadata_json, set_static_consumer_metadata
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
 DEFAULT_MAX_ACK_PENDING = 1000  # nats-server's JsDefaultMaxAckPending
@@ -109,14 +111,15 @@ _FIELDS = {
     "priority_timeout": _goint,  # ns (Go's PinnedTTL)
 }
 
-# Go's zero values; which of them are omitted (omitempty) is in to_json.
+# Go's zero values, in nats-server 2.15.1's field order (idle_heartbeat after deliver_group
+# since 2.10); which of them are omitted (omitempty) is in to_json.
 _DEFAULTS = {
     "durable_name": "", "name": "", "description": "", "deliver_policy": "all", "opt_start_seq": 0,
     "opt_start_time": None, "ack_policy": "none", "ack_wait": 0, "max_deliver": 0, "backoff": None,
     "filter_subject": "", "filter_subjects": None, "replay_policy": "instant", "rate_limit_bps": 0, "sample_freq": "",
-    "max_waiting": 0, "max_ack_pending": 0, "idle_heartbeat": 0, "flow_control": False,
+    "max_waiting": 0, "max_ack_pending": 0, "flow_control": False,
     "headers_only": False, "max_batch": 0, "max_expires": 0, "max_bytes": 0, "deliver_subject": "",
-    "deliver_group": "", "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
+    "deliver_group": "", "idle_heartbeat": 0, "inactive_threshold": 0, "num_replicas": 0, "mem_storage": False,
     "direct": False, "metadata": None, "pause_until": None, "priority_groups": None, "priority_policy": "none",
     "priority_timeout": 0,
 }
@@ -147,7 +150,6 @@ class ConsumerConfig:
     sample_freq: str
     max_waiting: int
     max_ack_pending: int
-    idle_heartbeat: int  # ns
     flow_control: bool
     headers_only: bool
     max_batch: int
@@ -155,6 +157,7 @@ class ConsumerConfig:
     max_bytes: int
     deliver_subject: str
     deliver_group: str
+    idle_heartbeat: int  # ns
     inactive_threshold: int  # ns
     num_replicas: int
     mem_storage: bool
@@ -173,10 +176,14 @@ class ConsumerConfig:
     def from_json(cls, obj) -> ConsumerConfig:
         return cls(**decode_struct(obj, _FIELDS, {}))
 
-    def to_json(self) -> dict:
+    def to_json(self, dynamic: bool = False) -> dict:
+        """``dynamic``: the metadata with the server's version and level (versioning.py), as in
+        the answers to create and info."""
         out: dict = {}
         for key, default in _DEFAULTS.items():
             value = getattr(self, key)
+            if key == "metadata":
+                value = metadata_json(value, dynamic)
             if key in _ALWAYS or (value != default and value is not None and value != [] and value != {}):
                 out[key] = value
         return out
@@ -216,8 +223,14 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
     """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's;
     ``stream_limits``: the stream's consumer_limits, 2.10+, whose values a consumer that
     sets none takes, whatever its ack policy)."""
-    if cfg.max_deliver == 0:
+    if cfg.max_deliver == 0 or cfg.max_deliver < -1:
         cfg.max_deliver = -1
+    # 2.10+ (not pedantic): negative limits are none, where 2.9 refused some of them.
+    for key in ("max_waiting", "max_batch", "max_expires", "max_bytes", "idle_heartbeat", "inactive_threshold"):
+        if getattr(cfg, key) < 0:
+            setattr(cfg, key, 0)
+    if cfg.max_ack_pending < -1:
+        cfg.max_ack_pending = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
         cfg.max_waiting = DEFAULT_MAX_WAITING
     if cfg.backoff:
@@ -252,7 +265,7 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_name_invalid(name)
     if cfg.num_replicas < 0:
         raise errors.replicas_negative()
-    if cfg.backoff and cfg.max_deliver <= len(cfg.backoff):  # -1 (unlimited) too, as nats-server
+    if cfg.backoff and cfg.max_deliver != -1 and len(cfg.backoff) > cfg.max_deliver:  # (2.10+: -1 allowed)
         raise errors.consumer_max_deliver_backoff()
     if cfg.deliver_subject:
         if any(token in ("*", ">") for token in cfg.deliver_subject.split(".")):
@@ -402,16 +415,18 @@ def check_workqueue(cfg: ConsumerConfig, others) -> None:
 
 
 # nats-server's checkNewConsumerConfig: what an existing consumer can not change, in its order.
+# What an update may not change, in 2.15.1's order (checkNewConsumerConfig; 2.10+ lets the
+# rate limit and the sampling change, and checks flow control).
 _FIXED = (
     ("deliver_policy", "deliver policy can not be updated"),
+    ("mem_storage", "storage type can not be updated"),
+    ("direct", "direct can not be updated"),
     ("opt_start_seq", "start sequence can not be updated"),
     ("opt_start_time", "start time can not be updated"),
     ("ack_policy", "ack policy can not be updated"),
     ("replay_policy", "replay policy can not be updated"),
     ("idle_heartbeat", "heart beats can not be updated"),
-    ("rate_limit_bps", "rate limit can not be updated"),
-    ("sample_freq", "sampling can not be updated"),
-    ("max_waiting", "max waiting can not be updated"),
+    ("flow_control", "flow control can not be updated"),
 )
 
 
@@ -419,10 +434,12 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
     for key, message in _FIXED:
         if getattr(old, key) != getattr(new, key):
             raise errors.consumer_create(message)
-    if old.is_push and not new.is_push:
-        raise errors.consumer_create("can not update push consumer to pull based")
     if not old.is_push and new.is_push:
         raise errors.consumer_create("can not update pull consumer to push based")
+    if old.is_push and not new.is_push:
+        raise errors.consumer_create("can not update push consumer to pull based")
+    if old.max_waiting != new.max_waiting:
+        raise errors.consumer_create("max waiting can not be updated")
 
 
 def parse_time(text: str) -> int:
@@ -478,7 +495,7 @@ class Consumer:
         # Stream sequence of the last delivery; before any, the one before the start position.
         self.delivered_sseq = start_sequence(cfg, stream.store) - 1
         self.ack_floor_cseq = 0
-        self.ack_floor_sseq = 0
+        self.ack_floor_sseq = self.delivered_sseq  # (2.10+: the ack floor starts there too)
         self.last_delivered = 0  # ns, for info's last_active
         self.last_acked = 0
         # stream seq -> [consumer seq, delivery time ns], in delivery order (the first entry has
@@ -569,6 +586,7 @@ class Consumer:
         deadline changed (nats-server then tells, with an advisory)."""
         old = self.pause_ns
         self.cfg.pause_until = until
+        set_static_consumer_metadata(self.cfg)  # (the required level follows the pause)
         self.pause_ns = gotime.nanos(until) if until is not None else None
         self.dirty = True
         changed = (old if old is not None else _ZERO_NS) != (self.pause_ns if self.pause_ns is not None else _ZERO_NS)
@@ -878,10 +896,11 @@ class Consumer:
 
     # -- info ---------------------------------------------------------------------------------
 
-    def info_json(self, push_bound: bool = False, now: int = 0) -> dict:
+    def info_json(self, push_bound: bool = False, now: int = 0, dynamic: bool = True) -> dict:
         """Consumer info; ``push_bound``: a push consumer's deliver subject has a subscriber
         (nats-server's o.active, which its clients read to refuse a second subscriber);
-        ``paused`` and ``pause_remaining`` (ns) while paused at ``now`` (2.11)."""
+        ``paused`` and ``pause_remaining`` (ns) while paused at ``now`` (2.11); ``dynamic``:
+        the server's version and level in the config's metadata (not in the lists)."""
         delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
         if self.last_delivered:
             delivered["last_active"] = rfc3339nano(self.last_delivered)
@@ -892,7 +911,7 @@ class Consumer:
             "stream_name": self.stream.name,
             "name": self.name,
             "created": rfc3339nano(self.created),
-            "config": self.cfg.to_json(),
+            "config": self.cfg.to_json(dynamic),
             "delivered": delivered,
             "ack_floor": floor,
             "num_ack_pending": len(self.pending),
@@ -906,6 +925,7 @@ class Consumer:
         if pause_ns is not None and now < pause_ns:
             info["paused"] = True
             info["pause_remaining"] = pause_ns - now
+        info["ts"] = rfc3339nano(clock.now_ns())
         if self.cfg.priority_groups:  # (nats-server reports the first group only)
             state: dict = {"group": self.cfg.priority_groups[0]}
             if self.pin_id:

@@ -27,7 +27,8 @@ from .consumer import (
 )
 from .errors import ApiError
 from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
-from .util import dumps, loads
+from .util import dumps, is_json_object_or_array, loads
+from .versioning import copy_metadata, set_static_consumer_metadata
 
 if TYPE_CHECKING:
     from .delivery import Delivery
@@ -135,11 +136,13 @@ class ConsumerApi:
             except ValueError:
                 raise errors.invalid_json() from None
             unsupported.refuse_consumer(req.get("config"))
+            set_static_consumer_metadata(cfg)
             if durable:
                 if not cfg.durable_name:
                     raise errors.consumer_durable_required()
                 if cfg.durable_name != name:
                     raise errors.consumer_name_mismatch()
+                cfg.name = name  # (2.10+: a durable's name is honoured as its name)
             elif not name and cfg.durable_name:
                 raise errors.consumer_ephemeral_with_durable()
             elif name:
@@ -151,6 +154,7 @@ class ConsumerApi:
                     raise errors.consumer_multiple_filters_not_allowed()
                 if filter and cfg.filter_subject != filter:
                     raise errors.consumer_create_filter_mismatch()
+                cfg.name = name  # (2.10+: the subject's name is the consumer's)
             if cfg.num_replicas > 1:  # natserver's JetStream is a single server's (jsConsumerCreateRequest)
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
@@ -180,12 +184,15 @@ class ConsumerApi:
             # the pause API; what the request says is replaced by it (and it is kept in UTC
             # from then on, as updateConfig stores it).
             cfg.pause_until = existing.cfg.pause_until
+            metadata = cfg.metadata
+            copy_metadata(cfg, existing.cfg)  # (compared with the existing one's required level)
             if existing.cfg == cfg:
                 if _pause_in_utc(existing):
                     self._save(existing)
                 return existing
             if action == "create":
                 raise errors.consumer_already_exists()
+            cfg.metadata = metadata  # (an update stores its own)
             check_update(existing.cfg, cfg)
             existing.reconfigure(cfg)
             _pause_in_utc(existing)
@@ -227,15 +234,15 @@ class ConsumerApi:
             return
         self.api._send(reply, {"type": rtype, **self._info(consumer)})
 
-    def _info(self, consumer: Consumer) -> dict:
+    def _info(self, consumer: Consumer, dynamic: bool = True) -> dict:
         """consumer.go info: a pull consumer's waiting requests are looked over first, so
         num_waiting counts only those still waiting; a push consumer says whether someone
-        listens on its deliver subject (push_bound)."""
+        listens on its deliver subject (push_bound). ``dynamic``: see Consumer.info_json."""
         now = clock.now_ns()
         if consumer.cfg.is_push:
-            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()), now)
+            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()), now, dynamic)
         self.js.delivery.process_waiting(consumer, now, False)
-        return consumer.info_json(now=now)
+        return consumer.info_json(now=now, dynamic=dynamic)
 
     def delete(self, stream_name: str, name: str, reply) -> None:
         rtype = _T + "consumer_delete_response"
@@ -329,7 +336,7 @@ class ConsumerApi:
         rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
         offset = 0
         try:
-            if payload and payload != b"{}":
+            if is_json_object_or_array(payload) and payload != b"{}":
                 offset = _decode(payload, _PAGE_REQUEST).get("offset", 0)
             stream = self._stream(stream_name)
         except ApiError as exc:
@@ -340,7 +347,7 @@ class ConsumerApi:
         limit = LIST_LIMIT if full else NAMES_LIMIT
         page = names[offset : offset + limit]
         if full:
-            listed: list = [self._info(stream.consumers[n]) for n in page]
+            listed: list = [self._info(stream.consumers[n], dynamic=False) for n in page]
         else:
             listed = page
         self.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": limit,

@@ -4,7 +4,7 @@ A counter stream keeps one running total per subject. A publish carries no paylo
 header ``Nats-Incr: <delta>`` (a decimal integer of any size, signed); the stream stores
 ``{"val":"<total>"}`` on the subject (the previous total, from the subject's last message,
 plus the delta), the header kept as published, and acknowledges with the total:
-``{"stream":"C", "seq":5,"val":"8"}``. Reading the value back is reading the subject's last
+``{"stream":"C","seq":5,"val":"8"}``. Reading the value back is reading the subject's last
 message (``STREAM.MSG.GET`` with ``last_by_subj``, ``DIRECT.GET.<stream>.<subject>``).
 
 The refusals, in stream.go processJetStreamMsg's order: an increment that is not an integer

@@ -163,7 +163,7 @@ def consumer_max_pending_ack_excess(limit: int) -> ApiError:
 def consumer_inactive_threshold_excess(limit: str) -> ApiError:  # 2.10+ (a Go duration: "5s")
     return ApiError(400, 10153, f"consumer inactive threshold exceeds system limit of {limit}")
 consumer_flow_control_needs_heartbeats = _fixed(400, 10108, "consumer with flow control also needs heartbeats")
-consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires ack policy")
+consumer_pull_requires_ack = _fixed(400, 10084, "consumer in pull mode requires explicit ack policy on workqueue stream")  # 2.10+
 consumer_wq_requires_explicit_ack = _fixed(400, 10098, "workqueue stream requires explicit ack")
 consumer_wq_multiple_unfiltered = _fixed(400, 10099, "multiple non-filtered consumers not allowed on workqueue stream")
 consumer_wq_not_unique = _fixed(400, 10100, "filtered consumer not unique on workqueue stream")
@@ -284,6 +284,8 @@ def source_invalid_transform(err: str) -> ApiError:
 
 
 mirror_with_first_seq = _fixed(400, 10143, "stream mirrors can not have first sequence configured")  # 2.10+
+source_invalid_stream_name = _fixed(400, 10141, "sourced stream name is invalid")  # 2.10+
+mirror_invalid_stream_name = _fixed(400, 10142, "mirrored stream name is invalid")  # 2.10+
 mirror_not_updatable = _fixed(400, 10055, "stream mirror configuration can not be updated")
 # A single server (nats-server errors.json JSClusterRequiredErr): leader step-downs and peer
 # removals need a JetStream cluster, which natserver does not run.

@@ -25,6 +25,7 @@ what a link needs of the stream it copies into is ``LinkedStream`` (``stream.Str
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import random
@@ -43,6 +44,7 @@ from .util import (
     is_valid_subject,
     loads,
     remove_header,
+    rfc3339nano,
     subjects_collide,
 )
 
@@ -117,15 +119,18 @@ def index_name(spec: dict) -> str:
 
 def check_external(cfg, streams: dict) -> None:
     """nats-server's checks of external prefixes (checkStreamCfg): the deliver prefix must be a
-    subject without wildcards that does not collide with an origin's subjects under it; the
+    subject without wildcards that does not collide under it with the subjects of the stream's
+    origins in this account; the
     api prefix must be such a subject too, and not overlap ``$JS.API``."""
     deliver_prefixes, api_prefixes, origin_subjects = [], [], []
     for spec in ([cfg.mirror] if cfg.mirror else []) + list(cfg.sources or ()):
-        origin = streams.get(spec["name"])
-        if origin is not None:  # (an origin of this account of the same name, as nats-server)
-            origin_subjects += origin.cfg.subjects
         ext = spec.get("external")
         if ext is None:
+            # (2.10+: the subjects of the origins of this account, not of a same-named stream
+            # where the origin is external)
+            origin = streams.get(spec["name"])
+            if origin is not None:
+                origin_subjects += origin.cfg.subjects
             continue
         if ext.get("deliver"):
             deliver_prefixes.append(ext["deliver"])
@@ -147,6 +152,49 @@ def check_external(cfg, streams: dict) -> None:
 
 def _valid_publish_subject(subject: str) -> bool:
     return is_valid_subject(subject) and not any(t in ("*", ">") for t in subject.split("."))
+
+
+def source_info_json(link, lag: int, now: int, external: dict | None = None) -> dict:
+    """A link's StreamSourceInfo in 2.15.1's order: name, external, lag, seq (a source's
+    origin sequence last taken, omitted while none), active (ns since the last contact, -1: never),
+    error, filter_subject, subject_transforms."""
+    out: dict = {"name": link.origin}
+    if external is not None:
+        out["external"] = external
+    out["lag"] = lag
+    if link.sseq and not link.mirror:  # (2.15.1 reports it for sources only)
+        out["seq"] = link.sseq
+    out["active"] = now - link.active if link.active else -1
+    if link.error is not None:
+        out["error"] = link.error.to_json()
+    spec = link.spec
+    if spec.get("filter_subject"):
+        out["filter_subject"] = spec["filter_subject"]
+    if spec.get("subject_transforms"):
+        out["subject_transforms"] = spec["subject_transforms"]
+    return out
+
+
+def source_header(iname: bytes, seq: int, spec: dict, subject: bytes, ident: bytes = b"") -> bytes:
+    """A sourced message's ``Nats-Stream-Source`` in 2.10+'s form (genSourceHeader): the
+    origin's index name, its sequence, the filters and destinations of the source's index name
+    (composeIName: ``>`` for none, several joined by form feeds), the origin subject and, when
+    known, the origin's identity (2.12+: a hash of its creation time, ``stream_identity``)."""
+    transforms = spec.get("subject_transforms")
+    if transforms:
+        filters = "\f".join(tr.get("src") or ">" for tr in transforms)
+        dests = "\f".join(tr.get("dest") or ">" for tr in transforms)
+    else:
+        filters, dests = spec.get("filter_subject") or ">", ">"
+    out = b"%s %d %s %s %s" % (iname, seq, filters.encode(), dests.encode(), subject)
+    return out + b" " + ident if ident else out
+
+
+@functools.lru_cache(maxsize=64)
+def stream_identity(created_ns: int) -> bytes:
+    """stream.go identity(): the hash of a stream's creation time (RFC 3339 with nanoseconds),
+    which tells a recreated origin from the one a source followed."""
+    return get_hash(rfc3339nano(created_ns)).encode()
 
 
 def source_transforms(spec: dict) -> list:
@@ -183,6 +231,8 @@ class OriginLink:
     origin: str  # the origin stream's name
     mirror: bool
     _iname: bytes  # the index name a source's Nats-Stream-Source header carries
+    spec: dict  # the mirror's or source's configuration (StreamSource)
+    sseq: int  # the origin sequence last taken (0: none yet)
     _blocked: str  # the store's last refusal (logged once)
     transforms: list  # source_transforms(spec)
 
@@ -199,6 +249,10 @@ class OriginLink:
                 return transform.apply_bytes(subject) or subject
         return None
 
+    def identity(self) -> bytes:
+        """The origin's identity for the source header (b"": not known)."""
+        return b""
+
     def store_from_origin(self, seq: int, subject: bytes, hdr: bytes | None, data: bytes, ts: int) -> bool:
         """Store origin message ``seq``: in a mirror with its sequence and time (a gap before
         it skipped, nothing when it is there already), in a source with a new sequence and the
@@ -209,7 +263,7 @@ class OriginLink:
         taken = self.transformed(subject)
         if taken is None:
             return True  # not one of the transforms' (an origin that ignored filter_subjects)
-        subject = taken
+        origin_subject, subject = subject, taken
         try:
             if self.mirror:
                 store = target.store
@@ -219,7 +273,8 @@ class OriginLink:
                     target.store_sourced(subject, hdr or b"", data, ts)
             else:
                 hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
-                hdr = gen_header(hdr, SOURCE_HEADER, b"%s %d" % (self._iname, seq))
+                hdr = gen_header(hdr, SOURCE_HEADER,
+                                 source_header(self._iname, seq, self.spec, origin_subject, self.identity()))
                 target.store_sourced(subject, hdr, data, server_clock.now_ns())
         except StoreError as exc:
             if self._blocked != str(exc):
@@ -269,13 +324,7 @@ class ExternalLink(OriginLink):
     def info_json(self, now: int) -> dict:
         """StreamSourceInfo: name, external, lag, active (-1: never heard from), error,
         subject_transforms (2.10+)."""
-        out: dict = {"name": self.origin, "external": dict(self.external), "lag": self.lag,
-                     "active": now - self.active if self.active else -1}
-        if self.error is not None:
-            out["error"] = self.error.to_json()
-        if self.spec.get("subject_transforms"):
-            out["subject_transforms"] = self.spec["subject_transforms"]
-        return out
+        return source_info_json(self, self.lag, now, dict(self.external))
 
     # -- the consumer ---------------------------------------------------------------------------
 

@@ -67,18 +67,26 @@ def _config(js) -> dict:
         config["sync_always"] = True
     if js.domain:
         config["domain"] = js.domain
+    config["strict"] = True  # 2.11+'s strict JSON decoding of API requests (natserver's only way)
     return config
 
 
 def _stats(js) -> dict:
     """Every engine's (JetStream account's) usage together."""
-    memory = storage = total = errors = 0
+    memory = storage = total = errors = reserved_memory = reserved_storage = 0
     for engine in js.engines:
         m, s = _usage(engine)
         memory, storage = memory + m, storage + s
         total, errors = total + engine.api_total, errors + engine.api_errors
+        for stream in engine.streams.values():  # (what max_bytes reserves, reservedStorage)
+            if stream.cfg.max_bytes > 0:
+                if stream.store.kind == "memory":
+                    reserved_memory += stream.cfg.max_bytes
+                else:
+                    reserved_storage += stream.cfg.max_bytes
     return {
-        "memory": memory, "storage": storage, "reserved_memory": 0, "reserved_storage": 0,
+        "memory": memory, "storage": storage, "reserved_memory": reserved_memory,
+        "reserved_storage": reserved_storage,
         "accounts": sum(1 for engine in js.engines if engine.account_name is not None), "ha_assets": 0,
         "api": {"level": JS_API_LEVEL, "total": total, "errors": errors},
     }
@@ -108,7 +116,7 @@ def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
 
 def _consumer_detail(consumer, config: bool) -> dict:
     """monitor.go's consumer detail: the consumer info, its configuration only with ``config``."""
-    info = consumer.info_json(now=clock.now_ns())
+    info = consumer.info_json(now=clock.now_ns(), dynamic=False)  # (no _nats.ver / _nats.level here)
     if not config:
         del info["config"]
     return info

@@ -1085,7 +1085,9 @@ class Restore:
         log.info("Completed restore of %d bytes for stream '%s'", self.total, self.name)
         self._end(error=False)
         advisories.restore_complete(js, self.name, self.started, now, self.total, self.client)
-        js.api._send(reply, {"type": rtype, **stream.info_json(sourcing=False), "ts": rfc3339nano(clock.now_ns())})
+        # jsStreamRestoreRequest's StreamInfo: config, created, state and ts only.
+        js.api._send(reply, {"type": rtype, "config": stream.cfg.to_json(False), "created": rfc3339nano(stream.created),
+                             "state": stream.state_json(), "ts": rfc3339nano(clock.now_ns())})
         js.server.flush_touched()
 
     def _fail(self, reply, exc: ApiError) -> None:

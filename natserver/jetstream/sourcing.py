@@ -8,7 +8,8 @@ but what a client sees is nats-server's:
   timestamps (gaps where the origin has none, or where ``filter_subject`` leaves them out);
   it resumes after its own last sequence, so a restart leaves no gap and copies nothing twice.
 * a **source** appends the origin's messages with new sequences and the header
-  ``Nats-Stream-Source: <origin> <origin sequence>`` (nats-server 2.9.10's form); at start the
+  ``Nats-Stream-Source: <origin> <origin sequence> <filters> <destinations> <origin subject>``
+  (nats-server 2.10+'s form, ``external.source_header``); at start the
   position of each source is found again from the last such header in the stream, as
   nats-server does, so it is exactly as durable as the messages themselves.
 * an origin that does not exist (yet) is retried: the link reports ``active: -1`` and the
@@ -34,7 +35,16 @@ import trio
 from .. import clock
 from . import errors
 from .consumer import parse_time
-from .external import SOURCE_HEADER, ExternalLink, OriginLink, index_name, source_transforms, takes_nothing
+from .external import (
+    SOURCE_HEADER,
+    ExternalLink,
+    OriginLink,
+    index_name,
+    source_info_json,
+    source_transforms,
+    stream_identity,
+    takes_nothing,
+)
 from .util import get_header
 
 if TYPE_CHECKING:
@@ -50,7 +60,7 @@ class SourceLink(OriginLink):
     """One mirror or source of a stream: where it is in the origin, and how it is doing."""
 
     __slots__ = ("stream", "spec", "origin", "filter", "next", "active", "error", "mirror", "_iname",
-                 "_blocked", "from_new", "transforms", "_filters")
+                 "_blocked", "from_new", "transforms", "_filters", "sseq")
 
     stream: Stream  # a same-server link reads its origin through its stream's engine
 
@@ -61,6 +71,7 @@ class SourceLink(OriginLink):
         self.filter = spec.get("filter_subject", "").encode()
         self.mirror = mirror
         self.next = 0  # the next origin sequence to look at (0: not started yet)
+        self.sseq = 0  # the origin sequence last taken (the info's "seq"; 0: none yet)
         self.active = 0  # clock.now_ns() of the last contact with the origin (0: none)
         self.error = None  # ApiError while the origin can not be read
         self._iname = self.origin.encode()  # nats-server's index name (no external prefix)
@@ -76,12 +87,11 @@ class SourceLink(OriginLink):
         lag = 0
         if origin is not None and self.next:
             lag = max(origin.store.last_seq - (self.next - 1), 0)
-        out: dict = {"name": self.origin, "lag": lag, "active": now - self.active if self.active else -1}
-        if self.error is not None:
-            out["error"] = self.error.to_json()
-        if self.spec.get("subject_transforms"):
-            out["subject_transforms"] = self.spec["subject_transforms"]
-        return out
+        return source_info_json(self, lag, now)
+
+    def identity(self) -> bytes:
+        origin = self.stream.engine.streams.get(self.origin)
+        return stream_identity(origin.created) if origin is not None else b""
 
     def start_seq(self, origin: "Stream") -> int:
         """Where a new link starts in the origin: opt_start_seq, else the first message at or
@@ -125,6 +135,7 @@ class SourceLink(OriginLink):
             self.next = ostore.last_seq + 1 if self.from_new else self.start_seq(origin)
             if self.mirror and tstore.last_seq:
                 self.next = max(self.next, tstore.last_seq + 1)
+                self.sseq = tstore.last_seq
         if self.next < ostore.first_seq:
             self.next = ostore.first_seq
         copied = 0
@@ -153,6 +164,7 @@ class SourceLink(OriginLink):
             if not self.store_from_origin(seq, msg.subject, msg.hdr, msg.data, msg.ts):
                 return False  # refused by the stream's limits (discard new): again later
             self.next = seq + 1
+            self.sseq = seq
             copied += 1
         return True
 
@@ -191,7 +203,8 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
             continue
         link = wanted.pop(parts[0], None)
         if link is not None:
-            link.next = int(parts[1]) + 1
+            link.sseq = int(parts[1])
+            link.next = link.sseq + 1
 
 
 class SourcingHost(Protocol):

@@ -443,11 +443,11 @@ class Store:
                 return self.purge()
             if seq > 1:
                 return self.compact(seq)
-            if keep > 0:
-                if keep >= self.msgs:
-                    return 0
-                return self.compact(self.last_seq - keep + 1)
-            return 0
+            if keep == 0:
+                return 0
+            # 2.10+: ``keep`` counts messages, as with a filter (2.9 kept the last ``keep``
+            # sequences, deleted ones among them)
+            subject = b">"
         total, first, last = self.filtered_state(1, subject)
         if not total:
             return 0

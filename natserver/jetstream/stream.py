@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -48,6 +48,7 @@ from .util import (
     rfc3339nano,
     subjects_collide,
 )
+from .versioning import metadata_json
 
 
 class StreamWatcher(Protocol):
@@ -68,6 +69,11 @@ class StreamHost(LinkEngine, Protocol):
     def schedule_expiry(self, deadline_ns: int) -> None: ...
     def schedule_fire(self, deadline_ns: int) -> None: ...
     def over_limit(self, kind: str) -> bool: ...
+    @property
+    def domain(self) -> Any: ...  # the JetStream domain, for stream info (None or "": none)
+    @property
+    def server(self) -> Any: ...  # the server, for its name (stream info's cluster leader)
+
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
 MIN_WINDOW = 100 * 1_000_000  # 100ms: the least max_age and duplicate_window
@@ -77,6 +83,11 @@ MAX_METADATA_LEN = 128 * 1024  # jetstream_api.go JSMaxMetadataLen: keys and val
 MAX_REPLICAS = 5
 MAX_HEADER_SIZE = 65535
 DEFAULT_MAX_PAYLOAD = 1024 * 1024  # nats-server's MAX_PAYLOAD_SIZE (max_payload's default)
+_API_SPACES = ("$JS.>", "$JSC.>", "$NRG.>")  # what a stream's subjects may take only with no_ack
+DEFAULT_COMPRESSION = "none"  # nats-server 2.10+ NoCompression's JSON ("none")
+# StreamConfig fields of 2.12+ that 2.15.1 writes after allow_msg_counter when set (omitempty),
+# in its order; added to StreamConfig by their own modules (batches, schedules, persist mode).
+_LATER_FIELDS = ("allow_atomic", "allow_msg_schedules", "persist_mode", "allow_batched")
 
 
 def _placement(value):
@@ -327,8 +338,10 @@ class StreamConfig:
         values.update(changes)
         return StreamConfig(**values)
 
-    def to_json(self) -> dict:
-        """In Go's field order, with its omitempty rules."""
+    def to_json(self, dynamic: bool = False) -> dict:
+        """nats-server 2.15.1's StreamConfig: its field order and omitempty rules; ``dynamic``:
+        the metadata with the server's version and level (versioning.py), as in the answers to
+        create, update and info."""
         out: dict = {"name": self.name}
         if self.description:
             out["description"] = self.description
@@ -347,8 +360,7 @@ class StreamConfig:
         out["num_replicas"] = self.num_replicas
         if self.no_ack:
             out["no_ack"] = True
-        if self.template_owner:
-            out["template_owner"] = self.template_owner
+        # (template_owner: gone from 2.10's StreamConfig; still decoded, never written)
         if self.duplicate_window:
             out["duplicate_window"] = self.duplicate_window
         if self.placement:
@@ -357,8 +369,7 @@ class StreamConfig:
             out["mirror"] = self.mirror
         if self.sources:
             out["sources"] = self.sources
-        if self.compression != "none":  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
-            out["compression"] = self.compression
+        out["compression"] = self.compression or DEFAULT_COMPRESSION  # (2.10+: always written)
         if self.first_seq:
             out["first_seq"] = self.first_seq
         if self.subject_transform is not None:
@@ -373,24 +384,20 @@ class StreamConfig:
         out["deny_delete"] = self.deny_delete
         out["deny_purge"] = self.deny_purge
         out["allow_rollup_hdrs"] = self.allow_rollup_hdrs
-        if self.consumer_limits:  # (2.15.1 always writes it, {} when unset: issue #27)
-            out["consumer_limits"] = self.consumer_limits
-        if self.allow_msg_ttl:  # (2.15.1 always writes it: with the rest of its JSON, issue #27)
-            out["allow_msg_ttl"] = True
+        out["consumer_limits"] = self.consumer_limits or {}  # (a struct in Go: {} when unset)
+        out["allow_msg_ttl"] = self.allow_msg_ttl
         if self.subject_delete_marker_ttl:
             out["subject_delete_marker_ttl"] = self.subject_delete_marker_ttl
         if self.allow_msg_counter:
             out["allow_msg_counter"] = True
-        if self.allow_msg_schedules:
-            out["allow_msg_schedules"] = True
-        if self.allow_atomic:
-            out["allow_atomic"] = True
-        if self.persist_mode:
-            out["persist_mode"] = self.persist_mode
-        if self.allow_batched:
-            out["allow_batched"] = True
-        if self.metadata:
-            out["metadata"] = self.metadata
+        # 2.12+ settings other modules add, in 2.15.1's place (omitted when unset).
+        for key in _LATER_FIELDS:
+            value = getattr(self, key, None)
+            if value and value != "default":  # (persist_mode: Go's zero value is "default")
+                out[key] = value
+        metadata = metadata_json(self.metadata, dynamic)
+        if metadata:
+            out["metadata"] = metadata
         return out
 
     def __eq__(self, other) -> bool:
@@ -425,7 +432,7 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
         if getattr(cfg, key) == 0:
             setattr(cfg, key, -1)
-    if cfg.duplicate_window == 0 and cfg.mirror is None:
+    if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources:  # (2.10+: nor with sources)
         if cfg.max_age != 0 and cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
             cfg.duplicate_window = cfg.max_age
         else:
@@ -489,10 +496,13 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise invalid("subject delete markers forbidden on mirrors")
         cfg.mirror = decode_source(cfg.mirror)
         _check_source_transforms(cfg.mirror, True)
+        if "external" not in cfg.mirror and not _valid_asset_name(cfg.mirror["name"]):
+            raise errors.mirror_invalid_stream_name()
         if cfg.mirror["name"] == cfg.name and "external" not in cfg.mirror:
             raise invalid("detected cycle")
-        # nats-server checks a stream of this account with the origin's name, external or not.
-        origin = streams.get(cfg.mirror["name"])
+        # nats-server 2.10+ checks a stream of this account with the origin's name when the
+        # origin is not external (2.9: external or not).
+        origin = streams.get(cfg.mirror["name"]) if "external" not in cfg.mirror else None
         if origin is not None:
             if 0 < cfg.max_msg_size < origin.cfg.max_msg_size:
                 raise errors.mirror_max_message_size_too_big()
@@ -503,6 +513,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     if cfg.sources:
         cfg.sources = [decode_source(src) for src in cfg.sources]
         for src in cfg.sources:
+            if not _valid_asset_name(src["name"]):
+                raise errors.source_invalid_stream_name()
             _check_source_transforms(src, False)
         _check_same_origin(cfg.sources)
         for src in cfg.sources:
@@ -520,14 +532,25 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     elif not cfg.subjects:
         cfg.subjects = []
     else:
+        # checkStreamCfg's loop (2.10+): form, duplicates, everything (no-ack only), the
+        # JetStream and system API spaces, then the later subjects it overlaps.
         seen: set = set()
-        for subj in cfg.subjects:
-            if subj in seen:
-                raise invalid("duplicate subjects detected")
-            if is_subset_match(subj, "$JS.API.>"):
-                raise invalid("subjects overlap with jetstream api")
+        for i, subj in enumerate(cfg.subjects):
             if not is_valid_subject(subj):
                 raise invalid("invalid subject")
+            if subj in seen:
+                raise invalid("duplicate subjects detected")
+            if subj == ">" and not cfg.no_ack:
+                raise invalid("capturing all subjects requires no-ack to be true")
+            if not cfg.no_ack:
+                if any(subjects_collide(subj, space) for space in _API_SPACES) \
+                        and not is_subset_match(subj, "$JS.EVENT.>"):
+                    raise invalid("subjects that overlap with jetstream api require no-ack to be true")
+                if subjects_collide(subj, "$SYS.>") and not is_subset_match(subj, "$SYS.ACCOUNT.>"):
+                    raise invalid("subjects that overlap with system api require no-ack to be true")
+            for other in cfg.subjects[i + 1:]:
+                if subjects_collide(other, subj):
+                    raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
             seen.add(subj)
     if limits:  # jetstream.go maxBytesLimits: the account's rules for max_bytes
         limit = limits.get("memory_max_stream_bytes" if cfg.storage == "memory" else "storage_max_stream_bytes", -1)
@@ -535,11 +558,6 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
             raise errors.stream_max_bytes_required()
         if limit > 0 and cfg.max_bytes > limit:
             raise errors.stream_max_stream_bytes_exceeded()
-    if len(cfg.subjects) > 1:
-        for subj in cfg.subjects:
-            for other in cfg.subjects:
-                if other != subj and subjects_collide(other, subj):
-                    raise invalid(f"subject {go_quote(subj)} overlaps with {go_quote(other)}")
     if cfg.subject_transform is not None:  # (2.10+: after the subjects, before republish)
         src, dest = cfg.subject_transform["src"], cfg.subject_transform["dest"]
         if src and not is_valid_subject(src):
@@ -672,10 +690,18 @@ _SOURCE_FIELDS = {
 }
 
 
+def _valid_asset_name(name: str) -> bool:
+    """jetstream.go isValidAssetName: a mirror's or source's origin name (2.10+)."""
+    return bool(name) and not any(c in name for c in " \t\r\n\f.*>\\/")
+
+
 def check_republish(value: dict, subjects: list, transform: dict | None = None) -> dict:
-    """nats-server 2.9.10's republish checks, its messages (all 10052); and 2.10's implicit
-    republish: from ``>`` to ``>`` on a stream whose one subject is its subject transform's
-    source republishes what the transform stores (its destination)."""
+    """nats-server 2.15.1's republish checks, its messages (all 10052): a destination that
+    forms a cycle with the stream's subjects, a mapping that is not valid (an empty
+    destination is none: nothing is republished); the source need not be one of the
+    subjects (2.9 refused that). And 2.10's implicit republish: from ``>`` to ``>`` on a
+    stream whose one subject is its subject transform's source republishes what the
+    transform stores (its destination)."""
     invalid = errors.stream_invalid_config
     raw = _republish(value)
     src = raw["src"] or ">"
@@ -684,14 +710,13 @@ def check_republish(value: dict, subjects: list, transform: dict | None = None) 
                 and transform["src"] == subjects[0])
     if implicit and transform is not None:
         src = dest = transform["dest"]
-    elif not any(subjects_collide(src, subj) for subj in subjects):
-        raise invalid("stream configuration for republish source is not valid subset of subjects")
     if any(subjects_collide(dest, subj) for subj in subjects):
         raise invalid("stream configuration for republish destination forms a cycle")
-    try:
-        SubjectTransform(src, dest)
-    except ValueError:
-        raise invalid("stream configuration for republish not valid") from None
+    if dest:
+        try:
+            SubjectTransform(src, dest)
+        except ValueError:
+            raise invalid(f"stream configuration for republish with transform from '{src}' to '{dest}' not valid") from None
     out = {"src": src, "dest": dest}
     if raw.get("headers_only"):
         out["headers_only"] = True
@@ -798,9 +823,9 @@ class Stream:
         self.answer_sink: list | None = None  # (_answer)
         prefix = dumps({"stream": self.name})
         domain = getattr(engine, "domain", "")
-        if domain:  # nats-server's template with a domain: {"stream":%q, "domain":%q, "seq":
-            prefix = prefix[:-1] + b', "domain":' + dumps(domain) + b"}"
-        self._ack_prefix = prefix[:-1] + b', "seq":'  # nats-server's pubAck template
+        if domain:  # nats-server 2.15.1's template with a domain: {"stream":%q,"domain":%q,"seq":
+            prefix = prefix[:-1] + b',"domain":' + dumps(domain) + b"}"
+        self._ack_prefix = prefix[:-1] + b',"seq":'  # nats-server's pubAck template (2.10+: no spaces)
         self._name_b = self.name.encode()
         self.followed = False  # a mirror or a source reads this stream (sourcing.py)
         self.links: list = []  # this stream's own mirror/sources (sourcing.SourceLink)
@@ -865,7 +890,8 @@ class Stream:
     def set_transforms(self) -> None:
         """From the (checked) configuration: republish's and subject_transform's."""
         rp = self.cfg.republish
-        self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp else None
+        # (an empty destination: no transform, nothing republished, as nats-server's)
+        self.transform = SubjectTransform(rp["src"], rp["dest"]) if rp and rp["dest"] else None
         st = self.cfg.subject_transform
         self.input_transform = validate_mapping(st["src"], st["dest"]) if st else None
 
@@ -1003,15 +1029,6 @@ class Stream:
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
                 self.reject(reply, errors.message_source_hdr_not_allowed())
                 return
-            msg_id = get_header(_NATS_MSG_ID, hdr)
-            if msg_id:
-                dup = self._check_msg_id(msg_id, now)
-                if dup is not None:
-                    if self._trace is not None:
-                        self._trace[0]["error"] = "msgid is duplicate"  # stream.go errMsgIdDuplicate
-                    if reply and (not cfg.no_ack or self.answer_sink is not None):
-                        self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
-                    return
             value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
@@ -1027,6 +1044,16 @@ class Stream:
                 self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq),
                              f"last sequence mismatch: {parse_uint(value)} vs {store.last_seq}")
                 return
+            # (2.10+: after the expected sequences, before the expected last id)
+            msg_id = get_header(_NATS_MSG_ID, hdr)
+            if msg_id:
+                dup = self._check_msg_id(msg_id, now)
+                if dup is not None:
+                    if self._trace is not None:
+                        self._trace[0]["error"] = "msgid is duplicate"  # stream.go errMsgIdDuplicate
+                    if reply and (not cfg.no_ack or self.answer_sink is not None):
+                        self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
+                    return
             value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
             if value and value != self.lmsgid:
                 self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")),
@@ -1112,7 +1139,7 @@ class Stream:
             if ttl > 0 and cfg.allow_msg_ttl:
                 self.engine.schedule_expiry(store.ttls.next_expiry() or now)
             if self.transform is not None:
-                self.republish(subject, hdr, msg, seq, tlseq)
+                self.republish(subject, hdr, msg, seq, tlseq, now)
         self.lmsgid = msg_id
         if msg_id:
             self._store_msg_id(msg_id, seq, now)
@@ -1186,10 +1213,11 @@ class Stream:
             raise errors.message_incr_missing()
         return counter.apply(self.store, self.counter_totals, subject, hdr, msg, incr, self.max_payload())
 
-    def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int) -> None:
+    def republish(self, subject: bytes, hdr: bytes, msg: bytes, seq: int, tlseq: int, ts: int) -> None:
         """nats-server's republish of a stored message: the mapped subject, the headers
-        Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Last-Sequence (the subject's previous
-        sequence) after the message's own, and Nats-Msg-Size instead of the data."""
+        Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Time-Stamp (2.10+: the stored time),
+        Nats-Last-Sequence (the subject's previous sequence) after the message's own, and
+        Nats-Msg-Size instead of the data."""
         transform, republish = self.transform, self.cfg.republish
         if transform is None or republish is None:  # (callers checked: set_transforms sets both)
             return
@@ -1199,6 +1227,7 @@ class Stream:
         hdr = gen_header(hdr or None, b"Nats-Stream", self._name_b)
         hdr = gen_header(hdr, b"Nats-Subject", subject)
         hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % seq)
+        hdr = gen_header(hdr, b"Nats-Time-Stamp", rfc3339nano(ts).encode())
         hdr = gen_header(hdr, b"Nats-Last-Sequence", b"%d" % tlseq)
         if republish.get("headers_only"):
             hdr = gen_header(hdr, b"Nats-Msg-Size", b"%d" % len(msg))
@@ -1240,7 +1269,7 @@ class Stream:
             if msg_id:
                 self._store_msg_id(msg_id, seq, ts)
         if self.transform is not None:
-            self.republish(subject, hdr, msg, seq, tlseq)
+            self.republish(subject, hdr, msg, seq, tlseq, ts)
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:
@@ -1297,17 +1326,36 @@ class Stream:
         out["consumer_count"] = self.public_consumers()
         return out
 
-    def sourcing_json(self) -> dict:
-        """The stream info's ``mirror`` / ``sources`` (SourceLink.info_json)."""
+    def sourcing_json(self, created: bool = False) -> dict:
+        """The stream info's ``mirror`` / ``sources`` (SourceLink.info_json); ``created``:
+        for the create answer, which nats-server sends before a link has had an answer from
+        its origin (no ``error`` yet, and a mirror without its ``filter_subject``)."""
         if not self.links:
             return {}
         now = clock.now_ns()
+        links = [link.info_json(now) for link in self.links]
+        if created:
+            for info in links:
+                info.pop("error", None)
+                if self.cfg.mirror is not None:  # (nor a mirror's filter: 2.15.1 sets it up later)
+                    info.pop("filter_subject", None)
         if self.cfg.mirror is not None:
-            return {"mirror": self.links[0].info_json(now)}
-        return {"sources": [link.info_json(now) for link in self.links]}
+            return {"mirror": links[0]}
+        return {"sources": links}
 
-    def info_json(self, sourcing: bool = True) -> dict:
-        out = {"config": self.cfg.to_json(), "created": rfc3339nano(self.created), "state": self.state_json()}
-        if sourcing:
-            out.update(self.sourcing_json())
+    def info_json(self, *, dynamic: bool = True, domain: bool = True, cluster: bool = False,
+                  details: bool = False, subjects: dict | None = None, created: bool = False) -> dict:
+        """StreamInfo as nats-server 2.15.1 writes it: config (``dynamic``: with the server's
+        version and level in its metadata), created, state, domain (when the engine has one),
+        cluster (a standalone server: its name as the leader), mirror / sources, ts. Create
+        answers without domain and cluster, update and the list without cluster, the list
+        without the dynamic metadata (jetstream_api.go); ``created``: see sourcing_json."""
+        out = {"config": self.cfg.to_json(dynamic), "created": rfc3339nano(self.created),
+               "state": self.state_json(details, subjects)}
+        if domain and self.engine.domain:
+            out["domain"] = self.engine.domain
+        if cluster:
+            out["cluster"] = {"leader": self.engine.server.server_name}
+        out.update(self.sourcing_json(created))
+        out["ts"] = rfc3339nano(clock.now_ns())
         return out

@@ -268,3 +268,9 @@ def is_empty_request(payload: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(value, dict) and not value
+
+
+def is_json_object_or_array(payload: bytes) -> bool:
+    """jetstream_api.go isJSONObjectOrArray (2.10+): the info, names and list requests read a
+    body only when it starts (after whitespace) with ``{`` or ``[``; anything else is none."""
+    return payload.lstrip(b" \t\r\n")[:1] in (b"{", b"[")

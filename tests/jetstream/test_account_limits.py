@@ -1,10 +1,10 @@
-"""An account's JetStream limits beyond sizes and counts, as nats-server 2.9.10 applies them
+"""An account's JetStream limits beyond sizes and counts, as nats-server 2.15.1 applies them
 (opts.go parseJetStreamForAccount, stream.go checkStreamCfg via maxBytesLimits, consumer.go
 setConsumerConfigDefaults and checkConsumerCfg): ``max_bytes_required`` (10113),
 ``mem_max_stream_bytes`` / ``disk_max_stream_bytes`` (10122) on create and update, and
 ``max_ack_pending`` (the default for acking consumers when lower than 1000; over it 10121);
 all of them reported in $JS.API.INFO's limits. One script of API requests must give the answers
-recorded from nats-server in data/account_limits_nats_server_2.9.10.json; a live nats-server,
+recorded from nats-server in data/account_limits_nats_server_2.15.1.json; a live nats-server,
 when installed, must still give the recording (``python -m tests.jetstream.test_account_limits``
 records it again)."""
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.jetstream.legacy_reference import needs_nats_server
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
+from tests.reference import needs_nats_server
 
-RECORDED = Path(__file__).with_name("data") / "account_limits_nats_server_2.9.10.json"
+RECORDED = Path(__file__).with_name("data") / "account_limits_nats_server_2.15.1.json"
 CONFIG = """
 jetstream { store_dir: "%s" }
 accounts {

@@ -31,7 +31,7 @@ from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig, check_stream_config
 from natserver.jetstream.util import get_header
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_consumer_rules import RawClient
 from tests.jetstream.test_external_sources import ACCOUNTS, EXT
@@ -486,7 +486,7 @@ async def test_a_multi_last_over_many_subjects_chooses_them_over_several_turns()
     in between), then the messages; too many matches end with 413 as soon as they are found."""
     engine = _FakeEngine()
     gets = DirectGets(engine)  # type: ignore[arg-type]
-    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=[">"]), {}))
+    store = MemoryStore(check_stream_config(StreamConfig(name="S", subjects=[">"], no_ack=True), {}))
     for i in range(40_000):
         store.store_msg(b"k.%d.v" % i, b"", b"%d" % i, 1_000_000_000 * (i + 1))
     stream = SimpleNamespace(name="S", store=store)

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import json
 import re
-import shutil
 import subprocess
 import time
 
@@ -23,10 +22,10 @@ import pytest
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from natserver.protocol.const import JS_API_LEVEL
-from tests.jetstream.legacy_reference import as_2_9_account_info
+from tests.jetstream.recording import claimed, go_json_error
+from tests.reference import NATS_SERVER
 
 TIMEOUT = 20  # hard limit for each test body (seconds)
-NATS_SERVER = shutil.which("nats-server")
 
 
 def run(coro) -> None:
@@ -401,11 +400,17 @@ def test_max_msg_size_and_max_age(target):
         await js.publish("age", b"old")
         await asyncio.sleep(0.3)
         await js.publish("age", b"newer")
-        await asyncio.sleep(0.35)
-        si = await jsm.stream_info("AGE")
+
+        async def expired(count: int):
+            # (nats-server 2.15.1 expires on a coarser timer than natserver: poll, within
+            # the test's hard timeout)
+            while (si := await jsm.stream_info("AGE")).state.messages > count:
+                await asyncio.sleep(0.05)
+            return si
+
+        si = await expired(1)
         assert (si.state.messages, si.state.first_seq) == (1, 2)
-        await asyncio.sleep(0.3)
-        si = await jsm.stream_info("AGE")
+        si = await expired(0)
         assert (si.state.messages, si.state.first_seq, si.state.last_seq) == (0, 3, 2)
         with pytest.raises(APIError) as exc:
             await jsm.add_stream(name="TOOYOUNG", subjects=["young"], max_age=0.05)
@@ -579,10 +584,11 @@ def test_raw_answers_match_nats_server(threaded_server, tmp_path):
         ref.stop()
     assert len(got) == len(expected)
     for (subject, ref_hdrs, ref_body), (_, our_hdrs, our_body) in zip(expected, got):
+        ref_body, our_body = claimed(go_json_error(ref_body)), claimed(our_body)
         if "account_info_response" in ref_body:
             # nats-server keeps counting a deleted file stream's bytes in "storage" (an
             # accounting leftover); everything else must match.
-            ref_doc, our_doc = json.loads(ref_body), as_2_9_account_info(json.loads(our_body))
+            ref_doc, our_doc = json.loads(ref_body), json.loads(our_body)
             ref_doc.pop("storage"), our_doc.pop("storage")
             assert our_doc == ref_doc, subject
             continue
@@ -602,7 +608,7 @@ def test_raw_answers_natserver_only(threaded_server, tmp_path):
                                    "description": "stream name already in use with a different configuration"}
     assert answers[7]["error"]["err_code"] == 10025
     assert answers[9]["error"]["description"] == 'subject "y.*" overlaps with "y.a"'
-    assert got[16][2] == '{"stream":"S1", "seq":2,"duplicate": true}'
+    assert got[16][2] == '{"stream":"S1","seq":2,"duplicate": true}'  # (2.15.1's bytes: its space too)
     assert got[19][2] == ('{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 2"},'
                           '"stream":"S1","seq":0}')
     assert answers[29]["error"]["err_code"] == 10025
@@ -892,4 +898,5 @@ def test_random_scripts_match_nats_server(threaded_server, tmp_path, storage, se
     ours = threaded_server(jetstream=True, store_dir=str(tmp_path / "ours"))
     got = asyncio.run(asyncio.wait_for(transcript(ours.url, script), TIMEOUT))
     for step, (a, b) in enumerate(zip(expected, got)):
-        assert b == a, (step, script[step])
+        a = (a[0], a[1], claimed(a[2]))
+        assert (b[0], b[1], claimed(b[2])) == a, (step, script[step])

@@ -12,7 +12,8 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 
-from tests.jetstream.legacy_reference import as_2_9_account_info
+from natserver.protocol.const import JS_API_LEVEL, SERVER_VERSION
+from tests.jetstream.recording import claimed, go_json_error
 from tests.jetstream.test_jetstream import NATS_SERVER, TIMEOUT, GoServer, connect, run, target  # noqa: F401 (fixture)
 
 S = {"stream_name": "S"}
@@ -73,7 +74,7 @@ SCRIPT = [
     ("$JS.API.CONSUMER.NAMES.NOPE", b""),
     ("$JS.API.CONSUMER.LIST.L", b""),
     ("$JS.API.CONSUMER.NAMES.L", {"offset": 5}),
-    ("$JS.API.CONSUMER.LIST.S", b"xx"),
+    ("$JS.API.CONSUMER.LIST.L", b"xx"),  # (2.10+: a body that is not JSON is no request)
     ("$JS.API.CONSUMER.DELETE.S.d", b""),
     ("$JS.API.CONSUMER.DELETE.S.d", b""),
     ("$JS.API.CONSUMER.DELETE.NOPE.d", b""),
@@ -91,7 +92,7 @@ async def transcript(url: str) -> list:
     for subject, body in SCRIPT:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         msg = await nc.request(subject, data, timeout=2)
-        out.append((subject, _TIME.sub("T", msg.data.decode())))
+        out.append((subject, claimed(go_json_error(_TIME.sub("T", msg.data.decode())))))
     names = await nc.request("$JS.API.CONSUMER.NAMES.S", b"", timeout=2)
     listed = await nc.request("$JS.API.CONSUMER.LIST.S", b"", timeout=2)
     await nc.close()
@@ -127,7 +128,7 @@ def test_consumer_api_matches_nats_server(threaded_server, tmp_path):
     assert not mismatches, "\n".join(f"{r}\n{o}\n" for r, o in mismatches)
     for ref_item, our_item in zip(expected, got):
         if "account_info_response" in str(ref_item[1]):
-            ref_doc, our_doc = json.loads(ref_item[1]), as_2_9_account_info(json.loads(our_item[1]))
+            ref_doc, our_doc = json.loads(ref_item[1]), json.loads(our_item[1])
             ref_doc.pop("storage"), our_doc.pop("storage")
             assert our_doc == ref_doc
             continue
@@ -143,7 +144,10 @@ def test_consumer_api_natserver_answers(threaded_server, tmp_path):
     assert ephemeral["name"] == "EPH"
     assert ephemeral["config"] == {"deliver_policy": "all", "ack_policy": "none", "max_deliver": -1,
                                    "replay_policy": "instant", "max_waiting": 512,
-                                   "inactive_threshold": 5000000000, "num_replicas": 0}
+                                   "inactive_threshold": 5000000000, "num_replicas": 0,
+                                   "metadata": {"_nats.level": str(JS_API_LEVEL), "_nats.req.level": "0",
+                                                "_nats.ver": SERVER_VERSION}}
+    assert ephemeral["ts"] == "T"  # (2.10+: when the info was gathered)
     assert ephemeral["num_pending"] == 3
     assert by_index[6]["error"]["err_code"] == 10020
     assert by_index[8]["num_pending"] == 2  # filter s.a
@@ -159,16 +163,17 @@ def test_consumer_api_natserver_answers(threaded_server, tmp_path):
     assert (explicit["ack_wait"], explicit["max_ack_pending"]) == (30_000_000_000, 1000)
     assert by_index[24]["error"]["description"] == "ack policy can not be updated"
     assert by_index[25]["error"]["description"] == "deliver policy can not be updated"
-    assert by_index[27]["error"]["description"] == "max waiting can not be updated"
+    assert by_index[27]["error"]["description"] == "can not update pull consumer to push based"  # (2.10+'s order)
     assert by_index[29]["error"]["err_code"] == 10089
     assert by_index[30]["error"]["err_code"] == 10088
-    assert by_index[32]["error"]["err_code"] == 10116  # backoff needs max_deliver > len(backoff)
+    # (2.10+: a backoff with max_deliver -1, unlimited, is taken; its first step is the ack wait)
+    assert (by_index[32]["config"]["backoff"], by_index[32]["config"]["ack_wait"]) == ([10**9, 2 * 10**9], 10**9)
     assert by_index[33]["num_pending"] == 2  # from sequence 2 on s.*
     assert by_index[35]["error"]["err_code"] == 10026
     info = next(d for s, d in zip(SCRIPT, by_index) if s[0] == "$JS.API.INFO")
-    assert info["consumers"] == 10
+    assert info["consumers"] == 11
     total, masked = got[-1][1], got[-1][2]
-    assert total == 9 and len(masked) == 9
+    assert total == 10 and len(masked) == 10
 
 
 def test_nats_py_consumer_management(target):  # noqa: F811 (the imported fixture)

@@ -83,14 +83,14 @@ def test_config_defaults_and_checks():
     assert cfg.to_json() == {
         "name": "S", "subjects": ["S"], "retention": "limits", "max_consumers": -1, "max_msgs": -1,
         "max_bytes": -1, "max_age": 0, "max_msgs_per_subject": -1, "max_msg_size": -1, "discard": "old",
-        "storage": "file", "num_replicas": 1, "duplicate_window": 120_000_000_000, "allow_direct": False,
-        "mirror_direct": False, "sealed": False, "deny_delete": False, "deny_purge": False,
-        "allow_rollup_hdrs": False,
+        "storage": "file", "num_replicas": 1, "duplicate_window": 120_000_000_000, "compression": "none",
+        "allow_direct": False, "mirror_direct": False, "sealed": False, "deny_delete": False, "deny_purge": False,
+        "allow_rollup_hdrs": False, "consumer_limits": {}, "allow_msg_ttl": False,
     }
     assert check_stream_config(StreamConfig(name="S", max_age=10**9), {}).duplicate_window == 10**9
     cases = [
         (dict(name="a.b"), "stream name is required and can not contain '.', '*', '>'"),
-        (dict(name="S", subjects=["$JS.API.FOO"]), "subjects overlap with jetstream api"),
+        (dict(name="S", subjects=["$JS.API.FOO"]), "subjects that overlap with jetstream api require no-ack to be true"),
         (dict(name="S", subjects=["a b"]), "invalid subject"),
         (dict(name="S", duplicate_window=5), "duplicates window needs to be >= 100ms"),
         (dict(name="S", max_age=10**9, duplicate_window=2 * 10**9), "duplicates window can not be larger then max age"),

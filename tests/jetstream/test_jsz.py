@@ -82,7 +82,7 @@ def _traffic(port: int) -> None:
 
 
 _MASKED_KEYS = {"server_id", "now", "created", "first_ts", "last_ts", "leader", "store_dir", "max_memory",
-                "max_storage", "last_active"}
+                "max_storage", "last_active", "ts"}
 
 
 def _mask(value):
@@ -95,10 +95,9 @@ def _mask(value):
     return value
 
 
-# Fields of JetStream 2.10 and 2.11 (issue #27 items 2-4, built by others): compared once
-# natserver reports them, left out of nats-server's documents until then.
-_PENDING_FIELDS = {"sync_interval", "strict", "limits", "compression", "consumer_limits", "allow_msg_ttl", "metadata",
-                   "ts"}
+# What 2.15.1's /jsz has and natserver's not: its "limits" (default_max_consumers, a limit
+# natserver does not have), left out of nats-server's documents.
+_PENDING_FIELDS = {"limits"}
 
 
 def _without_pending(theirs, ours):

@@ -1,7 +1,7 @@
 """JetStream account limits from account JWTs (operator mode, issue #13) and from
 ``accounts {}``: an account JWT whose limits have ``mem_storage`` or ``disk_storage`` (or a
 ``tiered_limits`` tier) has JetStream, with those limits (streams, consumer, max_bytes_required,
-disk/mem_max_stream_bytes, max_ack_pending) enforced with nats-server 2.9.10's errors; an
+disk/mem_max_stream_bytes, max_ack_pending) enforced with nats-server 2.15.1's errors; an
 account without them is told 10039. Each scenario runs against natserver and, when installed,
 nats-server with the same configuration; both must answer alike.
 """
@@ -17,7 +17,15 @@ import pytest
 
 from natserver.auth import nkeys as _nkeys
 from natserver.auth.jwt import OperatorTree, creds, jetstream_limits
-from tests.jetstream.legacy_reference import HAVE_NATS_SERVER, running
+from tests import reference
+from tests.auth import test_auth_helpers as helpers
+
+HAVE_NATS_SERVER = reference.HAVE_NATS_SERVER
+
+
+def running(kind: str, config: str, tmp_path):
+    """test_auth_helpers.running with the reference, nats-server 2.15.1, as "nats-server"."""
+    return helpers.running(kind, config, tmp_path, binary=reference.NATS_SERVER or "nats-server")
 
 TIMEOUT = 20  # seconds, for each scenario
 SERVERS = ["natserver", pytest.param("nats-server", marks=[
@@ -66,8 +74,9 @@ async def _request(nc, subject: str, body=None):
     return got
 
 
-def account_info(streams: int, consumers: int) -> dict:
-    return {"memory": 0, "storage": 0, "streams": streams, "consumers": consumers, "limits": {
+def account_info(streams: int, consumers: int, reserved_memory: int = 0, reserved_storage: int = 0) -> dict:
+    return {"memory": 0, "storage": 0, "reserved_memory": reserved_memory, "reserved_storage": reserved_storage,
+            "streams": streams, "consumers": consumers, "limits": {
         "max_memory": MB, "max_storage": 10 * MB, "max_streams": 4, "max_consumers": 1, "max_ack_pending": -1,
         "memory_max_stream_bytes": -1, "storage_max_stream_bytes": 5 * MB, "max_bytes_required": True}}
 
@@ -75,7 +84,7 @@ def account_info(streams: int, consumers: int) -> dict:
 NOT_ENABLED = {"code": 503, "err_code": 10039, "description": "JetStream not enabled for account"}
 BYTES_REQUIRED = {"code": 400, "err_code": 10113, "description": "account requires a stream config to have max bytes set"}
 STREAM_BYTES = {"code": 400, "err_code": 10122, "description": "stream max bytes exceeds account limit max stream bytes"}
-# (request, body, answer): nats-server 2.9.10's, recorded.
+# (request, body, answer): nats-server 2.15.1's, recorded.
 SCENARIO = [
     ("J", "$JS.API.INFO", None, account_info(0, 0)),
     ("N", "$JS.API.INFO", None, NOT_ENABLED),
@@ -100,7 +109,7 @@ SCENARIO = [
      {"code": 400, "err_code": 10026, "description": "maximum consumers limit reached"}),
     # The account's consumer limit is per stream.
     ("J", "$JS.API.CONSUMER.DURABLE.CREATE.B.d3", {"stream_name": "B", "config": {"durable_name": "d3"}}, "consumer d3"),
-    ("J", "$JS.API.INFO", None, account_info(4, 2)),
+    ("J", "$JS.API.INFO", None, account_info(4, 2, 1000000, 8001000)),  # (the max_bytes reserved)
 ]
 
 
@@ -125,10 +134,10 @@ def test_account_jwt_jetstream_limits_are_enforced(kind, tmp_path):
 
 
 MAX_ACK_PENDING = [
-    # With tiered limits only, the tier is chosen by the request's num_replicas, unset: "R0".
-    ("J", "$JS.API.STREAM.CREATE.S", {"name": "S"},
+    # With tiered limits only, the tier is chosen by num_replicas, unset counting as 1 (2.10+).
+    ("J", "$JS.API.STREAM.CREATE.S", {"name": "S"}, "stream S"),
+    ("J", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 3},
      {"code": 400, "err_code": 10120, "description": "no JetStream default or applicable tiered limit present"}),
-    ("J", "$JS.API.STREAM.CREATE.S", {"name": "S", "num_replicas": 1}, "stream S"),
     # Unset: the account's limit, when lower than the default 1000.
     ("J", "$JS.API.CONSUMER.DURABLE.CREATE.S.d1", {"stream_name": "S", "config": {"durable_name": "d1", "ack_policy": "explicit"}}, "consumer d1"),
     ("J", "$JS.API.CONSUMER.DURABLE.CREATE.S.d2",
@@ -160,7 +169,8 @@ def test_tiered_limits_and_max_ack_pending(kind, tmp_path):
     assert limits == {
         "limits": {"max_memory": 0, "max_storage": 0, "max_streams": 0, "max_consumers": 0, "max_ack_pending": 0,
                    "memory_max_stream_bytes": 0, "storage_max_stream_bytes": 0, "max_bytes_required": False},
-        "tiers": {"R1": {"memory": 0, "storage": 0, "streams": 1, "consumers": 1, "limits": {
+        "tiers": {"R1": {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0, "streams": 1,
+                         "consumers": 1, "limits": {
             "max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1, "max_ack_pending": 10,
             "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1, "max_bytes_required": False}}},
     }

@@ -36,7 +36,7 @@ from natserver.jetstream.stream import check_stream_config
 from natserver.jetstream.ttl import TTL_NEVER, InvalidTTL, marker_header, parse_ttl
 from natserver.testing import NatsServer
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_recorded
 
 RECORDED = Path(__file__).with_name("data") / "message_ttl_nats_server_2.15.1.json"

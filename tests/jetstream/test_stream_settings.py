@@ -24,7 +24,7 @@ from nats.js.api import ConsumerConfig
 
 from natserver.jetstream.sourcing import recover_source_positions
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_external_sources import ACCOUNTS, EXT, _messages, _request, _wait
 from tests.jetstream.test_filter_subjects import _Client
