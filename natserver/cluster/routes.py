@@ -647,6 +647,7 @@ class Cluster:
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
         self._dialing: set[str] = set()  # route URLs being dialled
+        self._dialing_accounts: set[tuple[str, bytes]] = set()  # (URL, pinned account) being dialled
         # account name -> {(subject, queue): local subscription count}
         self.local: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
@@ -784,7 +785,7 @@ class Cluster:
                 self.dial(url, configured=True)
             for account in self.acc_routes:
                 for url in self.configured:
-                    nursery.start_soon(self._dial_loop, url, True, account)
+                    self.dial_account(url, account, configured=True)
             for remote in options.leafnode_remotes:
                 nursery.start_soon(self._leaf_loop, remote)
             if options.leafnode_port:
@@ -828,6 +829,13 @@ class Cluster:
             return
         self._dialing.add(url)
         self._nursery.start_soon(self._dial_loop, url, configured)
+
+    def dial_account(self, url: str, account: bytes, configured: bool) -> None:
+        """Keep ``account``'s dedicated route to ``url``."""
+        if (url, account) in self._dialing_accounts or self._nursery is None:
+            return
+        self._dialing_accounts.add((url, account))
+        self._nursery.start_soon(self._dial_loop, url, configured, account)
 
     def dial_pool(self, route: Route) -> None:
         """The next connection of a peer's pool (route.go addRoute: after the first PONG)."""
@@ -880,7 +888,10 @@ class Cluster:
                 delay = ROUTE_CONNECT_DELAY
                 await trio.sleep(delay)
         finally:
-            self._dialing.discard(url)
+            if account is not None:
+                self._dialing_accounts.discard((url, account))
+            elif not extra:
+                self._dialing.discard(url)
 
     async def _leaf_loop(self, remote: dict) -> None:
         """Keep a leaf node connection to one of ``remote``'s hub URLs (leafnode.go
@@ -1331,6 +1342,10 @@ class Cluster:
                 route.send(b"PING\r\n")
         return True
 
+    def route_for(self, remote_id: str, account: bytes) -> Route | None:
+        """The connection to one peer that carries ``account``'s interest and messages."""
+        return next((conn for conn in self.connections_of(remote_id) if self.carries(conn, account)), None)
+
     def connections_of(self, remote_id: str) -> list[Route]:
         """Every registered route connection to one peer."""
         return [conn for conn in self.route_conns if conn.remote_id == remote_id]
@@ -1355,7 +1370,7 @@ class Cluster:
         pool_size = info.get("route_pool_size")
         if self._nursery is not None and isinstance(pool_size, int) and pool_size > 0:
             for account in self.acc_routes:
-                self._nursery.start_soon(self._dial_loop, url, False, account)
+                self.dial_account(url, account, configured=False)
 
     def route_closed(self, route: Route) -> None:
         """A route or leaf connection ended: forget it, and withdraw its interest from the
@@ -1380,6 +1395,11 @@ class Cluster:
                 else:
                     del self.routes[route.remote_id]
                     was_route = True
+                    if route.no_pool and route.solicited and route.url in self.configured:
+                        # route.go removeRoute: the peer had no pooling; it may have now (an
+                        # upgrade), so its pinned accounts' routes are dialled again.
+                        for account in self.acc_routes:
+                            self.dial_account(route.url, account, configured=True)
         if self.leafs.get(route.rid) is route:
             del self.leafs[route.rid]
         gone = list(route.entries)
