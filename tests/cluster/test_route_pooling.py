@@ -183,6 +183,8 @@ async def test_pools_with_2151(nursery, tmp_path, peers, dialer, ours_size, peer
     assert sorted(r.get("account", "") for r in ours_z["routes"]) == [""] * (count - 1) + ["$SYS"]
     assert {r["remote_id"] for r in ours_z["routes"]} == {routez["server_id"]}
     await both_ways(ours.port, peer.port)
+    errors = [line for line in peer.log.read_text().splitlines() if "[ERR]" in line]
+    assert not errors, errors
     assert ours.cluster.varz()["pool_size"] == (await peer.get("/varz"))["cluster"]["pool_size"] + (
         (ours_size or 3) - (peer_size or 3))
 
@@ -343,3 +345,18 @@ async def test_a_reload_changing_the_pool_is_refused(tmp_path):
                 signals.reload(server)
             assert server.cluster.pool_size == 2
             nursery.cancel_scope.cancel()
+
+
+@needs_reference
+async def test_an_account_pinned_on_one_side_only_is_refused_as_2151_does(nursery, tmp_path, peers):
+    """The peer pins A, natserver does not: its dedicated route for A gets nats-server's
+    -ERR 'No route for account "A"' (2.15.1 pairs do the same, and the peer keeps trying);
+    the pool and the other accounts work."""
+    ours, peer = await start_pair(nursery, tmp_path, peers, "nats-server", "", "accounts: [A]")
+    await wait_counts(ours, peer, 4)
+
+    async def refused() -> bool:
+        return "Route Error 'No route for account \"A\"'" in peer.log.read_text()
+    await until(refused, "the peer told")
+    assert not [r for r in ours.cluster.route_conns if r.route_account == b"A"]
+    await both_ways(ours.port, peer.port, users=(b"b",))
