@@ -65,6 +65,8 @@ ROUTE_CONNECT_DELAY = 1.0
 ROUTE_CONNECT_MAX_DELAY = 30.0
 # How long a dialled peer has to send its INFO (nats-server: the auth timeout, 2 s; doubled).
 ROUTE_HANDSHAKE_TIMEOUT = 4.0
+# route.go reConnectToRoute: up to 100 ms of random delay before a route is dialled again.
+ROUTE_RETRY_JITTER = 0.1
 # Bytes a route may have queued before it is cut off as a slow consumer (nats-server gives
 # routes a larger max_pending than clients: 2x MAX_PENDING_SIZE is our bound).
 ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
@@ -208,6 +210,9 @@ class Route:
         self.route_account: bytes | None = None
         self.start_next_on_pong = False
         self.no_redial = False
+        # Dial this URL again when the connection drops and the peer has no other (set when a
+        # duplicate was closed in its favour: route.go's retry).
+        self.retry_url = ""
         self.remote_name = ""
         self.remote_info: dict = {}
         self.lame_duck = False  # the peer said it is in lame duck mode (route INFO "ldm")
@@ -882,6 +887,9 @@ class Cluster:
                         while route.peer_id in self.routes and not self.server.shutting_down:
                             await trio.sleep(ROUTE_CONNECT_DELAY)
                     continue
+                if route.retry_url and route.peer_id not in self.routes and not self.server.shutting_down:
+                    await trio.sleep(random.uniform(0, ROUTE_RETRY_JITTER))  # (client.go reconnect)
+                    continue
                 if not configured or self.server.shutting_down:
                     return
                 attempts = 0
@@ -1300,17 +1308,13 @@ class Cluster:
             if conns is None:
                 return self._refuse_route(route, f"No route for account {_go_quote(account)}")
             if remote_id in conns:
-                log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
-                route.close("Duplicate Route")
-                return False
+                return self._duplicate(route, conns[remote_id])
             conns[remote_id] = route
             return True
         pool = self.pools.get(remote_id)
         if pool_size <= 0 or not self.pooling:
             if pool is not None:
-                log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
-                route.close("Duplicate Route")
-                return False
+                return self._duplicate(route, next((conn for conn in pool if conn is not None), None))
             route.pool_idx, route.no_pool = 0, True
             self.pools[remote_id] = [route]
             if self.delays_info(route):
@@ -1322,9 +1326,7 @@ class Cluster:
             pool.extend([None] * (effective - len(pool)))
         if not route.solicited:
             if pool[index] is not None:
-                log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
-                route.close("Duplicate Route")
-                return False
+                return self._duplicate(route, pool[index])
         else:
             index = next((i for i, conn in enumerate(pool) if conn is None), -1)
             if index < 0:
@@ -1345,6 +1347,16 @@ class Cluster:
     def route_for(self, remote_id: str, account: bytes) -> Route | None:
         """The connection to one peer that carries ``account``'s interest and messages."""
         return next((conn for conn in self.connections_of(remote_id) if self.carries(conn, account)), None)
+
+    @staticmethod
+    def _duplicate(route: Route, kept: Route | None) -> bool:
+        """route.go handleDuplicateRoute: close ``route``; the connection kept in its place
+        is redialled if it drops (both sides may each keep the connection the other closes)."""
+        log.debug("%s - Detected duplicate remote route %s", route.label, route.peer_id)
+        if kept is not None:
+            kept.retry_url = kept.url if kept.solicited else route.url
+        route.close("Duplicate Route")
+        return False
 
     def connections_of(self, remote_id: str) -> list[Route]:
         """Every registered route connection to one peer."""
@@ -1395,6 +1407,8 @@ class Cluster:
                 else:
                     del self.routes[route.remote_id]
                     was_route = True
+                    if route.retry_url and not route.solicited and not self.server.shutting_down:
+                        self.dial(route.retry_url, configured=route.retry_url in self.configured)
                     if route.no_pool and route.solicited and route.url in self.configured:
                         # route.go removeRoute: the peer had no pooling; it may have now (an
                         # upgrade), so its pinned accounts' routes are dialled again.

@@ -360,3 +360,43 @@ async def test_an_account_pinned_on_one_side_only_is_refused_as_2151_does(nurser
     await until(refused, "the peer told")
     assert not [r for r in ours.cluster.route_conns if r.route_account == b"A"]
     await both_ways(ours.port, peer.port, users=(b"b",))
+
+
+@needs_reference
+async def test_gossip_through_2151_forms_pools_between_natservers(nursery, tmp_path, peers):
+    """Two natservers that know only a 2.15.1 seed learn of each other from its INFO gossip
+    and form a pool and a $SYS route between themselves too: a full mesh of 4 connections per
+    pair; account A crosses between the natservers directly."""
+    peer = peers("")
+    await until(lambda: _listening(peer.cluster_port), "the peer")
+    seed = f'routes: ["nats://127.0.0.1:{peer.cluster_port}"]'
+    first = await start_ours(nursery, tmp_path, seed)
+    second = await start_ours(nursery, tmp_path, seed)
+
+    async def meshed() -> bool:
+        return (all(len(s.cluster.routes) == 2 and len(s.cluster.route_conns) == 8 for s in (first, second))
+                and (await peer.get("/routez"))["num_routes"] == 8)
+    await until(meshed, "a full mesh of pools")
+    assert first.cluster.route_for(second.server_id, b"$SYS").route_account == b"$SYS"
+    await both_ways(first.port, second.port, users=(b"a",))
+    errors = [line for line in peer.log.read_text().splitlines() if "[ERR]" in line]
+    assert not errors, errors
+
+
+async def test_natservers_dialling_each_other_keep_one_pool(nursery, tmp_path):
+    """Both sides configured with a route to the other: the connections each dials and the
+    ones it accepts settle into one pool and one $SYS route (duplicates closed, the kept
+    connection redialled if the other side closed it), and messages cross once."""
+    ports = [free_port(), free_port()]
+    servers = []
+    for mine, other in ((ports[0], ports[1]), (ports[1], ports[0])):
+        path = tmp_path / f"both-{mine}.conf"
+        path.write_text(f"listen: 127.0.0.1:{free_port()}\n"
+                        f'cluster {{ name: c1, listen: 127.0.0.1:{mine}, routes: ["nats://127.0.0.1:{other}"] }}\n'
+                        + ACCOUNTS)
+        servers.append(await nursery.start(natserver.serve, dataclasses.replace(options_from_file(str(path)),
+                                                                                quiet=True)))
+    first, second = servers
+    await wait_counts(first, second, 4)
+    await both_ways(first.port, second.port)
+    assert len(first.cluster.route_conns) == len(second.cluster.route_conns) == 4
