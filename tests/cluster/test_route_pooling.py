@@ -18,7 +18,6 @@ from natserver.cluster.routes import route_pool_index
 from natserver.config.mapping import options_from_file, unsupported_warnings
 from tests import reference
 from tests.cluster.helpers import (
-    NATS_SERVER,
     STEP_TIMEOUT,
     NatsServerProcess,
     connect,
@@ -304,7 +303,6 @@ async def test_one_route_with_2910(nursery):
         assert len(ours.cluster.route_conns) == 1
     finally:
         peer.stop()
-    assert NATS_SERVER
 
 
 async def _count_is(ours: natserver.Server, count: int) -> bool:
