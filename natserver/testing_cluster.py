@@ -225,9 +225,7 @@ class NatsCluster:
             cluster.refused_peers.discard(peer_id)
             return
         cluster.refused_peers.add(peer_id)
-        route = cluster.routes.get(peer_id)
-        if route is not None:
-            route.close("Partitioned")
+        cluster.close_peer(peer_id, "Partitioned")
 
     # -- lame duck, leaf nodes, the clock -----------------------------------------------------
 

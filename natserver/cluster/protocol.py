@@ -10,6 +10,9 @@ What a route peer sends (client.go processRoutedMsgArgs / processRemoteSub, pars
     RMSG <account> <subject> | <queue>... <size>              ... without a reply
     HMSG (the same forms with <header size> before <size>)
 
+On a route dedicated to one account (nats-server 2.10+ ``cluster { accounts [...] }``) the
+RS+, RS- and RMSG lines name no account (route.go's c.route.accName): ``route_account``.
+
 The parser never does I/O; a malformed line raises RouteProtocolError (the caller closes the
 route alone with nats-server's error).
 """
@@ -114,6 +117,8 @@ class RouteParser:
         # A leaf node connection is bound to one account: its LS+/LS-/LMSG lines name none
         # (leafnode.go), so they are parsed as the route forms of this account.
         self.leaf_account = leaf_account
+        # A route dedicated to one account: its RS+/RS-/RMSG/HMSG lines name none.
+        self.route_account: bytes | None = None
         self.max_control_line = max_control_line
         self._buffer = bytearray()
         self._pending: tuple | None = None  # a parsed RMSG/HMSG line waiting for its payload
@@ -152,6 +157,8 @@ class RouteParser:
                 verb = leaf_verb
             if verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
                 rest = self.leaf_account + b" " + rest
+        elif self.route_account is not None and verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
+            rest = self.route_account + b" " + rest
         if verb == b"RMSG" or verb == b"HMSG":
             self._pending = self._msg_args(rest.split(), verb == b"HMSG")
             return self.next_op()
@@ -214,12 +221,17 @@ class RouteParser:
 # -- what we send ----------------------------------------------------------------------------
 
 def rs_plus(account: bytes, subject: bytes, queue: bytes | None, weight: int) -> bytes:
+    """RS+ (``account`` empty: on a route dedicated to the account, which names none)."""
+    if not account:
+        return b"RS+ %s\r\n" % subject if queue is None else b"RS+ %s %s %d\r\n" % (subject, queue, weight)
     if queue is None:
         return b"RS+ %s %s\r\n" % (account, subject)
     return b"RS+ %s %s %s %d\r\n" % (account, subject, queue, weight)
 
 
 def rs_minus(account: bytes, subject: bytes, queue: bytes | None) -> bytes:
+    if not account:
+        return b"RS- %s\r\n" % subject if queue is None else b"RS- %s %s\r\n" % (subject, queue)
     if queue is None:
         return b"RS- %s %s\r\n" % (account, subject)
     return b"RS- %s %s %s\r\n" % (account, subject, queue)
@@ -236,9 +248,12 @@ def ls_minus(subject: bytes, queue: bytes | None) -> bytes:
 def rmsg_head(account: bytes | None, subject: bytes, reply: bytes | None, queues: list, header_size: int,
               size: int) -> bytes:
     """The RMSG (or route HMSG) line for one message, CRLF included; with ``account`` None,
-    the leaf node form (LMSG, or HMSG without an account)."""
+    the leaf node form (LMSG, or HMSG without an account); empty, a dedicated route's (RMSG or
+    HMSG without an account)."""
     if account is None:
         parts = [b"HMSG" if header_size > 0 else b"LMSG", subject]
+    elif not account:
+        parts = [b"HMSG" if header_size > 0 else b"RMSG", subject]
     else:
         parts = [b"HMSG" if header_size > 0 else b"RMSG", account, subject]
     if queues:

@@ -1,4 +1,4 @@
-"""Routes: natserver as a member of a nats-server 2.9 cluster (a full mesh of routes).
+"""Routes: natserver as a member of a nats-server cluster (a full mesh of routes).
 
 The cluster sits on the core through three hooks (see natserver.server.server.Server):
 each account's ``Sublist.watcher`` tells it when local interest changes (it sends RS+/RS- with
@@ -6,6 +6,12 @@ queue weights); ``Server.set_forwarder`` hands it every locally published messag
 RMSG to each route whose interest matches, choosing one server for each queue group, a local
 member first); and ``Client.deliver_routed`` delivers what a route brings to local subscribers
 only, so a message crosses at most one route.
+
+Route pooling (nats-server 2.10+, route.go): between two servers that both pool there are
+max(pool sizes) connections, each carrying the interest and messages of the accounts whose
+computeRoutePoolIdx is its index, and one dedicated connection per pinned account
+(``cluster { accounts }``, the system account included) whose lines name no account. A peer
+without pooling (nats-server 2.9, or ``pool_size: -1``) gets one route carrying everything.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ ROUTE_CONNECT_DELAY = 1.0
 ROUTE_CONNECT_MAX_DELAY = 30.0
 # How long a dialled peer has to send its INFO (nats-server: the auth timeout, 2 s; doubled).
 ROUTE_HANDSHAKE_TIMEOUT = 4.0
+# route.go reConnectToRoute: up to 100 ms of random delay before a route is dialled again.
+ROUTE_RETRY_JITTER = 0.1
 # Bytes a route may have queued before it is cut off as a slow consumer (nats-server gives
 # routes a larger max_pending than clients: 2x MAX_PENDING_SIZE is our bound).
 ROUTE_MAX_PENDING = 2 * const.MAX_PENDING_SIZE
@@ -81,6 +89,19 @@ LOOP_DETECTION_PREFIX = b"$LDS."
 # that closed for a loop, or for having the hub's cluster name, waits this long to redial.
 LEAF_LOOP_RECONNECT_DELAY = 30.0
 LOOP_DETECTED = "Loop detected"
+# FNV-1a 32 (Go's hash/fnv New32a), which route.go computeRoutePoolIdx hashes account names with.
+FNV32_OFFSET = 0x811C9DC5
+FNV32_PRIME = 0x01000193
+
+
+def route_pool_index(pool_size: int, account: bytes) -> int:
+    """route.go computeRoutePoolIdx: the pool connection an account's traffic goes over."""
+    if pool_size <= 1:
+        return 0
+    h = FNV32_OFFSET
+    for byte in account:
+        h = ((h ^ byte) * FNV32_PRIME) & 0xFFFFFFFF
+    return h % pool_size
 SAME_CLUSTER_NAME = "remote leafnode has same cluster name"
 
 
@@ -180,6 +201,18 @@ class Route:
             self.ip, self.port = "", 0
         self.remote_id = ""
         self.peer_id = ""  # the id the peer's INFO gave, even when not registered
+        # Pooling: the connection's index in the peer's pool (-1: not placed), whether the peer
+        # has no pooling (this one route carries every account), the account a dedicated route
+        # is for, whether its first PONG is to start the next pool connection, and whether it
+        # must not be redialled (a dedicated route the peer cannot have).
+        self.pool_idx = -1
+        self.no_pool = False
+        self.route_account: bytes | None = None
+        self.start_next_on_pong = False
+        self.no_redial = False
+        # Dial this URL again when the connection drops and the peer has no other (set when a
+        # duplicate was closed in its favour: route.go's retry).
+        self.retry_url = ""
         self.remote_name = ""
         self.proto = 0  # the server-to-server protocol level the peer announced (INFO or CONNECT "proto")
         self.remote_info: dict = {}
@@ -254,7 +287,8 @@ class Route:
                         if self.leaf_account is None:  # a leaf waits for the hub's INFO
                             if self.solicited:
                                 self.send(cluster.connect_proto(self.url))
-                            self.send(cluster.route_info())
+                            if not cluster.delays_info(self):
+                                self.send(cluster.route_info(cluster.account_info(self)))
                         await self._read_loop()
                         if not self._flush_then_close:
                             nursery.cancel_scope.cancel()
@@ -403,6 +437,9 @@ class Route:
         elif op.__class__ is Pong:
             self.pings_out = 0
             self._ponged = True
+            if self.start_next_on_pong:  # route.go: the next pool connection after the first PONG
+                self.start_next_on_pong = False
+                cluster.dial_pool(self)
         elif op.__class__ is Ok:
             pass
         elif op.__class__ is Err:
@@ -511,6 +548,8 @@ class Route:
                 subject.decode(errors="replace") + ("" if queue is None else " " + queue.decode(errors="replace"))
                 for _, subject, queue in self.entries
             )
+        if self.route_account is not None:
+            record["account"] = self.route_account.decode(errors="replace")
         return record
 
     def statsz(self) -> dict:
@@ -521,6 +560,11 @@ class Route:
         stat.update({"sent": {"msgs": self.out_msgs, "bytes": self.out_bytes},
                      "received": {"msgs": self.in_msgs, "bytes": self.in_bytes}, "pending": self.pending})
         return stat
+
+
+def _go_quote(name: bytes) -> str:
+    """Go's %q of an account name."""
+    return orjson.dumps(name.decode(errors="replace")).decode()
 
 
 def _go_seconds(seconds: float):
@@ -565,7 +609,28 @@ class Cluster:
         self.server = server
         self.name = options.cluster_name or server.server_id[:22]
         self.dynamic_name = not options.cluster_name
-        self.routes: dict[str, Route] = {}  # remote server id -> registered route
+        self.routes: dict[str, Route] = {}  # remote server id -> its first registered route
+        # Every registered route connection (pools and dedicated routes; what messages go to),
+        # the pool of each peer (remote id -> a slot per index; one slot for a peer without
+        # pooling) and the dedicated routes (pinned account -> remote id -> route).
+        self.route_conns: list[Route] = []
+        self.pools: dict[str, list[Route | None]] = {}
+        # cluster { pool_size } (opts.go: 0 is the default; negative: no pooling) and the
+        # accounts pinned to dedicated routes (with pooling on, the system account among them).
+        pool_size = options.cluster_pool_size or const.DEFAULT_ROUTE_POOL_SIZE
+        self.pool_size = pool_size
+        self.pooling = pool_size > 0
+        self.local_pool_size = pool_size if pool_size > 0 else 1  # server.go routesPoolSize
+        pinned: list[str] = []
+        if self.pooling:
+            from ..system import system_account_name  # (natserver.system imports the server)
+            pinned = list(dict.fromkeys(options.cluster_accounts))
+            if not options.no_system_account:
+                name = system_account_name(options, server)
+                if name not in pinned:
+                    pinned.append(name)
+        self.acc_routes: dict[bytes, dict[str, Route]] = {name.encode(): {} for name in pinned}
+        self._pool_indexes: dict[bytes, int] = {}
         # Server ids whose routes are closed at their INFO: a network partition made by a test
         # (natserver.testing_cluster); nats-server has no such thing.
         self.refused_peers: set[str] = set()
@@ -588,6 +653,7 @@ class Cluster:
         self._next_rid = 0
         self._nursery: trio.Nursery | None = None
         self._dialing: set[str] = set()  # route URLs being dialled
+        self._dialing_accounts: set[tuple[str, bytes]] = set()  # (URL, pinned account) being dialled
         # account name -> {(subject, queue): local subscription count}
         self.local: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
@@ -620,6 +686,33 @@ class Cluster:
                 counts[key] = counts.get(key, 0) + 1
             sublist.watcher = (lambda sub, added, _name=name: self.interest_changed(_name, sub, added))
 
+    def delays_info(self, route: Route) -> bool:
+        """route.go routeShouldDelayInfo: a dialled pool connection sends its INFO once the
+        peer's came (it then knows its index in the pool)."""
+        return route.solicited and self.pooling and route.route_account is None
+
+    @staticmethod
+    def account_info(route: Route) -> dict | None:
+        """A dedicated route's INFO names its account."""
+        if route.route_account is None:
+            return None
+        return {"route_account": route.route_account.decode(errors="replace")}
+
+    def pool_index(self, account: bytes) -> int:
+        """The pool connection ``account`` goes over (-1: its dedicated route)."""
+        index = self._pool_indexes.get(account)
+        if index is None:
+            index = -1 if account in self.acc_routes else route_pool_index(self.local_pool_size, account)
+            self._pool_indexes[account] = index
+        return index
+
+    def carries(self, route: Route, account: bytes) -> bool:
+        """Whether ``account``'s interest goes over this route connection (route.go
+        updateRouteSubscriptionMap, sendSubsToRoute)."""
+        if route.route_account is not None:
+            return route.route_account == account
+        return route.no_pool or self.pool_index(account) == route.pool_idx
+
     def route_info(self, extra: dict | None = None) -> bytes:
         """The INFO a route peer gets (route.go routeInfo)."""
         server = self.server
@@ -643,6 +736,8 @@ class Cluster:
             info["auth_required"] = True
         if self.dynamic_name:
             info["cluster_dynamic"] = True
+        if self.pooling:
+            info["route_pool_size"] = self.pool_size
         if extra:
             info.update(extra)
         return b"INFO " + orjson.dumps(info) + b"\r\n"
@@ -694,6 +789,9 @@ class Cluster:
             self.server.set_forwarder(self)
             for url in self.configured:
                 self.dial(url, configured=True)
+            for account in self.acc_routes:
+                for url in self.configured:
+                    self.dial_account(url, account, configured=True)
             for remote in options.leafnode_remotes:
                 nursery.start_soon(self._leaf_loop, remote)
             if options.leafnode_port:
@@ -721,9 +819,11 @@ class Cluster:
                     return
                 self._start_route(stream, solicited=False)
 
-    def _start_route(self, stream, solicited: bool, url: str = "") -> Route:
+    def _start_route(self, stream, solicited: bool, url: str = "", account: bytes | None = None) -> Route:
         self._next_rid += 1
         route = Route(self, stream, self._next_rid, solicited, url)
+        if account is not None:
+            route.route_account = route.parser.route_account = account
         self.all_routes.add(route)
         log.info("%s - Route connection created", route.label)
         assert self._nursery is not None  # routes start while run() runs
@@ -736,9 +836,23 @@ class Cluster:
         self._dialing.add(url)
         self._nursery.start_soon(self._dial_loop, url, configured)
 
-    async def _dial_loop(self, url: str, configured: bool) -> None:
+    def dial_account(self, url: str, account: bytes, configured: bool) -> None:
+        """Keep ``account``'s dedicated route to ``url``."""
+        if (url, account) in self._dialing_accounts or self._nursery is None:
+            return
+        self._dialing_accounts.add((url, account))
+        self._nursery.start_soon(self._dial_loop, url, configured, account)
+
+    def dial_pool(self, route: Route) -> None:
+        """The next connection of a peer's pool (route.go addRoute: after the first PONG)."""
+        if self._nursery is not None and not route.closed and not self.server.shutting_down:
+            self._nursery.start_soon(self._dial_loop, route.url, route.url in self.configured, None, True)
+
+    async def _dial_loop(self, url: str, configured: bool, account: bytes | None = None,
+                         extra: bool = False) -> None:
         """Keep a route to ``url`` (back-off between attempts); an implicit (gossiped) route is
-        not redialled once it dropped, as nats-server does."""
+        not redialled once it dropped, as nats-server does. ``account``: the dedicated route
+        of a pinned account; ``extra``: a pool connection after the first."""
         host, port, _, _ = _parse_route_url(url)
         delay = ROUTE_CONNECT_DELAY
         attempts = 0
@@ -755,15 +869,27 @@ class Cluster:
                     await trio.sleep(delay)
                     delay = min(delay * 2, ROUTE_CONNECT_MAX_DELAY)
                     continue
-                route = self._start_route(stream, solicited=True, url=url)
+                route = self._start_route(stream, solicited=True, url=url, account=account)
                 route.done = trio.Event()
                 await route.done.wait()
+                if route.no_redial:
+                    return
                 if route.close_reason == "Duplicate Route":
-                    # Both sides dialled at once and each kept another connection: check
-                    # after a random pause that one route survived, else dial again.
+                    # Both sides dialled at once and each kept another connection (or the pool
+                    # is full): check after a random pause that one route survived, else dial
+                    # again.
                     await trio.sleep(random.uniform(0.05, 0.3))
-                    if route.peer_id in self.routes or route.peer_id == self.server.server_id:
+                    if route.peer_id == self.server.server_id:
                         return
+                    if route.peer_id in self.routes:
+                        if extra or account is not None or not configured:
+                            return
+                        # A configured route: dial again once the peer's routes are all gone.
+                        while route.peer_id in self.routes and not self.server.shutting_down:
+                            await trio.sleep(ROUTE_CONNECT_DELAY)
+                    continue
+                if route.retry_url and route.peer_id not in self.routes and not self.server.shutting_down:
+                    await trio.sleep(random.uniform(0, ROUTE_RETRY_JITTER))  # (client.go reconnect)
                     continue
                 if not configured or self.server.shutting_down:
                     return
@@ -771,7 +897,10 @@ class Cluster:
                 delay = ROUTE_CONNECT_DELAY
                 await trio.sleep(delay)
         finally:
-            self._dialing.discard(url)
+            if account is not None:
+                self._dialing_accounts.discard((url, account))
+            elif not extra:
+                self._dialing.discard(url)
 
     async def _leaf_loop(self, remote: dict) -> None:
         """Keep a leaf node connection to one of ``remote``'s hub URLs (leafnode.go
@@ -1094,10 +1223,11 @@ class Cluster:
             if remote_id != route.remote_id:
                 self.implicit(info)
             else:
-                route.remote_info = info
                 # route.go processRouteInfo: a peer entering lame duck mode ("ldm") takes its
                 # client URLs out of our clients' INFO for good.
-                route.lame_duck = route.lame_duck or bool(info.get("ldm"))
+                for conn in self.connections_of(remote_id):
+                    conn.remote_info = info
+                    conn.lame_duck = conn.lame_duck or bool(info.get("ldm"))
                 self.update_client_urls()
             return
         if remote_id == self.server.server_id:
@@ -1118,9 +1248,7 @@ class Cluster:
             route.close("Partitioned")
             return
         route.peer_id = remote_id
-        if remote_id in self.routes:
-            log.debug("%s - Detected duplicate remote route %s", route.label, remote_id)
-            route.close("Duplicate Route")
+        if not self._place(route, remote_id, info):
             return
         route.remote_id = remote_id
         route.remote_name = str(info.get("server_name", ""))
@@ -1128,9 +1256,18 @@ class Cluster:
         route.remote_info = info
         route.headers = bool(info.get("headers"))
         route.registered = True
-        self.routes[remote_id] = route
-        log.info("%s - Route connection registered with %s", route.label, remote_id)
+        self.route_conns.append(route)
+        first = remote_id not in self.routes
+        if first:
+            self.routes[remote_id] = route
+        if route.route_account is not None:
+            log.info("%s - Route connection registered with %s for account %s", route.label, remote_id,
+                     route.route_account.decode(errors="replace"))
+        else:
+            log.info("%s - Route connection registered with %s", route.label, remote_id)
         self.send_interest(route)
+        if not first:
+            return
         # Gossip (route.go forwardNewRouteInfoToKnownServers): the peers we have learn about
         # the new one and dial it; the new one is not told about them, so no pair dials both
         # ways at once.
@@ -1139,8 +1276,103 @@ class Cluster:
                 other.send(self.gossip_info(route))
         self.update_client_urls()
 
+    def _refuse_route(self, route: Route, text: str) -> bool:
+        """client.go sendErrAndErr, then close (a protocol violation): False."""
+        log.error("%s - %s", route.label, text)
+        route.send(errors.ServerError(text, True).wire)
+        route.close("Protocol Violation", flush=True)
+        return False
+
+    def _place(self, route: Route, remote_id: str, info: dict) -> bool:
+        """route.go addRoute: the connection's place, in the peer's pool (at the index the
+        dialling side chose), as its one route (a peer without pooling) or as an account's
+        dedicated route; False when it has none (a duplicate, a full pool, an error)."""
+        pool_size = info.get("route_pool_size")
+        pool_size = pool_size if isinstance(pool_size, int) and not isinstance(pool_size, bool) else 0
+        index = info.get("route_pool_idx")
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        if not route.solicited:
+            named = info.get("route_account")
+            if isinstance(named, str) and named:
+                route.route_account = route.parser.route_account = named.encode()
+        account = route.route_account
+        effective = max(self.local_pool_size, pool_size)
+        if pool_size <= 0 or not self.pooling:
+            if account is not None:
+                route.no_redial = True
+                return self._refuse_route(route, f"Not possible to have a dedicated route for account "
+                                                 f"{_go_quote(account)} between those servers")
+        elif route.solicited:
+            if index != 0:
+                return self._refuse_route(route, f"Route pool index should not be set but is set to {index}")
+        elif index < 0 or index >= effective:
+            return self._refuse_route(route, f"Invalid route pool index: {index} - pool size is {pool_size}")
+        if account is not None:
+            conns = self.acc_routes.get(account)
+            if conns is None:
+                return self._refuse_route(route, f"No route for account {_go_quote(account)}")
+            if remote_id in conns:
+                return self._duplicate(route, conns[remote_id])
+            conns[remote_id] = route
+            return True
+        pool = self.pools.get(remote_id)
+        if pool_size <= 0 or not self.pooling:
+            if pool is not None:
+                return self._duplicate(route, next((conn for conn in pool if conn is not None), None))
+            route.pool_idx, route.no_pool = 0, True
+            self.pools[remote_id] = [route]
+            if self.delays_info(route):
+                route.send(self.route_info())
+            return True
+        if pool is None:
+            pool = self.pools[remote_id] = [None] * effective
+        elif len(pool) < effective:
+            pool.extend([None] * (effective - len(pool)))
+        if not route.solicited:
+            if pool[index] is not None:
+                return self._duplicate(route, pool[index])
+        else:
+            index = next((i for i, conn in enumerate(pool) if conn is None), -1)
+            if index < 0:
+                log.debug("%s - Route pool size reached, closing extra connection to %s", route.label, remote_id)
+                route.close("Duplicate Route")
+                return False
+        route.pool_idx = index
+        pool[index] = route
+        if route.solicited:
+            # The delayed INFO (route.go addRoute sendDelayedInfo), with our index, and the
+            # next pool connection once a PING is answered, until the pool is full.
+            route.send(self.route_info({"route_pool_idx": index} if index else None))
+            if any(conn is None for conn in pool):
+                route.start_next_on_pong = True
+                route.send(b"PING\r\n")
+        return True
+
+    def route_for(self, remote_id: str, account: bytes) -> Route | None:
+        """The connection to one peer that carries ``account``'s interest and messages."""
+        return next((conn for conn in self.connections_of(remote_id) if self.carries(conn, account)), None)
+
+    @staticmethod
+    def _duplicate(route: Route, kept: Route | None) -> bool:
+        """route.go handleDuplicateRoute: close ``route``; the connection kept in its place
+        is redialled if it drops (both sides may each keep the connection the other closes)."""
+        log.debug("%s - Detected duplicate remote route %s", route.label, route.peer_id)
+        if kept is not None:
+            kept.retry_url = kept.url if kept.solicited else route.url
+        route.close("Duplicate Route")
+        return False
+
+    def connections_of(self, remote_id: str) -> list[Route]:
+        """Every registered route connection to one peer."""
+        return [conn for conn in self.route_conns if conn.remote_id == remote_id]
+
+    def close_peer(self, remote_id: str, reason: str) -> None:
+        """Close every route connection to one peer."""
+        for conn in self.connections_of(remote_id):
+            conn.close(reason)
+
     def gossip_info(self, about: Route) -> bytes:
-        info = dict(about.remote_info)
+        info = {k: v for k, v in about.remote_info.items() if k not in ("route_pool_idx", "route_account")}
         return b"INFO " + orjson.dumps(info) + b"\r\n"
 
     def implicit(self, info: dict) -> None:
@@ -1148,15 +1380,44 @@ class Cluster:
         url = info.get("ip")
         if remote_id in self.routes or remote_id == self.server.server_id or not isinstance(url, str) or not url:
             return
+        if url in self._dialing:
+            return
         self.dial(url, configured=False)
+        pool_size = info.get("route_pool_size")
+        if self._nursery is not None and isinstance(pool_size, int) and pool_size > 0:
+            for account in self.acc_routes:
+                self.dial_account(url, account, configured=False)
 
     def route_closed(self, route: Route) -> None:
         """A route or leaf connection ended: forget it, and withdraw its interest from the
         peers it had been relayed to."""
         self.all_routes.discard(route)
-        was_route = self.routes.get(route.remote_id) is route
-        if was_route:
-            del self.routes[route.remote_id]
+        was_route = False
+        if route.registered and route.leaf_account is None and route in self.route_conns:
+            self.route_conns.remove(route)
+            pool = self.pools.get(route.remote_id)
+            if pool is not None and 0 <= route.pool_idx < len(pool) and pool[route.pool_idx] is route:
+                pool[route.pool_idx] = None
+                if not any(pool):
+                    del self.pools[route.remote_id]
+            if route.route_account is not None:
+                conns = self.acc_routes.get(route.route_account)
+                if conns is not None and conns.get(route.remote_id) is route:
+                    del conns[route.remote_id]
+            if self.routes.get(route.remote_id) is route:
+                others = self.connections_of(route.remote_id)
+                if others:
+                    self.routes[route.remote_id] = others[0]
+                else:
+                    del self.routes[route.remote_id]
+                    was_route = True
+                    if route.retry_url and not route.solicited and not self.server.shutting_down:
+                        self.dial(route.retry_url, configured=route.retry_url in self.configured)
+                    if route.no_pool and route.solicited and route.url in self.configured:
+                        # route.go removeRoute: the peer had no pooling; it may have now (an
+                        # upgrade), so its pinned accounts' routes are dialled again.
+                        for account in self.acc_routes:
+                            self.dial_account(route.url, account, configured=True)
         if self.leafs.get(route.rid) is route:
             del self.leafs[route.rid]
         gone = list(route.entries)
@@ -1225,7 +1486,7 @@ class Cluster:
             self._tell(peer, account, subject, queue)
 
     def all_peers(self) -> list:
-        return [*self.routes.values(), *self.leafs.values()]
+        return [*self.route_conns, *self.leafs.values()]
 
     @staticmethod
     def _relays(source: Route, target: Route) -> bool:
@@ -1255,17 +1516,20 @@ class Cluster:
         if target.perms is not None and target.solicited and _checks_perms(subject) and not target.perms.can_subscribe(
                 subject, queue):
             return  # leafnode.go sendLeafNodeSubUpdate: a spoke keeps interest it may not import to itself
+        leaf = target.leaf_account is not None
+        if not leaf and not self.carries(target, account):
+            return
         key = (account, subject, queue)
         weight = self._weight_for(target, account, subject, queue)
         if target.told.get(key, 0) == weight:
             return
-        leaf = target.leaf_account is not None
+        named = b"" if target.route_account is not None else account
         if weight:
             target.told[key] = weight
-            target.send(ls_plus(subject, queue, weight) if leaf else rs_plus(account, subject, queue, weight))
+            target.send(ls_plus(subject, queue, weight) if leaf else rs_plus(named, subject, queue, weight))
         else:
             target.told.pop(key, None)
-            target.send(ls_minus(subject, queue) if leaf else rs_minus(account, subject, queue))
+            target.send(ls_minus(subject, queue) if leaf else rs_minus(named, subject, queue))
 
     def propagate(self, source: Route | None, account: bytes, subject: bytes, queue) -> None:
         """Interest changed (locally, or a peer's): tell every other registered peer."""
@@ -1294,14 +1558,14 @@ class Cluster:
             return False
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
         local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
-        peers = [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
+        peers = [*self.route_conns, *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
         return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload,
                                    on_peer)
 
     def has_interest(self, client, subject: bytes) -> bool:
         """Whether a route, or a leaf of the client's account, listens on ``subject``."""
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
-        for route in [*self.routes.values(), *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]:
+        for route in [*self.route_conns, *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]:
             interest = route.interest.get(account)
             if interest is not None:
                 match = interest.match(subject)
@@ -1350,7 +1614,8 @@ class Cluster:
                 header_size, payload = copy
                 size = len(payload)
             queues = chosen.get(route, [])
-            named = account if route.leaf_account is None else None  # leaf lines name no account
+            # leaf lines name no account, nor do a dedicated route's
+            named = None if route.leaf_account is not None else b"" if route.route_account is not None else account
             if header_size > 0 and not route.headers:
                 body = payload[header_size:]
                 data = rmsg_head(named, subject, reply, queues, -1, len(body)) + body + b"\r\n"
@@ -1444,7 +1709,7 @@ class Cluster:
 
     def routez(self, subs: bool = False) -> dict:
         """/routez's body (monitor.go Routez) without the server id and time."""
-        return {"num_routes": len(self.routes), "routes": [r.record(subs) for r in self.routes.values()]}
+        return {"num_routes": len(self.route_conns), "routes": [r.record(subs) for r in self.route_conns]}
 
     def varz(self) -> dict:
         """/varz's cluster object (monitor.go ClusterOptsVarz)."""
@@ -1453,6 +1718,7 @@ class Cluster:
         if self.configured:
             varz["urls"] = [urllib.parse.urlsplit(u).netloc.rpartition("@")[2] for u in self.configured]
         _tls_varz(varz, self.server.options.cluster_tls)
+        varz["pool_size"] = self.pool_size
         return varz
 
     def leaf_varz(self) -> dict:

@@ -494,7 +494,7 @@ class _Builder:
 
     def apply_cluster(self, key: str, value, where: str) -> None:
         """``cluster { name, listen | host/port, routes [...], authorization { user, password },
-        no_advertise, connect_retries, pool_size, ... }`` (opts.go parseCluster)."""
+        no_advertise, connect_retries, pool_size, accounts, ... }`` (opts.go parseCluster)."""
         c = self.changes
         if not isinstance(value, dict):
             raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
@@ -541,8 +541,13 @@ class _Builder:
                 elif name == "permissions":  # security natserver's routes do not apply
                     self.errors.append(f"{self.where(value, member, where)}: "
                                        f"{refused_text(f'cluster {member}', 'route security')}")
-                elif name in ("pool_size", "advertise", "cluster_advertise", "compression", "accounts"):
-                    # accepted, not acted on (pool_size is a 2.10 key nats-server 2.9 rejects)
+                elif name == "pool_size":
+                    c["cluster_pool_size"] = _expect(item, int, member)
+                elif name == "accounts":
+                    accounts = item if isinstance(item, list) else [item]
+                    c["cluster_accounts"] = [_expect(account, str, member) for account in accounts]
+                elif name in ("advertise", "cluster_advertise", "compression"):
+                    # accepted, not acted on
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
                     self.errors.append(f'{self.where(value, member, where)}: unknown field "{member}"')

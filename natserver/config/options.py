@@ -86,6 +86,12 @@ class Options:
     cluster_username: str = ""  # cluster { authorization { user, password } }
     cluster_password: str = ""
     cluster_connect_retries: int = 0  # 0: explicit routes are retried forever
+    # cluster { pool_size }: route connections to each peer (0: the default, const.go
+    # DEFAULT_ROUTE_POOL_SIZE; -1: no pooling, one route per peer as nats-server 2.9 has)
+    cluster_pool_size: int = 0
+    # cluster { accounts [...] }: accounts with a dedicated route to each peer (with pooling on,
+    # the system account is added, as opts.go setBaselineOptions does)
+    cluster_accounts: list = field(default_factory=list)
     # cluster { tls {} } (natserver.auth.tls.TLSConfig, verify forced on): every route is TLS,
     # the handshake first, each side checking the other's certificate against ca_file
     cluster_tls: TLSConfig | None = None

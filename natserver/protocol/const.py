@@ -28,6 +28,7 @@ GO_VERSION_FIELD = "python"
 
 DEFAULT_HOST = "0.0.0.0"  # const.go:86
 DEFAULT_PORT = 4222  # const.go:78
+DEFAULT_ROUTE_POOL_SIZE = 3  # const.go: route connections to each peer unless cluster { pool_size }
 RANDOM_PORT = -1  # const.go:83: -1 asks the OS for a free port
 
 MAX_CONTROL_LINE_SIZE = 4096  # const.go:90 MAX_CONTROL_LINE_SIZE

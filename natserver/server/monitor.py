@@ -683,7 +683,7 @@ class Monitor:
             "cpu": _go_float(self._cpu.sample()),
             "connections": len(server.clients),
             "total_connections": server.total_connections,
-            "routes": len(server.cluster.routes) if server.cluster is not None else 0,
+            "routes": len(server.cluster.route_conns) if server.cluster is not None else 0,
             "remotes": len(server.cluster.routes) if server.cluster is not None else 0,
             "leafnodes": len(server.cluster.leafs) if server.cluster is not None else 0,
             **message_counts(server),

@@ -122,6 +122,10 @@ _NOT_RELOADABLE = (
     # nats-streaming-server has no reload at all: the streaming {} block is fixed at start
     ("stan", "Streaming", lambda v: f"{v.cluster_id}/{v.store}" if v is not None else "disabled"),
     ("nsq", "Nsq", _go_value),  # natserver: the NSQ front-end's listeners and queues need a restart
+    # natserver: the route pool and dedicated routes are fixed at start (nats-server reloads
+    # them, with its route_acc_add_reqid exchange for accounts)
+    ("cluster_pool_size", "PoolSize", _go_value),
+    ("cluster_accounts", "PinnedAccounts", _go_value),
 )
 
 

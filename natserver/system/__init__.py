@@ -266,7 +266,7 @@ class SystemAccount:
         if server.stalled_clients:
             stats["stalled_clients"] = server.stalled_clients
         if server.cluster is not None and server.cluster.routes:  # (omitempty)
-            stats["routes"] = [route.statsz() for route in server.cluster.routes.values()]
+            stats["routes"] = [route.statsz() for route in server.cluster.route_conns]
         stats["active_servers"] = 1 + (len(server.cluster.routes) if server.cluster is not None else 0)
         if server.jetstream is not None:
             stats["jetstream"] = varz["jetstream"]

@@ -79,7 +79,7 @@ async def wait_interest(server: natserver.Server, subject: bytes, count: int = 1
     with trio.fail_after(STEP_TIMEOUT):
         while True:
             seen = 0
-            for route in server.cluster.routes.values():
+            for route in server.cluster.route_conns:  # (an account's interest: one of a pool)
                 interest = route.interest.get(account)
                 if interest is not None and len(interest.match(subject)):
                     seen += 1

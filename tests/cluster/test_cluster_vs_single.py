@@ -43,7 +43,11 @@ async def settle(servers) -> None:
         while True:
             done = True
             for server in servers:
-                for remote_id, route in server.cluster.routes.items():
+                for remote_id in server.cluster.routes:
+                    route = server.cluster.route_for(remote_id, b"$G")
+                    if route is None:  # (that pool connection is not up yet)
+                        done = False
+                        continue
                     want = local_interest(by_id[remote_id])
                     have = {(s, q): e.weight for (acc, s, q), e in route.entries.items() if acc == b"$G"}
                     if set(have) != set(want) or any(q is not None and have[(s, q)] != n for (s, q), n in want.items()):

@@ -126,7 +126,8 @@ async def test_a_leaf_of_one_cluster_node_reaches_the_other_node(nursery):
     leaf = await nursery.start(natserver.serve, make_options(
         leafnode_remotes=[{"urls": [f"nats://127.0.0.1:{a.cluster.leaf_port}"], "account": ""}]))
     with trio.fail_after(STEP_TIMEOUT):
-        while not (a.cluster.routes and b.cluster.routes and leaf.cluster.leafs and a.cluster.leafs):
+        while not (a.cluster.routes and b.cluster.route_for(a.server_id, b"$G") and leaf.cluster.leafs
+                   and a.cluster.leafs):
             await trio.sleep(0.01)
     on_b = await connect(b.port)
     on_leaf = await connect(leaf.port)
@@ -134,7 +135,7 @@ async def test_a_leaf_of_one_cluster_node_reaches_the_other_node(nursery):
     await on_b.ping()
     await on_leaf.send(b"SUB from.b 1\r\n")
     await on_leaf.ping()
-    (b_route,) = b.cluster.routes.values()
+    b_route = b.cluster.route_for(a.server_id, b"$G")  # (the pool connection carrying $G)
     (leaf_link,) = leaf.cluster.leafs.values()
     with trio.fail_after(STEP_TIMEOUT):
         # b's interest reaches the leaf through a; the leaf's reaches b through a.

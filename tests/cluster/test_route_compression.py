@@ -23,6 +23,7 @@ from tests.cluster.helpers import (
     read_msgs,
     route_url,
     start_node,
+    wait_interest,
     wait_leaf,
     wait_routes,
 )
@@ -120,10 +121,11 @@ async def test_routes_with_every_peer_mode(nursery, peers, mode, dialer):
                      f'routes: ["{route_url(ours)}"] }}\n')
     await wait_routes([ours], 1)
 
-    async def ready():  # the route is up on the peer's side too
+    async def ready():  # the route is up on the peer's side too, and the peer's interest is here
         with trio.fail_after(STEP_TIMEOUT):
             while not (await peer.get("/routez"))["routes"]:
                 await trio.sleep(0.02)
+        await wait_interest(ours, b"up")  # (over the pool connection carrying $G)
 
     await _both_ways(ours.port, peer.port, ready)
     routes = (await peer.get("/routez"))["routes"]

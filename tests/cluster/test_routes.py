@@ -10,6 +10,7 @@ import trio
 import natserver
 from natserver.config.flags import build_options, parse_args
 from natserver.config.mapping import options_from_file
+from natserver.protocol.const import DEFAULT_ROUTE_POOL_SIZE
 from tests.cluster.helpers import (
     STEP_TIMEOUT,
     connect,
@@ -45,7 +46,7 @@ async def test_interest_is_withdrawn_on_unsub_and_close(nursery):
     await ca.send(b"SUB foo 1\r\nSUB foo 2\r\n")
     await ca.ping()
     await wait_interest(b, b"foo")
-    (route,) = b.cluster.routes.values()
+    (route,) = [b.cluster.route_for(remote_id, b"$G") for remote_id in b.cluster.routes]
     assert len(route.entries) == 1  # plain interest is sent once per subject
     await ca.send(b"UNSUB 1\r\n")
     await ca.ping()
@@ -174,9 +175,9 @@ async def test_duplicate_routes_are_dropped(nursery):
     c = await start_node(nursery, routes=[route_url(a), route_url(b)])
     await wait_routes([a, b, c], 2)
     await trio.sleep(0.3)  # let any duplicate handshake finish, then check none survived
-    for server in (a, b, c):
+    for server in (a, b, c):  # a pool of connections to each of the two others
         assert len(server.cluster.routes) == 2
-        assert len(server.cluster.all_routes) == 2
+        assert len(server.cluster.all_routes) == len(server.cluster.route_conns) == 2 * DEFAULT_ROUTE_POOL_SIZE
 
 
 async def test_a_restarted_node_rejoins(nursery):
@@ -234,7 +235,7 @@ async def test_global_account_interest_is_sent_as_dollar_g(nursery):
     await ca.send(b"SUB x 1\r\n")
     await ca.ping()
     await wait_interest(b, b"x", account=b"$G")
-    (route,) = b.cluster.routes.values()
+    (route,) = [b.cluster.route_for(remote_id, b"$G") for remote_id in b.cluster.routes]
     assert list(route.interest) == [b"$G"]
     await cb.send(b"PUB x 1\r\n1\r\n")
     assert await read_msgs(ca, 1) == [b"MSG x 1 1\r\n1\r\n"]
@@ -257,18 +258,19 @@ async def test_routez_and_varz(nursery):
         return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
     routez = await get(b, b"/routez?subs=1")
-    assert routez["num_routes"] == 1
-    (route,) = routez["routes"]
-    assert route["remote_id"] == a.server_id
+    assert routez["num_routes"] == DEFAULT_ROUTE_POOL_SIZE  # the pool (route.go)
+    assert {route["remote_id"] for route in routez["routes"]} == {a.server_id}
+    (route,) = [route for route in routez["routes"] if route.get("subscriptions_list")]  # $G's connection
     assert route["subscriptions_list"] == ["bar g", "foo"]
     varz = await get(b, b"/varz")
     assert varz["cluster"]["name"] == "c1"
     assert varz["cluster"]["cluster_port"] == b.cluster.port
-    assert varz["routes"] == 1
+    assert varz["routes"] == DEFAULT_ROUTE_POOL_SIZE
     assert sorted(varz["connect_urls"]) == sorted([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"])
     keys = list(varz)  # monitor.go Varz: connect_urls right before max_connections (2.15.1's order)
     assert keys.index("connect_urls") + 1 == keys.index("max_connections")
-    assert list(varz["cluster"]) == ["name", "addr", "cluster_port", "auth_timeout", "urls", "tls_timeout"]
+    assert list(varz["cluster"]) == ["name", "addr", "cluster_port", "auth_timeout", "urls", "tls_timeout", "pool_size"]
+    assert varz["cluster"]["pool_size"] == DEFAULT_ROUTE_POOL_SIZE
 
 
 async def test_a_configured_route_is_redialled_when_its_node_comes_back(nursery):

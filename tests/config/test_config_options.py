@@ -449,9 +449,11 @@ def test_route_security_natserver_lacks_refuses_the_file(tmp_path, block, member
 
 
 def test_other_cluster_options_warn(tmp_path):
-    options = load(tmp_path, "cluster { port: 6222, name: c, pool_size: 3 }\n")
-    assert options.cluster_port == 6222
-    assert 'Cluster option "pool_size" is not supported by natserver and is ignored' in unsupported_warnings(options)
+    options = load(tmp_path, "cluster { port: 6222, name: c, pool_size: 3, advertise: 127.0.0.1:6222 }\n")
+    assert options.cluster_port == 6222 and options.cluster_pool_size == 3  # pool_size is acted on
+    warnings = unsupported_warnings(options)
+    assert 'Cluster option "advertise" is not supported by natserver and is ignored' in warnings
+    assert not [w for w in warnings if "pool_size" in w]
 
 
 def test_config_digest_is_go_json_of_the_values():
