@@ -32,6 +32,7 @@ from ..auth.tls import DEFAULT_TLS_TIMEOUT, TLSConfig, client_handshake, handsha
 from ..auth.users import LEAFNODE, AccountLimitError, Permissions, check_password, new_nonce
 from ..protocol import const, errors
 from ..protocol.gotext import go_duration
+from ..routing.accounts import system_account_name
 from ..routing.sublist import Sublist, is_valid_literal_subject
 from ..server.binding import peer_ip
 from ..server.client import Client
@@ -623,7 +624,6 @@ class Cluster:
         self.local_pool_size = pool_size if pool_size > 0 else 1  # server.go routesPoolSize
         pinned: list[str] = []
         if self.pooling:
-            from ..system import system_account_name  # (natserver.system imports the server)
             pinned = list(dict.fromkeys(options.cluster_accounts))
             if not options.no_system_account:
                 name = system_account_name(options, server)

@@ -642,3 +642,9 @@ class Accounts:
         account = getattr(client, "account", None)
         if account is not None:
             account.clients.discard(client)
+
+
+def system_account_name(options, server=None) -> str:
+    """The system account's name: the configured one, the operator's, or ``$SYS``."""
+    operator = getattr(server, "operator", None) if server is not None else None
+    return options.system_account or getattr(operator, "system_account", "") or SYSTEM_ACCOUNT

@@ -40,7 +40,7 @@ import trio
 
 from .. import clock
 from ..protocol import const
-from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
+from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT, system_account_name
 from ..server.monitor import (
     CAPABILITY_JETSTREAM,
     FEATURE_FLAGS,
@@ -73,11 +73,6 @@ ACCOUNT_KINDS = ("CONNZ", "SUBSZ", "LEAFZ", "JSZ", "INFO")
 # Request JSON option names -> the monitoring endpoints' query parameters (monitor.go *Options).
 _OPTION_NAMES = {"subscriptions": "subs", "account": "acc", "consumer": "consumers", "include_unused": "unused"}
 _NUID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-def system_account_name(options, server=None) -> str:
-    operator = getattr(server, "operator", None) if server is not None else None
-    return options.system_account or getattr(operator, "system_account", "") or SYSTEM_ACCOUNT
 
 
 def check_options(options) -> None:
