@@ -28,7 +28,7 @@ import nats
 from natserver.jetstream import batch as batch_module
 from natserver.testing import NatsServer
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_recorded
 from tests.jetstream.test_message_ttl import _Client
 from tests.jetstream.test_nats_py_suite import target  # noqa: F401  (the fixture: natserver and 2.15.1)

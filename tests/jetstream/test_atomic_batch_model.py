@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from natserver.testing import NatsServer
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 

@@ -34,7 +34,7 @@ from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig as ServerStreamConfig
 from natserver.testing import NatsServer
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_recorded
 from tests.jetstream.test_nats_py_suite import target  # noqa: F401 (a fixture: natserver and 2.15.1)
 

@@ -34,7 +34,7 @@ from natserver.jetstream import snapshot
 from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig
 from tests import reference
-from tests.jetstream.legacy_reference import running
+from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_recorded, record
 
 RECORDED = Path(__file__).with_name("data") / "snapshot_nats_server_2.15.1.json"
