@@ -215,6 +215,229 @@ def bench_direct(port: int, duration: float) -> tuple[float, bool]:
         conn.close()
 
 
+def bench_publish_sync(port: int, duration: float, size: int) -> tuple[float, bool]:
+    """Acked publishes/s from one publisher that waits for every ack before the next publish
+    (``await js.publish()`` in a loop): a round trip per message."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "BENCH", "subjects": ["bench.>"], "storage": "file"})
+        pub = b"PUB bench.data _R.a %d\r\n%s\r\n" % (size, b"x" * size)
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            for _ in range(64):
+                conn.sock.sendall(pub)
+                ack = conn.replies(1)[0][1]
+                acked += 1
+                if int(ack[ack.rindex(b":") + 1 : -1]) != acked:
+                    ok = False
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.BENCH", b"")
+        return acked / elapsed, ok and info["state"]["messages"] == acked
+    finally:
+        conn.close()
+
+
+CONSUME_MSGS = 20_000  # messages a consume workload reads (stored before the clock starts)
+CONSUME_SIZE = 128  # their payload
+PULL_BATCH = 256  # a pull request's batch (issue 33)
+MIXED_SUBJECTS = 64  # the mixed workload's subjects ...
+MIXED_SIZES = (32, 4096)  # ... and its payload sizes, drawn for every message
+
+
+def _fill(conn: Conn, msgs: list[bytes]) -> None:
+    """Publish ``msgs`` (whole PUB commands), a window at a time, waiting for the acks."""
+    for i in range(0, len(msgs), WINDOW):
+        chunk = msgs[i : i + WINDOW]
+        conn.sock.sendall(b"".join(chunk))
+        conn.replies(len(chunk))
+
+
+def _consume_stream(conn: Conn, n: int) -> None:
+    create_stream(conn, {"name": "CONS", "subjects": ["cons.>"], "storage": "file"})
+    payload = b"y" * CONSUME_SIZE
+    _fill(conn, [b"PUB cons.%d _R.p %d\r\n%s\r\n" % (i % 16, CONSUME_SIZE, payload) for i in range(n)])
+
+
+def _stream_seq(reply: bytes) -> int:
+    """The stream sequence in an ack subject $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...
+    (2.9 shape) or $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>... (2.10+)."""
+    tokens = reply.split(b".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+
+
+class MsgConn(Conn):
+    """A connection that also returns the reply subject of every MSG/HMSG it reads."""
+
+    def messages(self, n: int) -> list[bytes]:
+        """Read ``n`` MSG/HMSG that have a reply subject (status messages without one are
+        skipped); return their reply subjects."""
+        out = []
+        while len(out) < n:
+            line = self._line()
+            if line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                parts = line.split()
+                total = int(parts[-1])
+                while len(self.buf) < total + 2:
+                    self._fill()
+                del self.buf[: total + 2]
+                if (parts[0] == b"MSG" and len(parts) == 5) or (parts[0] == b"HMSG" and len(parts) == 6):
+                    out.append(parts[3])
+            elif line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+        return out
+
+
+def bench_pull(port: int, duration: float) -> tuple[float, bool]:
+    """Messages/s through a durable pull consumer (explicit acks), fetched in batches of
+    PULL_BATCH: each batch's acks go out with the next request."""
+    conn = MsgConn(port)
+    try:
+        _consume_stream(conn, CONSUME_MSGS)
+        cfg = {"stream_name": "CONS", "config": {"durable_name": "P", "ack_policy": "explicit"}}
+        resp = conn.request(b"$JS.API.CONSUMER.CREATE.CONS.P", json.dumps(cfg).encode())
+        if "error" in resp:
+            raise RuntimeError(f"consumer create failed: {resp['error']}")
+        req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
+        pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.CONS.P _R.n %d\r\n%s\r\n" % (len(req), req)
+        ok = True
+        got = 0
+        acks = b""
+        start = time.perf_counter()
+        while got < CONSUME_MSGS:
+            conn.sock.sendall(acks + pull)
+            replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
+            for r in replies:
+                got += 1
+                ok = ok and _stream_seq(r) == got
+            acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+        conn.sock.sendall(acks)
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.CONSUMER.INFO.CONS.P", b"")
+        ok = ok and info["delivered"]["stream_seq"] == CONSUME_MSGS
+        return CONSUME_MSGS / elapsed, ok
+    finally:
+        conn.close()
+
+
+def bench_push(port: int, duration: float) -> tuple[float, bool]:
+    """Messages/s through a durable push consumer (explicit acks, the default max_ack_pending):
+    every chunk of messages read is acked at once."""
+    conn = MsgConn(port)
+    try:
+        _consume_stream(conn, CONSUME_MSGS)
+        conn.sock.sendall(b"SUB _P.deliver 2\r\n")
+        start = time.perf_counter()
+        cfg = {"stream_name": "CONS", "config": {"durable_name": "Q", "ack_policy": "explicit",
+                                                 "deliver_subject": "_P.deliver"}}
+        body = json.dumps(cfg).encode()
+        conn.sock.sendall(b"PUB $JS.API.CONSUMER.CREATE.CONS.Q _R.c %d\r\n%s\r\n" % (len(body), body))
+        ok = True
+        got = 0
+        while got < CONSUME_MSGS:
+            # (the consumer's create response is an MSG without a reply subject: skipped)
+            replies = conn.messages(min(64, CONSUME_MSGS - got))
+            for r in replies:
+                got += 1
+                ok = ok and _stream_seq(r) == got
+            conn.sock.sendall(b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies))
+        elapsed = time.perf_counter() - start
+        return CONSUME_MSGS / elapsed, ok
+    finally:
+        conn.close()
+
+
+KV_KEYS = 100  # the KV workload's keys
+
+
+def bench_kv(port: int, duration: float, op: str) -> tuple[float, bool]:
+    """KV puts/s (acked, as ``kv.put``) or gets/s (DIRECT.GET of the key's last value, as
+    ``kv.get`` on a bucket with allow_direct), a window in flight, over KV_KEYS keys."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "KV_B", "subjects": ["$KV.B.>"], "storage": "file", "max_msgs_per_subject": 1,
+                             "discard": "new", "allow_rollup_hdrs": True, "deny_delete": True, "allow_direct": True})
+        if op == "get":
+            _fill(conn, [b"PUB $KV.B.k%d _R.p 16\r\n%016d\r\n" % (i, i) for i in range(KV_KEYS)])
+            batch = b"".join(b"PUB $JS.API.DIRECT.GET.KV_B.$KV.B.k%d _R.g 0\r\n\r\n" % (i % KV_KEYS)
+                             for i in range(WINDOW))
+        else:
+            batch = b"".join(b"PUB $KV.B.k%d _R.a 16\r\n%016d\r\n" % (i % KV_KEYS, i) for i in range(WINDOW))
+        ok = True
+        done = 0
+        start = time.perf_counter()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            conn.sock.sendall(batch)
+            replies = conn.replies(WINDOW)
+            if op == "get":
+                ok = ok and sorted(p for _, p in replies) == sorted(b"%016d" % (i % KV_KEYS) for i in range(WINDOW))
+            else:
+                ok = ok and all(b'"seq"' in p and b"error" not in p for _, p in replies)
+            done += WINDOW
+        return done / (time.perf_counter() - start), ok
+    finally:
+        conn.close()
+
+
+def bench_mixed(port: int, duration: float, phase: str) -> tuple[float, bool]:
+    """The realistic workload: acked publishes to MIXED_SUBJECTS subjects, sizes drawn from
+    MIXED_SIZES for every message, a window in flight ("pub"); or, after storing
+    CONSUME_MSGS of them, reading them through a pull consumer on ``events.>`` ("pull")."""
+    import random
+
+    rng = random.Random(33)
+    conn = MsgConn(port)
+    try:
+        create_stream(conn, {"name": "EV", "subjects": ["events.>"], "storage": "file"})
+        msgs = []
+        for i in range(4096):
+            size = rng.randint(*MIXED_SIZES)
+            msgs.append(b"PUB events.%d.x _R.a %d\r\n%s\r\n" % (rng.randrange(MIXED_SUBJECTS), size, b"e" * size))
+        if phase == "pull":
+            _fill(conn, [msgs[i % len(msgs)] for i in range(CONSUME_MSGS)])
+            cfg = {"stream_name": "EV", "config": {"durable_name": "M", "ack_policy": "explicit",
+                                                   "filter_subject": "events.>"}}
+            resp = conn.request(b"$JS.API.CONSUMER.CREATE.EV.M", json.dumps(cfg).encode())
+            if "error" in resp:
+                raise RuntimeError(f"consumer create failed: {resp['error']}")
+            req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
+            pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.EV.M _R.n %d\r\n%s\r\n" % (len(req), req)
+            ok = True
+            got = 0
+            acks = b""
+            start = time.perf_counter()
+            while got < CONSUME_MSGS:
+                conn.sock.sendall(acks + pull)
+                replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
+                for r in replies:
+                    got += 1
+                    ok = ok and _stream_seq(r) == got
+                acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+            conn.sock.sendall(acks)
+            return CONSUME_MSGS / (time.perf_counter() - start), ok
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            i = acked % len(msgs)
+            conn.sock.sendall(b"".join(msgs[i : i + WINDOW]))
+            for _, ack in conn.replies(WINDOW):
+                acked += 1
+                if int(ack[ack.rindex(b":") + 1 : -1]) != acked:
+                    ok = False
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.EV", b"")
+        return acked / elapsed, ok and info["state"]["messages"] == acked
+    finally:
+        conn.close()
+
+
 STORE_PAYLOAD = b"x" * 16
 
 
@@ -400,6 +623,19 @@ WORKLOADS = {
     "pub-sync": [("pub 16 B, sync always", 16, True)],
     "direct": [("direct get", None, False)],
     "counter": [("counter increments", "counter", False)],
+    "pub-1": [("pub 16 B, wait each ack", "pub-1", False)],
+    "pull": [("pull consume, batch 256", "pull", False)],
+    "push": [("push consume", "push", False)],
+    "kv": [("kv put", "kv-put", False), ("kv get", "kv-get", False)],
+    "mixed": [("mixed 64 subj pub", "mixed-pub", False), ("mixed 64 subj pull", "mixed-pull", False)],
+}
+# Issue 33's JetStream scenarios (and #28's counter): ``--only issue33``.
+ISSUE33 = "pub-1,pub,pull,push,kv,mixed,counter"
+RUNNERS = {
+    "counter": bench_counter, "pub-1": lambda port, d: bench_publish_sync(port, d, 16),
+    "pull": bench_pull, "push": bench_push,
+    "kv-put": lambda port, d: bench_kv(port, d, "put"), "kv-get": lambda port, d: bench_kv(port, d, "get"),
+    "mixed-pub": lambda port, d: bench_mixed(port, d, "pub"), "mixed-pull": lambda port, d: bench_mixed(port, d, "pull"),
 }
 
 
@@ -408,7 +644,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression")
+    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression, pub-1, pull, push, kv, mixed; issue33 = " + ISSUE33)
     parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--compress-msgs", type=int, default=100_000, help="events for the compression workload")
@@ -428,7 +664,7 @@ def main(argv=None) -> int:
     failures = 0
     store_summary = None
     compression_summary = None
-    for key in args.only.split(","):
+    for key in args.only.replace("issue33", ISSUE33).split(","):
         if key == "compression":
             compression_summary = run_compression(specs, args.compress_msgs, args.rounds)
             failures += sum(not r["ok"] for by in compression_summary.values() for r in by["rounds"])
@@ -451,8 +687,8 @@ def main(argv=None) -> int:
                     try:
                         if size is None:
                             rate, ok = bench_direct(server.port, args.duration)
-                        elif size == "counter":
-                            rate, ok = bench_counter(server.port, args.duration)
+                        elif isinstance(size, str):
+                            rate, ok = RUNNERS[size](server.port, args.duration)
                         else:
                             rate, ok = bench_publish(server.port, args.duration, size)
                     finally:
