@@ -510,6 +510,9 @@ class Store:
         match = compile_filter(filter)
         if match is None:
             return idx.next_live(start, self.last_seq)
+        entry = idx.get(start)
+        if entry is not None and match(entry[0]):
+            return start  # (a consumer reading on: the next message is most often the one)
         if not has_wildcard(filter):  # (wildcards first: see last_seq_for)
             ss = self.fss.get(filter)
             if ss is None:
