@@ -11,6 +11,20 @@ generator stays cheap):
 * ``counter``   acknowledged increments per second (``Nats-Incr: 1``) into a counter stream
   (``allow_msg_counter``, nats-server 2.12+: compare with 2.15.1), over 100 subjects, every
   ack's total checked;
+* ``pub-1``     acknowledged publishes per second from one publisher that waits for each ack
+  (16 B): a round trip per message;
+* ``pull``      messages per second through a durable pull consumer with explicit acks, in
+  requests of 256 (each batch's acks go out with the next request), CONSUME_MSGS stored first;
+* ``push``      the same through a durable push consumer (acks sent per chunk read);
+* ``kv``        KV puts (acked, a window in flight) and gets (DIRECT.GET of a key's last value,
+  as nats-py's ``kv.get`` on a bucket with ``allow_direct``) per second over 100 keys;
+* ``mixed``     the realistic one: acked publishes to 64 subjects, sizes drawn from 32 B–4 KiB
+  for every message, and then reading them through a pull consumer on ``events.>``;
+* ``issue33``   all of issue 33's: pub-1, pub, pull, push, kv, mixed, counter. Every round also
+  reports the server's CPU time per operation in the timed part (/proc), which a loaded
+  machine moves much less than the rates; ``--baseline-cmd`` adds a third server (an older
+  checkout, a wrapper script that cds into it: ``python -m natserver`` imports the package
+  from the working directory) to the same interleaved rounds;
 * ``store``     the file store's cost: one stream filled with 1 000 000 messages of 16 B
   (``--store-msgs``; ``--store-10m`` for 10 000 000), the server's RSS growth per stored
   message, then ``kill -9`` and the time until a restarted server answers STREAM.INFO with
@@ -28,6 +42,7 @@ Usage (from the repository root)::
     python benchmarks/bench_jetstream.py               # 3 rounds x 2 s per workload
     python benchmarks/bench_jetstream.py --quick       # 2 rounds x 1 s
     python benchmarks/bench_jetstream.py --only pub --rounds 5
+    python benchmarks/bench_jetstream.py --only issue33 --rounds 3 --duration 0.5
     python benchmarks/bench_jetstream.py --only store --rounds 1 \
         --nats-server-cmd /opt/nats-server-2.15.1/nats-server
 
@@ -52,10 +67,22 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.servers import ServerSpec, default_nats_server_cmd, default_natserver_cmd  # noqa: E402
+from benchmarks.servers import ServerSpec, default_nats_server_cmd, default_natserver_cmd, parse_cmd  # noqa: E402
 
 WINDOW = 512  # requests in flight
 STREAM_MSGS = 10_000  # for the direct-get workload
+
+
+_SERVER = None  # the server the running workload drives (for mark)
+_MARKS: list[tuple[float, float]] = []
+
+
+def mark() -> None:
+    """The timed part of a workload starts: note the time and the server's CPU seconds
+    (main notes them again when the workload returns: CPU per operation, which the load
+    of a shared machine moves much less than the rates)."""
+    if _SERVER is not None:
+        _MARKS.append((time.perf_counter(), _SERVER.cpu_seconds()))
 
 
 class Conn:
@@ -134,6 +161,7 @@ def bench_publish(port: int, duration: float, size: int) -> tuple[float, bool]:
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             conn.sock.sendall(batch)
@@ -167,6 +195,7 @@ def bench_counter(port: int, duration: float) -> tuple[float, bool]:
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             conn.sock.sendall(batch)
@@ -196,6 +225,7 @@ def bench_direct(port: int, duration: float) -> tuple[float, bool]:
         done = 0
         seq = 0
         begin = time.perf_counter()
+        mark()
         deadline = begin + duration
         while time.perf_counter() < deadline:
             reqs = []
@@ -225,6 +255,7 @@ def bench_publish_sync(port: int, duration: float, size: int) -> tuple[float, bo
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             for _ in range(64):
@@ -240,7 +271,7 @@ def bench_publish_sync(port: int, duration: float, size: int) -> tuple[float, bo
         conn.close()
 
 
-CONSUME_MSGS = 20_000  # messages a consume workload reads (stored before the clock starts)
+CONSUME_MSGS = 10_000  # messages a consume workload reads (stored before the clock starts)
 CONSUME_SIZE = 128  # their payload
 PULL_BATCH = 256  # a pull request's batch (issue 33)
 MIXED_SUBJECTS = 64  # the mixed workload's subjects ...
@@ -308,6 +339,7 @@ def bench_pull(port: int, duration: float) -> tuple[float, bool]:
         got = 0
         acks = b""
         start = time.perf_counter()
+        mark()
         while got < CONSUME_MSGS:
             conn.sock.sendall(acks + pull)
             replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
@@ -332,6 +364,7 @@ def bench_push(port: int, duration: float) -> tuple[float, bool]:
         _consume_stream(conn, CONSUME_MSGS)
         conn.sock.sendall(b"SUB _P.deliver 2\r\n")
         start = time.perf_counter()
+        mark()
         cfg = {"stream_name": "CONS", "config": {"durable_name": "Q", "ack_policy": "explicit",
                                                  "deliver_subject": "_P.deliver"}}
         body = json.dumps(cfg).encode()
@@ -370,6 +403,7 @@ def bench_kv(port: int, duration: float, op: str) -> tuple[float, bool]:
         ok = True
         done = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             conn.sock.sendall(batch)
@@ -411,6 +445,7 @@ def bench_mixed(port: int, duration: float, phase: str) -> tuple[float, bool]:
             got = 0
             acks = b""
             start = time.perf_counter()
+            mark()
             while got < CONSUME_MSGS:
                 conn.sock.sendall(acks + pull)
                 replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
@@ -423,6 +458,7 @@ def bench_mixed(port: int, duration: float, phase: str) -> tuple[float, bool]:
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             i = acked % len(msgs)
@@ -608,7 +644,7 @@ def run_store(specs: list, msgs: int, rounds: int) -> dict:
 
 def start(spec: ServerSpec, store: str, sync: bool):
     argv = list(spec.argv)
-    if spec.label == "natserver" and sync:
+    if spec.label != "nats-server" and sync:
         conf = os.path.join(store, "js.conf")
         with open(conf, "w") as f:
             f.write(f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n')
@@ -640,6 +676,7 @@ RUNNERS = {
 
 
 def main(argv=None) -> int:
+    global _SERVER
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
@@ -649,6 +686,9 @@ def main(argv=None) -> int:
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--compress-msgs", type=int, default=100_000, help="events for the compression workload")
     parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
+    parser.add_argument("--baseline-cmd", default=None,
+                        help="a third server in the same interleaved rounds, reported as 'before' (e.g. "
+                             "'env PYTHONPATH=/tmp/old python -m natserver' for an older checkout)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -659,9 +699,13 @@ def main(argv=None) -> int:
         None if args.nats_server_cmd == "none" else args.nats_server_cmd.split())
     if go:
         specs.append(ServerSpec("nats-server", go))
+    if args.baseline_cmd:
+        specs.insert(1, ServerSpec("before", parse_cmd(args.baseline_cmd)))
 
     results: dict = {}
     failures = 0
+    cpu: dict = {}  # workload -> server -> CPU microseconds per operation, each round
+    load = [os.getloadavg()[0]]  # the machine's load (shared machines: numbers move with it)
     store_summary = None
     compression_summary = None
     for key in args.only.replace("issue33", ISSUE33).split(","):
@@ -675,15 +719,17 @@ def main(argv=None) -> int:
             continue
         for label, size, sync in WORKLOADS[key]:
             for spec in specs:
-                if sync and spec.label != "natserver":
+                if sync and spec.label == "nats-server":
                     continue
                 results.setdefault(label, {})[spec.label] = []
             for _ in range(args.rounds):
                 for spec in specs:
-                    if sync and spec.label != "natserver":
+                    if sync and spec.label == "nats-server":
                         continue
                     store = tempfile.mkdtemp(prefix="jsbench-")
                     server = start(spec, store, sync)
+                    _SERVER = server
+                    _MARKS.clear()
                     try:
                         if size is None:
                             rate, ok = bench_direct(server.port, args.duration)
@@ -691,27 +737,49 @@ def main(argv=None) -> int:
                             rate, ok = RUNNERS[size](server.port, args.duration)
                         else:
                             rate, ok = bench_publish(server.port, args.duration, size)
+                        cpu_us = None
+                        if _MARKS:
+                            (t0, c0), t1, c1 = _MARKS[0], time.perf_counter(), server.cpu_seconds()
+                            cpu_us = (c1 - c0) * 1e6 / max(rate * (t1 - t0), 1)
                     finally:
+                        _SERVER = None
                         server.stop()
                         shutil.rmtree(store, ignore_errors=True)
                     results[label][spec.label].append(rate)
+                    cpu.setdefault(label, {}).setdefault(spec.label, []).append(cpu_us)
                     failures += not ok
-                    print(f"  {label:24s} {spec.label:12s} {rate:12,.0f}/s {'ok' if ok else 'WRONG'}", flush=True)
+                    print(f"  {label:24s} {spec.label:12s} {rate:12,.0f}/s {'ok' if ok else 'WRONG'}"
+                          f"{f'  server CPU {cpu_us:6.1f} us/op' if cpu_us else ''}", flush=True)
 
-    print()
-    print(f"{'workload':26s} {'natserver':>14s} {'nats-server':>14s} {'ratio':>7s}")
+    load.append(os.getloadavg()[0])
+    print(f"\nload average (1 min) at the start and the end: {load[0]:.1f}, {load[1]:.1f}")
+    before_cols = f" {'before':>12s} {'ratio':>6s}" if args.baseline_cmd else ""
+    print(f"{'workload':26s} {'natserver':>14s} {'nats-server':>14s} {'ratio':>7s}{before_cols}")
     summary = {}
     for label, by in results.items():
         nat = statistics.median(by["natserver"]) if by.get("natserver") else None
         ref = statistics.median(by["nats-server"]) if by.get("nats-server") else None
         ratio = nat / ref if nat and ref else None
         summary[label] = {"natserver": nat, "nats-server": ref, "ratio": ratio, "rounds": by}
+        old = ""
+        if by.get("before"):
+            base = statistics.median(by["before"])
+            summary[label]["before"] = base
+            summary[label]["before_ratio"] = base / ref if ref else None
+            old = f" {base:12,.0f} {(f'{base / ref:6.2f}' if ref else '     -')}"
         print(f"{label:26s} {nat or 0:14,.0f} {(f'{ref:14,.0f}' if ref else '             -')} "
-              f"{(f'{ratio:7.2f}' if ratio else '      -')}")
+              f"{(f'{ratio:7.2f}' if ratio else '      -')}{old}")
+    if cpu:
+        print(f"\n{'server CPU us/op, medians':26s} " + " ".join(f"{s.label:>12s}" for s in specs))
+        for label, by in cpu.items():
+            meds = {k: statistics.median(v) for k, v in by.items() if v and None not in v}
+            summary[label]["cpu_us_per_op"] = meds
+            print(f"{label:26s} " + " ".join(f"{meds[s.label]:12.1f}" if s.label in meds else f"{'-':>12s}"
+                                             for s in specs))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
-        json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
+        json.dump({"load": load, "window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
                    "store": store_summary, "compression": compression_summary}, f, indent=2)
     print(f"\nwrote {path}")
     return 1 if failures else 0
