@@ -18,6 +18,20 @@ generator stays cheap):
   time minus the ``@at`` time) p50/p99. Every schedule must fire exactly once. nats-server's
   timer waits at least 250 ms after each run (scheduler.go resetTimer), so its lateness is that
   of its batches;
+* ``pub-1``     acknowledged publishes per second from one publisher that waits for each ack
+  (16 B): a round trip per message;
+* ``pull``      messages per second through a durable pull consumer with explicit acks, in
+  requests of 256 (each batch's acks go out with the next request), CONSUME_MSGS stored first;
+* ``push``      the same through a durable push consumer (acks sent per chunk read);
+* ``kv``        KV puts (acked, a window in flight) and gets (DIRECT.GET of a key's last value,
+  as nats-py's ``kv.get`` on a bucket with ``allow_direct``) per second over 100 keys;
+* ``mixed``     the realistic one: acked publishes to 64 subjects, sizes drawn from 32 B–4 KiB
+  for every message, and then reading them through a pull consumer on ``events.>``;
+* ``issue33``   all of issue 33's: pub-1, pub, pull, push, kv, mixed, counter. Every round also
+  reports the server's CPU time per operation in the timed part (/proc), which a loaded
+  machine moves much less than the rates; ``--baseline-cmd`` adds a third server (an older
+  checkout, a wrapper script that cds into it: ``python -m natserver`` imports the package
+  from the working directory) to the same interleaved rounds;
 * ``store``     the file store's cost: one stream filled with 1 000 000 messages of 16 B
   (``--store-msgs``; ``--store-10m`` for 10 000 000), the server's RSS growth per stored
   message, then ``kill -9`` and the time until a restarted server answers STREAM.INFO with
@@ -35,6 +49,7 @@ Usage (from the repository root)::
     python benchmarks/bench_jetstream.py               # 3 rounds x 2 s per workload
     python benchmarks/bench_jetstream.py --quick       # 2 rounds x 1 s
     python benchmarks/bench_jetstream.py --only pub --rounds 5
+    python benchmarks/bench_jetstream.py --only issue33 --rounds 3 --duration 0.5
     python benchmarks/bench_jetstream.py --only store --rounds 1 \
         --nats-server-cmd /opt/nats-server-2.15.1/nats-server
 
@@ -59,10 +74,22 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.servers import ServerSpec, default_nats_server_cmd, default_natserver_cmd  # noqa: E402
+from benchmarks.servers import ServerSpec, default_nats_server_cmd, default_natserver_cmd, parse_cmd  # noqa: E402
 
 WINDOW = 512  # requests in flight
 STREAM_MSGS = 10_000  # for the direct-get workload
+
+
+_SERVER = None  # the server the running workload drives (for mark)
+_MARKS: list[tuple[float, float]] = []
+
+
+def mark() -> None:
+    """The timed part of a workload starts: note the time and the server's CPU seconds
+    (main notes them again when the workload returns: CPU per operation, which the load
+    of a shared machine moves much less than the rates)."""
+    if _SERVER is not None:
+        _MARKS.append((time.perf_counter(), _SERVER.cpu_seconds()))
 
 
 class Conn:
@@ -141,6 +168,7 @@ def bench_publish(port: int, duration: float, size: int) -> tuple[float, bool]:
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             conn.sock.sendall(batch)
@@ -174,6 +202,7 @@ def bench_counter(port: int, duration: float) -> tuple[float, bool]:
         ok = True
         acked = 0
         start = time.perf_counter()
+        mark()
         deadline = start + duration
         while time.perf_counter() < deadline:
             conn.sock.sendall(batch)
@@ -273,6 +302,7 @@ def bench_direct(port: int, duration: float) -> tuple[float, bool]:
         done = 0
         seq = 0
         begin = time.perf_counter()
+        mark()
         deadline = begin + duration
         while time.perf_counter() < deadline:
             reqs = []
@@ -288,6 +318,235 @@ def bench_direct(port: int, duration: float) -> tuple[float, bool]:
                     ok = False
             done += WINDOW
         return done / (time.perf_counter() - begin), ok
+    finally:
+        conn.close()
+
+
+def bench_publish_sync(port: int, duration: float, size: int) -> tuple[float, bool]:
+    """Acked publishes/s from one publisher that waits for every ack before the next publish
+    (``await js.publish()`` in a loop): a round trip per message."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "BENCH", "subjects": ["bench.>"], "storage": "file"})
+        pub = b"PUB bench.data _R.a %d\r\n%s\r\n" % (size, b"x" * size)
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        mark()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            for _ in range(64):
+                conn.sock.sendall(pub)
+                ack = conn.replies(1)[0][1]
+                acked += 1
+                if int(ack[ack.rindex(b":") + 1 : -1]) != acked:
+                    ok = False
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.BENCH", b"")
+        return acked / elapsed, ok and info["state"]["messages"] == acked
+    finally:
+        conn.close()
+
+
+CONSUME_MSGS = 10_000  # messages a consume workload reads (stored before the clock starts)
+CONSUME_SIZE = 128  # their payload
+PULL_BATCH = 256  # a pull request's batch (issue 33)
+MIXED_SUBJECTS = 64  # the mixed workload's subjects ...
+MIXED_SIZES = (32, 4096)  # ... and its payload sizes, drawn for every message
+
+
+def _fill(conn: Conn, msgs: list[bytes]) -> None:
+    """Publish ``msgs`` (whole PUB commands), a window at a time, waiting for the acks."""
+    for i in range(0, len(msgs), WINDOW):
+        chunk = msgs[i : i + WINDOW]
+        conn.sock.sendall(b"".join(chunk))
+        conn.replies(len(chunk))
+
+
+def _consume_stream(conn: Conn, n: int) -> None:
+    create_stream(conn, {"name": "CONS", "subjects": ["cons.>"], "storage": "file"})
+    payload = b"y" * CONSUME_SIZE
+    _fill(conn, [b"PUB cons.%d _R.p %d\r\n%s\r\n" % (i % 16, CONSUME_SIZE, payload) for i in range(n)])
+
+
+def _stream_seq(reply: bytes) -> int:
+    """The stream sequence in an ack subject $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...
+    (2.9 shape) or $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>... (2.10+)."""
+    tokens = reply.split(b".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+
+
+class MsgConn(Conn):
+    """A connection that also returns the reply subject of every MSG/HMSG it reads."""
+
+    def messages(self, n: int) -> list[bytes]:
+        """Read ``n`` MSG/HMSG that have a reply subject (status messages without one are
+        skipped); return their reply subjects."""
+        out = []
+        while len(out) < n:
+            line = self._line()
+            if line.startswith(b"MSG ") or line.startswith(b"HMSG "):
+                parts = line.split()
+                total = int(parts[-1])
+                while len(self.buf) < total + 2:
+                    self._fill()
+                del self.buf[: total + 2]
+                if (parts[0] == b"MSG" and len(parts) == 5) or (parts[0] == b"HMSG" and len(parts) == 6):
+                    out.append(parts[3])
+            elif line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+            elif line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+        return out
+
+
+def bench_pull(port: int, duration: float) -> tuple[float, bool]:
+    """Messages/s through a durable pull consumer (explicit acks), fetched in batches of
+    PULL_BATCH: each batch's acks go out with the next request."""
+    conn = MsgConn(port)
+    try:
+        _consume_stream(conn, CONSUME_MSGS)
+        cfg = {"stream_name": "CONS", "config": {"durable_name": "P", "ack_policy": "explicit"}}
+        resp = conn.request(b"$JS.API.CONSUMER.CREATE.CONS.P", json.dumps(cfg).encode())
+        if "error" in resp:
+            raise RuntimeError(f"consumer create failed: {resp['error']}")
+        req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
+        pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.CONS.P _R.n %d\r\n%s\r\n" % (len(req), req)
+        ok = True
+        got = 0
+        acks = b""
+        start = time.perf_counter()
+        mark()
+        while got < CONSUME_MSGS:
+            conn.sock.sendall(acks + pull)
+            replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
+            for r in replies:
+                got += 1
+                ok = ok and _stream_seq(r) == got
+            acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+        conn.sock.sendall(acks)
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.CONSUMER.INFO.CONS.P", b"")
+        ok = ok and info["delivered"]["stream_seq"] == CONSUME_MSGS
+        return CONSUME_MSGS / elapsed, ok
+    finally:
+        conn.close()
+
+
+def bench_push(port: int, duration: float) -> tuple[float, bool]:
+    """Messages/s through a durable push consumer (explicit acks, the default max_ack_pending):
+    every chunk of messages read is acked at once."""
+    conn = MsgConn(port)
+    try:
+        _consume_stream(conn, CONSUME_MSGS)
+        conn.sock.sendall(b"SUB _P.deliver 2\r\n")
+        start = time.perf_counter()
+        mark()
+        cfg = {"stream_name": "CONS", "config": {"durable_name": "Q", "ack_policy": "explicit",
+                                                 "deliver_subject": "_P.deliver"}}
+        body = json.dumps(cfg).encode()
+        conn.sock.sendall(b"PUB $JS.API.CONSUMER.CREATE.CONS.Q _R.c %d\r\n%s\r\n" % (len(body), body))
+        ok = True
+        got = 0
+        while got < CONSUME_MSGS:
+            # (the consumer's create response is an MSG without a reply subject: skipped)
+            replies = conn.messages(min(64, CONSUME_MSGS - got))
+            for r in replies:
+                got += 1
+                ok = ok and _stream_seq(r) == got
+            conn.sock.sendall(b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies))
+        elapsed = time.perf_counter() - start
+        return CONSUME_MSGS / elapsed, ok
+    finally:
+        conn.close()
+
+
+KV_KEYS = 100  # the KV workload's keys
+
+
+def bench_kv(port: int, duration: float, op: str) -> tuple[float, bool]:
+    """KV puts/s (acked, as ``kv.put``) or gets/s (DIRECT.GET of the key's last value, as
+    ``kv.get`` on a bucket with allow_direct), a window in flight, over KV_KEYS keys."""
+    conn = Conn(port)
+    try:
+        create_stream(conn, {"name": "KV_B", "subjects": ["$KV.B.>"], "storage": "file", "max_msgs_per_subject": 1,
+                             "discard": "new", "allow_rollup_hdrs": True, "deny_delete": True, "allow_direct": True})
+        if op == "get":
+            _fill(conn, [b"PUB $KV.B.k%d _R.p 16\r\n%016d\r\n" % (i, i) for i in range(KV_KEYS)])
+            batch = b"".join(b"PUB $JS.API.DIRECT.GET.KV_B.$KV.B.k%d _R.g 0\r\n\r\n" % (i % KV_KEYS)
+                             for i in range(WINDOW))
+        else:
+            batch = b"".join(b"PUB $KV.B.k%d _R.a 16\r\n%016d\r\n" % (i % KV_KEYS, i) for i in range(WINDOW))
+        ok = True
+        done = 0
+        start = time.perf_counter()
+        mark()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            conn.sock.sendall(batch)
+            replies = conn.replies(WINDOW)
+            if op == "get":
+                ok = ok and sorted(p for _, p in replies) == sorted(b"%016d" % (i % KV_KEYS) for i in range(WINDOW))
+            else:
+                ok = ok and all(b'"seq"' in p and b"error" not in p for _, p in replies)
+            done += WINDOW
+        return done / (time.perf_counter() - start), ok
+    finally:
+        conn.close()
+
+
+def bench_mixed(port: int, duration: float, phase: str) -> tuple[float, bool]:
+    """The realistic workload: acked publishes to MIXED_SUBJECTS subjects, sizes drawn from
+    MIXED_SIZES for every message, a window in flight ("pub"); or, after storing
+    CONSUME_MSGS of them, reading them through a pull consumer on ``events.>`` ("pull")."""
+    import random
+
+    rng = random.Random(33)
+    conn = MsgConn(port)
+    try:
+        create_stream(conn, {"name": "EV", "subjects": ["events.>"], "storage": "file"})
+        msgs = []
+        for i in range(4096):
+            size = rng.randint(*MIXED_SIZES)
+            msgs.append(b"PUB events.%d.x _R.a %d\r\n%s\r\n" % (rng.randrange(MIXED_SUBJECTS), size, b"e" * size))
+        if phase == "pull":
+            _fill(conn, [msgs[i % len(msgs)] for i in range(CONSUME_MSGS)])
+            cfg = {"stream_name": "EV", "config": {"durable_name": "M", "ack_policy": "explicit",
+                                                   "filter_subject": "events.>"}}
+            resp = conn.request(b"$JS.API.CONSUMER.CREATE.EV.M", json.dumps(cfg).encode())
+            if "error" in resp:
+                raise RuntimeError(f"consumer create failed: {resp['error']}")
+            req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
+            pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.EV.M _R.n %d\r\n%s\r\n" % (len(req), req)
+            ok = True
+            got = 0
+            acks = b""
+            start = time.perf_counter()
+            mark()
+            while got < CONSUME_MSGS:
+                conn.sock.sendall(acks + pull)
+                replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
+                for r in replies:
+                    got += 1
+                    ok = ok and _stream_seq(r) == got
+                acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+            conn.sock.sendall(acks)
+            return CONSUME_MSGS / (time.perf_counter() - start), ok
+        ok = True
+        acked = 0
+        start = time.perf_counter()
+        mark()
+        deadline = start + duration
+        while time.perf_counter() < deadline:
+            i = acked % len(msgs)
+            conn.sock.sendall(b"".join(msgs[i : i + WINDOW]))
+            for _, ack in conn.replies(WINDOW):
+                acked += 1
+                if int(ack[ack.rindex(b":") + 1 : -1]) != acked:
+                    ok = False
+        elapsed = time.perf_counter() - start
+        info = conn.request(b"$JS.API.STREAM.INFO.EV", b"")
+        return acked / elapsed, ok and info["state"]["messages"] == acked
     finally:
         conn.close()
 
@@ -462,7 +721,7 @@ def run_store(specs: list, msgs: int, rounds: int) -> dict:
 
 def start(spec: ServerSpec, store: str, sync: bool):
     argv = list(spec.argv)
-    if spec.label == "natserver" and sync:
+    if spec.label != "nats-server" and sync:
         conf = os.path.join(store, "js.conf")
         with open(conf, "w") as f:
             f.write(f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n')
@@ -478,20 +737,38 @@ WORKLOADS = {
     "direct": [("direct get", None, False)],
     "counter": [("counter increments", "counter", False)],
     "schedule": [("scheduled messages", "schedule", False)],
+    "pub-1": [("pub 16 B, wait each ack", "pub-1", False)],
+    "pull": [("pull consume, batch 256", "pull", False)],
+    "push": [("push consume", "push", False)],
+    "kv": [("kv put", "kv-put", False), ("kv get", "kv-get", False)],
+    "mixed": [("mixed 64 subj pub", "mixed-pub", False), ("mixed 64 subj pull", "mixed-pull", False)],
+}
+# Issue 33's JetStream scenarios (and #28's counter): ``--only issue33``.
+ISSUE33 = "pub-1,pub,pull,push,kv,mixed,counter"
+RUNNERS = {
+    "counter": bench_counter, "pub-1": lambda port, d: bench_publish_sync(port, d, 16),
+    "pull": bench_pull, "push": bench_push,
+    "kv-put": lambda port, d: bench_kv(port, d, "put"), "kv-get": lambda port, d: bench_kv(port, d, "get"),
+    "mixed-pub": lambda port, d: bench_mixed(port, d, "pub"), "mixed-pull": lambda port, d: bench_mixed(port, d, "pull"),
 }
 
 
 def main(argv=None) -> int:
+    global _SERVER
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", default="pub,pub-sync,direct", help="also: store, counter, compression, schedule")
+    parser.add_argument("--only", default="pub,pub-sync,direct",
+                        help="also: store, counter, compression, schedule, pub-1, pull, push, kv, mixed; issue33 = " + ISSUE33)
     parser.add_argument("--sched-rate", type=int, default=SCHED_RATE, help="schedules a second (schedule)")
     parser.add_argument("--store-msgs", type=int, default=1_000_000, help="messages for the store workload")
     parser.add_argument("--store-10m", action="store_true", help="the store workload with 10 000 000 messages")
     parser.add_argument("--compress-msgs", type=int, default=100_000, help="events for the compression workload")
     parser.add_argument("--nats-server-cmd", default=None, help="'none' to skip nats-server")
+    parser.add_argument("--baseline-cmd", default=None,
+                        help="a third server in the same interleaved rounds, reported as 'before' (e.g. "
+                             "'env PYTHONPATH=/tmp/old python -m natserver' for an older checkout)")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     args = parser.parse_args(argv)
     if args.quick:
@@ -502,13 +779,17 @@ def main(argv=None) -> int:
         None if args.nats_server_cmd == "none" else args.nats_server_cmd.split())
     if go:
         specs.append(ServerSpec("nats-server", go))
+    if args.baseline_cmd:
+        specs.insert(1, ServerSpec("before", parse_cmd(args.baseline_cmd)))
 
     results: dict = {}
     failures = 0
+    cpu: dict = {}  # workload -> server -> CPU microseconds per operation, each round
+    load = [os.getloadavg()[0]]  # the machine's load (shared machines: numbers move with it)
     store_summary = None
     compression_summary = None
     lateness: dict = {}
-    for key in args.only.split(","):
+    for key in args.only.replace("issue33", ISSUE33).split(","):
         if key == "compression":
             compression_summary = run_compression(specs, args.compress_msgs, args.rounds)
             failures += sum(not r["ok"] for by in compression_summary.values() for r in by["rounds"])
@@ -519,15 +800,17 @@ def main(argv=None) -> int:
             continue
         for label, size, sync in WORKLOADS[key]:
             for spec in specs:
-                if sync and spec.label != "natserver":
+                if sync and spec.label == "nats-server":
                     continue
                 results.setdefault(label, {})[spec.label] = []
             for _ in range(args.rounds):
                 for spec in specs:
-                    if sync and spec.label != "natserver":
+                    if sync and spec.label == "nats-server":
                         continue
                     store = tempfile.mkdtemp(prefix="jsbench-")
                     server = start(spec, store, sync)
+                    _SERVER = server
+                    _MARKS.clear()
                     try:
                         if size is None:
                             rate, ok = bench_direct(server.port, args.duration)
@@ -538,25 +821,42 @@ def main(argv=None) -> int:
                             lateness.setdefault(spec.label, []).append(late)
                             print(f"  {'':24s} {spec.label:12s} lateness p50 {_pct(late, 0.5):.1f} ms, "
                                   f"p99 {_pct(late, 0.99):.1f} ms, max {max(late):.1f} ms", flush=True)
+                        elif isinstance(size, str):
+                            rate, ok = RUNNERS[size](server.port, args.duration)
                         else:
                             rate, ok = bench_publish(server.port, args.duration, size)
+                        cpu_us = None
+                        if _MARKS:
+                            (t0, c0), t1, c1 = _MARKS[0], time.perf_counter(), server.cpu_seconds()
+                            cpu_us = (c1 - c0) * 1e6 / max(rate * (t1 - t0), 1)
                     finally:
+                        _SERVER = None
                         server.stop()
                         shutil.rmtree(store, ignore_errors=True)
                     results[label][spec.label].append(rate)
+                    cpu.setdefault(label, {}).setdefault(spec.label, []).append(cpu_us)
                     failures += not ok
-                    print(f"  {label:24s} {spec.label:12s} {rate:12,.0f}/s {'ok' if ok else 'WRONG'}", flush=True)
+                    print(f"  {label:24s} {spec.label:12s} {rate:12,.0f}/s {'ok' if ok else 'WRONG'}"
+                          f"{f'  server CPU {cpu_us:6.1f} us/op' if cpu_us else ''}", flush=True)
 
-    print()
-    print(f"{'workload':26s} {'natserver':>14s} {'nats-server':>14s} {'ratio':>7s}")
+    load.append(os.getloadavg()[0])
+    print(f"\nload average (1 min) at the start and the end: {load[0]:.1f}, {load[1]:.1f}")
+    before_cols = f" {'before':>12s} {'ratio':>6s}" if args.baseline_cmd else ""
+    print(f"{'workload':26s} {'natserver':>14s} {'nats-server':>14s} {'ratio':>7s}{before_cols}")
     summary = {}
     for label, by in results.items():
         nat = statistics.median(by["natserver"]) if by.get("natserver") else None
         ref = statistics.median(by["nats-server"]) if by.get("nats-server") else None
         ratio = nat / ref if nat and ref else None
         summary[label] = {"natserver": nat, "nats-server": ref, "ratio": ratio, "rounds": by}
+        old = ""
+        if by.get("before"):
+            base = statistics.median(by["before"])
+            summary[label]["before"] = base
+            summary[label]["before_ratio"] = base / ref if ref else None
+            old = f" {base:12,.0f} {(f'{base / ref:6.2f}' if ref else '     -')}"
         print(f"{label:26s} {nat or 0:14,.0f} {(f'{ref:14,.0f}' if ref else '             -')} "
-              f"{(f'{ratio:7.2f}' if ratio else '      -')}")
+              f"{(f'{ratio:7.2f}' if ratio else '      -')}{old}")
     if lateness:
         print(f"\n{'schedule lateness (ms)':26s} {'p50':>8s} {'p99':>8s} {'max':>8s}")
         for label, runs in lateness.items():
@@ -564,10 +864,17 @@ def main(argv=None) -> int:
             summary.setdefault("scheduled messages", {})[f"lateness {label}"] = {
                 "p50": _pct(merged, 0.5), "p99": _pct(merged, 0.99), "max": max(merged)}
             print(f"{label:26s} {_pct(merged, 0.5):8.1f} {_pct(merged, 0.99):8.1f} {max(merged):8.1f}")
+    if cpu:
+        print(f"\n{'server CPU us/op, medians':26s} " + " ".join(f"{s.label:>12s}" for s in specs))
+        for label, by in cpu.items():
+            meds = {k: statistics.median(v) for k, v in by.items() if v and None not in v}
+            summary[label]["cpu_us_per_op"] = meds
+            print(f"{label:26s} " + " ".join(f"{meds[s.label]:12.1f}" if s.label in meds else f"{'-':>12s}"
+                                             for s in specs))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, time.strftime("jetstream-%Y%m%d-%H%M%S.json"))
     with open(path, "w") as f:
-        json.dump({"window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
+        json.dump({"load": load, "window": WINDOW, "duration": args.duration, "rounds": args.rounds, "results": summary,
                    "store": store_summary, "compression": compression_summary}, f, indent=2)
     print(f"\nwrote {path}")
     return 1 if failures else 0

@@ -35,6 +35,9 @@ from .versioning import metadata_json, set_static_consumer_metadata
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
 DEFAULT_MAX_ACK_PENDING = 1000  # nats-server's JsDefaultMaxAckPending
+# How many sequences above the last ack floor _update_floor tries, one by one, before it takes
+# min() of every pending sequence (acks in order find the next floor in a step or two).
+FLOOR_SCAN = 64
 DEFAULT_MAX_WAITING = 512  # nats-server's JSWaitQueueDefaultMax (pull consumers)
 DEFAULT_INACTIVE_THRESHOLD = 5_000_000_000  # ns; nats-server's JsDeleteWaitTimeDefault (5s), ephemerals
 DEFAULT_PRIORITY_TIMEOUT = 120_000_000_000  # ns; nats-server's JsDefaultPinnedTTL (2m), pinned_client
@@ -501,6 +504,11 @@ class Consumer:
         # stream seq -> [consumer seq, delivery time ns], in delivery order (the first entry has
         # the earliest ack deadline, as every redelivery moves its entry to the end).
         self.pending: dict[int, list] = {}
+        # A lower bound of pending's smallest key (none is below it), kept for this very dict
+        # (a dict put in its place is looked at afresh): _update_floor looks upward from it
+        # instead of taking min() of up to max_ack_pending keys at every ack.
+        self._pmin = 0
+        self._pmin_of: dict | None = None
         self.rdc: dict[int, int] = {}  # stream seq -> deliveries so far (only when > 1 matters)
         self.rdq: list[int] = []  # stream seqs due for redelivery, in order
         self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
@@ -723,6 +731,8 @@ class Consumer:
             self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
         else:
             self.pending[msg.seq] = [self.delivered_cseq, now]
+            if msg.seq < self._pmin:
+                self._pmin = msg.seq
         return msg, 1
 
     def _load_next(self, store, start: int):
@@ -818,7 +828,19 @@ class Consumer:
         if not self.pending:
             self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.delivered_sseq
             return
-        first = min(self.pending)
+        pending = self.pending
+        first = self._pmin
+        if self._pmin_of is pending:
+            for _ in range(FLOOR_SCAN):
+                if first in pending:
+                    break
+                first += 1
+            else:
+                first = min(pending)
+        else:
+            first = min(pending)
+            self._pmin_of = pending
+        self._pmin = first
         self.ack_floor_sseq = first - 1
         self.ack_floor_cseq = self.pending[first][0] - 1
 

@@ -510,6 +510,9 @@ class Store:
         match = compile_filter(filter)
         if match is None:
             return idx.next_live(start, self.last_seq)
+        entry = idx.get(start)
+        if entry is not None and match(entry[0]):
+            return start  # (a consumer reading on: the next message is most often the one)
         if not has_wildcard(filter):  # (wildcards first: see last_seq_for)
             ss = self.fss.get(filter)
             if ss is None:
@@ -644,6 +647,9 @@ SEGMENT_SUFFIX = ".seg"
 # 1 MiB): a consumer reading in order decompresses each chunk once. natserver's own bound
 # (nats-server caches whole decompressed blocks for a while).
 ZCACHE_CHUNKS = 64
+# Bytes read at once from a plain segment for a message (FileStore._read_ahead): the messages
+# after it come from the same block. natserver's own (nats-server reads and caches whole blocks).
+READ_AHEAD = 32 * 1024
 _NO_CUT = 1 << 62  # (the active segment's cuts are not tracked)
 # Chunks of the active segment compressed at most when a chunk fills up: the one just filled
 # and one behind (natserver's own bound: the work per stored message stays small).
@@ -791,6 +797,9 @@ class FileStore(Store):
         # Compressed segments (compression s2, compressed.py): their fds are in fds too.
         self.zsegs: dict[int, compressed.ZSegment] = {}
         self._zcache: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # (segment, chunk) -> plain bytes
+        # The last READ_AHEAD bytes read from a plain segment: (segment, offset, plain bytes),
+        # so that a consumer reading on takes a read a block, not one per message.
+        self._rblock: tuple[int, int, bytes] | None = None
         # Where the active segment's chunks may be cut (its MSG records' offsets, one per
         # CHUNK_SIZE); None when not known (the segment written to at the start): found by
         # walking its records when it is compressed.
@@ -1281,6 +1290,7 @@ class FileStore(Store):
             raise
         self.segs.append(seg)
         self.fds[seg] = fd
+        self._rblock = None  # (a number used before: after a purge of every segment)
         self.live[seg] = 0
         self.active = seg
         self.active_first = self.idx.end  # (its messages: from here on)
@@ -1537,10 +1547,7 @@ class FileStore(Store):
         elif seg in self.zsegs:
             rec = self._zread(seg, offset, want)
         else:
-            try:
-                rec = self._disk(seg, os.pread(self.fds[seg], want, offset), offset)
-            except (OSError, KeyError):
-                rec = b""
+            rec = self._read_ahead(seg, offset, want)
         if len(rec) >= _OVERHEAD:
             total = _U32.unpack_from(rec, 0)[0] + 8
             if total <= len(rec) and zlib.crc32(memoryview(rec)[: total - 4]) == _U32.unpack_from(rec, total - 4)[0] \
@@ -1548,6 +1555,24 @@ class FileStore(Store):
                 return rec if total == len(rec) else rec[:total]
         log.error("JetStream: message %d in %s is corrupt; not served", seq, self.path)
         return None
+
+    def _read_ahead(self, seg: int, offset: int, want: int) -> bytes:
+        """``want`` bytes at ``offset`` of a plain segment (what is written of the active one),
+        from the block read last when it holds them, else from a new block of READ_AHEAD."""
+        block = self._rblock
+        if block is not None and block[0] == seg and block[1] <= offset \
+                and offset + want <= block[1] + len(block[2]):
+            start = offset - block[1]
+            return block[2][start : start + want]
+        try:
+            data = os.pread(self.fds[seg], max(want, READ_AHEAD), offset)
+        except (OSError, KeyError):
+            return b""
+        if seg == self.active and offset + len(data) > self.flushed:
+            data = data[: max(self.flushed - offset, want)]  # (past it: a torn write, not kept)
+        data = self._disk(seg, data, offset)
+        self._rblock = (seg, offset, data)
+        return data[:want]
 
     def _read(self, seq, entry):
         rec = self._record(seq, entry[3], entry[4], entry[2])
@@ -1594,6 +1619,7 @@ class FileStore(Store):
         """Overwrite the message's subject, header and data with random bytes in place."""
         ts, seg, offset = entry[1], entry[3], entry[4]
         old = self._record(seq, seg, offset, entry[2])
+        self._rblock = None  # (its bytes change)
         if old is None:
             return  # (unreadable: nothing to erase)
         _, _, sl, hl, ml = _MSG_BODY.unpack_from(old, 5)
@@ -1691,6 +1717,7 @@ class FileStore(Store):
         while len(self.segs) > 1 and self.segs[0] != self.active and self.live[self.segs[0]] == 0:
             seg = self.segs.pop(0)
             os.close(self.fds.pop(seg))
+            self._rblock = None
             self.live.pop(seg, None)
             self.unsynced.discard(seg)
             if self.zsegs.pop(seg, None) is not None:
