@@ -12,7 +12,7 @@ are public too, for tools and tests that speak NATS; ``NatsServer`` (natserver.t
 the in-process test double.
 """
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ~20 ms before the first INFO)
 
 from ._version import __version__ as __version__
 

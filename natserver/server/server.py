@@ -19,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
 import trio
 
 from .. import clock
@@ -570,7 +571,7 @@ class Server:
             base, client.cid, client.ip, self.xkey,
             nonce=client.nonce.decode() if client.nonce and not connect_info else None,
             domain=self.options.jetstream_domain if self.options.jetstream else None,
-            ldm=self.lame_duck or lame_duck, connect=connect,
+            ldm=self.lame_duck or lame_duck, connect=connect, dumps=orjson.dumps,
         )
 
     def make_internal_client(self, sublist) -> Client:
