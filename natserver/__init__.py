@@ -12,9 +12,9 @@ are public too, for tools and tests that speak NATS; ``NatsServer`` (natserver.t
 the in-process test double.
 """
 
-TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ~20 ms before the first INFO)
-
 from ._version import __version__ as __version__
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING without importing typing: ~20 ms before the first INFO)
 
 # Public names, imported on first use (PEP 562): pytest imports natserver.pytest_plugin in every
 # run wherever natserver is installed, and that must not import trio and the server (~150 ms).
