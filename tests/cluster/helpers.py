@@ -108,11 +108,11 @@ async def read_msgs(client: RawClient, n: int) -> list[bytes]:
 class NatsServerProcess:
     """A nats-server 2.9.10 child process on loopback ports, in a cluster."""
 
-    def __init__(self, routes=(), cluster_name: str = "c1", extra=()) -> None:
+    def __init__(self, routes=(), cluster_name: str = "c1", extra=(), binary: str | None = None) -> None:
         self.port = free_port()
         self.cluster_port = free_port()
         self.http_port = free_port()
-        args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http_port),
+        args = [binary or NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http_port),
                 "--cluster", f"nats://127.0.0.1:{self.cluster_port}", "--cluster_name", cluster_name, *extra]
         if routes:
             args += ["--routes", ",".join(routes)]

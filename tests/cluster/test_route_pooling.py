@@ -24,7 +24,6 @@ from tests.cluster.helpers import (
     free_port,
     read_msgs,
     route_url,
-    skip_without_nats_server,
     start_node,
     wait_interest,
 )
@@ -279,13 +278,13 @@ async def test_dropped_pool_connection_between_natservers(nursery, tmp_path):
 # -- natserver and nats-server 2.9.10 ------------------------------------------------------------
 
 
-@skip_without_nats_server
-@pytest.mark.needs_nats_server
+@reference.needs_nats_server_2_9
 async def test_one_route_with_2910(nursery):
     """2.9.10 sends no route_pool_size: one route each way, carrying every account, and no
-    dedicated route (natserver's system account is pinned, yet not possible with this peer)."""
+    dedicated route (natserver's system account is pinned, yet not possible with this peer).
+    The distribution's 2.9.10 itself, whatever NATS_SERVER_BIN names for the other tests."""
     ours = await start_node(nursery, no_system_account=False)
-    peer = NatsServerProcess(routes=[route_url(ours)])
+    peer = NatsServerProcess(routes=[route_url(ours)], binary=reference.NATS_SERVER_2_9)
     try:
         await peer.wait_ready()
         await peer.wait_routes(1)
