@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from natserver.protocol.const import JS_API_LEVEL
@@ -70,3 +72,70 @@ def go_json_error(answer: str) -> str:
     null ...``, ``json: cannot unmarshal ...``); natserver's decoder says "invalid JSON" alone
     (not the JSON's shape: left for later)."""
     return _GO_JSON_ERROR.sub('"invalid JSON"', answer)
+
+
+# A raw client's hard limit on one connection's I/O (the recorded scripts sleep up to 7 s).
+CLIENT_TIMEOUT = 30
+
+
+class PipelinedClient:
+    """Requests on one raw connection, pipelined: each gets its own reply subject and exactly
+    one answer, so a batch costs one round trip (the timed steps of the recorded scripts
+    publish within milliseconds). A request is ``(kind, subject, headers, payload)``."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=CLIENT_TIMEOUT)
+        self.buf = b""
+        self.n = 0
+        self._line()
+        self.sock.sendall(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R.> 1\r\nPING\r\n')
+        while self._line() != b"PONG":
+            pass
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, "connection closed"
+        self.buf += chunk
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self.buf) < size + 2:
+            self._fill()
+        data, self.buf = self.buf[:size], self.buf[size + 2 :]
+        return data
+
+    def batch(self, requests: list[tuple]) -> list[bytes]:
+        out = bytearray()
+        replies = []
+        for _, subject, headers, payload in requests:
+            self.n += 1
+            reply = b"_R.%d" % self.n
+            replies.append(reply)
+            if headers:
+                block = b"NATS/1.0\r\n" + headers + b"\r\n"
+                out += b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply, len(block), len(block) + len(payload),
+                                                         block, payload)
+            else:
+                out += b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply, len(payload), payload)
+        self.sock.sendall(bytes(out))
+        answers: dict[bytes, bytes] = {}
+        deadline = time.monotonic() + CLIENT_TIMEOUT
+        while len(answers) < len(replies):
+            assert time.monotonic() < deadline, answers
+            line = self._line()
+            if line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+                continue
+            if not line.startswith((b"MSG ", b"HMSG ")):
+                continue
+            parts = line.split()
+            data = self._exactly(int(parts[-1]))
+            if parts[0] == b"HMSG":
+                data = data[int(parts[-2]) :]  # (API answers have no headers; a status would)
+            answers[parts[1]] = data
+        return [answers[r] for r in replies]

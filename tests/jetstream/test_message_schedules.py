@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -35,7 +34,7 @@ from natserver.jetstream.stream import StreamConfig as ServerStreamConfig
 from natserver.testing import NatsServer
 from tests import reference
 from tests.auth.test_auth_helpers import running
-from tests.jetstream.recording import assert_recorded
+from tests.jetstream.recording import PipelinedClient, assert_recorded
 from tests.jetstream.test_nats_py_suite import target  # noqa: F401 (a fixture: natserver and 2.15.1)
 
 RECORDED = Path(__file__).with_name("data") / "message_schedules_nats_server_2.15.1.json"
@@ -196,65 +195,8 @@ def _headers(block: bytes) -> str:
     return "\r\n".join(lines)
 
 
-class _Client:
-    """Requests on one connection, pipelined: each gets its own reply subject and one answer."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.buf = b""
-        self.n = 0
-        self._line()
-        self.sock.sendall(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R.> 1\r\nPING\r\n')
-        while self._line() != b"PONG":
-            pass
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(65536)
-        assert chunk, "connection closed"
-        self.buf += chunk
-
-    def _line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, _, self.buf = self.buf.partition(b"\r\n")
-        return line
-
-    def _exactly(self, size: int) -> bytes:
-        while len(self.buf) < size + 2:
-            self._fill()
-        data, self.buf = self.buf[:size], self.buf[size + 2 :]
-        return data
-
-    def batch(self, requests: list[tuple]) -> list[bytes]:
-        out = bytearray()
-        replies = []
-        for _, subject, headers, payload in requests:
-            self.n += 1
-            reply = b"_R.%d" % self.n
-            replies.append(reply)
-            if headers:
-                block = b"NATS/1.0\r\n" + headers + b"\r\n"
-                out += b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply, len(block), len(block) + len(payload),
-                                                         block, payload)
-            else:
-                out += b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply, len(payload), payload)
-        self.sock.sendall(bytes(out))
-        answers: dict[bytes, bytes] = {}
-        deadline = time.monotonic() + TIMEOUT
-        while len(answers) < len(replies):
-            assert time.monotonic() < deadline, answers
-            line = self._line()
-            if line == b"PING":
-                self.sock.sendall(b"PONG\r\n")
-                continue
-            if not line.startswith((b"MSG ", b"HMSG ")):
-                continue
-            parts = line.split()
-            data = self._exactly(int(parts[-1]))
-            if parts[0] == b"HMSG":
-                data = data[int(parts[-2]) :]
-            answers[parts[1]] = data
-        return [answers[r] for r in replies]
+class _Client(PipelinedClient):
+    """The shared pipelined client, and what the schedule script reads back."""
 
     def last(self, stream: str, subject: str):
         (answer,) = self.batch([_api(f"$JS.API.STREAM.MSG.GET.{stream}", {"last_by_subj": subject})])
