@@ -400,32 +400,39 @@ class MsgConn(Conn):
         return out
 
 
+def _pull_all(conn, stream: str, durable: str, config: dict) -> tuple[float, bool]:
+    """Create the durable pull consumer (explicit acks, ``config`` added) and fetch the
+    stream's CONSUME_MSGS in batches of PULL_BATCH, each batch's acks going out with the next
+    request: the seconds it took, and whether the messages came in stream order."""
+    cfg = {"stream_name": stream, "config": {"durable_name": durable, "ack_policy": "explicit", **config}}
+    resp = conn.request(b"$JS.API.CONSUMER.CREATE.%s.%s" % (stream.encode(), durable.encode()), json.dumps(cfg).encode())
+    if "error" in resp:
+        raise RuntimeError(f"consumer create failed: {resp['error']}")
+    req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
+    pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s _R.n %d\r\n%s\r\n" % (stream.encode(), durable.encode(), len(req), req)
+    ok = True
+    got = 0
+    acks = b""
+    start = time.perf_counter()
+    mark()
+    while got < CONSUME_MSGS:
+        conn.sock.sendall(acks + pull)
+        replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
+        for r in replies:
+            got += 1
+            ok = ok and _stream_seq(r) == got
+        acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+    conn.sock.sendall(acks)
+    return time.perf_counter() - start, ok
+
+
 def bench_pull(port: int, duration: float) -> tuple[float, bool]:
     """Messages/s through a durable pull consumer (explicit acks), fetched in batches of
     PULL_BATCH: each batch's acks go out with the next request."""
     conn = MsgConn(port)
     try:
         _consume_stream(conn, CONSUME_MSGS)
-        cfg = {"stream_name": "CONS", "config": {"durable_name": "P", "ack_policy": "explicit"}}
-        resp = conn.request(b"$JS.API.CONSUMER.CREATE.CONS.P", json.dumps(cfg).encode())
-        if "error" in resp:
-            raise RuntimeError(f"consumer create failed: {resp['error']}")
-        req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
-        pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.CONS.P _R.n %d\r\n%s\r\n" % (len(req), req)
-        ok = True
-        got = 0
-        acks = b""
-        start = time.perf_counter()
-        mark()
-        while got < CONSUME_MSGS:
-            conn.sock.sendall(acks + pull)
-            replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
-            for r in replies:
-                got += 1
-                ok = ok and _stream_seq(r) == got
-            acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
-        conn.sock.sendall(acks)
-        elapsed = time.perf_counter() - start
+        elapsed, ok = _pull_all(conn, "CONS", "P", {})
         info = conn.request(b"$JS.API.CONSUMER.INFO.CONS.P", b"")
         ok = ok and info["delivered"]["stream_seq"] == CONSUME_MSGS
         return CONSUME_MSGS / elapsed, ok
@@ -511,27 +518,8 @@ def bench_mixed(port: int, duration: float, phase: str) -> tuple[float, bool]:
             msgs.append(b"PUB events.%d.x _R.a %d\r\n%s\r\n" % (rng.randrange(MIXED_SUBJECTS), size, b"e" * size))
         if phase == "pull":
             _fill(conn, [msgs[i % len(msgs)] for i in range(CONSUME_MSGS)])
-            cfg = {"stream_name": "EV", "config": {"durable_name": "M", "ack_policy": "explicit",
-                                                   "filter_subject": "events.>"}}
-            resp = conn.request(b"$JS.API.CONSUMER.CREATE.EV.M", json.dumps(cfg).encode())
-            if "error" in resp:
-                raise RuntimeError(f"consumer create failed: {resp['error']}")
-            req = b'{"batch":%d,"expires":5000000000}' % PULL_BATCH
-            pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.EV.M _R.n %d\r\n%s\r\n" % (len(req), req)
-            ok = True
-            got = 0
-            acks = b""
-            start = time.perf_counter()
-            mark()
-            while got < CONSUME_MSGS:
-                conn.sock.sendall(acks + pull)
-                replies = conn.messages(min(PULL_BATCH, CONSUME_MSGS - got))
-                for r in replies:
-                    got += 1
-                    ok = ok and _stream_seq(r) == got
-                acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
-            conn.sock.sendall(acks)
-            return CONSUME_MSGS / (time.perf_counter() - start), ok
+            elapsed, ok = _pull_all(conn, "EV", "M", {"filter_subject": "events.>"})
+            return CONSUME_MSGS / elapsed, ok
         ok = True
         acked = 0
         start = time.perf_counter()
