@@ -4,6 +4,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects; 1 -> 1 1 KiB
     python -m benchmarks.instructions --n 50000 --only traffic
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
+    python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -108,15 +109,60 @@ trio.run(main)
 """
 _REQREP_KINDS = ("inbox", "reqrep")
 
+# Acknowledged JetStream publishes into a file stream, a window of 512 in flight as
+# bench_jetstream's workloads send them: "counter" increments a counter stream (Nats-Incr, 100
+# subjects; issue 28), "jspub" publishes 16 B without headers (the same path without the
+# counter). The server's acks come back to the same raw client.
+_JS_WORKLOAD = r"""
+import sys, tempfile, trio, natserver
+
+N, KIND = int(sys.argv[1]), sys.argv[2]
+WINDOW = 512
+
+async def main():
+    with tempfile.TemporaryDirectory() as store_dir:
+        async with trio.open_nursery() as nursery:
+            options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir)
+            server = await nursery.start(natserver.serve, options)
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            config = b'{"name":"B","subjects":["b.>"],"storage":"file"%s}' % (
+                b',"allow_msg_counter":true' if KIND == "counter" else b"")
+            await conn.send_all(b'CONNECT {"verbose":false,"headers":true,"no_responders":true}\r\nSUB _R.> 1\r\n'
+                                b"PUB $JS.API.STREAM.CREATE.B _R.c %d\r\n%s\r\n" % (len(config), config))
+            got = b""
+            while b"io.nats.jetstream.api.v1.stream_create_response" not in got:
+                got += await conn.receive_some(65536)
+            hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
+            if KIND == "counter":
+                window = b"".join(b"HPUB b.%d _R.a %d %d\r\n%s\r\n" % (i % 100, len(hdr), len(hdr), hdr)
+                                  for i in range(WINDOW))
+            else:
+                window = b"".join(b"PUB b.%d _R.a 16\r\nxxxxxxxxxxxxxxxx\r\n" % (i % 100) for i in range(WINDOW))
+            for _ in range(N // WINDOW):
+                await conn.send_all(window)
+                acks = 0
+                tail = b""
+                while acks < WINDOW:
+                    data = tail + await conn.receive_some(1 << 20)
+                    cut = data.rfind(b"\r\n")
+                    acks += data.count(b'"seq":', 0, cut)
+                    tail = data[cut:]
+            nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+_JS_KINDS = ("counter", "jspub")
+
 
 REQREP_SCALE = 20  # request/reply workloads run --n / 20 round trips
+JS_SCALE = 4  # JetStream workloads run --n / 4 publishes (each costs as much as ~5 messages)
 
 
 def count(n: int, kind: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
-            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _WORKLOAD)
+            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _JS_WORKLOAD if kind in _JS_KINDS else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, str(n), kind],
@@ -132,7 +178,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -146,15 +192,20 @@ def main(argv=None) -> int:
     kinds = (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B"),
              ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"),
              ("inbox", "request/reply, nats.go-style reply subjects (_INBOX.<id>.<n>, one wildcard sub)"),
-             ("reqrep", "request/reply, one fixed reply subject"))
+             ("reqrep", "request/reply, one fixed reply subject"),
+             ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
+             ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue
         # A round trip costs as much as ~40 pub/sub messages: fewer of them, same run time.
-        n = args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n
+        n = args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n // JS_SCALE if kind in _JS_KINDS else args.n
         long, short = count(n, kind), count(n // 5, kind)
-        per = (long - short) / (n - n // 5)
-        unit = "round trip (server and both clients)" if kind in _REQREP_KINDS else "message"
+        # (a JetStream run sends whole windows of 512)
+        done = (lambda m: m // 512 * 512) if kind in _JS_KINDS else (lambda m: m)
+        per = (long - short) / (done(n) - done(n // 5))
+        unit = ("round trip (server and both clients)" if kind in _REQREP_KINDS
+                else "publish (server and client)" if kind in _JS_KINDS else "message")
         print(f"{label}: {per:,.0f} instructions a {unit} ({long:,} and {short:,} in all)")
     return 0
 
