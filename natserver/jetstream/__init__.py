@@ -551,7 +551,11 @@ class JetStream:
         limit = self.max_memory if kind == "memory" else self.max_store
         if limit < 0:
             return False
-        used = sum(s.store.bytes for s in self.streams.values() if s.store.kind == kind)
+        used = 0
+        for stream in self.streams.values():  # (a loop: no generator frame per message)
+            store = stream.store
+            if store.kind == kind:
+                used += store.bytes
         return used > limit
 
     # -- acks and writes ----------------------------------------------------------------------

@@ -770,6 +770,7 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
 # -- a stream --------------------------------------------------------------------------------
 
 _NATS_MSG_ID = b"Nats-Msg-Id"
+_EXPECTED = b"Nats-Expected-"  # the start of every Expected header's name
 _EXPECTED_STREAM = b"Nats-Expected-Stream"
 _EXPECTED_LAST_SEQ = b"Nats-Expected-Last-Sequence"
 _EXPECTED_LAST_SUBJ_SEQ = b"Nats-Expected-Last-Subject-Sequence"
@@ -988,6 +989,19 @@ class Stream:
                 self.batches.process(batch_id, subject, reply, hdr, msg)
                 return
         cfg = self.cfg
+        if cfg.allow_msg_counter and hdr and not scheduled and self.input_transform is None \
+                and self._trace is None and not cfg.sealed:
+            # The usual increment (counter.simple_increment: a header of Nats-Incr alone, no
+            # payload): none of the checks below can refuse it but the limits'.
+            counted = counter.simple_increment(self.store, self.counter_totals, subject, hdr, msg)
+            if counted is not None:
+                body, digits = counted
+                # (refused by a limit: the general path below answers; the total Totals kept for
+                # the sequence the message did not get is stale, and not used)
+                if not (0 <= cfg.max_msg_size < len(hdr) + len(body) or len(hdr) + len(body) > self.max_payload()
+                        or self.engine.over_limit(self.store.kind)):
+                    self.store_checked(subject, reply, hdr, body, clock.now_ns(), None, b"", b"", digits)
+                    return
         if self.input_transform is not None:  # (stream.go: before anything else)
             subject = self.input_transform.apply_bytes(subject) or subject
         if cfg.sealed:
@@ -1009,7 +1023,10 @@ class Stream:
                 except ApiError as exc:
                     self.reject(reply, exc)
                     return
-            expected = get_header(_EXPECTED_STREAM, hdr)
+            # Each check looks for its header's name first (a C search of the header block):
+            # most messages have none of them, and get_header is a Python call.
+            any_expected = _EXPECTED in hdr
+            expected = get_header(_EXPECTED_STREAM, hdr) if any_expected else b""
             if expected and expected != self._name_b:
                 self.reject(reply, errors.stream_not_match(), "expected stream does not match")
                 return
@@ -1029,23 +1046,23 @@ class Stream:
                 # 2.15+: a published message may not pose as a sourced one (stream.go).
                 self.reject(reply, errors.message_source_hdr_not_allowed())
                 return
-            value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr)
+            value = get_header(_EXPECTED_LAST_SUBJ_SEQ, hdr) if any_expected else b""
             if value:
                 last = store.last_seq_for(get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr) or subject)
                 if parse_uint(value) != last:
                     self.reject(reply, errors.stream_wrong_last_sequence(last),
                                  f"last sequence by subject mismatch: {parse_uint(value)} vs {last}")
                     return
-            elif get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
+            elif any_expected and get_header(_EXPECTED_LAST_SUBJ_SEQ_SUBJ, hdr):
                 self.reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
-            value = get_header(_EXPECTED_LAST_SEQ, hdr)
+            value = get_header(_EXPECTED_LAST_SEQ, hdr) if any_expected else b""
             if value and parse_uint(value) != store.last_seq:
                 self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq),
                              f"last sequence mismatch: {parse_uint(value)} vs {store.last_seq}")
                 return
             # (2.10+: after the expected sequences, before the expected last id)
-            msg_id = get_header(_NATS_MSG_ID, hdr)
+            msg_id = get_header(_NATS_MSG_ID, hdr) if _NATS_MSG_ID in hdr else b""
             if msg_id:
                 dup = self._check_msg_id(msg_id, now)
                 if dup is not None:
@@ -1054,12 +1071,12 @@ class Stream:
                     if reply and (not cfg.no_ack or self.answer_sink is not None):
                         self._answer(reply, b"%s%d,\"duplicate\": true}" % (self._ack_prefix, dup[0]))
                     return
-            value = get_header(_EXPECTED_LAST_MSG_ID, hdr)
+            value = get_header(_EXPECTED_LAST_MSG_ID, hdr) if any_expected else b""
             if value and value != self.lmsgid:
                 self.reject(reply, errors.stream_wrong_last_msg_id(self.lmsgid.decode("utf-8", "replace")),
                              f"last msgid mismatch: {_go_quote(value)} vs {_go_quote(self.lmsgid)}")
                 return
-            rollup = get_header(_ROLLUP, hdr).lower()
+            rollup = get_header(_ROLLUP, hdr).lower() if _ROLLUP in hdr else b""
             if rollup:
                 if not cfg.allow_rollup_hdrs or cfg.deny_purge:
                     self.reject(reply, errors.stream_rollup_failed("rollup not permitted"))
@@ -1090,7 +1107,7 @@ class Stream:
 
     def store_checked(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int,
                       batch_ack: tuple[bytes, int] | None = None, msg_id: bytes | None = None,
-                      rollup: bytes | None = None, total: str | None = None) -> bool:
+                      rollup: bytes | None = None, total: bytes | None = None) -> bool:
         """Store a published message whose checks are done (process_msg's, or an atomic
         batch's: ``msg_id`` and ``rollup`` None are read from ``hdr``, the subject is the
         published one), apply its roll-up and acknowledge it (``batch_ack``: the batch id and
@@ -1160,7 +1177,7 @@ class Stream:
             elif total is None:
                 self._answer(reply, b"%s%d}" % (self._ack_prefix, seq))
             else:  # 2.12+: a counter's total (PubAck.Value)
-                self._answer(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total.encode()))
+                self._answer(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total))
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:
@@ -1206,7 +1223,7 @@ class Stream:
                 if scheduler is not None:
                     scheduler.remove_subject(scheduler_subject)
 
-    def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, str]:
+    def _count(self, subject: bytes, hdr: bytes, msg: bytes, incr: counter.Number | None) -> tuple[bytes, bytes, bytes]:
         """A counter stream's message for an increment (counter.py): (header, body, total).
         Raises ApiError: no increment (10169), a broken counter, over max_payload."""
         if incr is None:

@@ -135,6 +135,8 @@ _FWC = b">"
 
 
 def has_wildcard(subject: bytes) -> bool:
+    if b"*" not in subject and b">" not in subject:  # (most subjects: no split, no loop)
+        return False
     for token in subject.split(b"."):
         if token == _PWC or token == _FWC:
             return True

@@ -605,10 +605,11 @@ class Server:
         client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio.
         With ``flush=False`` the output waits for the next ``flush_touched()`` (a publisher's
         read loop does one after each chunk), so many responses go out in one write."""
-        as_bytes = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
-        subject = as_bytes(subject)
-        reply = as_bytes(reply) if reply is not None else None
-        body = (headers or b"") + payload
+        if subject.__class__ is not bytes:  # (JetStream's acks, the most of these: bytes already)
+            subject = subject.encode() if isinstance(subject, str) else bytes(subject)
+        if reply is not None and reply.__class__ is not bytes:
+            reply = reply.encode() if isinstance(reply, str) else bytes(reply)
+        body = headers + payload if headers else payload
         header_size = len(headers) if headers else -1
         sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
         delivering, self.delivering = self.delivering, None  # a publish of its own, not a delivery

@@ -18,8 +18,13 @@ import time
 from pathlib import Path
 
 import nats
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from natserver.jetstream import counter
+from natserver.jetstream import counter, errors
+from natserver.jetstream.errors import ApiError
+from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.stream import StreamConfig, check_stream_config
 from tests import reference
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.jetstream.test_filter_subjects import _Client
@@ -347,3 +352,58 @@ def test_increments_of_any_length_in_linear_time():
 
 if __name__ == "__main__":
     record(run_script, JS_CONFIG, RECORDED, binary=reference.NATS_SERVER)
+
+
+# -- the usual increment's one-step path (counter.simple_increment) --------------------------
+
+_INCREMENT_HEADERS = st.sampled_from([
+    b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n", b"NATS/1.0\r\nNats-Incr: 25\r\n\r\n", b"NATS/1.0\r\nNats-Incr:7\r\n\r\n",
+    b"NATS/1.0\r\nNats-Incr: -3\r\n\r\n", b"NATS/1.0\r\nNats-Incr: +2\r\n\r\n", b"NATS/1.0\r\nNats-Incr: 0\r\n\r\n",
+    b"NATS/1.0\r\nNats-Incr: " + b"9" * 4001 + b"\r\n\r\n", b"NATS/1.0\r\nNats-Incr: 1\r\nA: b\r\n\r\n",
+    b"NATS/1.0\r\nNats-Incr: 1 \r\n\r\n", b"NATS/1.0\r\nNats-Incr: 1",
+])
+
+
+def _increments(steps, one_step: bool):
+    """Store each (subject, header, payload) in a counter stream's store as process_msg does:
+    through simple_increment first when ``one_step``, else check_publish and apply alone.
+    Returns the answers (totals or error codes), the stored messages and how many the one
+    step took."""
+    cfg = check_stream_config(StreamConfig(name="C", subjects=["c.>"], allow_msg_counter=True), {})
+    store, totals, answers, taken = MemoryStore(cfg), counter.Totals(), [], 0
+    for subject, hdr, msg in steps:
+        counted = counter.simple_increment(store, totals, subject, hdr, msg) if one_step else None
+        if counted is not None:
+            body, digits = counted
+            taken += 1
+        else:
+            try:
+                incr = counter.check_publish(True, hdr, msg)
+                if incr is None:
+                    raise errors.message_incr_missing()
+                hdr, body, digits = counter.apply(store, totals, subject, hdr, msg, incr, 1 << 20)
+            except ApiError as exc:
+                answers.append(exc.err_code)
+                continue
+        store.store_msg(subject, hdr, body, 1)
+        answers.append(digits)
+    stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1))]
+    return answers, stored, taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from([b"c.a", b"c.b", b"c.*"]), _INCREMENT_HEADERS,
+                                st.sampled_from([b"", b"", b"x"])), min_size=1, max_size=30))
+def test_the_one_step_increment_stores_what_apply_stores(steps):
+    """simple_increment, where it says yes, stores and answers exactly what check_publish and
+    apply do: the two stores end alike."""
+    answers, stored, _ = _increments(steps, True)
+    assert (answers, stored) == _increments(steps, False)[:2]
+
+
+def test_the_usual_increments_take_the_one_step():
+    usual = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
+    steps = [(b"c.a", usual, b""), (b"c.b", usual, b"")] * 5
+    answers, _, taken = _increments(steps, True)
+    assert taken == 8  # all but each subject's first (its total is not known yet)
+    assert answers == [b"%d" % (i // 2 + 1) for i in range(10)]
