@@ -1,18 +1,17 @@
 """The pending count in every ack reply subject (its last token) and in consumer info, counted
-as nats-server 2.9.10 counts them (consumer.go numPending/streamNumPending, decStreamPending,
-processStreamSignal): interior deletes before and after a consumer starts, messages arriving
-while it is behind, limits dropping old ones, purges, ``last_per_subject``, filters. nats-py
-clients KV watchers included read it (``num_pending == 0``: caught up), so it must match.
+as nats-server 2.15.1 counts them (consumer.go numPending/checkNumPending/streamNumPending,
+decStreamPending, processStreamSignal, purge): interior deletes before and after a consumer
+starts, messages arriving while it is behind, limits dropping old ones, purges (filtered, by
+sequence, roll-ups), ``last_per_subject``, filters; and the delivered stream sequence consumer
+info reports (the stored state's: a filtered consumer that found nothing more past its last
+delivery still says that delivery). nats-py clients, KV watchers included, read it
+(``num_pending == 0``: caught up), so it must match.
 
-One nats-py script runs against natserver and must give what was recorded from nats-server in
-data/pending_counts_nats_server_2.9.10.json; a live nats-server, when installed, must still
-give the recording (``python -m tests.jetstream.test_pending_counts`` records it again).
-
-Still compared with 2.9.10 (tests/jetstream/legacy_reference.py), not the 2.15.1 reference:
-2.15.1 counts differently (recorded with this script: 11 deliveries where 2.9.10 made 12, the
-pending counts of the interior-delete, limits and purge cases lower, e.g. "6/4" ... "10/0"
-where 2.9.10 says "6/7" ... "10/3"), and natserver still counts as 2.9.10; moving this file
-is changing the counting (consumer.py's npc), not this test."""
+One nats-py script runs against natserver and must give what was recorded from nats-server
+2.15.1 in data/pending_counts_nats_server_2.15.1.json; a live 2.15.1, when installed, must still
+give the recording (``python -m tests.jetstream.test_pending_counts`` records it again). The
+filtered purges run in a memory stream, as recorded (the file store's count after one was
+2.9.10's bug)."""
 
 from __future__ import annotations
 
@@ -22,11 +21,11 @@ from pathlib import Path
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType
 
-from tests.jetstream.legacy_reference import NATS_SERVER, needs_nats_server
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
+from tests.reference import needs_nats_server
 
 TIMEOUT = 30
-RECORDED = Path(__file__).with_name("data") / "pending_counts_nats_server_2.9.10.json"
+RECORDED = Path(__file__).with_name("data") / "pending_counts_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 
 
@@ -37,9 +36,7 @@ def _tokens(msgs) -> list[str]:
 
 async def _info(js, stream: str, name: str) -> list[int]:
     info = await js.consumer_info(stream, name)
-    # (not the ack floor: natserver starts it where 2.15.1 does, at the start position, where
-    # 2.9.10 left it at 0)
-    return [info.num_pending, info.num_ack_pending, info.delivered.stream_seq]
+    return [info.num_pending, info.num_ack_pending, info.delivered.stream_seq, info.ack_floor.stream_seq]
 
 
 async def _script(url: str) -> dict:
@@ -102,10 +99,9 @@ async def _script(url: str) -> dict:
         out["purge, after"] = _tokens(await sub.fetch(20, timeout=1))
         out["purge, info"] = await _info(js, "D", "purged")
 
-        # Purges with a request: a filtered one (only consumers it concerns), one by sequence
-        # (which spares filtered consumers), and a subject roll-up (KV's purge of a key). In
-        # memory: 2.9.10's file store counts one message too many after a filtered purge
-        # (FilteredState: 3 left where 2 are), a bug natserver does not copy.
+        # Purges with a request: a filtered one (a consumer within its subject skips ahead, a
+        # wider one only drops what went), one by sequence (every consumer) and a subject
+        # roll-up (KV's purge of a key).
         await js.add_stream(name="F", subjects=["f.>"], allow_rollup_hdrs=True, storage=StorageType.MEMORY)
         for i in range(8):
             await js.publish(f"f.{i % 2}", b"x")
@@ -151,8 +147,8 @@ def test_natserver_counts_pending_as_nats_server(tmp_path):
 
 @needs_nats_server
 def test_the_recording_is_what_nats_server_counts(tmp_path):
-    assert_nats_server_matches(run_script, JS_CONFIG, RECORDED, tmp_path, binary=NATS_SERVER)
+    assert_nats_server_matches(run_script, JS_CONFIG, RECORDED, tmp_path)
 
 
 if __name__ == "__main__":
-    record(run_script, JS_CONFIG, RECORDED, binary=NATS_SERVER)
+    record(run_script, JS_CONFIG, RECORDED)
