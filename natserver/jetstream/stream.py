@@ -1275,7 +1275,8 @@ class Stream:
 
     def purge_consumers(self, subject: bytes | None, purged: int) -> None:
         """After a purge that took ``purged`` messages (stream.go purgeLocked): every consumer
-        counts its pending messages again (storeUpdates: a batch of removals), then those it
+        counts its pending messages again (storeUpdates: a batch of removals; not when the
+        store reported the one message it took as a removal, store.purge_ex), then those it
         concerns skip what went, forget the pending acks below it and move their ack floor.
         ``subject``: the purge request's filter (None or b"": none, every consumer); with one,
         a consumer whose filters lie within it skips to the subject's first message left,
@@ -1283,7 +1284,7 @@ class Stream:
         if not self.consumers:
             return
         store = self.store
-        if purged > 0:
+        if purged > 1 or purged == 1 and not store.purge_reported:
             for consumer in self.consumers.values():
                 consumer.num_pending()
         first, last = store.first_seq, store.last_seq

@@ -120,6 +120,20 @@ async def _script(url: str) -> dict:
             out[f"purges {name}, after roll-up"] = await _info(js, "F", name)
             out[f"purges {name}, rest"] = _tokens(await subs[name].fetch(20, timeout=1))
 
+        # A roll-up and a purge that each take one message (a KV key's history of 1): reported
+        # as that message's removal, not counted again (one ahead of the consumer, one
+        # delivered and pending).
+        await js.add_stream(name="G", subjects=["g.>"], allow_rollup_hdrs=True)
+        for subject in ("g.0", "g.1", "g.2", "g.1"):
+            await js.publish(subject, b"x")
+        sub = await js.pull_subscribe("g.>", durable="g_all", stream="G")
+        out["one purged, first"] = _tokens(await sub.fetch(2, timeout=1))
+        await js.publish("g.2", b"rollup", headers={"Nats-Rollup": "sub"})
+        out["one purged, after roll-up"] = await _info(js, "G", "g_all")
+        await js.purge_stream("G", subject="g.1", keep=1)
+        out["one purged, after purge"] = await _info(js, "G", "g_all")
+        out["one purged, rest"] = _tokens(await sub.fetch(20, timeout=1))
+
         # last_per_subject: the subjects whose last message is ahead.
         await js.add_stream(name="E", subjects=["e.>"])
         for i in range(9):
