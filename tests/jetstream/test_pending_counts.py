@@ -16,11 +16,17 @@ filtered purges run in a memory stream, as recorded (the file store's count afte
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType
+import pytest
+from nats.js.api import ConsumerConfig as JsConsumerConfig
+from nats.js.api import DeliverPolicy, StorageType
 
+from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
+from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.stream import StreamConfig, check_stream_config
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
 from tests.reference import needs_nats_server
 
@@ -140,7 +146,7 @@ async def _script(url: str) -> dict:
             await js.publish(f"e.{i % 3}", b"x")
         await js.publish("e.other", b"x")
         for name, subject in (("lps", "e.>"), ("lps1", "e.1")):
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+            config = JsConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
             sub = await js.pull_subscribe(subject, durable=name, stream="E", config=config)
             out[f"last per subject {name}, info before"] = await _info(js, "E", name)
             out[f"last per subject {name}"] = _tokens(await sub.fetch(20, timeout=1))
@@ -153,6 +159,65 @@ async def _script(url: str) -> dict:
 
 def run_script(port: int) -> dict:
     return asyncio.run(asyncio.wait_for(_script(f"nats://127.0.0.1:{port}"), TIMEOUT))
+
+
+class _Stream:
+    """What a consumer sees of its stream: a memory store."""
+
+    def __init__(self) -> None:
+        self.name = "S"
+        self.cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"]), {})
+        self.store = MemoryStore(self.cfg)
+
+
+def _recount(c: Consumer) -> int:
+    """The messages left, by brute force: matching live ones past the read position."""
+    store = c.stream.store
+    return sum(1 for seq in range(c.delivered_sseq + 1, store.last_seq + 1)
+               if (m := store.load_msg(seq)) is not None and c.match is not None and c.match(m.subject))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_count_is_kept_without_counting_again(monkeypatch, seed):
+    """Random new messages, deletes (ahead of the consumer and behind it), deliveries, taken
+    back deliveries and looks past the end, for a filtered consumer: after each, the running
+    count (the ack reply's, and consumer info's) is what counting afresh gives, and the store
+    is never asked to count (bounded work per message: only a start, update, restore or
+    purge counts from the store)."""
+    rng = random.Random(seed)
+    stream = _Stream()
+    store = stream.store
+    for i in range(300):
+        store.store_msg(b"s.%d" % rng.randrange(3), b"", b"x", i + 1)
+    cfg = ConsumerConfig(durable_name="d", ack_policy="explicit", filter_subject="s.1")
+    set_defaults(cfg)
+    c = Consumer(stream, "d", cfg, 1)
+    assert c.num_pending() == _recount(c)
+
+    def no_counting(*args):
+        raise AssertionError("counted from the store")
+    monkeypatch.setattr(store, "filtered_state", no_counting)
+    for step in range(2000):
+        roll = rng.random()
+        if roll < 0.3:
+            subject = b"s.%d" % rng.randrange(3)
+            c.stream_stored(store.store_msg(subject, b"", b"x", step + 1000), subject)
+        elif roll < 0.5 and store.msgs:
+            seq = rng.randrange(store.first_seq, store.last_seq + 1)
+            m = store.load_msg(seq)
+            if m is not None and store.remove_msg(seq):
+                c.stream_removed(seq, m.subject)
+                c.pending.pop(seq, None)
+        elif roll < 0.55:
+            got = c.next_msg(step)
+            if got is not None:
+                c.undo(got[0].seq, got[1])
+        else:
+            got = c.next_msg(step)
+            if got is not None and rng.random() < 0.8:
+                c.ack(got[0].seq, 0, step)
+        assert c.cached_num_pending() == _recount(c), step
+        assert c.checked_num_pending() == _recount(c), step
 
 
 def test_natserver_counts_pending_as_nats_server(tmp_path):
