@@ -672,6 +672,7 @@ class Cluster:
         # (s.routesReject), and the confirmations of the peers it told of pinned accounts
         # (the request id and where they go).
         self.rejecting = False
+        self._repool_lock = trio.Lock()  # one reload's changes at a time
         self._acc_reqid = ""
         self._acc_confirms: trio.MemorySendChannel | None = None
         # Server ids whose routes are closed at their INFO: a network partition made by a test
@@ -1551,6 +1552,13 @@ class Cluster:
         from its pool), the routes that go are closed (the unpinned accounts' dedicated ones;
         every pool connection when the size changed), then the new pool and dedicated routes
         are dialled (the configured routes; a peer that dialled us dials again)."""
+        async with self._repool_lock:
+            try:
+                await self._repool_locked(pool_size, changed, added, removed)
+            except Exception:  # (the cluster's other tasks go on)
+                log.exception("Error reloading the route pool")
+
+    async def _repool_locked(self, pool_size: int, changed: bool, added: list[bytes], removed: list[bytes]) -> None:
         self.rejecting = True
         try:
             if added:
