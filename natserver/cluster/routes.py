@@ -90,6 +90,13 @@ LOOP_DETECTION_PREFIX = b"$LDS."
 # that closed for a loop, or for having the hub's cluster name, waits this long to redial.
 LEAF_LOOP_RECONNECT_DELAY = 30.0
 LOOP_DETECTED = "Loop detected"
+# reload.go reloadClusterPoolAndAccounts: how long a reload that pins accounts waits for the
+# peers to confirm (their answer to the route_acc_add_reqid INFO) before it goes on.
+ACC_ADDED_CONFIRM_TIMEOUT = 2.0
+# natserver's bound on how long such a reload waits for the connections it closed to be gone
+# before it makes the new pool (nats-server closes them synchronously).
+ROUTE_CLOSE_WAIT = 2.0
+ROUTE_REMOVED = "Route Removed"  # closeConnection(RouteRemoved)'s reason
 # FNV-1a 32 (Go's hash/fnv New32a), which route.go computeRoutePoolIdx hashes account names with.
 FNV32_OFFSET = 0x811C9DC5
 FNV32_PRIME = 0x01000193
@@ -138,6 +145,20 @@ class _RemoteInterest:
         self.subject = subject
         self.queue = queue
         self.weight = weight
+
+
+def pool_settings(options, server) -> tuple[int, list[str]]:
+    """The pool size and pinned accounts ``options`` give (opts.go setBaselineOptions: 0 is
+    the default size; with pooling on, the system account is pinned too; negative: neither)."""
+    pool_size = options.cluster_pool_size or const.DEFAULT_ROUTE_POOL_SIZE
+    pinned: list[str] = []
+    if pool_size > 0:
+        pinned = list(dict.fromkeys(options.cluster_accounts))
+        if not options.no_system_account:
+            name = system_account_name(options, server)
+            if name not in pinned:
+                pinned.append(name)
+    return pool_size, pinned
 
 
 def _checks_perms(subject: bytes) -> bool:
@@ -208,6 +229,7 @@ class Route:
         # must not be redialled (a dedicated route the peer cannot have).
         self.pool_idx = -1
         self.no_pool = False
+        self.remote_pool_size = 0  # the peer's route_pool_size (0: none)
         self.route_account: bytes | None = None
         self.start_next_on_pong = False
         self.no_redial = False
@@ -236,6 +258,7 @@ class Route:
         # What we told this peer: (account, subject, queue) -> the weight (plain: 1).
         self.told: dict[tuple, int] = {}
         self.done: trio.Event | None = None  # set when closed (a dialler waits on it)
+        self.gone = trio.Event()  # set once the cluster forgot it (route_closed)
         # The ping timer (_ping_loop): PINGs unanswered, whether a PONG ever came (client.go's
         # rtt != 0), and when the peer last sent a message, interest or a PING (lastIn).
         self.pings_out = 0
@@ -425,6 +448,9 @@ class Route:
                 return
             if self.perms is not None and not self.leaf_sub_allowed(op.subject):
                 return
+            if (op.account in cluster.transitioning and self.route_account is None and not self.no_pool
+                    and self.leaf_account is None):
+                return  # route.go processRemoteSub: the account is moving to its dedicated route
             self.add_interest(op.account, op.subject, op.queue, op.weight)
             self._active_at = trio.current_time()
         elif op.__class__ is RemoteUnsub:
@@ -520,6 +546,18 @@ class Route:
             del self.entries[key]
             raise RouteProtocolError("processRemoteSub Parse Error") from None
         self.cluster.propagate(self, account, subject, queue)
+
+    def drop_account(self, account: bytes) -> None:
+        """route.go removeRemoteSubsForAcc: ``account``'s traffic leaves this connection (it
+        moves to a dedicated route): forget the interest the peer told for it, and what we
+        told it (the peer forgets that on its side)."""
+        gone = [key for key in self.entries if key[0] == account]
+        for key in gone:
+            del self.entries[key]
+        self.interest.pop(account, None)
+        self.told = {key: weight for key, weight in self.told.items() if key[0] != account}
+        for _, subject, queue in gone:
+            self.cluster.propagate(self, account, subject, queue)
 
     def remove_interest(self, account: bytes, subject: bytes, queue: bytes | None) -> None:
         entry = self.entries.pop((account, subject, queue), None)
@@ -617,20 +655,26 @@ class Cluster:
         self.route_conns: list[Route] = []
         self.pools: dict[str, list[Route | None]] = {}
         # cluster { pool_size } (opts.go: 0 is the default; negative: no pooling) and the
-        # accounts pinned to dedicated routes (with pooling on, the system account among them).
-        pool_size = options.cluster_pool_size or const.DEFAULT_ROUTE_POOL_SIZE
+        # accounts pinned to dedicated routes (with pooling on, the system account among them);
+        # a reload may change both (reload_pool).
+        pool_size, pinned = pool_settings(options, server)
         self.pool_size = pool_size
         self.pooling = pool_size > 0
         self.local_pool_size = pool_size if pool_size > 0 else 1  # server.go routesPoolSize
-        pinned: list[str] = []
-        if self.pooling:
-            pinned = list(dict.fromkeys(options.cluster_accounts))
-            if not options.no_system_account:
-                name = system_account_name(options, server)
-                if name not in pinned:
-                    pinned.append(name)
         self.acc_routes: dict[bytes, dict[str, Route]] = {name.encode(): {} for name in pinned}
+        self.pinned = pinned  # as configured (a peer's reload may pin more in acc_routes)
         self._pool_indexes: dict[bytes, int] = {}
+        # A peer's reload pinned these accounts (its route_acc_add_reqid INFO): until their
+        # dedicated route is up, interest for them arriving over a pool connection is ignored
+        # (accTransitioningToDedicatedRoute).
+        self.transitioning: set[bytes] = set()
+        # A reload of the pool under way: new route connections are turned away
+        # (s.routesReject), and the confirmations of the peers it told of pinned accounts
+        # (the request id and where they go).
+        self.rejecting = False
+        self._repool_lock = trio.Lock()  # one reload's changes at a time
+        self._acc_reqid = ""
+        self._acc_confirms: trio.MemorySendChannel | None = None
         # Server ids whose routes are closed at their INFO: a network partition made by a test
         # (natserver.testing_cluster); nats-server has no such thing.
         self.refused_peers: set[str] = set()
@@ -859,6 +903,8 @@ class Cluster:
         retries = self.server.options.cluster_connect_retries
         try:
             while True:
+                if account is not None and account not in self.acc_routes or extra and not self.pooling:
+                    return  # (a reload took the account's route, or the pool, away)
                 try:
                     stream = await trio.open_tcp_stream(host, port)
                 except OSError as exc:
@@ -1216,6 +1262,10 @@ class Cluster:
     def process_info(self, route: Route, info: dict) -> None:
         """route.go processRouteInfo: the first INFO registers the route; a later one from a
         peer about another server is gossip (an implicit route to dial)."""
+        reqid = info.get("route_acc_add_reqid")
+        if route.registered and isinstance(reqid, str) and reqid:
+            self._account_moving(route, info, reqid)
+            return
         remote_id = info.get("server_id")
         if not isinstance(remote_id, str) or not remote_id:
             raise RouteProtocolError("Unknown Protocol Operation")
@@ -1246,6 +1296,9 @@ class Cluster:
                 return
         if remote_id in self.refused_peers:
             route.close("Partitioned")
+            return
+        if self.rejecting:  # (a reload is remaking the pool: the peer dials again)
+            route.close(ROUTE_REMOVED)
             return
         route.peer_id = remote_id
         if not self._place(route, remote_id, info):
@@ -1289,6 +1342,7 @@ class Cluster:
         dedicated route; False when it has none (a duplicate, a full pool, an error)."""
         pool_size = info.get("route_pool_size")
         pool_size = pool_size if isinstance(pool_size, int) and not isinstance(pool_size, bool) else 0
+        route.remote_pool_size = pool_size
         index = info.get("route_pool_idx")
         index = index if isinstance(index, int) and not isinstance(index, bool) else 0
         if not route.solicited:
@@ -1314,6 +1368,7 @@ class Cluster:
             if remote_id in conns:
                 return self._duplicate(route, conns[remote_id])
             conns[remote_id] = route
+            self.transitioning.discard(account)
             return True
         pool = self.pools.get(remote_id)
         if pool_size <= 0 or not self.pooling:
@@ -1420,6 +1475,7 @@ class Cluster:
                             self.dial_account(route.url, account, configured=True)
         if self.leafs.get(route.rid) is route:
             del self.leafs[route.rid]
+        route.gone.set()
         gone = list(route.entries)
         route.entries.clear()
         for account, subject, queue in gone:
@@ -1469,17 +1525,158 @@ class Cluster:
                 client.queue(server.info_for(client))
         server.flush_touched()
 
+    # -- reloading the pool and the pinned accounts -------------------------------------------
+
+    def pool_change(self, options) -> tuple[int, list[str], bool, list[str], list[str]]:
+        """What a reload to ``options`` changes (reload.go diffPoolAndAccounts): the new pool
+        size and pinned accounts, whether the size changed, the accounts pinned and unpinned."""
+        pool_size, pinned = pool_settings(options, self.server)
+        added = [name for name in pinned if name not in self.pinned]
+        removed = [name for name in self.pinned if name not in pinned]
+        return pool_size, pinned, pool_size != self.pool_size, added, removed
+
+    def reload_pool(self, options) -> bool:
+        """Apply a reload's ``cluster { pool_size, accounts }`` (reload.go
+        reloadClusterPoolAndAccounts), in the background: whether anything changes."""
+        pool_size, pinned, changed, added, removed = self.pool_change(options)
+        if not (changed or added or removed) or self._nursery is None:
+            return False
+        self.pinned = pinned
+        self._nursery.start_soon(self._repool, pool_size, changed, [a.encode() for a in added],
+                                 [a.encode() for a in removed])
+        return True
+
+    async def _repool(self, pool_size: int, changed: bool, added: list[bytes], removed: list[bytes]) -> None:
+        """The peers are told of the accounts that get a dedicated route (an INFO naming the
+        account and a request id, which each answers once it dropped the account's interest
+        from its pool), the routes that go are closed (the unpinned accounts' dedicated ones;
+        every pool connection when the size changed), then the new pool and dedicated routes
+        are dialled (the configured routes; a peer that dialled us dials again)."""
+        async with self._repool_lock:
+            try:
+                await self._repool_locked(pool_size, changed, added, removed)
+            except Exception:  # (the cluster's other tasks go on)
+                log.exception("Error reloading the route pool")
+
+    async def _repool_locked(self, pool_size: int, changed: bool, added: list[bytes], removed: list[bytes]) -> None:
+        self.rejecting = True
+        try:
+            if added:
+                await self._pin(added)
+            closing = []
+            for account in removed:
+                for conn in self.acc_routes.get(account, {}).values():
+                    conn.no_redial = True
+                    closing.append(conn)
+            if changed:
+                closing += [conn for conn in self.route_conns if conn.route_account is None]
+            for conn in closing:
+                conn.close(ROUTE_REMOVED)
+            with trio.move_on_after(ROUTE_CLOSE_WAIT):
+                for conn in closing:
+                    await conn.gone.wait()
+            for account in removed:
+                self.acc_routes.pop(account, None)
+            self.pool_size = pool_size
+            self.pooling = pool_size > 0
+            self.local_pool_size = pool_size if pool_size > 0 else 1
+            self._pool_indexes.clear()
+            if not changed:
+                # The unpinned accounts' interest goes over the pool again.
+                for account in removed:
+                    index = self.pool_index(account)
+                    for conn in self.route_conns:
+                        if conn.route_account is None and (conn.no_pool or conn.pool_idx == index):
+                            self.send_interest(conn, account)
+        finally:
+            self.rejecting = False
+        if changed or added:
+            for url in self.configured:
+                self.dial(url, configured=True)
+                for account in added:
+                    self.dial_account(url, account, configured=True)
+
+    async def _pin(self, added: list[bytes]) -> None:
+        """reload.go: each added account leaves the pool connection that carried it, the peer
+        at the other end told with the INFO it answers; up to ACC_ADDED_CONFIRM_TIMEOUT for
+        the answers."""
+        self._acc_reqid = reqid = base64.urlsafe_b64encode(random.randbytes(16)).rstrip(b"=").decode()
+        send, receive = trio.open_memory_channel[None](len(self.pools) * len(added) + 1)
+        self._acc_confirms = send
+        sent = 0
+        for account in added:
+            # (a peer's reload may have pinned it here already: the pool connection that
+            # carried it is told all the same)
+            index = route_pool_index(self.local_pool_size, account)
+            self.acc_routes.setdefault(account, {})
+            self._pool_indexes[account] = -1
+            self.transitioning.discard(account)
+            info = b"INFO " + orjson.dumps({"route_pool_size": self.local_pool_size,
+                                            "route_account": account.decode(errors="replace"),
+                                            "route_acc_add_reqid": reqid}) + b"\r\n"
+            for pool in self.pools.values():
+                conn = pool[index] if index < len(pool) else None
+                if conn is None or conn.no_pool:
+                    continue
+                if conn.remote_pool_size and conn.remote_pool_size != self.local_pool_size:
+                    other = pool[route_pool_index(conn.remote_pool_size, account)] if conn.remote_pool_size <= len(
+                        pool) else None
+                    if other is not None:
+                        other.drop_account(account)  # (its interest came over the peer's index)
+                conn.drop_account(account)
+                conn.send(info)
+                sent += 1
+        with trio.move_on_after(ACC_ADDED_CONFIRM_TIMEOUT) as waiting:
+            for _ in range(sent):
+                await receive.receive()
+        if waiting.cancelled_caught:
+            log.warning("Timed out waiting for confirmation from all routes regarding per-account routes changes")
+        self._acc_reqid, self._acc_confirms = "", None
+
+    def _account_moving(self, route: Route, info: dict, reqid: str) -> None:
+        """route.go processRouteInfo, an INFO with route_acc_add_reqid: with an account, the
+        peer's reload gave it a dedicated route: it is pinned here too (its interest over the
+        pool ignored until that route is up), the interest the peer told for it over the pool
+        is dropped, and the INFO goes back without the account; without one, it is a peer's
+        answer to ours."""
+        name = info.get("route_account")
+        if not isinstance(name, str) or not name:
+            if reqid == self._acc_reqid and self._acc_confirms is not None:
+                try:
+                    self._acc_confirms.send_nowait(None)
+                except trio.WouldBlock:
+                    pass
+            return
+        account = name.encode()
+        if self._account_sublist(account) is None:
+            log.error("Error looking up account %r: account missing", name)
+            return
+        index = self.pool_index(account)
+        if account not in self.acc_routes:
+            self.acc_routes[account] = {}
+            self._pool_indexes[account] = -1
+            self.transitioning.add(account)
+        size = info.get("route_pool_size")
+        size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        if index <= 0 or size != self.local_pool_size:
+            index = route_pool_index(size, account)
+        for conn in self.route_conns:
+            if conn.route_account is None and not conn.no_pool and conn.pool_idx == index:
+                conn.drop_account(account)
+        route.send(b"INFO " + orjson.dumps({k: v for k, v in info.items() if k != "route_account"}) + b"\r\n")
+
     # -- interest -----------------------------------------------------------------------------
 
-    def send_interest(self, peer: Route) -> None:
+    def send_interest(self, peer: Route, only: bytes | None = None) -> None:
         """All interest this peer is to know of, on a new route or leaf (route.go
-        sendSubsToRoute, leafnode.go sendAllLeafSubs)."""
+        sendSubsToRoute, leafnode.go sendAllLeafSubs); ``only``: one account's."""
         keys: set = set()
         for account, counts in self.local.items():
-            keys.update((account, subject, queue) for subject, queue in counts)
+            if only is None or account == only:
+                keys.update((account, subject, queue) for subject, queue in counts)
         for other in self.all_peers():
             if other is not peer and self._relays(other, peer):
-                keys.update(other.entries)
+                keys.update(key for key in other.entries if only is None or key[0] == only)
         if peer.leaf_account is not None:
             keys.add((peer.leaf_account, self.loop_subject(peer.leaf_account), None))
         for account, subject, queue in keys:

@@ -404,10 +404,10 @@ class Api:
         try:
             if req is None:
                 purged = store.purge()
-                stream.purge_consumers(None)
+                stream.purge_consumers(None, purged)
             else:
                 purged = store.purge_ex(req.get("filter", "").encode(), req.get("seq", 0), req.get("keep", 0))
-                stream.purge_consumers(req.get("filter", "").encode())
+                stream.purge_consumers(req.get("filter", "").encode(), purged)
             self.js.persist(stream)
         except (StoreError, OSError) as exc:
             self._send(reply, {"type": rtype, "error": errors.stream_general(str(exc)).to_json(), "purged": 0})

@@ -495,8 +495,14 @@ class Consumer:
         self.cfg = cfg
         self.created = created
         self.delivered_cseq = 0  # last consumer sequence delivered
-        # Stream sequence of the last delivery; before any, the one before the start position.
+        # Where the consumer reads on from, less one (consumer.go o.sseq - 1): the stream
+        # sequence of the last delivery, before any the one before the start position, and
+        # past the stream's last message when a look for the next found none (getNextMsg).
         self.delivered_sseq = start_sequence(cfg, stream.store) - 1
+        # The delivered stream sequence of the consumer's stored state (nats-server's
+        # consumer store: SetStarting, then each first delivery, a purge): what consumer info
+        # reports and a restart resumes from; not moved by a look that found nothing.
+        self.state_sseq = self.delivered_sseq
         self.ack_floor_cseq = 0
         self.ack_floor_sseq = self.delivered_sseq  # (2.10+: the ack floor starts there too)
         self.last_delivered = 0  # ns, for info's last_active
@@ -530,17 +536,21 @@ class Consumer:
         self.lss: list[int] = []
         self.lss_resume = 0
         self.lss_undo: tuple | None = None
+        self.state_undo = 0  # state_sseq before the last first delivery (for undo())
         if cfg.deliver_policy == "last_per_subject" and stream.cfg.max_msgs_per_subject != 1:
             store = stream.store
             self.lss = sorted(ss[2] for subject, ss in store.fss.items() if self.match is None or self.match(subject))
             self.lss_resume = store.last_seq
-        # nats-server's cached count of messages left to deliver (consumer.go o.npc), the last
-        # token of every ack reply, and the stream sequence it was counted up to (o.npcm; 0:
-        # count again). Kept up to date as nats-server does: less by each first delivery, more
-        # by each new matching message past npcm, less by each removal past npcm; counted
-        # afresh on consumer info (streamNumPending).
+        # nats-server 2.15.1's count of messages left to deliver (consumer.go o.npc): the
+        # last token of every ack reply and, capped (checkNumPending), consumer info's
+        # num_pending. Counted from the store (streamNumPending) when the consumer starts, is
+        # updated or restored and after a purge, up to the stream's last sequence then (o.npf);
+        # kept up to date in between: one less by each first delivery and by each removal of a
+        # matching message not yet delivered (decStreamPending), one more by each new matching
+        # message past npf (processStreamSignal). counted: whether it was counted yet.
         self.npc = 0
-        self.npcm = 0
+        self.npf = 0
+        self.counted = False
         # Pacing (pace()): replay_policy original until caught up with the stream's last
         # message at start, and rate_limit_bps as a token bucket.
         self.replaying = cfg.replay_policy == "original"
@@ -606,66 +616,93 @@ class Consumer:
 
     def num_pending(self) -> int:
         """Messages left to deliver, counted afresh from the store (consumer.go
-        streamNumPending; also what consumer info reports): with ``last_per_subject``, the
-        subjects whose last message is still ahead, else the matching messages ahead."""
+        streamNumPending, the store's NumPending): with ``last_per_subject``, the subjects
+        whose last message is still ahead, else the matching messages ahead. Bounded by the
+        store's per-subject state, and called only when nats-server counts again (start,
+        update, restore, purge), never per message."""
         store = self.stream.store
         sseq = self.delivered_sseq + 1
         if self.cfg.deliver_policy == "last_per_subject":
-            npc = npcm = 0
+            npc = 0
             match = self.match
             for subject, ss in store.fss.items():
                 if (match is None or match(subject)) and sseq <= ss[2]:
                     npc += 1
-                    npcm = max(npcm, ss[2])
         else:
             filters = self.cfg.filters
             if len(filters) <= 1:
-                npc, _, npcm = store.filtered_state(sseq, filters[0].encode() if filters else b"")
+                npc = store.filtered_state(sseq, filters[0].encode() if filters else b"")[0]
             else:  # several filters, which do not overlap (check_config): their counts add up
-                npc = npcm = 0
-                for f in filters:
-                    count, _, last = store.filtered_state(sseq, f.encode())
-                    npc, npcm = npc + count, max(npcm, last)
-        self.npc, self.npcm = npc, npcm
+                npc = sum(store.filtered_state(sseq, f.encode())[0] for f in filters)
+        self.npc, self.npf, self.counted = npc, store.last_seq, True
         return npc
 
     def cached_num_pending(self) -> int:
-        """The ack reply's pending count (consumer.go numPending): the cached one."""
-        if self.npcm == 0:
+        """The ack reply's pending count (consumer.go numPending): the running one."""
+        if not self.counted:
             self.num_pending()
         return max(self.npc, 0)
 
+    def checked_num_pending(self) -> int:
+        """Consumer info's num_pending (consumer.go checkNumPending): the running count, no
+        more than the stream holds or than its sequences ahead of the consumer, 0 past them."""
+        if not self.counted:
+            self.num_pending()
+        store = self.stream.store
+        sseq = self.delivered_sseq + 1
+        if sseq > store.last_seq:
+            self.npc = 0
+        elif self.npc > 0:
+            self.npc = min(self.npc, store.msgs, store.last_seq - sseq + 1)
+        return max(self.npc, 0)
+
     def filtered_match(self, subject: str) -> bool:
-        """consumer.go isFilteredMatch: does a purge of ``subject`` concern this consumer?"""
+        """consumer.go isFilteredMatch: does a purge of ``subject`` concern this consumer
+        (its filters take some of the subject's messages)?"""
         filters = self.cfg.filters
         if not filters:
             return True
         return any(subject == f if "*" not in f and ">" not in f else is_subset_match(subject, f) for f in filters)
 
-    def purged(self, sseq: int, slseq: int) -> None:
-        """The stream was purged up to ``sseq`` (consumer.go purge): skip ahead to it, drop
-        every pending ack (whatever they were), and move the ack floor past what went."""
-        if sseq == 0:  # (nothing of the purge's filter is left)
+    def equal_or_subset_match(self, subject: str) -> bool:
+        """consumer.go isEqualOrSubsetMatch: is one of its filters the purge's ``subject`` or
+        within it (the purge takes all the filter's messages)? Never without filters."""
+        return any(f == subject or is_subset_match(f, subject) for f in self.cfg.filters)
+
+    def purged(self, sseq: int, slseq: int, wider: bool = False) -> None:
+        """The stream was purged (consumer.go purge): skip ahead to ``sseq`` (0: past the
+        stream's last sequence ``slseq``, nothing of the purge's filter is left), drop the
+        pending acks below it and move the ack floor there; ``wider``: the consumer's filter
+        takes more than the purge's subject, so also drop the pending acks whose messages
+        the purge took. The stored state follows (writeStoreState)."""
+        if sseq == 0 and not wider:
             sseq = slseq + 1
         if self.delivered_sseq + 1 < sseq:
             self.delivered_sseq = sseq - 1
+        store = self.stream.store
         if self.ack_floor_sseq < sseq:
             self.ack_floor_sseq = sseq - 1
-            self.ack_floor_cseq = self.delivered_cseq
-        self.pending = {}
+            gone = [seq for seq in self.pending if seq < sseq or (wider and seq not in store.idx)]
+            for seq in gone:
+                self.ack_floor_cseq = max(self.ack_floor_cseq, self.pending[seq][0])
+                self._forget(seq)
+        if not self.pending:
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.delivered_sseq
         self.rdq = [seq for seq in self.rdq if seq > self.delivered_sseq]
         kept = set(self.rdq)
         self.nak_until = {seq: t for seq, t in self.nak_until.items() if seq in kept}
+        self.state_sseq = self.delivered_sseq
         self.dirty = True
 
     def stream_stored(self, seq: int, subject: bytes) -> None:
         """A new message in the stream (consumer.go processStreamSignal)."""
-        if seq > self.npcm and (self.match is None or self.match(subject)):
+        if seq > self.npf and (self.match is None or self.match(subject)):
             self.npc += 1
 
     def stream_removed(self, seq: int, subject: bytes) -> None:
-        """A message left the stream (consumer.go decStreamPending, its count part)."""
-        if seq > self.npcm and seq > self.delivered_sseq and (self.match is None or self.match(subject)):
+        """A message left the stream (consumer.go decStreamPending, its count part): one
+        less to deliver when it was still ahead."""
+        if seq > self.delivered_sseq and (self.match is None or self.match(subject)):
             self.npc -= 1
 
     def blocked(self) -> bool:
@@ -713,20 +750,24 @@ class Consumer:
             msg = store.load_msg(seq)  # (None: gone meanwhile)
         if msg is None:
             start = max(self.delivered_sseq + 1, store.first_seq)
-            if start > store.last_seq:
-                return None
-            msg = self._load_next(store, start)
+            msg = self._load_next(store, start) if start <= store.last_seq else None
             if msg is None:
+                # The end of the stream (getNextMsg: read on from after its last sequence;
+                # checkNumPendingOnEOF: nothing is left then).
                 self.delivered_sseq = max(self.delivered_sseq, store.last_seq)
+                if self.npc != 0:
+                    self.npc, self.npf = 0, store.last_seq
                 return None
             self.lss_undo = None
         self.delivered_cseq += 1
         if self.lss_undo is None:
             self.delivered_sseq = msg.seq
+        self.state_undo = self.state_sseq
+        if msg.seq > self.state_sseq:
+            self.state_sseq = msg.seq
         self.last_delivered = now
         self.dirty = True
-        if self.npcm > 0:
-            self.npc -= 1
+        self.npc -= 1
         if self.cfg.ack_policy == "none":
             self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, msg.seq
         else:
@@ -748,7 +789,7 @@ class Consumer:
         """An update took effect: the new filters apply to what comes next."""
         self.cfg = cfg
         self.match = cfg.matcher()
-        self.npcm = 0  # count pending afresh under the new filters
+        self.num_pending()  # counted afresh under the new filters (updateConfig)
         self.dirty = True
 
     def pace(self, seq: int, ts: int, size: int, now: int, burst: int) -> int:
@@ -781,18 +822,17 @@ class Consumer:
     def undo(self, seq: int, count: int) -> None:
         """Take back the delivery next_msg just recorded (the request could not take it)."""
         self.delivered_cseq -= 1
+        if count == 1:
+            self.state_sseq = self.state_undo
+            self.npc += 1
         if count == 1 and self.lss_undo is not None and self.lss_undo[0] == seq:
             self.lss.insert(0, seq)
             self.delivered_sseq = self.lss_undo[1]
             self.lss_undo = None
             self.pending.pop(seq, None)
-            if self.npcm > 0:
-                self.npc += 1
         elif count == 1:
             self.delivered_sseq = seq - 1
             self.pending.pop(seq, None)
-            if self.npcm > 0:
-                self.npc += 1
         else:
             self.rdc[seq] = count - 1
             self.rdq.insert(0, seq)
@@ -825,8 +865,8 @@ class Consumer:
         return seq <= self.delivered_sseq and seq not in self.pending and seq not in self.rdq
 
     def _update_floor(self) -> None:
-        if not self.pending:
-            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.delivered_sseq
+        if not self.pending:  # (the stored state's delivered: UpdateAcks)
+            self.ack_floor_cseq, self.ack_floor_sseq = self.delivered_cseq, self.state_sseq
             return
         pending = self.pending
         first = self._pmin
@@ -923,7 +963,7 @@ class Consumer:
         (nats-server's o.active, which its clients read to refuse a second subscriber);
         ``paused`` and ``pause_remaining`` (ns) while paused at ``now`` (2.11); ``dynamic``:
         the server's version and level in the config's metadata (not in the lists)."""
-        delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.delivered_sseq}
+        delivered: dict = {"consumer_seq": self.delivered_cseq, "stream_seq": self.state_sseq}
         if self.last_delivered:
             delivered["last_active"] = rfc3339nano(self.last_delivered)
         floor: dict = {"consumer_seq": self.ack_floor_cseq, "stream_seq": self.ack_floor_sseq}
@@ -939,7 +979,7 @@ class Consumer:
             "num_ack_pending": len(self.pending),
             "num_redelivered": sum(1 for s, n in self.rdc.items() if n > 1 and s in self.pending),
             "num_waiting": len(self.waiting),
-            "num_pending": self.num_pending(),
+            "num_pending": self.checked_num_pending(),
         }
         if push_bound and self.cfg.deliver_subject:
             info["push_bound"] = True

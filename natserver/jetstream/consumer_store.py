@@ -30,7 +30,7 @@ def _dir(stream_path: str) -> str:
 
 def state_of(consumer: Consumer) -> dict:
     return {
-        "delivered": [consumer.delivered_cseq, consumer.delivered_sseq],
+        "delivered": [consumer.delivered_cseq, consumer.state_sseq],
         "ack_floor": [consumer.ack_floor_cseq, consumer.ack_floor_sseq],
         "pending": [[seq, cseq, ts] for seq, (cseq, ts) in consumer.pending.items()],
         "rdc": [[seq, n] for seq, n in consumer.rdc.items() if n > 1],
@@ -69,6 +69,7 @@ def load_all(stream, stream_path: str) -> list[Consumer]:
             consumer = Consumer(stream, doc["name"], cfg, int(doc["created"]))
             state = doc["state"]
             consumer.delivered_cseq, consumer.delivered_sseq = (int(v) for v in state["delivered"])
+            consumer.state_sseq = consumer.delivered_sseq
             consumer.ack_floor_cseq, consumer.ack_floor_sseq = (int(v) for v in state["ack_floor"])
             consumer.pending = {int(s): [int(c), int(t)] for s, c, t in state["pending"]}
             consumer.rdc = {int(s): int(n) for s, n in state["rdc"]}

@@ -508,7 +508,7 @@ def consumer_entry(consumer, last_seq: int) -> bytes:
     cfg = consumer.cfg.to_json()
     cfg.setdefault("name", consumer.name)
     state: dict[str, Any] = {
-        "delivered": {"consumer_seq": consumer.delivered_cseq, "stream_seq": min(consumer.delivered_sseq, last_seq)},
+        "delivered": {"consumer_seq": consumer.delivered_cseq, "stream_seq": min(consumer.state_sseq, last_seq)},
         "ack_floor": {"consumer_seq": consumer.ack_floor_cseq, "stream_seq": min(consumer.ack_floor_sseq, last_seq)},
     }
     pending = {str(seq): {"Sequence": cseq, "Timestamp": ts}
@@ -531,7 +531,7 @@ def _apply_consumer_state(consumer, state: dict) -> None:
     delivered = state.get("delivered") or {}
     floor = state.get("ack_floor") or {}
     consumer.delivered_cseq = _uint(delivered.get("consumer_seq", 0), "delivered")
-    consumer.delivered_sseq = _uint(delivered.get("stream_seq", 0), "delivered")
+    consumer.delivered_sseq = consumer.state_sseq = _uint(delivered.get("stream_seq", 0), "delivered")
     consumer.ack_floor_cseq = _uint(floor.get("consumer_seq", 0), "ack floor")
     consumer.ack_floor_sseq = _uint(floor.get("stream_seq", 0), "ack floor")
     pending = {}

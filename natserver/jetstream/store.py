@@ -146,8 +146,11 @@ class Store:
         self.on_last_expired: Callable[[int, bytes], None] | None = None
         # Called with the sequence of each message removed one by one (a delete, a limit, its
         # age): the stream's consumers treat a pending one as acknowledged (nats-server's
-        # decStreamPending). Purges are not reported here.
+        # decStreamPending). Purges are not reported here, but for a purge with a subject that
+        # took one message (as nats-server's stores do): purge_reported says whether the last
+        # purge was so reported (its consumers need not count again).
         self.on_remove = None
+        self.purge_reported = False
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -406,6 +409,7 @@ class Store:
         """Remove every message; the next one gets ``first_seq`` (at least last_seq + 1)."""
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
+        self.purge_reported = False
         purged = self.msgs
         self.idx = self._new_index()
         self.fss = {}
@@ -438,6 +442,7 @@ class Store:
         """STREAM.PURGE with a subject filter, an upper sequence or a number to keep."""
         if seq > 1 and keep > 0:
             raise StoreError(ERR_PURGE_ARGS)
+        self.purge_reported = False
         if not subject or subject == b">":
             if keep == 0 and seq in (0, 1):
                 return self.purge()
@@ -458,7 +463,14 @@ class Store:
             limit = total - keep
         if seq > 1:
             last = min(last, seq - 1)
-        return self._remove_bulk(self.idx.matching(compile_filter(subject), first, last, limit))
+        seqs = self.idx.matching(compile_filter(subject), first, last, limit)
+        if len(seqs) == 1:
+            # Both of nats-server's stores report a purge that took one message as that
+            # message's removal (its consumers count one less: decStreamPending), a larger
+            # one as a batch (its consumers count again).
+            self.purge_reported = self._remove(seqs[0])
+            return 1 if self.purge_reported else 0
+        return self._remove_bulk(seqs)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -1161,11 +1161,9 @@ class Stream:
         if msg_id:
             self._store_msg_id(msg_id, seq, now)
         if rollup == b"sub":
-            store.purge_ex(subject, 0, 1)
-            self.purge_consumers(subject)
+            self.purge_consumers(subject, store.purge_ex(subject, 0, 1))
         elif rollup == b"all":
-            store.purge_ex(b"", 0, 1)
-            self.purge_consumers(b"")
+            self.purge_consumers(b"", store.purge_ex(b"", 0, 1))
         if hdr and _SCHEDULE_HEADERS in hdr:
             self._scheduled(seq, subject, hdr, now)
         elif self.scheduler is not None and subject in self.scheduler.schedules:
@@ -1218,8 +1216,7 @@ class Stream:
                 schedule.slice_header(schedule.NEXT, hdr) == schedule.NEXT_PURGE:
             scheduler_subject = schedule.slice_header(schedule.SCHEDULER, hdr)
             if scheduler_subject:
-                self.store.purge_ex(scheduler_subject, 0, 0)
-                self.purge_consumers(scheduler_subject)
+                self.purge_consumers(scheduler_subject, self.store.purge_ex(scheduler_subject, 0, 0))
                 if scheduler is not None:
                     scheduler.remove_subject(scheduler_subject)
 
@@ -1293,20 +1290,32 @@ class Stream:
             self.engine.sourcing.wake()
         return seq
 
-    def purge_consumers(self, subject: bytes | None) -> None:
-        """After a purge (stream.go purge): the consumers it concerns skip what went, forget
-        their pending acks and move their ack floor. ``subject``: the purge request's filter
-        (b"": a request without one, which spares filtered consumers, as nats-server's
-        isFilteredMatch does; None: no request at all, every consumer)."""
+    def purge_consumers(self, subject: bytes | None, purged: int) -> None:
+        """After a purge that took ``purged`` messages (stream.go purgeLocked): every consumer
+        counts its pending messages again (storeUpdates: a batch of removals; not when the
+        store reported the one message it took as a removal, store.purge_ex), then those it
+        concerns skip what went, forget the pending acks below it and move their ack floor.
+        ``subject``: the purge request's filter (None or b"": none, every consumer); with one,
+        a consumer whose filters lie within it skips to the subject's first message left,
+        one that takes more (no filter, a wider one) only past what the purge took."""
         if not self.consumers:
             return
         store = self.store
+        if purged > 1 or purged == 1 and not store.purge_reported:
+            for consumer in self.consumers.values():
+                consumer.num_pending()
         first, last = store.first_seq, store.last_seq
-        if subject:
-            first = store.filtered_state(first, subject)[1]
-        for consumer in self.consumers.values():
-            if subject is None or consumer.filtered_match(subject.decode()):
+        if not subject:
+            for consumer in self.consumers.values():
                 consumer.purged(first, last)
+            return
+        start = store.filtered_state(first, subject)[1]
+        text = subject.decode()
+        for consumer in self.consumers.values():
+            if consumer.equal_or_subset_match(text):
+                consumer.purged(start, last)
+            elif consumer.filtered_match(text):
+                consumer.purged(first, last, wider=True)
 
     def _stored(self, seq: int, subject: bytes) -> None:
         """A new message: its consumers count it and deliver what they can."""

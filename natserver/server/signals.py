@@ -7,6 +7,8 @@
   applied on top, and the options nats-server can change at run time are applied; changing
   one it cannot (``port``, ``max_pending``, ...) fails the whole reload with nats-server's
   message, as does a bad file: the server then keeps running with its old options.
+  ``cluster { pool_size, accounts }`` are handed to natserver.cluster (``server.cluster``,
+  PoolReloader), which remakes the routes as nats-server 2.15.1's reload does.
 * SIGUSR1, **reopen** the log file (log rotation: rename the file, send SIGUSR1, the next
   lines go to a new file at the old path).
 * SIGUSR2, **lame duck mode**: stop accepting clients, tell the connected ones (INFO with
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+from typing import Protocol
 
 import trio
 
@@ -122,11 +125,16 @@ _NOT_RELOADABLE = (
     # nats-streaming-server has no reload at all: the streaming {} block is fixed at start
     ("stan", "Streaming", lambda v: f"{v.cluster_id}/{v.store}" if v is not None else "disabled"),
     ("nsq", "Nsq", _go_value),  # natserver: the NSQ front-end's listeners and queues need a restart
-    # natserver: the route pool and dedicated routes are fixed at start (nats-server reloads
-    # them, with its route_acc_add_reqid exchange for accounts)
-    ("cluster_pool_size", "PoolSize", _go_value),
-    ("cluster_accounts", "PinnedAccounts", _go_value),
 )
+
+
+class PoolReloader(Protocol):
+    """What a reload asks of natserver.cluster's routes (``server.cluster``) for
+    ``cluster { pool_size, accounts }`` (reload.go clusterOption)."""
+
+    def pool_change(self, options: Options) -> tuple[int, list[str], bool, list[str], list[str]]: ...
+
+    def reload_pool(self, options: Options) -> bool: ...
 
 
 def reload_options(server) -> Options:
@@ -159,7 +167,21 @@ def reload_options(server) -> Options:
         validate(new)
     except ValueError as exc:
         raise ReloadError(str(exc)) from None
+    cluster: PoolReloader | None = getattr(server, "cluster", None)
+    if cluster is not None and getattr(cluster, "pool_change", None) is not None:
+        # reload.go diffOptions: an account to pin must exist, or the reload fails.
+        accounts = getattr(server, "accounts", None)
+        known = set(accounts.by_name) if accounts is not None else set()
+        for name in cluster.pool_change(new)[3]:
+            if name not in known:
+                raise ReloadError(f"unable to add account {_go_quote(name)} to the list of dedicated routes: "
+                                  "account missing")
     return new
+
+
+def _go_quote(text: str) -> str:
+    """Go's %q of a plain name."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def reload(server) -> list[str]:
@@ -201,6 +223,11 @@ def reload(server) -> list[str]:
         lines.append(f"Reloaded: max_control_line = {new.max_control_line}")
     if new.max_payload != old.max_payload:
         lines.append(f"Reloaded: max_payload = {new.max_payload}")
+    cluster: PoolReloader | None = getattr(server, "cluster", None)
+    repool = cluster is not None and getattr(cluster, "pool_change", None) is not None and any(
+        cluster.pool_change(new)[2:])
+    if repool:
+        lines.append("Reloaded: cluster")
     if new.write_deadline != old.write_deadline:
         lines.append(f"Reloaded: write_deadline = {go_duration(new.write_deadline)}")
     if new.log_file != old.log_file:
@@ -233,6 +260,10 @@ def reload(server) -> list[str]:
         _move_ports_file(server, new)
     if auth_changed:
         reauthorize_clients(server)
+    if repool and cluster is not None:
+        # reload.go reloadClusterPoolAndAccounts: routes closed and made again (in the
+        # background, on the cluster's tasks).
+        cluster.reload_pool(new)
     server.flush_touched()
     log.info("Reloaded server configuration")
     return lines

@@ -319,31 +319,6 @@ def test_pool_size_and_accounts_are_options(tmp_path):
     assert not [w for w in unsupported_warnings(options) if "pool_size" in w or "accounts" in w]
 
 
-async def test_a_reload_changing_the_pool_is_refused(tmp_path):
-    """natserver keeps its pool and dedicated routes as they started: a reload that changes
-    ``pool_size`` or ``accounts`` is refused rather than silently not applied."""
-    from natserver.cli import CommandLine
-    from natserver.config.flags import build_options
-    from natserver.server import signals
-
-    conf = tmp_path / "c.conf"
-    conf.write_text("listen: 127.0.0.1:-1\ncluster { host: 127.0.0.1, port: -1, pool_size: 2 }\n" + ACCOUNTS)
-    flags = {"config_file": str(conf)}
-    with trio.fail_after(STEP_TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, build_options(flags).copy(quiet=True))
-            server.command_line = CommandLine(flags)
-            conf.write_text("listen: 127.0.0.1:-1\ncluster { host: 127.0.0.1, port: -1, pool_size: 4 }\n" + ACCOUNTS)
-            with pytest.raises(signals.ReloadError, match="config reload not supported for PoolSize: old=2, new=4"):
-                signals.reload(server)
-            conf.write_text("listen: 127.0.0.1:-1\ncluster { host: 127.0.0.1, port: -1, pool_size: 2, accounts: [A] }\n"
-                            + ACCOUNTS)
-            with pytest.raises(signals.ReloadError, match="config reload not supported for PinnedAccounts"):
-                signals.reload(server)
-            assert server.cluster.pool_size == 2
-            nursery.cancel_scope.cancel()
-
-
 @needs_reference
 async def test_an_account_pinned_on_one_side_only_is_refused_as_2151_does(nursery, tmp_path, peers):
     """The peer pins A, natserver does not: its dedicated route for A gets nats-server's

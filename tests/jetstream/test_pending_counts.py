@@ -1,32 +1,37 @@
 """The pending count in every ack reply subject (its last token) and in consumer info, counted
-as nats-server 2.9.10 counts them (consumer.go numPending/streamNumPending, decStreamPending,
-processStreamSignal): interior deletes before and after a consumer starts, messages arriving
-while it is behind, limits dropping old ones, purges, ``last_per_subject``, filters. nats-py
-clients KV watchers included read it (``num_pending == 0``: caught up), so it must match.
+as nats-server 2.15.1 counts them (consumer.go numPending/checkNumPending/streamNumPending,
+decStreamPending, processStreamSignal, purge): interior deletes before and after a consumer
+starts, messages arriving while it is behind, limits dropping old ones, purges (filtered, by
+sequence, roll-ups), ``last_per_subject``, filters; and the delivered stream sequence consumer
+info reports (the stored state's: a filtered consumer that found nothing more past its last
+delivery still says that delivery). nats-py clients, KV watchers included, read it
+(``num_pending == 0``: caught up), so it must match.
 
-One nats-py script runs against natserver and must give what was recorded from nats-server in
-data/pending_counts_nats_server_2.9.10.json; a live nats-server, when installed, must still
-give the recording (``python -m tests.jetstream.test_pending_counts`` records it again).
-
-Still compared with 2.9.10 (tests/jetstream/legacy_reference.py), not the 2.15.1 reference:
-2.15.1 counts differently (recorded with this script: 11 deliveries where 2.9.10 made 12, the
-pending counts of the interior-delete, limits and purge cases lower, e.g. "6/4" ... "10/0"
-where 2.9.10 says "6/7" ... "10/3"), and natserver still counts as 2.9.10; moving this file
-is changing the counting (consumer.py's npc), not this test."""
+One nats-py script runs against natserver and must give what was recorded from nats-server
+2.15.1 in data/pending_counts_nats_server_2.15.1.json; a live 2.15.1, when installed, must still
+give the recording (``python -m tests.jetstream.test_pending_counts`` records it again). The
+filtered purges run in a memory stream, as recorded (the file store's count after one was
+2.9.10's bug)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import nats
-from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType
+import pytest
+from nats.js.api import ConsumerConfig as JsConsumerConfig
+from nats.js.api import DeliverPolicy, StorageType
 
-from tests.jetstream.legacy_reference import NATS_SERVER, needs_nats_server
+from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
+from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.stream import StreamConfig, check_stream_config
 from tests.jetstream.recording import assert_nats_server_matches, assert_natserver_matches, record
+from tests.reference import needs_nats_server
 
 TIMEOUT = 30
-RECORDED = Path(__file__).with_name("data") / "pending_counts_nats_server_2.9.10.json"
+RECORDED = Path(__file__).with_name("data") / "pending_counts_nats_server_2.15.1.json"
 JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 
 
@@ -37,9 +42,7 @@ def _tokens(msgs) -> list[str]:
 
 async def _info(js, stream: str, name: str) -> list[int]:
     info = await js.consumer_info(stream, name)
-    # (not the ack floor: natserver starts it where 2.15.1 does, at the start position, where
-    # 2.9.10 left it at 0)
-    return [info.num_pending, info.num_ack_pending, info.delivered.stream_seq]
+    return [info.num_pending, info.num_ack_pending, info.delivered.stream_seq, info.ack_floor.stream_seq]
 
 
 async def _script(url: str) -> dict:
@@ -102,10 +105,9 @@ async def _script(url: str) -> dict:
         out["purge, after"] = _tokens(await sub.fetch(20, timeout=1))
         out["purge, info"] = await _info(js, "D", "purged")
 
-        # Purges with a request: a filtered one (only consumers it concerns), one by sequence
-        # (which spares filtered consumers), and a subject roll-up (KV's purge of a key). In
-        # memory: 2.9.10's file store counts one message too many after a filtered purge
-        # (FilteredState: 3 left where 2 are), a bug natserver does not copy.
+        # Purges with a request: a filtered one (a consumer within its subject skips ahead, a
+        # wider one only drops what went), one by sequence (every consumer) and a subject
+        # roll-up (KV's purge of a key).
         await js.add_stream(name="F", subjects=["f.>"], allow_rollup_hdrs=True, storage=StorageType.MEMORY)
         for i in range(8):
             await js.publish(f"f.{i % 2}", b"x")
@@ -124,13 +126,27 @@ async def _script(url: str) -> dict:
             out[f"purges {name}, after roll-up"] = await _info(js, "F", name)
             out[f"purges {name}, rest"] = _tokens(await subs[name].fetch(20, timeout=1))
 
+        # A roll-up and a purge that each take one message (a KV key's history of 1): reported
+        # as that message's removal, not counted again (one ahead of the consumer, one
+        # delivered and pending).
+        await js.add_stream(name="G", subjects=["g.>"], allow_rollup_hdrs=True)
+        for subject in ("g.0", "g.1", "g.2", "g.1"):
+            await js.publish(subject, b"x")
+        sub = await js.pull_subscribe("g.>", durable="g_all", stream="G")
+        out["one purged, first"] = _tokens(await sub.fetch(2, timeout=1))
+        await js.publish("g.2", b"rollup", headers={"Nats-Rollup": "sub"})
+        out["one purged, after roll-up"] = await _info(js, "G", "g_all")
+        await js.purge_stream("G", subject="g.1", keep=1)
+        out["one purged, after purge"] = await _info(js, "G", "g_all")
+        out["one purged, rest"] = _tokens(await sub.fetch(20, timeout=1))
+
         # last_per_subject: the subjects whose last message is ahead.
         await js.add_stream(name="E", subjects=["e.>"])
         for i in range(9):
             await js.publish(f"e.{i % 3}", b"x")
         await js.publish("e.other", b"x")
         for name, subject in (("lps", "e.>"), ("lps1", "e.1")):
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+            config = JsConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
             sub = await js.pull_subscribe(subject, durable=name, stream="E", config=config)
             out[f"last per subject {name}, info before"] = await _info(js, "E", name)
             out[f"last per subject {name}"] = _tokens(await sub.fetch(20, timeout=1))
@@ -145,14 +161,73 @@ def run_script(port: int) -> dict:
     return asyncio.run(asyncio.wait_for(_script(f"nats://127.0.0.1:{port}"), TIMEOUT))
 
 
+class _Stream:
+    """What a consumer sees of its stream: a memory store."""
+
+    def __init__(self) -> None:
+        self.name = "S"
+        self.cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"]), {})
+        self.store = MemoryStore(self.cfg)
+
+
+def _recount(c: Consumer) -> int:
+    """The messages left, by brute force: matching live ones past the read position."""
+    store = c.stream.store
+    return sum(1 for seq in range(c.delivered_sseq + 1, store.last_seq + 1)
+               if (m := store.load_msg(seq)) is not None and c.match is not None and c.match(m.subject))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_count_is_kept_without_counting_again(monkeypatch, seed):
+    """Random new messages, deletes (ahead of the consumer and behind it), deliveries, taken
+    back deliveries and looks past the end, for a filtered consumer: after each, the running
+    count (the ack reply's, and consumer info's) is what counting afresh gives, and the store
+    is never asked to count (bounded work per message: only a start, update, restore or
+    purge counts from the store)."""
+    rng = random.Random(seed)
+    stream = _Stream()
+    store = stream.store
+    for i in range(300):
+        store.store_msg(b"s.%d" % rng.randrange(3), b"", b"x", i + 1)
+    cfg = ConsumerConfig(durable_name="d", ack_policy="explicit", filter_subject="s.1")
+    set_defaults(cfg)
+    c = Consumer(stream, "d", cfg, 1)
+    assert c.num_pending() == _recount(c)
+
+    def no_counting(*args):
+        raise AssertionError("counted from the store")
+    monkeypatch.setattr(store, "filtered_state", no_counting)
+    for step in range(2000):
+        roll = rng.random()
+        if roll < 0.3:
+            subject = b"s.%d" % rng.randrange(3)
+            c.stream_stored(store.store_msg(subject, b"", b"x", step + 1000), subject)
+        elif roll < 0.5 and store.msgs:
+            seq = rng.randrange(store.first_seq, store.last_seq + 1)
+            m = store.load_msg(seq)
+            if m is not None and store.remove_msg(seq):
+                c.stream_removed(seq, m.subject)
+                c.pending.pop(seq, None)
+        elif roll < 0.55:
+            got = c.next_msg(step)
+            if got is not None:
+                c.undo(got[0].seq, got[1])
+        else:
+            got = c.next_msg(step)
+            if got is not None and rng.random() < 0.8:
+                c.ack(got[0].seq, 0, step)
+        assert c.cached_num_pending() == _recount(c), step
+        assert c.checked_num_pending() == _recount(c), step
+
+
 def test_natserver_counts_pending_as_nats_server(tmp_path):
     assert_natserver_matches(run_script, JS_CONFIG, RECORDED, tmp_path)
 
 
 @needs_nats_server
 def test_the_recording_is_what_nats_server_counts(tmp_path):
-    assert_nats_server_matches(run_script, JS_CONFIG, RECORDED, tmp_path, binary=NATS_SERVER)
+    assert_nats_server_matches(run_script, JS_CONFIG, RECORDED, tmp_path)
 
 
 if __name__ == "__main__":
-    record(run_script, JS_CONFIG, RECORDED, binary=NATS_SERVER)
+    record(run_script, JS_CONFIG, RECORDED)
