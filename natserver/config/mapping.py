@@ -43,7 +43,7 @@ from ..protocol.gotext import go_duration, go_duration_error, go_type_name, pars
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
 from ..routing.sublist import is_valid_literal_subject, is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
-from . import conf
+from . import compression, conf
 
 # ConfigFileError and apply_baseline live in options.py, which the command line imports
 # without this module when there is no config file; they are still importable from here.
@@ -191,6 +191,15 @@ def _duration(value, key: str, warnings: list, where: str) -> float:
     _expect(value, int, key)
     warnings.append(f'{where}: invalid use of field "{key}": {key} should be converted to a duration')
     return float(value)
+
+
+def _compression(value, chosen_for_on: str) -> compression.CompressionOpts:
+    """A ``compression`` member (opts.go parseCompression, then server.go
+    validateAndNormalizeCompressionOption at startup): _Bad with nats-server's text."""
+    try:
+        return compression.parse(value, chosen_for_on, parse_duration)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
 
 
 def _strict_duration(value, key: str) -> float:
@@ -546,7 +555,9 @@ class _Builder:
                 elif name == "accounts":
                     accounts = item if isinstance(item, list) else [item]
                     c["cluster_accounts"] = [_expect(account, str, member) for account in accounts]
-                elif name in ("advertise", "cluster_advertise", "compression"):
+                elif name == "compression":
+                    c["cluster_compression"] = _compression(item, compression.ROUTE_ON)
+                elif name in ("advertise", "cluster_advertise"):
                     # accepted, not acted on
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
@@ -592,6 +603,12 @@ class _Builder:
                 if config is not None:
                     self.changes["leafnode_tls"] = config
                 continue
+            if lowered_member == "compression":
+                try:
+                    self.changes["leafnode_compression"] = _compression(item, compression.LEAF_ON)
+                except _Bad as exc:
+                    self.errors.append(f"{self.where(value, member, where)}: {exc}")
+                continue
             if lowered_member != "remotes":
                 rest[member] = item
                 continue
@@ -603,6 +620,7 @@ class _Builder:
                 urls: list = []
                 account = credentials = ""
                 tls = None
+                remote_compression = None
                 deny: dict = {}
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
@@ -617,6 +635,11 @@ class _Builder:
                     elif lowered == "tls":
                         tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
                                             server=False, client=True)
+                    elif lowered == "compression":
+                        try:
+                            remote_compression = _compression(field_value, compression.LEAF_ON)
+                        except _Bad as exc:
+                            self.errors.append(f"{self.where(remote, field_name, where)}: {exc}")
                     elif lowered in ("deny_imports", "deny_import", "deny_exports", "deny_export"):
                         # opts.go parsePermSubjects: a subject or a list of them, each valid
                         subjects = field_value if isinstance(field_value, list) else [field_value]
@@ -627,13 +650,15 @@ class _Builder:
                         deny["imports" if "import" in lowered else "exports"] = [str(x) for x in subjects]
                     else:
                         rest[f"remotes.{field_name}"] = field_value
-                entry = {"urls": urls, "account": account}
+                entry: dict = {"urls": urls, "account": account}
                 for kind, subjects in deny.items():
                     entry[f"deny_{kind}"] = subjects
                 if credentials:
                     entry["credentials"] = credentials
                 if tls is not None:
                     entry["tls"] = tls
+                if remote_compression is not None:
+                    entry["compression"] = remote_compression
                 remotes.append(entry)
             self.changes["leafnode_remotes"] = remotes
         for member in list(rest):
