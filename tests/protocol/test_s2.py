@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from pathlib import Path
 
 import cramjam
@@ -87,10 +88,15 @@ def test_round_trip_of_flushes(flushes, uncompressed, step):
     assert _decode_all(wire, step) == b"".join(flushes)
 
 
-def test_crc32c_check_value():
+def test_crc32c_by_cramjam_is_the_checksum():
+    """crc32c (cramjam's checker, 64 KiB pieces combined) is CRC-32C: the check value of
+    "123456789", and the byte-by-byte loop's on pieces' edges."""
     assert s2.crc32c(b"123456789") == 0xE3069283
-    big = bytes(range(256)) * 1000
-    assert s2.crc32c(big) == s2.crc32c_python(big)
+    assert s2._crc_piece(b"123456789") == 0xE3069283  # (cramjam still names it)
+    rng = random.Random(7)
+    for n in (0, 1, 65535, 65536, 65537, 3 * 65536 + 11):
+        data = rng.randbytes(n)
+        assert s2.crc32c(data) == s2.crc32c_python(data), n
 
 
 def _chunk(kind: int, body: bytes) -> bytes:
