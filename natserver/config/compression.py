@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..protocol.gotext import go_duration, go_type_name
+from ..protocol.gotext import go_duration, go_duration_error, go_type_name
 
 __all__ = [
-    "CompressionOpts", "NOT_SUPPORTED", "OFF", "ACCEPT", "S2_AUTO", "S2_UNCOMPRESSED", "S2_FAST",
+    "CompressionError", "CompressionOpts", "NOT_SUPPORTED", "OFF", "ACCEPT", "S2_AUTO", "S2_UNCOMPRESSED", "S2_FAST",
     "S2_BETTER", "S2_BEST", "ROUTE_DEFAULT", "LEAF_DEFAULT", "needs_compression", "normalize",
     "select_mode", "mode_for_info", "select_auto_by_rtt",
 ]
@@ -42,6 +42,15 @@ ROUTE_ON = S2_FAST
 LEAF_ON = S2_AUTO
 
 
+class CompressionError(ValueError):
+    """A ``compression`` value nats-server refuses; ``key``: the member at fault (its place
+    is where nats-server reports it), None for the value itself."""
+
+    def __init__(self, text: str, key: str | None = None) -> None:
+        super().__init__(text)
+        self.key = key
+
+
 @dataclass(frozen=True, slots=True)
 class CompressionOpts:
     """opts.go CompressionOpts: the mode and, for s2_auto, the RTT thresholds (seconds)."""
@@ -59,7 +68,7 @@ LEAF_DEFAULT = CompressionOpts(S2_AUTO, DEFAULT_RTT_THRESHOLDS)
 def parse(value, chosen_for_on: str, parse_duration) -> CompressionOpts:
     """opts.go parseCompression: a string, a boolean or ``{mode, rtt_thresholds}``, as
     written (``normalize`` checks the mode when the server starts, as server.go does);
-    ValueError with nats-server's text."""
+    CompressionError with nats-server's text."""
     mode = ""
     rtts: list[float] = []
     if isinstance(value, bool):
@@ -70,14 +79,26 @@ def parse(value, chosen_for_on: str, parse_duration) -> CompressionOpts:
         for key, item in value.items():
             lowered = key.lower()
             if lowered == "mode":
-                mode = str(item)
+                if not isinstance(item, str):
+                    raise CompressionError(f"interface conversion: interface {{}} is {go_type_name(item)}, not string",
+                                           key)
+                mode = item
             elif lowered in ("rtt_thresholds", "thresholds", "rtts", "rtt"):
-                for threshold in item if isinstance(item, list) else [item]:
-                    rtts.append(parse_duration(str(threshold)))
+                if not isinstance(item, list):  # (Go's failed type assertion, as the error)
+                    raise CompressionError(
+                        f"interface conversion: interface {{}} is {go_type_name(item)}, not []interface {{}}", key)
+                for threshold in item:
+                    if not isinstance(threshold, str):
+                        raise CompressionError(
+                            f"interface conversion: interface {{}} is {go_type_name(threshold)}, not string", key)
+                    try:
+                        rtts.append(parse_duration(threshold))
+                    except ValueError:
+                        raise CompressionError(go_duration_error(threshold), key) from None
             else:
-                raise ValueError(f'unknown field "{key}"')
+                raise CompressionError(f'unknown field "{key}"', key)
     else:
-        raise ValueError(f'field "compression" should be a boolean or a structure, got {go_type_name(value)}')
+        raise CompressionError(f'field "compression" should be a boolean or a structure, got {go_type_name(value)}')
     return CompressionOpts(mode, tuple(rtts))
 
 

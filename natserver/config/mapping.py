@@ -193,15 +193,6 @@ def _duration(value, key: str, warnings: list, where: str) -> float:
     return float(value)
 
 
-def _compression(value, chosen_for_on: str) -> compression.CompressionOpts:
-    """A ``compression`` member (opts.go parseCompression, then server.go
-    validateAndNormalizeCompressionOption at startup): _Bad with nats-server's text."""
-    try:
-        return compression.parse(value, chosen_for_on, parse_duration)
-    except ValueError as exc:
-        raise _Bad(str(exc)) from None
-
-
 def _strict_duration(value, key: str) -> float:
     """lame_duck_*: time.ParseDuration(v.(string)), no number-of-seconds form."""
     _expect(value, str, key)
@@ -556,7 +547,9 @@ class _Builder:
                     accounts = item if isinstance(item, list) else [item]
                     c["cluster_accounts"] = [_expect(account, str, member) for account in accounts]
                 elif name == "compression":
-                    c["cluster_compression"] = _compression(item, compression.ROUTE_ON)
+                    opts = self.compression_value(item, compression.ROUTE_ON, self.where(value, member, where))
+                    if opts is not None:
+                        c["cluster_compression"] = opts
                 elif name in ("advertise", "cluster_advertise"):
                     # accepted, not acted on
                     self.extra.setdefault(key, {})[member] = item
@@ -604,10 +597,9 @@ class _Builder:
                     self.changes["leafnode_tls"] = config
                 continue
             if lowered_member == "compression":
-                try:
-                    self.changes["leafnode_compression"] = _compression(item, compression.LEAF_ON)
-                except _Bad as exc:
-                    self.errors.append(f"{self.where(value, member, where)}: {exc}")
+                opts = self.compression_value(item, compression.LEAF_ON, self.where(value, member, where))
+                if opts is not None:
+                    self.changes["leafnode_compression"] = opts
                 continue
             if lowered_member != "remotes":
                 rest[member] = item
@@ -636,10 +628,8 @@ class _Builder:
                         tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
                                             server=False, client=True)
                     elif lowered == "compression":
-                        try:
-                            remote_compression = _compression(field_value, compression.LEAF_ON)
-                        except _Bad as exc:
-                            self.errors.append(f"{self.where(remote, field_name, where)}: {exc}")
+                        remote_compression = self.compression_value(field_value, compression.LEAF_ON,
+                                                                    self.where(remote, field_name, where))
                     elif lowered in ("deny_imports", "deny_import", "deny_exports", "deny_export"):
                         # opts.go parsePermSubjects: a subject or a list of them, each valid
                         subjects = field_value if isinstance(field_value, list) else [field_value]
@@ -667,6 +657,16 @@ class _Builder:
                 del rest[member]
         if rest:
             self.extra[key] = rest
+
+    def compression_value(self, value, chosen_for_on: str, where: str) -> compression.CompressionOpts | None:
+        """A ``compression`` member (opts.go parseCompression; the mode is checked at startup,
+        Options.validate); None after an error, reported at the place nats-server names."""
+        try:
+            return compression.parse(value, chosen_for_on, parse_duration)
+        except compression.CompressionError as exc:
+            at = self.where(value, exc.key, where) if exc.key is not None and isinstance(value, dict) else where
+            self.errors.append(f"{at}: {exc}")
+            return None
 
     def apply_leaf_authorization(self, value, where: str) -> None:
         """``leafnodes { authorization { user, password, account, timeout, users [{user,
