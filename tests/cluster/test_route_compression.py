@@ -408,3 +408,130 @@ def test_bad_modes_stop_the_server_as_2151_does(tmp_path, block, error):
     assert str(caught.value) == error
     run = subprocess.run([reference.NATS_SERVER, "-c", str(path)], capture_output=True, text=True, timeout=10)
     assert run.returncode != 0 and run.stderr.strip() == f"nats-server: {error}"
+
+
+class _S2Peer:
+    """A raw route peer that negotiated compression: reads natserver's S2 stream (noting the
+    chunk types it came in) and writes its own."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.decoder = s2.StreamDecoder()
+        self.encoder = s2.StreamEncoder()
+        self.plain = b""
+        self.kinds: list[int] = []  # the data chunks' types, as they came (0 compressed, 1 not)
+
+    async def read_until(self, needle: bytes) -> None:
+        while needle not in self.plain:
+            data = await self.stream.receive_some(65536)
+            assert data, self.plain[-300:]
+            self._note_kinds(data)
+            self.decoder.feed(data)
+            while (chunk := self.decoder.next_chunk()) is not None:
+                self.plain += chunk
+
+    def _note_kinds(self, data: bytes) -> None:  # (every read here holds whole chunks: small writes)
+        at = 0
+        while at + 4 <= len(data):
+            kind, size = data[at], int.from_bytes(data[at + 1 : at + 4], "little")
+            if kind in (0, 1):
+                self.kinds.append(kind)
+            at += 4 + size
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(self.encoder.encode(data))
+
+
+async def test_s2_auto_follows_the_rtt_of_the_pings(nursery):
+    """client.go updateS2AutoCompressionLevel: at the handshake the RTT is the time since the
+    connection started (well under the first threshold, 1 s: s2_uncompressed); a PONG to a
+    PING sent 3.5 s earlier (the PING's time is set back rather than waited for) makes it
+    s2_best (above the last threshold), what natserver then writes with."""
+    thresholds = (1.0, 2.0, 3.0)
+    ours = await start_node(nursery, cluster_compression=CompressionOpts("s2_auto", thresholds), cluster_pool_size=-1)
+    with trio.fail_after(STEP_TIMEOUT):
+        stream, info = await _raw_route(ours.cluster.port, "s2_fast")
+        assert info["compression"] == "s2_auto"
+        peer = _S2Peer(stream)
+        await peer.read_until(b"\r\n")  # natserver's INFO, compressed
+        assert peer.plain.startswith(b"INFO ") and b'"compression":"s2_auto"' in peer.plain
+        mine = {"server_id": "NFAKEPEER", "server_name": "fake", "version": "2.15.1", "proto": 3,
+                "host": "127.0.0.1", "port": 1, "headers": True, "cluster": "c1", "compression": "s2_fast"}
+        await peer.send(b"INFO " + orjson.dumps(mine) + b"\r\n")  # registers the route
+        await wait_routes([ours], 1)
+        (route,) = ours.cluster.route_conns
+        assert route.compression == "s2_uncompressed"
+        client = await connect(ours.port)  # interest natserver tells the peer: RS+ lines, compressible
+        await client.send(b"".join(b"SUB early.%d.created %d\r\n" % (i, i) for i in range(100)))
+        await client.ping()
+        await peer.read_until(b"RS+ $G early.99.created\r\n")
+        assert set(peer.kinds) == {1}  # uncompressed chunks so far
+        route.rtt_start = trio.current_time() - 3.5  # (a PING "sent" 3.5 s ago)
+        await peer.send(b"PONG\r\n")
+        while route.compression == "s2_uncompressed":
+            await trio.sleep(0.01)
+        assert route.rtt >= 3.5
+        assert ours.cluster.routez()["routes"][0]["compression"] == "s2_best"
+        before = len(peer.kinds)
+        await client.send(b"".join(b"SUB orders.%d.created %d\r\n" % (i, 100 + i) for i in range(100)))
+        await client.ping()
+        await peer.read_until(b"RS+ $G orders.99.created\r\n")
+        assert peer.kinds[before:] and set(peer.kinds[before:]) == {0}  # compressed now
+
+
+async def test_decoding_is_bounded_per_turn(nursery, monkeypatch):
+    """A compressed read that decodes to more than DECODE_PER_TURN is handled over several
+    turns (other tasks run in between), and all of it is."""
+    from natserver.cluster import routes
+
+    monkeypatch.setattr(routes, "DECODE_PER_TURN", 1000)
+    turns = 0
+    process = routes.Route._process
+
+    def counting(self):
+        nonlocal turns
+        turns += 1
+        return process(self)
+
+    monkeypatch.setattr(routes.Route, "_process", counting)
+    ours = await start_node(nursery, cluster_pool_size=-1)
+    with trio.fail_after(STEP_TIMEOUT):
+        stream, _ = await _raw_route(ours.cluster.port, "s2_fast")
+        peer = _S2Peer(stream)
+        await peer.read_until(b"\r\n")
+        mine = {"server_id": "NFAKEPEER", "server_name": "fake", "version": "2.15.1", "proto": 3,
+                "host": "127.0.0.1", "port": 1, "headers": True, "cluster": "c1", "compression": "s2_fast"}
+        await peer.send(b"INFO " + orjson.dumps(mine) + b"\r\n")
+        await wait_routes([ours], 1)
+        turns = 0
+        # ten chunks of 600 interest lines in one write, then a PING
+        subs = [b"".join(b"RS+ $G s.%d.%d\r\n" % (i, j) for j in range(600)) for i in range(10)]
+        await stream.send_all(b"".join(peer.encoder.encode(part) for part in subs) + peer.encoder.encode(b"PING\r\n"))
+        await peer.read_until(b"PONG\r\n")
+    (route,) = ours.cluster.route_conns
+    assert len(route.entries) == 6000
+    assert turns >= 10
+
+
+@pytest.mark.parametrize("dialer", ["natserver", "nats-server"])
+async def test_large_messages_cross_compressed(nursery, peers, dialer):
+    """Three 900 KB payloads each way at once (flushes of more than one S2 chunk: 2.15.1's
+    writer cuts 1 MiB blocks, ours 64 KiB)."""
+    ours, peer = await _route_with_peer(nursery, peers, ", compression: s2_best", dialer)
+    on_ours, on_theirs = await connect(ours.port), await connect(peer.port)
+    payloads = [(b"%d-0123456789abcdef" % i) * 50_000 for i in range(3)]
+    await on_theirs.send(b"SUB big 1\r\n")
+    await on_theirs.ping()
+    await wait_interest(ours, b"big")
+    await on_ours.send(b"".join(b"PUB big %d\r\n%s\r\n" % (len(p), p) for p in payloads))
+    assert [m.split(b"\r\n")[1] for m in await read_msgs(on_theirs, 3)] == payloads
+    await on_ours.send(b"SUB back 1\r\n")
+    await on_ours.ping()
+    with trio.fail_after(STEP_TIMEOUT):  # (until the peer knows of natserver's interest)
+        while b"MSG back" not in await on_ours.nothing_within(0.05):
+            await on_theirs.send(b"PUB back 1\r\n.\r\n")
+    await on_theirs.send(b"".join(b"PUB back %d\r\n%s\r\n" % (len(p), p) for p in payloads))
+    got: list = []
+    while len(got) < 3:  # (probes still on their way come first)
+        got += [m.split(b"\r\n")[1] for m in await read_msgs(on_ours, 1) if not m.endswith(b" 1\r\n.\r\n")]
+    assert got == payloads
