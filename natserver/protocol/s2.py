@@ -229,6 +229,9 @@ def decode_block(src: bytes, max_len: int = MAX_BLOCK_SIZE) -> bytes:
 
 
 def _decode_s2(src: bytes, s: int, dlen: int) -> bytes:
+    """The block's elements from ``s`` on (decode_other.go s2Decode), each a slice copy:
+    literals and copies (1, 2, 4-byte offsets; tag 1 with offset 0 repeats the last one, its
+    length code 5-7 extended by 1-3 bytes)."""
     dst = bytearray()
     n = len(src)
     offset = 0
@@ -240,6 +243,12 @@ def _decode_s2(src: bytes, s: int, dlen: int) -> bytes:
             x = tag >> 2
             if x < 60:
                 s += 1
+            elif x == 60:
+                x = src[s + 1]
+                s += 2
+            elif x == 61:
+                x = src[s + 1] | src[s + 2] << 8
+                s += 3
             else:
                 nb = x - 59
                 if s + 1 + nb > n:
@@ -247,33 +256,33 @@ def _decode_s2(src: bytes, s: int, dlen: int) -> bytes:
                 x = int.from_bytes(src[s + 1 : s + 1 + nb], "little")
                 s += 1 + nb
             length = x + 1
-            if s + length > n or d + length > dlen:
+            end = s + length
+            if end > n or d + length > dlen:
                 raise S2Error(ERR_CORRUPT)
-            dst += src[s : s + length]
-            s += length
+            dst += src[s:end]
+            s = end
             d += length
             continue
-        if kind == 1:
-            length = (tag >> 2) & 7
+        if kind == 2:
+            length = (tag >> 2) + 1
+            offset = src[s + 1] | src[s + 2] << 8
+            s += 3
+        elif kind == 1:
+            length = ((tag >> 2) & 7) + 4
             toffset = ((tag & 0xE0) << 3) | src[s + 1]
             s += 2
-            if toffset == 0:  # a repeat: the previous offset, the length extended
-                if length == 5:
-                    length = src[s] + 4
-                    s += 1
-                elif length == 6:
-                    length = int.from_bytes(src[s : s + 2], "little") + (1 << 8)
-                    s += 2
-                elif length == 7:
-                    length = int.from_bytes(src[s : s + 3], "little") + (1 << 16)
-                    s += 3
-            else:
+            if toffset:
                 offset = toffset
-            length += 4
-        elif kind == 2:
-            length = (tag >> 2) + 1
-            offset = int.from_bytes(src[s + 1 : s + 3], "little")
-            s += 3
+            elif length >= 9:  # a repeat with an extended length (codes 5-7)
+                if length == 9:
+                    length = src[s] + 8
+                    s += 1
+                elif length == 10:
+                    length = (src[s] | src[s + 1] << 8) + 260
+                    s += 2
+                else:
+                    length = (src[s] | src[s + 1] << 8 | src[s + 2] << 16) + 65540
+                    s += 3
         else:
             length = (tag >> 2) + 1
             offset = int.from_bytes(src[s + 1 : s + 5], "little")
@@ -284,8 +293,7 @@ def _decode_s2(src: bytes, s: int, dlen: int) -> bytes:
         if offset >= length:
             dst += dst[start : start + length]
         else:  # overlapping: the pattern repeats
-            pattern = dst[start:]
-            dst += (pattern * (length // offset + 1))[:length]
+            dst += (dst[start:] * (length // offset + 1))[:length]
         d += length
     if d != dlen:
         raise S2Error(ERR_CORRUPT)

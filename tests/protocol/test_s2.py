@@ -153,3 +153,25 @@ def test_bounded_decoding():
     assert decoder.next_chunk() is None and decoder.buffered == 0
     decoder.feed(b"\0" * ((1 << 20) - 100) + s2.StreamEncoder().encode(b"after padding"))
     assert decoder.next_chunk() == b"after padding"
+
+
+_GO_STREAM = (DATA / "route.fast.s2").read_bytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=len(_GO_STREAM) - 1), st.integers(0, 255)),
+                min_size=1, max_size=8),
+       st.integers(min_value=0, max_value=len(_GO_STREAM)))
+def test_a_damaged_stream_raises_s2error_only(damage, cut):
+    """Whatever the damage (bytes changed, the stream cut short), the decoder returns data or
+    raises S2Error (which closes that one connection), never anything else."""
+    broken = bytearray(_GO_STREAM)
+    for at, value in damage:
+        broken[at] = value
+    decoder = s2.StreamDecoder()
+    decoder.feed(bytes(broken[:cut]))
+    try:
+        while decoder.next_chunk() is not None:
+            pass
+    except s2.S2Error:
+        pass
