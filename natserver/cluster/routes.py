@@ -1408,7 +1408,7 @@ class Cluster:
         this side writes with, and the switch when there is compression (True: the route
         waits for the peer's next INFO, now compressed, to register)."""
         route.compression_negotiated = True
-        opts = self.route_compression
+        opts = route.compression_opts
         if not compression.needs_compression(opts.mode):
             # An older server says nothing: "not supported" (and so does a side configured so).
             theirs = info.get("compression")

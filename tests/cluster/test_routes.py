@@ -164,7 +164,7 @@ async def test_route_authorization(nursery):
     a = await start_node(nursery, cluster_username="ru", cluster_password="rp")
     bad = await start_node(nursery, routes=[route_url(a)])
     good = await start_node(nursery, routes=[f"nats://ru:rp@127.0.0.1:{a.cluster.port}"])
-    await wait_routes([good], 1)
+    await wait_routes([a, good], 1)  # (a registers the route once good's delayed INFO came)
     assert list(a.cluster.routes) == [good.server_id]
     assert bad.cluster.routes == {}
 
