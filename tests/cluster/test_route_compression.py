@@ -180,10 +180,14 @@ async def test_natservers_route_modes_with_a_default_peer(nursery, peers, ours_m
     assert _matches({r["compression"] for r in ours.cluster.routez()["routes"]}, ours_expected)
 
 
-async def _leaf_with_peer(nursery, peers, mode: str, dialer: str, **ours_changes):
+async def _leaf_with_peer(nursery, peers, mode: str | None, dialer: str, binary: str | None = None, **ours_changes):
+    """natserver and a 2.15.1 peer (``mode``: its compression, None: not configured; or
+    ``binary``) as leaf and hub, messages checked both ways; (natserver, peer)."""
+    setting = "" if mode is None else f", compression: {mode}"
+    http = "http: 127.0.0.1:%(http)s\n" if binary is None else ""
     if dialer == "natserver":  # natserver is the leaf of a 2.15.1 hub
-        peer = peers('listen: 127.0.0.1:%(port)s\nhttp: 127.0.0.1:%(http)s\n'
-                     f'leafnodes {{ listen: 127.0.0.1:%(leaf)s, compression: {mode} }}\n')
+        peer = peers('listen: 127.0.0.1:%(port)s\n' + http +
+                     f'leafnodes {{ listen: 127.0.0.1:%(leaf)s {setting} }}\n', binary)
         with trio.fail_after(STEP_TIMEOUT):  # (until the hub listens)
             while True:
                 try:
@@ -196,9 +200,9 @@ async def _leaf_with_peer(nursery, peers, mode: str, dialer: str, **ours_changes
     else:  # a 2.15.1 leaf of natserver
         ours = await nursery.start(natserver.serve, make_options(leafnode_port=-1, leafnode_host="127.0.0.1",
                                                                  **ours_changes))
-        peer = peers('listen: 127.0.0.1:%(port)s\nhttp: 127.0.0.1:%(http)s\n'
-                     f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{ours.cluster.leaf_port}", '
-                     f'compression: {mode} }} ] }}\n')
+        peer = peers('listen: 127.0.0.1:%(port)s\n' + http +
+                     f'leafnodes {{ remotes [ {{ url: "nats://127.0.0.1:{ours.cluster.leaf_port}" '
+                     f'{setting} }} ] }}\n', binary)
     await wait_leaf(ours)
 
     async def ready():  # the peer's interest in "up" reached natserver
@@ -295,6 +299,15 @@ async def test_a_2910_peer_keeps_working(nursery, peers, dialer):
         await wait_interest(ours, b"up")
 
     await _both_ways(ours.port, peer.port, ready)
+
+
+@pytest.mark.skipif(reference.NATS_SERVER_2_9 is None, reason="nats-server 2.9.10 not installed")
+@pytest.mark.parametrize("dialer", ["natserver", "nats-server"])
+async def test_a_2910_leaf_or_hub_keeps_working(nursery, peers, dialer):
+    """natserver at its leaf default (s2_auto) with 2.9.10: no compression in its INFO (nor a
+    compress_mode in its CONNECT): "not supported", plain."""
+    ours, _ = await _leaf_with_peer(nursery, peers, None, dialer, reference.NATS_SERVER_2_9)
+    assert {leaf["compression"] for leaf in ours.cluster.leafz()["leafs"]} == {"not supported"}
 
 
 # -- a peer that misbehaves: a raw connection speaking the route protocol -----------------------
