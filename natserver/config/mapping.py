@@ -494,7 +494,8 @@ class _Builder:
 
     def apply_cluster(self, key: str, value, where: str) -> None:
         """``cluster { name, listen | host/port, routes [...], authorization { user, password },
-        no_advertise, connect_retries, pool_size, accounts, ... }`` (opts.go parseCluster)."""
+        no_advertise, connect_retries, pool_size, accounts, compression, ... }`` (opts.go
+        parseCluster)."""
         c = self.changes
         if not isinstance(value, dict):
             raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
@@ -560,8 +561,9 @@ class _Builder:
 
     def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
         """``leafnodes { remotes [{url | urls, account, credentials, tls, deny_imports,
-        deny_exports}] }`` (opts.go parseRemoteLeafNodes): the hubs natserver dials, and
-        ``listen``/``host``/``port``, ``authorization``, ``tls`` and ``reconnect`` for leaves.
+        deny_exports, compression}] }`` (opts.go parseRemoteLeafNodes): the hubs natserver
+        dials, and ``listen``/``host``/``port``, ``authorization``, ``tls``, ``reconnect`` and
+        ``compression`` for leaves.
         Security members natserver does not apply (_LEAF_SECURITY_KEYS) refuse the file; other
         members are kept and named in a warning."""
         rest = {}
