@@ -39,6 +39,14 @@ def test_leaf_modes_normalized_as_nats_server(value, mode, rtts):
     assert got == CompressionOpts(mode, rtts)
 
 
+def test_s2_uncompressed_is_not_a_mode_one_configures():
+    """Only s2_auto picks it (validateAndNormalizeCompressionOption does not know it)."""
+    from natserver.config.options import Options
+
+    with pytest.raises(ValueError, match='^unsupported compression mode "s2_uncompressed"$'):
+        Options(cluster_compression=CompressionOpts("s2_uncompressed")).validate()
+
+
 def test_on_means_s2_fast_for_routes():
     assert compression.normalize(CompressionOpts("on"), compression.ROUTE_ON) == CompressionOpts("s2_fast")
     assert compression.normalize(compression.parse(True, compression.ROUTE_ON, parse_duration),
