@@ -126,6 +126,14 @@ class RouteParser:
     def feed(self, data: bytes | bytearray) -> None:
         self._buffer += data
 
+    def take_buffer(self) -> bytes:
+        """What was fed and not parsed yet (a connection switching to compression: the
+        bytes after its INFO are S2), leaving the parser empty."""
+        assert self._pending is None  # (the switch comes right after an INFO line)
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        return data
+
     def next_op(self):
         """The next complete op, or None when more bytes are needed."""
         buffer = self._buffer

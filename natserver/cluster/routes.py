@@ -30,8 +30,11 @@ from ..auth import nkeys
 from ..auth.jwt import parse_decorated
 from ..auth.tls import DEFAULT_TLS_TIMEOUT, TLSConfig, client_handshake, handshake
 from ..auth.users import LEAFNODE, AccountLimitError, Permissions, check_password, new_nonce
+from ..config import compression
+from ..config.compression import CompressionOpts
 from ..protocol import const, errors
 from ..protocol.gotext import go_duration
+from ..protocol.s2 import MAX_BLOCK_SIZE, S2Error, StreamDecoder, StreamEncoder
 from ..routing.accounts import system_account_name
 from ..routing.sublist import Sublist, is_valid_literal_subject
 from ..server.binding import peer_ip
@@ -80,6 +83,9 @@ FIRST_ROUTE_PING_INTERVAL = 1.0
 FIRST_PING_JITTER = 0.2
 ROUTE_MAX_PING_INTERVAL = 30.0
 READ_SIZE = 65536
+# A compressed connection's decoded data handled before other tasks run: one S2 chunk at most
+# (s2.go maxBlockSize), however much a few compressed bytes expand to.
+DECODE_PER_TURN = MAX_BLOCK_SIZE
 # const.go DEFAULT_LEAFNODE_INFO_WAIT: how long a leaf waits for the hub's first INFO.
 LEAF_INFO_WAIT = 1.0
 # leafnode.go leafNodeLoopDetectionSubjectPrefix: each account tells its leaf connections of
@@ -264,6 +270,22 @@ class Route:
         self.pings_out = 0
         self._ponged = False
         self._active_at = float("-inf")
+        # client.go rtt: the last PING's round trip (its start: rttStart), for s2_auto.
+        self.rtt = 0.0
+        self.rtt_start: float | None = None
+        # S2 compression (route.go negotiateRouteCompression, leafnode.go
+        # negotiateLeafCompression): the mode settings, the level negotiated (what /routez and
+        # /leafz report; empty until the peer's first INFO), the writer and the reader once
+        # the connection switched. ``_raw_out`` is what goes before the compressed part (the
+        # INFO a dialling side sends just before it switches).
+        self.compression_opts: CompressionOpts = compression.ROUTE_DEFAULT
+        self.compression = ""
+        self.compression_negotiated = False
+        self._encoder: StreamEncoder | None = None
+        self._decoder: StreamDecoder | None = None
+        self._raw_out: list = []
+        self._inflate_after_op = False
+        self._decode_more = False  # a turn's decoding budget ran out with chunks left
 
     @property
     def leaf_account_name(self) -> str:
@@ -284,6 +306,19 @@ class Route:
             self.close("Slow Consumer (Pending Bytes)")
             return
         self._wake.set()
+
+    def start_compression(self, info: bytes) -> None:
+        """The switch to S2 (route.go negotiateRouteCompression): a dialling side sends its
+        INFO plain then writes compressed, the accepting side writes that INFO compressed;
+        either reads compressed after the INFO just handled."""
+        if self.solicited:
+            self.send(info)
+        self._raw_out += self.out
+        self.out = []
+        self._encoder = StreamEncoder()
+        if not self.solicited:
+            self.send(info)
+        self._inflate_after_op = True
 
     def close(self, reason: str, flush: bool = False) -> None:
         """Close the route; with ``flush`` what is queued (an -ERR) is sent first."""
@@ -351,6 +386,7 @@ class Route:
                     self.close(errors.STALE_CONNECTION.close_reason, flush=True)
                     return
                 self.pings_out += 1
+                self.rtt_start = trio.current_time()
                 self.send(b"PING\r\n")
             await trio.sleep(interval)
 
@@ -359,19 +395,24 @@ class Route:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            while self.out:
+            while self.out or self._raw_out:
+                raw = b"".join(self._raw_out)
                 data = b"".join(self.out)
+                self._raw_out = []
                 self.out = []
+                size = len(raw) + len(data)
+                if self._encoder is not None and data:
+                    data = self._encoder.encode(data, uncompressed=self.compression == compression.S2_UNCOMPRESSED)
                 with trio.move_on_after(deadline) as timeout:
                     try:
-                        await self.stream.send_all(data)
+                        await self.stream.send_all(raw + data if raw else data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                         self.close("Write Error")
                         return
                 if timeout.cancelled_caught:
                     self.close("Slow Consumer (Write Deadline)")
                     return
-                self.pending -= len(data)
+                self.pending -= size
             if self._flush_then_close:
                 assert self._scope is not None  # set before the write loop runs
                 self._scope.cancel()
@@ -406,26 +447,55 @@ class Route:
         if not data:
             self.close("Client Closed")
             return False
-        self.parser.feed(data)
+        if self._decoder is not None:
+            self._decoder.feed(data)
+        else:
+            self.parser.feed(data)
         in_msgs = self.in_msgs
         alive = self._process()
+        while alive and self._decode_more:
+            # more S2 chunks than one turn decodes: let the other tasks run first
+            self.cluster.server.flush_touched()
+            await trio.sleep(0)
+            alive = self._process()
         if self.in_msgs != in_msgs:  # messages are activity for the ping timer (lastIn)
             self._active_at = trio.current_time()
         return alive
 
     def _process(self) -> bool:
-        """Handle what the parser holds (False: the connection is done)."""
+        """Handle what the parser holds, and on a compressed connection what the S2 chunks
+        received decode to, DECODE_PER_TURN bytes at most (False: the connection is done)."""
+        budget = DECODE_PER_TURN
+        self._decode_more = False
         try:
             while not self.closed:
                 op = self.parser.next_op()
                 if op is None:
-                    break
+                    if self._decoder is None:
+                        break
+                    if budget <= 0:
+                        self._decode_more = True
+                        break
+                    chunk = self._decoder.next_chunk()
+                    if chunk is None:
+                        break
+                    budget -= len(chunk)
+                    self.parser.feed(chunk)
+                    continue
                 self._handle(op)
+                if self._inflate_after_op:  # what follows the INFO just handled is S2
+                    self._inflate_after_op = False
+                    self._decoder = StreamDecoder()
+                    self._decoder.feed(self.parser.take_buffer())
         except RouteProtocolError as exc:
             log.error("%s - Route Error '%s'", self.label, exc)
             self.send(exc.wire)
             self.close("Protocol Violation", flush=True)
             self.cluster.server.flush_touched()
+            return False
+        except S2Error as exc:  # client.go readLoop: a read error closes the connection
+            log.error("%s - Read error: %s", self.label, exc)
+            self.close("Read Error")
             return False
         return not self.closed
 
@@ -464,6 +534,10 @@ class Route:
         elif op.__class__ is Pong:
             self.pings_out = 0
             self._ponged = True
+            if self.rtt_start is not None:  # client.go processPong: the RTT, and s2_auto's level
+                self.rtt = trio.current_time() - self.rtt_start
+                self.rtt_start = None
+                cluster.update_auto_compression(self)
             if self.start_next_on_pong:  # route.go: the next pool connection after the first PONG
                 self.start_next_on_pong = False
                 cluster.dial_pool(self)
@@ -589,6 +663,8 @@ class Route:
             )
         if self.route_account is not None:
             record["account"] = self.route_account.decode(errors="replace")
+        if self.compression:
+            record["compression"] = self.compression
         return record
 
     def statsz(self) -> dict:
@@ -691,6 +767,10 @@ class Cluster:
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self.leaf_port = 0
         self.all_routes: set[Route] = set()
+        # compression {} of cluster {} and leafnodes {} (server.go
+        # validateAndNormalizeCompressionOption: "on" is s2_fast for routes, s2_auto for leaves)
+        self.route_compression = compression.normalize(options.cluster_compression, compression.ROUTE_ON)
+        self.leaf_compression = compression.normalize(options.leafnode_compression, compression.LEAF_ON)
         self.configured = list(options.routes)
         self.port = 0
         self.host = options.cluster_host
@@ -731,9 +811,11 @@ class Cluster:
             sublist.watcher = (lambda sub, added, _name=name: self.interest_changed(_name, sub, added))
 
     def delays_info(self, route: Route) -> bool:
-        """route.go routeShouldDelayInfo: a dialled pool connection sends its INFO once the
-        peer's came (it then knows its index in the pool)."""
-        return route.solicited and self.pooling and route.route_account is None
+        """route.go createRoute delayInfo: a dialled connection sends its INFO once the peer's
+        came when compression is to be negotiated, or when it is a pool connection (it then
+        knows its index in the pool: routeShouldDelayInfo)."""
+        return route.solicited and (compression.needs_compression(self.route_compression.mode)
+                                    or (self.pooling and route.route_account is None))
 
     @staticmethod
     def account_info(route: Route) -> dict | None:
@@ -757,8 +839,9 @@ class Cluster:
             return route.route_account == account
         return route.no_pool or self.pool_index(account) == route.pool_idx
 
-    def route_info(self, extra: dict | None = None) -> bytes:
-        """The INFO a route peer gets (route.go routeInfo)."""
+    def route_info(self, extra: dict | None = None, route: Route | None = None) -> bytes:
+        """The INFO a route peer gets (route.go routeInfo); its ``compression`` is our mode
+        until ``route`` negotiated one, then that level (s2_auto said as such)."""
         server = self.server
         info = {
             "server_id": server.server_id,
@@ -782,6 +865,11 @@ class Cluster:
             info["cluster_dynamic"] = True
         if self.pooling:
             info["route_pool_size"] = self.pool_size
+        mode = self.route_compression.mode
+        if mode != compression.NOT_SUPPORTED:
+            if route is not None and route.compression:
+                mode = compression.mode_for_info(self.route_compression, route.compression)
+            info["compression"] = mode
         if extra:
             info.update(extra)
         return b"INFO " + orjson.dumps(info) + b"\r\n"
@@ -866,6 +954,7 @@ class Cluster:
     def _start_route(self, stream, solicited: bool, url: str = "", account: bytes | None = None) -> Route:
         self._next_rid += 1
         route = Route(self, stream, self._next_rid, solicited, url)
+        route.compression_opts = self.route_compression
         if account is not None:
             route.route_account = route.parser.route_account = account
         self.all_routes.add(route)
@@ -967,6 +1056,8 @@ class Cluster:
             self._next_rid += 1
             leaf = Route(self, stream, self._next_rid, True, url, leaf_account=account)
             leaf.credentials = remote.get("credentials") or ""
+            leaf.compression_opts = compression.normalize(remote.get("compression") or compression.LEAF_DEFAULT,
+                                                          compression.LEAF_ON)
             leaf.tls_config = remote.get("tls")
             leaf.deny_imports = list(remote.get("deny_imports") or ())
             if remote.get("deny_exports") or remote.get("deny_imports"):
@@ -991,6 +1082,7 @@ class Cluster:
                 # Bound to $G until its CONNECT says otherwise (authorize_leaf).
                 leaf = Route(self, stream, self._next_rid, False, leaf_account=b"$G")
                 leaf.nonce = new_nonce()
+                leaf.compression_opts = self.leaf_compression
                 self.all_routes.add(leaf)
                 log.info("%s - Leafnode connection created", leaf.label)
                 leaf.send(self.leaf_info(leaf))
@@ -1081,10 +1173,11 @@ class Cluster:
             info = None
         return info if isinstance(info, dict) else {}
 
-    def leaf_info(self, leaf: Route, after_connect: bool = False) -> bytes:
-        """The INFO a leaf node that dials us gets (leafnode.go's hub INFO); after its CONNECT
-        a second one says so (``connect_info``), which is when a nats-server leaf sends its
-        interest."""
+    def leaf_info(self, leaf: Route, after_connect: bool = False, mode: str = "") -> bytes:
+        """The INFO a leaf node that dials us gets (leafnode.go's hub INFO) with our
+        compression mode (``mode``: the level negotiated, in the INFO that switches); after
+        its CONNECT a second one says so (``connect_info``), which is when a nats-server leaf
+        sends its interest. A leaf that dials sends this shape too when it switches to S2."""
         server = self.server
         host = self._advertise_host()
         info = {
@@ -1104,6 +1197,8 @@ class Cluster:
         }
         if leaf.nonce and not after_connect:
             info["nonce"] = leaf.nonce.decode()  # nats-server sends every leaf one (createLeafNode)
+        if not after_connect and leaf.compression_opts.mode != compression.NOT_SUPPORTED:
+            info["compression"] = mode or leaf.compression_opts.mode
         info["info_on_connect"] = True
         if after_connect:
             info["connect_info"] = True
@@ -1137,6 +1232,9 @@ class Cluster:
         if isinstance(deny_pub, list) and deny_pub:
             # leafnode.go mergeDenyPermissions: what the leaf will not import is not sent to it.
             leaf.perms = Permissions({"publish": {"deny": [str(s) for s in deny_pub]}})
+        if not leaf.compression:  # leafnode.go processLeafnodeConnect: no INFO negotiated it
+            mode = options.get("compress_mode")
+            leaf.compression = mode if isinstance(mode, str) and mode else compression.NOT_SUPPORTED
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
         leaf.proto = _proto(options)
@@ -1208,8 +1306,14 @@ class Cluster:
         return name
 
     def process_leaf_info(self, leaf: Route, info: dict) -> None:
-        """The hub's INFO: the first one is answered with CONNECT and our interest."""
-        if leaf.registered or not leaf.solicited:
+        """The hub's INFO: the first one is answered with CONNECT and our interest, once
+        compression is negotiated (leafnode.go processLeafnodeInfo). On the hub, a leaf's INFO
+        before its CONNECT is its side of that negotiation."""
+        if leaf.registered:
+            return
+        if not leaf.compression_negotiated and self._negotiate_leaf(leaf, info):
+            return  # the next INFO, compressed, goes on
+        if not leaf.solicited:
             return
         remote_id = info.get("server_id")
         if not isinstance(remote_id, str) or not remote_id:
@@ -1217,6 +1321,8 @@ class Cluster:
         _, _, user, password = _parse_route_url(leaf.url)
         connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
                    "version": const.SERVER_VERSION, "tls_required": leaf.tls}
+        if leaf.compression:
+            connect["compress_mode"] = leaf.compression  # leafnode.go leafConnectInfo
         if user:
             connect.update(user=user, **{"pass": password})
         if leaf.credentials:
@@ -1300,6 +1406,8 @@ class Cluster:
         if self.rejecting:  # (a reload is remaking the pool: the peer dials again)
             route.close(ROUTE_REMOVED)
             return
+        if not route.compression_negotiated and self._negotiate_route(route, info):
+            return  # the next INFO (compressed) registers the route
         route.peer_id = remote_id
         if not self._place(route, remote_id, info):
             return
@@ -1328,6 +1436,72 @@ class Cluster:
             if other is not route:
                 other.send(self.gossip_info(route))
         self.update_client_urls()
+
+    def _negotiate_leaf(self, leaf: Route, info: dict) -> bool:
+        """leafnode.go negotiateLeafCompression on the first INFO: the leaf that dials sends
+        its INFO plain and switches, the hub answers with its INFO compressed (True: what
+        follows waits for that exchange)."""
+        leaf.compression_negotiated = True
+        opts = leaf.compression_opts
+        if not compression.needs_compression(opts.mode):
+            old = not info.get("compression") or opts.mode == compression.NOT_SUPPORTED
+            leaf.compression = compression.NOT_SUPPORTED if old else compression.OFF
+            return False
+        mode = self._select_compression(leaf, opts, info)
+        if mode is None:
+            return True
+        leaf.compression = mode
+        if not compression.needs_compression(mode):
+            return False
+        leaf.start_compression(self.leaf_info(leaf, mode=compression.mode_for_info(opts, mode)))
+        return True
+
+    def _negotiate_route(self, route: Route, info: dict) -> bool:
+        """route.go processRouteInfo's first INFO and negotiateRouteCompression: the level
+        this side writes with, and the switch when there is compression (True: the route
+        waits for the peer's next INFO, now compressed, to register)."""
+        route.compression_negotiated = True
+        opts = route.compression_opts
+        if not compression.needs_compression(opts.mode):
+            # An older server says nothing: "not supported" (and so does a side configured so).
+            theirs = info.get("compression")
+            old = not theirs or opts.mode == compression.NOT_SUPPORTED
+            route.compression = compression.NOT_SUPPORTED if old else compression.OFF
+            return False
+        mode = self._select_compression(route, opts, info)
+        if mode is None:
+            return True
+        route.compression = mode
+        if not compression.needs_compression(mode):
+            return False
+        route.start_compression(self.route_info(self.account_info(route), route))
+        return True
+
+    def _select_compression(self, peer: Route, opts: CompressionOpts, info: dict) -> str | None:
+        """server.go selectCompressionMode, then for s2_auto the level of the RTT so far
+        (client.go: the time since the connection started); None: the peer's mode is unknown
+        (-ERR, closed)."""
+        try:
+            mode = compression.select_mode(opts.mode, info.get("compression"))
+        except ValueError as exc:
+            if peer.leaf_account is None:
+                self._refuse_route(peer, str(exc))
+            else:
+                self._refuse_leaf(peer, str(exc), "Protocol Violation")
+            return None
+        if mode == compression.S2_AUTO:
+            if peer.rtt_start is None and not peer.rtt:
+                peer.rtt = trio.current_time() - peer.start
+            mode = compression.select_auto_by_rtt(peer.rtt, opts.rtt_thresholds)
+        return mode
+
+    @staticmethod
+    def update_auto_compression(peer: Route) -> None:
+        """client.go updateS2AutoCompressionLevel: with s2_auto, a new RTT may change the
+        level this side writes with."""
+        opts = peer.compression_opts
+        if opts.mode == compression.S2_AUTO and compression.needs_compression(peer.compression):
+            peer.compression = compression.select_auto_by_rtt(peer.rtt, opts.rtt_thresholds)
 
     def _refuse_route(self, route: Route, text: str) -> bool:
         """client.go sendErrAndErr, then close (a protocol violation): False."""
@@ -1369,6 +1543,8 @@ class Cluster:
                 return self._duplicate(route, conns[remote_id])
             conns[remote_id] = route
             self.transitioning.discard(account)
+            if route.solicited and compression.needs_compression(self.route_compression.mode):
+                route.send(self.route_info(self.account_info(route), route))  # (its INFO was delayed)
             return True
         pool = self.pools.get(remote_id)
         if pool_size <= 0 or not self.pooling:
@@ -1377,7 +1553,7 @@ class Cluster:
             route.pool_idx, route.no_pool = 0, True
             self.pools[remote_id] = [route]
             if self.delays_info(route):
-                route.send(self.route_info())
+                route.send(self.route_info(route=route))
             return True
         if pool is None:
             pool = self.pools[remote_id] = [None] * effective
@@ -1397,7 +1573,7 @@ class Cluster:
         if route.solicited:
             # The delayed INFO (route.go addRoute sendDelayedInfo), with our index, and the
             # next pool connection once a PING is answered, until the pool is full.
-            route.send(self.route_info({"route_pool_idx": index} if index else None))
+            route.send(self.route_info({"route_pool_idx": index} if index else None, route))
             if any(conn is None for conn in pool):
                 route.start_next_on_pong = True
                 route.send(b"PING\r\n")
@@ -1901,6 +2077,8 @@ class Cluster:
             if subs:
                 record["subscriptions_list"] = sorted(
                     subject.decode(errors="replace") for _, subject, _ in leaf.entries)
+            if leaf.compression:
+                record["compression"] = leaf.compression
             leafs.append(record)
         return {"leafnodes": len(leafs), "leafs": leafs}
 

@@ -43,7 +43,7 @@ from ..protocol.gotext import go_duration, go_duration_error, go_type_name, pars
 from ..routing.accounts import CHUNKED, SINGLETON, STREAMED, AccountConfig, ExportConfig, ImportConfig, check_accounts
 from ..routing.sublist import is_valid_literal_subject, is_valid_subject
 from ..routing.transform import MapDest, MappingError, SubjectMappings
-from . import conf
+from . import compression, conf
 
 # ConfigFileError and apply_baseline live in options.py, which the command line imports
 # without this module when there is no config file; they are still importable from here.
@@ -494,7 +494,8 @@ class _Builder:
 
     def apply_cluster(self, key: str, value, where: str) -> None:
         """``cluster { name, listen | host/port, routes [...], authorization { user, password },
-        no_advertise, connect_retries, pool_size, accounts, ... }`` (opts.go parseCluster)."""
+        no_advertise, connect_retries, pool_size, accounts, compression, ... }`` (opts.go
+        parseCluster)."""
         c = self.changes
         if not isinstance(value, dict):
             raise _Bad(f"error parsing {key}: expected a map, got {_type_name(value)}")
@@ -546,7 +547,11 @@ class _Builder:
                 elif name == "accounts":
                     accounts = item if isinstance(item, list) else [item]
                     c["cluster_accounts"] = [_expect(account, str, member) for account in accounts]
-                elif name in ("advertise", "cluster_advertise", "compression"):
+                elif name == "compression":
+                    opts = self.compression_value(item, compression.ROUTE_ON, self.where(value, member, where))
+                    if opts is not None:
+                        c["cluster_compression"] = opts
+                elif name in ("advertise", "cluster_advertise"):
                     # accepted, not acted on
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):
@@ -556,8 +561,9 @@ class _Builder:
 
     def apply_leaf_remotes(self, key: str, value: dict, where: str) -> None:
         """``leafnodes { remotes [{url | urls, account, credentials, tls, deny_imports,
-        deny_exports}] }`` (opts.go parseRemoteLeafNodes): the hubs natserver dials, and
-        ``listen``/``host``/``port``, ``authorization``, ``tls`` and ``reconnect`` for leaves.
+        deny_exports, compression}] }`` (opts.go parseRemoteLeafNodes): the hubs natserver
+        dials, and ``listen``/``host``/``port``, ``authorization``, ``tls``, ``reconnect`` and
+        ``compression`` for leaves.
         Security members natserver does not apply (_LEAF_SECURITY_KEYS) refuse the file; other
         members are kept and named in a warning."""
         rest = {}
@@ -592,6 +598,11 @@ class _Builder:
                 if config is not None:
                     self.changes["leafnode_tls"] = config
                 continue
+            if lowered_member == "compression":
+                opts = self.compression_value(item, compression.LEAF_ON, self.where(value, member, where))
+                if opts is not None:
+                    self.changes["leafnode_compression"] = opts
+                continue
             if lowered_member != "remotes":
                 rest[member] = item
                 continue
@@ -603,6 +614,7 @@ class _Builder:
                 urls: list = []
                 account = credentials = ""
                 tls = None
+                remote_compression = None
                 deny: dict = {}
                 for field_name, field_value in remote.items():
                     lowered = field_name.lower()
@@ -617,6 +629,9 @@ class _Builder:
                     elif lowered == "tls":
                         tls = self.peer_tls(field_value, "leafnodes remotes", self.where(remote, field_name, where),
                                             server=False, client=True)
+                    elif lowered == "compression":
+                        remote_compression = self.compression_value(field_value, compression.LEAF_ON,
+                                                                    self.where(remote, field_name, where))
                     elif lowered in ("deny_imports", "deny_import", "deny_exports", "deny_export"):
                         # opts.go parsePermSubjects: a subject or a list of them, each valid
                         subjects = field_value if isinstance(field_value, list) else [field_value]
@@ -627,13 +642,15 @@ class _Builder:
                         deny["imports" if "import" in lowered else "exports"] = [str(x) for x in subjects]
                     else:
                         rest[f"remotes.{field_name}"] = field_value
-                entry = {"urls": urls, "account": account}
+                entry: dict = {"urls": urls, "account": account}
                 for kind, subjects in deny.items():
                     entry[f"deny_{kind}"] = subjects
                 if credentials:
                     entry["credentials"] = credentials
                 if tls is not None:
                     entry["tls"] = tls
+                if remote_compression is not None:
+                    entry["compression"] = remote_compression
                 remotes.append(entry)
             self.changes["leafnode_remotes"] = remotes
         for member in list(rest):
@@ -642,6 +659,16 @@ class _Builder:
                 del rest[member]
         if rest:
             self.extra[key] = rest
+
+    def compression_value(self, value, chosen_for_on: str, where: str) -> compression.CompressionOpts | None:
+        """A ``compression`` member (opts.go parseCompression; the mode is checked at startup,
+        Options.validate); None after an error, reported at the place nats-server names."""
+        try:
+            return compression.parse(value, chosen_for_on, parse_duration)
+        except compression.CompressionError as exc:
+            at = self.where(value, exc.key, where) if exc.key is not None and isinstance(value, dict) else where
+            self.errors.append(f"{at}: {exc}")
+            return None
 
     def apply_leaf_authorization(self, value, where: str) -> None:
         """``leafnodes { authorization { user, password, account, timeout, users [{user,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..protocol import const
+from .compression import LEAF_DEFAULT, LEAF_ON, ROUTE_DEFAULT, ROUTE_ON, CompressionOpts, normalize
 
 if TYPE_CHECKING:
     from ..auth.tls import TLSConfig
@@ -95,6 +96,9 @@ class Options:
     # cluster { tls {} } (natserver.auth.tls.TLSConfig, verify forced on): every route is TLS,
     # the handshake first, each side checking the other's certificate against ca_file
     cluster_tls: TLSConfig | None = None
+    # cluster { compression } (natserver.config.compression): how routes negotiate S2
+    # compression (opts.go setBaselineOptions: "accept")
+    cluster_compression: CompressionOpts = ROUTE_DEFAULT
     # The WebSocket listener (natserver.websocket): the websocket {} block; None: off
     websocket: "WebsocketOptions | None" = None
     # Leaf node remotes (natserver dials these hubs): [{"urls": [...], "account": "A"}]
@@ -115,6 +119,9 @@ class Options:
     # leafnodes { tls {} } (natserver.auth.tls.TLSConfig): leaves that dial us get INFO, then TLS.
     # A remote's own tls {} is its dict's "tls".
     leafnode_tls: TLSConfig | None = None
+    # leafnodes { compression }: what leaves that dial us negotiate (opts.go: "s2_auto"); a
+    # remote's own is its dict's "compression" (the same default)
+    leafnode_compression: CompressionOpts = LEAF_DEFAULT
     # Logging
     debug: bool = False
     trace: bool = False
@@ -164,6 +171,10 @@ class Options:
             raise ValueError(f"invalid cluster port {self.cluster_port}")
         self.validate_security()
         self.validate_leafnodes()
+        # server.go validateAndNormalizeCompressionOption (cluster, leafnodes, each remote)
+        normalize(self.cluster_compression, ROUTE_ON)
+        for opts in (self.leafnode_compression, *(r.get("compression") or LEAF_DEFAULT for r in self.leafnode_remotes)):
+            normalize(opts, LEAF_ON)
 
     def validate_leafnodes(self) -> None:
         """leafnode.go validateLeafNode: the accounts leaf authorization binds to exist."""

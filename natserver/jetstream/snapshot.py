@@ -16,7 +16,8 @@ logical entries (server/archive: the magic ``NATSARC1``, then per entry the name
 Deleted messages are the gaps between sequences, and ``state.json``'s first and last
 sequences keep the gaps at either end. natserver writes the framing with cramjam's snappy
 (readable by S2 readers: nats-server's restore and the ``nats`` CLI) and reads both snappy
-and S2 framing (S2's blocks with repeat offsets are decoded here, ``s2_decode_block``).
+and S2 framing (natserver.protocol.s2, the reader of compressed routes too: S2's blocks with
+repeat offsets are decoded there).
 
 Snapshot: the request is answered with the stream's configuration and state, then the
 archive goes to ``deliver_subject`` in chunks of ``chunk_size`` bytes, each with the reply
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -50,6 +50,7 @@ import cramjam
 import trio
 
 from .. import clock
+from ..protocol import s2
 from . import advisories, errors, unsupported
 from .consumer import ConsumerConfig, check_config, parse_time, set_defaults
 from .errors import ApiError
@@ -253,244 +254,45 @@ class ArchiveReader:
         return self._head is not None
 
 
-# -- the framing (snappy's framing format, S2's extension of it) ------------------------------
+# -- the framing (snappy's framing format, S2's extension of it: natserver.protocol.s2) ---------
 
-_CRC32C_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _CRC32C_TABLE.append(_c)
-
-
-def crc32c_python(data: bytes) -> int:
-    """CRC-32C (Castagnoli), byte by byte (about 1-2 MB/s): crc32c's fallback."""
-    crc = 0xFFFFFFFF
-    table = _CRC32C_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _masked(crc: int) -> int:
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _unmasked(masked: int) -> int:
-    x = (masked - 0xA282EAD8) & 0xFFFFFFFF
-    return ((x << 15) | (x >> 17)) & 0xFFFFFFFF
-
-
-# CRC-32C at C speed without a crc32c package: cramjam checks the checksum of a snappy
-# "uncompressed" chunk (at most 64 KiB) and names the one it computed when it differs
-# ("bad checksum; expected: 0, got: <masked crc>"); a block's pieces are combined as zlib's
-# crc32_combine does. Should the text ever change, crc32c falls back to the Python loop.
-_CRC_PIECE = 65536
-_GOT = re.compile(r"got: (\d+)")
-
-
-def _crc_piece(piece: bytes) -> int | None:
-    frame = _SNAPPY_ID + b"\x01" + (len(piece) + 4).to_bytes(3, "little") + b"\0\0\0\0" + piece
-    try:
-        cramjam.snappy.decompress(frame)
-    except cramjam.DecompressionError as exc:
-        found = _GOT.search(str(exc))
-        return _unmasked(int(found.group(1))) if found else None
-    return _unmasked(0)  # (its masked checksum is 0, as the frame says)
-
-
-def _gf2_times(mat: list[int], vec: int) -> int:
-    out = 0
-    i = 0
-    while vec:
-        if vec & 1:
-            out ^= mat[i]
-        vec >>= 1
-        i += 1
-    return out
-
-
-def _gf2_square(mat: list[int]) -> list[int]:
-    return [_gf2_times(mat, row) for row in mat]
-
-
-_SHIFTS: dict[int, list[int]] = {}  # bytes -> the operator appending that many zero bytes
-
-
-def _shift(nbytes: int) -> list[int]:
-    """The GF(2) operator that moves a CRC-32C over ``nbytes`` zero bytes (zlib's
-    crc32_combine, as a matrix: cached, the pieces being mostly 64 KiB)."""
-    cached = _SHIFTS.get(nbytes)
-    if cached is not None:
-        return cached
-    result = [1 << i for i in range(32)]  # identity
-    power = [0x82F63B78] + [1 << i for i in range(31)]  # one zero bit
-    power = _gf2_square(_gf2_square(_gf2_square(power)))  # one zero byte
-    n = nbytes
-    while n:
-        if n & 1:
-            result = [_gf2_times(power, row) for row in result]
-        n >>= 1
-        if n:
-            power = _gf2_square(power)
-    if len(_SHIFTS) < 64:
-        _SHIFTS[nbytes] = result
-    return result
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), the framing format's checksum, of S2 blocks (which cramjam
-    does not decode): computed by cramjam 64 KiB at a time, the pieces combined."""
-    crc = 0
-    for at in range(0, len(data), _CRC_PIECE):
-        piece = data[at : at + _CRC_PIECE]
-        got = _crc_piece(piece)
-        if got is None:
-            return crc32c_python(data)
-        crc = _gf2_times(_shift(len(piece)), crc) ^ got if at else got
-    return crc
+crc32c = s2.crc32c
+crc32c_python = s2.crc32c_python
 
 
 def s2_decode_block(src: bytes) -> bytes:
-    """An S2 block (klauspost/compress s2 decode.go): snappy's literals and copies, plus a
-    copy with offset 0 (tag 1) repeating the previous offset with an extended length."""
-    got = _read_uvarint(src, 0)
-    if got is None or got[0] > MAX_S2_BLOCK:
-        raise ArchiveError("s2: corrupt input")
-    dlen, s = got
-    dst = bytearray()
-    n = len(src)
-    offset = 0
-    while s < n:
-        tag = src[s]
-        kind = tag & 3
-        if kind == 0:  # literal
-            x = tag >> 2
-            if x < 60:
-                s += 1
-            else:
-                nb = x - 59
-                x = int.from_bytes(src[s + 1 : s + 1 + nb], "little")
-                s += 1 + nb
-            length = x + 1
-            if s + length > n or len(dst) + length > dlen:
-                raise ArchiveError("s2: corrupt input")
-            dst += src[s : s + length]
-            s += length
-            continue
-        if kind == 1:
-            length = (tag >> 2) & 7
-            toffset = ((tag & 0xE0) << 3) | src[s + 1]
-            s += 2
-            if toffset == 0:  # a repeat: the previous offset, the length extended
-                if length == 5:
-                    length = src[s] + 4
-                    s += 1
-                elif length == 6:
-                    length = int.from_bytes(src[s : s + 2], "little") + (1 << 8)
-                    s += 2
-                elif length == 7:
-                    length = int.from_bytes(src[s : s + 3], "little") + (1 << 16)
-                    s += 3
-            else:
-                offset = toffset
-            length += 4
-        elif kind == 2:
-            length = (tag >> 2) + 1
-            offset = int.from_bytes(src[s + 1 : s + 3], "little")
-            s += 3
-        else:
-            length = (tag >> 2) + 1
-            offset = int.from_bytes(src[s + 1 : s + 5], "little")
-            s += 5
-        if offset <= 0 or offset > len(dst) or s > n or len(dst) + length > dlen:
-            raise ArchiveError("s2: corrupt input")
-        start = len(dst) - offset
-        if offset >= length:
-            dst += dst[start : start + length]
-        else:  # overlapping: the pattern repeats
-            pattern = bytes(dst[start:])
-            dst += (pattern * (length // offset + 1))[:length]
-    if len(dst) != dlen:
-        raise ArchiveError("s2: corrupt input")
-    return bytes(dst)
-
-
-_SNAPPY_ID = b"\xff\x06\x00\x00sNaPpY"
+    """An S2 block (klauspost/compress s2 decode.go), ArchiveError when broken."""
+    try:
+        return s2.decode_block(src, MAX_S2_BLOCK)
+    except s2.S2Error as exc:
+        raise ArchiveError(str(exc)) from None
 
 
 class FrameReader:
     """The snappy framing format (and S2's, whose stream identifier is ``S2sTwO``),
-    incremental: ``feed`` compressed bytes, get what they decompress to."""
+    incremental: ``feed`` compressed bytes, get what they decompress to (s2.StreamDecoder,
+    its errors as ArchiveError)."""
 
     def __init__(self) -> None:
-        self.buf = bytearray()
-        self.s2 = False
-        self.started = False
+        self._decoder = s2.StreamDecoder(MAX_S2_BLOCK)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of a frame not complete yet."""
+        return self._decoder.buffered
 
     def feed(self, data: bytes) -> bytes:
         return b"".join(self.frames(data))
 
     def frames(self, data: bytes):
         """What each whole frame ``data`` completes decodes to, one frame at a time."""
-        buf = self.buf
-        buf += data
-        pos = 0
-        if not self.started and buf and buf[0] != 0xFF:
-            raise ArchiveError("s2: corrupt input")  # (a stream starts with its identifier)
-        while len(buf) - pos >= 4:
-            kind = buf[pos]
-            size = buf[pos + 1] | buf[pos + 2] << 8 | buf[pos + 3] << 16
-            if len(buf) - pos - 4 < size:
-                break
-            body = bytes(buf[pos + 4 : pos + 4 + size])
-            pos += 4 + size
-            if kind == 0xFF:
-                if body == b"sNaPpY":
-                    self.s2 = False
-                elif body == b"S2sTwO":
-                    self.s2 = True
-                else:
-                    raise ArchiveError("s2: corrupt input")
-                self.started = True
-                continue
-            if not self.started:
-                raise ArchiveError("s2: corrupt input")
-            if kind in (0x00, 0x01):
-                if size < 4:
-                    raise ArchiveError("s2: corrupt input")
-                plain = self._chunk(kind, body)
-                del buf[:pos]
-                pos = 0
-                yield plain
-            elif kind < 0x80:
-                raise ArchiveError("s2: unsupported input")  # reserved, unskippable
-            # 0x80-0xfe: skippable (padding, S2's index)
-        del buf[:pos]
-
-    def _chunk(self, kind: int, body: bytes) -> bytes:
-        if not self.s2 or (kind == 0x01 and len(body) - 4 <= 65536):
-            # cramjam decodes and checks it (snappy's chunks hold at most 64 KiB).
-            framed = _SNAPPY_ID + bytes((kind,)) + len(body).to_bytes(3, "little") + body
-            try:
-                return bytes(cramjam.snappy.decompress(framed))
-            except cramjam.DecompressionError:
-                if not self.s2:
-                    raise ArchiveError("s2: corrupt input") from None
-        crc = int.from_bytes(body[:4], "little")
-        if kind == 0x01:
-            plain = body[4:]
-        else:
-            declared = _read_uvarint(body, 4)
-            if declared is None or declared[0] > MAX_S2_BLOCK:  # (before anything is allocated)
-                raise ArchiveError("s2: corrupt input")
-            try:
-                plain = bytes(cramjam.snappy.decompress_raw(body[4:]))  # no S2 repeats in it
-            except cramjam.DecompressionError:
-                plain = s2_decode_block(body[4:])
-        if _masked(crc32c(plain)) != crc:
-            raise ArchiveError("s2: corrupt input, crc mismatch")
-        return plain
+        decoder = self._decoder
+        try:
+            decoder.feed(data)
+            while (chunk := decoder.next_chunk()) is not None:
+                yield chunk
+        except s2.S2Error as exc:
+            raise ArchiveError(str(exc)) from None
 
 
 # -- JSON of the archive's entries ---------------------------------------------------------------
@@ -1053,7 +855,7 @@ class Restore:
             # What 2.15.1's readers say at the end of their input: S2's in a frame, the
             # archive's in an entry or its magic, "EOF" between entries (or with nothing).
             archive = self.archive
-            if self.frames.buf:
+            if self.frames.buffered:
                 err = "s2: corrupt input"
             elif not archive.seen_magic and archive.buf:
                 err = "unexpected EOF"

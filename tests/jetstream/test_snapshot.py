@@ -650,17 +650,6 @@ def test_frame_reader_snappy_and_s2_in_pieces():
         snapshot.FrameReader().feed(bytes(broken))
 
 
-def test_crc32c_by_cramjam_is_the_checksum():
-    """crc32c (cramjam's checker, 64 KiB pieces combined) is CRC-32C: the check value of
-    "123456789", and the byte-by-byte loop's on pieces' edges."""
-    assert snapshot.crc32c(b"123456789") == 0xE3069283
-    assert snapshot._crc_piece(b"123456789") == 0xE3069283  # (cramjam still names it)
-    rng = random.Random(7)
-    for n in (0, 1, 65535, 65536, 65537, 3 * 65536 + 11):
-        data = rng.randbytes(n)
-        assert snapshot.crc32c(data) == snapshot.crc32c_python(data), n
-
-
 class _Stream:
     """What SnapshotSender reads of a stream."""
 
