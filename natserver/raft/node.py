@@ -43,7 +43,7 @@ from enum import Enum
 
 from natserver import clock
 from natserver.raft import wire
-from natserver.raft.storage import LogEntry, Storage
+from natserver.raft.storage import LogEntry, Storage, StorageError
 from natserver.raft.wire import (
     AppendEntry,
     AppendEntryResponse,
@@ -135,13 +135,14 @@ class Node:
         if persisted.peer_state is None:
             storage.save_peer_state(self.base_peers)
         self.peers: list[str] = []
+        self.removed = False  # not (or no longer) in the peer set: never campaigns
         self._membership_index = 0  # the log index of the last membership entry (0: none)
         self._recompute_peers()
         self.role = Role.FOLLOWER
         self.leader = ""
         self.commit = 0
         self.applied = 0
-        self.removed = False
+        self.write_error: StorageError | None = None
         self._out: list[Message] = []
         self._committed: list[Committed] = []
         self.vote_subject = wire.vote_subject(group)
@@ -202,7 +203,9 @@ class Node:
 
     def receive(self, subject: str, reply: str, payload: bytes) -> None:
         """A message on one of :attr:`subscriptions`; malformed frames are dropped (raft.go
-        logs them)."""
+        logs them). After a failed write the node answers nothing more (raft.go's werr)."""
+        if self.write_error is not None:
+            return
         try:
             if subject == self.append_subject or (self.catchup_inbox and subject == self.catchup_inbox):
                 self._on_append(AppendEntry.decode(payload), reply, catchup=subject != self.append_subject)
@@ -215,10 +218,25 @@ class Node:
                                          progress=subject == self.progress_inbox)
         except WireError:
             return
+        except StorageError as e:
+            self._failed(e)
+
+    def _failed(self, error: StorageError) -> None:
+        """What was not made durable is not promised: the answer being built is dropped."""
+        self.write_error = error
+        self._out.clear()
+        self.role = Role.FOLLOWER
 
     def tick(self) -> None:
         """Fire what is due at ``now()``."""
-        now = self.now()
+        if self.write_error is not None:
+            return
+        try:
+            self._tick(self.now())
+        except StorageError as e:
+            self._failed(e)
+
+    def _tick(self, now: float) -> None:
         if self.role is Role.LEADER:
             if now >= self._heartbeat_at:
                 if self._lost_quorum(now):
@@ -231,12 +249,16 @@ class Node:
 
     def propose(self, data: bytes, kind: int = EntryType.NORMAL) -> int:
         """Append an entry as leader and send it; its index (committed later, maybe never)."""
-        if self.role is not Role.LEADER:
+        if self.role is not Role.LEADER or self.write_error is not None:
             raise NotLeader(self.leader)
         if kind in (EntryType.ADD_PEER, EntryType.REMOVE_PEER) and self._membership_index > self.commit:
             raise NotLeader("a membership change is already in progress")
         entry = Entry(kind, data)
-        self._append_own([entry])
+        try:
+            self._append_own([entry])
+        except StorageError as e:
+            self._failed(e)
+            raise
         return self.last_index
 
     def add_peer(self, peer: str) -> int:

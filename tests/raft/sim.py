@@ -10,6 +10,7 @@ from natserver.raft import MemoryStorage, Node, Role, Timeouts, node_id
 from natserver.raft.node import Committed, Message
 
 GROUP = "S-R3F-testgrp0"
+DEFAULT_TIMEOUTS = Timeouts()  # raft.go's
 
 
 @dataclass
@@ -30,8 +31,9 @@ class InFlight:
 
 
 class Network:
-    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = Timeouts()) -> None:
+    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = DEFAULT_TIMEOUTS, max_delay: float = 0.0) -> None:
         self.clock = Clock()
+        self.max_delay = max_delay  # each message is delivered up to this many seconds late
         self.rng = random.Random(seed)
         self.timeouts = timeouts
         self.ids = [node_id(f"server-{i}") for i in range(size)]
@@ -61,12 +63,13 @@ class Network:
                 if nid not in self.down and subject in node.subscriptions
                 and frozenset((sender, nid)) not in self.blocked and (nid != sender or subject.startswith("$NRG.R"))]
 
-    def collect(self, nid: str, delay: float = 0.0) -> None:
+    def collect(self, nid: str) -> None:
         """Put what ``nid`` sent in flight and record what it committed."""
         node = self.nodes[nid]
         for message in node.take_outgoing():
             for dest in self._targets(nid, message.subject):
                 self.seq += 1
+                delay = self.rng.random() * self.max_delay
                 self.in_flight.append(InFlight(self.clock.t + delay, self.seq, dest, message, nid))
         for done in node.take_committed():
             self.applied[nid].append(done)

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from natserver.raft import wire
 from natserver.raft.wire import (
-    AppendEntry, AppendEntryResponse, Entry, EntryType, PeerState, VoteRequest, VoteResponse, WireError,
+    AppendEntry,
+    AppendEntryResponse,
+    Entry,
+    EntryType,
+    PeerState,
+    VoteRequest,
+    VoteResponse,
+    WireError,
 )
 
 RECORDING = json.loads((Path(__file__).parent / "data" / "nrg_traffic_nats_server_2.15.1.json").read_text())
