@@ -386,12 +386,14 @@ class Node:
             self._store(new)
         matched = ae.pindex + len(ae.entries)
         self._advance_commit(min(ae.commit, matched))
+        # A success names the matched entry by its term and index (raft.go: n.pterm, n.pindex).
+        ack = AppendEntryResponse(self.term_at(matched), matched, self.id, True).encode()
         if catchup:
             if reply:  # the catch-up's progress (2.15.1's $NRG.CP. reply)
-                self._send(reply, "", AppendEntryResponse(self.term, matched, self.id, True).encode())
+                self._send(reply, "", ack)
         else:
             self.catchup_inbox = ""
-            self._send(reply, "", AppendEntryResponse(self.term, matched, self.id, True).encode())
+            self._send(reply, "", ack)
 
     def _request_catchup(self) -> None:
         if not self._leader_reply:
@@ -504,7 +506,7 @@ class Node:
             self._advance_commit(candidate)
 
     def _on_append_response(self, ar: AppendEntryResponse, reply: str, *, progress: bool) -> None:
-        if ar.term > self.term:
+        if not ar.success and ar.term > self.term:
             self._set_term(ar.term, "")
             self._step_down("")
             return
@@ -512,7 +514,8 @@ class Node:
             return
         self._seen[ar.peer] = self.now()
         if ar.success:
-            if ar.term == self.term and ar.index <= self.last_index:
+            # The follower's log holds our entry (same term and index), hence all before it.
+            if ar.index <= self.last_index and self.term_at(ar.index) == ar.term:
                 if ar.index > self._match.get(ar.peer, 0):
                     self._match[ar.peer] = ar.index
                     self._leader_commit()

@@ -329,7 +329,7 @@ def test_a_follower_acknowledges_only_what_matches_the_leader():
     sent(node)
     node.receive(node.append_subject, "$NRG.R.leaderC1", AppendEntry(C, 2, 0, 1, 1, ()).encode())
     [ack] = sent(node)
-    assert AppendEntryResponse.decode(ack.payload) == AppendEntryResponse(2, 1, A, True)
+    assert AppendEntryResponse.decode(ack.payload) == AppendEntryResponse(1, 1, A, True)  # entry 1's term
     assert node.commit == 0
 
 
@@ -355,7 +355,9 @@ def test_a_leader_never_commits_an_earlier_terms_entry_by_counting_replicas():
     node.receive(node.append_inbox, "$NRG.CR.catchupC", AppendEntryResponse(0, 0, C, False).encode())
     frames = [AppendEntry.decode(m.payload) for m in sent(node)]
     assert [(f.pindex, f.term, f.lterm) for f in frames] == [(0, 2, 4), (1, 4, 4)]
-    node.receive(node.progress_inbox, "", AppendEntryResponse(4, 1, C, True).encode())
+    node.receive(node.progress_inbox, "", AppendEntryResponse(2, 1, C, True).encode())
+    # An acknowledgement naming another term's entry at index 2 is not ours: not counted.
+    node.receive(node.append_inbox, "", AppendEntryResponse(3, 2, C, True).encode())
     assert node.commit == 0  # X is on two of three, but of term 2
     node.receive(node.progress_inbox, "", AppendEntryResponse(4, 2, C, True).encode())
     assert node.commit == 2
