@@ -11,9 +11,9 @@ What it does as raft.go does (the wire frames are wire.py's):
 
 - follower, candidate, leader; an observer never campaigns; a removed node stops campaigning.
 - terms and votes persisted (storage.py) before a vote is granted or an append answered.
-- election timeouts drawn uniformly in [minElectionTimeout, maxElectionTimeout) (4-9 s), a
-  fresh group's first campaign and a voter that refused an out-of-date candidate drawing from
-  the campaign timeout (100-800 ms); heartbeats every hbInterval (1 s); a leader that has not
+- election timeouts drawn uniformly in [minElectionTimeout, maxElectionTimeout) (4-9 s); a
+  node asked to campaign (:meth:`Node.campaign`, a new group's preferred peer) and a voter that
+  refused an out-of-date candidate draw from the campaign timeout (100-800 ms); heartbeats every hbInterval (1 s); a leader that has not
   heard from a quorum for lostQuorumInterval (10 s) steps down.
 - vote rules: a higher term resets the vote; a vote goes to a candidate whose log is at least
   as up to date (last term, then last index); a leader or candidate seeing a higher term
@@ -43,7 +43,7 @@ from enum import Enum
 
 from natserver import clock
 from natserver.raft import wire
-from natserver.raft.storage import LogEntry, Storage, StorageError
+from natserver.raft.storage import LogEntry, Snapshot, Storage, StorageError
 from natserver.raft.wire import (
     AppendEntry,
     AppendEntryResponse,
@@ -130,7 +130,8 @@ class Node:
         persisted = storage.load()
         self.term = persisted.term
         self.vote = persisted.vote
-        self.log: list[LogEntry] = persisted.log
+        self.log: list[LogEntry] = persisted.log  # the entries after the snapshot's
+        self.snapshot = persisted.snapshot
         self.base_peers = persisted.peer_state or PeerState(tuple(peers), len(peers))
         if persisted.peer_state is None:
             storage.save_peer_state(self.base_peers)
@@ -140,8 +141,8 @@ class Node:
         self._recompute_peers()
         self.role = Role.FOLLOWER
         self.leader = ""
-        self.commit = 0
-        self.applied = 0
+        self.commit = self.snapshot.index if self.snapshot else 0
+        self.applied = self.commit
         self.write_error: StorageError | None = None
         self._out: list[Message] = []
         self._committed: list[Committed] = []
@@ -158,8 +159,7 @@ class Node:
         self._seen: dict[str, float] = {}
         self._catchups: dict[str, _Catchup] = {}
         now_ = self.now()
-        fresh = self.term == 0 and not self.log
-        self._election_at = now_ + (self._campaign_timeout() if fresh else self._election_timeout())
+        self._election_at = now_ + self._election_timeout()
         self._heartbeat_at = now_ + timeouts.heartbeat
 
     # -- the caller's side -------------------------------------------------------------
@@ -178,15 +178,28 @@ class Node:
         return len(self.peers) // 2 + 1
 
     @property
+    def base_index(self) -> int:
+        """The snapshot's index (0: none): the log holds the entries after it."""
+        return self.snapshot.index if self.snapshot else 0
+
+    @property
     def last_index(self) -> int:
-        return self.log[-1].index if self.log else 0
+        return self.log[-1].index if self.log else self.base_index
 
     @property
     def last_term(self) -> int:
-        return self.log[-1].term if self.log else 0
+        if self.log:
+            return self.log[-1].term
+        return self.snapshot.term if self.snapshot else 0
 
     def term_at(self, index: int) -> int:
-        return self.log[index - 1].term if 0 < index <= len(self.log) else 0
+        base = self.base_index
+        if index == base:
+            return self.snapshot.term if self.snapshot else 0
+        return self.log[index - base - 1].term if base < index <= self.last_index else 0
+
+    def _entry(self, index: int) -> LogEntry:
+        return self.log[index - self.base_index - 1]
 
     def take_outgoing(self) -> list[Message]:
         out, self._out = self._out, []
@@ -246,6 +259,12 @@ class Node:
                 self._broadcast(())
         elif now >= self._election_at:
             self._campaign()
+
+    def campaign(self) -> None:
+        """Stand for election soon: within the campaign timeout (raft.go Campaign, which the
+        meta layer calls on a new group's preferred peer)."""
+        if self.role is not Role.LEADER:
+            self._reset_election(self._campaign_timeout())
 
     def propose(self, data: bytes, kind: int = EntryType.NORMAL) -> int:
         """Append an entry as leader and send it; its index (committed later, maybe never)."""
@@ -324,7 +343,7 @@ class Node:
         if last_index >= self.last_index:
             return
         self.storage.truncate(last_index)
-        del self.log[last_index:]
+        del self.log[last_index - self.base_index:]
         self._recompute_peers()
 
     def _advance_commit(self, commit: int) -> None:
@@ -333,7 +352,7 @@ class Node:
         self.commit = commit
         while self.applied < self.commit:
             self.applied += 1
-            item = self.log[self.applied - 1]
+            item = self._entry(self.applied)
             self._committed.append(Committed(item.index, item.term, item.entry))
         if self.role is Role.LEADER and self.removed:
             self._step_down("")  # raft.go: a leader removed by a committed entry steps down
@@ -358,6 +377,9 @@ class Node:
                 self.leader = ae.leader
             self._leader_reply = reply
         if ae.pindex > self.last_index or (ae.pindex and self.term_at(ae.pindex) != ae.pterm):
+            if catchup and [e.type for e in ae.entries] == [EntryType.SNAPSHOT, EntryType.PEER_STATE]:
+                self._install_snapshot(ae)
+                return
             if ae.pindex <= self.last_index:
                 # The entry at pindex conflicts: drop it and what follows (never a committed one).
                 if ae.pindex <= self.commit:
@@ -394,6 +416,23 @@ class Node:
         else:
             self.catchup_inbox = ""
             self._send(reply, "", ack)
+
+    def _install_snapshot(self, ae: AppendEntry) -> None:
+        """raft.go: a catch-up that starts with the leader's snapshot and peer state (the state
+        up to pindex): it replaces our log and is applied as a committed entry."""
+        if ae.pindex <= self.commit:
+            return
+        try:
+            peers = PeerState.decode(ae.entries[1].data)
+        except WireError:
+            return
+        snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data)
+        self.storage.install_snapshot(snapshot)
+        self.storage.save_peer_state(peers)
+        self.snapshot, self.log, self.base_peers = snapshot, [], peers
+        self._recompute_peers()
+        self.commit = self.applied = ae.pindex
+        self._committed.append(Committed(ae.pindex, ae.pterm, ae.entries[0]))
 
     def _request_catchup(self) -> None:
         if not self._leader_reply:
@@ -541,12 +580,20 @@ class Node:
 
     def _send_catchup_batch(self, peer: str) -> None:
         state = self._catchups[peer]
+        if state.next_index <= self.base_index and self.snapshot is not None:
+            # The entries are in our snapshot: it goes first, with the peer state (raft.go
+            # sendSnapshotToFollower), unacknowledged; the entries after it follow.
+            snap = self.snapshot
+            entries = (Entry(EntryType.SNAPSHOT, snap.data), Entry(EntryType.PEER_STATE, self.base_peers.encode()))
+            self._send(state.inbox, self.append_inbox,
+                       AppendEntry(self.id, snap.term, self.commit, snap.term, snap.index, entries, lterm=self.term).encode())
+            state.next_index = snap.index + 1
         end = min(self.last_index, state.next_index + CATCHUP_BATCH - 1)
         if state.next_index > end:
             del self._catchups[peer]
             return
         for index in range(state.next_index, end + 1):
-            item = self.log[index - 1]
+            item = self._entry(index)
             ae = AppendEntry(self.id, item.term, self.commit, self.term_at(index - 1), index - 1, (item.entry,),
                              lterm=self.term)
             self._send(state.inbox, self.progress_inbox, ae.encode())

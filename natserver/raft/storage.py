@@ -1,11 +1,13 @@
-"""A RAFT node's persisted state: its term and vote, its peer state, its log.
+"""A RAFT node's persisted state: its term and vote, its peer state, its snapshot, its log.
 
 raft.go keeps them in a group's store directory: ``tav.idx`` (term, u64 little-endian, then the
 8-byte id voted for), ``peers.idx`` (the peer state, wire.PeerState) and the WAL (a message
 store). :class:`FileStorage` keeps the first two byte for byte as raft.go writes them and the
 log in a file of its own records; every write is fsynced before it returns, so a node answers
 a vote or an append only once what it promised is on disk (raft.go writeTermVote and storeToWAL
-do the same). :class:`MemoryStorage` is the same protocol in memory, for tests: what it holds
+do the same). A snapshot (installed from a leader's catch-up) replaces the log up to its
+index: ``snapshot`` holds its term, index and data, and the log goes on after it.
+:class:`MemoryStorage` is the same protocol in memory, for tests: what it holds
 is what survives a node's restart.
 """
 
@@ -20,11 +22,13 @@ from typing import Protocol
 
 from natserver.raft.wire import ID_LEN, Entry, PeerState, WireError
 
-__all__ = ["FileStorage", "LogEntry", "MemoryStorage", "Persisted", "Storage", "StorageError"]
+__all__ = ["FileStorage", "LogEntry", "MemoryStorage", "Persisted", "Snapshot", "Storage", "StorageError"]
 
 TERM_VOTE_FILE = "tav.idx"  # raft.go termVoteFile
 PEER_STATE_FILE = "peers.idx"  # raft.go peerStateFile
 LOG_FILE = "log.wal"  # natserver's own log (raft.go uses a filestore for its WAL)
+SNAPSHOT_FILE = "snapshot"  # natserver's own: term, index (u64 each), crc32, the data
+_SNAPSHOT = struct.Struct("<QQI")
 # A log record: crc32 of the rest, index, term, the entry's data length, its type; the data.
 _RECORD = struct.Struct("<IQQIB")
 _TERM = struct.Struct("<Q")
@@ -43,12 +47,22 @@ class LogEntry:
     entry: Entry
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The state machine up to ``index`` (of ``term``), as the leader sent it (opaque data)."""
+
+    term: int
+    index: int
+    data: bytes
+
+
 @dataclass(slots=True)
 class Persisted:
     term: int = 0
     vote: str = ""
     peer_state: PeerState | None = None
-    log: list[LogEntry] = field(default_factory=list)
+    log: list[LogEntry] = field(default_factory=list)  # the entries after the snapshot's index
+    snapshot: Snapshot | None = None
 
 
 class Storage(Protocol):
@@ -66,6 +80,9 @@ class Storage(Protocol):
     def truncate(self, last_index: int) -> None:
         """Drop every entry after ``last_index``."""
 
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` and drop the whole log (it goes on after the snapshot's index)."""
+
 
 class MemoryStorage:
     """The protocol in memory: a restarted node given the same object finds what was saved."""
@@ -75,7 +92,8 @@ class MemoryStorage:
         self.writes = 0  # durable writes made (each would be an fsync)
 
     def load(self) -> Persisted:
-        return Persisted(self.state.term, self.state.vote, self.state.peer_state, list(self.state.log))
+        state = self.state
+        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot)
 
     def save_term_vote(self, term: int, vote: str) -> None:
         self.state.term, self.state.vote = term, vote
@@ -87,14 +105,22 @@ class MemoryStorage:
 
     def append(self, entries: list[LogEntry]) -> None:
         log = self.state.log
+        base = self.state.snapshot.index if self.state.snapshot else 0
         for entry in entries:
-            if entry.index != (log[-1].index if log else 0) + 1:
-                raise StorageError(f"log gap: {entry.index} after {log[-1].index if log else 0}")
+            last = log[-1].index if log else base
+            if entry.index != last + 1:
+                raise StorageError(f"log gap: {entry.index} after {last}")
             log.append(entry)
         self.writes += 1
 
     def truncate(self, last_index: int) -> None:
-        del self.state.log[last_index:]
+        base = self.state.snapshot.index if self.state.snapshot else 0
+        del self.state.log[max(0, last_index - base):]
+        self.writes += 1
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        self.state.snapshot = snapshot
+        self.state.log = []
         self.writes += 1
 
 
@@ -120,8 +146,9 @@ class FileStorage:
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._offsets: list[int] = []  # where each entry's record starts, by index - 1
+        self._offsets: list[int] = []  # where each entry's record starts, by index - base - 1
         self._end = 0
+        self._base = 0  # the snapshot's index: the log's first entry is the next
 
     def load(self) -> Persisted:
         state = Persisted()
@@ -138,6 +165,16 @@ class FileStorage:
                 state.peer_state = PeerState.decode(peers.read_bytes())
             except WireError as e:
                 raise StorageError(f"{peers}: {e}") from e
+        snap = self.folder / SNAPSHOT_FILE
+        if snap.exists():
+            buf = snap.read_bytes()
+            if len(buf) < _SNAPSHOT.size:
+                raise StorageError(f"{snap}: corrupt snapshot")
+            term, index, crc = _SNAPSHOT.unpack_from(buf)
+            if zlib.crc32(buf[_SNAPSHOT.size:]) != crc:
+                raise StorageError(f"{snap}: corrupt snapshot")
+            state.snapshot = Snapshot(term, index, buf[_SNAPSHOT.size:])
+            self._base = index
         state.log = self._read_log()
         return state
 
@@ -153,7 +190,7 @@ class FileStorage:
         while at + _RECORD.size <= len(buf):
             crc, index, term, size, kind = _RECORD.unpack_from(buf, at)
             end = at + _RECORD.size + size
-            if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc or index != len(log) + 1:
+            if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc or index != self._base + len(log) + 1:
                 break
             log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
             self._offsets.append(at)
@@ -183,7 +220,7 @@ class FileStorage:
         at = self._end
         offsets: list[int] = []
         for entry in entries:
-            if entry.index != len(self._offsets) + len(offsets) + 1:
+            if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
                 raise StorageError(f"log gap at {entry.index}")
             body = _RECORD.pack(0, entry.index, entry.term, len(entry.entry.data), entry.entry.type)[4:]
             body += entry.entry.data
@@ -200,7 +237,15 @@ class FileStorage:
         self._end = at
 
     def truncate(self, last_index: int) -> None:
-        if last_index >= len(self._offsets):
+        keep = max(0, last_index - self._base)
+        if keep >= len(self._offsets):
             return
-        self._truncate_file(self._offsets[last_index])
-        del self._offsets[last_index:]
+        self._truncate_file(self._offsets[keep])
+        del self._offsets[keep:]
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        _write_synced(self.folder / SNAPSHOT_FILE,
+                      _SNAPSHOT.pack(snapshot.term, snapshot.index, zlib.crc32(snapshot.data)) + snapshot.data)
+        self._truncate_file(0)
+        self._offsets = []
+        self._base = snapshot.index

@@ -42,6 +42,7 @@ class Network:
         self.applied: dict[str, list[Committed]] = {}  # this incarnation's committed entries
         for i in self.ids:
             self.start(i)
+        self.nodes[self.ids[0]].campaign()  # the meta layer's preferred peer for a new group
         self.in_flight: list[InFlight] = []
         self.seq = 0
         self.blocked: set[frozenset[str]] = set()  # pairs that cannot talk
@@ -124,7 +125,7 @@ class Network:
     def check_logs(self) -> None:
         """Every node's log up to its commit is the committed sequence."""
         for nid, node in self.nodes.items():
-            for item in node.log[:node.commit]:
+            for item in node.log[:node.commit - node.base_index]:
                 assert self.committed.get(item.index) == (item.term, item.entry.data, item.entry.type), nid
             got = [(c.index, c.term, c.entry.data) for c in self.applied[nid]]
             assert got == [(i, self.committed[i][0], self.committed[i][1]) for i in range(1, len(got) + 1)], nid

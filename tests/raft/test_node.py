@@ -47,9 +47,11 @@ def elect(net: Network, seconds: float = 2 * MAX_ELECTION_TIMEOUT) -> Node:
     return leader
 
 
-def test_a_fresh_group_elects_within_the_campaign_timeout():
+def test_a_new_groups_preferred_peer_is_elected_within_the_campaign_timeout():
     net = Network(3, seed=1)
+    preferred = net.nodes[net.ids[0]]  # told to campaign (sim.Network: the meta layer's choice)
     net.advance(MAX_CAMPAIGN_TIMEOUT + 0.01)
+    assert net.leader() is preferred
     leader = net.leader()
     assert leader is not None and leader.term == 1
     net.advance(0.5)
