@@ -4,7 +4,9 @@ membership entries, restarts from what was persisted, and no answer without a du
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +32,7 @@ from natserver.raft.storage import LogEntry
 from tests.raft.sim import GROUP, Clock, Network
 
 A, B, C = node_id("a"), node_id("b"), node_id("c")
+RECORDING = Path(__file__).parent / "data" / "nrg_traffic_nats_server_2.15.1.json"
 
 
 def lone(storage=None, peers=(A, B, C), clock=None, **kw) -> Node:
@@ -364,3 +367,58 @@ def test_a_leader_never_commits_an_earlier_terms_entry_by_counting_replicas():
     node.receive(node.progress_inbox, "", AppendEntryResponse(4, 2, C, True).encode())
     assert node.commit == 2
     assert [c.entry.data for c in node.take_committed()][0] == b"X"
+
+
+def test_2_15_1s_recorded_catchup_is_followed_byte_for_byte():
+    """Replays the recording's catch-up (record_traffic.py: the killed leader n3 restarted with
+    its log at term 1 index 6): the leader's heartbeat, then on our catch-up inbox its snapshot
+    and peer state and three entries. A node in n3's place asks for the catch-up and
+    acknowledges each entry with exactly the bytes n3 sent."""
+    frames = json.loads(RECORDING.read_text())["frames"]
+    heartbeat = frames[106]
+    request, snapshot, *entries = frames[108:113]
+    acks = frames[113:116]
+    assert request["reply"].startswith("$NRG.CR.") and snapshot["subject"] == request["reply"]
+    storage = MemoryStorage()
+    storage.save_term_vote(1, "")
+    storage.append([LogEntry(i, 1, Entry(0, b"before")) for i in range(1, 7)])
+    n3 = node_id("n3")
+    node = Node(n3, "S-R3F-uU7E7s3J", [n3, node_id("n1"), node_id("n2")], storage, rng=random.Random(1), now=Clock())
+    node.receive(heartbeat["subject"], heartbeat["reply"], bytes.fromhex(heartbeat["data"]))
+    [ask] = sent(node)
+    assert (ask.subject, ask.payload.hex()) == (heartbeat["reply"], request["data"])
+    inbox = ask.reply
+    for frame in [snapshot, *entries]:
+        node.receive(inbox, frame["reply"], bytes.fromhex(frame["data"]))
+    assert [(m.subject, m.payload.hex()) for m in sent(node)] == [(a["subject"], a["data"]) for a in acks]
+    assert node.snapshot is not None and (node.snapshot.term, node.snapshot.index) == (2, 7)
+    assert node.last_index == 10 and node.commit == 9
+    committed = node.take_committed()
+    assert [c.entry.type for c in committed] == [EntryType.SNAPSHOT, 0, 0]
+    assert b"order 5" in committed[1].entry.data
+
+
+def test_a_snapshot_survives_a_restart_and_is_sent_on(tmp_path):
+    node = Node(A, GROUP, [A, B, C], FileStorage(tmp_path), rng=random.Random(1), now=Clock())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 3, 5, 3, 5, ()).encode())
+    [ask] = sent(node)
+    peers = PeerState((A, B, C), 3).encode()
+    snapshot = AppendEntry(B, 3, 5, 3, 5, (Entry(EntryType.SNAPSHOT, b"state"), Entry(EntryType.PEER_STATE, peers)))
+    node.receive(ask.reply, "$NRG.R.leaderB1", snapshot.encode())
+    node.receive(ask.reply, "$NRG.CP.leaderB1", AppendEntry(B, 3, 5, 3, 5, (Entry(0, b"six"),), lterm=3).encode())
+    again = Node(A, GROUP, [A, B, C], FileStorage(tmp_path), rng=random.Random(2), now=Clock())
+    assert (again.snapshot.index, again.snapshot.term, again.snapshot.data) == (5, 3, b"state")
+    assert [(e.index, e.entry.data) for e in again.log] == [(6, b"six")] and again.commit == 5
+    # Leader in term 4 (votes of B), it sends C its snapshot first, then entry 6 and its own.
+    again.campaign()
+    again.now.t = again.next_deadline()  # type: ignore[attr-defined]
+    again.tick()
+    again.receive(again.vote_inbox, "", VoteResponse(again.term, B, True).encode())
+    assert again.role is Role.LEADER
+    sent(again)
+    again.receive(again.append_inbox, "$NRG.CR.catchupC", AppendEntryResponse(0, 0, C, False).encode())
+    frames = [AppendEntry.decode(m.payload) for m in sent(again)]
+    assert [e.type for e in frames[0].entries] == [EntryType.SNAPSHOT, EntryType.PEER_STATE]
+    assert (frames[0].pterm, frames[0].pindex, frames[0].entries[0].data) == (3, 5, b"state")
+    assert [(f.pindex, f.entries[0].data) for f in frames[1:2]] == [(5, b"six")]
+    assert frames[2].entries[0].type == EntryType.PEER_STATE and len(frames) == 3
