@@ -7,8 +7,10 @@ up by the 2.15.1 leader ($NRG.CR. catch-up, acknowledged on $NRG.CP.), then carr
 with the other 2.15.1 follower killed too, the stream's publishes are acknowledged only if the
 leader counts the natserver node's append responses. Then the other follower is restarted
 (and caught up by the leader) and the leader killed: the 2.15.1 server and the natserver node
-must elect a leader between them (one voting for the other over $NRG.V.) and commit that
-leader's first entry (its peer state) with the other's append response.
+must elect a leader between them over $NRG.V. and commit that leader's first entry (its
+peer state) with the other's append response: once with the natserver node campaigning first
+(the 2.15.1 server votes for it and follows it), once with it an observer (it votes for the
+2.15.1 server and follows it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 import trio
 
 from natserver import clock
@@ -119,7 +122,7 @@ async def until(predicate, what: str, driver: Driver | None = None) -> None:
     raise AssertionError(f"not {what} in {STEP} s: {state}")
 
 
-async def scenario(binary: str, folder: Path) -> dict:
+async def scenario(binary: str, folder: Path, natserver_leads: bool) -> dict:
     cluster = Cluster.create(binary, folder)
     cluster.start_all()
     report: dict = {}
@@ -165,6 +168,10 @@ async def scenario(binary: str, folder: Path) -> dict:
             # server and the natserver node elect a leader between them.
             cluster.start(other)
             await wait_current(leader.port, other.name)
+            if natserver_leads:
+                node.campaign()  # within 100-800 ms: before 2.15.1's 4-9 s election timeout
+            else:
+                node.observer = True  # never campaigns: it must vote for the 2.15.1 server
             cluster.kill(leader)
             with trio.fail_after(STEP):
                 await driver.attach(other.port)
@@ -186,13 +193,16 @@ async def scenario(binary: str, folder: Path) -> dict:
 
 
 @needs_nats_server
-def test_a_natserver_node_serves_in_a_2_15_1_stream_group():
+@pytest.mark.parametrize("natserver_leads", [True, False], ids=["natserver-elected", "2.15.1-elected"])
+def test_a_natserver_node_serves_in_a_2_15_1_stream_group(natserver_leads):
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder), natserver_leads)))
     assert report["acked_with_natserver_quorum"] == 3
-    assert report["new_leader"] in ("natserver", "n1", "n2", "n3")
-    assert report["role"] == ("LEADER" if report["new_leader"] == "natserver" else "FOLLOWER")
+    if natserver_leads:  # the 2.15.1 server voted for it and acknowledged its append
+        assert (report["new_leader"], report["role"]) == ("natserver", "LEADER")
+    else:  # it voted for the 2.15.1 server, whose first entry its acknowledgement committed
+        assert report["new_leader"] in ("n1", "n2", "n3") and report["role"] == "FOLLOWER"
 
 
 async def _bounded(coro):
