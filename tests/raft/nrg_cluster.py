@@ -62,19 +62,19 @@ class Cluster:
     folder: Path
     nodes: list[Node] = field(default_factory=list)
     name: str = "C"
+    extra_routes: tuple[int, ...] = ()  # route ports of servers outside this list
 
     @classmethod
     def create(cls, binary: str, folder: Path, size: int = 3, extra_routes: tuple[int, ...] = ()) -> Cluster:
-        cluster = cls(binary, folder)
+        cluster = cls(binary, folder, extra_routes=extra_routes)
         for i in range(size):
             cluster.nodes.append(Node(f"n{i + 1}", free_port(), free_port(), folder / f"n{i + 1}"))
-        cluster.extra_routes = extra_routes
         return cluster
 
     def start(self, node: Node) -> None:
         node.folder.mkdir(parents=True, exist_ok=True)
         routes = [f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node]
-        routes += [f"nats-route://127.0.0.1:{p}" for p in getattr(self, "extra_routes", ())]
+        routes += [f"nats-route://127.0.0.1:{p}" for p in self.extra_routes]
         conf = node.folder / "server.conf"
         conf.write_text(CONFIG % {
             "name": node.name, "port": node.port, "sys": SYS_USER, "app": APP_USER, "pw": PASSWORD,
