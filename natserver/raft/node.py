@@ -69,6 +69,10 @@ LOST_QUORUM_INTERVAL = 10 * HEARTBEAT_INTERVAL
 CATCHUP_BATCH = 64
 # A catch-up that has made no progress for this long is asked for again (raft.go catchupStalled).
 CATCHUP_STALLED = 2.0
+# The peer a leader hands over to campaigns this soon (raft.go xferCampaign: 10 ms).
+TRANSFER_CAMPAIGN = 0.01
+# A peer a leader may hand over to was heard from this recently (raft.go StepDown: hbInterval*3).
+HEALTHY_WITHIN = 3 * HEARTBEAT_INTERVAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,7 @@ class Node:
         self.catchup_inbox = ""  # ours, while a leader catches us up
         self._leader_reply = ""  # the current leader's append inbox
         self._catchup_at = 0.0  # when we last asked to be caught up
+        self._transfer = False  # a leader handed over to us: campaigning, not waiting (raft.go lxfer)
         self._votes: set[str] = set()
         self._match: dict[str, int] = {}
         self._seen: dict[str, float] = {}
@@ -171,6 +176,8 @@ class Node:
                     self.progress_inbox]
         if self.catchup_inbox:
             subjects.append(self.catchup_inbox)
+        if self.role is Role.LEADER:  # raft.go subscribes to forwarded proposals as leader
+            subjects += [wire.proposal_subject(self.group), wire.remove_peer_subject(self.group)]
         return subjects
 
     @property
@@ -229,6 +236,12 @@ class Node:
             elif subject in (self.append_inbox, self.progress_inbox):
                 self._on_append_response(AppendEntryResponse.decode(payload), reply,
                                          progress=subject == self.progress_inbox)
+            elif self.role is Role.LEADER and subject == wire.proposal_subject(self.group):
+                self._append_own([Entry(EntryType.NORMAL, bytes(payload))])
+            elif self.role is Role.LEADER and subject == wire.remove_peer_subject(self.group):
+                peer = wire.classify(subject, payload)
+                if isinstance(peer, str) and peer in self.peers and self._membership_index <= self.commit:
+                    self._append_own([Entry(EntryType.REMOVE_PEER, payload)])
         except WireError:
             return
         except StorageError as e:
@@ -265,6 +278,42 @@ class Node:
         meta layer calls on a new group's preferred peer)."""
         if self.role is not Role.LEADER:
             self._reset_election(self._campaign_timeout())
+
+    def forward(self, data: bytes) -> None:
+        """Propose from any node: the leader appends it, a follower sends it to the leader on
+        ``$NRG.P.<group>`` (raft.go ForwardProposal); nothing says when (or if) it commits."""
+        if self.role is Role.LEADER:
+            self.propose(data)
+        else:
+            self._send(wire.proposal_subject(self.group), "", data)
+
+    def forward_remove_peer(self, peer: str) -> None:
+        """raft.go ProposeRemovePeer from any node: a follower sends it on ``$NRG.RP.<group>``."""
+        if self.role is Role.LEADER:
+            self.remove_peer(peer)
+        else:
+            self._send(wire.remove_peer_subject(self.group), "", peer.encode())
+
+    def step_down(self, preferred: str = "") -> str:
+        """Stop leading, handing over to ``preferred`` (or the first peer heard from lately) by
+        an ``EntryLeaderTransfer`` entry, as raft.go StepDown: the peer it names campaigns at
+        once. Returns the peer handed over to ("" if none was healthy)."""
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader)
+        now = self.now()
+
+        def healthy(peer: str) -> bool:
+            return peer != self.id and peer in self.peers and now - self._seen.get(peer, -1e18) < HEALTHY_WITHIN
+
+        chosen = preferred if healthy(preferred) else next((p for p in self.peers if healthy(p)), "")
+        if chosen:
+            try:
+                self._append_own([Entry(EntryType.LEADER_TRANSFER, chosen.encode())])
+            except StorageError as e:
+                self._failed(e)
+                raise
+        self._step_down("")
+        return chosen
 
     def propose(self, data: bytes, kind: int = EntryType.NORMAL) -> int:
         """Append an entry as leader and send it; its index (committed later, maybe never)."""
@@ -371,7 +420,8 @@ class Node:
             self._set_term(term, "")
         if self.role is not Role.FOLLOWER:
             self._become_follower()
-        self._reset_election()
+        if not self._transfer:  # raft.go: not while we were asked to take over
+            self._reset_election()
         if not catchup:
             if self.leader != ae.leader:
                 self.leader = ae.leader
@@ -406,6 +456,10 @@ class Node:
             new.append(LogEntry(index, ae.term, entry))
         if new:
             self._store(new)
+        if not catchup and not self.observer and any(
+                e.type == EntryType.LEADER_TRANSFER and e.data == self.id.encode() for e in ae.entries):
+            self._transfer = True  # raft.go xferCampaign: the leader handed over to us
+            self._reset_election(TRANSFER_CAMPAIGN)
         matched = ae.pindex + len(ae.entries)
         self._advance_commit(min(ae.commit, matched))
         # A success names the matched entry by its term and index (raft.go: n.pterm, n.pindex).
@@ -472,6 +526,7 @@ class Node:
             self._reset_election()
             return
         self._set_term(self.term + 1, self.id)
+        self._transfer = False
         self.role = Role.CANDIDATE
         self.leader = ""
         self._votes = {self.id}

@@ -422,3 +422,50 @@ def test_a_snapshot_survives_a_restart_and_is_sent_on(tmp_path):
     assert (frames[0].pterm, frames[0].pindex, frames[0].entries[0].data) == (3, 5, b"state")
     assert [(f.pindex, f.entries[0].data) for f in frames[1:2]] == [(5, b"six")]
     assert frames[2].entries[0].type == EntryType.PEER_STATE and len(frames) == 3
+
+
+def test_a_leader_hands_over_to_a_preferred_peer():
+    net = Network(3, seed=9)
+    leader = elect(net)
+    net.advance(2 * HEARTBEAT_INTERVAL)  # every follower heard from lately
+    preferred = next(n for n in net.nodes.values() if n is not leader)
+    term = leader.term
+    assert leader.step_down(preferred.id) == preferred.id
+    assert leader.role is Role.FOLLOWER
+    assert leader.log[-1].entry == Entry(EntryType.LEADER_TRANSFER, preferred.id.encode())
+    net.collect(leader.id)
+    net.advance(0.1)  # the named peer campaigns at once (raft.go xferCampaign), not after 4-9 s
+    assert net.leader() is preferred and preferred.term == term + 1
+    with pytest.raises(NotLeader):
+        leader.step_down()
+
+
+def test_a_stepdown_skips_a_peer_not_heard_from():
+    net = Network(3, seed=10)
+    leader = elect(net)
+    gone, other = (n for n in net.nodes.values() if n is not leader)
+    net.down.add(gone.id)
+    net.advance(4 * HEARTBEAT_INTERVAL)
+    assert leader.step_down(gone.id) == other.id
+    net.collect(leader.id)
+    net.advance(0.1)
+    assert net.leader() is other
+
+
+def test_followers_forward_proposals_and_peer_removals_to_the_leader():
+    net = Network(3, seed=11)
+    leader = elect(net)
+    follower, other = (n for n in net.nodes.values() if n is not leader)
+    assert f"$NRG.P.{GROUP}" in leader.subscriptions and f"$NRG.P.{GROUP}" not in follower.subscriptions
+    follower.forward(b"forwarded")
+    [message] = follower.take_outgoing()
+    assert (message.subject, message.payload) == (f"$NRG.P.{GROUP}", b"forwarded")
+    follower._out.append(message)
+    net.collect(follower.id)
+    net.advance(2 * HEARTBEAT_INTERVAL)
+    assert all(n.log[-1].entry.data == b"forwarded" and n.commit == n.last_index for n in net.nodes.values())
+    follower.forward_remove_peer(other.id)
+    net.collect(follower.id)
+    net.advance(2 * HEARTBEAT_INTERVAL)
+    assert other.id not in leader.peers and other.id not in follower.peers and other.removed
+    net.check_logs()

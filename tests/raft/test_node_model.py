@@ -1,6 +1,6 @@
 """The RAFT node over a hostile network (hypothesis state machines of 3 and 5 nodes): messages
 dropped, delayed, reordered, duplicated, partitions, nodes crashing and restarting from what
-they persisted. Always: at most one leader per term, a committed entry never lost or changed,
+they persisted, proposals forwarded by followers, leaders handing over. Always: at most one leader per term, a committed entry never lost or changed,
 every node applies the same committed sequence; once the network heals, a leader is elected
 and a new entry commits everywhere."""
 
@@ -81,6 +81,20 @@ class RaftNetwork(RuleBasedStateMachine):
                 except NotLeader:
                     continue
                 self.proposed += 1
+                self.net.collect(nid)
+
+    @rule(data=st.binary(min_size=1, max_size=8), pick=st.integers(0, 4))
+    def forward(self, data, pick):
+        nid = self.net.ids[pick % self.size]
+        if nid not in self.net.down:
+            self.net.nodes[nid].forward(data)
+            self.net.collect(nid)
+
+    @rule(pick=st.integers(0, 4))
+    def hand_over(self, pick):
+        for nid, node in self.net.nodes.items():
+            if nid not in self.net.down and node.role is Role.LEADER:
+                node.step_down(self.net.ids[pick % self.size])
                 self.net.collect(nid)
 
     @invariant()
