@@ -426,7 +426,8 @@ class Node:
             if self.leader != ae.leader:
                 self.leader = ae.leader
             self._leader_reply = reply
-        if ae.pindex > self.last_index or (ae.pindex and self.term_at(ae.pindex) != ae.pterm):
+        # Entries up to our snapshot are committed, hence the same in every later leader's log.
+        if ae.pindex > self.last_index or (ae.pindex > self.base_index and self.term_at(ae.pindex) != ae.pterm):
             if catchup and [e.type for e in ae.entries] == [EntryType.SNAPSHOT, EntryType.PEER_STATE]:
                 self._install_snapshot(ae)
                 return
@@ -444,8 +445,8 @@ class Node:
         new: list[LogEntry] = []
         for entry in ae.entries:
             index += 1
-            if entry.type == EntryType.CATCHUP:
-                continue
+            if index <= self.base_index:
+                continue  # in our snapshot
             have = self.term_at(index) if index <= self.last_index else 0
             if have == ae.term and not new:
                 continue

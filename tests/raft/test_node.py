@@ -469,3 +469,19 @@ def test_followers_forward_proposals_and_peer_removals_to_the_leader():
     net.advance(2 * HEARTBEAT_INTERVAL)
     assert other.id not in leader.peers and other.id not in follower.peers and other.removed
     net.check_logs()
+
+
+def test_entries_already_in_a_snapshot_are_skipped():
+    node = lone()
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 3, 1, 3, ()).encode())
+    [ask] = sent(node)
+    peers = PeerState((A, B, C), 3).encode()
+    node.receive(ask.reply, "", AppendEntry(B, 1, 3, 1, 3, (Entry(EntryType.SNAPSHOT, b"s"),
+                                                             Entry(EntryType.PEER_STATE, peers))).encode())
+    assert (node.base_index, node.commit) == (3, 3)
+    # The same leader's first append, late, then its next: what the snapshot holds is skipped.
+    late = AppendEntry(B, 1, 0, 0, 0, tuple(Entry(0, b"e%d" % i) for i in range(1, 6)))
+    node.receive(node.append_subject, "$NRG.R.leaderB1", late.encode())
+    assert node.write_error is None
+    assert [(e.index, e.entry.data) for e in node.log] == [(4, b"e4"), (5, b"e5")]
+    assert AppendEntryResponse.decode(sent(node)[-1].payload) == AppendEntryResponse(1, 5, A, True)
