@@ -6,8 +6,11 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from natserver.raft import Entry, EntryType, FileStorage, LogEntry, MemoryStorage, PeerState, StorageError
+from natserver.raft.storage import Snapshot
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -81,3 +84,39 @@ def test_a_corrupt_record_ends_the_log(tmp_path):
     data[-2] ^= 0xFF  # a flipped bit in the last record's data: its CRC no longer matches
     log.write_bytes(bytes(data))
     assert [e.index for e in FileStorage(tmp_path).load().log] == [1, 2]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(["append", "truncate", "snapshot", "vote", "reopen"]),
+                          st.integers(0, 6), st.binary(max_size=12)), max_size=25))
+def test_the_file_storage_keeps_what_memory_storage_keeps(tmp_path_factory, ops):
+    """Any sequence of writes (and reopenings) leaves the file storage, read back, holding what
+    the memory storage holds."""
+    folder = tmp_path_factory.mktemp("storage")
+    memory, files = MemoryStorage(), FileStorage(folder)
+    files.load()
+    term = 0
+    for op, n, data in ops:
+        last = memory.state.log[-1].index if memory.state.log else (
+            memory.state.snapshot.index if memory.state.snapshot else 0)
+        if op == "append":
+            entries = [LogEntry(last + i + 1, term, Entry(EntryType.NORMAL, data)) for i in range(n % 3 + 1)]
+            memory.append(entries)
+            files.append(entries)
+        elif op == "truncate":
+            base = memory.state.snapshot.index if memory.state.snapshot else 0
+            keep = max(base, last - n)
+            memory.truncate(keep)
+            files.truncate(keep)
+        elif op == "snapshot":
+            snap = Snapshot(term, last + n, data)
+            memory.install_snapshot(snap)
+            files.install_snapshot(snap)
+        elif op == "vote":
+            term += 1
+            memory.save_term_vote(term, "abcdefgh"[: n + 2].ljust(8, "x"))
+            files.save_term_vote(term, "abcdefgh"[: n + 2].ljust(8, "x"))
+        else:
+            files = FileStorage(folder)
+            files.load()
+    assert FileStorage(folder).load() == memory.load()
