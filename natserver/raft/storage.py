@@ -1,0 +1,251 @@
+"""A RAFT node's persisted state: its term and vote, its peer state, its snapshot, its log.
+
+raft.go keeps them in a group's store directory: ``tav.idx`` (term, u64 little-endian, then the
+8-byte id voted for), ``peers.idx`` (the peer state, wire.PeerState) and the WAL (a message
+store). :class:`FileStorage` keeps the first two byte for byte as raft.go writes them and the
+log in a file of its own records; every write is fsynced before it returns, so a node answers
+a vote or an append only once what it promised is on disk (raft.go writeTermVote and storeToWAL
+do the same). A snapshot (installed from a leader's catch-up) replaces the log up to its
+index: ``snapshot`` holds its term, index and data, and the log goes on after it.
+:class:`MemoryStorage` is the same protocol in memory, for tests: what it holds
+is what survives a node's restart.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from natserver.raft.wire import ID_LEN, Entry, PeerState, WireError
+
+__all__ = ["FileStorage", "LogEntry", "MemoryStorage", "Persisted", "Snapshot", "Storage", "StorageError"]
+
+TERM_VOTE_FILE = "tav.idx"  # raft.go termVoteFile
+PEER_STATE_FILE = "peers.idx"  # raft.go peerStateFile
+LOG_FILE = "log.wal"  # natserver's own log (raft.go uses a filestore for its WAL)
+SNAPSHOT_FILE = "snapshot"  # natserver's own: term, index (u64 each), crc32, the data
+_SNAPSHOT = struct.Struct("<QQI")
+# A log record: crc32 of the rest, index, term, the entry's data length, its type; the data.
+_RECORD = struct.Struct("<IQQIB")
+_TERM = struct.Struct("<Q")
+
+
+class StorageError(OSError):
+    """The state could not be made durable (raft.go setWriteErr: the node stops answering)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One entry of the log at ``index``, written in ``term``."""
+
+    index: int
+    term: int
+    entry: Entry
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The state machine up to ``index`` (of ``term``), as the leader sent it (opaque data)."""
+
+    term: int
+    index: int
+    data: bytes
+
+
+@dataclass(slots=True)
+class Persisted:
+    term: int = 0
+    vote: str = ""
+    peer_state: PeerState | None = None
+    log: list[LogEntry] = field(default_factory=list)  # the entries after the snapshot's index
+    snapshot: Snapshot | None = None
+
+
+class Storage(Protocol):
+    """What a node persists; each call is durable when it returns."""
+
+    def load(self) -> Persisted: ...
+
+    def save_term_vote(self, term: int, vote: str) -> None: ...
+
+    def save_peer_state(self, state: PeerState) -> None: ...
+
+    def append(self, entries: list[LogEntry]) -> None:
+        """Add entries after the last one (their indexes follow it)."""
+
+    def truncate(self, last_index: int) -> None:
+        """Drop every entry after ``last_index``."""
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` and drop the whole log (it goes on after the snapshot's index)."""
+
+
+class MemoryStorage:
+    """The protocol in memory: a restarted node given the same object finds what was saved."""
+
+    def __init__(self) -> None:
+        self.state = Persisted()
+        self.writes = 0  # durable writes made (each would be an fsync)
+
+    def load(self) -> Persisted:
+        state = self.state
+        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot)
+
+    def save_term_vote(self, term: int, vote: str) -> None:
+        self.state.term, self.state.vote = term, vote
+        self.writes += 1
+
+    def save_peer_state(self, state: PeerState) -> None:
+        self.state.peer_state = state
+        self.writes += 1
+
+    def append(self, entries: list[LogEntry]) -> None:
+        log = self.state.log
+        base = self.state.snapshot.index if self.state.snapshot else 0
+        for entry in entries:
+            last = log[-1].index if log else base
+            if entry.index != last + 1:
+                raise StorageError(f"log gap: {entry.index} after {last}")
+            log.append(entry)
+        self.writes += 1
+
+    def truncate(self, last_index: int) -> None:
+        base = self.state.snapshot.index if self.state.snapshot else 0
+        del self.state.log[max(0, last_index - base):]
+        self.writes += 1
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        self.state.snapshot = snapshot
+        self.state.log = []
+        self.writes += 1
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write a small file whole and durably: a temporary file, fsync, rename, fsync the folder."""
+    temp = path.with_suffix(path.suffix + ".tmp")
+    with open(temp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+class FileStorage:
+    """The protocol in a directory: tav.idx and peers.idx as raft.go writes them, and a log
+    of CRC-checked records (a torn last record, from a crash mid-write, is dropped on load)."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._offsets: list[int] = []  # where each entry's record starts, by index - base - 1
+        self._end = 0
+        self._base = 0  # the snapshot's index: the log's first entry is the next
+
+    def load(self) -> Persisted:
+        state = Persisted()
+        tav = self.folder / TERM_VOTE_FILE
+        if tav.exists():
+            buf = tav.read_bytes()
+            if len(buf) < _TERM.size:
+                raise StorageError(f"{tav}: corrupt term and vote")
+            state.term = _TERM.unpack_from(buf)[0]
+            state.vote = buf[_TERM.size:_TERM.size + ID_LEN].rstrip(b"\0").decode()
+        peers = self.folder / PEER_STATE_FILE
+        if peers.exists():
+            try:
+                state.peer_state = PeerState.decode(peers.read_bytes())
+            except WireError as e:
+                raise StorageError(f"{peers}: {e}") from e
+        snap = self.folder / SNAPSHOT_FILE
+        if snap.exists():
+            buf = snap.read_bytes()
+            if len(buf) < _SNAPSHOT.size:
+                raise StorageError(f"{snap}: corrupt snapshot")
+            term, index, crc = _SNAPSHOT.unpack_from(buf)
+            if zlib.crc32(buf[_SNAPSHOT.size:]) != crc:
+                raise StorageError(f"{snap}: corrupt snapshot")
+            state.snapshot = Snapshot(term, index, buf[_SNAPSHOT.size:])
+            self._base = index
+        state.log = self._read_log()
+        return state
+
+    def _read_log(self) -> list[LogEntry]:
+        path = self.folder / LOG_FILE
+        self._offsets, self._end = [], 0
+        if not path.exists():
+            path.touch()
+            return []
+        buf = path.read_bytes()
+        log: list[LogEntry] = []
+        at = 0
+        while at + _RECORD.size <= len(buf):
+            crc, index, term, size, kind = _RECORD.unpack_from(buf, at)
+            end = at + _RECORD.size + size
+            if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc or index != self._base + len(log) + 1:
+                break
+            log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
+            self._offsets.append(at)
+            at = end
+        self._end = at
+        if at != len(buf):  # a torn or corrupt tail: what follows the last good record goes
+            self._truncate_file(at)
+        return log
+
+    def _truncate_file(self, size: int) -> None:
+        with open(self.folder / LOG_FILE, "r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+        self._end = size
+
+    def save_term_vote(self, term: int, vote: str) -> None:
+        _write_synced(self.folder / TERM_VOTE_FILE, _TERM.pack(term) + vote.encode().ljust(ID_LEN, b"\0"))
+
+    def save_peer_state(self, state: PeerState) -> None:
+        _write_synced(self.folder / PEER_STATE_FILE, state.encode())
+
+    def append(self, entries: list[LogEntry]) -> None:
+        if not entries:
+            return
+        records = []
+        at = self._end
+        offsets: list[int] = []
+        for entry in entries:
+            if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
+                raise StorageError(f"log gap at {entry.index}")
+            body = _RECORD.pack(0, entry.index, entry.term, len(entry.entry.data), entry.entry.type)[4:]
+            body += entry.entry.data
+            record = struct.pack("<I", zlib.crc32(body)) + body
+            records.append(record)
+            offsets.append(at)
+            at += len(record)
+        with open(self.folder / LOG_FILE, "r+b") as f:
+            f.seek(self._end)
+            f.write(b"".join(records))
+            f.flush()
+            os.fsync(f.fileno())
+        self._offsets += offsets
+        self._end = at
+
+    def truncate(self, last_index: int) -> None:
+        keep = max(0, last_index - self._base)
+        if keep >= len(self._offsets):
+            return
+        self._truncate_file(self._offsets[keep])
+        del self._offsets[keep:]
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        _write_synced(self.folder / SNAPSHOT_FILE,
+                      _SNAPSHOT.pack(snapshot.term, snapshot.index, zlib.crc32(snapshot.data)) + snapshot.data)
+        self._truncate_file(0)
+        self._offsets = []
+        self._base = snapshot.index
