@@ -195,8 +195,31 @@ async def test_closes_after_a_reclaim_are_followed_up(autojump_clock, start_serv
         await trio.sleep(1.5 * reclaim.RECLAIM_QUIET)
         assert server.reclaimer.reclaims == 2
         await trio.sleep(reclaim.RECLAIM_FOLLOW_UP)
+        assert server.reclaimer.reclaims == 3  # (RECLAIM_LATE after the first)
         await close_some(server, 2)
         await trio.sleep(2 * reclaim.RECLAIM_QUIET)
+        assert server.reclaimer.reclaims == 3
+
+
+async def test_a_large_drop_is_reclaimed_again_later(autojump_clock, start_server, raw_connect, monkeypatch):
+    """RECLAIM_LATE after a large drop's reclaim, one more, closes or not (what trio lets go
+    of only once the deadlines it was given have passed); none after that."""
+    monkeypatch.setattr(reclaim, "RECLAIM_AFTER_CLOSES", 20)
+    with trio.fail_after(TIMEOUT + 3 * reclaim.RECLAIM_LATE):
+        server = await start_server()
+        for _ in range(20):
+            client = await raw_connect(server)
+            await client.read_info()
+            await client.aclose()
+        while server.clients:
+            await trio.sleep(0.01)
+        await trio.sleep(1.5 * reclaim.RECLAIM_QUIET)
+        assert server.reclaimer.reclaims == 1
+        await trio.sleep(reclaim.RECLAIM_LATE / 2)
+        assert server.reclaimer.reclaims == 1
+        await trio.sleep(reclaim.RECLAIM_LATE)
+        assert server.reclaimer.reclaims == 2
+        await trio.sleep(3 * reclaim.RECLAIM_LATE)
         assert server.reclaimer.reclaims == 2
 
 
