@@ -19,9 +19,9 @@ object in it is freed, and a storm spreads its objects over ~100 of them, so a f
 made during the storm that live on (a waiting task's coroutine and its cancel scope, a float
 deadline, a counter's int, a small dict's keys) each keep an arena. Scanning the arenas'
 pool headers 20 s after 10 000 connections closed found 20 to 35 arenas held by fewer than
-50 live blocks each, a third of them by a single one. bench_hostile's memory round (38-42 MB
-before): 10 000 closed 70 MB, 200 partial payloads left 64 MB (154 and 92 before this
-module's compaction and follow-up, the same day).
+50 live blocks each, a third of them by a single one. bench_hostile's memory round (38 MB
+before): 10 000 closed 65-68 MB, 200 partial payloads left 61-62 MB (154 and 92 MB, 42 before,
+without the compaction, the follow-up and the late reclaim, the same day).
 """
 
 from __future__ import annotations
