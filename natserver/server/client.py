@@ -1523,19 +1523,24 @@ class ClosedRecord(Mapping):
 
 class ClosedRing:
     """The last ``maxlen`` ClosedRecords (server.closed_clients), as a deque of them would keep
-    them, but sealed CLOSED_CHUNK at a time into one bytes object each: a record alone is two
-    small objects (~260 B) that the allocator places among the closing connection's own
-    objects, so 10 000 of them, made during a storm of closes, kept most of CPython's 1 MiB
-    arenas from being given back once the storm had gone (bench_hostile's memory round: RSS
-    110 MB 30 s after 10 000 connections closed, 71 MB with no records kept at all). A chunk
-    (~13 KiB) comes from malloc, outside those arenas. Reading gives ClosedRecords back."""
+    them, but packed: each record is its keys' shape and its marshalled values, appended to
+    one bytearray, which is sealed CLOSED_CHUNK records at a time into one bytes object.
+    A record alone is two small objects (~260 B) that the allocator places among the closing
+    connection's own objects, so 10 000 of them, made during a storm of closes, kept most of
+    CPython's 1 MiB arenas from being given back once the storm had gone (bench_hostile's
+    memory round: RSS 110 MB 30 s after 10 000 connections closed, 71 MB with no records kept
+    at all). So the ring keeps no small object per record or per chunk either (a chunk was
+    a ``(count, bytes)`` tuple, 156 of them for a full ring, each one left in a storm's arena):
+    a chunk (~13 KiB) and the bytearray's buffer come from malloc, outside those arenas.
+    Reading gives ClosedRecords back."""
 
-    __slots__ = ("maxlen", "_chunks", "_open", "_skip", "_count", "_keys", "_key_ids")
+    __slots__ = ("maxlen", "_chunks", "_open", "_open_count", "_skip", "_count", "_keys", "_key_ids")
 
     def __init__(self, maxlen: int) -> None:
         self.maxlen = maxlen
-        self._chunks: collections.deque[tuple[int, bytes]] = collections.deque()  # (records, packed)
-        self._open: list[tuple[int, bytes]] = []  # the newest records, not sealed yet
+        self._chunks: collections.deque[bytes] = collections.deque()  # CLOSED_CHUNK records each
+        self._open = bytearray()  # the newest records, not sealed yet
+        self._open_count = 0
         self._skip = 0  # records of the oldest chunk already out of the ring
         self._count = 0  # records in the ring
         self._keys: list[tuple] = []  # each record's keys, one shared tuple per shape
@@ -1550,40 +1555,49 @@ class ClosedRing:
         if key_id is None:
             key_id = self._key_ids[record._keys] = len(self._keys)
             self._keys.append(record._keys)
-        self._open.append((key_id, record._packed))
+        self._open += _CLOSED_HEAD.pack(key_id, len(record._packed))
+        self._open += record._packed
+        self._open_count += 1
         self._count += 1
-        if len(self._open) >= CLOSED_CHUNK:
-            n = len(self._open)
-            self._chunks.append((n, b"".join(
-                _CLOSED_HEAD.pack(key_id, len(packed)) + packed for key_id, packed in self._open)))
-            self._open = []
+        if self._open_count >= CLOSED_CHUNK:
+            self._chunks.append(bytes(self._open))
+            self._open.clear()
+            self._open_count = 0
         while self._count > self.maxlen:
             if self._chunks:
-                first = self._chunks[0][0]
-                drop = min(self._count - self.maxlen, first - self._skip)
+                drop = min(self._count - self.maxlen, CLOSED_CHUNK - self._skip)
                 self._skip += drop
                 self._count -= drop
-                if self._skip == first:
+                if self._skip == CLOSED_CHUNK:
                     self._chunks.popleft()
                     self._skip = 0
             else:
                 drop = self._count - self.maxlen
-                del self._open[:drop]
+                at = 0
+                for _ in range(drop):
+                    at += _CLOSED_HEAD.size + _CLOSED_HEAD.unpack_from(self._open, at)[1]
+                del self._open[:at]
+                self._open_count -= drop
                 self._count -= drop
 
-    def _entries(self):
+    @staticmethod
+    def _unpack(chunk: bytes | bytearray, n: int, skip: int):
+        """The (key id, packed values) of records ``skip`` to ``n`` of ``chunk``."""
         head = _CLOSED_HEAD.size
+        at = 0
+        for index in range(n):
+            key_id, size = _CLOSED_HEAD.unpack_from(chunk, at)
+            at += head
+            if index >= skip:
+                yield key_id, bytes(chunk[at:at + size])
+            at += size
+
+    def _entries(self):
         skip = self._skip
-        for n, chunk in self._chunks:
-            at = 0
-            for index in range(n):
-                key_id, size = _CLOSED_HEAD.unpack_from(chunk, at)
-                at += head
-                if index >= skip:
-                    yield key_id, chunk[at:at + size]
-                at += size
+        for chunk in self._chunks:
+            yield from self._unpack(chunk, CLOSED_CHUNK, skip)
             skip = 0
-        yield from self._open
+        yield from self._unpack(bytes(self._open), self._open_count, 0)
 
     def _record(self, key_id: int, packed: bytes) -> ClosedRecord:
         record = ClosedRecord.__new__(ClosedRecord)
@@ -1605,13 +1619,14 @@ class ClosedRing:
             index += self._count
         if not 0 <= index < self._count:
             raise IndexError("closed connection index out of range")
-        opened = self._count - len(self._open)
-        if index >= opened:
-            return self._record(*self._open[index - opened])
-        for position, entry in enumerate(self._entries()):
-            if position == index:
-                return self._record(*entry)
-        raise IndexError(index)  # (not reached)
+        sealed = self._count - self._open_count
+        if index >= sealed:
+            chunk: bytes | bytearray = bytes(self._open)
+            index -= sealed
+        else:
+            position, index = divmod(index + self._skip, CLOSED_CHUNK)
+            chunk = self._chunks[position]
+        return self._record(*next(self._unpack(chunk, index + 1, index)))
 
 
 # How many closed records are sealed into one chunk (~13 KiB), and each one's header in it:

@@ -74,6 +74,12 @@ class PingTimers:
         if len(self._heap) > _HEAP_ENTRIES_PER_CLIENT * len(self._server.clients) + _HEAP_SLACK:
             self._rebuild()
 
+    def compact(self) -> None:
+        """Drop every entry of a closed client or a stale arming now (after a storm of closes:
+        the slack can hold _HEAP_SLACK entries, and with them their closed clients, each ~10 KiB
+        of objects spread over the storm's memory, for a whole ping interval)."""
+        self._rebuild()
+
     def _push(self, due: float, client: Client, kind: int) -> None:
         heap = self._heap
         if len(heap) > _HEAP_ENTRIES_PER_CLIENT * len(self._server.clients) + _HEAP_SLACK:

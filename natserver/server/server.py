@@ -38,7 +38,7 @@ from .early import EarlyGreeter, client_info, info_base
 from .keepalive import PingTimers
 from .listen import ListenError, listen_error, open_listeners
 from .log import configure_library_logging
-from .reclaim import Reclaimer
+from .reclaim import Reclaimer, shrink_dict, shrink_set
 from .trace import log_prefix
 
 # Imported where they are used, not here: the plain ``natserver -p 4222`` start needs none of
@@ -106,7 +106,7 @@ class Server:
         self.sublist = Sublist()
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
-        self.reclaimer = Reclaimer()  # gives memory back after many closes (reclaim.py)
+        self.reclaimer = Reclaimer(self._compact)  # gives memory back after many closes (reclaim.py)
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
@@ -640,6 +640,13 @@ class Server:
         for observer in self.connection_observers:
             observer.client_closed(client)
         log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
+
+    def _compact(self) -> None:
+        """What the clients that have gone still hold, let go (the reclaimer, after many closes):
+        their ping timers' entries, and the room the client tables grew to."""
+        self.ping_timers.compact()
+        shrink_dict(self.clients)
+        shrink_set(self.touched)
 
     def note_slow_consumer(self, client: Client, detail: str) -> None:
         self.slow_consumers += 1
