@@ -87,7 +87,17 @@ async def test_closed_connection_subscription_details_survive_packing(start_serv
     ]
 
 
-async def test_many_closes_are_followed_by_a_reclaim(autojump_clock, start_server, raw_connect, monkeypatch):
+@pytest.fixture
+def no_trim_thread(monkeypatch):
+    """The reclaims' heap trim without its thread: under the autojump clock, waiting for a
+    thread lets the clock jump to any deadline, the test's own sleeps included."""
+    async def trim_heap() -> None:
+        reclaim._trim_heap()
+
+    monkeypatch.setattr(reclaim, "trim_heap", trim_heap)
+
+
+async def test_many_closes_are_followed_by_a_reclaim(autojump_clock, no_trim_thread, start_server, raw_connect, monkeypatch):
     """After RECLAIM_AFTER_CLOSES closes the server collects garbage and trims the C heap,
     once no close has come for RECLAIM_QUIET (not in the middle of a storm); a few closes do
     nothing. (RSS itself is benchmarks/bench_hostile.py's figure: 10 000 connections.)"""
@@ -115,7 +125,7 @@ async def test_many_closes_are_followed_by_a_reclaim(autojump_clock, start_serve
         assert server.reclaimer.reclaims == 1
 
 
-async def test_a_partial_payload_left_behind_counts_its_bytes(autojump_clock, start_server, raw_connect, monkeypatch):
+async def test_a_partial_payload_left_behind_counts_its_bytes(autojump_clock, no_trim_thread, start_server, raw_connect, monkeypatch):
     from natserver.server import reclaim
 
     monkeypatch.setattr(reclaim, "RECLAIM_AFTER_BYTES", 512 * 1024)
@@ -171,7 +181,7 @@ def test_closed_records_are_sealed_outside_the_small_object_arenas():
     assert all(type(entry) is bytes for entry in ring._chunks)
 
 
-async def test_closes_after_a_reclaim_are_followed_up(autojump_clock, start_server, raw_connect, monkeypatch):
+async def test_closes_after_a_reclaim_are_followed_up(autojump_clock, no_trim_thread, start_server, raw_connect, monkeypatch):
     """Closes that come after a large drop's reclaim (a storm's stragglers, fewer than
     RECLAIM_AFTER_CLOSES) get a reclaim of their own within RECLAIM_FOLLOW_UP: without it
     their clients stayed in reference cycles until a full collection an idle server never
@@ -201,7 +211,7 @@ async def test_closes_after_a_reclaim_are_followed_up(autojump_clock, start_serv
         assert server.reclaimer.reclaims == 3
 
 
-async def test_a_large_drop_is_reclaimed_again_later(autojump_clock, start_server, raw_connect, monkeypatch):
+async def test_a_large_drop_is_reclaimed_again_later(autojump_clock, no_trim_thread, start_server, raw_connect, monkeypatch):
     """RECLAIM_LATE after a large drop's reclaim, one more, closes or not (what trio lets go
     of only once the deadlines it was given have passed); none after that."""
     monkeypatch.setattr(reclaim, "RECLAIM_AFTER_CLOSES", 20)
@@ -223,7 +233,7 @@ async def test_a_large_drop_is_reclaimed_again_later(autojump_clock, start_serve
         assert server.reclaimer.reclaims == 2
 
 
-async def test_a_reclaim_lets_go_of_the_closed_clients_ping_timers(autojump_clock, start_server, raw_connect, monkeypatch):
+async def test_a_reclaim_lets_go_of_the_closed_clients_ping_timers(autojump_clock, no_trim_thread, start_server, raw_connect, monkeypatch):
     """The ping timers' heap may keep entries of closed clients (and the clients with them)
     within its slack; the reclaim drops them all."""
     monkeypatch.setattr(reclaim, "RECLAIM_AFTER_CLOSES", 20)
