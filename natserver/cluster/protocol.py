@@ -97,6 +97,7 @@ class RoutedMsg:
 
 
 _LEAF_VERBS = {b"LS+": b"RS+", b"LS-": b"RS-", b"LMSG": b"RMSG"}
+_ORIGIN_VERBS = {b"LS+": b"RS+", b"LS-": b"RS-", b"LMSG": b"HMSG"}
 _PING = Ping()
 _PONG = Pong()
 _OK = Ok()
@@ -157,8 +158,16 @@ class RouteParser:
                 verb = leaf_verb
             if verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
                 rest = self.leaf_account + b" " + rest
-        elif self.route_account is not None and verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
-            rest = self.route_account + b" " + rest
+        else:
+            if verb in _ORIGIN_VERBS:
+                # route.go (INFO "lnoc"): interest and messages a peer has from a leaf node
+                # name the leaf's cluster first (not in LS-, natserver announcing no "lnocu"),
+                # an LMSG always with a header size: read as RS+/RS-/HMSG, the origin dropped.
+                if verb != b"LS-":
+                    rest = rest.lstrip(b" \t").partition(b" ")[2]
+                verb = _ORIGIN_VERBS[verb]
+            if self.route_account is not None and verb in (b"RS+", b"RS-", b"RMSG", b"HMSG"):
+                rest = self.route_account + b" " + rest
         if verb == b"RMSG" or verb == b"HMSG":
             self._pending = self._msg_args(rest.split(), verb == b"HMSG")
             return self.next_op()
