@@ -26,11 +26,18 @@ messages without (the compiled delivery loop, _croute.c, never takes a message w
 ``Client._process_ops`` asks :func:`wanted` of each message with headers and hands a traced
 one to :func:`process`, which checks and routes it itself, recording what happens.
 
-Across servers: natserver announces route protocol 1, below nats-server's MsgTraceProto, and
-does not trace what comes from a peer; as 2.15.1 does for such a peer, its own peers' egress
-events say that no event comes from there, and a trace-only message is not sent to them. Not
-supported either: the event of a message refused for its size (2.15.1 sends one with an
-ingress error before closing the connection).
+Across servers (natserver announces route protocol 3, nats-server's MsgTraceProto, to routes
+and leaf nodes): each server the message reaches sends its own event. The copy a route or leaf
+node gets carries ``Nats-Trace-Hop`` (1, 2... from the origin); the peer's event has an ingress
+of kind ROUTER (1) or LEAF (4) with the hop's server name, and the copies it relays extend the
+hop (1.1, 1.2...). Cluster.deliver (natserver.cluster) asks :func:`wanted_in` of each routed
+message with headers and hands a traced one to :func:`process_routed`. A trace-only message
+goes on to peers that trace (they check it, deliver nothing); a peer that announced a lower
+level (nats-server before 2.11) gets no trace-only message, and its egress says that no event
+comes from there. Not supported: gateways (natserver has none), the event of a message
+refused for its size (2.15.1 sends one with an ingress error before closing the connection),
+a leaf node's permissions on the trace destination (msgtrace.go
+allowedToPublishOnMsgTraceDest for a LEAF).
 """
 
 from __future__ import annotations
