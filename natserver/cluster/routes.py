@@ -100,6 +100,8 @@ FNV32_PRIME = 0x01000193
 # MsgTraceProto, 3 (RouteProtoInfo, 1: takes INFO updates; RouteProtoV2, 2: named only, nothing
 # checks it). natserver traces what comes from its peers (server/msgtrace.py).
 SERVER_PROTO = msgtrace.MSG_TRACE_PROTO
+TRACE_DEST = msgtrace.TRACE_DEST
+TRACE_PARENT = msgtrace.TRACE_PARENT
 
 
 def route_pool_index(pool_size: int, account: bytes) -> int:
@@ -1657,27 +1659,29 @@ class Cluster:
         if origin is not None:
             self.traffic(msg.account).received(origin, len(msg.payload))
         mappings = client.sublist.mappings
-        mapped = None
-        if mappings is not None and origin is not None and origin.leaf_account is not None:
-            # nats-server maps what leaves publish as what clients publish (never a route's).
-            mapped = mappings.select(msg.subject)
-        if msg.header_size > 0 and origin is not None:
-            # Message tracing (server/msgtrace.py): only messages with headers are looked at.
-            account = self._account(msg.account)
-            if msgtrace.wanted_in(account, msg.payload, msg.header_size):
-                handled, changed = msgtrace.process_routed(
-                    client, account, msg.account.decode(errors="replace"), origin, msg.subject, mapped, msg.reply,
-                    msg.header_size, msg.payload, msg.queues, partial(self._relay, origin, msg, client))
-                if handled:
+        # (nats-server maps what leaves publish as what clients publish, never a route's)
+        if msg.header_size > 0:
+            # Message tracing (server/msgtrace.py): only messages with headers are looked at, for
+            # a traceparent only if an account has msg_trace { dest }.
+            accounts = self.server.accounts
+            if origin is not None and (msg.payload.find(TRACE_DEST, 0, msg.header_size) >= 0 or (
+                    accounts is not None and accounts.trace_parents
+                    and TRACE_PARENT in msg.payload[:msg.header_size].lower())):
+                traced = self._trace(msg, origin, client, mappings)
+                if traced is None:
                     return
-                if changed is not None:  # tracing turned off: it goes on as any message
-                    msg = dataclasses.replace(msg, header_size=len(changed),
-                                              payload=changed + bytes(msg.payload[msg.header_size:]))
-        if mapped is not None:
-            msg = dataclasses.replace(msg, subject=mapped)
-        size = len(msg.payload)
-        sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
-        header_size = msg.header_size if msg.header_size > 0 else -1
+                msg = traced
+            elif mappings is not None and origin is not None and origin.leaf_account is not None:
+                msg = _leaf_mapped(msg, mappings)
+            header_size = msg.header_size
+            size = len(msg.payload)
+            sizes = b"%d %d" % (header_size, size)
+        else:
+            if mappings is not None and origin is not None and origin.leaf_account is not None:
+                msg = _leaf_mapped(msg, mappings)
+            header_size = -1
+            size = len(msg.payload)
+            sizes = b"%d" % size
         reply = msg.reply or b""
         at = reply.rfind(b"@") if reply.startswith(JS_ACK_PREFIX) else -1
         if 0 <= at < len(reply) - 1:
@@ -1699,6 +1703,25 @@ class Cluster:
             local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
             self._send_to_peers(peers, msg.account, local_queues, set(msg.queues), msg.subject, msg.reply,
                                 header_size, msg.payload)
+
+    def _trace(self, msg: RoutedMsg, origin: Route, client, mappings) -> RoutedMsg | None:
+        """A message from a peer whose headers may ask for a trace: traced (None), or the
+        message to go on with as any (mapped as a leaf's is, its tracing maybe turned off)."""
+        mapped = None
+        if mappings is not None and origin.leaf_account is not None:
+            mapped = mappings.select(msg.subject)
+        account = self._account(msg.account)
+        handled, changed = msgtrace.process_routed(
+            client, account, msg.account.decode(errors="replace"), origin, msg.subject, mapped, msg.reply,
+            msg.header_size, msg.payload, msg.queues, partial(self._relay, origin, msg, client))
+        if handled:
+            return None
+        if changed is not None:  # tracing turned off (the origin-account header)
+            msg = dataclasses.replace(msg, header_size=len(changed),
+                                      payload=changed + bytes(msg.payload[msg.header_size:]))
+        if mapped is not None:
+            msg = dataclasses.replace(msg, subject=mapped)
+        return msg
 
     def _relay(self, origin: Route, msg: RoutedMsg, client, subject: bytes, *, on_peer) -> bool:
         """A traced message from ``origin`` on to the peers that hear it through us (as
@@ -1771,6 +1794,12 @@ class Cluster:
                       "auth_timeout": _go_seconds(self.leaf_auth_timeout())}
         _tls_varz(varz, options.leafnode_tls)
         return varz
+
+
+def _leaf_mapped(msg: RoutedMsg, mappings) -> RoutedMsg:
+    """A leaf's message with the account's subject mapping applied."""
+    mapped = mappings.select(msg.subject)
+    return msg if mapped is None else dataclasses.replace(msg, subject=mapped)
 
 
 def _proto(info: dict, key: str = "proto") -> int:

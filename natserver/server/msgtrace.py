@@ -30,9 +30,10 @@ Across servers (natserver announces route protocol 3, nats-server's MsgTraceProt
 and leaf nodes): each server the message reaches sends its own event. The copy a route or leaf
 node gets carries ``Nats-Trace-Hop`` (1, 2... from the origin); the peer's event has an ingress
 of kind ROUTER (1) or LEAF (4) with the hop's server name, and the copies it relays extend the
-hop (1.1, 1.2...). Cluster.deliver (natserver.cluster) asks :func:`wanted_in` of each routed
-message with headers and hands a traced one to :func:`process_routed`. A trace-only message
-goes on to peers that trace (they check it, deliver nothing); a peer that announced a lower
+hop (1.1, 1.2...). Cluster.deliver (natserver.cluster) looks for the headers in each routed
+message with headers (a ``traceparent`` only if an account has ``msg_trace``) and hands a
+traced one to :func:`process_routed`. A trace-only message goes on to peers that trace (they
+check it, deliver nothing); a peer that announced a lower
 level (nats-server before 2.11) gets no trace-only message, and its egress says that no event
 comes from there. Not supported: gateways (natserver has none), the event of a message
 refused for its size (2.15.1 sends one with an ingress error before closing the connection),
@@ -88,17 +89,12 @@ FULL_SAMPLING = 100
 
 def wanted(client: Client, payload, header_size: int) -> bool:
     """Whether a message's headers may ask for a trace (a cheap look, no parsing)."""
-    return wanted_in(client.account, payload, header_size)
-
-
-def wanted_in(account, payload, header_size: int) -> bool:
-    """:func:`wanted` for a message in ``account`` (None: the global account's default), from
-    a client or a peer server."""
     header = payload[:header_size]
     if not isinstance(header, bytes):
         header = bytes(header)
     if TRACE_DEST in header:
         return True
+    account = client.account
     config = account.config if account is not None else None
     return bool(config is not None and config.trace_dest and TRACE_PARENT in header.lower())
 
@@ -330,7 +326,7 @@ def process_routed(client: Client, account, account_name: str, peer, subject: by
                    reply: bytes | None, header_size: int, payload, queues: tuple,
                    relay: Callable[..., bool]) -> tuple[bool, bytes | None]:
     """A message from a route or a leaf node (``peer``) whose headers may ask for a trace
-    (:func:`wanted_in`), in ``account`` (``client`` delivers in its subject space; ``mapped``:
+    (``Nats-Trace-Dest``, ``traceparent``), in ``account`` (``client`` delivers in its subject space; ``mapped``:
     the subject a leaf's message is mapped to, if it is). Traced: delivered here as
     Client.deliver_routed does (the queue groups named in ``queues``), relayed by ``relay``
     (subject, on_peer) to the peers that hear ``peer`` through this server, the event sent
