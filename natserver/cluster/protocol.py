@@ -97,9 +97,26 @@ class RoutedMsg:
 
 
 _LEAF_VERBS = {b"LS+": b"RS+", b"LS-": b"RS-", b"LMSG": b"RMSG"}
+_ORIGIN_VERBS = {b"LS+": b"RS+", b"LS-": b"RS-", b"LMSG": b"HMSG"}
 _PING = Ping()
 _PONG = Pong()
 _OK = Ok()
+
+
+def _interest(verb: bytes, rest: bytes) -> RemoteSub | RemoteUnsub:
+    """An RS+ or RS- line's op (``rest``: account, subject[, queue[, weight]])."""
+    args = rest.split()
+    if verb == b"RS+":
+        if len(args) == 2:
+            return RemoteSub(args[0], args[1], None, 0)
+        if len(args) == 4:
+            return RemoteSub(args[0], args[1], args[2], _size(args[3]))
+        raise RouteProtocolError("processRemoteSub Parse Error")
+    if len(args) == 2:
+        return RemoteUnsub(args[0], args[1], None)
+    if len(args) == 3:
+        return RemoteUnsub(args[0], args[1], args[2])
+    raise RouteProtocolError("processRemoteUnsub Parse Error")
 
 
 def _size(token: bytes) -> int:
@@ -170,20 +187,8 @@ class RouteParser:
         if verb == b"RMSG" or verb == b"HMSG":
             self._pending = self._msg_args(rest.split(), verb == b"HMSG")
             return self.next_op()
-        if verb == b"RS+":
-            args = rest.split()
-            if len(args) == 2:
-                return RemoteSub(args[0], args[1], None, 0)
-            if len(args) == 4:
-                return RemoteSub(args[0], args[1], args[2], _size(args[3]))
-            raise RouteProtocolError("processRemoteSub Parse Error")
-        if verb == b"RS-":
-            args = rest.split()
-            if len(args) == 2:
-                return RemoteUnsub(args[0], args[1], None)
-            if len(args) == 3:
-                return RemoteUnsub(args[0], args[1], args[2])
-            raise RouteProtocolError("processRemoteUnsub Parse Error")
+        if verb == b"RS+" or verb == b"RS-":
+            return _interest(verb, rest)
         if verb == b"PING":
             return _PING
         if verb == b"PONG":
@@ -200,6 +205,20 @@ class RouteParser:
             if not isinstance(value, dict):
                 raise RouteProtocolError("Unknown Protocol Operation")
             return Info(value) if verb == b"INFO" else Connect(value)
+        if self.leaf_account is None and verb in _ORIGIN_VERBS:
+            # route.go (INFO "lnoc"): interest and messages a peer has from a leaf node name
+            # the leaf's cluster first (not LS-: natserver announces no "lnocu"), an LMSG always
+            # with a header size: read as RS+, RS- and HMSG, the origin dropped. (Here, after
+            # the common ops, so that an RMSG costs no more for them.)
+            if verb != b"LS-":
+                rest = rest.lstrip(b" \t").partition(b" ")[2]
+            verb = _ORIGIN_VERBS[verb]
+            if self.route_account is not None:
+                rest = self.route_account + b" " + rest
+            if verb == b"HMSG":
+                self._pending = self._msg_args(rest.split(), True)
+                return self.next_op()
+            return _interest(verb, rest)
         raise RouteProtocolError("Unknown Protocol Operation")
 
     def _msg_args(self, args: list, headers: bool) -> tuple:

@@ -22,6 +22,7 @@ import logging
 import random
 import sys
 import urllib.parse
+from functools import partial
 
 import orjson
 import trio
@@ -37,6 +38,7 @@ from ..protocol.gotext import go_duration
 from ..protocol.s2 import MAX_BLOCK_SIZE, S2Error, StreamDecoder, StreamEncoder
 from ..routing.accounts import system_account_name
 from ..routing.sublist import Sublist, is_valid_literal_subject
+from ..server import msgtrace
 from ..server.binding import peer_ip
 from ..server.client import Client
 from ..server.listen import open_listeners
@@ -106,6 +108,13 @@ ROUTE_REMOVED = "Route Removed"  # closeConnection(RouteRemoved)'s reason
 # FNV-1a 32 (Go's hash/fnv New32a), which route.go computeRoutePoolIdx hashes account names with.
 FNV32_OFFSET = 0x811C9DC5
 FNV32_PRIME = 0x01000193
+# server.go getServerProto: the server-to-server protocol level announced to routes and leaf
+# nodes (route and leaf INFO "proto", a leaf's CONNECT "protocol"): nats-server 2.11+'s
+# MsgTraceProto, 3 (RouteProtoInfo, 1: takes INFO updates; RouteProtoV2, 2: named only, nothing
+# checks it). natserver traces what comes from its peers (server/msgtrace.py).
+SERVER_PROTO = msgtrace.MSG_TRACE_PROTO
+TRACE_DEST = msgtrace.TRACE_DEST
+TRACE_PARENT = msgtrace.TRACE_PARENT
 
 
 def route_pool_index(pool_size: int, account: bytes) -> int:
@@ -847,7 +856,7 @@ class Cluster:
             "server_id": server.server_id,
             "server_name": server.server_name,
             "version": const.SERVER_VERSION,
-            "proto": const.PROTO_VERSION,
+            "proto": SERVER_PROTO,
             "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
             "host": self.host,
             "port": self.port,
@@ -1184,7 +1193,7 @@ class Cluster:
             "server_id": server.server_id,
             "server_name": server.server_name,
             "version": const.SERVER_VERSION,
-            "proto": const.PROTO_VERSION,
+            "proto": SERVER_PROTO,
             "go": f"{const.GO_VERSION_FIELD}{sys.version.split()[0]}",
             "host": self.server.options.leafnode_host,
             "port": self.leaf_port,
@@ -1237,7 +1246,7 @@ class Cluster:
             leaf.compression = mode if isinstance(mode, str) and mode else compression.NOT_SUPPORTED
         leaf.remote_id = leaf.peer_id = remote_id
         leaf.remote_name = str(options.get("name", ""))
-        leaf.proto = _proto(options)
+        leaf.proto = _proto(options, "protocol")  # (leafnode.go leafConnectInfo: not "proto" there)
         leaf.remote_cluster = str(options.get("cluster") or "")
         leaf.headers = bool(options.get("headers"))
         # leafnode.go addLeafNodeConnection: an accepted leaf from the same server, cluster and
@@ -1319,8 +1328,8 @@ class Cluster:
         if not isinstance(remote_id, str) or not remote_id:
             raise RouteProtocolError("Unknown Protocol Operation")
         _, _, user, password = _parse_route_url(leaf.url)
-        connect = {"name": self.server.server_id, "server_id": self.server.server_id, "headers": True,
-                   "version": const.SERVER_VERSION, "tls_required": leaf.tls}
+        connect = {"name": self.server.server_name, "server_id": self.server.server_id, "headers": True,
+                   "version": const.SERVER_VERSION, "tls_required": leaf.tls, "protocol": SERVER_PROTO}
         if leaf.compression:
             connect["compress_mode"] = leaf.compression  # leafnode.go leafConnectInfo
         if user:
@@ -2023,14 +2032,29 @@ class Cluster:
         if origin is not None:
             self.traffic(msg.account).received(origin, len(msg.payload))
         mappings = client.sublist.mappings
-        if mappings is not None and origin is not None and origin.leaf_account is not None:
-            # nats-server maps what leaves publish as what clients publish (never a route's).
-            mapped = mappings.select(msg.subject)
-            if mapped is not None:
-                msg = dataclasses.replace(msg, subject=mapped)
-        size = len(msg.payload)
-        sizes = b"%d %d" % (msg.header_size, size) if msg.header_size > 0 else b"%d" % size
-        header_size = msg.header_size if msg.header_size > 0 else -1
+        # (nats-server maps what leaves publish as what clients publish, never a route's)
+        if msg.header_size > 0:
+            # Message tracing (server/msgtrace.py): only messages with headers are looked at, for
+            # a traceparent only if an account has msg_trace { dest }.
+            accounts = self.server.accounts
+            if origin is not None and (msg.payload.find(TRACE_DEST, 0, msg.header_size) >= 0 or (
+                    accounts is not None and accounts.trace_parents
+                    and TRACE_PARENT in msg.payload[:msg.header_size].lower())):
+                traced = self._trace(msg, origin, client, mappings)
+                if traced is None:
+                    return
+                msg = traced
+            elif mappings is not None and origin is not None and origin.leaf_account is not None:
+                msg = _leaf_mapped(msg, mappings)
+            header_size = msg.header_size
+            size = len(msg.payload)
+            sizes = b"%d %d" % (header_size, size)
+        else:
+            if mappings is not None and origin is not None and origin.leaf_account is not None:
+                msg = _leaf_mapped(msg, mappings)
+            header_size = -1
+            size = len(msg.payload)
+            sizes = b"%d" % size
         reply = msg.reply or b""
         at = reply.rfind(b"@") if reply.startswith(JS_ACK_PREFIX) else -1
         if 0 <= at < len(reply) - 1:
@@ -2052,6 +2076,45 @@ class Cluster:
             local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
             self._send_to_peers(peers, msg.account, local_queues, set(msg.queues), msg.subject, msg.reply,
                                 header_size, msg.payload)
+
+    def _trace(self, msg: RoutedMsg, origin: Route, client, mappings) -> RoutedMsg | None:
+        """A message from a peer whose headers may ask for a trace: traced (None), or the
+        message to go on with as any (mapped as a leaf's is, its tracing maybe turned off)."""
+        mapped = None
+        if mappings is not None and origin.leaf_account is not None:
+            mapped = mappings.select(msg.subject)
+        account = self._account(msg.account)
+        handled, changed = msgtrace.process_routed(
+            client, account, msg.account.decode(errors="replace"), origin, msg.subject, mapped, msg.reply,
+            msg.header_size, msg.payload, msg.queues, partial(self._relay, origin, msg, client))
+        if handled:
+            return None
+        if changed is not None:  # tracing turned off (the origin-account header)
+            msg = dataclasses.replace(msg, header_size=len(changed),
+                                      payload=changed + bytes(msg.payload[msg.header_size:]))
+        if mapped is not None:
+            msg = dataclasses.replace(msg, subject=mapped)
+        return msg
+
+    def _relay(self, origin: Route, msg: RoutedMsg, client, subject: bytes, *, on_peer) -> bool:
+        """A traced message from ``origin`` on to the peers that hear it through us (as
+        deliver does), each copy from ``on_peer``."""
+        if not self.leafs:
+            return False
+        peers = [peer for peer in self.all_peers()
+                 if peer is not origin and self._relays(origin, peer)
+                 and (peer.leaf_account is None or peer.leaf_account == msg.account)]
+        if not peers:
+            return False
+        result = client.sublist.match(subject)
+        local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
+        return self._send_to_peers(peers, msg.account, local_queues, set(msg.queues), subject, msg.reply,
+                                   msg.header_size, msg.payload, on_peer)
+
+    def _account(self, account: bytes):
+        """The account named in a routed message (None: the global account, or none here)."""
+        accounts = self.server.accounts
+        return accounts.by_name.get(account.decode(errors="replace")) if accounts is not None else None
 
     def _account_sublist(self, account: bytes):
         server = self.server
@@ -2108,8 +2171,14 @@ class Cluster:
         return varz
 
 
-def _proto(info: dict) -> int:
-    proto = info.get("proto", 0)
+def _leaf_mapped(msg: RoutedMsg, mappings) -> RoutedMsg:
+    """A leaf's message with the account's subject mapping applied."""
+    mapped = mappings.select(msg.subject)
+    return msg if mapped is None else dataclasses.replace(msg, subject=mapped)
+
+
+def _proto(info: dict, key: str = "proto") -> int:
+    proto = info.get(key, 0)
     return proto if isinstance(proto, int) and not isinstance(proto, bool) else 0
 
 

@@ -543,6 +543,10 @@ class Accounts:
         self.global_account = Account(server, GLOBAL_ACCOUNT, server.sublist)
         self.by_name: dict[str, Account] = {GLOBAL_ACCOUNT: self.global_account}
         self.configs: dict[str, AccountConfig] = {}
+        # Whether an account has msg_trace { dest }: only then may a W3C traceparent a peer
+        # server sends start a trace here (server/msgtrace.py; a route's messages are looked
+        # at for it only then).
+        self.trace_parents = False
 
     def get(self, name: str | None) -> Account | None:
         return self.by_name.get(name or GLOBAL_ACCOUNT)
@@ -551,6 +555,7 @@ class Accounts:
         """Create or update the accounts and (re)wire every import. Existing accounts keep
         their subject space, so their clients and subscriptions stay."""
         self.configs = {c.name: c for c in configs}
+        self.trace_parents = any(c.trace_dest for c in configs)
         for known in self.by_name.values():
             known.clear_imports()
         for config in configs:
@@ -594,6 +599,7 @@ class Accounts:
     def add(self, config: AccountConfig) -> Account:
         """Add (or replace) one account, e.g. from a JWT, and wire imports both ways."""
         self.configs[config.name] = config
+        self.trace_parents = self.trace_parents or bool(config.trace_dest)
         account = self.by_name.get(config.name)
         if account is None:
             account = self.by_name[config.name] = Account(self.server, config.name)

@@ -26,17 +26,27 @@ messages without (the compiled delivery loop, _croute.c, never takes a message w
 ``Client._process_ops`` asks :func:`wanted` of each message with headers and hands a traced
 one to :func:`process`, which checks and routes it itself, recording what happens.
 
-Across servers: natserver announces route protocol 1, below nats-server's MsgTraceProto, and
-does not trace what comes from a peer; as 2.15.1 does for such a peer, its own peers' egress
-events say that no event comes from there, and a trace-only message is not sent to them. Not
-supported either: the event of a message refused for its size (2.15.1 sends one with an
-ingress error before closing the connection).
+Across servers (natserver announces route protocol 3, nats-server's MsgTraceProto, to routes
+and leaf nodes): each server the message reaches sends its own event. The copy a route or leaf
+node gets carries ``Nats-Trace-Hop`` (1, 2... from the origin); the peer's event has an ingress
+of kind ROUTER (1) or LEAF (4) with the hop's server name, and the copies it relays extend the
+hop (1.1, 1.2...). Cluster.deliver (natserver.cluster) looks for the headers in each routed
+message with headers (a ``traceparent`` only if an account has ``msg_trace``) and hands a
+traced one to :func:`process_routed`. A trace-only message goes on to peers that trace (they
+check it, deliver nothing); a peer that announced a lower
+level (nats-server before 2.11) gets no trace-only message, and its egress says that no event
+comes from there. Not supported: gateways (natserver has none), the event of a message
+refused for its size (2.15.1 sends one with an ingress error before closing the connection),
+a leaf node's permissions on the trace destination (msgtrace.go
+allowedToPublishOnMsgTraceDest for a LEAF).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import orjson
@@ -45,7 +55,7 @@ from .. import clock
 from ..protocol import errors
 from ..protocol.gotext import go_time
 from ..routing.accounts import GLOBAL_ACCOUNT, TRACE_DEST_DISABLED, TRACE_DEST_HEADER, set_header
-from ..routing.sublist import is_valid_literal_subject, is_valid_subject
+from ..routing.sublist import SublistResult, is_valid_literal_subject, is_valid_subject, queue_seed
 from .trace import log_prefix
 
 if TYPE_CHECKING:
@@ -121,15 +131,16 @@ def _headers(header: bytes) -> tuple[dict[str, list[str]], bool, bool]:
 class MsgTrace:
     """One traced message: its event, built while the message is routed, then sent."""
 
-    __slots__ = ("account", "dest", "trace_only", "event", "events", "hops")
+    __slots__ = ("account", "dest", "trace_only", "event", "events", "hops", "hop")
 
-    def __init__(self, account: str, dest: str, trace_only: bool, event: dict) -> None:
+    def __init__(self, account: str, dest: str, trace_only: bool, event: dict, hop: str = "") -> None:
         self.account = account
         self.dest = dest
         self.trace_only = trace_only
         self.event = event
         self.events: list = event["events"]
         self.hops = 0  # the routes and leaf nodes it went to
+        self.hop = hop  # the Nats-Trace-Hop it came with from a peer ("": from a client)
 
     def add(self, event_type: str, **fields) -> dict:
         entry = {"type": event_type, "ts": _now(), **fields}
@@ -154,18 +165,24 @@ class MsgTrace:
         subscription); returns the hop, for the copy's ``Nats-Trace-Hop`` (msgtrace.go
         setHopHeader)."""
         self.hops += 1
-        hop = str(self.hops)
-        entry = self.add("eg", kind=ROUTER_KIND if peer.leaf_account is None else LEAF_KIND, cid=peer.rid)
+        hop = f"{self.hop}.{self.hops}" if self.hop else str(self.hops)
+        leaf = peer.leaf_account is not None
+        entry = self.add("eg", kind=LEAF_KIND if leaf else ROUTER_KIND, cid=peer.rid)
         if peer.remote_name:
             entry["name"] = peer.remote_name
         entry["hop"] = hop
+        if leaf and peer.leaf_account_name != self.account:  # (msgtrace.go addEgressEvent)
+            entry["acc"] = peer.leaf_account_name
         if error:
             entry["error"] = error
         return hop
 
     def send(self, client: Client) -> None:
         """The event to the destination, in the publisher's account (msgtrace.go sendEvent)."""
-        server = client.server
+        self.send_in(client.server, client.account)
+
+    def send_in(self, server, account) -> None:
+        """The event to the destination, published in ``account`` (None: the global account)."""
         system = server.system
         if system is None:  # events.go sendInternalAccountSysMsg: no system account, no events
             return
@@ -173,7 +190,6 @@ class MsgTrace:
         if self.hops:
             event["hops"] = self.hops
         event["events"] = self.events
-        account = client.account
         publisher = account.internal if account is not None else server.internal_client
         body = orjson.dumps(event)
         publisher.publish(self.dest.encode(), None, -1, b"%d" % len(body), body)
@@ -190,6 +206,29 @@ def _account_name(client) -> str:
 def start(client: Client, subject: bytes, header: bytes, size: int) -> tuple[bool, MsgTrace | None, bytes | None]:
     """msgtrace.go initMsgTrace: (skip the message, its trace, the header to route it with
     when it changes: tracing turned off by the origin-account header or sampling)."""
+
+    def may_publish(dest: bytes) -> bool:
+        if client.perms is not None and not client.perms.can_publish(dest, client._publish_allowed):
+            client.queue(errors.permissions_violation("Publish", dest).wire)
+            return False
+        return True
+
+    return _start(header, size, subject, client.account, _account_name(client), CLIENT_KIND, client.cid,
+                  client.name, log_prefix(client), may_publish)
+
+
+def start_routed(peer, account, account_name: str, subject: bytes, header: bytes,
+                 size: int) -> tuple[bool, MsgTrace | None, bytes | None]:
+    """:func:`start` for a message from a route or a leaf node (``peer``) in ``account``
+    (None: the global account): its ingress says ROUTER or LEAF, the peer's cid and server
+    name; it goes on from the hop its ``Nats-Trace-Hop`` names; a ``traceparent`` is not
+    sampled again (the origin did)."""
+    kind = ROUTER_KIND if peer.leaf_account is None else LEAF_KIND
+    return _start(header, size, subject, account, account_name, kind, peer.rid, peer.remote_name, peer.label, None)
+
+
+def _start(header: bytes, size: int, subject: bytes, account, account_name: str, kind: int, cid: int, name: str,
+           label: str, may_publish) -> tuple[bool, MsgTrace | None, bytes | None]:
     headers, found_dest, found_parent = _headers(header)
     if not found_dest and not found_parent:
         return False, None, None
@@ -202,34 +241,32 @@ def start(client: Client, subject: bytes, header: bytes, size: int) -> tuple[boo
         dest = headers[TRACE_DEST.decode()][0]
     origin = headers.get(TRACE_ORIGIN_ACCOUNT)
     if origin is not None:
-        log.error('%s - Message tracing disabled because of header "%s" with value="%s"', log_prefix(client),
+        log.error('%s - Message tracing disabled because of header "%s" with value="%s"', label,
                   TRACE_ORIGIN_ACCOUNT, origin[0])
         return trace_only, None, None if trace_only else _disabled(header)
-    account = client.account
     if external:
         config = account.config if account is not None else None
         if config is None or not config.trace_dest:
             return False, None, None
         dest = config.trace_dest
         sampling = config.trace_sampling
-        if 0 < sampling < FULL_SAMPLING and random.randrange(100) > sampling:
+        if kind == CLIENT_KIND and 0 < sampling < FULL_SAMPLING and random.randrange(100) > sampling:
             return False, None, _disabled(header)
     dest_b = dest.encode()
     if not is_valid_subject(dest_b) or not is_valid_literal_subject(dest_b):
-        log.error('%s - Destination "%s" is not valid, won\'t be able to trace events', log_prefix(client), dest)
+        log.error('%s - Destination "%s" is not valid, won\'t be able to trace events', label, dest)
         return trace_only, None, None
-    if client.perms is not None and not client.perms.can_publish(dest_b, client._publish_allowed):
-        client.queue(errors.permissions_violation("Publish", dest_b).wire)
+    if may_publish is not None and not may_publish(dest_b):
         return True, None, None
-    account_name = _account_name(client)
-    ingress: dict = {"type": "in", "ts": _now(), "kind": CLIENT_KIND, "cid": client.cid}
-    if client.name:
-        ingress["name"] = client.name
+    ingress: dict = {"type": "in", "ts": _now(), "kind": kind, "cid": cid}
+    if name:
+        ingress["name"] = name
     ingress.update({"acc": account_name, "subj": subject.decode(errors="replace")})
     request: dict = {"header": dict(sorted(headers.items()))}
     if size:
         request["msgsize"] = size
-    return False, MsgTrace(account_name, dest, trace_only, {"request": request, "events": [ingress]}), None
+    hop = headers.get(TRACE_HOP, [""])[0] if kind != CLIENT_KIND else ""
+    return False, MsgTrace(account_name, dest, trace_only, {"request": request, "events": [ingress]}, hop), None
 
 
 def _disabled(header: bytes) -> bytes:
@@ -285,12 +322,49 @@ class _Plan:
         self.qsubs = ()
 
 
-def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None, header_size: int, payload) -> None:
+def process_routed(client: Client, account, account_name: str, peer, subject: bytes, mapped: bytes | None,
+                   reply: bytes | None, header_size: int, payload, queues: tuple,
+                   relay: Callable[..., bool]) -> tuple[bool, bytes | None]:
+    """A message from a route or a leaf node (``peer``) whose headers may ask for a trace
+    (``Nats-Trace-Dest``, ``traceparent``), in ``account`` (``client`` delivers in its subject space; ``mapped``:
+    the subject a leaf's message is mapped to, if it is). Traced: delivered here as
+    Client.deliver_routed does (the queue groups named in ``queues``), relayed by ``relay``
+    (subject, on_peer) to the peers that hear ``peer`` through this server, the event sent
+    from this server (msgtrace.go: each server sends its own). Returns (handled, the header
+    to go on with when it changed: tracing turned off by the origin-account header)."""
+    header = bytes(payload[:header_size])
+    skip, trace, changed = start_routed(peer, account, account_name, subject, header, len(payload))
+    if skip:
+        return True, None
+    if trace is None:
+        return False, changed
+    if mapped is not None:  # (leafnode.go: a leaf's message is mapped as a client's)
+        subject = mapped
+        trace.add("sm", to=subject.decode(errors="replace"))
+    result = client.sublist.match(subject)
+    if result.qsubs:  # (as Client.deliver_routed: only the groups the sender chose this server for)
+        groups = [group for group in result.qsubs if group[0].queue in queues] if queues else []
+        filtered = SublistResult(result.psubs, groups)
+        filtered.queue_state = [queue_seed() for _ in groups]
+        result = filtered
+    publish(client, trace, subject, reply, header_size, payload, result=result,
+            forward=partial(relay, subject), account=account)
+    return True, None
+
+
+_PUBLISHER = object()  # publish's default account: the publishing client's
+
+
+def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None, header_size: int, payload, *,
+            result=None, forward: Callable[..., bool] | None = None, account=_PUBLISHER) -> None:
     """Route a traced message as Client.publish does (subscribers, the cluster's peers,
     no-responders), recording an event for each subscription (client.go deliverMsg,
-    processMsgResults), then send the trace event."""
+    processMsgResults), then send the trace event. A message from a peer server comes with
+    its ``result`` (the subscriptions it goes to here), ``forward`` (to the peers it goes on
+    to) and ``account`` (where the event is published)."""
     server = client.server
-    result = client.sublist.match(subject)
+    if result is None:
+        result = client.sublist.match(subject)
     payload = bytes(payload)
     header = payload[:header_size]
     body = payload[header_size:]
@@ -349,8 +423,11 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
             except Exception:
                 log.exception("internal subscription on %r failed", sub.subject)
     forwarder = server._forwarder
-    if forwarder is not None and client.forwards:
-        # Each peer's copy says which hop it is (Nats-Trace-Hop: 1, 2...).
+    if forward is None and forwarder is not None and client.forwards:
+        forward = partial(forwarder.forward, client, result, subject, reply, header_size, payload)
+    if forward is not None:
+        # Each peer's copy says which hop it is (Nats-Trace-Hop: 1, 2...; from a peer, the
+        # hop it came as, a dot and ours: 1.1, 1.2...).
         def on_peer(peer) -> tuple[int, bytes] | None:
             # client.go deliverMsg: a peer that announced tracing (2.11+) gets even a
             # trace-only message, and traces it itself; to another, a trace-only message does
@@ -363,11 +440,11 @@ def publish(client: Client, trace: MsgTrace, subject: bytes, reply: bytes | None
             routed = set_header(header, TRACE_HOP, hop)
             return len(routed), routed + body
 
-        if forwarder.forward(client, result, subject, reply, header_size, payload, on_peer=on_peer):
+        if forward(on_peer=on_peer):
             delivered += 1
     if not trace.trace_only and not delivered and not took and reply is not None and client.no_responders:
         client._no_responders(subject, reply, result)
-    trace.send(client)
+    trace.send_in(server, client.account if account is _PUBLISHER else account)
 
 
 def _internal_event(trace: MsgTrace, callback, subject: bytes, header: bytes) -> tuple[bytes, dict]:

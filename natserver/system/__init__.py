@@ -125,8 +125,13 @@ class SystemAccount:
         server = self.server
         self.seq += 1
         info = {"name": server.server_name, "host": server.options.host, "id": server.server_id}
-        if server.options.cluster_name and server.cluster is not None:
-            info["cluster"] = server.options.cluster_name
+        options = server.options
+        if options.cluster_name and server.cluster is not None:
+            info["cluster"] = options.cluster_name
+        elif options.leafnode_remotes and not options.cluster_port:
+            # server.go NewServer (leafNoCluster): a leaf node without a cluster is named after
+            # the server.
+            info["cluster"] = server.server_name
         if server.options.jetstream and server.options.jetstream_domain:
             info["domain"] = server.options.jetstream_domain
         jetstream = server.jetstream is not None

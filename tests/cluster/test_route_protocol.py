@@ -58,6 +58,39 @@ def test_rmsg_forms():
     ]
 
 
+def test_leaf_origin_forms():
+    """route.go, to a peer that announced "lnoc" (natserver does): what a 2.15.1 server has
+    from a leaf node names the leaf's cluster first (an LS- does not, to a peer without
+    "lnocu"), an LMSG always has a header size; read as the route forms, the origin dropped,
+    on a dedicated route without the account too. A leaf connection refuses them as before."""
+    data = (
+        b"LS+ C $G foo\r\nLS+ C $G bar q1 3\r\nLS- $G foo\r\nLS- $G bar q1\r\n"
+        b"LMSG C $G foo 0 2\r\nhi\r\n"
+        b"LMSG C $G foo + r q1 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+        b"LMSG C $G foo | q1 q2 0 2\r\nhi\r\n"
+        b"LMSG C $G foo r 0 2\r\nhi\r\n"
+    )
+    assert parse_all(data) == [
+        RemoteSub(b"$G", b"foo", None, 0),
+        RemoteSub(b"$G", b"bar", b"q1", 3),
+        RemoteUnsub(b"$G", b"foo", None),
+        RemoteUnsub(b"$G", b"bar", b"q1"),
+        RoutedMsg(b"$G", b"foo", None, (), 0, b"hi"),
+        RoutedMsg(b"$G", b"foo", b"r", (b"q1",), 12, b"NATS/1.0\r\n\r\nhi"),
+        RoutedMsg(b"$G", b"foo", None, (b"q1", b"q2"), 0, b"hi"),
+        RoutedMsg(b"$G", b"foo", b"r", (), 0, b"hi"),
+    ]
+    dedicated = RouteParser(1024)
+    dedicated.route_account = b"A"
+    dedicated.feed(b"LS+ C foo\r\nLMSG C foo 0 2\r\nhi\r\n")
+    assert [dedicated.next_op(), dedicated.next_op()] == [RemoteSub(b"A", b"foo", None, 0),
+                                                          RoutedMsg(b"A", b"foo", None, (), 0, b"hi")]
+    leaf = RouteParser(1024, leaf_account=b"A")
+    leaf.feed(b"LMSG C foo 0 2\r\nhi\r\n")
+    with pytest.raises(RouteProtocolError):
+        leaf.next_op()
+
+
 def test_control_ops_and_split_feeds():
     parser = RouteParser(1024)
     ops = []

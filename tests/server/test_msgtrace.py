@@ -306,11 +306,12 @@ def test_no_trace_event_without_a_system_account(threaded_server):
     asyncio.run(asyncio.wait_for(main(), TIMEOUT))
 
 
-# -- across a route -------------------------------------------------------------------------
+# -- across a route, to a server that does not trace ----------------------------------------
 # The origin server (nats-server 2.15.1 when recording, natserver when compared) routes to a
-# natserver peer. natserver announces route protocol 1 (it does not trace what comes from
-# peers), so the origin reports it as nats-server reports a peer without message tracing: the
-# egress names the hop and says no event comes from there; a trace-only message does not go.
+# nats-server 2.9.10 peer, which announces route protocol 1 (below MsgTraceProto): the origin
+# reports it as a peer without message tracing (the egress names the hop and says no event
+# comes from there) and does not send it a trace-only message. (Between servers that trace:
+# tests/cluster/test_msgtrace_cluster.py.)
 
 RECORDED_ROUTE = Path(__file__).with_name("data") / "msgtrace_route_nats_server_2.15.1.json"
 ROUTE_CONFIG = """
@@ -355,20 +356,23 @@ async def _route_script(origin_port: int, peer_port: int) -> dict:
 
 
 def run_route_script(binary: str | None, tmp_path: Path) -> dict:
-    """The script with the origin run from ``binary`` (None: natserver), the peer natserver."""
+    """The script with the origin run from ``binary`` (None: natserver), the peer 2.9.10."""
     from tests.auth.test_auth_helpers import free_port, running
 
     origin_cluster, peer_cluster = free_port(), free_port()
-    with running("natserver", ROUTE_CONFIG % ("peer", peer_cluster, origin_cluster), tmp_path) as peer_port, \
+    with running("nats-server", ROUTE_CONFIG % ("peer", peer_cluster, origin_cluster), tmp_path,
+                 binary=reference.NATS_SERVER_2_9 or "") as peer_port, \
             running("nats-server" if binary else "natserver", ROUTE_CONFIG % ("origin", origin_cluster, peer_cluster),
                     tmp_path, binary=binary or "") as origin_port:
         return asyncio.run(asyncio.wait_for(_route_script(origin_port, peer_port), TIMEOUT))
 
 
+@reference.needs_nats_server_2_9
 def test_natserver_traces_a_route_as_nats_server(tmp_path):
     assert run_route_script(None, tmp_path) == json.loads(RECORDED_ROUTE.read_text())
 
 
+@reference.needs_nats_server_2_9
 @reference.needs_nats_server
 def test_the_route_recording_is_what_nats_server_answers(tmp_path):
     assert run_route_script(reference.NATS_SERVER, tmp_path) == json.loads(RECORDED_ROUTE.read_text())
