@@ -789,6 +789,9 @@ class Cluster:
         self._dialing_accounts: set[tuple[str, bytes]] = set()  # (URL, pinned account) being dialled
         # account name -> {(subject, queue): local subscription count}
         self.local: dict[bytes, dict[tuple, int]] = {}
+        # Of those, the subscriptions routes are not told of (a service import's: each server
+        # has its own, and nats-server tells leaf nodes of it, not routes).
+        self.leaf_only: dict[bytes, dict[tuple, int]] = {}
         self._sublist_accounts: dict[int, bytes] = {}
         self._delivery_clients: dict[bytes, Client] = {}
         self._loop_subjects: dict[bytes, bytes] = {}  # account -> its $LDS.<unique> subject
@@ -813,10 +816,8 @@ class Cluster:
                 spaces[name.encode()] = account.sublist
         for name, sublist in spaces.items():
             self._sublist_accounts[id(sublist)] = name
-            counts = self.local.setdefault(name, {})
             for sub in sublist.subscriptions():
-                key = (sub.subject, sub.queue)
-                counts[key] = counts.get(key, 0) + 1
+                self._count_local(name, sub, 1)
             sublist.watcher = (lambda sub, added, _name=name: self.interest_changed(_name, sub, added))
 
     def delays_info(self, route: Route) -> bool:
@@ -1884,6 +1885,8 @@ class Cluster:
         if target.leaf_account is not None and subject == self._loop_subjects.get(account):
             return 1  # our loop detection subject, told to every leaf (never withdrawn)
         total = self.local.get(account, {}).get((subject, queue), 0)
+        if target.leaf_account is None:
+            total -= self.leaf_only.get(account, {}).get((subject, queue), 0)
         for other in self.all_peers():
             if other is target or not self._relays(other, target):
                 continue
@@ -1920,14 +1923,21 @@ class Cluster:
                 self._tell(target, account, subject, queue)
 
     def interest_changed(self, account: bytes, sub, added: bool) -> None:
-        counts = self.local.setdefault(account, {})
-        key = (sub.subject, sub.queue)
-        count = counts.get(key, 0) + (1 if added else -1)
-        if count > 0:
-            counts[key] = count
-        else:
-            counts.pop(key, None)
+        self._count_local(account, sub, 1 if added else -1)
         self.propagate(None, account, sub.subject, sub.queue)
+
+    def _count_local(self, account: bytes, sub, change: int) -> None:
+        key = (sub.subject, sub.queue)
+        tables = [self.local]
+        if getattr(sub.callback, "route_interest", True) is False:
+            tables.append(self.leaf_only)
+        for table in tables:
+            counts = table.setdefault(account, {})
+            count = counts.get(key, 0) + change
+            if count > 0:
+                counts[key] = count
+            else:
+                counts.pop(key, None)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -1940,7 +1950,10 @@ class Cluster:
             return False
         account = self._sublist_accounts.get(id(client.sublist), b"$G")
         local_queues = {group[0].queue for group in result.qsubs} if result.qsubs else ()
-        peers = [*self.route_conns, *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
+        # (what a stream import republishes stays on this server for routes: each server's
+        # import republishes what the route brought it, in the exporting account)
+        routes = self.route_conns if client.forwards_to_routes else ()
+        peers = [*routes, *(leaf for leaf in self.leafs.values() if leaf.leaf_account == account)]
         return self._send_to_peers(peers, account, local_queues, None, subject, reply, header_size, payload,
                                    on_peer)
 

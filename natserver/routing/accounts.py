@@ -334,8 +334,10 @@ class Account:
         if self._internal is not None:
             self._internal.remove_subscription(sub)
 
-    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes) -> bool:
-        """Publish into this account (from an import); says whether anybody took it."""
+    def publish(self, subject: bytes, reply: bytes | None, headers: bytes | None, body: bytes,
+                routes: bool = True) -> bool:
+        """Publish into this account (from an import); says whether anybody took it.
+        ``routes`` False: not to routes (a stream import's copy: see add_stream_import)."""
         server = self.server
         if server._import_depth >= MAX_IMPORT_DEPTH:
             return False  # an import cycle: stop here
@@ -344,25 +346,31 @@ class Account:
         sizes = f"{len(headers)} {len(payload)}".encode() if headers else str(len(payload)).encode()
         server._import_depth += 1
         delivering, server.delivering = server.delivering, None  # a publish, not a delivery
+        internal = self.internal
+        to_routes, internal.forwards_to_routes = internal.forwards_to_routes, routes and internal.forwards_to_routes
         try:
-            return self.internal.publish(subject, reply, header_size, sizes, payload)
+            return internal.publish(subject, reply, header_size, sizes, payload)
         finally:
             server._import_depth -= 1
             server.delivering = delivering
+            internal.forwards_to_routes = to_routes
 
     def deliver_as(self, match_subject: bytes, subject: bytes, reply: bytes | None, headers: bytes | None,
                    body: bytes) -> int:
         """Deliver into this account by ``match_subject`` a message showing ``subject`` (a
         push consumer's delivery that came through a stream import, as nats-server does);
-        says how many took it."""
+        says how many took it. Not to routes, as a stream import's publish."""
         server = self.server
         if server._import_depth >= MAX_IMPORT_DEPTH:
             return 0  # an import cycle: stop here
         server._import_depth += 1
+        internal = self.internal
+        to_routes, internal.forwards_to_routes = internal.forwards_to_routes, False
         try:
-            return self.internal.deliver_as(match_subject, subject, reply, headers, body)
+            return internal.deliver_as(match_subject, subject, reply, headers, body)
         finally:
             server._import_depth -= 1
+            internal.forwards_to_routes = to_routes
 
     def has_interest(self, subject: bytes) -> bool:
         """Whether anyone listens on ``subject`` in this account (its imports followed)."""
@@ -412,7 +420,10 @@ class Account:
                 # subject of the import), still showing the stored message's subject. It was
                 # delivered only if someone here took it (the consumer takes it back if not).
                 return target.deliver_as(mapped(delivering), subject, reply, headers, body) > 0
-            return target.publish(mapped(subject), reply, headers, body)
+            # Not to routes: every server with this import republishes what reaches it in the
+            # exporting account (a route brings it there), so a copy sent on would arrive twice
+            # (nats-server: shadow subscriptions in the exporting account, no copy in this one).
+            return target.publish(mapped(subject), reply, headers, body, routes=False)
 
         # The exporting account has interest in a subject through this import only while this
         # account has (nats-server's shadow subscriptions): a push consumer whose deliver
@@ -464,6 +475,9 @@ class Account:
 
         # Message tracing (server/msgtrace.py): the exporting account and the subject there.
         forward.msg_trace_import = lambda subject: (dest.name, mapped(subject))  # type: ignore[attr-defined]
+        # Routes are not told of this subscription (every server has the import, and takes a
+        # request here itself); leaf nodes are, as nats-server tells them of service imports.
+        forward.route_interest = False  # type: ignore[attr-defined]
         self._import_subs.append((self, self.subscribe(local, forward)))
 
     # -- service responses (in the exporting account) ---------------------------------------

@@ -192,6 +192,9 @@ class Client:
         # False for the clients through which messages from peer servers are delivered: what
         # they publish is never forwarded to peers again (see Server.set_forwarder).
         self.forwards = True
+        # False while an account's internal client republishes what a stream import brought
+        # (routing.accounts): leaf nodes get it, routes do not (their servers import it too).
+        self.forwards_to_routes = True
         self.stream = stream
         self.cid = cid
         self.ip = ip
