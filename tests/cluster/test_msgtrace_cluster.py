@@ -207,11 +207,10 @@ def _assert_recorded(got: dict, recorded: Path = RECORDED) -> None:
 # publishes in A, B's subscriber is on server 2 (natserver when compared). Server 2's event
 # has the route's ingress in account A and the stream export (``se``) into B; the delivery
 # past the import is not traced (nats-server's allow_trace, which would trace it, is not
-# supported). Only this mix is compared: with natserver as server 1, or with service imports,
-# natserver's imports deliver twice across routes whether traced or not (the import on each
-# server republishes, where nats-server's shadow subscriptions are only where the importer's
-# subscribers are; a service import's subscription is told to routes as interest, which
-# nats-server does not do): not in this change.
+# supported). Only this mix is compared: natserver as server 1 has the import's subscription
+# in A even with no subscriber of B's there (nats-server makes its shadow subscriptions only
+# where they are), so its event has a stream export nats-server's has not. Deliveries are the
+# same either way (tests/cluster/test_imports_across_routes.py).
 
 RECORDED_IMPORTS = Path(__file__).with_name("data") / "msgtrace_imports_nats_server_2.15.1.json"
 ACCOUNTS = """
