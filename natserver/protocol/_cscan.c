@@ -184,6 +184,112 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nn)", pos, last_start);
 }
 
+/* scan_hpubs(buf, pos, view, ops, pub_type, max_payload, max_control_line) -> pos
+
+   The twin of Parser._hpubs: appends a pub_type(subject, reply, header size, "hdr total"
+   digits (or the total's alone when the header size is 0), payload) to ``ops`` for each
+   upper-case "HPUB subject [reply] hdr_size size" line from ``pos`` on whose tokens are
+   separated by blanks, whose sizes are canonical digits of at most 1024 (the header's no
+   larger than the total, the total within max_payload), whose arguments fit
+   max_control_line, with its payload and CR LF at hand; stops before the first it is not sure
+   of, where _hpubs (then the exact path) goes on. Returns the position reached. */
+static PyObject *
+scan_hpubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[3]) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "scan_hpubs(buf, pos, view, ops, pub_type, max_payload, max_control_line)");
+        return NULL;
+    }
+    PyObject *view = args[2];
+    PyObject *ops = args[3];
+    PyTypeObject *pub_type = (PyTypeObject *)args[4];
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t max_control_line = PyLong_AsSsize_t(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *buf = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
+
+    while (pos >= 0 && len - pos >= 5 && memcmp(buf + pos, "HPUB ", 5) == 0) {
+        Py_ssize_t arg_start = pos + 5;
+        const char *nlp = memchr(buf + arg_start, '\n', (size_t)(len - arg_start));
+        if (nlp == NULL)
+            break;
+        Py_ssize_t nl = nlp - buf;
+        if (nl == arg_start || buf[nl - 1] != '\r')
+            break;
+        Py_ssize_t arg_end = nl - 1;
+        if (arg_end - arg_start > max_control_line)
+            break;
+        Py_ssize_t tok_start[4], tok_end[4];
+        int n_tok = 0, odd = 0;
+        Py_ssize_t i = arg_start;
+        while (i < arg_end) {
+            if (is_blank(buf[i])) {
+                i++;
+                continue;
+            }
+            if (n_tok == 4) {
+                odd = 1;
+                break;
+            }
+            tok_start[n_tok] = i;
+            while (i < arg_end && !is_blank(buf[i])) {
+                char c = buf[i];
+                if (c == '\r' || c == '\x0b' || c == '\x0c') {
+                    odd = 1;
+                    break;
+                }
+                i++;
+            }
+            if (odd)
+                break;
+            tok_end[n_tok++] = i;
+        }
+        if (odd || n_tok < 3)
+            break;
+        Py_ssize_t header_size = canonical_size(buf + tok_start[n_tok - 2], tok_end[n_tok - 2] - tok_start[n_tok - 2]);
+        Py_ssize_t size = canonical_size(buf + tok_start[n_tok - 1], tok_end[n_tok - 1] - tok_start[n_tok - 1]);
+        if (header_size < 0 || size < 0 || header_size > size || size > max_payload)
+            break;
+        Py_ssize_t start = nl + 1, stop = start + size;
+        if (stop + 2 > len || buf[stop] != '\r' || buf[stop + 1] != '\n')
+            break;
+
+        PyObject *subject = PyBytes_FromStringAndSize(buf + tok_start[0], tok_end[0] - tok_start[0]);
+        PyObject *reply = n_tok == 4 ? PyBytes_FromStringAndSize(buf + tok_start[1], tok_end[1] - tok_start[1])
+                                     : Py_NewRef(Py_None);
+        PyObject *hsize = PyLong_FromSsize_t(header_size);
+        PyObject *digits = header_size > 0 ? PyBytes_FromFormat("%zd %zd", header_size, size)
+                                           : Py_NewRef(size_digits[size]);
+        PyObject *payload = size < ZERO_COPY_MIN ? PyBytes_FromStringAndSize(buf + start, size)
+                                                 : PySequence_GetSlice(view, start, stop);
+        PyObject *op = NULL;
+        if (subject != NULL && reply != NULL && hsize != NULL && digits != NULL && payload != NULL)
+            op = pub_type->tp_alloc(pub_type, 5);
+        if (op == NULL) {
+            Py_XDECREF(subject);
+            Py_XDECREF(reply);
+            Py_XDECREF(hsize);
+            Py_XDECREF(digits);
+            Py_XDECREF(payload);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(op, 0, subject);
+        PyTuple_SET_ITEM(op, 1, reply);
+        PyTuple_SET_ITEM(op, 2, hsize);
+        PyTuple_SET_ITEM(op, 3, digits);
+        PyTuple_SET_ITEM(op, 4, payload);
+        int failed = PyList_Append(ops, op);
+        Py_DECREF(op);
+        if (failed)
+            return NULL;
+        pos = stop + 2;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
 /* scan_run(buf, pos, prefix, run_size, max_payload, max_control_line)
    -> (pos, messages, payload bytes, all of size run_size)
 
@@ -284,6 +390,8 @@ static PyMethodDef methods[] = {
      "Replace the prefix of each of count equal-length messages (see the comment above)."},
     {"scan_pubs", (PyCFunction)(void (*)(void))scan_pubs, METH_FASTCALL,
      "Parse consecutive plain PUBs exactly as the Python fast path would (see module doc)."},
+    {"scan_hpubs", (PyCFunction)(void (*)(void))scan_hpubs, METH_FASTCALL,
+     "Parse consecutive HPUBs as Parser._hpubs would, stopping at any doubt."},
     {NULL, NULL, 0, NULL},
 };
 

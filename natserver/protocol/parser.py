@@ -70,7 +70,7 @@ def compiled(name: str, environ=os.environ, module: str = "natserver.protocol._c
         return None
     try:
         return getattr(importlib.import_module(module), name)
-    except ImportError:  # no compiler at install time: the pure-Python path alone
+    except (ImportError, AttributeError):  # no compiler at install time (or an older build)
         return None
 
 
@@ -80,6 +80,7 @@ def compiled(name: str, environ=os.environ, module: str = "natserver.protocol._c
 # and decides everything else (callgrind: see README.md, "Compiled or pure Python").
 # NATSERVER_NO_EXTENSIONS=1 runs the pure-Python path (as CI does on one Python).
 _scan_pubs = compiled("scan_pubs")
+_scan_hpubs = compiled("scan_hpubs")  # Parser._hpubs's loop, compiled
 _scan_run = compiled("scan_run")
 # restride(run.data, run.count, len(run.prefix), head): a uniform run without replies rewritten
 # by stride, for the router (see _cscan.c); None: data.replace does it.
@@ -579,7 +580,7 @@ class Parser:
                         flags = (run_uniform, run_replies)
                         self._end_run(append, buf, run_first, run_prefix, run_start, pos, run_count, run_bytes, flags)
                     if buf[pos : pos + 5] == b"HPUB " and self.headers:
-                        end = self._hpubs(buf, pos, append)
+                        end = self._hpubs(buf, pos, ops)
                         if end != pos:
                             self._pos = pos = end
                             if buf[pos : pos + 4] == b"PUB ":
@@ -599,7 +600,7 @@ class Parser:
             self._error = exc
             return ops
 
-    def _hpubs(self, buf: bytes, pos: int, append) -> int:
+    def _hpubs(self, buf: bytes, pos: int, ops: list) -> int:
         """The fast path's HPUBs (JetStream clients' messages with headers: counters, message
         ids, ...): upper-case "HPUB subject [reply] hdr_size size" lines whose sizes are
         canonical digits of at most 1 KiB, each with its payload at hand, appended as the Pub
@@ -609,6 +610,9 @@ class Parser:
         max_payload = self.max_payload
         max_control_line = self.max_control_line
         view = self._view
+        if _scan_hpubs is not None:  # the loop below in C; what it leaves, the loop takes
+            pos = _scan_hpubs(buf, pos, view, ops, Pub, max_payload, max_control_line)
+        append = ops.append
         while buf[pos : pos + 5] == b"HPUB ":
             arg, crlf, _ = buf[pos + 5 : pos + _LINE_WINDOW].partition(b"\r\n")
             if not crlf:

@@ -44,7 +44,8 @@ def frames(draw) -> bytes:
     reply = draw(st.one_of(st.none(), SUBJECTS))
     digits = str(size).encode() if draw(st.booleans()) or size == 0 else b"0" + str(size).encode()
     verb = {"pub": b"PUB ", "lower": b"pub ", "hpub": b"HPUB "}[kind]
-    sizes = digits if kind != "hpub" else b"0 " + digits
+    header = draw(st.sampled_from([0, 0, 1, 12, 600, 2000]))  # (an HPUB's; larger than the total: refused)
+    sizes = digits if kind != "hpub" else str(header).encode() + b" " + digits
     line = verb + draw(BLANKS)[1:] + subject + draw(BLANKS) + (reply + draw(BLANKS) if reply else b"") + sizes
     payload = (draw(st.sampled_from([b"x", b"\r\nPUB a 1\r\n", b"y"])) * size)[:size]
     if draw(st.integers(0, 4)):  # mostly well-formed, so that runs and changing subjects meet
@@ -90,14 +91,15 @@ def test_compiled_and_python_parsers_give_the_same_ops(stream, coalesce, max_pay
 
 
 def assert_same_ops(stream: bytes, cuts: list[int], coalesce: bool, max_payload: int) -> None:
-    saved = parser_module._scan_pubs, parser_module._scan_run
+    saved = parser_module._scan_pubs, parser_module._scan_run, parser_module._scan_hpubs
     try:
         parser_module._scan_pubs, parser_module._scan_run = _cscan.scan_pubs, _cscan.scan_run
+        parser_module._scan_hpubs = _cscan.scan_hpubs
         compiled = parse(stream, cuts, coalesce, max_payload)
-        parser_module._scan_pubs = parser_module._scan_run = None
+        parser_module._scan_pubs = parser_module._scan_run = parser_module._scan_hpubs = None
         python = parse(stream, cuts, coalesce, max_payload)
     finally:
-        parser_module._scan_pubs, parser_module._scan_run = saved
+        parser_module._scan_pubs, parser_module._scan_run, parser_module._scan_hpubs = saved
     assert compiled == python
 
 
@@ -123,6 +125,20 @@ def test_the_compiled_loop_reads_changing_subjects_and_stops_at_a_repeat():
     ops = []
     pos, last = _cscan.scan_pubs(data, 0, memoryview(data), ops, Pub, 1 << 20, 4096, None, False)
     assert len(ops) == 4 and pos == len(data) and data[last:].startswith(b"PUB c 1")
+
+
+@needs_extension
+def test_the_compiled_loop_reads_hpubs_and_stops_at_a_doubt():
+    hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
+    data = (b"HPUB c.1 _R.a 26 26\r\n" + hdr + b"\r\nHPUB c.2 0 2\r\nhi\r\nHPUB d r 12 600\r\n" + b"y" * 600
+            + b"\r\nHPUB e 01 1\r\nx\r\n")
+    ops: list = []
+    pos = _cscan.scan_hpubs(data, 0, memoryview(data), ops, Pub, 1 << 20, 4096)
+    assert ops[0] == (b"c.1", b"_R.a", 26, b"26 26", hdr)
+    assert ops[1] == (b"c.2", None, 0, b"2", b"hi")  # (no header bytes: the total's digits alone)
+    assert ops[2][:4] == (b"d", b"r", 12, b"12 600") and isinstance(ops[2].payload, memoryview)  # zero copy
+    assert len(ops) == 3 and data[pos:].startswith(b"HPUB e 01 1")  # (not canonical: Python's)
+    assert _cscan.scan_hpubs(data, 0, memoryview(data), [], Pub, 100, 4096) == data.index(b"HPUB d")
 
 
 @needs_extension
