@@ -46,6 +46,45 @@ is_blank(char c)
     return c == ' ' || c == '\t';
 }
 
+/* The control line of the op whose arguments start at ``arg_start``: its blank-separated
+   tokens (at most ``max_tokens``) into tok_start/tok_end, and where its LF is (``*nl``).
+   Returns how many tokens, or -1 when the line is not one the fast paths take: no LF yet, no
+   CR before it, longer than max_control_line, more tokens, or a CR, \x0b or \x0c in a token
+   (those lines go to Python). */
+static int
+arg_tokens(const char *buf, Py_ssize_t len, Py_ssize_t arg_start, Py_ssize_t max_control_line, int max_tokens,
+           Py_ssize_t *tok_start, Py_ssize_t *tok_end, Py_ssize_t *nl)
+{
+    const char *nlp = memchr(buf + arg_start, '\n', (size_t)(len - arg_start));
+    if (nlp == NULL)
+        return -1;
+    *nl = nlp - buf;
+    if (*nl == arg_start || buf[*nl - 1] != '\r')
+        return -1;
+    Py_ssize_t arg_end = *nl - 1; /* the arguments: buf[arg_start:arg_end] */
+    if (arg_end - arg_start > max_control_line)
+        return -1;
+    int n_tok = 0;
+    Py_ssize_t i = arg_start;
+    while (i < arg_end) {
+        if (is_blank(buf[i])) {
+            i++;
+            continue;
+        }
+        if (n_tok == max_tokens)
+            return -1;
+        tok_start[n_tok] = i;
+        while (i < arg_end && !is_blank(buf[i])) {
+            char c = buf[i];
+            if (c == '\r' || c == '\x0b' || c == '\x0c')
+                return -1;
+            i++;
+        }
+        tok_end[n_tok++] = i;
+    }
+    return n_tok;
+}
+
 /* scan_pubs(buf, pos, view, ops, pub_type, max_payload, max_control_line, repeat, coalesce)
    -> (pos, last_start)
 
@@ -88,44 +127,10 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t last_start = -1;
 
     while (pos >= 0 && len - pos >= 4 && memcmp(buf + pos, "PUB ", 4) == 0) {
-        Py_ssize_t arg_start = pos + 4;
-        const char *nlp = memchr(buf + arg_start, '\n', (size_t)(len - arg_start));
-        if (nlp == NULL)
-            break;
-        Py_ssize_t nl = nlp - buf;
-        if (nl == arg_start || buf[nl - 1] != '\r')
-            break;
-        Py_ssize_t arg_end = nl - 1; /* the arguments: buf[arg_start:arg_end] */
-        if (arg_end - arg_start > max_control_line)
-            break;
-        /* Up to three blank-separated tokens; any CR, \x0b or \x0c sends the line to Python. */
-        Py_ssize_t tok_start[3], tok_end[3];
-        int n_tok = 0, odd = 0;
-        Py_ssize_t i = arg_start;
-        while (i < arg_end) {
-            char c = buf[i];
-            if (is_blank(c)) {
-                i++;
-                continue;
-            }
-            if (n_tok == 3) {
-                odd = 1;
-                break;
-            }
-            tok_start[n_tok] = i;
-            while (i < arg_end && !is_blank(buf[i])) {
-                c = buf[i];
-                if (c == '\r' || c == '\x0b' || c == '\x0c') {
-                    odd = 1;
-                    break;
-                }
-                i++;
-            }
-            if (odd)
-                break;
-            tok_end[n_tok++] = i;
-        }
-        if (odd || n_tok < 2)
+        /* Up to three tokens: subject, [reply,] size. */
+        Py_ssize_t tok_start[3], tok_end[3], nl;
+        int n_tok = arg_tokens(buf, len, pos + 4, max_control_line, 3, tok_start, tok_end, &nl);
+        if (n_tok < 2)
             break;
         int last_tok = n_tok - 1;
         Py_ssize_t size = canonical_size(buf + tok_start[last_tok], tok_end[last_tok] - tok_start[last_tok]);
@@ -212,42 +217,10 @@ scan_hpubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t len = PyBytes_GET_SIZE(args[0]);
 
     while (pos >= 0 && len - pos >= 5 && memcmp(buf + pos, "HPUB ", 5) == 0) {
-        Py_ssize_t arg_start = pos + 5;
-        const char *nlp = memchr(buf + arg_start, '\n', (size_t)(len - arg_start));
-        if (nlp == NULL)
-            break;
-        Py_ssize_t nl = nlp - buf;
-        if (nl == arg_start || buf[nl - 1] != '\r')
-            break;
-        Py_ssize_t arg_end = nl - 1;
-        if (arg_end - arg_start > max_control_line)
-            break;
-        Py_ssize_t tok_start[4], tok_end[4];
-        int n_tok = 0, odd = 0;
-        Py_ssize_t i = arg_start;
-        while (i < arg_end) {
-            if (is_blank(buf[i])) {
-                i++;
-                continue;
-            }
-            if (n_tok == 4) {
-                odd = 1;
-                break;
-            }
-            tok_start[n_tok] = i;
-            while (i < arg_end && !is_blank(buf[i])) {
-                char c = buf[i];
-                if (c == '\r' || c == '\x0b' || c == '\x0c') {
-                    odd = 1;
-                    break;
-                }
-                i++;
-            }
-            if (odd)
-                break;
-            tok_end[n_tok++] = i;
-        }
-        if (odd || n_tok < 3)
+        /* Up to four tokens: subject, [reply,] header size, size. */
+        Py_ssize_t tok_start[4], tok_end[4], nl;
+        int n_tok = arg_tokens(buf, len, pos + 5, max_control_line, 4, tok_start, tok_end, &nl);
+        if (n_tok < 3)
             break;
         Py_ssize_t header_size = canonical_size(buf + tok_start[n_tok - 2], tok_end[n_tok - 2] - tok_start[n_tok - 2]);
         Py_ssize_t size = canonical_size(buf + tok_start[n_tok - 1], tok_end[n_tok - 1] - tok_start[n_tok - 1]);
