@@ -51,6 +51,7 @@ import trio
 
 from .. import clock
 from ..protocol import s2
+from ..protocol.varint import uvarint
 from . import advisories, errors, unsupported
 from .consumer import ConsumerConfig, check_config, parse_time, set_defaults
 from .errors import ApiError
@@ -148,27 +149,11 @@ class ArchiveError(ValueError):
 # -- the archive ------------------------------------------------------------------------------
 
 
-_SMALL = [bytes((i,)) for i in range(0x80)]  # one-byte uvarints, the common case of lengths
-
-
-def _uvarint(v: int) -> bytes:
-    if v < 0x80:
-        return _SMALL[v]
-    if v < 0x4000:
-        return bytes(((v & 0x7F) | 0x80, v >> 7))
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
 def entry_header(name: bytes, ts: int, seq: int, hdr_size: int, payload_size: int) -> bytes:
     """archive.Writer.WriteHeader (without the magic)."""
     zigzag = (ts << 1) ^ (ts >> 63)
-    return b"".join((_uvarint(len(name)), _uvarint(zigzag & 0xFFFFFFFFFFFFFFFF), _uvarint(seq),
-                     _uvarint(hdr_size), _uvarint(payload_size), name))
+    return b"".join((uvarint(len(name)), uvarint(zigzag & 0xFFFFFFFFFFFFFFFF), uvarint(seq),
+                     uvarint(hdr_size), uvarint(payload_size), name))
 
 
 def _read_uvarint(buf, pos: int) -> tuple[int, int] | None:

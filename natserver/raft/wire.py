@@ -30,6 +30,8 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from natserver.protocol.varint import uvarint
+
 __all__ = [
     "APPEND_ENTRY_BASE_LEN", "APPEND_ENTRY_RESPONSE_LEN", "DIGITS", "ID_LEN", "META_GROUP",
     "VOTE_REQUEST_LEN", "VOTE_RESPONSE_LEN", "AppendEntry", "AppendEntryResponse", "Entry",
@@ -235,16 +237,6 @@ class PeerState:
             raise WireError("raft: bytes after the peer state")
         ext = _U16.unpack(rest)[0] if rest else 0
         return cls(peers, size, ext, bool(rest))
-
-
-def uvarint(value: int) -> bytes:
-    """Go's binary.PutUvarint."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def read_uvarint(buf: bytes, at: int) -> tuple[int, int]:

@@ -33,6 +33,7 @@ import pytest
 from natserver.jetstream import snapshot
 from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig
+from natserver.protocol.varint import uvarint
 from tests import reference
 from tests.auth.test_auth_helpers import running
 from tests.jetstream.recording import assert_recorded, record
@@ -641,7 +642,7 @@ def test_frame_reader_snappy_and_s2_in_pieces():
         assert b"".join(reader.feed(data[i : i + 1000]) for i in range(0, len(data), 1000)) == whole
     assert snapshot.FrameReader().feed(ours) == raw
     # A block declaring more than S2's 4 MiB is refused before anything is allocated.
-    bomb = b"\x00\x00\x00\x00" + snapshot._uvarint(1 << 30) + b"\x00a"
+    bomb = b"\x00\x00\x00\x00" + uvarint(1 << 30) + b"\x00a"
     with pytest.raises(snapshot.ArchiveError, match="s2: corrupt input"):
         snapshot.FrameReader().feed(b"\xff\x06\x00\x00S2sTwO\x00" + len(bomb).to_bytes(3, "little") + bomb)
     broken = bytearray(theirs)
