@@ -22,6 +22,7 @@ import logging
 import random
 import sys
 import urllib.parse
+from collections.abc import Callable
 from functools import partial
 
 import orjson
@@ -1451,40 +1452,32 @@ class Cluster:
         """leafnode.go negotiateLeafCompression on the first INFO: the leaf that dials sends
         its INFO plain and switches, the hub answers with its INFO compressed (True: what
         follows waits for that exchange)."""
-        leaf.compression_negotiated = True
         opts = leaf.compression_opts
-        if not compression.needs_compression(opts.mode):
-            old = not info.get("compression") or opts.mode == compression.NOT_SUPPORTED
-            leaf.compression = compression.NOT_SUPPORTED if old else compression.OFF
-            return False
-        mode = self._select_compression(leaf, opts, info)
-        if mode is None:
-            return True
-        leaf.compression = mode
-        if not compression.needs_compression(mode):
-            return False
-        leaf.start_compression(self.leaf_info(leaf, mode=compression.mode_for_info(opts, mode)))
-        return True
+        return self._negotiate(leaf, info, lambda mode: self.leaf_info(leaf, mode=compression.mode_for_info(opts, mode)))
 
     def _negotiate_route(self, route: Route, info: dict) -> bool:
         """route.go processRouteInfo's first INFO and negotiateRouteCompression: the level
         this side writes with, and the switch when there is compression (True: the route
         waits for the peer's next INFO, now compressed, to register)."""
-        route.compression_negotiated = True
-        opts = route.compression_opts
+        return self._negotiate(route, info, lambda mode: self.route_info(self.account_info(route), route))
+
+    def _negotiate(self, peer: Route, info: dict, compressed_info: Callable[[str], bytes]) -> bool:
+        """What a route and a leaf connection negotiate alike: the mode (an older server says
+        nothing: "not supported", and so does a side configured so), and with compression the
+        switch, starting with ``compressed_info(mode)``, this side's INFO."""
+        peer.compression_negotiated = True
+        opts = peer.compression_opts
         if not compression.needs_compression(opts.mode):
-            # An older server says nothing: "not supported" (and so does a side configured so).
-            theirs = info.get("compression")
-            old = not theirs or opts.mode == compression.NOT_SUPPORTED
-            route.compression = compression.NOT_SUPPORTED if old else compression.OFF
+            old = not info.get("compression") or opts.mode == compression.NOT_SUPPORTED
+            peer.compression = compression.NOT_SUPPORTED if old else compression.OFF
             return False
-        mode = self._select_compression(route, opts, info)
+        mode = self._select_compression(peer, opts, info)
         if mode is None:
             return True
-        route.compression = mode
+        peer.compression = mode
         if not compression.needs_compression(mode):
             return False
-        route.start_compression(self.route_info(self.account_info(route), route))
+        peer.start_compression(compressed_info(mode))
         return True
 
     def _select_compression(self, peer: Route, opts: CompressionOpts, info: dict) -> str | None:
