@@ -75,18 +75,25 @@ def dedicated(server: natserver.Server, account: bytes) -> list:
     return [r for r in server.cluster.route_conns if r.route_account == account]
 
 
+async def routed_pair(nursery, tmp_path):
+    """Two natservers routed to each other with the default pools, the second dialling: their
+    Ours and their servers, once both count the 4 connections (3 pooled and the SYS route)."""
+    first = Ours(tmp_path, "")
+    await first.start(nursery)
+    second = Ours(tmp_path, f'routes: ["nats://127.0.0.1:{first.cluster_port}"]')
+    await second.start(nursery)
+    one, two = first.server, second.server
+    assert one is not None and two is not None and one.cluster is not None and two.cluster is not None
+    await wait_counts(one, two, 4)
+    return first, second, one, two
+
+
 async def test_pool_and_pinned_accounts_reloaded_between_natservers(nursery, tmp_path):
     """Default pools (3 and the SYS route) become ``pool_size: 5, accounts: [A]`` (one side by
     SIGHUP's reload, the other by the RELOAD request): 7 connections, A's traffic on its own
     route; then ``pool_size: 2`` without A: 3 connections, A back on the pool."""
     with trio.fail_after(TEST_TIMEOUT):
-        first = Ours(tmp_path, "")
-        await first.start(nursery)
-        second = Ours(tmp_path, f'routes: ["nats://127.0.0.1:{first.cluster_port}"]')
-        await second.start(nursery)
-        one, two = first.server, second.server
-        assert one is not None and two is not None and one.cluster is not None and two.cluster is not None
-        await wait_counts(one, two, 4)
+        first, second, one, two = await routed_pair(nursery, tmp_path)
 
         first.write("pool_size: 5, accounts: [A]")
         second.write(f'routes: ["nats://127.0.0.1:{first.cluster_port}"], pool_size: 5, accounts: [A]')
@@ -122,13 +129,7 @@ async def test_only_accounts_change_keeps_the_pool(nursery, tmp_path):
     interest leaves the one that carried it and B gets its route; unpinning it sends B's
     interest over the pool again."""
     with trio.fail_after(TEST_TIMEOUT):
-        first = Ours(tmp_path, "")
-        await first.start(nursery)
-        second = Ours(tmp_path, f'routes: ["nats://127.0.0.1:{first.cluster_port}"]')
-        await second.start(nursery)
-        one, two = first.server, second.server
-        assert one is not None and two is not None and one.cluster is not None and two.cluster is not None
-        await wait_counts(one, two, 4)
+        first, second, one, two = await routed_pair(nursery, tmp_path)
         pool = [r for r in one.cluster.route_conns if r.route_account is None]
 
         first.write("accounts: [B]")
