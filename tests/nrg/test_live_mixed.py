@@ -11,6 +11,9 @@ an empty store: the 2.15.1 leader catches it up; with the other 2.15.1 follower 
 publishes are acknowledged only with the natserver node's append responses (over the route);
 the follower restarted and the leader killed, the natserver node campaigns, is voted for by
 the 2.15.1 server and commits its first entry with that server's acknowledgement.
+
+And the meta group: a natserver hosting a `_meta_` node is added to 2.15.1's meta group by its
+leader, but is not yet a placement target (see natserver/nrg/README.md).
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import trio
 import natserver
 from natserver.config.flags import build_options, parse_args
 from natserver.nrg import run_nrg
-from natserver.raft import EntryType, Role, node_id
+from natserver.raft import META_GROUP, EntryType, Role, node_id
 from tests.raft.nrg_cluster import (
     APP_USER,
     PASSWORD,
     SYS_USER,
+    Client,
     Cluster,
     app_request,
+    free_port,
     tempdir,
     wait_meta_leader,
     wait_stream_leader,
@@ -153,3 +158,64 @@ def test_a_natserver_server_hosts_a_node_of_a_2_15_1_stream_group():
 async def _bounded(coro):
     with trio.fail_after(TEST_TIMEOUT):
         return await coro
+
+
+async def sys_request(port: int, subject: str, payload: bytes = b"") -> dict:
+    client = await Client.open(port, SYS_USER)
+    try:
+        with trio.fail_after(STEP):
+            return json.loads(await client.request(subject, payload))
+    finally:
+        await client.stream.aclose()
+
+
+async def meta_scenario(binary: str, folder: Path) -> dict:
+    """A natserver (n4) routed into a 2.15.1 cluster hosts a `_meta_` node: the 2.15.1 meta
+    leader catches it up and, hearing its append responses, adds it to the meta group
+    (raft.go trackPeer: ProposeAddPeer of an unknown responder)."""
+    cluster = Cluster.create(binary, folder)
+    cluster.start_all()
+    report: dict = {}
+    try:
+        await trio.sleep(0.5)
+        await wait_meta_leader(cluster.nodes)
+        conf = folder / "natserver.conf"
+        routes = [f"nats-route://127.0.0.1:{n.cluster_port}" for n in cluster.nodes]
+        conf.write_text(NATSERVER_CONFIG % {
+            "name": "n4", "port": free_port(), "sys": SYS_USER, "app": APP_USER, "pw": PASSWORD,
+            "cluster": cluster.name, "cport": free_port(), "routes": ", ".join(routes)})
+        options = build_options(parse_args(["-c", str(conf)])).copy(quiet=True)
+        ours = node_id("n4")
+        applied: list = []
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, options)
+            host = await nursery.start(run_nrg, server, str(folder / "natserver-store"))
+            group = host.create_group(META_GROUP, [*(node_id(n.name) for n in cluster.nodes), ours], applied.extend)
+
+            def added() -> bool:
+                return any(c.entry.type == EntryType.ADD_PEER and c.entry.data == ours.encode() for c in applied)
+
+            await until(added, "added to the meta group", lambda: repr(group))
+            leader = next(n for n in cluster.nodes if node_id(n.name) == group.node.leader)
+            jsz = await sys_request(leader.port, "$SYS.REQ.SERVER.PING.JSZ", b'{"server_name": "%s"}' % leader.name.encode())
+            report["meta_cluster"] = jsz["data"]["meta_cluster"]
+            # Not yet a placement target: its STATSZ carries no JetStream config and stats.
+            config = {"name": "R4", "subjects": ["r4"], "num_replicas": 4}
+            report["r4"] = await app_request(leader.port, "$JS.API.STREAM.CREATE.R4", json.dumps(config).encode())
+            nursery.cancel_scope.cancel()
+    finally:
+        cluster.stop_all()
+    return report
+
+
+@needs_nats_server
+def test_a_natserver_meta_node_is_added_to_the_2_15_1_meta_group():
+    assert NATS_SERVER
+    with tempdir() as folder:
+        report = trio.run(lambda: _bounded(meta_scenario(NATS_SERVER, Path(folder))))
+    meta = report["meta_cluster"]
+    assert meta["cluster_size"] == 4 and meta["quorum_needed"] == 3
+    n4 = next(r for r in meta["replicas"] if r["peer"] == node_id("n4"))
+    assert n4["name"] == "n4" and n4["current"]  # named from its STATSZ, answering appends
+    assert report["r4"]["error"] == {"code": 400, "err_code": 10005,
+                                     "description": "no suitable peers for placement, peer offline"}
