@@ -118,7 +118,6 @@ class NrgHost:
         self._pending_bytes = 0
         self._dirty: set[Group] = set()  # groups changed from outside the loop (proposals)
         self._wake = trio.Event()
-        self._servicing = False
         self.received = 0  # messages handed to nodes
         self.dropped = 0  # messages dropped (MAX_PENDING_BYTES)
         self.passes = 0  # loop passes (each handles at most MAX_BATCH messages)
@@ -132,7 +131,9 @@ class NrgHost:
         if name in self.groups:
             raise ValueError(f"RAFT group {name} already exists")
         folder = os.path.join(self.groups_dir, name)
-        node = Node(self.node_id, name, peers, storage if storage is not None else FileStorage(folder),
+        if storage is None:  # appends synced once per pass (_service), not once each
+            storage = FileStorage(folder, deferred_sync=True)
+        node = Node(self.node_id, name, peers, storage,
                     observer=observer, rng=self.rng, timeouts=self.timeouts)
         group = Group(self, name, node, apply, folder)
         self.groups[name] = group
@@ -143,6 +144,7 @@ class NrgHost:
         """Stop the node of group ``name`` (its files stay: create_group resumes from them)."""
         group = self.groups.pop(name, None)
         if group is not None:
+            group.node.sync()
             self._stop(group)
 
     def _stop(self, group: Group) -> None:
@@ -161,15 +163,10 @@ class NrgHost:
         self._stop(group)
 
     def _changed(self, group: Group) -> None:
-        """The node has something to send, or new subscriptions or deadlines: serve it now
-        (unless the loop is serving, then on its next pass)."""
-        if self._servicing:
-            self._dirty.add(group)
-            self._wake.set()
-            return
-        self._service(group)
-        self.server.flush_touched()
-        self._wake.set()  # its deadline may be sooner than the one the loop sleeps to
+        """The node has something to send, or new subscriptions or deadlines: served on the
+        loop's next pass (proposals made meanwhile share its one sync)."""
+        self._dirty.add(group)
+        self._wake.set()
 
     # -- messages in --------------------------------------------------------------------------
 
@@ -197,23 +194,20 @@ class NrgHost:
         if group.stopped:
             return
         node = group.node
+        node.sync()  # the pass's appends on disk (one fsync) before any answer leaves
         if node.write_error is not None:
             self._fail(group, node.write_error, "Critical write error")
             return
-        self._servicing = True
-        try:
-            self._sync_subscriptions(group)
-            for message in node.take_outgoing():
-                self.account.publish(message.subject.encode(), message.reply.encode() if message.reply else None,
-                                     None, message.payload)
-            committed = node.take_committed()
-            if committed:
-                try:
-                    group.apply(committed)
-                except Exception as exc:  # noqa: BLE001 - the upper layer's failure stops its group only
-                    self._fail(group, exc, "Apply failed")
-        finally:
-            self._servicing = False
+        self._sync_subscriptions(group)
+        for message in node.take_outgoing():
+            self.account.publish(message.subject.encode(), message.reply.encode() if message.reply else None,
+                                 None, message.payload)
+        committed = node.take_committed()
+        if committed:
+            try:
+                group.apply(committed)
+            except Exception as exc:  # noqa: BLE001 - the upper layer's failure stops its group only
+                self._fail(group, exc, "Apply failed")
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -247,6 +247,18 @@ class Node:
         except StorageError as e:
             self._failed(e)
 
+    def sync(self) -> None:
+        """Make durable what the storage deferred (``FileStorage(deferred_sync=True)``): call it
+        before publishing what :meth:`take_outgoing` gives, so that nothing is answered before
+        it is on disk. A failure stops the node as a failed write does (what it was to send
+        is dropped)."""
+        if self.write_error is not None:
+            return
+        try:
+            self.storage.sync()
+        except StorageError as e:
+            self._failed(e)
+
     def _failed(self, error: StorageError) -> None:
         """What was not made durable is not promised: the answer being built is dropped."""
         self.write_error = error

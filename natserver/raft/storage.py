@@ -7,15 +7,19 @@ log in a file of its own records; every write is fsynced before it returns, so a
 a vote or an append only once what it promised is on disk (raft.go writeTermVote and storeToWAL
 do the same). A snapshot (installed from a leader's catch-up) replaces the log up to its
 index: ``snapshot`` holds its term, index and data, and the log goes on after it.
+``FileStorage(folder, deferred_sync=True)`` leaves the appends' fsync to :meth:`FileStorage.sync`
+(a group commit: natserver.nrg syncs once per pass, before anything the node answered is sent).
 :class:`MemoryStorage` is the same protocol in memory, for tests: what it holds
 is what survives a node's restart.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +87,9 @@ class Storage(Protocol):
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """Keep ``snapshot`` and drop the whole log (it goes on after the snapshot's index)."""
 
+    def sync(self) -> None:
+        """Make durable what was deferred (appends of a storage that defers their sync)."""
+
 
 class MemoryStorage:
     """The protocol in memory: a restarted node given the same object finds what was saved."""
@@ -123,6 +130,22 @@ class MemoryStorage:
         self.state.log = []
         self.writes += 1
 
+    def sync(self) -> None:
+        pass  # every call was durable already
+
+
+def _storage_errors(method: Callable[..., None]) -> Callable[..., None]:
+    """A write's OSError (a full disk, an I/O error) as StorageError: what the node stops on."""
+    @functools.wraps(method)
+    def write(self, *args) -> None:
+        try:
+            method(self, *args)
+        except StorageError:
+            raise
+        except OSError as e:
+            raise StorageError(f"{self.folder}: {e}") from e
+    return write
+
 
 def _write_synced(path: Path, data: bytes) -> None:
     """Write a small file whole and durably: a temporary file, fsync, rename, fsync the folder."""
@@ -143,8 +166,11 @@ class FileStorage:
     """The protocol in a directory: tav.idx and peers.idx as raft.go writes them, and a log
     of CRC-checked records (a torn last record, from a crash mid-write, is dropped on load)."""
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    def __init__(self, folder: str | os.PathLike[str], *, deferred_sync: bool = False) -> None:
         self.folder = Path(folder)
+        # Appends written, their fsync left to sync() (the other writes, rare, sync at once).
+        self.deferred_sync = deferred_sync
+        self._unsynced = False
         self.folder.mkdir(parents=True, exist_ok=True)
         self._offsets: list[int] = []  # where each entry's record starts, by index - base - 1
         self._end = 0
@@ -207,12 +233,15 @@ class FileStorage:
             os.fsync(f.fileno())
         self._end = size
 
+    @_storage_errors
     def save_term_vote(self, term: int, vote: str) -> None:
         _write_synced(self.folder / TERM_VOTE_FILE, _TERM.pack(term) + vote.encode().ljust(ID_LEN, b"\0"))
 
+    @_storage_errors
     def save_peer_state(self, state: PeerState) -> None:
         _write_synced(self.folder / PEER_STATE_FILE, state.encode())
 
+    @_storage_errors
     def append(self, entries: list[LogEntry]) -> None:
         if not entries:
             return
@@ -232,10 +261,25 @@ class FileStorage:
             f.seek(self._end)
             f.write(b"".join(records))
             f.flush()
-            os.fsync(f.fileno())
+            if self.deferred_sync:
+                self._unsynced = True
+            else:
+                os.fsync(f.fileno())
         self._offsets += offsets
         self._end = at
 
+    @_storage_errors
+    def sync(self) -> None:
+        if not self._unsynced:
+            return
+        fd = os.open(self.folder / LOG_FILE, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._unsynced = False
+
+    @_storage_errors
     def truncate(self, last_index: int) -> None:
         keep = max(0, last_index - self._base)
         if keep >= len(self._offsets):
@@ -243,6 +287,7 @@ class FileStorage:
         self._truncate_file(self._offsets[keep])
         del self._offsets[keep:]
 
+    @_storage_errors
     def install_snapshot(self, snapshot: Snapshot) -> None:
         _write_synced(self.folder / SNAPSHOT_FILE,
                       _SNAPSHOT.pack(snapshot.term, snapshot.index, zlib.crc32(snapshot.data)) + snapshot.data)

@@ -11,7 +11,9 @@ drops the group's interest.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +25,7 @@ import trio.testing
 import natserver
 from natserver import clock
 from natserver.nrg import MAX_BATCH, NrgHost, run_nrg
-from natserver.raft import EntryType, FileStorage, LogEntry, Role, StorageError, node_id
+from natserver.raft import EntryType, FileStorage, Role, StorageError, node_id
 from tests.cluster.helpers import free_port
 from tests.conftest import make_options
 
@@ -186,36 +188,30 @@ async def test_three_natservers_elect_replicate_fail_over_and_catch_up(nursery, 
             m.stop()
 
 
-class FailingStorage(FileStorage):
-    """A FileStorage whose appends fail once ``failing`` is set (a full or broken disk)."""
-
-    failing = False
-
-    def append(self, entries: list[LogEntry]) -> None:
-        if self.failing:
-            raise StorageError("no space left on device")
-        super().append(entries)
-
-
-async def test_a_failed_write_stops_the_group_and_is_logged(nursery, tmp_path, autojump_clock, server_clock, caplog):
+async def test_a_failed_write_stops_the_group_and_is_logged(nursery, tmp_path, autojump_clock, server_clock, caplog,
+                                                            monkeypatch):
     server = await nursery.start(natserver.serve, make_options(server_name="solo"))
     with real_time_limit(REAL_TIME_LIMIT):
         host = await nursery.start(run_nrg, server, str(tmp_path))
-        storage = FailingStorage(tmp_path / "g")
         applied: list = []
-        group = host.create_group("S-R1F-solo", [host.node_id], applied.extend, storage=storage)
+        group = host.create_group("S-R1F-solo", [host.node_id], applied.extend)
         await until(lambda: group.leader, "a leader of one")
         group.propose(b"kept")
         await until(lambda: any(c.entry.data == b"kept" for c in applied), "applied")
-        storage.failing = True
+
+        def full_disk(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full_disk)  # the pass's one sync of its appends fails
         caplog.set_level(logging.ERROR, logger="natserver")
-        with pytest.raises(StorageError):
-            group.propose(b"lost")
-        assert group.stopped and "S-R1F-solo" not in host.groups
-        assert isinstance(group.error, StorageError)
+        group.propose(b"lost")
+        await until(lambda: group.stopped, "stopped")
+        assert "S-R1F-solo" not in host.groups
+        assert isinstance(group.error, StorageError) and group.node.write_error is group.error
+        assert not any(c.entry.data == b"lost" for c in applied)  # committed alone, never synced
         assert not group.subs
         assert not server.accounts.get("$SYS").sublist.match(b"$NRG.AE.S-R1F-solo").psubs
-        assert "Critical write error: no space left on device" in caplog.text
+        assert "Critical write error" in caplog.text and "No space left on device" in caplog.text
         assert f"RAFT [{host.node_id} - S-R1F-solo]" in caplog.text
 
 

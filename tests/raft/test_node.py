@@ -319,6 +319,17 @@ def test_no_append_is_acknowledged_that_was_not_persisted():
     assert sent(node) == [] and node.log == []
 
 
+def test_no_append_is_acknowledged_before_a_deferred_sync():
+    class UnsyncedAppends(MemoryStorage):
+        def sync(self):
+            raise StorageError("disk full")
+
+    node = lone(UnsyncedAppends())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 0, 0, (Entry(0, b"x"),)).encode())
+    node.sync()  # (what the caller does before publishing what the node sends)
+    assert sent(node) == [] and node.write_error is not None
+
+
 def test_malformed_frames_are_dropped():
     node = lone()
     node.receive(node.append_subject, "$NRG.R.leaderB1", b"garbage")

@@ -3,6 +3,8 @@ survives a reopen, and drops a torn last log record; memory storage is the same 
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 
 import pytest
@@ -120,3 +122,34 @@ def test_the_file_storage_keeps_what_memory_storage_keeps(tmp_path_factory, ops)
             files = FileStorage(folder)
             files.load()
     assert FileStorage(folder).load() == memory.load()
+
+
+def test_deferred_sync_fsyncs_the_appends_once(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path / "group", deferred_sync=True)
+    storage.load()
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    for i in range(1, 4):
+        storage.append(entries(i, 1))
+    assert synced == []  # written, not yet synced
+    storage.sync()
+    assert len(synced) == 1
+    storage.sync()  # nothing new: no fsync
+    assert len(synced) == 1
+    assert [e.index for e in FileStorage(tmp_path / "group").load().log] == [1, 2, 3]
+
+
+def test_a_failed_write_or_sync_is_a_storage_error(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path / "group", deferred_sync=True)
+    storage.load()
+    storage.append(entries(1, 1))
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(StorageError, match="No space left on device"):
+        storage.sync()
+    with pytest.raises(StorageError, match="No space left on device"):
+        storage.save_term_vote(2, "abcdefgh")
