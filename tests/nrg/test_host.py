@@ -258,3 +258,24 @@ async def test_stop_group_drops_its_interest_and_keeps_its_files(nursery, tmp_pa
         assert group.stopped and not host.groups
         again = host.create_group("S-R1F-stop", [host.node_id], [].extend)
         assert again.node.last_index == group.node.last_index >= 2  # resumed from its files
+
+
+async def test_an_apply_that_fails_stops_its_group_only(nursery, tmp_path, autojump_clock, server_clock, caplog):
+    server = await nursery.start(natserver.serve, make_options(server_name="applier"))
+    with real_time_limit(REAL_TIME_LIMIT):
+        host = await nursery.start(run_nrg, server, str(tmp_path))
+        applied: list = []
+
+        def apply(committed: list) -> None:
+            if any(c.entry.data == b"poison" for c in committed):
+                raise ValueError("cannot apply poison")
+
+        bad = host.create_group("S-R1F-bad", [host.node_id], apply)
+        good = host.create_group("S-R1F-good", [host.node_id], applied.extend)
+        await until(lambda: bad.leader and good.leader, "two leaders of one")
+        caplog.set_level(logging.ERROR, logger="natserver")
+        bad.propose(b"poison")
+        good.propose(b"fine")
+        await until(lambda: bad.stopped and any(c.entry.data == b"fine" for c in applied), "the bad group stopped")
+        assert list(host.groups) == ["S-R1F-good"] and isinstance(bad.error, ValueError)
+        assert f"RAFT [{host.node_id} - S-R1F-bad] Apply failed: cannot apply poison" in caplog.text
