@@ -4,7 +4,8 @@ Three in-process natservers in one cluster (one trio run, MockClock: the 4-9 s e
 timeouts and 1 s heartbeats pass as the clock jumps) each host a node of one test group: a
 leader is elected over $NRG.V., proposals from any server commit on all three in the same
 order, the leader's server stopped leaves the two others to elect a new leader, and restarted
-it resumes from its files and is caught up. Then the host's own rules: a failed storage write
+it resumes from its files and is caught up; a leader cut off by a partition of its routes
+steps down and commits nothing, and follows once healed. Then the host's own rules: a failed storage write
 stops the group and is logged, a burst of $NRG traffic is taken in bounded batches, stop_group
 drops the group's interest.
 """
@@ -184,6 +185,57 @@ async def test_three_natservers_elect_replicate_fail_over_and_catch_up(nursery, 
         await until(lambda: leader.normal() == rest[0].normal(), "the restarted server caught up", members)
         assert leader.normal() == order + more
         assert leaders(members) == [new_leader]
+        for m in members:
+            m.stop()
+
+
+def cut(a: Member, b: Member, cut: bool = True) -> None:
+    """Partition a and b (each refuses the other's routes, as NatsCluster.partition does), or heal."""
+    assert a.server is not None and b.server is not None
+    for me, other in ((a, b), (b, a)):
+        assert me.server is not None and other.server is not None
+        peers = me.server.cluster.refused_peers
+        if cut:
+            peers.add(other.server.server_id)
+            me.server.cluster.close_peer(other.server.server_id, "Partitioned")
+        else:
+            peers.discard(other.server.server_id)
+
+
+async def test_an_isolated_leader_steps_down_and_follows_once_healed(nursery, tmp_path, autojump_clock, server_clock):
+    ports = [free_port() for _ in range(3)]
+    members = [Member(i, tmp_path, ports) for i in range(3)]
+    peers = [m.id for m in members]
+    with real_time_limit(REAL_TIME_LIMIT):
+        for m in members:
+            await m.start(nursery, peers)
+        await routes_up(members)
+        await until(lambda: one_leader_known(members), "one leader known to all", members)
+        old = leaders(members)[0]
+        rest = [m for m in members if m is not old]
+        old.group.propose(b"before")
+        await until(lambda: all(m.normal() == [b"before"] for m in members), "applied everywhere", members)
+
+        for m in rest:  # the leader's routes are cut: it is a minority of one
+            cut(old, m)
+        term = old.group.node.term
+        await until(lambda: one_leader_known(rest) and leaders(rest)[0].group.node.term > term, "a new majority leader",
+                    members)
+        # Without a quorum for 10 s (raft.go lostQuorumInterval) the old leader steps down:
+        # a minority commits nothing.
+        await until(lambda: old.group.node.role is not Role.LEADER, "the isolated leader stepped down", members)
+        old.group.propose(b"lost in the minority")  # forwarded to nobody: never committed
+        rest[0].group.propose(b"majority")
+        await until(lambda: all(m.normal() == [b"before", b"majority"] for m in rest), "committed by the majority",
+                    members)
+        assert old.normal() == [b"before"]
+
+        for m in rest:
+            cut(old, m, False)
+        await routes_up(members)
+        await until(lambda: one_leader_known(members) and old.normal() == [b"before", b"majority"],
+                    "the healed server following", members)
+        assert all(m.normal() == [b"before", b"majority"] for m in members)
         for m in members:
             m.stop()
 
