@@ -1,0 +1,263 @@
+"""Record nats-server 2.15.1's meta group (``_meta_``) into data/meta_nats_server_2.15.1.json.
+
+``python -m tests.jetstream.replication.record_meta``: a 3-node 2.15.1 JetStream cluster whose
+servers carry tags (n1 ``az:1 ssd``, n2 ``az:2 ssd``, n3 ``az:3 hdd``, n3 with a small file
+store), raw clients on ``$NRG.>`` in the system account of every node. Then, through the APP
+account: streams created R1 and R3 with and without placement (and creates that no placement
+fits, their errors recorded), one updated, durable and ephemeral consumers added, some deleted;
+a follower killed (kill -9), more changes made, the meta leader stepped down (the new leader
+snapshots its log when it takes over), the killed follower restarted: caught up, by a snapshot.
+
+Written: every request with its answer (``requests``), the frames of the meta group as one
+never-killed sniffer saw them (``$NRG.AE._meta_`` appends, ``$NRG.P._meta_`` forwarded
+proposals, and ``$NRG.CR.`` catch-up frames, hex: the restarted follower's catch-up starts with
+the new leader's meta snapshot), and the final state as 2.15.1 reports it
+(``jsz``: ``$SYS.REQ.SERVER.PING.JSZ`` with streams, consumers and raft groups).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import trio
+
+from tests.raft.nrg_cluster import (
+    APP_USER,
+    PASSWORD,
+    SYS_USER,
+    Client,
+    Cluster,
+    Node,
+    app_request,
+    tempdir,
+    wait_meta_leader,
+)
+from tests.reference import NATS_SERVER
+
+DATA = Path(__file__).parent / "data" / "meta_nats_server_2.15.1.json"
+SETTLE = 3.0  # seconds of traffic after a step (heartbeats, commits, responses)
+STEP_TIMEOUT = 30.0
+TAGS = {"n1": ["az:1", "ssd"], "n2": ["az:2", "ssd"], "n3": ["az:3", "hdd"]}
+# n3's file store is small: a stream asking for more bytes cannot be placed there.
+MAX_FILE = {"n1": "1GB", "n2": "1GB", "n3": "10MB"}
+MAX_MEM = "256MB"
+
+CONFIG = """
+server_name: %(name)s
+listen: 127.0.0.1:%(port)d
+server_tags: %(tags)s
+accounts {
+  SYS { users [{user: %(sys)s, password: %(pw)s}] }
+  APP { jetstream: enabled, users [{user: %(app)s, password: %(pw)s}] }
+}
+system_account: SYS
+jetstream { store_dir: "%(store)s", max_file_store: %(max_file)s, max_memory_store: %(max_mem)s }
+cluster {
+  name: %(cluster)s
+  listen: 127.0.0.1:%(cport)d
+  routes [%(routes)s]
+}
+"""
+
+
+class TaggedCluster(Cluster):
+    def start(self, node: Node) -> None:
+        node.folder.mkdir(parents=True, exist_ok=True)
+        routes = [f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node]
+        conf = node.folder / "server.conf"
+        conf.write_text(CONFIG % {
+            "name": node.name, "port": node.port, "sys": SYS_USER, "app": APP_USER, "pw": PASSWORD,
+            "tags": json.dumps(TAGS[node.name]), "max_file": MAX_FILE[node.name], "max_mem": MAX_MEM,
+            "store": node.folder / "store", "cluster": self.name, "cport": node.cluster_port,
+            "routes": ", ".join(routes)})
+        log = open(node.folder / "server.log", "ab")  # noqa: SIM115 (the child writes it)
+        node.process = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=log)
+        log.close()
+
+
+def keep(subject: str) -> bool:
+    return subject in ("$NRG.AE._meta_", "$NRG.P._meta_") or subject.startswith("$NRG.CR.")
+
+
+async def sniff(port: int, frames: list, start: float) -> None:
+    client = await Client.open(port, SYS_USER)
+    await client.sub("$NRG.>")
+    await client.flush()
+    try:
+        while True:
+            subject, reply, data = await client.next_msg()
+            if keep(subject):
+                frames.append({"t": round(time.monotonic() - start, 3), "subject": subject,
+                               "reply": reply, "data": data.hex()})
+    except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+async def sys_gather(port: int, subject: str, payload: bytes, wait: float = 2.0) -> list[dict]:
+    """Every answer to a system account request within ``wait`` seconds."""
+    client = await Client.open(port, SYS_USER)
+    try:
+        sid = await client.sub("_INBOX.gather")
+        await client.pub(subject, payload, "_INBOX.gather")
+        answers = []
+        with trio.move_on_after(wait):
+            while True:
+                _, _, data = await client.next_msg()
+                answers.append(json.loads(data))
+        del sid
+        return answers
+    finally:
+        await client.stream.aclose()
+
+
+async def meta_leader(cluster: Cluster) -> str:
+    with trio.fail_after(STEP_TIMEOUT):
+        while True:
+            alive = [n for n in cluster.nodes if n.process is not None]
+            answers = await sys_gather(alive[0].port, "$SYS.REQ.SERVER.PING.JSZ", b"{}", 1.0)
+            for a in answers:
+                leader = a.get("data", {}).get("meta_cluster", {}).get("leader", "")
+                if leader:
+                    return leader
+            await trio.sleep(0.5)
+
+
+class Recorder:
+    def __init__(self, cluster: Cluster, start: float) -> None:
+        self.cluster = cluster
+        self.start = start
+        self.requests: list[dict] = []
+        self.steps: list[str] = []
+
+    def step(self, what: str) -> None:
+        self.steps.append(f"{time.monotonic() - self.start:.3f} {what}")
+
+    async def api(self, subject: str, body: dict | None, expect_ok: bool | None = True) -> dict:
+        port = next(n.port for n in self.cluster.nodes if n.process is not None)
+        payload = json.dumps(body).encode() if body is not None else b""
+        try:
+            answer = await app_request(port, subject, payload)
+        except trio.TooSlowError:
+            answer = {"timeout": True}
+        self.requests.append({"t": round(time.monotonic() - self.start, 3), "subject": subject,
+                              "request": body, "response": answer})
+        if expect_ok is True:
+            assert "error" not in answer, (subject, answer)
+        elif expect_ok is False:
+            assert "error" in answer, (subject, answer)
+        await trio.sleep(0.3)  # one meta entry each, in order
+        return answer
+
+
+def stream(name: str, replicas: int, storage: str = "file", **extra) -> dict:
+    return {"name": name, "subjects": [f"{name.lower()}.>"], "num_replicas": replicas,
+            "storage": storage, **extra}
+
+
+async def scenario(rec: Recorder, cluster: Cluster) -> tuple[str, str, str]:
+    api = rec.api
+    await api("$JS.API.STREAM.CREATE.R1A", stream("R1A", 1, placement={"tags": ["ssd"]}))
+    await api("$JS.API.STREAM.CREATE.R3B", stream("R3B", 3, "memory"))
+    await api("$JS.API.STREAM.CREATE.TAGS2", stream("TAGS2", 2, placement={"tags": ["ssd"]}))
+    await api("$JS.API.STREAM.CREATE.HDD", stream("HDD", 1, placement={"tags": ["hdd", "az:3"]}))
+    await api("$JS.API.STREAM.CREATE.INC", stream("INC", 3, placement={"cluster": "C"}))
+    # Creates no placement fits.
+    await api("$JS.API.STREAM.CREATE.NOSSD3", stream("NOSSD3", 3, placement={"tags": ["ssd"]}), False)
+    await api("$JS.API.STREAM.CREATE.NOGPU", stream("NOGPU", 1, placement={"tags": ["gpu"]}), False)
+    await api("$JS.API.STREAM.CREATE.NOCL", stream("NOCL", 1, placement={"cluster": "ELSEWHERE"}), False)
+    await api("$JS.API.STREAM.CREATE.R5", stream("R5", 5), False)
+    await api("$JS.API.STREAM.CREATE.BIG3", stream("BIG3", 3, max_bytes=100 * 1024 * 1024), False)
+    await api("$JS.API.STREAM.CREATE.BIGHDD", stream("BIGHDD", 1, max_bytes=100 * 1024 * 1024,
+                                                         placement={"tags": ["hdd"]}), False)
+    await api("$JS.API.STREAM.CREATE.BIG2", stream("BIG2", 2, max_bytes=100 * 1024 * 1024))
+    await api("$JS.API.STREAM.CREATE.MEM3", stream("MEM3", 3, "memory", max_bytes=300 * 1024 * 1024), False)
+    # An update, then consumers.
+    await api("$JS.API.STREAM.UPDATE.R3B", stream("R3B", 3, "memory", max_msgs=1000,
+                                                  subjects=["r3b.>", "extra.r3b"]))
+    await api("$JS.API.CONSUMER.CREATE.R3B.D1", {"stream_name": "R3B", "config": {
+        "durable_name": "D1", "ack_policy": "explicit", "filter_subject": "r3b.a"}})
+    await api("$JS.API.CONSUMER.CREATE.R3B", {"stream_name": "R3B", "config": {
+        "ack_policy": "none", "deliver_subject": "eph.deliver", "inactive_threshold": 3600_000_000_000}})
+    await api("$JS.API.CONSUMER.CREATE.R3B.R1C", {"stream_name": "R3B", "config": {
+        "durable_name": "R1C", "ack_policy": "explicit", "num_replicas": 1, "mem_storage": True}})
+    await api("$JS.API.CONSUMER.CREATE.R1A.DA", {"stream_name": "R1A", "config": {
+        "durable_name": "DA", "ack_policy": "all"}})
+    await api("$JS.API.CONSUMER.CREATE.INC.GONE", {"stream_name": "INC", "config": {
+        "durable_name": "GONE", "ack_policy": "explicit"}})
+    await api("$JS.API.CONSUMER.DELETE.INC.GONE", None)
+    await api("$JS.API.STREAM.DELETE.TAGS2", None)
+    await trio.sleep(SETTLE)
+    leader = await meta_leader(cluster)
+    rec.step(f"meta leader {leader}")
+    # A follower killed; changes it misses.
+    follower = next(n for n in cluster.nodes if n.name != leader)
+    cluster.kill(follower)
+    rec.step(f"killed {follower.name}")
+    await trio.sleep(SETTLE)
+    live_tag = next(TAGS[n.name][0] for n in cluster.nodes if n.process is not None)
+    await api("$JS.API.STREAM.CREATE.LATE", stream("LATE", 1, placement={"tags": [live_tag]}))
+    await api("$JS.API.STREAM.CREATE.LATE3", stream("LATE3", 3), None)  # one peer down
+    await api("$JS.API.STREAM.UPDATE.R1A", stream("R1A", 1, placement={"tags": ["ssd"]},
+                                                  description="updated while n was down"))
+    await api("$JS.API.CONSUMER.CREATE.R3B.D2", {"stream_name": "R3B", "config": {
+        "durable_name": "D2", "ack_policy": "explicit"}})
+    await api("$JS.API.CONSUMER.DELETE.R3B.D1", None)
+    await api("$JS.API.STREAM.DELETE.HDD", None)
+    await trio.sleep(SETTLE)
+    # The meta leader steps down: the new one snapshots as it takes over.
+    alive = next(n for n in cluster.nodes if n.process is not None)
+    answers = await sys_gather(alive.port, "$JS.API.META.LEADER.STEPDOWN", b"", 3.0)
+    rec.step(f"stepdown {answers}")
+    await trio.sleep(SETTLE)
+    new_leader = await meta_leader(cluster)
+    rec.step(f"meta leader {new_leader}")
+    await trio.sleep(SETTLE)
+    cluster.start(follower)
+    rec.step(f"restarted {follower.name}")
+    await trio.sleep(4 * SETTLE)
+    return leader, new_leader, follower.name
+
+
+async def record(binary: str) -> dict:
+    with tempdir() as folder:
+        cluster = TaggedCluster.create(binary, Path(folder))
+        cluster.start_all()
+        start = time.monotonic()
+        frames: dict[str, list] = {n.name: [] for n in cluster.nodes}
+        rec = Recorder(cluster, start)
+        try:
+            async with trio.open_nursery() as nursery:
+                await trio.sleep(1.0)  # the servers listening
+                for node in cluster.nodes:
+                    nursery.start_soon(sniff, node.port, frames[node.name], start)
+                await wait_meta_leader(cluster.nodes)
+                rec.step("meta leader elected")
+                leader, new_leader, killed = await scenario(rec, cluster)
+                jsz = await sys_gather(cluster.nodes[0].port, "$SYS.REQ.SERVER.PING.JSZ", json.dumps(
+                    {"accounts": True, "streams": True, "consumer": True, "config": True,
+                     "raft": True}).encode(), 3.0)
+                nursery.cancel_scope.cancel()
+        finally:
+            cluster.stop_all()
+        sniffer = next(n.name for n in cluster.nodes if n.name != killed)
+        return {
+            "servers": {n.name: {"tags": TAGS[n.name], "max_file_store": MAX_FILE[n.name]} for n in cluster.nodes},
+            "cluster": cluster.name, "first_leader": leader, "second_leader": new_leader, "killed": killed,
+            "steps": rec.steps, "requests": rec.requests, "jsz": jsz,
+            "sniffer": sniffer, "frames": frames[sniffer],
+        }
+
+
+def main() -> None:
+    assert NATS_SERVER, "nats-server 2.15.1 is not installed"
+    recording = trio.run(record, NATS_SERVER)
+    DATA.write_text(json.dumps(recording, indent=0) + "\n")
+    print(f"wrote {DATA}: {len(recording['frames'])} frames, {len(recording['requests'])} requests;")
+    print("\n".join(recording["steps"]))
+
+
+if __name__ == "__main__":
+    main()
