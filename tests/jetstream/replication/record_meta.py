@@ -1,6 +1,6 @@
 """Record nats-server 2.15.1's meta group (``_meta_``) into data/meta_nats_server_2.15.1.json.
 
-``python -m tests.jetstream.replication.record_meta``: a 3-node 2.15.1 JetStream cluster whose
+``python -m tests.jetstream.replication.record_meta``: first, a 3-node 2.15.1 JetStream cluster whose
 servers carry tags (n1 ``az:1 ssd``, n2 ``az:2 ssd``, n3 ``az:3 hdd``, n3 with a small file
 store), raw clients on ``$NRG.>`` in the system account of every node. Then, through the APP
 account: streams created R1 and R3 with and without placement (and creates that no placement
@@ -13,6 +13,10 @@ never-killed sniffer saw them (``$NRG.AE._meta_`` appends, ``$NRG.P._meta_`` for
 proposals, and ``$NRG.CR.`` catch-up frames, hex: the restarted follower's catch-up starts with
 the new leader's meta snapshot), and the final state as 2.15.1 reports it
 (``jsz``: ``$SYS.REQ.SERVER.PING.JSZ`` with streams, consumers and raft groups).
+
+Then into data/placement_unique_tag_nats_server_2.15.1.json: a cluster whose ``unique_tag`` is
+``az:`` (n1 and n2 in az:1, n3 in az:2), creates against that rule and excluded tags, with
+2.15.1's answers.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ TAGS = {"n1": ["az:1", "ssd"], "n2": ["az:2", "ssd"], "n3": ["az:3", "hdd"]}
 # n3's file store is small: a stream asking for more bytes cannot be placed there.
 MAX_FILE = {"n1": "1GB", "n2": "1GB", "n3": "10MB"}
 MAX_MEM = "256MB"
+UNIQUE_DATA = Path(__file__).parent / "data" / "placement_unique_tag_nats_server_2.15.1.json"
+UNIQUE_TAGS = {"n1": ["az:1", "ssd"], "n2": ["az:1", "hdd"], "n3": ["az:2", "ssd"]}
+UNIQUE_PREFIX = "az:"
 
 CONFIG = """
 server_name: %(name)s
@@ -54,7 +61,7 @@ accounts {
   APP { jetstream: enabled, users [{user: %(app)s, password: %(pw)s}] }
 }
 system_account: SYS
-jetstream { store_dir: "%(store)s", max_file_store: %(max_file)s, max_memory_store: %(max_mem)s }
+jetstream { store_dir: "%(store)s", max_file_store: %(max_file)s, max_memory_store: %(max_mem)s, unique_tag: %(unique)s }
 cluster {
   name: %(cluster)s
   listen: 127.0.0.1:%(cport)d
@@ -64,15 +71,21 @@ cluster {
 
 
 class TaggedCluster(Cluster):
+    """nrg_cluster's cluster with server tags, JetStream limits and a unique tag prefix."""
+
+    tags = TAGS
+    max_file = MAX_FILE
+    unique_tag = ""
+
     def start(self, node: Node) -> None:
         node.folder.mkdir(parents=True, exist_ok=True)
         routes = [f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node]
         conf = node.folder / "server.conf"
         conf.write_text(CONFIG % {
             "name": node.name, "port": node.port, "sys": SYS_USER, "app": APP_USER, "pw": PASSWORD,
-            "tags": json.dumps(TAGS[node.name]), "max_file": MAX_FILE[node.name], "max_mem": MAX_MEM,
-            "store": node.folder / "store", "cluster": self.name, "cport": node.cluster_port,
-            "routes": ", ".join(routes)})
+            "tags": json.dumps(self.tags[node.name]), "max_file": self.max_file[node.name], "max_mem": MAX_MEM,
+            "unique": json.dumps(self.unique_tag), "store": node.folder / "store", "cluster": self.name,
+            "cport": node.cluster_port, "routes": ", ".join(routes)})
         log = open(node.folder / "server.log", "ab")  # noqa: SIM115 (the child writes it)
         node.process = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=log)
         log.close()
@@ -251,12 +264,47 @@ async def record(binary: str) -> dict:
         }
 
 
+class UniqueTagCluster(TaggedCluster):
+    """Two servers in az:1, one in az:2, the prefix "az:" unique: one replica per zone."""
+
+    tags = UNIQUE_TAGS
+    max_file = {"n1": "1GB", "n2": "1GB", "n3": "1GB"}
+    unique_tag = UNIQUE_PREFIX
+
+
+# Creates against the unique tag rule, excluded tags and tags of the prefix itself.
+UNIQUE_CREATES = [
+    ("U3", 3, None), ("U2", 2, None), ("USSD", 2, ["ssd"]), ("UHDD", 2, ["hdd"]), ("UNOSSD", 1, ["!ssd"]),
+    ("UNOSSD2", 2, ["!ssd"]), ("UAZ1", 2, ["az:1"]), ("UR1", 1, None),
+]
+
+
+async def record_unique(binary: str) -> dict:
+    with tempdir() as folder:
+        cluster = UniqueTagCluster.create(binary, Path(folder))
+        cluster.start_all()
+        rec = Recorder(cluster, time.monotonic())
+        try:
+            await trio.sleep(1.0)
+            await wait_meta_leader(cluster.nodes)
+            for name, replicas, tags in UNIQUE_CREATES:
+                extra = {"placement": {"tags": tags}} if tags else {}
+                await rec.api(f"$JS.API.STREAM.CREATE.{name}", stream(name, replicas, **extra), None)
+        finally:
+            cluster.stop_all()
+        return {"servers": {n.name: {"tags": UNIQUE_TAGS[n.name]} for n in cluster.nodes},
+                "unique_tag": UNIQUE_PREFIX, "cluster": cluster.name, "requests": rec.requests}
+
+
 def main() -> None:
     assert NATS_SERVER, "nats-server 2.15.1 is not installed"
     recording = trio.run(record, NATS_SERVER)
     DATA.write_text(json.dumps(recording, indent=0) + "\n")
     print(f"wrote {DATA}: {len(recording['frames'])} frames, {len(recording['requests'])} requests;")
     print("\n".join(recording["steps"]))
+    unique = trio.run(record_unique, NATS_SERVER)
+    UNIQUE_DATA.write_text(json.dumps(unique, indent=0) + "\n")
+    print(f"wrote {UNIQUE_DATA}: {[(r['subject'], r['response'].get('error')) for r in unique['requests']]}")
 
 
 if __name__ == "__main__":

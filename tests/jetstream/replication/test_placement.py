@@ -1,12 +1,14 @@
 """Placement as 2.15.1's meta leader does it: the recorded creates replayed against the tagged
 cluster record_meta.py ran (n1 az:1 ssd, n2 az:2 ssd, n3 az:3 hdd with a 10 MB file store):
 the same errors, word for word, and peer sets 2.15.1 chose among those natserver may choose;
-then the rules the recording does not reach (excluded tags, !jetstream, unique tags, offline
+likewise a cluster with a unique tag prefix (record_meta.py's second recording); then the rules the recording does not reach (excluded tags, !jetstream, unique tags, offline
 peers, existing peers, consumer groups, preferred leaders), and determinism by seed."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from natserver.jetstream.replication.placement import (
     set_preferred,
 )
 from natserver.jetstream.replication.state import MetaState
+from natserver.raft.wire import node_id
 from tests.jetstream.replication.recording import meta_entries, peer_ids, recording
 
 IDS = peer_ids()
@@ -215,3 +218,35 @@ def test_preferred_is_an_online_peer():
     group = RaftGroup("S-R2F-abcdefgh", ["id-a", "id-x"], "file")
     set_preferred(group, peers, random.Random(0))
     assert group.preferred in ("id-a", "id-x")
+
+
+UNIQUE = json.loads((Path(__file__).parent / "data" / "placement_unique_tag_nats_server_2.15.1.json").read_text())
+
+
+@pytest.mark.parametrize("index", range(len(UNIQUE["requests"])),
+                         ids=[r["request"]["name"] for r in UNIQUE["requests"]])
+def test_recorded_unique_tag_creates_place_as_2_15_1(index):
+    """2.15.1 with ``unique_tag: "az:"`` (n1, n2 in az:1; n3 in az:2): its errors word for word,
+    its peers among natserver's outcomes, the streams before counted as it counts them."""
+    ids = {name: node_id(name) for name in UNIQUE["servers"]}
+    streams = []
+    for i, req in enumerate(UNIQUE["requests"][:index]):
+        if "error" not in req["response"]:
+            c = req["response"]["cluster"]
+            names = [c["leader"]] + [r["name"] for r in c.get("replicas", [])]
+            streams.append(StreamAssignment({"acc": "APP"}, "2026-01-01T00:00:00Z", req["request"],
+                                            RaftGroup(f"S-R{len(names)}F-{i:08d}", [ids[n] for n in names], "file")))
+    req = UNIQUE["requests"][index]
+    outcomes = set()
+    for seed in SEEDS:
+        peers = [PeerInfo(ids[n], n, "C", info["tags"], max_memory=256 * MB, max_store=1 << 30)
+                 for n, info in UNIQUE["servers"].items()]
+        group = create_group_for_stream(req["request"], "C", [], peers, streams, random.Random(seed),
+                                        unique_tag=UNIQUE["unique_tag"])
+        if "error" in req["response"]:
+            assert isinstance(group, PlacementError) and group.api_error().to_json() == req["response"]["error"]
+        else:
+            outcomes.add(frozenset(group.peers))
+    if "error" not in req["response"]:
+        c = req["response"]["cluster"]
+        assert frozenset(ids[n] for n in [c["leader"]] + [r["name"] for r in c.get("replicas", [])]) in outcomes
