@@ -11,7 +11,7 @@ consumer removal for another group of the same name (a recreated consumer) is ig
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...raft.wire import Entry, EntryType
 from .entries import (
@@ -68,6 +68,11 @@ class ConsumerEvent:
 Event = StreamEvent | ConsumerEvent
 
 
+def _consumer_gone(new: dict[str, dict[str, StreamAssignment]], key: tuple[str, str], name: str) -> bool:
+    sa = new.get(key[0], {}).get(key[1])
+    return sa is None or name not in sa.consumers
+
+
 def _same_incarnation(a: StreamAssignment | ConsumerAssignment, b: StreamAssignment | ConsumerAssignment) -> bool:
     """applyMetaSnapshot's test for "recreated": a different creation time and group name."""
     if a.created_ns == b.created_ns:
@@ -75,14 +80,82 @@ def _same_incarnation(a: StreamAssignment | ConsumerAssignment, b: StreamAssignm
     return a.group is not None and b.group is not None and a.group.name == b.group.name
 
 
+@dataclass(slots=True)
+class _Staged:
+    """jetstream_cluster.go recoveryUpdates: what a replay stages, by account and name, so that
+    only its net effect is applied (a stream added and removed within it is never started)."""
+
+    remove_streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
+    add_streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
+    update_streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
+    remove_consumers: dict[tuple[str, str], dict[str, ConsumerAssignment]] = field(default_factory=dict)
+    update_consumers: dict[tuple[str, str], dict[str, ConsumerAssignment]] = field(default_factory=dict)
+
+    def remove_stream(self, sa: StreamAssignment) -> None:
+        key = (sa.account, sa.name)
+        self.remove_streams[key] = sa
+        for staged in (self.add_streams, self.update_streams, self.update_consumers, self.remove_consumers):
+            staged.pop(key, None)
+
+    def add_stream(self, sa: StreamAssignment) -> None:
+        key = (sa.account, sa.name)
+        self.add_streams[key] = sa
+        self.update_streams.pop(key, None)  # a fresh add supersedes an earlier update
+
+    def update_stream(self, sa: StreamAssignment) -> None:
+        self.update_streams[(sa.account, sa.name)] = sa
+
+    def remove_consumer(self, ca: ConsumerAssignment) -> None:
+        key = (ca.account, ca.stream)
+        self.remove_consumers.setdefault(key, {})[ca.name] = ca
+        self.update_consumers.get(key, {}).pop(ca.name, None)
+
+    def add_or_update_consumer(self, ca: ConsumerAssignment) -> None:
+        self.update_consumers.setdefault((ca.account, ca.stream), {})[ca.name] = ca
+
+
 class MetaState:
     """The assignments table of one server (``self_id``, its RAFT node id): accounts ->
-    stream name -> StreamAssignment (with its consumers)."""
+    stream name -> StreamAssignment (with its consumers).
+
+    Replaying (``begin_recovery`` .. ``end_recovery``: the server's own log at startup, or a
+    catch-up), entries and snapshots are staged as 2.15.1 stages them and nothing changes
+    until ``end_recovery`` applies their net effect and returns its events."""
 
     def __init__(self, self_id: str) -> None:
         self.self_id = self_id
         self.streams: dict[str, dict[str, StreamAssignment]] = {}
         self.applied = 0  # the index of the last entry or snapshot applied
+        self._staged: _Staged | None = None
+
+    @property
+    def recovering(self) -> bool:
+        return self._staged is not None
+
+    def begin_recovery(self) -> None:
+        if self._staged is None:
+            self._staged = _Staged()
+
+    def end_recovery(self) -> list[Event]:
+        """The replay is over (2.15.1: the nil entry after it): removals of consumers, then of
+        streams, stream additions, updates, then consumer assignments, each as when applied."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return []
+        events: list[Event] = []
+        for consumers in staged.remove_consumers.values():
+            for ca in consumers.values():
+                events += self._remove_consumer(ca)
+        for sa in staged.remove_streams.values():
+            events += self._remove_stream(sa)
+        for sa in staged.add_streams.values():
+            events += self._assign_stream(sa)
+        for sa in staged.update_streams.values():
+            events += self._update_stream(sa)
+        for consumers in staged.update_consumers.values():
+            for ca in consumers.values():
+                events += self._assign_consumer(ca)
+        return events
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -115,6 +188,9 @@ class MetaState:
         return events
 
     def apply_op(self, op: MetaOp, assignment: StreamAssignment | ConsumerAssignment) -> list[Event]:
+        if self._staged is not None:
+            self._stage(self._staged, op, assignment)
+            return []
         if isinstance(assignment, StreamAssignment):
             if op == MetaOp.ASSIGN_STREAM:
                 return self._assign_stream(assignment)
@@ -127,6 +203,24 @@ class MetaState:
         elif op == MetaOp.REMOVE_CONSUMER:
             return self._remove_consumer(assignment)
         raise EntryError(f"op {op.name} with the wrong assignment")
+
+    @staticmethod
+    def _stage(staged: _Staged, op: MetaOp, assignment: StreamAssignment | ConsumerAssignment) -> None:
+        if isinstance(assignment, StreamAssignment):
+            if op == MetaOp.ASSIGN_STREAM:
+                staged.add_stream(assignment)
+            elif op == MetaOp.UPDATE_STREAM:
+                staged.update_stream(assignment)
+            elif op == MetaOp.REMOVE_STREAM:
+                staged.remove_stream(assignment)
+            else:
+                raise EntryError(f"op {op.name} with the wrong assignment")
+        elif op in (MetaOp.ASSIGN_CONSUMER, MetaOp.ASSIGN_COMPRESSED_CONSUMER):
+            staged.add_or_update_consumer(assignment)
+        elif op == MetaOp.REMOVE_CONSUMER:
+            staged.remove_consumer(assignment)
+        else:
+            raise EntryError(f"op {op.name} with the wrong assignment")
 
     def _assign_stream(self, sa: StreamAssignment) -> list[Event]:
         """processStreamAssignment: set (a re-assignment keeps the consumers)."""
@@ -201,6 +295,9 @@ class MetaState:
             for name, nsa in streams.items():
                 if name not in self.streams.get(account, {}):
                     added.append(nsa)
+        if self._staged is not None:
+            self._stage_snapshot(self._staged, new, removed, added, kept)
+            return []
         events: list[Event] = []
         events += [StreamEvent("removed", sa.account, sa, self._member(sa)) for sa in removed]
         for sa in added:
@@ -217,6 +314,45 @@ class MetaState:
                        for ca in nsa.consumers.values()]
         self.streams = new
         return events
+
+    @staticmethod
+    def _stage_snapshot(staged: _Staged, new: dict[str, dict[str, StreamAssignment]], removed: list,
+                        added: list, kept: list) -> None:
+        """applyMetaSnapshot while recovering: what was staged and the snapshot no longer has is
+        dropped (a deleted stream must not come back), then the snapshot's difference staged."""
+        def gone(account: str, stream: str) -> bool:
+            return stream not in new.get(account, {})
+
+        for key in [k for k in staged.add_streams if gone(*k)]:
+            for table in (staged.add_streams, staged.update_streams, staged.update_consumers,
+                          staged.remove_consumers):
+                table.pop(key, None)
+        for key in [k for k in staged.update_streams if gone(*k)]:
+            for table in (staged.update_streams, staged.update_consumers, staged.remove_consumers):
+                table.pop(key, None)
+        for key, pending in list(staged.update_consumers.items()):
+            for name in [n for n in pending if _consumer_gone(new, key, n)]:
+                del pending[name]
+            if not pending:
+                del staged.update_consumers[key]
+        for sa in removed:
+            staged.remove_stream(sa)
+        for sa in added:
+            # Its consumers are staged one by one: a later removal in the replay must win.
+            theirs, sa.consumers = list(sa.consumers.values()), {}
+            staged.add_stream(sa)
+            for ca in theirs:
+                staged.add_or_update_consumer(ca)
+        for _, nsa in kept:
+            staged.update_stream(nsa)
+        for old, nsa in kept:
+            for name, oca in old.consumers.items():
+                nca = nsa.consumers.get(name)
+                if nca is None or not _same_incarnation(nca, oca):
+                    staged.remove_consumer(oca)
+        for _, nsa in kept:
+            for ca in nsa.consumers.values():
+                staged.add_or_update_consumer(ca)
 
     # -- the meta leader's snapshot ------------------------------------------------------------
 

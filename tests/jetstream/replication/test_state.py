@@ -171,3 +171,61 @@ def test_compressed_consumer_assignment_applies_without_its_state():
     assert ev.kind == "assigned" and ev.assignment.state == moved.state
     assert state.consumer("APP", "R3B", "RESTORED") is not None
     assert isinstance(state.stream("APP", "R3B"), StreamAssignment)
+
+
+def test_a_replay_applies_its_net_effect_at_the_end():
+    """The recorded log replayed in recovery (a restart, a catch-up): nothing changes until
+    end_recovery; then the table is the one applying gives, and a stream or consumer added
+    and removed within the replay is never assigned (only its removal is reported, unknown:
+    a copy recovered from disk goes)."""
+    state = MetaState(IDS["n1"])
+    state.begin_recovery()
+    for index, entry in ENTRIES:
+        assert state.apply(index, entry) == []
+    assert state.recovering and state.streams == {} and state.applied == ENTRIES[-1][0]
+    events = state.end_recovery()
+    full, _ = replayed()
+    assert table(state) == table(full) and not state.recovering
+    assigned = {e.stream for e in events if isinstance(e, StreamEvent) and e.kind == "assigned"}
+    assert assigned == {"R1A", "R3B", "INC", "BIG2", "LATE", "LATE3"}
+    removed = {(e.stream, e.known) for e in events if isinstance(e, StreamEvent) and e.kind == "removed"}
+    assert removed == {("TAGS2", False), ("HDD", False)}
+    consumers_removed = {(e.consumer, e.known) for e in events if isinstance(e, ConsumerEvent) and e.kind == "removed"}
+    assert consumers_removed == {("GONE", False), ("D1", False)}
+    # Removals come first, consumer assignments last.
+    kinds = [e.kind for e in events]
+    assert kinds.index("assigned") > max(i for i, k in enumerate(kinds) if k == "removed")
+    assert isinstance(events[-1], ConsumerEvent)
+    assert state.end_recovery() == []  # (nothing staged any more)
+
+
+def test_a_snapshot_in_a_replay_drops_what_it_no_longer_has():
+    """applyMetaSnapshot while recovering: staged additions of streams the snapshot does not
+    have are dropped (a deleted stream must not come back), its own difference is staged."""
+    index, data = meta_snapshot()
+    state = MetaState("")
+    state.begin_recovery()
+    for i, entry in ENTRIES[:4]:  # R1A, R3B, TAGS2, HDD staged as additions
+        state.apply(i, entry)
+    state.apply(index, Entry(EntryType.SNAPSHOT, data))
+    assert state.streams == {}
+    events = state.end_recovery()
+    full, _ = replayed()
+    assert table(state) == table(full)
+    assert "TAGS2" not in {e.stream for e in events} and "HDD" not in {e.stream for e in events}
+    # A consumer the snapshot has is assigned once, with its stream's addition before it.
+    order = [(type(e).__name__[0], e.kind, e.stream) for e in events]
+    assert order.index(("S", "assigned", "R3B")) < order.index(("C", "assigned", "R3B"))
+
+
+def test_a_replay_of_a_consumer_removed_after_its_stream_came_from_a_snapshot():
+    """Recovery: the snapshot adds R3B with its consumers; a later removal of one of them in
+    the replay wins (the snapshot's consumers are staged one by one, not kept on the stream)."""
+    index, data = meta_snapshot()
+    state = MetaState("")
+    state.begin_recovery()
+    state.apply(index, Entry(EntryType.SNAPSHOT, data))
+    _, d2 = decode_entry(next(e.data for _, e in ENTRIES if b'"name":"D2"' in e.data))
+    assert state.apply_op(MetaOp.REMOVE_CONSUMER, d2) == []
+    state.end_recovery()
+    assert state.consumer("APP", "R3B", "D2") is None and state.consumer("APP", "R3B", "R1C") is not None
