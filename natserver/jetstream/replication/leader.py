@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import errors, gotime
-from ..consumer import ConsumerConfig, check_config, set_defaults
-from ..stream import StreamConfig, check_stream_config, check_update
+from ..consumer import ConsumerConfig, check_config, check_update, set_defaults
+from ..stream import StreamConfig, check_stream_config
+from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
 from .entries import ConsumerAssignment, MetaOp, RaftGroup, StreamAssignment, encode_entry
@@ -194,7 +195,7 @@ class MetaLeader:
                 or (config.placement or None) != (old_cfg.placement or None)):
             raise errors.stream_update("natserver does not support changing a clustered stream's "
                                        "replicas or placement yet")
-        cfg = check_update(old_cfg, config, {}, limits)
+        cfg = check_stream_update(old_cfg, config, {}, limits)
         self._check_overlap(account, cfg, old)
         group = None
         if old.group is not None:
@@ -218,8 +219,8 @@ class MetaLeader:
     def consumer_create(self, client: dict, account: str, subject: str, reply: str, stream: str,
                         config: ConsumerConfig, name: str = "", action: str = "",
                         max_ack_pending_limit: int = -1) -> Proposal:
-        """jsClusteredConsumerRequest for a new consumer or an equal create (an update of an
-        existing consumer's configuration is refused here: not built)."""
+        """jsClusteredConsumerRequest: a new consumer placed on its stream's peers, or an
+        existing one updated."""
         sa = self.stream(account, stream)
         if sa is None:
             raise errors.stream_not_found()
@@ -230,13 +231,7 @@ class MetaLeader:
         oname = name or config.durable_name or config.name
         existing = self.consumer(account, stream, oname) if oname else None
         if existing is not None:
-            if ConsumerConfig.from_json(existing.config) != config:
-                if action == "create":
-                    raise errors.consumer_already_exists()
-                raise errors.consumer_create("natserver does not support updating a clustered consumer yet")
-            ca = ConsumerAssignment(_for_proposal(client), existing.created, existing.name, stream,
-                                    config.to_json(), existing.group, subject, reply)
-            return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+            return self._consumer_update(client, subject, reply, sa, existing, config, action)
         if action == "update":
             raise errors.consumer_does_not_exist()
         placed = create_group_for_consumer(config.to_json(), sa, self.peers, self.rng)
@@ -249,6 +244,28 @@ class MetaLeader:
                 oname = "".join(self.rng.choice(_DIGITS) for _ in range(EPHEMERAL_NAME_LEN))
         ca = ConsumerAssignment(_for_proposal(client), self._created(), oname, stream, config.to_json(), placed,
                                 subject, reply)
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def _consumer_update(self, client: dict, subject: str, reply: str, sa: StreamAssignment,
+                         existing: ConsumerAssignment, config: ConsumerConfig, action: str) -> Proposal:
+        """An existing consumer (jsClusteredConsumerRequest's else branch): its group (scale_up
+        reset) and creation time kept, its pause_until kept, the new config, client, subject
+        and reply. A change of its replica count (2.15's scale through desired state) is
+        refused here: not built."""
+        old = ConsumerConfig.from_json(existing.config)
+        config.pause_until = old.pause_until
+        if action == "create" and old != config:
+            raise errors.consumer_already_exists()
+        check_update(old, config)
+        if consumer_replicas(config.to_json(), sa.config) != consumer_replicas(existing.config, sa.config):
+            raise errors.consumer_create("natserver does not support changing a clustered consumer's replicas yet")
+        group = None
+        if existing.group is not None:
+            group = RaftGroup(existing.group.name, list(existing.group.peers or ()), existing.group.storage,
+                              existing.group.cluster, existing.group.preferred,
+                              {k: v for k, v in existing.group.extra.items() if k != "scale_up"})
+        ca = ConsumerAssignment(_for_proposal(client), existing.created, existing.name, existing.stream,
+                                config.to_json(), group, subject, reply)
         return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
 
     def consumer_delete(self, client: dict, account: str, subject: str, reply: str, stream: str,

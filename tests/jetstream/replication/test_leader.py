@@ -161,6 +161,18 @@ def test_consumer_checks():
     with pytest.raises(ApiError, match="consumer already exists"):
         leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
                                ConsumerConfig.from_json(dict(d2.config, max_deliver=5)), "D2", "create")
+    # An update: the group and creation time kept, the new config proposed.
+    changed = ConsumerConfig.from_json(dict(d2.config, max_ack_pending=7))
+    update = leader.consumer_create(CLIENT, "APP", "s2", "r2", "R3B", changed, "D2")
+    assert (update.assignment.group, update.assignment.created) == (d2.group, d2.created)
+    assert update.assignment.config["max_ack_pending"] == 7 and update.assignment.subject == "s2"
+    assert decode_entry(update.data) == (MetaOp.ASSIGN_CONSUMER, update.assignment)
+    with pytest.raises(ApiError, match="deliver policy can not be updated"):
+        leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
+                               ConsumerConfig.from_json(dict(d2.config, deliver_policy="new")), "D2")
+    with pytest.raises(ApiError, match="replicas"):
+        leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
+                               ConsumerConfig.from_json(dict(d2.config, num_replicas=1)), "D2")
     with pytest.raises(ApiError, match="consumer does not exist"):
         leader.consumer_create(CLIENT, "APP", "s", "r", "R3B", ConsumerConfig.from_json({"durable_name": "X"}), "X",
                                "update")
