@@ -4,11 +4,13 @@
 servers carry tags (n1 ``az:1 ssd``, n2 ``az:2 ssd``, n3 ``az:3 hdd``, n3 with a small file
 store), raw clients on ``$NRG.>`` in the system account of every node. Then, through the APP
 account: streams created R1 and R3 with and without placement (and creates that no placement
-fits, their errors recorded), one updated, durable and ephemeral consumers added, some deleted;
+fits, their errors recorded), one updated, durable and ephemeral consumers added, one updated,
+some deleted;
 a follower killed (kill -9), more changes made, the meta leader stepped down (the new leader
 snapshots its log when it takes over), the killed follower restarted: caught up, by a snapshot.
 
-Written: every request with its answer (``requests``), the frames of the meta group as one
+Written: every request with its answer (``requests``; ``{"timeout": true}`` when none came:
+2.15.1 has only the group's leader answer a delete, and that may be the killed server), the frames of the meta group as one
 never-killed sniffer saw them (``$NRG.AE._meta_`` appends, ``$NRG.P._meta_`` forwarded
 proposals, and ``$NRG.CR.`` catch-up frames, hex: the restarted follower's catch-up starts with
 the new leader's meta snapshot), and the final state as 2.15.1 reports it
@@ -202,6 +204,8 @@ async def scenario(rec: Recorder, cluster: Cluster) -> tuple[str, str, str]:
         "durable_name": "GONE", "ack_policy": "explicit"}})
     await api("$JS.API.CONSUMER.DELETE.INC.GONE", None)
     await api("$JS.API.STREAM.DELETE.TAGS2", None)
+    await api("$JS.API.CONSUMER.CREATE.R1A.DA", {"stream_name": "R1A", "config": {
+        "durable_name": "DA", "ack_policy": "all", "description": "updated", "max_ack_pending": 20}})
     await trio.sleep(SETTLE)
     leader = await meta_leader(cluster)
     rec.step(f"meta leader {leader}")

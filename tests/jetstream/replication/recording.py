@@ -6,6 +6,7 @@ import json
 from functools import cache
 from pathlib import Path
 
+from natserver.jetstream.replication.entries import EntryError, decode_snapshot
 from natserver.raft.wire import CATCHUP_PREFIX, AppendEntry, Entry, EntryType, node_id
 
 DATA = Path(__file__).parent / "data" / "meta_nats_server_2.15.1.json"
@@ -33,12 +34,18 @@ def meta_entries() -> list[tuple[int, Entry]]:
 
 
 def meta_snapshot() -> tuple[int, bytes]:
-    """The meta snapshot the new leader sent the restarted follower: (its index, its data)."""
+    """The meta snapshot the new leader sent the restarted follower: (its index, its data).
+    Catch-ups of the stream groups go to $NRG.CR. inboxes too: the meta group's is the one
+    whose snapshot is the JSON list of stream assignments."""
     for f in recording()["frames"]:
         if f["subject"].startswith(CATCHUP_PREFIX):
             ae = AppendEntry.decode(bytes.fromhex(f["data"]))
-            if ae.entries and ae.entries[0].type == EntryType.SNAPSHOT and ae.pindex > 1:
-                return ae.pindex, ae.entries[0].data
+            if ae.entries and ae.entries[0].type == EntryType.SNAPSHOT:
+                try:
+                    if decode_snapshot(ae.entries[0].data):
+                        return ae.pindex, ae.entries[0].data
+                except EntryError:
+                    continue
     raise AssertionError("no meta snapshot recorded")
 
 
