@@ -79,6 +79,13 @@ def delete_response(event: Event) -> tuple[str, bytes] | None:
     return event.assignment.reply, b'{"type":"' + (_API_TYPE + kind).encode() + b'","success":true}'
 
 
+def _reservation(tier: str, replicas: int, max_bytes: int) -> int:
+    """jetstream.go accountReservation: un-tiered limits count every replica's bytes."""
+    if max_bytes <= 0:
+        return 0
+    return replicas * max_bytes if not tier and replicas > 1 else max_bytes
+
+
 class MetaLeader:
     """One meta leader's proposals: ``state`` the applied table, ``peers`` what it knows of the
     meta group's servers (set by the caller as their statsz come), ``cluster`` its own cluster
@@ -158,6 +165,7 @@ class MetaLeader:
         if cfg.sealed:
             raise errors.stream_invalid_config("stream configuration for create can not be sealed")
         self._check_overlap(account, cfg, old)
+        self._check_account_limits(account, cfg, limits)
         if old is not None:  # an equal create: the same group, sync subject and creation time
             group, sync, created = old.group, old.sync, old.created
         else:
@@ -170,6 +178,40 @@ class MetaLeader:
             group, sync, created = placed, SYNC_PREFIX + self._suffix(), self._created()
         sa = StreamAssignment(_for_proposal(client), created, cfg.to_json(), group, sync, subject, reply)
         return self._propose(MetaOp.ASSIGN_STREAM, sa)
+
+    def _check_account_limits(self, account: str, cfg: StreamConfig, limits: dict | None) -> None:
+        """jsClusteredStreamLimitsCheck: the account's streams (and what is in flight) of the
+        limits' tier counted against max_streams, their reserved bytes of the stream's storage
+        (un-tiered: max_bytes times the replicas) with this one's against max_memory or
+        max_storage, its max_consumers against the account's."""
+        if not limits:
+            return
+        tier = limits.get("tier") or ""
+        replicas = max(cfg.num_replicas, 1)
+        if tier and tier != f"R{replicas}":
+            raise errors.no_limits()
+        count = reserved = 0
+        for sa in self._streams_of(account):
+            theirs = max(int(sa.config.get("num_replicas") or 0), 1)
+            if sa.name == cfg.name or (tier and theirs != replicas):
+                continue
+            count += 1
+            max_bytes = int(sa.config.get("max_bytes") or 0)
+            if max_bytes > 0 and (sa.config.get("storage") or "file") == cfg.storage:
+                reserved += _reservation(tier, theirs, max_bytes)
+        max_streams = limits.get("max_streams", -1)
+        if max_streams > 0 and count >= max_streams:
+            raise errors.max_streams_reached()
+        max_consumers = limits.get("max_consumers", -1)
+        if cfg.max_consumers > 0 and max_consumers > 0 and cfg.max_consumers > max_consumers:
+            raise errors.max_consumers_reached()
+        wanted = _reservation(tier, replicas, cfg.max_bytes if cfg.max_bytes >= 0 else 1)
+        if cfg.storage == "memory":
+            limit, error = limits.get("max_memory", -1), errors.memory_resources_exceeded
+        else:
+            limit, error = limits.get("max_storage", -1), errors.storage_resources_exceeded
+        if limit >= 0 and (reserved > limit or wanted > limit - reserved):
+            raise error()
 
     def _check_overlap(self, account: str, cfg: StreamConfig, self_sa: StreamAssignment | None) -> None:
         """jetStream.subjectsOverlap: the account's other streams."""

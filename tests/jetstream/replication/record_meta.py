@@ -18,7 +18,8 @@ the new leader's meta snapshot), and the final state as 2.15.1 reports it
 
 Then into data/placement_unique_tag_nats_server_2.15.1.json: a cluster whose ``unique_tag`` is
 ``az:`` (n1 and n2 in az:1, n3 in az:2), creates against that rule and excluded tags, with
-2.15.1's answers.
+2.15.1's answers. Last, into data/placement_account_limits_nats_server_2.15.1.json: creates
+against an account's JetStream limits (streams, consumers, reserved file and memory bytes).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ MAX_MEM = "256MB"
 UNIQUE_DATA = Path(__file__).parent / "data" / "placement_unique_tag_nats_server_2.15.1.json"
 UNIQUE_TAGS = {"n1": ["az:1", "ssd"], "n2": ["az:1", "hdd"], "n3": ["az:2", "ssd"]}
 UNIQUE_PREFIX = "az:"
+LIMITS_DATA = Path(__file__).parent / "data" / "placement_account_limits_nats_server_2.15.1.json"
 
 CONFIG = """
 server_name: %(name)s
@@ -60,7 +62,7 @@ listen: 127.0.0.1:%(port)d
 server_tags: %(tags)s
 accounts {
   SYS { users [{user: %(sys)s, password: %(pw)s}] }
-  APP { jetstream: enabled, users [{user: %(app)s, password: %(pw)s}] }
+  APP { jetstream: %(app_js)s, users [{user: %(app)s, password: %(pw)s}] }
 }
 system_account: SYS
 jetstream { store_dir: "%(store)s", max_file_store: %(max_file)s, max_memory_store: %(max_mem)s, unique_tag: %(unique)s }
@@ -78,6 +80,7 @@ class TaggedCluster(Cluster):
     tags = TAGS
     max_file = MAX_FILE
     unique_tag = ""
+    app_jetstream = "enabled"
 
     def start(self, node: Node) -> None:
         node.folder.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,7 @@ class TaggedCluster(Cluster):
         conf.write_text(CONFIG % {
             "name": node.name, "port": node.port, "sys": SYS_USER, "app": APP_USER, "pw": PASSWORD,
             "tags": json.dumps(self.tags[node.name]), "max_file": self.max_file[node.name], "max_mem": MAX_MEM,
-            "unique": json.dumps(self.unique_tag), "store": node.folder / "store", "cluster": self.name,
+            "unique": json.dumps(self.unique_tag), "app_js": self.app_jetstream, "store": node.folder / "store", "cluster": self.name,
             "cport": node.cluster_port, "routes": ", ".join(routes)})
         log = open(node.folder / "server.log", "ab")  # noqa: SIM115 (the child writes it)
         node.process = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=log)
@@ -300,6 +303,40 @@ async def record_unique(binary: str) -> dict:
                 "unique_tag": UNIQUE_PREFIX, "cluster": cluster.name, "requests": rec.requests}
 
 
+class LimitsCluster(TaggedCluster):
+    """APP with account limits (un-tiered): the meta leader checks them before placing."""
+
+    tags = {"n1": [], "n2": [], "n3": []}
+    max_file = {"n1": "1GB", "n2": "1GB", "n3": "1GB"}
+    app_jetstream = "{max_mem: 10MB, max_file: 30MB, max_streams: 3, max_consumers: 5}"
+
+
+# (name, replicas, storage, max_bytes, max_consumers): creates against the account's limits.
+LIMITS_CREATES = [
+    ("L1", 3, "file", 5 * 1024 * 1024, 0), ("C10", 1, "file", 0, 10), ("L2", 3, "file", 6 * 1024 * 1024, 0),
+    ("L2", 1, "file", 10 * 1024 * 1024, 0), ("M1", 3, "memory", 4 * 1024 * 1024, 0),
+    ("M1", 1, "memory", 1024 * 1024, 0), ("L4", 1, "file", 0, 0), ("L1", 3, "file", 5 * 1024 * 1024, 0),
+]
+
+
+async def record_limits(binary: str) -> dict:
+    with tempdir() as folder:
+        cluster = LimitsCluster.create(binary, Path(folder))
+        cluster.start_all()
+        rec = Recorder(cluster, time.monotonic())
+        try:
+            await trio.sleep(1.0)
+            await wait_meta_leader(cluster.nodes)
+            for name, replicas, storage, max_bytes, max_consumers in LIMITS_CREATES:
+                extra = {"max_bytes": max_bytes} if max_bytes else {}
+                if max_consumers:
+                    extra["max_consumers"] = max_consumers
+                await rec.api(f"$JS.API.STREAM.CREATE.{name}", stream(name, replicas, storage, **extra), None)
+        finally:
+            cluster.stop_all()
+        return {"account_limits": LimitsCluster.app_jetstream, "cluster": cluster.name, "requests": rec.requests}
+
+
 def main() -> None:
     assert NATS_SERVER, "nats-server 2.15.1 is not installed"
     recording = trio.run(record, NATS_SERVER)
@@ -309,6 +346,9 @@ def main() -> None:
     unique = trio.run(record_unique, NATS_SERVER)
     UNIQUE_DATA.write_text(json.dumps(unique, indent=0) + "\n")
     print(f"wrote {UNIQUE_DATA}: {[(r['subject'], r['response'].get('error')) for r in unique['requests']]}")
+    limits = trio.run(record_limits, NATS_SERVER)
+    LIMITS_DATA.write_text(json.dumps(limits, indent=0) + "\n")
+    print(f"wrote {LIMITS_DATA}: {[(r['subject'], r['response'].get('error')) for r in limits['requests']]}")
 
 
 if __name__ == "__main__":

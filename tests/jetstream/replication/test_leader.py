@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,10 @@ from natserver.jetstream.consumer import ConsumerConfig
 from natserver.jetstream.errors import ApiError
 from natserver.jetstream.replication.entries import MetaOp, decode_entry, encode_entry
 from natserver.jetstream.replication.leader import MetaLeader, delete_response
+from natserver.jetstream.replication.placement import PeerInfo
 from natserver.jetstream.replication.state import MetaState
 from natserver.jetstream.stream import StreamConfig
+from natserver.raft.wire import Entry, EntryType, node_id
 from tests.jetstream.replication.recording import meta_entries
 from tests.jetstream.replication.recording import recording as rec
 from tests.jetstream.replication.test_placement import recorded_peers, reserved
@@ -198,3 +201,32 @@ def test_delete_responses():
     [ev] = leader.state.apply_op(p.op, p.assignment)
     want = next(r["response"] for r in rec()["requests"] if r["subject"] == "$JS.API.CONSUMER.DELETE.INC.GONE")
     assert delete_response(ev) == ("_INBOX.2", json.dumps(want, separators=(",", ":")).encode())
+
+
+LIMITS = json.loads((Path(__file__).parent / "data" / "placement_account_limits_nats_server_2.15.1.json").read_text())
+MB = 1 << 20
+
+
+def test_recorded_account_limits_as_2_15_1():
+    """2.15.1 with APP's limits {max_mem: 10MB, max_file: 30MB, max_streams: 3, max_consumers:
+    5} (un-tiered: an R3 stream reserves three times its max_bytes): the same errors, in the
+    same order of checks, and proposals where it created."""
+    assert LIMITS["account_limits"] == "{max_mem: 10MB, max_file: 30MB, max_streams: 3, max_consumers: 5}"
+    limits = {"max_memory": 10 * MB, "max_storage": 30 * MB, "max_streams": 3, "max_consumers": 5}
+    state = MetaState("")
+    leader = leader_for(state)
+    leader.peers = [PeerInfo(node_id(n), n, "C", max_memory=1 << 30, max_store=1 << 30) for n in ("n1", "n2", "n3")]
+    for i, req in enumerate(LIMITS["requests"]):
+        cfg = StreamConfig.from_json(req["request"])
+        if "error" in req["response"]:
+            with pytest.raises(ApiError) as info:
+                leader.stream_create(CLIENT, "APP", req["subject"], "r", cfg, limits)
+            assert info.value.to_json() == req["response"]["error"], req["subject"]
+        else:
+            proposal = leader.stream_create(CLIENT, "APP", req["subject"], "r", cfg, limits)
+            leader.applied(state.apply(i + 1, Entry(EntryType.NORMAL, proposal.data)))
+    assert sorted(sa.name for sa in state.all_streams()) == ["L1", "L2", "M1"]
+    # A tier that is not the stream's: no limits for it.
+    with pytest.raises(ApiError, match="no JetStream default or applicable tiered limit present"):
+        leader.stream_create(CLIENT, "APP", "s", "r", StreamConfig.from_json({"name": "T", "num_replicas": 3}),
+                             dict(limits, tier="R1"))
