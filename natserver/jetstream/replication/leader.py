@@ -8,7 +8,8 @@ The API layer decodes the request (its JSON, the refusals of unsupported.py, the
 name against the body's) and hands over a StreamConfig or ConsumerConfig; here it is validated
 as a standalone server validates it (stream.check_stream_config, check_update;
 consumer.set_defaults, check_config), checked against the table (idempotent creates, names in
-use, overlapping subjects), placed (placement.py) and encoded. A proposal stays in flight until
+use, overlapping subjects) and the account's limits (natserver's limits dict: max_streams,
+max_consumers, max_memory, max_storage, one tier), placed (placement.py) and encoded. A proposal stays in flight until
 its entry is applied (``applied``), so that requests in between see it, as 2.15.1's
 inflight tables make them.
 
