@@ -59,11 +59,28 @@ def service_account(client: dict | None) -> str:
     return client.get("svc") or client.get("acc") or ""
 
 
+def _check_types(obj: dict, what: str, fields: dict[str, type]) -> None:
+    """Go's Unmarshal refuses a field of the wrong JSON type: so does decoding here."""
+    for key, kind in fields.items():
+        value = obj.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise EntryError(f"json: cannot unmarshal {key} of {what}")
+    if isinstance(obj.get("client"), dict):
+        _check_types(obj["client"], "ClientInfo", _CLIENT_FIELDS)
+
+
+# ClientInfo's fields the meta layer reads (the rest is kept as it came).
+_CLIENT_FIELDS = {"acc": str, "svc": str, "cluster": str, "alts": list}
+_ASSIGNMENT_FIELDS = {"client": dict, "created": str, "group": dict, "sync": str, "subject": str, "reply": str,
+                      "name": str, "restore_state": dict, "state": dict}
+_GROUP_FIELDS = {"name": str, "peers": list, "store": str, "cluster": str, "preferred": str}
+
+
 def _created_ns(text: str) -> int:
     try:
         return gotime.nanos(text)
     except ValueError:
-        return 0
+        return 0  # (Go refuses the entry; a table keeps what it has)
 
 
 # -- raftGroup -----------------------------------------------------------------------------------
@@ -89,6 +106,9 @@ class RaftGroup:
     def from_json(cls, obj) -> RaftGroup:
         if not isinstance(obj, dict):
             raise EntryError("raft group is not an object")
+        _check_types(obj, "raftGroup", _GROUP_FIELDS)
+        if not all(isinstance(p, str) for p in obj.get("peers") or ()):
+            raise EntryError("json: cannot unmarshal peers of raftGroup")
         extra = {k: v for k, v in obj.items() if k not in ("name", "peers", "store", "cluster", "preferred")}
         return cls(obj.get("name", ""), obj.get("peers"), obj.get("store", "file"),
                    obj.get("cluster", ""), obj.get("preferred", ""), extra)
@@ -140,6 +160,9 @@ class StreamAssignment:
     def from_json(cls, obj) -> StreamAssignment:
         if not isinstance(obj, dict) or not isinstance(obj.get("stream"), dict):
             raise EntryError("stream assignment without a stream configuration")
+        _check_types(obj, "streamAssignment", _ASSIGNMENT_FIELDS)
+        if not isinstance(obj["stream"].get("name", ""), str):
+            raise EntryError("json: cannot unmarshal name of StreamConfig")
         group = obj.get("group")
         return cls(obj.get("client"), obj.get("created", gotime.format(0)), obj["stream"],
                    None if group is None else RaftGroup.from_json(group), obj.get("sync", ""),
@@ -201,6 +224,7 @@ class ConsumerAssignment:
     def from_json(cls, obj) -> ConsumerAssignment:
         if not isinstance(obj, dict) or not isinstance(obj.get("consumer"), dict):
             raise EntryError("consumer assignment without a consumer configuration")
+        _check_types(obj, "consumerAssignment", {**_ASSIGNMENT_FIELDS, "stream": str})
         group = obj.get("group")
         return cls(obj.get("client"), obj.get("created", gotime.format(0)), obj.get("name", ""),
                    obj.get("stream", ""), obj["consumer"],
@@ -328,6 +352,8 @@ def decode_snapshot(data: bytes) -> list[StreamAssignment]:
     streams = []
     for item in obj:
         sa = StreamAssignment.from_json(item)
+        if not isinstance(item.get("Consumers") or [], list):
+            raise EntryError("json: cannot unmarshal Consumers of writeableStreamAssignment")
         for citem in item.get("Consumers") or ():
             ca = ConsumerAssignment.from_json(citem)
             if not ca.stream:

@@ -5,6 +5,8 @@ decodes to that JSON (2.15.1's S2 encoder chooses other matches: the compressed 
 
 from __future__ import annotations
 
+import cramjam
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from natserver.jetstream.replication.entries import (
     encode_entry,
     encode_snapshot,
 )
+from natserver.jetstream.replication.state import MetaState
 from natserver.protocol import s2
 from tests.jetstream.replication.recording import meta_entries, meta_snapshot, peer_ids, recording
 
@@ -123,3 +126,41 @@ def test_stream_assignment_round_trips(name, peers, subject, reply, desc, extra)
     ca = ConsumerAssignment(None, "2026-11-28T17:20:49Z", name, "S", {"ack_policy": "none"}, group)
     assert decode_entry(encode_entry(MetaOp.REMOVE_CONSUMER, ca)) == (MetaOp.REMOVE_CONSUMER, ca)
     assert recording()["cluster"] == "C"
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["client", "created", "stream", "group", "name", "peers", "store",
+                                          "sync", "consumer", "acc", "svc", "Consumers", "state"]),
+                         inner, max_size=5), max_leaves=12)
+
+
+@given(op=st.sampled_from([0, 1, 2, 3, 9, 11, 4, 200]), body=_json)
+def test_any_entry_decodes_or_is_refused(op, body):
+    """Whatever a peer sends: an assignment, or EntryError (never another exception), and an
+    assignment decoded is one MetaState can apply."""
+    data = bytes([op]) + orjson.dumps(body)
+    try:
+        decoded = decode_entry(data)
+    except EntryError:
+        return
+    MetaState("x").apply_op(*decoded)
+
+
+@given(data=st.binary(max_size=64))
+def test_any_snapshot_decodes_or_is_refused(data):
+    try:
+        streams = decode_snapshot(data)
+    except EntryError:
+        return
+    MetaState("x").apply_snapshot(encode_snapshot(streams))
+
+
+@given(items=st.lists(_json, max_size=3))
+def test_any_snapshot_json_decodes_or_is_refused(items):
+    data = bytes(cramjam.snappy.compress_raw(orjson.dumps(items)))
+    try:
+        streams = decode_snapshot(data)
+    except EntryError:
+        return
+    MetaState("x").apply_snapshot(encode_snapshot(streams))
