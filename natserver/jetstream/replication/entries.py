@@ -15,6 +15,7 @@ configuration is Go's ``json.RawMessage``: kept as its parsed object, which Go's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -59,7 +60,7 @@ def service_account(client: dict | None) -> str:
     return client.get("svc") or client.get("acc") or ""
 
 
-def _check_types(obj: dict, what: str, fields: dict[str, type]) -> None:
+def _check_types(obj: dict, what: str, fields: Mapping[str, type]) -> None:
     """Go's Unmarshal refuses a field of the wrong JSON type: so does decoding here."""
     for key, kind in fields.items():
         value = obj.get(key)
@@ -70,10 +71,10 @@ def _check_types(obj: dict, what: str, fields: dict[str, type]) -> None:
 
 
 # ClientInfo's fields the meta layer reads (the rest is kept as it came).
-_CLIENT_FIELDS = {"acc": str, "svc": str, "cluster": str, "alts": list}
-_ASSIGNMENT_FIELDS = {"client": dict, "created": str, "group": dict, "sync": str, "subject": str, "reply": str,
+_CLIENT_FIELDS: dict[str, type] = {"acc": str, "svc": str, "cluster": str, "alts": list}
+_ASSIGNMENT_FIELDS: dict[str, type] = {"client": dict, "created": str, "group": dict, "sync": str, "subject": str, "reply": str,
                       "name": str, "restore_state": dict, "state": dict}
-_GROUP_FIELDS = {"name": str, "peers": list, "store": str, "cluster": str, "preferred": str}
+_GROUP_FIELDS: dict[str, type] = {"name": str, "peers": list, "store": str, "cluster": str, "preferred": str}
 
 
 def _created_ns(text: str) -> int:
