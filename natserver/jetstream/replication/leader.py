@@ -10,8 +10,8 @@ as a standalone server validates it (stream.check_stream_config, check_update;
 consumer.set_defaults, check_config), checked against the table (idempotent creates, names in
 use, overlapping subjects) and the account's limits (natserver's limits dict: max_streams,
 max_consumers, max_memory, max_storage, one tier), placed (placement.py) and encoded. A proposal stays in flight until
-its entry is applied (``applied``), so that requests in between see it, as 2.15.1's
-inflight tables make them.
+its entry is applied (``applied``, counting each stream's or consumer's pending proposals),
+so that requests in between see it, as 2.15.1's inflight tables make them.
 
 Who answers the client once the entry is applied is 2.15.1's: a stream's or consumer's
 create and update are answered by the new group's leader with the stream's or consumer's info
@@ -25,13 +25,22 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...raft.wire import Entry, EntryType
 from .. import errors, gotime
 from ..consumer import ConsumerConfig, check_config, check_update, set_defaults
 from ..stream import StreamConfig, check_stream_config
 from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
-from .entries import ConsumerAssignment, MetaOp, RaftGroup, StreamAssignment, encode_entry
+from .entries import (
+    ConsumerAssignment,
+    EntryError,
+    MetaOp,
+    RaftGroup,
+    StreamAssignment,
+    decode_entry,
+    encode_entry,
+)
 from .placement import (
     PeerInfo,
     PlacementError,
@@ -40,7 +49,7 @@ from .placement import (
     create_group_for_stream,
     set_preferred,
 )
-from .state import ConsumerEvent, Event, MetaState, StreamEvent
+from .state import Event, MetaState, StreamEvent
 
 __all__ = ["MetaLeader", "Proposal", "delete_response"]
 
@@ -101,8 +110,11 @@ class MetaLeader:
         self.unique_tag = unique_tag
         self.max_ha_assets = max_ha_assets
         self.peers: list[PeerInfo] = []
-        self.inflight_streams: dict[tuple[str, str], StreamAssignment | None] = {}  # None: a delete
+        # What is proposed and not yet applied, by account and name (None: a removal), with
+        # how many of its proposals are pending (2.15.1's inflightStreamInfo.ops).
+        self.inflight_streams: dict[tuple[str, str], StreamAssignment | None] = {}
         self.inflight_consumers: dict[tuple[str, str, str], ConsumerAssignment | None] = {}
+        self._pending: dict[tuple[str, ...], int] = {}
 
     # -- the table with what is in flight ------------------------------------------------------
 
@@ -129,21 +141,53 @@ class MetaLeader:
                     seen[name] = sa
         return list(seen.values())
 
-    def applied(self, events: list[Event]) -> None:
-        """The entries of these events are applied: no longer in flight."""
-        for ev in events:
-            if isinstance(ev, StreamEvent):
-                self.inflight_streams.pop((ev.account, ev.stream), None)
-            elif isinstance(ev, ConsumerEvent):
-                self.inflight_consumers.pop((ev.account, ev.stream, ev.consumer), None)
+    def applied(self, entry: Entry) -> None:
+        """A committed meta entry was applied (any server's proposal): one pending proposal of
+        its stream or consumer less (removeInflightStreamProposal); the last one gone, the
+        table answers again."""
+        if entry.type != EntryType.NORMAL:
+            return
+        try:
+            _, assignment = decode_entry(entry.data)
+        except EntryError:
+            return
+        key: tuple[str, ...]
+        if isinstance(assignment, StreamAssignment):
+            key = (assignment.account, assignment.name)
+        else:
+            key = (assignment.account, assignment.stream, assignment.name)
+        pending = self._pending.get(key, 0) - 1
+        if pending > 0:
+            self._pending[key] = pending
+            return
+        self._pending.pop(key, None)
+        if len(key) == 2:
+            self.inflight_streams.pop((key[0], key[1]), None)
+        else:
+            self.inflight_consumers.pop((key[0], key[1], key[2]), None)
+
+    @property
+    def pending(self) -> int:
+        """Proposals made and not yet applied."""
+        return sum(self._pending.values())
+
+    def leader_changed(self) -> None:
+        """Leadership lost or won: nothing is in flight any more (processLeaderChange)."""
+        self.inflight_streams.clear()
+        self.inflight_consumers.clear()
+        self._pending.clear()
 
     def _propose(self, op: MetaOp, assignment: StreamAssignment | ConsumerAssignment) -> Proposal:
+        key: tuple[str, ...]
         if isinstance(assignment, StreamAssignment):
+            key = (assignment.account, assignment.name)
             self.inflight_streams[(assignment.account, assignment.name)] = (
                 None if op == MetaOp.REMOVE_STREAM else assignment)
         else:
+            key = (assignment.account, assignment.stream, assignment.name)
             self.inflight_consumers[(assignment.account, assignment.stream, assignment.name)] = (
                 None if op == MetaOp.REMOVE_CONSUMER else assignment)
+        self._pending[key] = self._pending.get(key, 0) + 1
         return Proposal(op, assignment, encode_entry(op, assignment))
 
     def _suffix(self) -> str:
