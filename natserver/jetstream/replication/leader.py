@@ -366,7 +366,3 @@ class MetaLeader:
         ca = ConsumerAssignment(_for_proposal(client), old.created, old.name, stream, old.config, old.group,
                                 subject, reply)
         return self._propose(MetaOp.REMOVE_CONSUMER, ca)
-
-    @staticmethod
-    def consumer_replicas(config: ConsumerConfig, stream: StreamAssignment) -> int:
-        return consumer_replicas(config.to_json(), stream.config)
