@@ -75,6 +75,12 @@ def sequence_not_found(seq: int) -> ApiError:
     return ApiError(400, 10043, f"sequence {seq} not found")
 
 
+def cluster_no_peers(err: str) -> ApiError:
+    """10005 (2.15.1 JSClusterNoPeersErrF): no placement fits; ``err`` is selectPeerError's
+    text (natserver/jetstream/replication/placement.py)."""
+    return ApiError(400, 10005, err)
+
+
 def stream_create(err: str) -> ApiError:
     return ApiError(500, 10049, err)
 

@@ -1,0 +1,368 @@
+"""The meta leader's side of the JetStream API, sans-IO: a create, update or delete of a stream
+or consumer turned into the meta entry nats-server 2.15.1's meta leader proposes
+(jetstream_cluster.go jsClusteredStreamRequest, jsClusteredStreamUpdateRequest,
+jsClusteredStreamDeleteRequest, jsClusteredConsumerRequest, jsClusteredConsumerDeleteRequest),
+or the ApiError it answers at once.
+
+The API layer decodes the request (its JSON, the refusals of unsupported.py, the subject's
+name against the body's) and hands over a StreamConfig or ConsumerConfig; here it is validated
+as a standalone server validates it (stream.check_stream_config, check_update;
+consumer.set_defaults, check_config), checked against the table (idempotent creates, names in
+use, overlapping subjects) and the account's limits (natserver's limits dict: max_streams,
+max_consumers, max_memory, max_storage, one tier), placed (placement.py) and encoded. A proposal stays in flight until
+its entry is applied (``applied``, counting each stream's or consumer's pending proposals),
+so that requests in between see it, as 2.15.1's inflight tables make them.
+
+Who answers the client once the entry is applied is 2.15.1's: a stream's or consumer's
+create and update are answered by the new group's leader with the stream's or consumer's info
+(the member's, not this layer's); a delete by the member that led the group, with
+``delete_response``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...raft.wire import Entry, EntryType
+from .. import errors, gotime
+from ..consumer import ConsumerConfig, check_config, check_update, set_defaults
+from ..stream import StreamConfig, check_stream_config
+from ..stream import check_update as check_stream_update
+from ..util import subjects_collide
+from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
+from .entries import (
+    ConsumerAssignment,
+    EntryError,
+    MetaOp,
+    RaftGroup,
+    StreamAssignment,
+    decode_entry,
+    encode_entry,
+)
+from .placement import (
+    PeerInfo,
+    PlacementError,
+    consumer_replicas,
+    create_group_for_consumer,
+    create_group_for_stream,
+    set_preferred,
+)
+from .state import Event, MetaState, StreamEvent
+
+__all__ = ["MetaLeader", "Proposal", "delete_response"]
+
+# jetstream_cluster.go syncSubjForStream: "$JSC.SYNC." and 8 base-62 digits.
+SYNC_PREFIX = "$JSC.SYNC."
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_SUFFIX_LEN = 8
+# consumer.go createConsumerName: an ephemeral's name, 8 base-62 digits (of a NUID's hash).
+EPHEMERAL_NAME_LEN = 8
+# ClientInfo.forProposal: what a proposal leaves out of the client's info.
+_NOT_PROPOSED = ("jwt", "issuer_key")
+_API_TYPE = "io.nats.jetstream.api.v1."
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """The meta entry to propose (``data``) and the assignment it carries."""
+
+    op: MetaOp
+    assignment: StreamAssignment | ConsumerAssignment
+    data: bytes
+
+
+def _for_proposal(client: dict | None) -> dict | None:
+    if client is None:
+        return None
+    return {k: v for k, v in client.items() if k not in _NOT_PROPOSED}
+
+
+def delete_response(event: Event) -> tuple[str, bytes] | None:
+    """A removal's answer (the reply subject and JSON) for the member that answers it, as
+    processClusterDeleteStream / processClusterDeleteConsumer send it; None when the entry
+    carried no reply (a removal not asked for by a client)."""
+    if event.kind != "removed" or not event.assignment.reply:
+        return None
+    kind = "stream_delete_response" if isinstance(event, StreamEvent) else "consumer_delete_response"
+    return event.assignment.reply, b'{"type":"' + (_API_TYPE + kind).encode() + b'","success":true}'
+
+
+def _reservation(tier: str, replicas: int, max_bytes: int) -> int:
+    """jetstream.go accountReservation: un-tiered limits count every replica's bytes."""
+    if max_bytes <= 0:
+        return 0
+    return replicas * max_bytes if not tier and replicas > 1 else max_bytes
+
+
+class MetaLeader:
+    """One meta leader's proposals: ``state`` the applied table, ``peers`` what it knows of the
+    meta group's servers (set by the caller as their statsz come), ``cluster`` its own cluster
+    (a client's when the client info names none), ``now_ns`` the clock."""
+
+    def __init__(self, state: MetaState, cluster: str, rng: random.Random, now_ns: Callable[[], int], *,
+                 unique_tag: str = "", max_ha_assets: int = 0) -> None:
+        self.state = state
+        self.cluster = cluster
+        self.rng = rng
+        self.now_ns = now_ns
+        self.unique_tag = unique_tag
+        self.max_ha_assets = max_ha_assets
+        self.peers: list[PeerInfo] = []
+        # What is proposed and not yet applied, by account and name (None: a removal), with
+        # how many of its proposals are pending (2.15.1's inflightStreamInfo.ops).
+        self.inflight_streams: dict[tuple[str, str], StreamAssignment | None] = {}
+        self.inflight_consumers: dict[tuple[str, str, str], ConsumerAssignment | None] = {}
+        self._pending: dict[tuple[str, ...], int] = {}
+
+    # -- the table with what is in flight ------------------------------------------------------
+
+    def stream(self, account: str, name: str) -> StreamAssignment | None:
+        """streamAssignmentOrInflight."""
+        key = (account, name)
+        if key in self.inflight_streams:
+            return self.inflight_streams[key]
+        return self.state.stream(account, name)
+
+    def consumer(self, account: str, stream: str, name: str) -> ConsumerAssignment | None:
+        key = (account, stream, name)
+        if key in self.inflight_consumers:
+            return self.inflight_consumers[key]
+        return self.state.consumer(account, stream, name)
+
+    def _streams_of(self, account: str) -> list[StreamAssignment]:
+        seen = dict(self.state.streams.get(account, {}))
+        for (acc, name), sa in self.inflight_streams.items():
+            if acc == account:
+                if sa is None:
+                    seen.pop(name, None)
+                else:
+                    seen[name] = sa
+        return list(seen.values())
+
+    def applied(self, entry: Entry) -> None:
+        """A committed meta entry was applied (any server's proposal): one pending proposal of
+        its stream or consumer less (removeInflightStreamProposal); the last one gone, the
+        table answers again."""
+        if entry.type != EntryType.NORMAL:
+            return
+        try:
+            _, assignment = decode_entry(entry.data)
+        except EntryError:
+            return
+        key: tuple[str, ...]
+        if isinstance(assignment, StreamAssignment):
+            key = (assignment.account, assignment.name)
+        else:
+            key = (assignment.account, assignment.stream, assignment.name)
+        pending = self._pending.get(key, 0) - 1
+        if pending > 0:
+            self._pending[key] = pending
+            return
+        self._pending.pop(key, None)
+        if len(key) == 2:
+            self.inflight_streams.pop((key[0], key[1]), None)
+        else:
+            self.inflight_consumers.pop((key[0], key[1], key[2]), None)
+
+    @property
+    def pending(self) -> int:
+        """Proposals made and not yet applied."""
+        return sum(self._pending.values())
+
+    def leader_changed(self) -> None:
+        """Leadership lost or won: nothing is in flight any more (processLeaderChange)."""
+        self.inflight_streams.clear()
+        self.inflight_consumers.clear()
+        self._pending.clear()
+
+    def _propose(self, op: MetaOp, assignment: StreamAssignment | ConsumerAssignment) -> Proposal:
+        key: tuple[str, ...]
+        if isinstance(assignment, StreamAssignment):
+            key = (assignment.account, assignment.name)
+            self.inflight_streams[(assignment.account, assignment.name)] = (
+                None if op == MetaOp.REMOVE_STREAM else assignment)
+        else:
+            key = (assignment.account, assignment.stream, assignment.name)
+            self.inflight_consumers[(assignment.account, assignment.stream, assignment.name)] = (
+                None if op == MetaOp.REMOVE_CONSUMER else assignment)
+        self._pending[key] = self._pending.get(key, 0) + 1
+        return Proposal(op, assignment, encode_entry(op, assignment))
+
+    def _suffix(self) -> str:
+        return "".join(self.rng.choice(_DIGITS) for _ in range(_SUFFIX_LEN))
+
+    def _created(self) -> str:
+        return gotime.format(self.now_ns())
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def stream_create(self, client: dict, account: str, subject: str, reply: str, config: StreamConfig,
+                      limits: dict | None = None) -> Proposal:
+        """jsClusteredStreamRequest: ApiError, or the assignStreamOp proposal."""
+        set_static_stream_metadata(config)
+        cfg = check_stream_config(config, {}, limits)
+        old = self.stream(account, cfg.name)
+        if old is not None:
+            if StreamConfig.from_json(old.config) != cfg:
+                raise errors.stream_name_exist()
+        if cfg.sealed:
+            raise errors.stream_invalid_config("stream configuration for create can not be sealed")
+        self._check_overlap(account, cfg, old)
+        self._check_account_limits(account, cfg, limits)
+        if old is not None:  # an equal create: the same group, sync subject and creation time
+            group, sync, created = old.group, old.sync, old.created
+        else:
+            placed = create_group_for_stream(cfg.to_json(), client.get("cluster") or self.cluster,
+                                             list(client.get("alts") or ()), self.peers,
+                                             self.state.all_streams(), self.rng, unique_tag=self.unique_tag,
+                                             max_ha_assets=self.max_ha_assets)
+            if isinstance(placed, PlacementError):
+                raise placed.api_error()
+            group, sync, created = placed, SYNC_PREFIX + self._suffix(), self._created()
+        sa = StreamAssignment(_for_proposal(client), created, cfg.to_json(), group, sync, subject, reply)
+        return self._propose(MetaOp.ASSIGN_STREAM, sa)
+
+    def _check_account_limits(self, account: str, cfg: StreamConfig, limits: dict | None) -> None:
+        """jsClusteredStreamLimitsCheck: the account's streams (and what is in flight) of the
+        limits' tier counted against max_streams, their reserved bytes of the stream's storage
+        (un-tiered: max_bytes times the replicas) with this one's against max_memory or
+        max_storage, its max_consumers against the account's."""
+        if not limits:
+            return
+        tier = limits.get("tier") or ""
+        replicas = max(cfg.num_replicas, 1)
+        if tier and tier != f"R{replicas}":
+            raise errors.no_limits()
+        count = reserved = 0
+        for sa in self._streams_of(account):
+            theirs = max(int(sa.config.get("num_replicas") or 0), 1)
+            if sa.name == cfg.name or (tier and theirs != replicas):
+                continue
+            count += 1
+            max_bytes = int(sa.config.get("max_bytes") or 0)
+            if max_bytes > 0 and (sa.config.get("storage") or "file") == cfg.storage:
+                reserved += _reservation(tier, theirs, max_bytes)
+        max_streams = limits.get("max_streams", -1)
+        if max_streams > 0 and count >= max_streams:
+            raise errors.max_streams_reached()
+        max_consumers = limits.get("max_consumers", -1)
+        if cfg.max_consumers > 0 and max_consumers > 0 and cfg.max_consumers > max_consumers:
+            raise errors.max_consumers_reached()
+        wanted = _reservation(tier, replicas, cfg.max_bytes if cfg.max_bytes >= 0 else 1)
+        if cfg.storage == "memory":
+            limit, error = limits.get("max_memory", -1), errors.memory_resources_exceeded
+        else:
+            limit, error = limits.get("max_storage", -1), errors.storage_resources_exceeded
+        if limit >= 0 and (reserved > limit or wanted > limit - reserved):
+            raise error()
+
+    def _check_overlap(self, account: str, cfg: StreamConfig, self_sa: StreamAssignment | None) -> None:
+        """jetStream.subjectsOverlap: the account's other streams."""
+        for sa in self._streams_of(account):
+            if self_sa is not None and sa.name == self_sa.name:
+                continue
+            for theirs in sa.config.get("subjects") or ():
+                if any(subjects_collide(mine, theirs) for mine in cfg.subjects or ()):
+                    raise errors.stream_subject_overlap()
+
+    def stream_update(self, client: dict, account: str, subject: str, reply: str, config: StreamConfig,
+                      limits: dict | None = None) -> Proposal:
+        """jsClusteredStreamUpdateRequest for an update of the configuration alone (the same
+        replicas and placement): the group kept, its preferred leader cleared. A change of
+        replicas or placement (a scale or a move, 2.15.1's desired-state reconfiguration) is
+        refused here: not built."""
+        old = self.stream(account, config.name)
+        if old is None:
+            raise errors.stream_not_found()
+        set_static_stream_metadata(config)
+        old_cfg = StreamConfig.from_json(old.config)
+        if ((config.num_replicas or 1) != old_cfg.num_replicas
+                or (config.placement or None) != (old_cfg.placement or None)):
+            raise errors.stream_update("natserver does not support changing a clustered stream's "
+                                       "replicas or placement yet")
+        cfg = check_stream_update(old_cfg, config, {}, limits)
+        self._check_overlap(account, cfg, old)
+        group = None
+        if old.group is not None:
+            group = RaftGroup(old.group.name, list(old.group.peers or ()), old.group.storage, old.group.cluster,
+                              "", {k: v for k, v in old.group.extra.items() if k != "scale_up"})
+        sa = StreamAssignment(_for_proposal(client), old.created, cfg.to_json(), group,
+                              old.sync or SYNC_PREFIX + self._suffix(), subject, reply)
+        return self._propose(MetaOp.UPDATE_STREAM, sa)
+
+    def stream_delete(self, client: dict, account: str, subject: str, reply: str, name: str) -> Proposal:
+        """jsClusteredStreamDeleteRequest: the stream's config, group and creation time with this
+        request's client, subject and reply (and no sync subject, as 2.15.1 writes it)."""
+        old = self.stream(account, name)
+        if old is None:
+            raise errors.stream_not_found()
+        sa = StreamAssignment(_for_proposal(client), old.created, old.config, old.group, "", subject, reply)
+        return self._propose(MetaOp.REMOVE_STREAM, sa)
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    def consumer_create(self, client: dict, account: str, subject: str, reply: str, stream: str,
+                        config: ConsumerConfig, name: str = "", action: str = "",
+                        max_ack_pending_limit: int = -1) -> Proposal:
+        """jsClusteredConsumerRequest: a new consumer placed on its stream's peers, or an
+        existing one updated."""
+        sa = self.stream(account, stream)
+        if sa is None:
+            raise errors.stream_not_found()
+        scfg = StreamConfig.from_json(sa.config)
+        set_static_consumer_metadata(config)
+        set_defaults(config, max_ack_pending_limit, scfg.consumer_limits)
+        check_config(config, scfg.subjects or [], scfg.retention, max_ack_pending_limit, scfg.consumer_limits)
+        oname = name or config.durable_name or config.name
+        existing = self.consumer(account, stream, oname) if oname else None
+        if existing is not None:
+            return self._consumer_update(client, subject, reply, sa, existing, config, action)
+        if action == "update":
+            raise errors.consumer_does_not_exist()
+        placed = create_group_for_consumer(config.to_json(), sa, self.peers, self.rng)
+        if isinstance(placed, PlacementError):
+            raise errors.insufficient_resources()
+        set_preferred(placed, self.peers, self.rng)
+        placed.cluster = sa.group.cluster if sa.group else ""
+        if not oname:
+            while not oname or self.consumer(account, stream, oname) is not None:
+                oname = "".join(self.rng.choice(_DIGITS) for _ in range(EPHEMERAL_NAME_LEN))
+        ca = ConsumerAssignment(_for_proposal(client), self._created(), oname, stream, config.to_json(), placed,
+                                subject, reply)
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def _consumer_update(self, client: dict, subject: str, reply: str, sa: StreamAssignment,
+                         existing: ConsumerAssignment, config: ConsumerConfig, action: str) -> Proposal:
+        """An existing consumer (jsClusteredConsumerRequest's else branch): its group (scale_up
+        reset) and creation time kept, its pause_until kept, the new config, client, subject
+        and reply. A change of its replica count (2.15's scale through desired state) is
+        refused here: not built."""
+        old = ConsumerConfig.from_json(existing.config)
+        config.pause_until = old.pause_until
+        if action == "create" and old != config:
+            raise errors.consumer_already_exists()
+        check_update(old, config)
+        if consumer_replicas(config.to_json(), sa.config) != consumer_replicas(existing.config, sa.config):
+            raise errors.consumer_create("natserver does not support changing a clustered consumer's replicas yet")
+        group = None
+        if existing.group is not None:
+            group = RaftGroup(existing.group.name, list(existing.group.peers or ()), existing.group.storage,
+                              existing.group.cluster, existing.group.preferred,
+                              {k: v for k, v in existing.group.extra.items() if k != "scale_up"})
+        ca = ConsumerAssignment(_for_proposal(client), existing.created, existing.name, existing.stream,
+                                config.to_json(), group, subject, reply)
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def consumer_delete(self, client: dict, account: str, subject: str, reply: str, stream: str,
+                        name: str) -> Proposal:
+        """jsClusteredConsumerDeleteRequest."""
+        if self.stream(account, stream) is None:
+            raise errors.stream_not_found()
+        old = self.consumer(account, stream, name)
+        if old is None:
+            raise errors.consumer_not_found()
+        ca = ConsumerAssignment(_for_proposal(client), old.created, old.name, stream, old.config, old.group,
+                                subject, reply)
+        return self._propose(MetaOp.REMOVE_CONSUMER, ca)
