@@ -2,8 +2,9 @@
 floor found by looking up from the last one (consumer.py, FLOOR_SCAN), next_seq's answer
 when the start sequence matches (store.py), and the file store's read-ahead block
 (FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
-decoding a request (api.Api.handle, direct.DirectGets.last), and a subject's first and last
-sequence when a replaced message leaves one (Store._remove)."""
+decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
+sequence when a replaced message leaves one (Store._remove), and a publish without headers
+stored without the header checks (Stream.process_msg)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
 from natserver.jetstream.api import Api
 from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
+from natserver.jetstream.errors import ApiError
 from natserver.jetstream.store import READ_AHEAD, FileStore, MemoryStore
-from natserver.jetstream.stream import StreamConfig, check_stream_config
+from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
 
 
 def _cfg() -> StreamConfig:
@@ -240,3 +242,69 @@ def test_first_and_last_per_subject_after_replacements(kind, tmp_path):
                     {s: (ss[0], ss[1], ss[2]) for s, ss in store.fss.items()}
         finally:
             store.stop()
+
+
+# -- a publish without headers (Stream.process_msg's first branch) ---------------------------------
+
+
+class _StreamEngine:
+    """What a stream asks of the engine while it stores publishes: the answers it sends."""
+
+    def __init__(self, full: list) -> None:
+        self.answers: list = []
+        self.full = full  # over_limit's answers, one a publish in turn
+        self.turn = 0
+        self.server = None
+        self.domain = ""
+
+    def respond(self, reply: bytes, payload: bytes, stream) -> None:
+        self.answers.append((reply, payload))
+
+    def schedule_expiry(self, deadline_ns: int) -> None:
+        self.answers.append("expiry")
+
+    def over_limit(self, kind: str) -> bool:
+        return self.full[self.turn % len(self.full)]
+
+
+class _Identity:
+    """An input transform that changes nothing: process_msg takes its general path."""
+
+    def apply_bytes(self, subject: bytes) -> bytes:
+        return subject
+
+
+@settings(max_examples=150, deadline=None)
+@given(config=st.fixed_dictionaries({
+           "max_msg_size": st.sampled_from([-1, 8]), "max_msgs_per_subject": st.sampled_from([-1, 1, 2]),
+           "discard": st.sampled_from(["old", "new"]), "max_msgs": st.sampled_from([-1, 5]),
+           "no_ack": st.booleans(), "retention": st.sampled_from(["limits", "interest"]),
+           "max_age": st.sampled_from([0, 10**12]), "sealed": st.booleans(), "allow_msg_counter": st.booleans()}),
+       full=st.lists(st.booleans(), min_size=1, max_size=3),
+       publishes=st.lists(st.tuples(st.sampled_from([b"s.a", b"s.b", b"s.c.d"]), st.binary(max_size=12),
+                                    st.sampled_from([b"_R.1", None, b""]), st.sampled_from([None, b""])),
+                          min_size=1, max_size=25))
+def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full, publishes):
+    """Whatever the stream's limits and settings (sealed, counters, no_ack, interest
+    retention, an account over its limits now and then): a message without headers is
+    stored and answered by the short way as by the general one."""
+    sealed = config.pop("sealed")
+    try:
+        cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], **config), {})
+    except ApiError:
+        assume(False)  # (settings nats-server refuses together)
+    if sealed:  # (as an update seals it)
+        cfg = cfg.copy(sealed=True)
+    results = []
+    for general in (False, True):
+        engine = _StreamEngine(full)
+        stream = Stream(engine, cfg, MemoryStore(cfg), 1)
+        if general:
+            stream.input_transform = _Identity()
+        for turn, (subject, msg, reply, hdr) in enumerate(publishes):
+            engine.turn = turn
+            stream.process_msg(subject, reply, hdr, msg)
+        store = stream.store
+        stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
+        results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
+    assert results[0] == results[1]
