@@ -124,9 +124,9 @@ class Api:
         if subject.startswith(_DIRECT_GET) and not payload and not hdr and reply:
             # A key's last value (a KV get): straight to the store when the stream answers
             # direct gets itself and the subject is plain ASCII; anything else, below.
-            name, _, key = subject[len(_DIRECT_GET):].partition(b".")
+            stream_name, _, key = subject[len(_DIRECT_GET):].partition(b".")
             if key and key.isascii():
-                stream = self.js.streams.get(name.decode("utf-8", "replace"))
+                stream = self.js.streams.get(stream_name.decode("utf-8", "replace"))
                 if stream is not None and stream.cfg.allow_direct:
                     self._request = (subject, payload)
                     try:
