@@ -5,6 +5,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions --n 50000 --only traffic
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
+    python -m benchmarks.instructions --only kvput,kvget    # KV puts and direct gets (issue 33)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -125,15 +126,29 @@ async def main():
             options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir)
             server = await nursery.start(natserver.serve, options)
             conn = await trio.open_tcp_stream("127.0.0.1", server.port)
-            config = b'{"name":"B","subjects":["b.>"],"storage":"file"%s}' % (
-                b',"allow_msg_counter":true' if KIND == "counter" else b"")
+            if KIND in ("kvput", "kvget"):  # as bench_jetstream's KV bucket (nats-py's create_key_value)
+                config = (b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,'
+                          b'"discard":"new","allow_rollup_hdrs":true,"deny_delete":true,"allow_direct":true}')
+            else:
+                config = b'{"name":"B","subjects":["b.>"],"storage":"file"%s}' % (
+                    b',"allow_msg_counter":true' if KIND == "counter" else b"")
             await conn.send_all(b'CONNECT {"verbose":false,"headers":true,"no_responders":true}\r\nSUB _R.> 1\r\n'
-                                b"PUB $JS.API.STREAM.CREATE.B _R.c %d\r\n%s\r\n" % (len(config), config))
+                                b"PUB $JS.API.STREAM.CREATE.%s _R.c %d\r\n%s\r\n" % (
+                                    b"KV_B" if KIND.startswith("kv") else b"B", len(config), config))
             got = b""
             while b"io.nats.jetstream.api.v1.stream_create_response" not in got:
                 got += await conn.receive_some(65536)
             hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
-            if KIND == "counter":
+            if KIND == "kvget":  # 100 keys stored, then their last values read back
+                await conn.send_all(b"".join(b"PUB $KV.B.k%d _R.p 16\r\n%016d\r\n" % (i, i) for i in range(100)))
+                got = b""
+                while got.count(b'"seq":') < 100:
+                    got += await conn.receive_some(65536)
+                window = b"".join(b"PUB $JS.API.DIRECT.GET.KV_B.$KV.B.k%d _R.g 0\r\n\r\n" % (i % 100)
+                                  for i in range(WINDOW))
+            elif KIND == "kvput":
+                window = b"".join(b"PUB $KV.B.k%d _R.a 16\r\n%016d\r\n" % (i % 100, i) for i in range(WINDOW))
+            elif KIND == "counter":
                 window = b"".join(b"HPUB b.%d _R.a %d %d\r\n%s\r\n" % (i % 100, len(hdr), len(hdr), hdr)
                                   for i in range(WINDOW))
             else:
@@ -145,13 +160,13 @@ async def main():
                 while acks < WINDOW:
                     data = tail + await conn.receive_some(1 << 20)
                     cut = data.rfind(b"\r\n")
-                    acks += data.count(b'"seq":', 0, cut)
+                    acks += data.count(b"HMSG " if KIND == "kvget" else b'"seq":', 0, cut)
                     tail = data[cut:]
             nursery.cancel_scope.cancel()
 
 trio.run(main)
 """
-_JS_KINDS = ("counter", "jspub")
+_JS_KINDS = ("counter", "jspub", "kvput", "kvget")
 
 
 REQREP_SCALE = 20  # request/reply workloads run --n / 20 round trips
@@ -178,7 +193,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -194,7 +209,9 @@ def main(argv=None) -> int:
              ("inbox", "request/reply, nats.go-style reply subjects (_INBOX.<id>.<n>, one wildcard sub)"),
              ("reqrep", "request/reply, one fixed reply subject"),
              ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
-             ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"))
+             ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"),
+             ("kvput", "KV puts of 16 B, acked, 512 in flight, 100 keys"),
+             ("kvget", "KV gets (DIRECT.GET of a key's last value), 512 in flight, 100 keys"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue

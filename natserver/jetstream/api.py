@@ -56,6 +56,7 @@ _MSG_DELETE_REQUEST = {"seq": _uint, "no_erase": decode_bool}
 _MSG_GET_REQUEST = {"seq": _uint, "last_by_subj": decode_str, "next_by_subj": decode_str}
 
 
+_DIRECT_GET = b"$JS.API.DIRECT.GET."  # the direct gets' prefix (handle's fast path)
 REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 
 
@@ -120,6 +121,19 @@ class Api:
         """Answer one request; False when nats-server would have had no subscriber for it (a
         direct get no stream answers), so that the requester gets the 503 no-responders
         status, as from nats-server, instead of waiting out its timeout."""
+        if subject.startswith(_DIRECT_GET) and not payload and not hdr and reply:
+            # A key's last value (a KV get): straight to the store when the stream answers
+            # direct gets itself and the subject is plain ASCII; anything else, below.
+            stream_name, _, key = subject[len(_DIRECT_GET):].partition(b".")
+            if key and key.isascii():
+                stream = self.js.streams.get(stream_name.decode("utf-8", "replace"))
+                if stream is not None and stream.cfg.allow_direct:
+                    self._request = (subject, payload)
+                    try:
+                        self.direct.last(stream, key, reply)
+                    except Exception:  # (as below)
+                        log.exception("JetStream API request on %r failed", subject)
+                    return True
         tokens = subject.split(b".")
         n = len(tokens)
         if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":

@@ -425,10 +425,19 @@ class DirectGets:
             sm = store.load_next_msg(next_for.encode(), seq)
         else:
             sm = store.load_last_msg(req["last_by_subj"].encode())
+        self._answer(stream, sm, reply, req.get("no_hdr", False))
+
+    def last(self, stream, subject: bytes, reply: bytes) -> None:
+        """``$JS.API.DIRECT.GET.<stream>.<subject>`` with no body, from a ``reply``, for a
+        ``subject`` of ASCII: what :meth:`request` answers it with (a KV get, nats-py's
+        ``kv.get`` and nats.go's), without decoding a request (api.Api.handle's fast path)."""
+        self._answer(stream, stream.store.load_last_msg(subject), reply, False)
+
+    def _answer(self, stream, sm, reply, no_hdr: bool) -> None:
         if sm is None:
             self.js.send(reply, b"", HDR_NOT_FOUND)
             return
-        hdr = None if req.get("no_hdr") else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
+        hdr = None if no_hdr else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
         self.js.send(reply, sm.data, hdr)
 
     def _multi(self, stream, req: dict, reply) -> None:

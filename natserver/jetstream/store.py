@@ -342,7 +342,12 @@ class Store:
             del self.fss[subj]
         else:
             ss[0] -= 1
-            if seq == ss[1]:
+            if ss[0] == 1:  # one left: the other end (a KV key's history of 1 replaced)
+                if seq == ss[1]:
+                    ss[1] = ss[2]
+                elif seq == ss[2]:
+                    ss[2] = ss[1]
+            elif seq == ss[1]:
                 ss[1] = self._next_of(subj, seq + 1, ss[2])
             elif seq == ss[2]:
                 ss[2] = self._prev_of(subj, seq - 1, ss[1])

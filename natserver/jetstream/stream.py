@@ -983,12 +983,18 @@ class Stream:
                     scheduled: bool = False) -> None:
         """A message on one of the stream's subjects (called synchronously by the server);
         ``scheduled``: one a schedule fired (schedule.py), its headers the server's own."""
+        cfg = self.cfg
+        if not hdr and self.input_transform is None and not cfg.sealed and not cfg.allow_msg_counter:
+            # A message without headers on a plain stream: of the checks below only the size
+            # and the account's limits apply (a refusal: the general path answers it).
+            if not 0 <= cfg.max_msg_size < len(msg) and not self.engine.over_limit(self.store.kind):
+                self.store_checked(subject, reply, b"", msg, clock.now_ns(), None, b"", b"", None)
+                return
         if hdr and not scheduled and batch.BATCH_ID in hdr:
             batch_id = get_header(batch.BATCH_ID, hdr)
             if batch_id:  # an atomic batch's message (batch.py): staged, or the commit
                 self.batches.process(batch_id, subject, reply, hdr, msg)
                 return
-        cfg = self.cfg
         if cfg.allow_msg_counter and hdr and not scheduled and self.input_transform is None \
                 and self._trace is None and not cfg.sealed:
             # The usual increment (counter.simple_increment: a header of Nats-Incr alone, no

@@ -1,18 +1,29 @@
 """The shortcuts of JetStream's hot paths (issue 33) answer as the long ways they skip: the ack
 floor found by looking up from the last one (consumer.py, FLOOR_SCAN), next_seq's answer
 when the start sequence matches (store.py), and the file store's read-ahead block
-(FileStore._read_ahead) after erases, removals and new segments."""
+(FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
+decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
+sequence when a replaced message leaves one (Store._remove), and a publish without headers
+stored without the header checks (Stream.process_msg)."""
 
 from __future__ import annotations
 
 import random
+import tempfile
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
+from natserver.jetstream.api import Api
 from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
+from natserver.jetstream.errors import ApiError
 from natserver.jetstream.store import READ_AHEAD, FileStore, MemoryStore
-from natserver.jetstream.stream import StreamConfig, check_stream_config
+from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
 
 
 def _cfg() -> StreamConfig:
@@ -119,3 +130,183 @@ def test_read_ahead_never_serves_what_changed(tmp_path):
         assert [store.load_msg(i).data for i in range(1190, 1301)] == [bodies[i] for i in range(1190, 1301)]
     finally:
         store.stop()
+
+
+# -- a KV get without a decoded request (api.Api.handle's fast path) -----------------------------
+
+
+class _Engine:
+    """What the API asks of the engine for direct gets: its streams, and a record of what it
+    sends."""
+
+    def __init__(self, streams: dict) -> None:
+        self.streams = streams
+        self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20))
+        self.sent: list = []
+
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None:
+        self.sent.append((subject, payload, headers, reply))
+
+
+def _kv_stream(name: str, store_dir: str | None, **cfg):
+    config = check_stream_config(StreamConfig(name=name, subjects=[f"$KV.{name}.>"], **cfg), {})
+    store = MemoryStore(config) if store_dir is None else FileStore(store_dir, config, segment_size=4096)
+    return SimpleNamespace(name=name, cfg=config, store=store)
+
+
+_KEYS = st.sampled_from([b"k1", b"k2", b"k.3", b"a.b.c", b"*", b">", b"k*", b"\xc3\xa9"])
+_STREAMS = st.sampled_from([b"B", b"N", b"M", b"X", b""])  # N: no allow_direct; M: B's direct mirror; X: none
+
+
+@settings(max_examples=100, deadline=None)
+@given(file=st.booleans(),
+       puts=st.lists(st.tuples(_KEYS.filter(lambda k: b"*" not in k and b">" not in k), st.binary(max_size=40),
+                               st.sampled_from([b"", b"NATS/1.0\r\nA: b\r\n\r\n"])), max_size=30),
+       removals=st.lists(st.integers(1, 30), max_size=5),
+       gets=st.lists(st.tuples(_STREAMS, _KEYS, st.sampled_from([b"", b".", b".x"]),
+                               st.sampled_from([b"_R.1", b""]), st.sampled_from([None, b"NATS/1.0\r\n\r\n"])),
+                     min_size=1, max_size=12))
+def test_a_kv_get_answers_as_the_decoded_request(file, puts, removals, gets):
+    """``$JS.API.DIRECT.GET.<stream>.<subject>`` without a body: what the fast path sends is
+    what the general path (request decoded, DirectGets.request) sends, for any stream
+    contents (histories of several, removals, headers), streams that answer direct gets or
+    not (a mirror with mirror_direct), subjects with wildcards, without a reply, with headers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        streams = {
+            "B": _kv_stream("B", tmp if file else None, allow_direct=True, max_msgs_per_subject=2),
+            "N": _kv_stream("N", None),
+        }
+        mirror = check_stream_config(StreamConfig(name="M", mirror={"name": "B"}, mirror_direct=True), {})
+        streams["M"] = SimpleNamespace(name="M", cfg=mirror, store=MemoryStore(mirror))
+        try:
+            for key, data, hdr in puts:
+                for stream in (streams["B"], streams["N"], streams["M"]):
+                    stream.store.store_msg(b"$KV.%s.%s" % (stream.name.encode(), key), hdr, data, 7)
+            store = streams["B"].store
+            for seq in removals:
+                if store.first_seq <= seq <= store.last_seq:  # (the file store refuses others)
+                    store.remove_msg(seq)
+            answers = []
+            for fast in (True, False):
+                engine = _Engine(streams)
+                api = Api(engine)
+                with mock.patch.object(api_mod, "_DIRECT_GET", api_mod._DIRECT_GET if fast else b"-none-"):
+                    for name, key, tail, reply, hdr in gets:
+                        subject = b"$JS.API.DIRECT.GET.%s.$KV.%s.%s%s" % (name, name, key, tail)
+                        handled = api.handle(subject, reply, hdr, b"")
+                        engine.sent.append(handled)
+                answers.append(engine.sent)
+            assert answers[0] == answers[1]
+        finally:
+            for stream in streams.values():
+                stream.store.stop()
+
+
+def test_a_kv_get_takes_the_fast_path():
+    """The usual KV get (a plain key, a reply, no body) is answered without a decoded
+    request: DirectGets.request is not called; the answer is the key's last value."""
+    stream = _kv_stream("B", None, allow_direct=True, max_msgs_per_subject=1)
+    stream.store.store_msg(b"$KV.B.k1", b"", b"one", 7)
+    stream.store.store_msg(b"$KV.B.k1", b"", b"two", 8)
+    engine = _Engine({"B": stream})
+    api = Api(engine)
+    with mock.patch.object(api.direct, "request", side_effect=AssertionError("the general path")):
+        assert api.handle(b"$JS.API.DIRECT.GET.B.$KV.B.k1", b"_R.1", None, b"")
+        assert api.handle(b"$JS.API.DIRECT.GET.B.$KV.B.k9", b"_R.2", None, b"")
+    (subject, data, hdr, _), (subject2, data2, hdr2, _) = engine.sent
+    assert (subject, data, subject2, data2, hdr2) == (b"_R.1", b"two", b"_R.2", b"", b"NATS/1.0 404 Message Not Found\r\n\r\n")
+    assert hdr.startswith(b"NATS/1.0\r\nNats-Stream: B\r\nNats-Subject: $KV.B.k1\r\nNats-Sequence: 2\r\n")
+
+
+# -- a replaced message leaves one (Store._remove's shortcut) --------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_first_and_last_per_subject_after_replacements(kind, tmp_path):
+    """Histories of 1 and 2 per subject, removals from the middle, front and back: each
+    subject's count, first and last sequence (fss) are what the live messages say."""
+    rng = random.Random(11)
+    for per_subject in (1, 2, 3):
+        cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], max_msgs_per_subject=per_subject), {})
+        path = tmp_path / str(per_subject)
+        store = MemoryStore(cfg) if kind == "memory" else FileStore(str(path), cfg, segment_size=4096)
+        try:
+            for i in range(600):
+                store.store_msg(b"s.%d" % rng.randrange(6), b"", b"v", i)
+                if rng.random() < 0.1:
+                    store.remove_msg(rng.randrange(store.first_seq, store.last_seq + 1))
+                live: dict = {}
+                for seq in range(store.first_seq, store.last_seq + 1):
+                    msg = store.load_msg(seq)
+                    if msg is not None:
+                        live.setdefault(msg.subject, []).append(seq)
+                assert {s: (len(q), q[0], q[-1]) for s, q in live.items()} == \
+                    {s: (ss[0], ss[1], ss[2]) for s, ss in store.fss.items()}
+        finally:
+            store.stop()
+
+
+# -- a publish without headers (Stream.process_msg's first branch) ---------------------------------
+
+
+class _StreamEngine:
+    """What a stream asks of the engine while it stores publishes: the answers it sends."""
+
+    def __init__(self, full: list) -> None:
+        self.answers: list = []
+        self.full = full  # over_limit's answers, one a publish in turn
+        self.turn = 0
+        self.server = None
+        self.domain = ""
+
+    def respond(self, reply: bytes, payload: bytes, stream) -> None:
+        self.answers.append((reply, payload))
+
+    def schedule_expiry(self, deadline_ns: int) -> None:
+        self.answers.append("expiry")
+
+    def over_limit(self, kind: str) -> bool:
+        return self.full[self.turn % len(self.full)]
+
+
+class _Identity:
+    """An input transform that changes nothing: process_msg takes its general path."""
+
+    def apply_bytes(self, subject: bytes) -> bytes:
+        return subject
+
+
+@settings(max_examples=150, deadline=None)
+@given(config=st.fixed_dictionaries({
+           "max_msg_size": st.sampled_from([-1, 8]), "max_msgs_per_subject": st.sampled_from([-1, 1, 2]),
+           "discard": st.sampled_from(["old", "new"]), "max_msgs": st.sampled_from([-1, 5]),
+           "no_ack": st.booleans(), "retention": st.sampled_from(["limits", "interest"]),
+           "max_age": st.sampled_from([0, 10**12]), "sealed": st.booleans(), "allow_msg_counter": st.booleans()}),
+       full=st.lists(st.booleans(), min_size=1, max_size=3),
+       publishes=st.lists(st.tuples(st.sampled_from([b"s.a", b"s.b", b"s.c.d"]), st.binary(max_size=12),
+                                    st.sampled_from([b"_R.1", None, b""]), st.sampled_from([None, b""])),
+                          min_size=1, max_size=25))
+def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full, publishes):
+    """Whatever the stream's limits and settings (sealed, counters, no_ack, interest
+    retention, an account over its limits now and then): a message without headers is
+    stored and answered by the short way as by the general one."""
+    sealed = config.pop("sealed")
+    try:
+        cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], **config), {})
+    except ApiError:
+        assume(False)  # (settings nats-server refuses together)
+    if sealed:  # (as an update seals it)
+        cfg = cfg.copy(sealed=True)
+    results = []
+    for general in (False, True):
+        engine = _StreamEngine(full)
+        stream = Stream(engine, cfg, MemoryStore(cfg), 1)
+        if general:
+            stream.input_transform = _Identity()
+        for turn, (subject, msg, reply, hdr) in enumerate(publishes):
+            engine.turn = turn
+            stream.process_msg(subject, reply, hdr, msg)
+        store = stream.store
+        stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
+        results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
+    assert results[0] == results[1]
