@@ -383,6 +383,11 @@ class Client:
         """Close the connection; with ``flush`` the writer sends what is queued first."""
         if self.closed:
             return
+        if flush and self.out and self._fd >= 0:
+            # The goodbye (a closing -ERR) written in place when the socket takes it, as any
+            # flush: no writer task, trio stream and forced close for a connection that ends
+            # on a protocol error (a fuzzing client's storm: ~15 % of the server's CPU).
+            self.flush()
         self.closed = True
         self._fd = -1  # never write in place to a closed connection's (reusable) descriptor
         self.close_reason = reason
