@@ -422,7 +422,7 @@ class StreamState:
     sources' positions (version 2), the number of deleted sequences and their blocks."""
 
     msgs: int
-    bytes: int
+    total_bytes: int  # Go's Bytes
     first_seq: int
     last_seq: int
     failed: int
@@ -435,7 +435,7 @@ class StreamState:
 
     def encode(self) -> bytes:
         version = STREAM_STATE_VERSION if self.sources is None else STREAM_STATE_VERSION_SOURCES
-        parts = [bytes((STREAM_STATE_MAGIC, version)), uvarint(self.msgs), uvarint(self.bytes),
+        parts = [bytes((STREAM_STATE_MAGIC, version)), uvarint(self.msgs), uvarint(self.total_bytes),
                  uvarint(self.first_seq), uvarint(self.last_seq), uvarint(self.failed)]
         if self.sources is not None:
             parts.append(uvarint(len(self.sources)))

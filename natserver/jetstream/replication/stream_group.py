@@ -58,7 +58,7 @@ class SyncRequest:
     delete_ranges: bool = True
 
     def encode(self) -> bytes:
-        body = {"first_seq": self.first_seq, "last_seq": self.last_seq, "delete_ranges": self.delete_ranges,
+        body: dict[str, object] = {"first_seq": self.first_seq, "last_seq": self.last_seq, "delete_ranges": self.delete_ranges,
                 "min_applied": self.min_applied}
         if self.peer:
             body = {"peer": self.peer, **body}

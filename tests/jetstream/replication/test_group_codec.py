@@ -138,7 +138,7 @@ def test_snapshots_sent_and_written_decode_and_encode_to_the_same_bytes() -> Non
 
 def test_the_recorded_s1_snapshot_says_what_stream_info_said() -> None:
     snap = next(StreamState.decode(d) for d in _catchup_snapshots() if d[0] == 42)
-    assert (snap.msgs, snap.bytes, snap.first_seq, snap.last_seq, snap.failed, snap.num_deleted) == (5, 213, 10, 14, 0, 0)
+    assert (snap.msgs, snap.total_bytes, snap.first_seq, snap.last_seq, snap.failed, snap.num_deleted) == (5, 213, 10, 14, 0, 0)
 
 
 def test_deleted_blocks_runs_and_sequence_sets() -> None:
