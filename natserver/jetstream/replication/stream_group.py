@@ -33,7 +33,7 @@ from .group_codec import (
     decode_stream_op,
 )
 
-__all__ = ["SequenceMismatch", "StreamApplier", "SyncRequest"]
+__all__ = ["SequenceMismatch", "StreamApplier", "StreamLeader", "SyncRequest"]
 
 MSG_ID_HDR = b"Nats-Msg-Id"  # stream.go JSMsgId
 CLIENT_INFO_HDR = b"Nats-Request-Info"  # client.go ClientInfoHdr: removed before storing
@@ -76,6 +76,10 @@ class StreamApplier:
         self.msg_ids: dict[bytes, tuple[int, int]] = {}  # Nats-Msg-Id -> (seq, ts): the dedup window
         self._batch_id = b""
         self._batch: list[StreamMsg] = []
+        # The leader answers the publishes it applies (canRespond): (reply, sequence) of each
+        # message stored with a reply while ``respond`` is set; StreamLeader takes them.
+        self.respond = False
+        self.stored: list[tuple[bytes, int, bytes, int]] = []  # reply, seq, batch id, batch size
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -145,6 +149,8 @@ class StreamApplier:
             return False
         if msg_id:
             self.msg_ids[msg_id] = (seq, msg.ts)
+        if self.respond and msg.reply:
+            self.stored.append((msg.reply, seq, b"", 0))
         return True
 
     def _apply_batch(self, op: BatchMsg) -> None:
@@ -159,8 +165,15 @@ class StreamApplier:
         self._batch.append(op.msg)
         if op.commit:
             batch, self._batch, self._batch_id = self._batch, [], b""
-            for msg in batch:
-                self.apply_msg(msg)
+            respond, self.respond = self.respond, False  # only the commit is answered
+            try:
+                for msg in batch[:-1]:
+                    self.apply_msg(msg)
+            finally:
+                self.respond = respond
+            if self.apply_msg(batch[-1]) and self.stored and self.stored[-1][1] == self.store.last_seq:
+                reply, seq, _, _ = self.stored[-1]
+                self.stored[-1] = (reply, seq, op.batch_id, len(batch))
 
     def _reject_batch(self) -> None:
         self._batch, self._batch_id = [], b""
@@ -238,3 +251,53 @@ class StreamApplier:
         if store.last_seq >= state.last_seq:
             return None
         return SyncRequest(peer, store.last_seq + 1, state.last_seq, index)
+
+
+class StreamLeader:
+    """The stream leader's side of a publish, sans-IO (jetstream_cluster.go
+    processClusteredInboundMsg): ``propose`` turns it into the entry to propose, with the last
+    sequence the leader has proposed so far (``clseq``, never below the store's last plus
+    clfs); a duplicate message id (applied or in flight) is answered at once and not
+    proposed. The publish is acknowledged only once its entry is committed and applied by the
+    leader's own ``applier``: ``take_acks`` then gives the PubAcks."""
+
+    def __init__(self, name: str, applier: StreamApplier) -> None:
+        self.name = name
+        self.applier = applier
+        applier.respond = True
+        self.clseq = 0
+        self.inflight_ids: dict[bytes, int] = {}  # msg id -> the sequence it was proposed for
+        self._answers: list[tuple[bytes, bytes]] = []
+
+    def propose(self, subject: bytes, reply: bytes, hdr: bytes, msg: bytes, ts: int) -> bytes | None:
+        """The entry's data to propose, or None (answered already: a duplicate)."""
+        applier = self.applier
+        floor = applier.store.last_seq + applier.clfs
+        if self.clseq < floor:
+            self.clseq = floor
+        msg_id = get_header(MSG_ID_HDR, hdr) if hdr else b""
+        if msg_id:
+            seen = applier.msg_ids.get(msg_id)
+            seq = seen[0] if seen is not None and ts - seen[1] < applier.duplicate_window else self.inflight_ids.get(msg_id)
+            if seq is not None:
+                if reply:
+                    self._answers.append((reply, dumps({"stream": self.name, "seq": seq, "duplicate": True})))
+                return None
+            self.inflight_ids[msg_id] = self.clseq + 1
+        entry = StreamMsg.proposal(subject, reply, hdr, msg, self.clseq, ts).encode()
+        self.clseq += 1
+        return entry
+
+    def take_acks(self) -> list[tuple[bytes, bytes]]:
+        """(reply, PubAck) for each publish applied since (and each duplicate answered)."""
+        applier = self.applier
+        for reply, seq, batch_id, size in applier.stored:
+            ack: dict[str, object] = {"stream": self.name, "seq": seq}
+            if batch_id:  # an atomic batch's commit (stream.go PubAck BatchId, BatchSize)
+                ack["batch"], ack["count"] = batch_id.decode("utf-8", "replace"), size
+            self._answers.append((reply, dumps(ack)))
+        applier.stored.clear()
+        for msg_id in [m for m, seq in self.inflight_ids.items() if seq <= applier.store.last_seq]:
+            del self.inflight_ids[msg_id]
+        answers, self._answers = self._answers, []
+        return answers
