@@ -104,8 +104,7 @@ class StreamApplier:
         elif op.op == Op.PURGE_STREAM:
             self._purge(op.body)
         elif op.op == Op.DELETE_MSG:
-            seq = int(op.body.get("seq", 0))
-            self.store.remove_msg(seq, erase=not op.body.get("no_erase", False))
+            self._remove(int(op.body.get("seq", 0)), not op.body.get("no_erase", False))
         elif op.op == Op.DELETE_RANGE:
             self._delete_range(op.body)
         # updateStreamOp: the configuration is applied by the stream layer (not here)
@@ -178,6 +177,14 @@ class StreamApplier:
     def _reject_batch(self) -> None:
         self._batch, self._batch_id = [], b""
 
+    def _remove(self, seq: int, erase: bool) -> None:
+        """removeMsg / eraseMsg: a sequence not there is the requester's error (answered by
+        the leader), not the group's."""
+        try:
+            self.store.remove_msg(seq, erase=erase)
+        except StoreError:
+            pass
+
     def _purge(self, body: dict) -> None:
         """stream.go purge: no request (or an empty one) purges all."""
         request = body.get("request") or {}
@@ -244,9 +251,14 @@ class StreamApplier:
         self._reject_batch()
         if state.first_seq > store.first_seq:
             store.compact(state.first_seq)
-        for seq in state.deleted_seqs():
-            if seq <= store.last_seq:
-                store.remove_msg(seq)
+        for block in state.deleted:
+            if block.nodes is None:  # a run: only what this store holds of it (bounded by the store)
+                for seq in range(max(block.first, store.first_seq), min(block.first + block.count, store.last_seq + 1)):
+                    self._remove(seq, False)
+            else:  # a sequence set: bounded by its encoded size
+                for seq in block.seqs():
+                    if store.first_seq <= seq <= store.last_seq:
+                        self._remove(seq, False)
         self.clfs = state.failed
         if store.last_seq >= state.last_seq:
             return None

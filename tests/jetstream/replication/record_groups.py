@@ -32,6 +32,7 @@ from tests.reference import NATS_SERVER
 DATA = Path(__file__).parent / "data" / "groups_nats_server_2.15.1.json"
 SETTLE = 1.5  # seconds after each step for the groups to commit and apply
 STEP_TIMEOUT = 30.0
+ACCOUNT_USAGE_PREFIX = "$JSC.ARU."  # jetstream_cluster.go jsaUpdatesSubj: account usage, not recorded
 BIG = 10_000  # over jetstream_cluster.go's compressThreshold (8 KiB)
 
 STREAMS = {
@@ -124,6 +125,8 @@ async def record(binary: str) -> dict:
             sys_nc = await nats.connect(f"nats://127.0.0.1:{sniffer_node.port}", user=SYS_USER, password=PASSWORD)
 
             async def on_frame(msg: Any) -> None:
+                if msg.subject.startswith(ACCOUNT_USAGE_PREFIX):
+                    return  # the servers' account usage updates: not the groups'
                 rec.frames.append({"t": round(time.monotonic() - rec.start, 3), "subject": msg.subject,
                                    "reply": msg.reply, "data": msg.data.hex()})
 

@@ -12,6 +12,8 @@ import pytest
 
 from natserver.jetstream.replication.group_codec import (
     DeleteBlock,
+    JsonOp,
+    Op,
     StreamMsg,
     StreamState,
     decode_snapshot_file,
@@ -21,7 +23,7 @@ from natserver.jetstream.replication.stream_group import SequenceMismatch, Strea
 from natserver.jetstream.store import FileStore, MemoryStore, Store
 from natserver.jetstream.stream import StreamConfig
 from natserver.jetstream.util import rfc3339nano
-from natserver.raft.wire import AppendEntry, EntryType
+from natserver.raft.wire import AppendEntry, Entry, EntryType
 from tests.jetstream.replication.recorded import load, point
 
 NODE_N2 = "44jzkV9D"  # raft.go's id of server n2 (the follower killed and caught up)
@@ -187,3 +189,18 @@ def test_a_snapshot_with_deletes_removes_them_and_asks_for_the_rest() -> None:
     assert applier.clfs == 2
     assert request is not None and (request.first_seq, request.last_seq, request.min_applied) == (7, 9, 77)
     assert StreamApplier(applier.store).install_snapshot(StreamState(3, 0, 3, 6, 0, 0), "", 1) is None
+
+
+def test_deletes_of_what_is_not_there_are_ignored(tmp_path: Path) -> None:
+    """A delete of a sequence the store does not hold (the leader answered the requester) and
+    a snapshot whose deleted run is far larger than the store: nothing breaks, the work is the
+    store's size."""
+    applier = StreamApplier(_store("S1", tmp_path))
+    for lseq in range(3):
+        applier.apply_msg(_msg(lseq, b"m"))
+    applier.apply(Entry(EntryType.NORMAL, JsonOp(Op.DELETE_MSG, {"stream": "S1", "seq": 99}).encode()))
+    applier.apply(Entry(EntryType.NORMAL, JsonOp(Op.DELETE_MSG, {"stream": "S1", "seq": 2}).encode()))
+    assert applier.store.deleted() == [2]
+    huge = StreamState(1, 0, 1, 1 << 40, 0, (1 << 40) - 1, (DeleteBlock(2, (1 << 40) - 2),))
+    request = applier.install_snapshot(huge, "", 5)
+    assert applier.store.msgs == 1 and request is not None and request.first_seq == 4
