@@ -80,6 +80,8 @@ class StreamApplier:
         # message stored with a reply while ``respond`` is set; StreamLeader takes them.
         self.respond = False
         self.stored: list[tuple[bytes, int, bytes, int]] = []  # reply, seq, batch id, batch size
+        # What a snapshot entry applied asks of the leader (install_snapshot), for the caller.
+        self.sync_request: SyncRequest | None = None
 
     # -- entries ------------------------------------------------------------------------------
 
@@ -89,7 +91,7 @@ class StreamApplier:
         if entry.type == EntryType.NORMAL:
             self.apply_op(decode_stream_op(entry.data))
         elif entry.type == EntryType.SNAPSHOT:
-            self.install_snapshot(StreamState.decode(entry.data), "", 0)
+            self.sync_request = self.install_snapshot(StreamState.decode(entry.data), "", 0)
         else:
             self._reject_batch()  # applyStreamEntries: a non-Normal entry ends a batch
 
@@ -147,10 +149,22 @@ class StreamApplier:
             self.clfs += 1
             return False
         if msg_id:
-            self.msg_ids[msg_id] = (seq, msg.ts)
+            self._remember(msg_id, seq, msg.ts)
         if self.respond and msg.reply:
             self.stored.append((msg.reply, seq, b"", 0))
         return True
+
+    def _remember(self, msg_id: bytes, seq: int, ts: int) -> None:
+        """The id in the dedup window; ids older than the window forgotten (the dict is in
+        the order they came, so the oldest are first: amortized constant work)."""
+        self.msg_ids.pop(msg_id, None)
+        self.msg_ids[msg_id] = (seq, ts)
+        ids = self.msg_ids
+        while ids:
+            oldest = next(iter(ids))
+            if ts - ids[oldest][1] < self.duplicate_window:
+                break
+            del ids[oldest]
 
     def _apply_batch(self, op: BatchMsg) -> None:
         """applyStreamEntries' batch: messages held until the commit (sequence 1 starts a
@@ -190,10 +204,13 @@ class StreamApplier:
         request = body.get("request") or {}
         subject = str(request.get("filter", "")).encode()
         seq, keep = int(request.get("seq", 0)), int(request.get("keep", 0))
-        if not subject and not seq and not keep:
-            self.store.purge()
-        else:
-            self.store.purge_ex(subject, seq, keep)
+        try:
+            if not subject and not seq and not keep:
+                self.store.purge()
+            else:
+                self.store.purge_ex(subject, seq, keep)
+        except StoreError:
+            pass  # a request the leader should have refused (seq and keep): nothing purged
 
     def _delete_range(self, body: dict) -> None:
         """deleteRangeOp (a catch-up's gap): SkipMsgs(first, num)."""
@@ -225,7 +242,7 @@ class StreamApplier:
         store.store_msg(op.subject, op.hdr, op.msg, op.ts)
         msg_id = get_header(MSG_ID_HDR, op.hdr) if op.hdr else b""
         if msg_id:
-            self.msg_ids[msg_id] = (seq, op.ts)
+            self._remember(msg_id, seq, op.ts)
 
     # -- snapshots ----------------------------------------------------------------------------
 

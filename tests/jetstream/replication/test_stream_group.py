@@ -204,3 +204,20 @@ def test_deletes_of_what_is_not_there_are_ignored(tmp_path: Path) -> None:
     huge = StreamState(1, 0, 1, 1 << 40, 0, (1 << 40) - 1, (DeleteBlock(2, (1 << 40) - 2),))
     request = applier.install_snapshot(huge, "", 5)
     assert applier.store.msgs == 1 and request is not None and request.first_seq == 4
+
+
+def test_the_dedup_window_forgets_old_ids() -> None:
+    applier = StreamApplier(MemoryStore(StreamConfig.from_json({"name": "X", "subjects": ["a"]})), duplicate_window=100)
+    for lseq in range(50):
+        applier.apply_msg(StreamMsg(b"a", b"", b"NATS/1.0\r\nNats-Msg-Id: m%d\r\n\r\n" % lseq, b"", lseq, 10 * lseq))
+    assert len(applier.msg_ids) == 10  # ids of the last 100 ns
+    again = StreamMsg(b"a", b"", b"NATS/1.0\r\nNats-Msg-Id: m0\r\n\r\n", b"", 50, 500)
+    assert applier.apply_msg(again)  # m0 is outside the window: stored
+    assert not applier.apply_msg(StreamMsg(b"a", b"", again.hdr, b"", 51, 501))
+    assert applier.clfs == 1
+
+
+def test_a_snapshot_entry_leaves_its_sync_request() -> None:
+    applier = StreamApplier(MemoryStore(StreamConfig.from_json({"name": "X", "subjects": ["a"]})))
+    applier.apply(Entry(EntryType.SNAPSHOT, StreamState(2, 0, 1, 2, 0, 0).encode()))
+    assert applier.sync_request is not None and (applier.sync_request.first_seq, applier.sync_request.last_seq) == (1, 2)
