@@ -33,6 +33,7 @@ DATA = Path(__file__).parent / "data" / "groups_nats_server_2.15.1.json"
 SETTLE = 1.5  # seconds after each step for the groups to commit and apply
 STEP_TIMEOUT = 30.0
 ACCOUNT_USAGE_PREFIX = "$JSC.ARU."  # jetstream_cluster.go jsaUpdatesSubj: account usage, not recorded
+UNCHANGED = "unchanged"  # a point's STREAM.MSG.GET answers that are the point before's
 BIG = 10_000  # over jetstream_cluster.go's compressThreshold (8 KiB)
 
 STREAMS = {
@@ -54,6 +55,7 @@ class Recorder:
         self.points: list[dict] = []
         self.start = time.monotonic()
         self.nc: Any = None
+        self.last_msgs: dict[str, dict] = {}
 
     async def connect_app(self) -> None:
         # The sniffer's server first: the killed follower is never the one the client is on.
@@ -105,7 +107,10 @@ class Recorder:
             msgs = {}
             for seq in range(state.get("first_seq", 1), state.get("last_seq", 0) + 1):
                 msgs[str(seq)] = await self.api(f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
-            point["streams"][name] = {"info": info, "msgs": msgs}
+            last = self.last_msgs.get(name)
+            self.last_msgs[name] = msgs
+            # the same answers as at the point before: written once (recorded.point resolves it)
+            point["streams"][name] = {"info": info, "msgs": UNCHANGED if msgs == last else msgs}
         if consumers:
             for name in CONSUMERS:
                 point["consumers"][name] = await self.api(f"$JS.API.CONSUMER.INFO.S1.{name}")

@@ -65,5 +65,22 @@ def load() -> Recording:
     return Recording(raw, groups, names, catchup)
 
 
+UNCHANGED = "unchanged"  # record_groups.py: the same STREAM.MSG.GET answers as the point before
+
+
+@cache
+def _resolved() -> list[dict]:
+    points, last = [], {}
+    for p in load().raw["points"]:
+        streams = {}
+        for name, answers in p["streams"].items():
+            msgs = last[name] if answers["msgs"] == UNCHANGED else answers["msgs"]
+            last[name] = msgs
+            streams[name] = {**answers, "msgs": msgs}
+        points.append({**p, "streams": streams})
+    return points
+
+
 def point(step_prefix: str) -> dict:
-    return next(p for p in load().raw["points"] if p["step"].startswith(step_prefix))
+    """The first recorded point whose step starts so (its answers resolved)."""
+    return next(p for p in _resolved() if p["step"].startswith(step_prefix))
