@@ -32,6 +32,7 @@ from enum import IntEnum
 import cramjam
 
 from ...protocol import s2
+from ...protocol.const import MAX_PENDING_SIZE
 from ..util import dumps, loads
 
 __all__ = [
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 COMPRESS_THRESHOLD = 8192  # jetstream_cluster.go compressThreshold: body sizes above it are compressed
+# The most a compressed stream message may decode to: a payload up to MAX_PENDING_SIZE (const.go:
+# the most a connection may have pending, above any max_payload) plus subject, reply and
+# headers (u16 lengths each). S2's 4 MiB applies to its framed streams, not to one block.
+MAX_DECODED_MSG = MAX_PENDING_SIZE + 3 * 0xFFFF + 64
 MSG_FLAG_SOURCED = 1  # jetstream_cluster.go msgFlagFromSourceOrMirror
 STREAM_STATE_MAGIC = 42  # store.go streamStateMagic
 STREAM_STATE_VERSION = 1  # store.go streamStateVersion
@@ -190,7 +195,7 @@ class StreamMsg:
     def decode_body(cls, buf: bytes, compressed: bool = False) -> StreamMsg:
         if compressed:
             try:
-                buf = s2.decode_block(buf)
+                buf = s2.decode_block(buf, MAX_DECODED_MSG)
             except s2.S2Error as exc:
                 raise CodecError(str(exc)) from None
         if len(buf) < 26:

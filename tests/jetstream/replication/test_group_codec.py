@@ -185,3 +185,10 @@ def test_bad_snapshots_are_codec_errors() -> None:
             (StreamState if data[0] == 42 else ConsumerState).decode(data[:-1] if data[0] == 42 else data[:3])
     with pytest.raises(CodecError):
         decode_snapshot_file(b"\0" * 10)
+
+
+def test_a_compressed_message_over_s2s_stream_block_size_decodes() -> None:
+    """A block of one message over 4 MiB (S2's framed-stream limit, not a block's)."""
+    big = StreamMsg.proposal(b"big", b"", b"", bytes(range(256)) * (5 << 12), 7, 1)
+    assert big.compressed and len(big.msg) > 4 << 20
+    assert decode_stream_op(big.encode()) == big
