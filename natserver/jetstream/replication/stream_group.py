@@ -317,6 +317,22 @@ class StreamLeader:
         self.clseq += 1
         return entry
 
+    def propose_batch(self, batch_id: bytes, msgs: list[tuple[bytes, bytes, bytes, bytes]], ts: int) -> list[bytes]:
+        """An atomic batch, checked and complete (batch.py's rules run before): its messages
+        (subject, reply, headers, payload) as the entries to propose together, in one append
+        (encodeStreamMsgAllowCompressAndBatch: batchMsgOp, the last batchCommitMsgOp, one time
+        for all, the last sequences consecutive)."""
+        applier = self.applier
+        floor = applier.store.last_seq + applier.clfs
+        if self.clseq < floor:
+            self.clseq = floor
+        entries = []
+        for i, (subject, reply, hdr, msg) in enumerate(msgs, 1):
+            inner = StreamMsg.proposal(subject, reply, hdr, msg, self.clseq, ts)
+            entries.append(BatchMsg(batch_id, i, i == len(msgs), inner).encode())
+            self.clseq += 1
+        return entries
+
     def take_acks(self) -> list[tuple[bytes, bytes]]:
         """(reply, PubAck) for each publish applied since (and each duplicate answered)."""
         applier = self.applier

@@ -72,3 +72,19 @@ def test_an_id_in_flight_is_a_duplicate_too_and_the_sequences_go_on() -> None:
     applier.apply(Entry(EntryType.NORMAL, second))
     assert leader.take_acks() == [(b"r1", b'{"stream":"X","seq":1}'), (b"r2", b'{"stream":"X","seq":2}')]
     assert leader.inflight_ids == {}
+
+
+def test_an_atomic_batch_is_proposed_as_2_15_1_proposed_it(tmp_path: Path) -> None:
+    rec = load()
+    leader = StreamLeader("S1", StreamApplier(_store("S1", tmp_path)))
+    recorded: list[bytes] = []
+    for entry in rec.groups[rec.names["S1"]].committed(point("atomic")["frames"]):
+        if entry.type == EntryType.NORMAL and entry.data[0] in (16, 17):
+            recorded.append(entry.data)
+        else:
+            leader.applier.apply(entry)
+    batch = [decode_stream_op(d) for d in recorded]
+    assert len(batch) == 3
+    made = leader.propose_batch(b"batch-1", [(b.msg.subject, b.msg.reply, b.msg.hdr, b.msg.msg) for b in batch],
+                                batch[0].msg.ts)
+    assert made == recorded
