@@ -84,8 +84,17 @@ class Recorder:
                 await asyncio.sleep(0.5)
 
     async def publish(self, subject: str, payload: bytes, headers: dict | None = None) -> dict:
-        msg = await self.nc.request(subject, payload, timeout=10, headers=headers)
-        return json.loads(msg.data)
+        """A publish acknowledged; again while no server answers (a stream electing a leader
+        after a kill has no responder: nothing was stored)."""
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while True:
+            try:
+                msg = await self.nc.request(subject, payload, timeout=10, headers=headers)
+                return json.loads(msg.data)
+            except nats.errors.NoRespondersError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def wait_leader(self, stream: str, consumer: str = "") -> str:
         deadline = time.monotonic() + STEP_TIMEOUT
