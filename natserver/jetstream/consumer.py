@@ -898,10 +898,18 @@ class Consumer:
 
     def ack(self, sseq: int, cseq: int, now: int) -> list[int]:
         """+ACK (and +NXT). The stream sequences it acknowledged (for retention)."""
-        if self.cfg.ack_policy == "all":
-            done = [s for s in self.pending if s <= sseq]
-        else:
-            done = [sseq] if sseq in self.pending else []
+        if self.cfg.ack_policy != "all":  # (the usual one, in one step: _forget inlined)
+            if self.pending.pop(sseq, None) is None:
+                return []
+            self.dirty = True
+            if self.rdc:
+                self.rdc.pop(sseq, None)
+            if self.nak_until:
+                self.nak_until.pop(sseq, None)
+            self.last_acked = now
+            self._update_floor()
+            return [sseq]
+        done = [s for s in self.pending if s <= sseq]
         for s in done:
             self._forget(s)
         if done:

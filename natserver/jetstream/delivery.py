@@ -611,7 +611,9 @@ class Delivery:
         now = clock.now_ns()
         kind = payload[:4]
         if not payload or kind == b"+ACK":
-            self._retain(consumer, consumer.ack(sseq, cseq, now))
+            acked = consumer.ack(sseq, cseq, now)
+            if acked and stream.cfg.retention != "limits":
+                self._retain(consumer, acked)
         elif kind == b"-NAK":
             delay = 0
             rest = payload[4:].strip()

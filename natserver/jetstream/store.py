@@ -1635,11 +1635,25 @@ class FileStore(Store):
                     break
                 i = seq - idx.base
                 sid = sids[i]
-            rec = self._record(seq, segs[i], offs[i], sizes[i])
-            if rec is None:
-                break
-            _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
-            at = _MSG_FIXED + sl
+            seg, off, want = segs[i], offs[i], sizes[i] + 5
+            block = self._rblock
+            if block is not None and block[0] == seg and block[1] <= off and off + want <= block[1] + len(block[2]) \
+                    and not (seg == self.active and off >= self.flushed) and seg not in self.zsegs:
+                # In the block read last (_read_ahead's): checked and cut from it in place,
+                # as _record checks a copy.
+                rec, p = block[2], off - block[1]
+                total = _U32.unpack_from(rec, p)[0] + 8
+                if not (_OVERHEAD <= total <= want and rec[p + 4] == T_MSG
+                        and zlib.crc32(memoryview(rec)[p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]
+                        and _MSG_BODY.unpack_from(rec, p + 5)[0] == seq):
+                    break  # (load_msg logs it and answers None: the general path meets it)
+            else:
+                read = self._record(seq, seg, off, sizes[i])
+                if read is None:
+                    break
+                rec, p = read, 0
+            _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, p + 5)
+            at = p + _MSG_FIXED + sl
             out.append(StoredMsg(subjects[sid], seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts))
             seq += 1
         return out

@@ -275,3 +275,28 @@ def test_deliver_batch_sends_the_bytes_deliver_as_sends(kind, monkeypatch):
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+@pytest.mark.parametrize("corrupt", [1, 20, 50])
+def test_load_next_msgs_stops_at_a_corrupt_record(corrupt, tmp_path):
+    """A record whose checksum fails ends the batch where load_next_msg answers None (the
+    general path then meets it: logged, not served), wherever it is in the block."""
+    store = FileStore(str(tmp_path), _cfg(), segment_size=1 << 20)
+    try:
+        for i in range(60):
+            store.store_msg(b"a.%d" % (i % 3), b"", b"body-%d" % i, 5 + i)
+        store.flush()
+        i = corrupt - store.idx.base
+        fd = os.open(store._seg_path(store.idx.seg[i]), os.O_RDWR)
+        try:
+            os.pwrite(fd, b"X", store.idx.off[i] + store.idx.size[i] - 2)  # (in its payload)
+        finally:
+            os.close(fd)
+        for first in (1, corrupt):
+            store._rblock = None  # (read from the file again)
+            got = store.load_next_msgs(b"a.>", first, 100)
+            assert [m.seq for m in got] == list(range(first, corrupt))
+            assert store.load_msg(corrupt) is None
+            assert [m.data for m in store.load_next_msgs(b"", corrupt + 1, 5)] == [b"body-%d" % s for s in range(corrupt, corrupt + 5)][:max(0, 60 - corrupt)]
+    finally:
+        store.stop()
