@@ -5,7 +5,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions --n 50000 --only traffic
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
-    python -m benchmarks.instructions --only jspull,jspush,jsmixed  # JetStream consumers (issue 33)
+    python -m benchmarks.instructions --only jstail,jspull,jspush,jsmixed  # JetStream consumers (issue 33)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -113,7 +113,8 @@ _REQREP_KINDS = ("inbox", "reqrep")
 # Acknowledged JetStream publishes into a file stream, a window of 512 in flight as
 # bench_jetstream's workloads send them: "counter" increments a counter stream (Nats-Incr, 100
 # subjects; issue 28), "jspub" publishes 16 B without headers (the same path without the
-# counter). The server's acks come back to the same raw client.
+# counter), "jstail" the same with a push consumer delivering each message as it is stored (no
+# acks: a consumer keeping up, issue 33). The server's acks come back to the same raw client.
 _JS_WORKLOAD = r"""
 import sys, tempfile, trio, natserver
 
@@ -133,6 +134,12 @@ async def main():
             got = b""
             while b"io.nats.jetstream.api.v1.stream_create_response" not in got:
                 got += await conn.receive_some(65536)
+            tailing = KIND == "jstail"
+            if tailing:  # a push consumer (no acks) on _P.x delivers each message as it is stored
+                c = b'{"stream_name":"B","config":{"durable_name":"T","ack_policy":"none","deliver_subject":"_P.x"}}'
+                await conn.send_all(b"SUB _P.x 2\r\nPUB $JS.API.CONSUMER.CREATE.B.T _R.c %d\r\n%s\r\n" % (len(c), c))
+                while b"consumer_create_response" not in got:
+                    got += await conn.receive_some(65536)
             hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
             if KIND == "counter":
                 window = b"".join(b"HPUB b.%d _R.a %d %d\r\n%s\r\n" % (i % 100, len(hdr), len(hdr), hdr)
@@ -141,18 +148,19 @@ async def main():
                 window = b"".join(b"PUB b.%d _R.a 16\r\nxxxxxxxxxxxxxxxx\r\n" % (i % 100) for i in range(WINDOW))
             for _ in range(N // WINDOW):
                 await conn.send_all(window)
-                acks = 0
+                acks = msgs = 0
                 tail = b""
-                while acks < WINDOW:
+                while acks < WINDOW or (tailing and msgs < WINDOW):
                     data = tail + await conn.receive_some(1 << 20)
                     cut = data.rfind(b"\r\n")
                     acks += data.count(b'"seq":', 0, cut)
+                    msgs += data.count(b"MSG b.", 0, cut)
                     tail = data[cut:]
             nursery.cancel_scope.cancel()
 
 trio.run(main)
 """
-_JS_KINDS = ("counter", "jspub")
+_JS_KINDS = ("counter", "jspub", "jstail")
 
 # JetStream consumption (issue 33), as bench_jetstream's pull and push workloads read: a file
 # stream of STORED messages of 128 B over 16 subjects is filled once (the same in both runs, so
@@ -281,7 +289,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, jspull, jspush, jsmixed (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, jstail, jspull, jspush, jsmixed (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -298,6 +306,7 @@ def main(argv=None) -> int:
              ("reqrep", "request/reply, one fixed reply subject"),
              ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
              ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"),
+             ("jstail", "JetStream publishes of 16 B, acked, with a push consumer delivering each (no acks)"),
              ("jspull", "JetStream pull consumer, batches of 256, explicit acks, 128 B, 16 subjects"),
              ("jspush", "JetStream push consumer, explicit acks, 128 B, 16 subjects"),
              ("jsmixed", "JetStream pull consumer on c.>, batches of 256, 64 subjects, 32 B-4 KiB"))
