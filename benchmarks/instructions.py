@@ -6,6 +6,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
     python -m benchmarks.instructions --only kvput,kvget    # KV puts and direct gets (issue 33)
+    python -m benchmarks.instructions --only jstail,jspull,jspush,jsmixed  # JetStream consumers (issue 33)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -113,7 +114,8 @@ _REQREP_KINDS = ("inbox", "reqrep")
 # Acknowledged JetStream publishes into a file stream, a window of 512 in flight as
 # bench_jetstream's workloads send them: "counter" increments a counter stream (Nats-Incr, 100
 # subjects; issue 28), "jspub" publishes 16 B without headers (the same path without the
-# counter). The server's acks come back to the same raw client.
+# counter), "jstail" the same with a push consumer delivering each message as it is stored (no
+# acks: a consumer keeping up, issue 33). The server's acks come back to the same raw client.
 _JS_WORKLOAD = r"""
 import sys, tempfile, trio, natserver
 
@@ -138,6 +140,12 @@ async def main():
             got = b""
             while b"io.nats.jetstream.api.v1.stream_create_response" not in got:
                 got += await conn.receive_some(65536)
+            tailing = KIND == "jstail"
+            if tailing:  # a push consumer (no acks) on _P.x delivers each message as it is stored
+                c = b'{"stream_name":"B","config":{"durable_name":"T","ack_policy":"none","deliver_subject":"_P.x"}}'
+                await conn.send_all(b"SUB _P.x 2\r\nPUB $JS.API.CONSUMER.CREATE.B.T _R.c %d\r\n%s\r\n" % (len(c), c))
+                while b"consumer_create_response" not in got:
+                    got += await conn.receive_some(65536)
             hdr = b"NATS/1.0\r\nNats-Incr: 1\r\n\r\n"
             if KIND == "kvget":  # 100 keys stored, then their last values read back
                 await conn.send_all(b"".join(b"PUB $KV.B.k%d _R.p 16\r\n%016d\r\n" % (i, i) for i in range(100)))
@@ -155,29 +163,132 @@ async def main():
                 window = b"".join(b"PUB b.%d _R.a 16\r\nxxxxxxxxxxxxxxxx\r\n" % (i % 100) for i in range(WINDOW))
             for _ in range(N // WINDOW):
                 await conn.send_all(window)
-                acks = 0
+                acks = msgs = 0
                 tail = b""
-                while acks < WINDOW:
+                while acks < WINDOW or (tailing and msgs < WINDOW):
                     data = tail + await conn.receive_some(1 << 20)
                     cut = data.rfind(b"\r\n")
                     acks += data.count(b"HMSG " if KIND == "kvget" else b'"seq":', 0, cut)
+                    msgs += data.count(b"MSG b.", 0, cut)
                     tail = data[cut:]
             nursery.cancel_scope.cancel()
 
 trio.run(main)
 """
-_JS_KINDS = ("counter", "jspub", "kvput", "kvget")
+_JS_KINDS = ("counter", "jspub", "jstail", "kvput", "kvget")
+
+# JetStream consumption (issue 33), as bench_jetstream's pull and push workloads read: a file
+# stream of STORED messages of 128 B over 16 subjects is filled once (the same in both runs, so
+# it cancels), then read N // STORED times through a new durable consumer with explicit acks,
+# the client acking each message: "jspull" fetches batches of 256, each batch's acks going out
+# with the next request; "jspush" a push consumer (default max_ack_pending), acked per chunk
+# read; "jsmixed" a pull consumer on a wildcard filter over 64 subjects, sizes 32 B-4 KiB.
+# Each consumer is deleted when done.
+_JSC_WORKLOAD = r"""
+import random, re, sys, tempfile, trio, natserver
+
+N, KIND = int(sys.argv[1]), sys.argv[2]
+STORED, BATCH, WINDOW = 2000, 256, 512
+MSG = re.compile(rb"MSG \S+ \S+ (\$JS\.ACK\.\S+) (\d+)\r\n")
+
+async def main():
+    with tempfile.TemporaryDirectory() as store_dir:
+        async with trio.open_nursery() as nursery:
+            options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir)
+            server = await nursery.start(natserver.serve, options)
+            conn = await trio.open_tcp_stream("127.0.0.1", server.port)
+            buf = b""
+
+            async def until(token):
+                nonlocal buf
+                while token not in buf:
+                    buf += await conn.receive_some(1 << 20)
+                buf = buf[buf.index(token) + len(token):]
+
+            async def request(subject, body):
+                await conn.send_all(b"PUB %s _R.r %d\r\n%s\r\n" % (subject, len(body), body))
+                await until(b"_response")
+
+            async def messages(n):
+                # the reply subjects of the next n MSGs with one (and their payloads read)
+                nonlocal buf
+                replies, pos = [], 0
+                while len(replies) < n:
+                    m = MSG.search(buf, pos)
+                    if m is None or m.end() + int(m.group(2)) + 2 > len(buf):
+                        buf = buf[pos:]
+                        pos = 0
+                        buf += await conn.receive_some(1 << 20)
+                        continue
+                    replies.append(m.group(1))
+                    pos = m.end() + int(m.group(2)) + 2
+                buf = buf[pos:]
+                return replies
+
+            await conn.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\nSUB _R.> 1\r\n')
+            mixed = KIND == "jsmixed"
+            await request(b"$JS.API.STREAM.CREATE.C", b'{"name":"C","subjects":["c.>"],"storage":"file"}')
+            rng = random.Random(33)
+            pubs = []
+            for i in range(STORED):
+                size = rng.randint(32, 4096) if mixed else 128
+                subject = b"c.%d.x" % rng.randrange(64) if mixed else b"c.%d" % (i % 16)
+                pubs.append(b"PUB %s _R.a %d\r\n%s\r\n" % (subject, size, b"y" * size))
+            for i in range(0, STORED, WINDOW):
+                await conn.send_all(b"".join(pubs[i:i + WINDOW]))
+                acks = 0
+                while acks < len(pubs[i:i + WINDOW]):
+                    data = await conn.receive_some(1 << 20)
+                    buf += data
+                    acks = buf.count(b'"seq":')
+                buf = b""
+            for round in range(N // STORED):
+                name = b"D%d" % round
+                if KIND == "jspush":
+                    deliver = b"_P.%d" % round
+                    await conn.send_all(b"SUB %s 2\r\n" % deliver)
+                    config = b'{"durable_name":"%s","ack_policy":"explicit","deliver_subject":"%s"}' % (name, deliver)
+                else:
+                    config = b'{"durable_name":"%s","ack_policy":"explicit"%s}' % (
+                        name, b',"filter_subject":"c.>"' if mixed else b"")
+                await request(b"$JS.API.CONSUMER.CREATE.C.%s" % name,
+                              b'{"stream_name":"C","config":%s}' % config)
+                got = 0
+                if KIND == "jspush":
+                    while got < STORED:
+                        replies = await messages(min(64, STORED - got))
+                        got += len(replies)
+                        await conn.send_all(b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies))
+                    await conn.send_all(b"UNSUB 2\r\n")
+                else:
+                    pull = b'{"batch":%d,"expires":5000000000}' % BATCH
+                    pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.C.%s _R.n %d\r\n%s\r\n" % (name, len(pull), pull)
+                    acks = b""
+                    while got < STORED:
+                        await conn.send_all(acks + pull)
+                        replies = await messages(min(BATCH, STORED - got))
+                        got += len(replies)
+                        acks = b"".join(b"PUB %s 0\r\n\r\n" % r for r in replies)
+                    await conn.send_all(acks)
+                await request(b"$JS.API.CONSUMER.DELETE.C.%s" % name, b"")
+            nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+_JSC_KINDS = ("jspull", "jspush", "jsmixed")
 
 
 REQREP_SCALE = 20  # request/reply workloads run --n / 20 round trips
 JS_SCALE = 4  # JetStream workloads run --n / 4 publishes (each costs as much as ~5 messages)
+JSC_SCALE = 5  # JetStream consumers read --n / 5 messages (in rounds of 2000, a new consumer each)
 
 
 def count(n: int, kind: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
-            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _JS_WORKLOAD if kind in _JS_KINDS else _WORKLOAD)
+            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _JS_WORKLOAD if kind in _JS_KINDS
+                    else _JSC_WORKLOAD if kind in _JSC_KINDS else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, str(n), kind],
@@ -193,7 +304,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -211,18 +322,25 @@ def main(argv=None) -> int:
              ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
              ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"),
              ("kvput", "KV puts of 16 B, acked, 512 in flight, 100 keys"),
-             ("kvget", "KV gets (DIRECT.GET of a key's last value), 512 in flight, 100 keys"))
+             ("kvget", "KV gets (DIRECT.GET of a key's last value), 512 in flight, 100 keys"),
+             ("jstail", "JetStream publishes of 16 B, acked, with a push consumer delivering each (no acks)"),
+             ("jspull", "JetStream pull consumer, batches of 256, explicit acks, 128 B, 16 subjects"),
+             ("jspush", "JetStream push consumer, explicit acks, 128 B, 16 subjects"),
+             ("jsmixed", "JetStream pull consumer on c.>, batches of 256, 64 subjects, 32 B-4 KiB"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue
         # A round trip costs as much as ~40 pub/sub messages: fewer of them, same run time.
-        n = args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n // JS_SCALE if kind in _JS_KINDS else args.n
+        n = (args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n // JS_SCALE if kind in _JS_KINDS
+             else args.n // JSC_SCALE if kind in _JSC_KINDS else args.n)
         long, short = count(n, kind), count(n // 5, kind)
-        # (a JetStream run sends whole windows of 512)
-        done = (lambda m: m // 512 * 512) if kind in _JS_KINDS else (lambda m: m)
+        # (a JetStream run sends whole windows of 512, a consumer run reads whole rounds of 2000)
+        done = ((lambda m: m // 512 * 512) if kind in _JS_KINDS else (lambda m: m // 2000 * 2000)
+                if kind in _JSC_KINDS else (lambda m: m))
         per = (long - short) / (done(n) - done(n // 5))
         unit = ("round trip (server and both clients)" if kind in _REQREP_KINDS
-                else "publish (server and client)" if kind in _JS_KINDS else "message")
+                else "publish (server and client)" if kind in _JS_KINDS
+                else "message consumed and acked (server and client)" if kind in _JSC_KINDS else "message")
         print(f"{label}: {per:,.0f} instructions a {unit} ({long:,} and {short:,} in all)")
     return 0
 

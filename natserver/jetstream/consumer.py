@@ -776,6 +776,57 @@ class Consumer:
                 self._pmin = msg.seq
         return msg, 1
 
+    def peek_batch(self, now: int, limit: int) -> list:
+        """The messages the next ``limit`` calls of next_msg would deliver, when they are all
+        first deliveries read from the stream in order (nothing to redeliver, not paused, no
+        last_per_subject list, at most one filter), recording nothing (record_batch does, once
+        they are delivered): [] when that is not the case, and the caller goes the general
+        way. It stops before max_ack_pending and at the end of the stream (next_msg's rules
+        there apply as before). A pull request's batch, a push consumer's burst."""
+        if self.rdq or self.lss or (self.pause_ns is not None and now < self.pause_ns):
+            return []
+        cfg = self.cfg
+        if cfg.ack_policy != "none" and cfg.max_ack_pending > 0:
+            limit = min(limit, cfg.max_ack_pending - len(self.pending))
+        filters = cfg.filters
+        if limit <= 0 or len(filters) > 1:
+            return []
+        store = self.stream.store
+        start = max(self.delivered_sseq + 1, store.first_seq)
+        if start > store.last_seq:
+            return []
+        return store.load_next_msgs(filters[0].encode() if filters else b"", start, limit)
+
+    def record_batch(self, msgs: list, now: int) -> None:
+        """Record the delivery of peek_batch's ``msgs`` (delivered as such: the ack reply of
+        the i-th has consumer sequence delivered_cseq + 1 + i and pending count
+        max(cached_num_pending() - 1 - i, 0)), as next_msg records them one by one."""
+        cseq = self.delivered_cseq
+        last = msgs[-1].seq
+        if self.cfg.ack_policy == "none":
+            cseq += len(msgs)
+            self.ack_floor_cseq, self.ack_floor_sseq = cseq, last
+        else:
+            pending = self.pending
+            for msg in msgs:
+                cseq += 1
+                pending[msg.seq] = [cseq, now]
+            if msgs[0].seq < self._pmin:
+                self._pmin = msgs[0].seq
+        self.delivered_cseq = cseq
+        self.delivered_sseq = last
+        self.lss_undo = None
+        state = self.state_sseq
+        if len(msgs) > 1 and msgs[-2].seq > state:
+            state = msgs[-2].seq
+        self.state_undo = state  # (as next_msg leaves it: undo takes back the last one)
+        if last > state:
+            state = last
+        self.state_sseq = state
+        self.last_delivered = now
+        self.dirty = True
+        self.npc -= len(msgs)
+
     def _load_next(self, store, start: int):
         """The first message at or after ``start`` that a filter takes (the earliest of each
         filter's next, with several)."""
@@ -847,10 +898,18 @@ class Consumer:
 
     def ack(self, sseq: int, cseq: int, now: int) -> list[int]:
         """+ACK (and +NXT). The stream sequences it acknowledged (for retention)."""
-        if self.cfg.ack_policy == "all":
-            done = [s for s in self.pending if s <= sseq]
-        else:
-            done = [sseq] if sseq in self.pending else []
+        if self.cfg.ack_policy != "all":  # (the usual one, in one step: _forget inlined)
+            if self.pending.pop(sseq, None) is None:
+                return []
+            self.dirty = True
+            if self.rdc:
+                self.rdc.pop(sseq, None)
+            if self.nak_until:
+                self.nak_until.pop(sseq, None)
+            self.last_acked = now
+            self._update_floor()
+            return [sseq]
+        done = [s for s in self.pending if s <= sseq]
         for s in done:
             self._forget(s)
         if done:

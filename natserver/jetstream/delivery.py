@@ -128,6 +128,37 @@ def deliver(client, dsubj: bytes, subject: bytes, reply: bytes, hdr: bytes | Non
     return client.deliver_as(dsubj, subject, reply, hdr, data)
 
 
+def _headers_only(hdr: bytes | None, data: bytes) -> tuple[bytes, bytes]:
+    """A headers_only consumer's delivery: the headers with the payload's size added, no payload."""
+    return (hdr or b"NATS/1.0\r\n\r\n")[:-2] + b"Nats-Msg-Size: %d\r\n\r\n" % len(data), b""
+
+
+def ack_reply(consumer: Consumer, msg, count: int) -> bytes:
+    """The reply subject of a delivery next_msg just recorded (2.9's shape):
+    ``$JS.ACK.<stream>.<consumer>.<deliveries>.<stream seq>.<consumer seq>.<ts>.<pending>``."""
+    return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
+        consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
+        msg.ts, consumer.cached_num_pending())
+
+
+def batch_items(consumer: Consumer, msgs: list, headers_only: bool = False) -> list:
+    """(subject, ack reply, headers, data) of Consumer.peek_batch's messages, as ack_reply and
+    the delivery loops make them one by one (``headers_only``: a push consumer's)."""
+    prefix = b"$JS.ACK.%s.%s.1." % (consumer.stream.name.encode(), consumer.name.encode())
+    cseq = consumer.delivered_cseq
+    npc = consumer.cached_num_pending()  # (max(npc - 1 - i, 0) either way)
+    items = []
+    for msg in msgs:
+        cseq += 1
+        npc -= 1
+        hdr, data = msg.hdr or None, msg.data
+        if headers_only:
+            hdr, data = _headers_only(hdr, data)
+        items.append((msg.subject, b"%s%d.%d.%d.%d" % (prefix, msg.seq, cseq, msg.ts, npc if npc > 0 else 0),
+                      hdr, data))
+    return items
+
+
 class ConsumerRemover(Protocol):
     """consumer_api.ConsumerApi as deliveries use it: to delete a consumer gone inactive."""
 
@@ -163,6 +194,7 @@ class Delivery:
         self._wake = trio.Event()
         self._ack_sub = None
         self._fc_sub = None
+        self._due: dict[Consumer, None] = {}  # consumers to deliver for at the end of the chunk (in order)
 
     def start(self) -> None:
         self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
@@ -392,6 +424,8 @@ class Delivery:
         consumer.retry_at = 0
         end_of_stream = False
         prioritized = consumer.cfg.priority_policy == "prioritized"
+        if len(waiting) == 1 and consumer.cfg.priority_policy == "none" and not consumer.replaying:
+            self._serve_batch(consumer, waiting, now)
         while waiting:
             got = consumer.next_msg(now)
             if got is None:
@@ -425,6 +459,26 @@ class Delivery:
         self._queue_save(consumer)
         self.process_waiting(consumer, now, end_of_stream)
 
+    def _serve_batch(self, consumer: Consumer, waiting: list, now: int) -> None:
+        """serve's loop for the usual request, the only one waiting, without max_bytes or
+        priority groups, in one step: what the loop would deliver to it before meeting a
+        rule of its own (a redelivery, the end of the stream, max_ack_pending) goes out as
+        one batch (Consumer.peek_batch, Client.deliver_batch) with the same ack replies; the
+        loop goes on from there. Nothing happens when the batch can not be delivered so."""
+        req = waiting[0]
+        if req.max_bytes or (req.expires and req.expires <= now) or not req.account.has_interest(req.interest):
+            return  # (the loop tells the request or drops it)
+        msgs = consumer.peek_batch(now, req.batch)
+        if not msgs:
+            return
+        if not self.js.client.deliver_batch(req.reply, batch_items(consumer, msgs)):
+            return
+        consumer.record_batch(msgs, now)
+        req.batch -= len(msgs)
+        req.sent += len(msgs)
+        if req.batch <= 0:
+            waiting.pop(0)
+
     def _held_back(self, consumer: Consumer, msg, count: int, size: int, now: int, burst: int) -> bool:
         """Pacing (Consumer.pace) holds ``msg`` back: the delivery just recorded is taken
         back and the timer task comes again when it may go."""
@@ -437,9 +491,7 @@ class Delivery:
         return True
 
     def ack_reply(self, consumer: Consumer, msg, count: int) -> bytes:
-        return b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (
-            consumer.stream.name.encode(), consumer.name.encode(), count, msg.seq, consumer.delivered_cseq,
-            msg.ts, consumer.cached_num_pending())
+        return ack_reply(consumer, msg, count)
 
     def process_waiting(self, consumer: Consumer, now: int, end_of_stream: bool) -> None:
         """consumer.go processWaiting: expired requests are told (408) and leave, so do those
@@ -491,7 +543,17 @@ class Delivery:
             max_msg_size = consumer.stream.cfg.max_msg_size
             burst = max_msg_size if max_msg_size > 0 else server.options.max_payload
         sent = False
-        for _ in range(PUSH_BURST):
+        burst_left = PUSH_BURST
+        if not paced and not flow_control:
+            # The messages the loop below would send before meeting a rule of its own, as one
+            # batch (see _serve_batch); the loop goes on from there.
+            msgs = consumer.peek_batch(now, PUSH_BURST)
+            if msgs and client.deliver_batch(dsubj, batch_items(consumer, msgs, headers_only)):
+                consumer.record_batch(msgs, now)
+                consumer.last_push = now
+                sent = True
+                burst_left -= len(msgs)
+        for _ in range(burst_left):
             got = consumer.next_msg(now)
             if got is None:
                 if sent and consumer.pending:
@@ -501,8 +563,7 @@ class Delivery:
             msg, count = got
             hdr, data = msg.hdr or None, msg.data
             if headers_only:
-                hdr = (hdr or b"NATS/1.0\r\n\r\n")[:-2] + b"Nats-Msg-Size: %d\r\n\r\n" % len(data)
-                data = b""
+                hdr, data = _headers_only(hdr, data)
             ack_reply = self.ack_reply(consumer, msg, count)
             if paced:
                 size = len(msg.subject) + len(ack_reply) + len(hdr or b"") + len(data)
@@ -550,7 +611,9 @@ class Delivery:
         now = clock.now_ns()
         kind = payload[:4]
         if not payload or kind == b"+ACK":
-            self._retain(consumer, consumer.ack(sseq, cseq, now))
+            acked = consumer.ack(sseq, cseq, now)
+            if acked and stream.cfg.retention != "limits":
+                self._retain(consumer, acked)
         elif kind == b"-NAK":
             delay = 0
             rest = payload[4:].strip()
@@ -581,11 +644,35 @@ class Delivery:
             return
         if reply:
             self.js.send(reply, b"")
-        if consumer.cfg.deliver_subject:
-            self.push(consumer, now)
-        else:
-            self.serve(consumer, now)
+        self._deliver_later(consumer)
         self._queue_save(consumer)
+
+    def _deliver_later(self, consumer: Consumer) -> None:
+        """Deliver what an ack made room for once the chunk being handled is done (the
+        server runs _deliver_due before it writes the chunk's output): a client acks in
+        chunks, and one delivery after them all sends the messages they let go as one batch
+        where a delivery after each ack sent them one by one."""
+        due = self._due
+        if not due:
+            self.server.before_flush.append(self._deliver_due)
+        due[consumer] = None
+
+    def _deliver_due(self) -> None:
+        due, self._due = self._due, {}
+        now = clock.now_ns()
+        streams = self.js.streams
+        for consumer in due:
+            live = streams.get(consumer.stream.name)
+            if live is None or live is not consumer.stream or live.consumers.get(consumer.name) is not consumer:
+                continue  # deleted meanwhile
+            try:
+                if consumer.cfg.deliver_subject:
+                    self.push(consumer, now)
+                else:
+                    self.serve(consumer, now)
+                self._queue_save(consumer)
+            except Exception:  # a bug must not take the acker's connection down
+                log.exception("JetStream consumer %s > %s: delivery failed", live.name, consumer.name)
 
     def _queue_save(self, consumer: Consumer) -> None:
         """A durable's state changed: make sure the timer task plans a snapshot."""

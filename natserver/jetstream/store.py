@@ -550,6 +550,19 @@ class Store:
         seq = self.next_seq(filter, start)
         return self.load_msg(seq) if seq else None
 
+    def load_next_msgs(self, filter: bytes, start: int, limit: int) -> list[StoredMsg]:
+        """load_next_msg repeated: up to ``limit`` messages matching ``filter`` from ``start``
+        on, in order, stopping at the end or at a message that can not be read (where
+        load_next_msg answers None). A consumer's batch (Consumer.peek_batch)."""
+        out: list[StoredMsg] = []
+        while len(out) < limit:
+            msg = self.load_next_msg(filter, start)
+            if msg is None:
+                break
+            out.append(msg)
+            start = msg.seq + 1
+        return out
+
     def filtered_state(self, sseq: int, filter: bytes) -> tuple[int, int, int]:
         """(messages, first, last) matching ``filter`` from ``sseq`` on."""
         if sseq < self.first_seq:
@@ -1606,6 +1619,49 @@ class FileStore(Store):
         _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
         start = _MSG_FIXED + sl
         return StoredMsg(idx.subjects[sid], seq, rec[start : start + hl], rec[start + hl : start + hl + ml], ts)
+
+    def load_next_msgs(self, filter: bytes, start: int, limit: int) -> list[StoredMsg]:
+        # Store.load_next_msgs straight from the arrays: a message that is live and matches
+        # (most often the next one) is read at once, next_seq looks for the others.
+        out: list[StoredMsg] = []
+        if start < self.first_seq:
+            start = self.first_seq
+        last = self.last_seq
+        match = compile_filter(filter)
+        idx = self.idx
+        sids, segs, offs, sizes, subjects = idx.sid, idx.seg, idx.off, idx.size, idx.subjects
+        seq = start
+        while len(out) < limit and seq <= last:
+            i = seq - idx.base
+            sid = sids[i] if idx.head <= i < len(sids) else DEAD
+            if sid == DEAD or (match is not None and not match(subjects[sid])):
+                seq = self.next_seq(filter, seq)
+                if not seq:
+                    break
+                i = seq - idx.base
+                sid = sids[i]
+            seg, off, want = segs[i], offs[i], sizes[i] + 5
+            block = self._rblock
+            if block is not None and block[0] == seg and block[1] <= off and off + want <= block[1] + len(block[2]) \
+                    and not (seg == self.active and off >= self.flushed) and seg not in self.zsegs:
+                # In the block read last (_read_ahead's): checked and cut from it in place,
+                # as _record checks a copy.
+                rec, p = block[2], off - block[1]
+                total = _U32.unpack_from(rec, p)[0] + 8
+                if not (_OVERHEAD <= total <= want and rec[p + 4] == T_MSG
+                        and zlib.crc32(memoryview(rec)[p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]
+                        and _MSG_BODY.unpack_from(rec, p + 5)[0] == seq):
+                    break  # (load_msg logs it and answers None: the general path meets it)
+            else:
+                read = self._record(seq, seg, off, sizes[i])
+                if read is None:
+                    break
+                rec, p = read, 0
+            _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, p + 5)
+            at = p + _MSG_FIXED + sl
+            out.append(StoredMsg(subjects[sid], seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts))
+            seq += 1
+        return out
 
     def _dropped(self, seq, entry, erase):
         seg = entry[3]

@@ -79,6 +79,9 @@ EAGER_WRITE_MAX = 256 * 1024
 SMALL_READ = 4096
 # Payloads at least this big are queued by reference instead of joined into the MSG bytes.
 BIG_PAYLOAD = 16 * 1024
+# deliver_batch's allowance per message for its MSG line's bytes besides subject, reply and sid
+# ("HMSG ", two sizes, spaces and CRLFs: at most 53).
+BATCH_LINE_SLACK = 64
 # client.go processInboundClientMsg (2.10+): the no-responders status a requester gets names
 # the subject nobody answered on: "NATS/1.0 503\r\nNats-Subject: <subject>\r\n\r\n" (32 bytes
 # and the subject), then an empty payload.
@@ -977,6 +980,61 @@ class Client:
         finally:
             server.delivering = delivering
         return routed + sum(1 for sub in subs if sub.callback is not None and sub.took) + forwarded
+
+    def deliver_batch(self, match_subject: bytes, msgs: list) -> bool:
+        """deliver_as for a series of messages, each ``(subject, reply, hdr, data)``, to the
+        subscribers of one subject (a JetStream consumer's batch), in one piece per
+        subscriber: done when each message is sure to reach every subscriber, as deliver_as
+        would deliver it, with the same counts: plain subscriptions only (no queue groups,
+        no auto-unsubscribe, permission filter, callback or no-echo to apply), no peer
+        server to forward to, and room for the whole batch below every subscriber's stall
+        mark. Otherwise nothing is done and False returned: the caller delivers one by one.
+        Part of the core's interface to what is built on it."""
+        result = self.sublist.match(match_subject)
+        psubs = result.psubs
+        if not psubs or result.qsubs or (self.server._forwarder is not None and self.forwards):
+            return False
+        # (an upper bound of what the batch adds to a subscriber's pending bytes)
+        total = 0
+        for subject, reply, hdr, data in msgs:
+            total += len(subject) + len(reply) + len(hdr or b"") + len(data)
+        n = len(msgs)
+        for sub in psubs:
+            client = sub.client
+            if sub.limited or (client is self and not self.echo) \
+                    or client.pending + total + n * (BATCH_LINE_SLACK + len(sub.sid_part)) > client._stall_at:
+                return False
+        touched = self.server.touched
+        out_bytes = 0
+        for sub in psubs:
+            client = sub.client
+            head = sub.sid_part
+            parts: list[bytes] = []
+            add = parts.append
+            body_bytes = 0
+            for subject, reply, hdr, data in msgs:
+                if hdr:
+                    if client.headers:
+                        hl = len(hdr)
+                        add(b"%s%s %s%s %d %d\r\n%s%s\r\n" % (HMSG_, subject, head, reply, hl, hl + len(data), hdr, data))
+                        body_bytes += hl + len(data)
+                        continue
+                add(b"%s%s %s%s %d\r\n%s\r\n" % (MSG_, subject, head, reply, len(data), data))
+                body_bytes += len(data)
+            data = b"".join(parts)
+            out = client.out
+            if not out:  # a non-empty list is already due to be flushed
+                touched.add(client)
+            out.append(data)
+            sub.delivered += n
+            client.pending += len(data)
+            client.out_msgs += n
+            client.out_bytes += body_bytes
+            out_bytes += body_bytes
+        server = self.server
+        server.out_msgs += n * len(psubs)
+        server.out_bytes += out_bytes
+        return True
 
     def has_interest(self, subject: bytes) -> bool:
         """Whether anyone, here or (through the forwarder) on a peer server, listens on

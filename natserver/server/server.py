@@ -110,6 +110,9 @@ class Server:
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
+        # Work deferred to the end of the current chunk, run by flush_touched before it writes
+        # (JetStream delivers what a chunk of acks made room for in one batch); emptied as run.
+        self.before_flush: list[Callable[[], None]] = []
         # Client sockets already listening, bound by the command before its imports (cli.py),
         # and the thread that greeted clients on them meanwhile (early.py, via adopt_early).
         self.listening_sockets: list | None = None
@@ -623,7 +626,12 @@ class Server:
     # -- hooks the clients call ---------------------------------------------------------------
 
     def flush_touched(self) -> None:
-        """Send the output of every client given some since the last flush (Client.flush)."""
+        """Send the output of every client given some since the last flush (Client.flush),
+        after the work deferred to it (before_flush)."""
+        if self.before_flush:
+            hooks, self.before_flush = self.before_flush, []
+            for hook in hooks:
+                hook()
         for client in self.touched:
             client.flush()
         self.touched.clear()
