@@ -55,7 +55,7 @@ from natserver.raft.wire import (
     WireError,
 )
 
-__all__ = ["Committed", "Message", "Node", "NotLeader", "Role", "Timeouts"]
+__all__ = ["Committed", "Mark", "Message", "Node", "NotLeader", "Role", "Timeouts"]
 
 # raft.go's defaults (minElectionTimeoutDefault etc.), in seconds.
 MIN_ELECTION_TIMEOUT = 4.0
@@ -100,11 +100,30 @@ class Message:
     payload: bytes
 
 
+class Mark(Enum):
+    """Where a replay or a catch-up starts and ends in the committed stream (``Node(marks=True)``):
+    raft.go tells its upper layer with an ``EntryCatchup`` entry (sendCatchupSignal) and a nil
+    entry (the end of a catch-up, cancelCatchupSignal, and of the startup's replay); the meta
+    layer stages what is applied in between (jetstream_cluster.go's recovery and catch-up)."""
+
+    REPLAY_START = "replay start"  # (raft.go: implicit, the node's first committed entries)
+    REPLAY_END = "replay end"  # raft.go: the nil entry after the WAL's replay
+    CATCHUP_START = "catchup start"  # raft.go: the EntryCatchup entry
+    CATCHUP_END = "catchup end"  # raft.go: the nil entry once caught up
+
+
 @dataclass(frozen=True, slots=True)
 class Committed:
+    """A committed entry to apply, or (``mark`` set, index 0, an ``EntryCatchup`` entry) a marker."""
+
     index: int
     term: int
     entry: Entry
+    mark: Mark | None = None
+
+    @staticmethod
+    def marker(mark: Mark) -> Committed:
+        return Committed(0, 0, Entry(EntryType.CATCHUP, b""), mark)
 
 
 class NotLeader(Exception):  # noqa: N818 (raft.go errNotLeader)
@@ -121,7 +140,8 @@ class _Catchup:
 class Node:
     def __init__(self, node_id: str, group: str, peers: list[str], storage: Storage, *,
                  observer: bool = False, rng: random.Random | None = None,
-                 now: Callable[[], float] = clock.monotonic, timeouts: Timeouts = Timeouts()) -> None:
+                 now: Callable[[], float] = clock.monotonic, timeouts: Timeouts = Timeouts(),
+                 marks: bool = False) -> None:
         if len(node_id) != wire.ID_LEN:
             raise ValueError(f"a node id is {wire.ID_LEN} characters: {node_id!r}")
         self.id = node_id
@@ -148,8 +168,18 @@ class Node:
         self.commit = self.snapshot.index if self.snapshot else 0
         self.applied = self.commit
         self.write_error: StorageError | None = None
+        self.marks = marks  # report replays and catch-ups in the committed stream (Mark)
+        self._catchup_signalled = False  # CATCHUP_START sent, CATCHUP_END owed (raft.go catchup.signal)
         self._out: list[Message] = []
         self._committed: list[Committed] = []
+        # raft.go's startup: the snapshot to the upper layer first, then the log's committed
+        # entries (up to the commit stored with them), then the end of the replay.
+        self._mark(Mark.REPLAY_START)
+        if self.snapshot is not None:
+            self._committed.append(Committed(self.snapshot.index, self.snapshot.term,
+                                             Entry(EntryType.SNAPSHOT, self.snapshot.data)))
+        self._advance_commit(persisted.commit)
+        self._mark(Mark.REPLAY_END)
         self.vote_subject = wire.vote_subject(group)
         self.append_subject = wire.append_subject(group)
         self.vote_inbox = wire.inbox(self.rng)
@@ -392,8 +422,25 @@ class Node:
     def _peer_state(self) -> PeerState:
         return PeerState(tuple(self.peers), len(self.peers), self.base_peers.domain_ext)
 
-    def _store(self, entries: list[LogEntry]) -> None:
-        self.storage.append(entries)
+    def _mark(self, mark: Mark) -> None:
+        if self.marks:
+            self._committed.append(Committed.marker(mark))
+
+    def _signal_catchup(self) -> None:
+        """raft.go sendCatchupSignal: what commits from here until CATCHUP_END is a catch-up's."""
+        if self.catchup_inbox and not self._catchup_signalled:
+            self._catchup_signalled = True
+            self._mark(Mark.CATCHUP_START)
+
+    def _end_catchup(self) -> None:
+        """raft.go cancelCatchup: the catch-up is over (or replaced); its end is signalled."""
+        self.catchup_inbox = ""
+        if self._catchup_signalled:
+            self._catchup_signalled = False
+            self._mark(Mark.CATCHUP_END)
+
+    def _store(self, entries: list[LogEntry], commit: int) -> None:
+        self.storage.append(entries, commit)
         self.log.extend(entries)
         if any(e.entry.type in (EntryType.PEER_STATE, EntryType.ADD_PEER, EntryType.REMOVE_PEER) for e in entries):
             self._recompute_peers()
@@ -467,21 +514,24 @@ class Node:
                     return
                 self._truncate(index - 1)
             new.append(LogEntry(index, ae.term, entry))
+        matched = ae.pindex + len(ae.entries)
+        commit = max(self.commit, min(ae.commit, matched))
         if new:
-            self._store(new)
+            self._store(new, commit)
         if not catchup and not self.observer and any(
                 e.type == EntryType.LEADER_TRANSFER and e.data == self.id.encode() for e in ae.entries):
             self._transfer = True  # raft.go xferCampaign: the leader handed over to us
             self._reset_election(TRANSFER_CAMPAIGN)
-        matched = ae.pindex + len(ae.entries)
-        self._advance_commit(min(ae.commit, matched))
+        if catchup and commit > self.commit:
+            self._signal_catchup()
+        self._advance_commit(commit)
         # A success names the matched entry by its term and index (raft.go: n.pterm, n.pindex).
         ack = AppendEntryResponse(self.term_at(matched), matched, self.id, True).encode()
         if catchup:
             if reply:  # the catch-up's progress (2.15.1's $NRG.CP. reply)
                 self._send(reply, "", ack)
         else:
-            self.catchup_inbox = ""
+            self._end_catchup()
             self._send(reply, "", ack)
 
     def _install_snapshot(self, ae: AppendEntry) -> None:
@@ -496,14 +546,20 @@ class Node:
         snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data)
         self.storage.install_snapshot(snapshot)
         self.storage.save_peer_state(peers)
+        had_snapshot = self.snapshot is not None
         self.snapshot, self.log, self.base_peers = snapshot, [], peers
         self._recompute_peers()
         self.commit = self.applied = ae.pindex
+        # raft.go: a first snapshot starts the catch-up's signal; a later one goes before it.
+        if not had_snapshot:
+            self._signal_catchup()
         self._committed.append(Committed(ae.pindex, ae.pterm, ae.entries[0]))
+        self._signal_catchup()
 
     def _request_catchup(self) -> None:
         if not self._leader_reply:
             return
+        self._end_catchup()  # (raft.go createCatchup: a catch-up in progress is cancelled first)
         self.catchup_inbox = wire.catchup_inbox(self.rng)
         self._catchup_at = self.now()
         self._send(self._leader_reply, self.catchup_inbox,
@@ -575,7 +631,7 @@ class Node:
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.leader = self.id
-        self.catchup_inbox = ""
+        self._end_catchup()
         now = self.now()
         self._match = {peer: 0 for peer in self.peers}
         self._seen = {peer: now for peer in self.peers}
@@ -588,7 +644,7 @@ class Node:
         start = self.last_index
         pterm = self.last_term
         items = [LogEntry(start + i + 1, self.term, e) for i, e in enumerate(entries)]
-        self._store(items)
+        self._store(items, self.commit)
         self._match[self.id] = self.last_index
         self._send(self.append_subject, self.append_inbox,
                    AppendEntry(self.id, self.term, self.commit, pterm, start, tuple(entries)).encode())

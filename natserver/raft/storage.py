@@ -33,8 +33,10 @@ PEER_STATE_FILE = "peers.idx"  # raft.go peerStateFile
 LOG_FILE = "log.wal"  # natserver's own log (raft.go uses a filestore for its WAL)
 SNAPSHOT_FILE = "snapshot"  # natserver's own: term, index (u64 each), crc32, the data
 _SNAPSHOT = struct.Struct("<QQI")
-# A log record: crc32 of the rest, index, term, the entry's data length, its type; the data.
-_RECORD = struct.Struct("<IQQIB")
+# A log record: crc32 of the rest, index, term, the commit index known when it was written
+# (raft.go stores each append entry with its commit, and replays a restart's log up to it), the
+# entry's data length, its type; the data.
+_RECORD = struct.Struct("<IQQQIB")
 _TERM = struct.Struct("<Q")
 
 
@@ -67,6 +69,9 @@ class Persisted:
     peer_state: PeerState | None = None
     log: list[LogEntry] = field(default_factory=list)  # the entries after the snapshot's index
     snapshot: Snapshot | None = None
+    # The highest commit index recorded with the log's entries (at most the last entry's): a
+    # restart replays the entries up to it, as raft.go replays its WAL's committed entries.
+    commit: int = 0
 
 
 class Storage(Protocol):
@@ -78,8 +83,9 @@ class Storage(Protocol):
 
     def save_peer_state(self, state: PeerState) -> None: ...
 
-    def append(self, entries: list[LogEntry]) -> None:
-        """Add entries after the last one (their indexes follow it)."""
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
+        """Add entries after the last one (their indexes follow it); ``commit`` is an index
+        known committed when they were written (kept with them, see Persisted.commit)."""
 
     def truncate(self, last_index: int) -> None:
         """Drop every entry after ``last_index``."""
@@ -100,7 +106,9 @@ class MemoryStorage:
 
     def load(self) -> Persisted:
         state = self.state
-        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot)
+        last = state.log[-1].index if state.log else (state.snapshot.index if state.snapshot else 0)
+        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot,
+                         min(state.commit, last))
 
     def save_term_vote(self, term: int, vote: str) -> None:
         self.state.term, self.state.vote = term, vote
@@ -110,7 +118,7 @@ class MemoryStorage:
         self.state.peer_state = state
         self.writes += 1
 
-    def append(self, entries: list[LogEntry]) -> None:
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
         log = self.state.log
         base = self.state.snapshot.index if self.state.snapshot else 0
         for entry in entries:
@@ -118,6 +126,8 @@ class MemoryStorage:
             if entry.index != last + 1:
                 raise StorageError(f"log gap: {entry.index} after {last}")
             log.append(entry)
+        if entries:
+            self.state.commit = max(self.state.commit, commit)
         self.writes += 1
 
     def truncate(self, last_index: int) -> None:
@@ -175,6 +185,7 @@ class FileStorage:
         self._offsets: list[int] = []  # where each entry's record starts, by index - base - 1
         self._end = 0
         self._base = 0  # the snapshot's index: the log's first entry is the next
+        self._commit = 0  # the highest commit read with the log's records
 
     def load(self) -> Persisted:
         state = Persisted()
@@ -202,11 +213,12 @@ class FileStorage:
             state.snapshot = Snapshot(term, index, buf[_SNAPSHOT.size:])
             self._base = index
         state.log = self._read_log()
+        state.commit = min(self._commit, state.log[-1].index if state.log else self._base)
         return state
 
     def _read_log(self) -> list[LogEntry]:
         path = self.folder / LOG_FILE
-        self._offsets, self._end = [], 0
+        self._offsets, self._end, self._commit = [], 0, 0
         if not path.exists():
             path.touch()
             return []
@@ -214,11 +226,12 @@ class FileStorage:
         log: list[LogEntry] = []
         at = 0
         while at + _RECORD.size <= len(buf):
-            crc, index, term, size, kind = _RECORD.unpack_from(buf, at)
+            crc, index, term, commit, size, kind = _RECORD.unpack_from(buf, at)
             end = at + _RECORD.size + size
             if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc or index != self._base + len(log) + 1:
                 break
             log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
+            self._commit = max(self._commit, commit)
             self._offsets.append(at)
             at = end
         self._end = at
@@ -242,7 +255,7 @@ class FileStorage:
         _write_synced(self.folder / PEER_STATE_FILE, state.encode())
 
     @_storage_errors
-    def append(self, entries: list[LogEntry]) -> None:
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
         if not entries:
             return
         records = []
@@ -251,7 +264,7 @@ class FileStorage:
         for entry in entries:
             if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
                 raise StorageError(f"log gap at {entry.index}")
-            body = _RECORD.pack(0, entry.index, entry.term, len(entry.entry.data), entry.entry.type)[4:]
+            body = _RECORD.pack(0, entry.index, entry.term, commit, len(entry.entry.data), entry.entry.type)[4:]
             body += entry.entry.data
             record = struct.pack("<I", zlib.crc32(body)) + body
             records.append(record)

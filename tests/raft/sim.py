@@ -31,8 +31,11 @@ class InFlight:
 
 
 class Network:
-    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = DEFAULT_TIMEOUTS, max_delay: float = 0.0) -> None:
+    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = DEFAULT_TIMEOUTS, max_delay: float = 0.0,
+                 marks: bool = False) -> None:
         self.clock = Clock()
+        self.marks = marks  # the nodes report replays and catch-ups (Node(marks=True))
+        self.stream: dict[str, list[Committed]] = {}  # this incarnation's committed stream, markers too
         self.max_delay = max_delay  # each message is delivered up to this many seconds late
         self.rng = random.Random(seed)
         self.timeouts = timeouts
@@ -53,8 +56,9 @@ class Network:
 
     def start(self, nid: str) -> None:
         self.nodes[nid] = Node(nid, GROUP, self.ids, self.storage[nid], rng=random.Random(self.rng.random()),
-                               now=self.clock, timeouts=self.timeouts)
+                               now=self.clock, timeouts=self.timeouts, marks=self.marks)
         self.applied[nid] = []
+        self.stream[nid] = []
 
     def restart(self, nid: str) -> None:
         self.start(nid)
@@ -73,6 +77,9 @@ class Network:
                 delay = self.rng.random() * self.max_delay
                 self.in_flight.append(InFlight(self.clock.t + delay, self.seq, dest, message, nid))
         for done in node.take_committed():
+            self.stream[nid].append(done)
+            if done.mark is not None:
+                continue
             self.applied[nid].append(done)
             key = (done.term, done.entry.data, done.entry.type)
             assert self.committed.setdefault(done.index, key) == key, (
