@@ -30,8 +30,12 @@ What it does as raft.go does (the wire frames are wire.py's):
   ``EntryPeerState`` change the peer set when appended (undone if truncated), as raft.go's
   membChange does; one change at a time.
 
-Left out (see README.md): snapshots and log compaction, leader transfer, the paused/applied
-back-pressure, proposals forwarded from followers (``$NRG.P``), scale-up observer mode.
+- snapshots: the upper layer hands the node its state at an applied index
+  (:meth:`Node.install_snapshot`, raft.go InstallSnapshot); the node keeps it with the committed
+  peer state at that index and drops its log up to it; a restart starts from it (its data is
+  the first committed item), and a follower that lags behind it is sent it.
+
+Left out (see README.md): the paused/applied back-pressure, scale-up observer mode.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from natserver.raft.wire import (
     WireError,
 )
 
-__all__ = ["Committed", "Mark", "Message", "Node", "NotLeader", "Role", "Timeouts"]
+__all__ = ["Committed", "Mark", "Message", "Node", "NotLeader", "Role", "SnapshotError", "Timeouts"]
 
 # raft.go's defaults (minElectionTimeoutDefault etc.), in seconds.
 MIN_ELECTION_TIMEOUT = 4.0
@@ -128,6 +132,14 @@ class Committed:
 
 class NotLeader(Exception):  # noqa: N818 (raft.go errNotLeader)
     """A proposal made to a node that is not the leader."""
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be taken now (raft.go's errors, their texts)."""
+
+
+ERR_NO_SNAPSHOT = "raft: no snapshot available"  # raft.go errNoSnapAvailable
+ERR_CATCHUPS_RUNNING = "raft: snapshot can not be installed while catchups running"  # errCatchupsRunning
 
 
 @dataclass(slots=True)
@@ -371,6 +383,31 @@ class Node:
             raise
         return self.last_index
 
+    def install_snapshot(self, data: bytes, index: int | None = None, *, force: bool = False) -> Snapshot:
+        """Keep ``data``, the upper layer's state once it applied the committed entries up to
+        ``index`` (by default all it was given), and drop the log up to it (raft.go
+        InstallSnapshot). Refused (:class:`SnapshotError`) with nothing new to snapshot, and
+        while this leader catches a follower up unless ``force`` (raft.go: the catch-up reads
+        the log being dropped; one that needs it is sent the snapshot instead)."""
+        if self.write_error is not None:
+            raise self.write_error
+        index = self.applied if index is None else index
+        if not self.base_index < index <= self.applied:
+            raise SnapshotError(ERR_NO_SNAPSHOT)
+        if self._catchups and not force:
+            raise SnapshotError(ERR_CATCHUPS_RUNNING)
+        peers = self._peers_through(index)
+        snapshot = Snapshot(self.term_at(index), index, bytes(data), peers)
+        try:
+            self.storage.compact(snapshot)
+        except StorageError as e:
+            self._failed(e)
+            raise
+        del self.log[:index - self.base_index]
+        self.snapshot, self.base_peers = snapshot, peers
+        self._recompute_peers()
+        return snapshot
+
     def add_peer(self, peer: str) -> int:
         return self.propose(peer.encode(), EntryType.ADD_PEER)
 
@@ -396,10 +433,21 @@ class Node:
         self.term, self.vote = term, vote
         self.storage.save_term_vote(term, vote)
 
+    def _peers_through(self, index: int) -> PeerState:
+        """The peer state once the log's entries up to ``index`` are applied (raft.go
+        committedPeerStateLocked, for a snapshot at ``index``)."""
+        peers, _ = self._membership(self.log[:index - self.base_index])
+        return PeerState(tuple(peers), len(peers), self.base_peers.domain_ext)
+
     def _recompute_peers(self) -> None:
+        self.peers, self._membership_index = self._membership(self.log)
+        self.removed = self.id not in self.peers
+
+    def _membership(self, log: list[LogEntry]) -> tuple[list[str], int]:
+        """The peer set after ``log`` (from the base peer state) and its last membership entry."""
         peers = list(self.base_peers.known_peers)
-        self._membership_index = 0
-        for item in self.log:
+        membership_index = 0
+        for item in log:
             kind = item.entry.type
             if kind == EntryType.PEER_STATE:
                 try:
@@ -410,14 +458,13 @@ class Node:
                 peer = item.entry.data.decode(errors="replace")
                 if len(peer) == wire.ID_LEN and peer not in peers:
                     peers.append(peer)
-                self._membership_index = item.index
+                membership_index = item.index
             elif kind == EntryType.REMOVE_PEER:
                 peer = item.entry.data.decode(errors="replace")
                 if peer in peers and len(peers) > 1:
                     peers.remove(peer)
-                self._membership_index = item.index
-        self.peers = peers
-        self.removed = self.id not in peers
+                membership_index = item.index
+        return peers, membership_index
 
     def _peer_state(self) -> PeerState:
         return PeerState(tuple(self.peers), len(self.peers), self.base_peers.domain_ext)
@@ -543,7 +590,7 @@ class Node:
             peers = PeerState.decode(ae.entries[1].data)
         except WireError:
             return
-        snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data)
+        snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data, peers)
         self.storage.install_snapshot(snapshot)
         self.storage.save_peer_state(peers)
         had_snapshot = self.snapshot is not None

@@ -3,14 +3,24 @@ partitions, and restarts from what each node persisted."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
-from natserver.raft import MemoryStorage, Node, Role, Timeouts, node_id
+from natserver.raft import Entry, EntryType, MemoryStorage, Node, Role, Timeouts, node_id
 from natserver.raft.node import Committed, Message
 
 GROUP = "S-R3F-testgrp0"
 DEFAULT_TIMEOUTS = Timeouts()  # raft.go's
+
+
+def snapshot_of(applied: list[Committed]) -> bytes:
+    """The simulated upper layer's state (every entry it applied) as snapshot data."""
+    return json.dumps([[c.index, c.term, c.entry.type, c.entry.data.hex()] for c in applied]).encode()
+
+
+def restore(data: bytes) -> list[Committed]:
+    return [Committed(i, t, Entry(k, bytes.fromhex(d))) for i, t, k, d in json.loads(data)]
 
 
 @dataclass
@@ -79,6 +89,14 @@ class Network:
         for done in node.take_committed():
             self.stream[nid].append(done)
             if done.mark is not None:
+                continue
+            if done.entry.type == EntryType.SNAPSHOT:  # the upper layer restores its state from it
+                state = restore(done.entry.data)
+                assert len(state) == done.index, (nid, done.index, len(state))
+                for item in state:
+                    key = (item.term, item.entry.data, item.entry.type)
+                    assert self.committed.setdefault(item.index, key) == key, (nid, "snapshot", item.index)
+                self.applied[nid] = state
                 continue
             self.applied[nid].append(done)
             key = (done.term, done.entry.data, done.entry.type)
