@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import struct
 from pathlib import Path
 
@@ -208,3 +209,24 @@ def test_the_snapshot_holds_the_peer_state_at_its_index():
     leader.install_snapshot(b"after the add")
     assert leader.snapshot.peers is not None and newcomer in leader.snapshot.peers.known_peers
     assert newcomer in leader.peers
+
+
+RECORDED = Path(__file__).parent / "data" / "snapshots_nats_server_2.15.1"
+
+
+@pytest.mark.parametrize("group", sorted(p.name for p in RECORDED.iterdir()))
+def test_2_15_1s_snapshot_files_are_read_and_written_byte_for_byte(tmp_path, group):
+    """Written by 2.15.1 (record_snapshots.py): the checksum verifies under the group's key, the
+    peer state decodes, a node starts from it, and natserver encodes it to the same bytes."""
+    shutil.copytree(RECORDED / group, tmp_path / group)
+    [path] = (tmp_path / group / "snapshots").iterdir()
+    storage = FileStorage(tmp_path / group)
+    snapshot = storage.load().snapshot
+    assert snapshot is not None and path.name == f"snap.{snapshot.term}.{snapshot.index}"
+    assert snapshot.peers is not None and len(snapshot.peers.known_peers) == 3
+    assert storage.encode_snapshot(snapshot) == path.read_bytes()
+    node = Node(snapshot.peers.known_peers[0], group, [], FileStorage(tmp_path / group), rng=random.Random(1),
+                now=Clock())
+    assert node.peers == list(snapshot.peers.known_peers) and node.commit == snapshot.index
+    [first] = node.take_committed()
+    assert (first.index, first.entry.type, first.entry.data) == (snapshot.index, EntryType.SNAPSHOT, snapshot.data)
