@@ -14,13 +14,15 @@ from natserver.raft.node import (
     MAX_ELECTION_TIMEOUT,
     MIN_ELECTION_TIMEOUT,
     Committed,
+    Mark,
     Message,
     Node,
     NotLeader,
     Role,
+    SnapshotError,
     Timeouts,
 )
-from natserver.raft.storage import FileStorage, LogEntry, MemoryStorage, Persisted, Storage, StorageError
+from natserver.raft.storage import FileStorage, LogEntry, MemoryStorage, Persisted, Snapshot, Storage, StorageError
 from natserver.raft.wire import (
     META_GROUP,
     AppendEntry,
@@ -40,7 +42,7 @@ from natserver.raft.wire import (
 __all__ = [
     "CATCHUP_BATCH", "HEARTBEAT_INTERVAL", "LOST_QUORUM_INTERVAL", "MAX_ELECTION_TIMEOUT", "META_GROUP",
     "MIN_ELECTION_TIMEOUT", "AppendEntry", "AppendEntryResponse", "Committed", "Entry", "EntryType",
-    "FileStorage", "LogEntry", "MemoryStorage", "Message", "Node", "NotLeader", "Persisted", "PeerState",
-    "Role", "Storage", "StorageError", "Timeouts", "VoteRequest", "VoteResponse", "WireError", "classify",
+    "FileStorage", "LogEntry", "Mark", "MemoryStorage", "Message", "Node", "NotLeader", "Persisted", "PeerState",
+    "Role", "Snapshot", "SnapshotError", "Storage", "StorageError", "Timeouts", "VoteRequest", "VoteResponse", "WireError", "classify",
     "group_name", "node_id",
 ]

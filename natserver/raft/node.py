@@ -30,8 +30,12 @@ What it does as raft.go does (the wire frames are wire.py's):
   ``EntryPeerState`` change the peer set when appended (undone if truncated), as raft.go's
   membChange does; one change at a time.
 
-Left out (see README.md): snapshots and log compaction, leader transfer, the paused/applied
-back-pressure, proposals forwarded from followers (``$NRG.P``), scale-up observer mode.
+- snapshots: the upper layer hands the node its state at an applied index
+  (:meth:`Node.install_snapshot`, raft.go InstallSnapshot); the node keeps it with the committed
+  peer state at that index and drops its log up to it; a restart starts from it (its data is
+  the first committed item), and a follower that lags behind it is sent it.
+
+Left out (see README.md): the paused/applied back-pressure, scale-up observer mode.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from natserver.raft.wire import (
     WireError,
 )
 
-__all__ = ["Committed", "Message", "Node", "NotLeader", "Role", "Timeouts"]
+__all__ = ["Committed", "Mark", "Message", "Node", "NotLeader", "Role", "SnapshotError", "Timeouts"]
 
 # raft.go's defaults (minElectionTimeoutDefault etc.), in seconds.
 MIN_ELECTION_TIMEOUT = 4.0
@@ -100,15 +104,42 @@ class Message:
     payload: bytes
 
 
+class Mark(Enum):
+    """Where a replay or a catch-up starts and ends in the committed stream (``Node(marks=True)``):
+    raft.go tells its upper layer with an ``EntryCatchup`` entry (sendCatchupSignal) and a nil
+    entry (the end of a catch-up, cancelCatchupSignal, and of the startup's replay); the meta
+    layer stages what is applied in between (jetstream_cluster.go's recovery and catch-up)."""
+
+    REPLAY_START = "replay start"  # (raft.go: implicit, the node's first committed entries)
+    REPLAY_END = "replay end"  # raft.go: the nil entry after the WAL's replay
+    CATCHUP_START = "catchup start"  # raft.go: the EntryCatchup entry
+    CATCHUP_END = "catchup end"  # raft.go: the nil entry once caught up
+
+
 @dataclass(frozen=True, slots=True)
 class Committed:
+    """A committed entry to apply, or (``mark`` set, index 0, an ``EntryCatchup`` entry) a marker."""
+
     index: int
     term: int
     entry: Entry
+    mark: Mark | None = None
+
+    @staticmethod
+    def marker(mark: Mark) -> Committed:
+        return Committed(0, 0, Entry(EntryType.CATCHUP, b""), mark)
 
 
 class NotLeader(Exception):  # noqa: N818 (raft.go errNotLeader)
     """A proposal made to a node that is not the leader."""
+
+
+class SnapshotError(Exception):
+    """A snapshot that cannot be taken now (raft.go's errors, their texts)."""
+
+
+ERR_NO_SNAPSHOT = "raft: no snapshot available"  # raft.go errNoSnapAvailable
+ERR_CATCHUPS_RUNNING = "raft: snapshot can not be installed while catchups running"  # errCatchupsRunning
 
 
 @dataclass(slots=True)
@@ -121,7 +152,8 @@ class _Catchup:
 class Node:
     def __init__(self, node_id: str, group: str, peers: list[str], storage: Storage, *,
                  observer: bool = False, rng: random.Random | None = None,
-                 now: Callable[[], float] = clock.monotonic, timeouts: Timeouts = Timeouts()) -> None:
+                 now: Callable[[], float] = clock.monotonic, timeouts: Timeouts = Timeouts(),
+                 marks: bool = False) -> None:
         if len(node_id) != wire.ID_LEN:
             raise ValueError(f"a node id is {wire.ID_LEN} characters: {node_id!r}")
         self.id = node_id
@@ -148,8 +180,18 @@ class Node:
         self.commit = self.snapshot.index if self.snapshot else 0
         self.applied = self.commit
         self.write_error: StorageError | None = None
+        self.marks = marks  # report replays and catch-ups in the committed stream (Mark)
+        self._catchup_signalled = False  # CATCHUP_START sent, CATCHUP_END owed (raft.go catchup.signal)
         self._out: list[Message] = []
         self._committed: list[Committed] = []
+        # raft.go's startup: the snapshot to the upper layer first, then the log's committed
+        # entries (up to the commit stored with them), then the end of the replay.
+        self._mark(Mark.REPLAY_START)
+        if self.snapshot is not None:
+            self._committed.append(Committed(self.snapshot.index, self.snapshot.term,
+                                             Entry(EntryType.SNAPSHOT, self.snapshot.data)))
+        self._advance_commit(persisted.commit)
+        self._mark(Mark.REPLAY_END)
         self.vote_subject = wire.vote_subject(group)
         self.append_subject = wire.append_subject(group)
         self.vote_inbox = wire.inbox(self.rng)
@@ -341,6 +383,31 @@ class Node:
             raise
         return self.last_index
 
+    def install_snapshot(self, data: bytes, index: int | None = None, *, force: bool = False) -> Snapshot:
+        """Keep ``data``, the upper layer's state once it applied the committed entries up to
+        ``index`` (by default all it was given), and drop the log up to it (raft.go
+        InstallSnapshot). Refused (:class:`SnapshotError`) with nothing new to snapshot, and
+        while this leader catches a follower up unless ``force`` (raft.go: the catch-up reads
+        the log being dropped; one that needs it is sent the snapshot instead)."""
+        if self.write_error is not None:
+            raise self.write_error
+        index = self.applied if index is None else index
+        if not self.base_index < index <= self.applied:
+            raise SnapshotError(ERR_NO_SNAPSHOT)
+        if self._catchups and not force:
+            raise SnapshotError(ERR_CATCHUPS_RUNNING)
+        peers = self._peers_through(index)
+        snapshot = Snapshot(self.term_at(index), index, bytes(data), peers)
+        try:
+            self.storage.compact(snapshot)
+        except StorageError as e:
+            self._failed(e)
+            raise
+        del self.log[:index - self.base_index]
+        self.snapshot, self.base_peers = snapshot, peers
+        self._recompute_peers()
+        return snapshot
+
     def add_peer(self, peer: str) -> int:
         return self.propose(peer.encode(), EntryType.ADD_PEER)
 
@@ -366,10 +433,21 @@ class Node:
         self.term, self.vote = term, vote
         self.storage.save_term_vote(term, vote)
 
+    def _peers_through(self, index: int) -> PeerState:
+        """The peer state once the log's entries up to ``index`` are applied (raft.go
+        committedPeerStateLocked, for a snapshot at ``index``)."""
+        peers, _ = self._membership(self.log[:index - self.base_index])
+        return PeerState(tuple(peers), len(peers), self.base_peers.domain_ext)
+
     def _recompute_peers(self) -> None:
+        self.peers, self._membership_index = self._membership(self.log)
+        self.removed = self.id not in self.peers
+
+    def _membership(self, log: list[LogEntry]) -> tuple[list[str], int]:
+        """The peer set after ``log`` (from the base peer state) and its last membership entry."""
         peers = list(self.base_peers.known_peers)
-        self._membership_index = 0
-        for item in self.log:
+        membership_index = 0
+        for item in log:
             kind = item.entry.type
             if kind == EntryType.PEER_STATE:
                 try:
@@ -380,20 +458,36 @@ class Node:
                 peer = item.entry.data.decode(errors="replace")
                 if len(peer) == wire.ID_LEN and peer not in peers:
                     peers.append(peer)
-                self._membership_index = item.index
+                membership_index = item.index
             elif kind == EntryType.REMOVE_PEER:
                 peer = item.entry.data.decode(errors="replace")
                 if peer in peers and len(peers) > 1:
                     peers.remove(peer)
-                self._membership_index = item.index
-        self.peers = peers
-        self.removed = self.id not in peers
+                membership_index = item.index
+        return peers, membership_index
 
     def _peer_state(self) -> PeerState:
         return PeerState(tuple(self.peers), len(self.peers), self.base_peers.domain_ext)
 
-    def _store(self, entries: list[LogEntry]) -> None:
-        self.storage.append(entries)
+    def _mark(self, mark: Mark) -> None:
+        if self.marks:
+            self._committed.append(Committed.marker(mark))
+
+    def _signal_catchup(self) -> None:
+        """raft.go sendCatchupSignal: what commits from here until CATCHUP_END is a catch-up's."""
+        if self.catchup_inbox and not self._catchup_signalled:
+            self._catchup_signalled = True
+            self._mark(Mark.CATCHUP_START)
+
+    def _end_catchup(self) -> None:
+        """raft.go cancelCatchup: the catch-up is over (or replaced); its end is signalled."""
+        self.catchup_inbox = ""
+        if self._catchup_signalled:
+            self._catchup_signalled = False
+            self._mark(Mark.CATCHUP_END)
+
+    def _store(self, entries: list[LogEntry], commit: int) -> None:
+        self.storage.append(entries, commit)
         self.log.extend(entries)
         if any(e.entry.type in (EntryType.PEER_STATE, EntryType.ADD_PEER, EntryType.REMOVE_PEER) for e in entries):
             self._recompute_peers()
@@ -467,21 +561,24 @@ class Node:
                     return
                 self._truncate(index - 1)
             new.append(LogEntry(index, ae.term, entry))
+        matched = ae.pindex + len(ae.entries)
+        commit = max(self.commit, min(ae.commit, matched))
         if new:
-            self._store(new)
+            self._store(new, commit)
         if not catchup and not self.observer and any(
                 e.type == EntryType.LEADER_TRANSFER and e.data == self.id.encode() for e in ae.entries):
             self._transfer = True  # raft.go xferCampaign: the leader handed over to us
             self._reset_election(TRANSFER_CAMPAIGN)
-        matched = ae.pindex + len(ae.entries)
-        self._advance_commit(min(ae.commit, matched))
+        if catchup and commit > self.commit:
+            self._signal_catchup()
+        self._advance_commit(commit)
         # A success names the matched entry by its term and index (raft.go: n.pterm, n.pindex).
         ack = AppendEntryResponse(self.term_at(matched), matched, self.id, True).encode()
         if catchup:
             if reply:  # the catch-up's progress (2.15.1's $NRG.CP. reply)
                 self._send(reply, "", ack)
         else:
-            self.catchup_inbox = ""
+            self._end_catchup()
             self._send(reply, "", ack)
 
     def _install_snapshot(self, ae: AppendEntry) -> None:
@@ -493,17 +590,23 @@ class Node:
             peers = PeerState.decode(ae.entries[1].data)
         except WireError:
             return
-        snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data)
+        snapshot = Snapshot(ae.pterm, ae.pindex, ae.entries[0].data, peers)
         self.storage.install_snapshot(snapshot)
         self.storage.save_peer_state(peers)
+        had_snapshot = self.snapshot is not None
         self.snapshot, self.log, self.base_peers = snapshot, [], peers
         self._recompute_peers()
         self.commit = self.applied = ae.pindex
+        # raft.go: a first snapshot starts the catch-up's signal; a later one goes before it.
+        if not had_snapshot:
+            self._signal_catchup()
         self._committed.append(Committed(ae.pindex, ae.pterm, ae.entries[0]))
+        self._signal_catchup()
 
     def _request_catchup(self) -> None:
         if not self._leader_reply:
             return
+        self._end_catchup()  # (raft.go createCatchup: a catch-up in progress is cancelled first)
         self.catchup_inbox = wire.catchup_inbox(self.rng)
         self._catchup_at = self.now()
         self._send(self._leader_reply, self.catchup_inbox,
@@ -575,7 +678,7 @@ class Node:
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.leader = self.id
-        self.catchup_inbox = ""
+        self._end_catchup()
         now = self.now()
         self._match = {peer: 0 for peer in self.peers}
         self._seen = {peer: now for peer in self.peers}
@@ -588,7 +691,7 @@ class Node:
         start = self.last_index
         pterm = self.last_term
         items = [LogEntry(start + i + 1, self.term, e) for i, e in enumerate(entries)]
-        self._store(items)
+        self._store(items, self.commit)
         self._match[self.id] = self.last_index
         self._send(self.append_subject, self.append_inbox,
                    AppendEntry(self.id, self.term, self.commit, pterm, start, tuple(entries)).encode())

@@ -5,8 +5,15 @@ raft.go keeps them in a group's store directory: ``tav.idx`` (term, u64 little-e
 store). :class:`FileStorage` keeps the first two byte for byte as raft.go writes them and the
 log in a file of its own records; every write is fsynced before it returns, so a node answers
 a vote or an append only once what it promised is on disk (raft.go writeTermVote and storeToWAL
-do the same). A snapshot (installed from a leader's catch-up) replaces the log up to its
-index: ``snapshot`` holds its term, index and data, and the log goes on after it.
+do the same). A snapshot replaces the log up to its index: ``snapshot`` holds its term, index,
+peer state and data, and the log goes on after it; one installed from a leader's catch-up
+replaces the whole log (:meth:`Storage.install_snapshot`), one the node takes of its own state
+drops the entries up to its index and keeps those after (:meth:`Storage.compact`, raft.go
+InstallSnapshot and its WAL's Compact). FileStorage writes it as raft.go does:
+``snapshots/snap.<term>.<index>``, holding the term and index (u64), the peer state's length
+(u32) and the peer state, the data, and the HighwayHash-64 of all that keyed by the SHA-256 of
+the group's name (raft.go encodeSnapshot); at load the latest one (by term, then index) is
+checked and kept, the others removed (setupLastSnapshot).
 ``FileStorage(folder, deferred_sync=True)`` leaves the appends' fsync to :meth:`FileStorage.sync`
 (a group commit: natserver.nrg syncs once per pass, before anything the node answered is sent).
 :class:`MemoryStorage` is the same protocol in memory, for tests: what it holds
@@ -16,6 +23,7 @@ is what survives a node's restart.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import struct
 import zlib
@@ -24,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from natserver.raft.highway import highwayhash64
 from natserver.raft.wire import ID_LEN, Entry, PeerState, WireError
 
 __all__ = ["FileStorage", "LogEntry", "MemoryStorage", "Persisted", "Snapshot", "Storage", "StorageError"]
@@ -31,10 +40,15 @@ __all__ = ["FileStorage", "LogEntry", "MemoryStorage", "Persisted", "Snapshot", 
 TERM_VOTE_FILE = "tav.idx"  # raft.go termVoteFile
 PEER_STATE_FILE = "peers.idx"  # raft.go peerStateFile
 LOG_FILE = "log.wal"  # natserver's own log (raft.go uses a filestore for its WAL)
-SNAPSHOT_FILE = "snapshot"  # natserver's own: term, index (u64 each), crc32, the data
-_SNAPSHOT = struct.Struct("<QQI")
-# A log record: crc32 of the rest, index, term, the entry's data length, its type; the data.
-_RECORD = struct.Struct("<IQQIB")
+SNAPSHOTS_DIR = "snapshots"  # raft.go snapshotsDir
+SNAPSHOT_NAME = "snap.{term}.{index}"  # raft.go snapFileT ("snap.%d.%d")
+_SNAPSHOT = struct.Struct("<QQI")  # raft.go encodeSnapshot: term, index, the peer state's length
+_CHECKSUM_LEN = 8  # highwayhash.Size64
+MIN_SNAPSHOT_LEN = _SNAPSHOT.size + _CHECKSUM_LEN  # raft.go minSnapshotLen (28)
+# A log record: crc32 of the rest, index, term, the commit index known when it was written
+# (raft.go stores each append entry with its commit, and replays a restart's log up to it), the
+# entry's data length, its type; the data.
+_RECORD = struct.Struct("<IQQQIB")
 _TERM = struct.Struct("<Q")
 
 
@@ -53,11 +67,13 @@ class LogEntry:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The state machine up to ``index`` (of ``term``), as the leader sent it (opaque data)."""
+    """The state machine up to ``index`` (of ``term``): the upper layer's opaque data, and the
+    committed peer state at that index (the peer set a restart from it starts with)."""
 
     term: int
     index: int
     data: bytes
+    peers: PeerState | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +83,9 @@ class Persisted:
     peer_state: PeerState | None = None
     log: list[LogEntry] = field(default_factory=list)  # the entries after the snapshot's index
     snapshot: Snapshot | None = None
+    # The highest commit index recorded with the log's entries (at most the last entry's): a
+    # restart replays the entries up to it, as raft.go replays its WAL's committed entries.
+    commit: int = 0
 
 
 class Storage(Protocol):
@@ -78,14 +97,18 @@ class Storage(Protocol):
 
     def save_peer_state(self, state: PeerState) -> None: ...
 
-    def append(self, entries: list[LogEntry]) -> None:
-        """Add entries after the last one (their indexes follow it)."""
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
+        """Add entries after the last one (their indexes follow it); ``commit`` is an index
+        known committed when they were written (kept with them, see Persisted.commit)."""
 
     def truncate(self, last_index: int) -> None:
         """Drop every entry after ``last_index``."""
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         """Keep ``snapshot`` and drop the whole log (it goes on after the snapshot's index)."""
+
+    def compact(self, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` (of the log's own entries) and drop the entries up to its index."""
 
     def sync(self) -> None:
         """Make durable what was deferred (appends of a storage that defers their sync)."""
@@ -97,10 +120,14 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.state = Persisted()
         self.writes = 0  # durable writes made (each would be an fsync)
+        self._commits: dict[int, int] = {}  # the commit stored with each entry, by index
 
     def load(self) -> Persisted:
         state = self.state
-        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot)
+        last = state.log[-1].index if state.log else (state.snapshot.index if state.snapshot else 0)
+        commit = max((self._commits.get(e.index, 0) for e in state.log), default=0)
+        return Persisted(state.term, state.vote, state.peer_state, list(state.log), state.snapshot,
+                         min(commit, last))
 
     def save_term_vote(self, term: int, vote: str) -> None:
         self.state.term, self.state.vote = term, vote
@@ -110,7 +137,7 @@ class MemoryStorage:
         self.state.peer_state = state
         self.writes += 1
 
-    def append(self, entries: list[LogEntry]) -> None:
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
         log = self.state.log
         base = self.state.snapshot.index if self.state.snapshot else 0
         for entry in entries:
@@ -118,6 +145,7 @@ class MemoryStorage:
             if entry.index != last + 1:
                 raise StorageError(f"log gap: {entry.index} after {last}")
             log.append(entry)
+            self._commits[entry.index] = commit
         self.writes += 1
 
     def truncate(self, last_index: int) -> None:
@@ -128,6 +156,13 @@ class MemoryStorage:
     def install_snapshot(self, snapshot: Snapshot) -> None:
         self.state.snapshot = snapshot
         self.state.log = []
+        self.writes += 1
+
+    def compact(self, snapshot: Snapshot) -> None:
+        self.state.snapshot = snapshot
+        self.state.log = [e for e in self.state.log if e.index > snapshot.index]
+        if snapshot.peers is not None:
+            self.state.peer_state = snapshot.peers
         self.writes += 1
 
     def sync(self) -> None:
@@ -166,8 +201,12 @@ class FileStorage:
     """The protocol in a directory: tav.idx and peers.idx as raft.go writes them, and a log
     of CRC-checked records (a torn last record, from a crash mid-write, is dropped on load)."""
 
-    def __init__(self, folder: str | os.PathLike[str], *, deferred_sync: bool = False) -> None:
+    def __init__(self, folder: str | os.PathLike[str], *, deferred_sync: bool = False, group: str = "") -> None:
         self.folder = Path(folder)
+        # The snapshot checksum's key: the SHA-256 of the group's name (raft.go keys its
+        # highwayhash so); the group's folder is named after it (natserver.nrg, raft.go).
+        self._hash_key = hashlib.sha256((group or self.folder.name).encode()).digest()
+        self._snapshot_file: Path | None = None
         # Appends written, their fsync left to sync() (the other writes, rare, sync at once).
         self.deferred_sync = deferred_sync
         self._unsynced = False
@@ -175,6 +214,7 @@ class FileStorage:
         self._offsets: list[int] = []  # where each entry's record starts, by index - base - 1
         self._end = 0
         self._base = 0  # the snapshot's index: the log's first entry is the next
+        self._commit = 0  # the highest commit read with the log's records
 
     def load(self) -> Persisted:
         state = Persisted()
@@ -191,40 +231,104 @@ class FileStorage:
                 state.peer_state = PeerState.decode(peers.read_bytes())
             except WireError as e:
                 raise StorageError(f"{peers}: {e}") from e
-        snap = self.folder / SNAPSHOT_FILE
-        if snap.exists():
-            buf = snap.read_bytes()
-            if len(buf) < _SNAPSHOT.size:
-                raise StorageError(f"{snap}: corrupt snapshot")
-            term, index, crc = _SNAPSHOT.unpack_from(buf)
-            if zlib.crc32(buf[_SNAPSHOT.size:]) != crc:
-                raise StorageError(f"{snap}: corrupt snapshot")
-            state.snapshot = Snapshot(term, index, buf[_SNAPSHOT.size:])
-            self._base = index
+        state.snapshot = self._load_snapshot()
+        if state.snapshot is not None:
+            self._base = state.snapshot.index
+            state.peer_state = state.snapshot.peers or state.peer_state
         state.log = self._read_log()
+        state.commit = min(self._commit, state.log[-1].index if state.log else self._base)
         return state
+
+    def _load_snapshot(self) -> Snapshot | None:
+        """raft.go setupLastSnapshot: the latest of ``snapshots/`` (by term, then index), checked;
+        the others, and names that do not parse, removed."""
+        folder = self.folder / SNAPSHOTS_DIR
+        if not folder.is_dir():
+            return None
+        found: dict[Path, tuple[int, int]] = {}
+        for path in folder.iterdir():
+            parts = path.name.split(".")
+            if (len(parts) == 3 and parts[0] == "snap" and parts[1].isdigit() and parts[2].isdigit()
+                    and path.name == SNAPSHOT_NAME.format(term=int(parts[1]), index=int(parts[2]))):
+                found[path] = (int(parts[1]), int(parts[2]))
+            else:
+                path.unlink()
+        if not found:
+            return None
+        latest = max(found, key=found.__getitem__)
+        snapshot = self._decode_snapshot(latest, latest.read_bytes())
+        for path in found:
+            if path != latest:
+                path.unlink()
+        self._snapshot_file = latest
+        return snapshot
+
+    def _decode_snapshot(self, path: Path, buf: bytes) -> Snapshot:
+        at = len(buf) - _CHECKSUM_LEN
+        if len(buf) < MIN_SNAPSHOT_LEN or highwayhash64(self._hash_key, buf[:at]) != buf[at:]:
+            raise StorageError(f"{path}: raft: snapshot corrupt")  # raft.go errSnapshotCorrupt
+        term, index, size = _SNAPSHOT.unpack_from(buf)
+        if _SNAPSHOT.size + size > at:
+            raise StorageError(f"{path}: raft: snapshot corrupt")
+        try:
+            peers = PeerState.decode(buf[_SNAPSHOT.size:_SNAPSHOT.size + size]) if size else None
+        except WireError as e:
+            raise StorageError(f"{path}: {e}") from e
+        return Snapshot(term, index, buf[_SNAPSHOT.size + size:at], peers)
+
+    def encode_snapshot(self, snapshot: Snapshot) -> bytes:
+        """raft.go encodeSnapshot's bytes (what ``snapshots/snap.<term>.<index>`` holds)."""
+        peers = snapshot.peers.encode() if snapshot.peers is not None else b""
+        buf = _SNAPSHOT.pack(snapshot.term, snapshot.index, len(peers)) + peers + snapshot.data
+        return buf + highwayhash64(self._hash_key, buf)
+
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
+        """Write it durably, then remove the previous one (raft.go installSnapshot)."""
+        folder = self.folder / SNAPSHOTS_DIR
+        folder.mkdir(exist_ok=True)
+        path = folder / SNAPSHOT_NAME.format(term=snapshot.term, index=snapshot.index)
+        _write_synced(path, self.encode_snapshot(snapshot))
+        if self._snapshot_file is not None and self._snapshot_file != path:
+            self._snapshot_file.unlink(missing_ok=True)
+        self._snapshot_file = path
 
     def _read_log(self) -> list[LogEntry]:
         path = self.folder / LOG_FILE
-        self._offsets, self._end = [], 0
+        self._offsets, self._end, self._commit = [], 0, 0
         if not path.exists():
             path.touch()
             return []
         buf = path.read_bytes()
         log: list[LogEntry] = []
-        at = 0
+        at = stale = 0
         while at + _RECORD.size <= len(buf):
-            crc, index, term, size, kind = _RECORD.unpack_from(buf, at)
+            crc, index, term, commit, size, kind = _RECORD.unpack_from(buf, at)
             end = at + _RECORD.size + size
-            if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc or index != self._base + len(log) + 1:
+            if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc:
+                break
+            if index <= self._base and not log:  # in the snapshot (a compaction cut short)
+                stale = end
+                at = end
+                continue
+            if index != self._base + len(log) + 1:
                 break
             log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
+            self._commit = max(self._commit, commit)
             self._offsets.append(at)
             at = end
         self._end = at
         if at != len(buf):  # a torn or corrupt tail: what follows the last good record goes
             self._truncate_file(at)
+        if stale:  # records the snapshot holds, left by a compaction cut short: dropped now
+            self._rewrite_log(buf[stale:at])
+            self._offsets = [o - stale for o in self._offsets]
         return log
+
+    def _rewrite_log(self, records: bytes) -> None:
+        """Replace the log file with ``records`` (whole, durably: raft.go's WAL Compact)."""
+        _write_synced(self.folder / LOG_FILE, records)
+        self._end = len(records)
+        self._unsynced = False
 
     def _truncate_file(self, size: int) -> None:
         with open(self.folder / LOG_FILE, "r+b") as f:
@@ -242,7 +346,7 @@ class FileStorage:
         _write_synced(self.folder / PEER_STATE_FILE, state.encode())
 
     @_storage_errors
-    def append(self, entries: list[LogEntry]) -> None:
+    def append(self, entries: list[LogEntry], commit: int = 0) -> None:
         if not entries:
             return
         records = []
@@ -251,7 +355,7 @@ class FileStorage:
         for entry in entries:
             if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
                 raise StorageError(f"log gap at {entry.index}")
-            body = _RECORD.pack(0, entry.index, entry.term, len(entry.entry.data), entry.entry.type)[4:]
+            body = _RECORD.pack(0, entry.index, entry.term, commit, len(entry.entry.data), entry.entry.type)[4:]
             body += entry.entry.data
             record = struct.pack("<I", zlib.crc32(body)) + body
             records.append(record)
@@ -289,8 +393,22 @@ class FileStorage:
 
     @_storage_errors
     def install_snapshot(self, snapshot: Snapshot) -> None:
-        _write_synced(self.folder / SNAPSHOT_FILE,
-                      _SNAPSHOT.pack(snapshot.term, snapshot.index, zlib.crc32(snapshot.data)) + snapshot.data)
+        self._write_snapshot(snapshot)
         self._truncate_file(0)
         self._offsets = []
         self._base = snapshot.index
+
+    @_storage_errors
+    def compact(self, snapshot: Snapshot) -> None:
+        self.sync()  # the entries kept were acknowledged: they stay durable in the new file
+        self._write_snapshot(snapshot)
+        drop = max(0, min(snapshot.index - self._base, len(self._offsets)))
+        start = self._offsets[drop] if drop < len(self._offsets) else self._end
+        with open(self.folder / LOG_FILE, "rb") as f:
+            f.seek(start)
+            kept = f.read(self._end - start)
+        self._rewrite_log(kept)
+        self._offsets = [o - start for o in self._offsets[drop:]]
+        self._base = snapshot.index
+        if snapshot.peers is not None:
+            self.save_peer_state(snapshot.peers)

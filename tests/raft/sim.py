@@ -3,14 +3,24 @@ partitions, and restarts from what each node persisted."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
-from natserver.raft import MemoryStorage, Node, Role, Timeouts, node_id
+from natserver.raft import Entry, EntryType, MemoryStorage, Node, Role, Timeouts, node_id
 from natserver.raft.node import Committed, Message
 
 GROUP = "S-R3F-testgrp0"
 DEFAULT_TIMEOUTS = Timeouts()  # raft.go's
+
+
+def snapshot_of(applied: list[Committed]) -> bytes:
+    """The simulated upper layer's state (every entry it applied) as snapshot data."""
+    return json.dumps([[c.index, c.term, c.entry.type, c.entry.data.hex()] for c in applied]).encode()
+
+
+def restore(data: bytes) -> list[Committed]:
+    return [Committed(i, t, Entry(k, bytes.fromhex(d))) for i, t, k, d in json.loads(data)]
 
 
 @dataclass
@@ -31,8 +41,11 @@ class InFlight:
 
 
 class Network:
-    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = DEFAULT_TIMEOUTS, max_delay: float = 0.0) -> None:
+    def __init__(self, size: int, seed: int = 0, timeouts: Timeouts = DEFAULT_TIMEOUTS, max_delay: float = 0.0,
+                 marks: bool = False) -> None:
         self.clock = Clock()
+        self.marks = marks  # the nodes report replays and catch-ups (Node(marks=True))
+        self.stream: dict[str, list[Committed]] = {}  # this incarnation's committed stream, markers too
         self.max_delay = max_delay  # each message is delivered up to this many seconds late
         self.rng = random.Random(seed)
         self.timeouts = timeouts
@@ -53,8 +66,9 @@ class Network:
 
     def start(self, nid: str) -> None:
         self.nodes[nid] = Node(nid, GROUP, self.ids, self.storage[nid], rng=random.Random(self.rng.random()),
-                               now=self.clock, timeouts=self.timeouts)
+                               now=self.clock, timeouts=self.timeouts, marks=self.marks)
         self.applied[nid] = []
+        self.stream[nid] = []
 
     def restart(self, nid: str) -> None:
         self.start(nid)
@@ -73,6 +87,17 @@ class Network:
                 delay = self.rng.random() * self.max_delay
                 self.in_flight.append(InFlight(self.clock.t + delay, self.seq, dest, message, nid))
         for done in node.take_committed():
+            self.stream[nid].append(done)
+            if done.mark is not None:
+                continue
+            if done.entry.type == EntryType.SNAPSHOT:  # the upper layer restores its state from it
+                state = restore(done.entry.data)
+                assert len(state) == done.index, (nid, done.index, len(state))
+                for item in state:
+                    key = (item.term, item.entry.data, item.entry.type)
+                    assert self.committed.setdefault(item.index, key) == key, (nid, "snapshot", item.index)
+                self.applied[nid] = state
+                continue
             self.applied[nid].append(done)
             key = (done.term, done.entry.data, done.entry.type)
             assert self.committed.setdefault(done.index, key) == key, (

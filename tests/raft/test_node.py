@@ -311,7 +311,7 @@ def test_no_vote_is_granted_that_was_not_persisted():
 
 def test_no_append_is_acknowledged_that_was_not_persisted():
     class NoAppend(MemoryStorage):
-        def append(self, entries):
+        def append(self, entries, commit=0):
             raise StorageError("disk full")
 
     node = lone(NoAppend())

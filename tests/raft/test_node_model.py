@@ -1,6 +1,7 @@
 """The RAFT node over a hostile network (hypothesis state machines of 3 and 5 nodes): messages
 dropped, delayed, reordered, duplicated, partitions, nodes crashing and restarting from what
-they persisted, proposals forwarded by followers, leaders handing over. Always: at most one leader per term, a committed entry never lost or changed,
+they persisted, proposals forwarded by followers, leaders handing over, snapshots taken at
+random points (the log compacted; restarts start from them, laggards are sent them). Always: at most one leader per term, a committed entry never lost or changed,
 every node applies the same committed sequence; once the network heals, a leader is elected
 and a new entry commits everywhere."""
 
@@ -10,9 +11,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from natserver.raft import NotLeader, Role
+from natserver.raft import NotLeader, Role, SnapshotError
 from natserver.raft.node import MAX_ELECTION_TIMEOUT
-from tests.raft.sim import Network
+from tests.raft.sim import Network, snapshot_of
 
 # Simulated seconds the healed network is given to elect a leader and commit an entry.
 HEAL_TIME = 30 * MAX_ELECTION_TIMEOUT
@@ -26,6 +27,7 @@ class RaftNetwork(RuleBasedStateMachine):
     def start(self, seed):
         self.net = Network(self.size, seed=seed, max_delay=MAX_DELAY)
         self.proposed = 0
+        self.snapshots = 0
 
     @rule(seconds=st.floats(0.01, 12))
     def advance(self, seconds):
@@ -96,6 +98,25 @@ class RaftNetwork(RuleBasedStateMachine):
             if nid not in self.net.down and node.role is Role.LEADER:
                 node.step_down(self.net.ids[pick % self.size])
                 self.net.collect(nid)
+
+    @rule(pick=st.integers(0, 4), back=st.integers(0, 3), force=st.booleans())
+    def snapshot(self, pick, back, force):
+        """A node's upper layer snapshots its state at an index it applied and the node
+        compacts its log (raft.go InstallSnapshot); lagging peers are then sent the snapshot."""
+        nid = self.net.ids[pick % self.size]
+        if nid in self.net.down:
+            return
+        node = self.net.nodes[nid]
+        self.net.collect(nid)  # (a node just restarted has its replay to hand over)
+        applied = self.net.applied[nid]
+        assert len(applied) == node.applied  # (collect took every committed entry)
+        index = node.applied - back
+        try:
+            node.install_snapshot(snapshot_of(applied[:index]), index, force=force)
+        except SnapshotError:
+            return
+        assert node.base_index == index and (not node.log or node.log[0].index == index + 1)
+        self.snapshots += 1
 
     @invariant()
     def committed_logs_agree(self):

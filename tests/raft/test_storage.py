@@ -89,7 +89,7 @@ def test_a_corrupt_record_ends_the_log(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["append", "truncate", "snapshot", "vote", "reopen"]),
+@given(st.lists(st.tuples(st.sampled_from(["append", "truncate", "snapshot", "compact", "vote", "reopen"]),
                           st.integers(0, 6), st.binary(max_size=12)), max_size=25))
 def test_the_file_storage_keeps_what_memory_storage_keeps(tmp_path_factory, ops):
     """Any sequence of writes (and reopenings) leaves the file storage, read back, holding what
@@ -103,8 +103,8 @@ def test_the_file_storage_keeps_what_memory_storage_keeps(tmp_path_factory, ops)
             memory.state.snapshot.index if memory.state.snapshot else 0)
         if op == "append":
             entries = [LogEntry(last + i + 1, term, Entry(EntryType.NORMAL, data)) for i in range(n % 3 + 1)]
-            memory.append(entries)
-            files.append(entries)
+            memory.append(entries, n)
+            files.append(entries, n)
         elif op == "truncate":
             base = memory.state.snapshot.index if memory.state.snapshot else 0
             keep = max(base, last - n)
@@ -114,6 +114,11 @@ def test_the_file_storage_keeps_what_memory_storage_keeps(tmp_path_factory, ops)
             snap = Snapshot(term, last + n, data)
             memory.install_snapshot(snap)
             files.install_snapshot(snap)
+        elif op == "compact":
+            base = memory.state.snapshot.index if memory.state.snapshot else 0
+            snap = Snapshot(term, min(last, base + n), data, PeerState(("abcdefgh", "ijklmnop")[:n % 2 + 1], 3))
+            memory.compact(snap)
+            files.compact(snap)
         elif op == "vote":
             term += 1
             memory.save_term_vote(term, "abcdefgh"[: n + 2].ljust(8, "x"))
