@@ -51,7 +51,7 @@ from .delivery import Delivery
 from .errors import ApiError
 from .snapshot import Snapshots
 from .sourcing import Sourcing
-from .store import FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
+from .store import ADDED_BYTES, FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
 from .util import DEFAULT_SYNC_INTERVAL, dumps, loads, subjects_collide
 from .versioning import copy_metadata
@@ -64,6 +64,10 @@ META_FILE = "meta.json"
 # After expiring a stream's messages failed (logged), try it again this much later (max_age,
 # when the stream has one, otherwise this; natserver's own choice).
 EXPIRE_RETRY_NS = 1_000_000_000
+# over_limit re-sums the streams' bytes at least this often (natserver's own choice): what the
+# bound between sums does not see, a stream's store replaced or loaded under the same count of
+# streams, counts within this long. nats-server's own usage figures are updated as stores write.
+USAGE_RESUM = 1.0
 
 
 def parse_sync(value) -> tuple[bool, float]:
@@ -141,6 +145,9 @@ class JetStream:
         self.streams_dir = os.path.join(self.store_dir, self.account_name or GLOBAL_ACCOUNT, "streams")
         self.max_memory = options.max_memory_store
         self.max_store = options.max_file_store
+        # over_limit's last sum, by kind: (usage, ADDED_BYTES then, when); dropped whenever
+        # self.streams changes
+        self._usage_summed: dict[str, tuple[int, int, float]] = {}
         extra = _jetstream_extra(options)
         sync = None
         for key, value in extra.items():
@@ -314,6 +321,7 @@ class JetStream:
             stream.batches.clear()  # staged in memory only: an uncommitted batch is gone
             stream.store.stop()
         self.streams.clear()
+        self._usage_summed.clear()
         self._acks = []
         self._dirty = set()
 
@@ -362,6 +370,7 @@ class JetStream:
                 pass
             stream = Stream(self, cfg, store, created)
             self.streams[cfg.name] = stream
+            self._usage_summed.clear()  # (over_limit sums again)
             stream.subscribe()
             stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
@@ -481,6 +490,7 @@ class JetStream:
             raise errors.stream_create("error creating store for stream") from None
         stream = Stream(self, cfg, store, created)
         self.streams[cfg.name] = stream
+        self._usage_summed.clear()  # (over_limit sums again)
         stream.subscribe()
         self.sourcing.attach(stream)
         return stream
@@ -533,6 +543,7 @@ class JetStream:
         stream.unsubscribe()
         stream.batches.clear()
         self.streams.pop(stream.name, None)
+        self._usage_summed.clear()
         self.sourcing.detach(stream)
         self._dirty.discard(stream.store)
         stream.store.delete()
@@ -547,15 +558,28 @@ class JetStream:
                 store.sync_now()
 
     def over_limit(self, kind: str) -> bool:
-        """nats-server's limitsExceeded: usage already above max_memory/max_file_store."""
+        """nats-server's limitsExceeded: usage already above max_memory/max_file_store.
+
+        The streams' bytes are summed only when the usage might be near the limit: the sum
+        last taken plus everything any store has added since (store.ADDED_BYTES; removals only
+        lower the usage) is an upper bound until a stream is added or removed (which drops the
+        sum), re-summed at least every USAGE_RESUM seconds all the same."""
         limit = self.max_memory if kind == "memory" else self.max_store
         if limit < 0:
             return False
+        added = ADDED_BYTES[kind]
+        now = clock.monotonic()
+        summed = self._usage_summed.get(kind)
+        if summed is not None:
+            used, added_then, at = summed
+            if used + added - added_then <= limit and now - at < USAGE_RESUM:
+                return False
         used = 0
         for stream in self.streams.values():  # (a loop: no generator frame per message)
             store = stream.store
             if store.kind == kind:
                 used += store.bytes
+        self._usage_summed[kind] = (used, added, now)
         return used > limit
 
     # -- acks and writes ----------------------------------------------------------------------

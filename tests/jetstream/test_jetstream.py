@@ -21,6 +21,7 @@ import nats
 import pytest
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
+import natserver.jetstream as jetstream_engine
 from natserver.protocol.const import JS_API_LEVEL
 from tests.jetstream.recording import claimed, go_json_error
 from tests.reference import NATS_SERVER
@@ -739,6 +740,45 @@ def test_server_storage_limits(threaded_server, tmp_path):
                 published += 1
         assert (exc.value.err_code, exc.value.description) == (10023, "insufficient resources")
         assert published == 5  # usage may pass the limit by one message, as in nats-server
+        await nc.close()
+
+    run(main())
+
+
+def test_usage_is_summed_only_near_the_limit(threaded_server, tmp_path, monkeypatch):
+    """over_limit sums every stream's bytes only when the usage may be near the limit (the
+    last sum plus what stores added since): far below it, many publishes over many streams
+    reuse one sum; near it, every publish sums, and the first publish after the usage went
+    over the limit is refused."""
+    monkeypatch.setattr(jetstream_engine, "USAGE_RESUM", 3600.0)  # (no re-sum by time here)
+    handle = threaded_server(jetstream=True, store_dir=str(tmp_path), max_file_store=10_000_000)
+    engine = handle.server.jetstream
+
+    def usage() -> int:
+        return sum(stream.store.bytes for stream in list(engine.streams.values()))
+
+    async def main():
+        nc = await connect(handle.url)
+        js, jsm = nc.jetstream(), nc.jsm()
+        for i in range(20):
+            await jsm.add_stream(name=f"S{i}", subjects=[f"s.{i}"])
+        await js.publish("s.0", b"x")
+        first = engine._usage_summed["file"]
+        for i in range(200):
+            await js.publish(f"s.{i % 20}", b"x" * 100)
+        assert engine._usage_summed["file"] is first  # far below the limit: not summed again
+        engine.max_store = usage() + 250
+        crossed = None
+        published = 0
+        with pytest.raises(ServiceUnavailableError) as exc:
+            for i in range(10):
+                await js.publish(f"s.{i % 20}", b"x" * 100)
+                published += 1
+                if crossed is None and usage() > engine.max_store:
+                    crossed = published
+        assert exc.value.err_code == 10023
+        assert crossed is not None and published == crossed  # refused at the first chance
+        assert engine._usage_summed["file"] is not first
         await nc.close()
 
     run(main())
