@@ -33,6 +33,7 @@ import cramjam
 
 from ...protocol import s2
 from ...protocol.const import MAX_PENDING_SIZE
+from ...protocol.varint import uvarint
 from ..util import dumps, loads
 
 __all__ = [
@@ -93,15 +94,6 @@ class Op(IntEnum):
 
 
 # -- varints (Go's encoding/binary) -----------------------------------------------------------
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
 
 def varint(value: int) -> bytes:
     """binary.PutVarint: zig-zag."""
