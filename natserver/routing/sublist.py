@@ -45,23 +45,6 @@ _FWC = b">"
 # a consumer's acks do not fill the cache and evict the subjects that are published again
 # (issue 33: before, every ack inserted an entry that was never hit).
 ONESHOT_PREFIXES = (b"$JS.ACK.",)
-# A one-shot subject's match is also kept by its first tokens (``$JS.ACK.<stream>.<consumer>``)
-# and its length: while no subscription that could match such subjects has a literal token
-# past these (a ``$JS.ACK.>``, ``>`` or the consumer's own ``$JS.ACK.S.C.>`` has none), every
-# subject with the same key matches the same subscriptions, so the next ack skips the match.
-ONESHOT_KEY_TOKENS = 4
-_ONESHOT_TOKENS = tuple(tuple(prefix.rstrip(b".").split(b".")) for prefix in ONESHOT_PREFIXES)
-
-
-def _tells_oneshots_apart(tokens: list) -> bool:
-    """Whether a subscription on ``tokens`` could match some one-shot subjects of one key and
-    not others: it could match a one-shot prefix and has a literal token past the key's."""
-    if len(tokens) <= ONESHOT_KEY_TOKENS:
-        return False
-    tail_literal = any(t != _PWC and t != _FWC for t in tokens[ONESHOT_KEY_TOKENS:])
-    return tail_literal and any(
-        all(t == _PWC or t == p for t, p in zip(tokens, prefix)) for prefix in _ONESHOT_TOKENS
-    )
 
 
 def is_valid_subject(subject: bytes) -> bool:
@@ -297,10 +280,6 @@ class Sublist:
         self.mappings: SubjectMappings | None = None
         # The one-shot subject (ONESHOT_PREFIXES) last entered into the cache, if any.
         self._oneshot: bytes | None = None
-        # One-shot results by key (ONESHOT_KEY_TOKENS), emptied on every change; used while no
-        # subscription tells such subjects apart (_tells_oneshots_apart counts them).
-        self._oneshot_results: dict[tuple, SublistResult] = {}
-        self._oneshot_literals = 0
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -342,8 +321,6 @@ class Sublist:
             shape = self._shapes[kinds] = _Shape(kinds)
             self._by_length.clear()
         shape.nodes[shape.key(subject, tokens)] = node
-        if _tells_oneshots_apart(tokens):
-            self._oneshot_literals += 1
         wildcard = kinds.count(_LITERAL) != len(kinds)
         self.count += 1
         self.inserts += 1
@@ -394,8 +371,6 @@ class Sublist:
                 level.fwc = None
             else:
                 del level.nodes[token]
-        if _tells_oneshots_apart(tokens):
-            self._oneshot_literals -= 1
         self.count -= 1
         self.removes += 1
         self._changed(subject, _PWC in tokens or _FWC in tokens)
@@ -432,8 +407,6 @@ class Sublist:
 
     def _changed(self, subject: bytes, wildcard: bool) -> None:
         self.genid += 1
-        if self._oneshot_results:
-            self._oneshot_results.clear()
         cache = self.cache
         if cache:
             if wildcard:
@@ -459,27 +432,8 @@ class Sublist:
         touching the counters. The publish hot path looks ``cache`` up itself and counts its
         lookups and misses in bulk (``matches``, ``misses``), a chunk at a time."""
         tokens = subject.split(b".")
-        okey = None
         if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
             result = EMPTY_RESULT
-        elif (
-            subject.startswith(ONESHOT_PREFIXES)
-            and not self._oneshot_literals
-            and len(tokens) > ONESHOT_KEY_TOKENS
-            and self.cache is not None
-            and (shared := self._oneshot_results.get(okey := (*tokens[:ONESHOT_KEY_TOKENS], len(tokens))))
-            is not None
-        ):
-            # Another subject of this key matched before: the same subscriptions, in a result
-            # of its own (a result's plan holds MSG heads naming its subject).
-            if shared is EMPTY_RESULT:
-                result = EMPTY_RESULT
-            else:
-                result = _new_result(SublistResult)
-                result.psubs = shared.psubs
-                result.qsubs = result.queue_state = ()  # type: ignore[assignment]  # no queue groups: never indexed
-                result.plan = None
-            okey = None
         else:
             psubs: list | tuple
             psubs = []
@@ -518,12 +472,6 @@ class Sublist:
                 result.plan = None
             else:
                 result = EMPTY_RESULT
-            if okey is not None and not result.qsubs:
-                # (queue groups keep their round-robin state per result: not shared)
-                oneshot_results = self._oneshot_results
-                if len(oneshot_results) >= SUBLIST_CACHE_MAX:
-                    oneshot_results.clear()
-                oneshot_results[okey] = result
         cache = self.cache
         if cache is not None:
             if subject.startswith(ONESHOT_PREFIXES):
