@@ -18,9 +18,11 @@
 
    The pool header below is CPython's (Objects/obmalloc.c, Include/internal/pycore_obmalloc.h:
    the same in 3.10 to 3.13). The pool size follows from the arena size CPython asks for (1 MiB
-   arenas have 16 KiB pools, 256 KiB arenas 4 KiB ones); anything else, or a pool that does not
-   look like one, turns the release off. Arenas made before this module was imported (the
-   interpreter's start) are not listed and are left alone.
+   arenas have 16 KiB pools, 256 KiB arenas 4 KiB ones). CPython's other virtual allocations go
+   through the arena allocator too (each thread's frame stack chunks: 16 KiB and up), so only
+   allocations of an arena's size are listed, and an arena is released from only when every used
+   pool in it looks like CPython's (looks_like_an_arena). Arenas made before this module was
+   imported (the interpreter's start) are not listed and are left alone.
 
    Built by setup.py as an optional extension, like _croute.c. */
 
@@ -52,6 +54,8 @@ struct pool_header {
 };
 
 #define DUMMY_SIZE_IDX 0xffff
+#define ARENA_1M ((size_t)1 << 20)   /* 64-bit CPython 3.10+: 16 KiB pools */
+#define ARENA_256K ((size_t)1 << 18) /* otherwise: 4 KiB pools */
 #define ALIGNMENT 16 /* CPython 3.8+ on 64-bit: block sizes are multiples of 16 */
 
 typedef struct {
@@ -61,7 +65,8 @@ typedef struct {
 
 static PyObjectArenaAllocator previous;
 static int installed = 0;
-static int disabled = 0;
+static int disabled = 0;     /* the list could not grow: no release (nothing else turns it off) */
+static size_t skipped = 0;   /* arena-sized allocations that did not look like arenas */
 static arena_t *arenas = NULL;
 static size_t n_arenas = 0, cap_arenas = 0;
 
@@ -70,8 +75,9 @@ arena_alloc(void *ctx, size_t size)
 {
     (void)ctx;
     void *p = previous.alloc(previous.ctx, size); /* CPython's own (mmap) */
-    if (p == NULL)
-        return NULL;
+    if (p == NULL || (size != ARENA_1M && size != ARENA_256K))
+        return p; /* not an arena: CPython's other virtual allocations (a thread's frame stack
+                     chunks, 16 KiB and up) come here too; they are not listed */
     if (n_arenas == cap_arenas) {
         size_t cap = cap_arenas ? cap_arenas * 2 : 256;
         arena_t *grown = realloc(arenas, cap * sizeof(arena_t));
@@ -101,6 +107,35 @@ arena_free(void *ctx, void *ptr, size_t size)
     previous.free(previous.ctx, ptr, size);
 }
 
+/* Whether every used pool of the arena [start, end) looks like CPython's: one arenaindex for
+   all, a size class and the offsets that go with it, a count within the pool. Anything else
+   (an allocation of an arena's size that is not one) and the arena is left alone. */
+static int
+looks_like_an_arena(uintptr_t first, uintptr_t end, size_t pool_size)
+{
+    int seen = 0;
+    unsigned int index = 0;
+    for (uintptr_t p = first; p + pool_size <= end; p += pool_size) {
+        struct pool_header *pool = (struct pool_header *)p;
+        if (pool->maxnextoffset == 0)
+            continue; /* never used */
+        if (seen && pool->arenaindex != index)
+            return 0;
+        seen = 1;
+        index = pool->arenaindex;
+        if (pool->szidx == DUMMY_SIZE_IDX) {
+            if (pool->ref.count != 0)
+                return 0;
+            continue; /* released already, not taken since */
+        }
+        size_t block = (size_t)(pool->szidx + 1) * ALIGNMENT;
+        if (pool->szidx >= 64 || pool->maxnextoffset != pool_size - block
+                || pool->nextoffset > pool_size || pool->ref.count > pool_size / block)
+            return 0;
+    }
+    return 1;
+}
+
 /* release_empty_pools() -> (pools released, bytes given back). */
 static PyObject *
 release_empty_pools(PyObject *self, PyObject *unused)
@@ -109,34 +144,20 @@ release_empty_pools(PyObject *self, PyObject *unused)
 #if HAVE_RELEASE
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < n_arenas && !disabled; i++) {
-        size_t pool_size;
-        if (arenas[i].size == ((size_t)1 << 20))
-            pool_size = (size_t)1 << 14;
-        else if (arenas[i].size == ((size_t)1 << 18))
-            pool_size = (size_t)1 << 12;
-        else {
-            disabled = 1;
-            break;
-        }
+        size_t pool_size = arenas[i].size == ARENA_1M ? (size_t)1 << 14 : (size_t)1 << 12;
         if (pool_size <= page)
             continue; /* nothing past a header page to drop */
         uintptr_t start = (uintptr_t)arenas[i].address;
         uintptr_t end = start + arenas[i].size;
-        uintptr_t p = (start + pool_size - 1) & ~(uintptr_t)(pool_size - 1);
-        for (; p + pool_size <= end; p += pool_size) {
+        uintptr_t first = (start + pool_size - 1) & ~(uintptr_t)(pool_size - 1);
+        if (!looks_like_an_arena(first, end, pool_size)) {
+            skipped++;
+            continue;
+        }
+        for (uintptr_t p = first; p + pool_size <= end; p += pool_size) {
             struct pool_header *pool = (struct pool_header *)p;
-            if (pool->maxnextoffset == 0)
-                continue; /* never used: its pages were never touched */
-            if (pool->ref.count != 0) {
-                /* In use: check that it looks like CPython's pool. */
-                if (pool->szidx >= 64 || pool->maxnextoffset != pool_size - (pool->szidx + 1) * ALIGNMENT) {
-                    disabled = 1;
-                    break;
-                }
-                continue;
-            }
-            if (pool->szidx == DUMMY_SIZE_IDX)
-                continue; /* released already, not taken since */
+            if (pool->maxnextoffset == 0 || pool->ref.count != 0 || pool->szidx == DUMMY_SIZE_IDX)
+                continue; /* never used, in use, or released already */
             if (madvise((void *)(p + page), pool_size - page, MADV_DONTNEED) != 0)
                 continue;
             pool->szidx = DUMMY_SIZE_IDX;
@@ -148,17 +169,18 @@ release_empty_pools(PyObject *self, PyObject *unused)
     return Py_BuildValue("(nn)", (Py_ssize_t)pools, (Py_ssize_t)released);
 }
 
-/* state() -> (installed, enabled, arenas listed): for tests and the debug log. */
+/* state() -> (installed, enabled, arenas listed, arena-sized allocations skipped). */
 static PyObject *
 state(PyObject *self, PyObject *unused)
 {
-    return Py_BuildValue("(iin)", installed, installed && !disabled && HAVE_RELEASE, (Py_ssize_t)n_arenas);
+    return Py_BuildValue("(iinn)", installed, installed && !disabled && HAVE_RELEASE, (Py_ssize_t)n_arenas,
+                         (Py_ssize_t)skipped);
 }
 
 static PyMethodDef methods[] = {
     {"release_empty_pools", release_empty_pools, METH_NOARGS,
      "Drop all but the first page of every empty pymalloc pool of the listed arenas; (pools, bytes)."},
-    {"state", state, METH_NOARGS, "(installed, release enabled, arenas listed)."},
+    {"state", state, METH_NOARGS, "(installed, release enabled, arenas listed, arena-sized allocations skipped)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
+import threading
 
 import pytest
 
@@ -41,7 +42,7 @@ def _storm() -> list:
 
 
 def test_empty_pools_are_given_back_and_reused():
-    installed, enabled, _ = arenas.state()
+    installed, enabled, _, _ = arenas.state()
     assert installed and enabled
     arenas.release_empty_pools()  # (what the tests before this one left)
     survivors = _storm()
@@ -79,6 +80,33 @@ def test_objects_made_in_released_pools_are_intact():
     kept.clear()
     gc.collect()
     assert arenas.state()[1]  # (the release was never turned off by a pool of an unknown shape)
+
+
+def test_threads_frame_stacks_are_not_taken_for_arenas():
+    """CPython gives each thread's frame stack chunks (16 KiB and up) from the arena allocator
+    too: they are not listed, and a release after threads have run still works (the server's
+    heap trim runs in a worker thread: before, the first thread turned the release off)."""
+    done = threading.Event()
+
+    def deep(n: int) -> int:
+        if n == 0:
+            done.wait(30)  # (alive, with its frame stack's chunks, while the release runs)
+            return 0
+        return deep(n - 1) + 1
+
+    threads = [threading.Thread(target=deep, args=(400,)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        survivors = _storm()
+        pools, _ = arenas.release_empty_pools()
+        assert pools > 1000 and arenas.state()[1]
+        assert arenas.state()[3] == 0  # (nothing arena-sized that was not an arena)
+        assert len(survivors) == OBJECTS // SURVIVOR_EVERY
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
 
 
 def test_the_allocators_own_walk_accepts_released_pools(capfd):
