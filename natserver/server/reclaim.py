@@ -24,7 +24,7 @@ empty pools. bench_hostile's memory round (38 MB before): 10 000 closed 65-68 MB
 payloads left 61-62 MB (154 and 92 MB, 42 before, without the compaction, the follow-up and
 the late reclaim, the same day). So the reclaim also drops the empty pools' pages
 (``_arenas.c``, where it was built: the arena allocator, with a list of the arenas, and
-``release_empty_pools``): 64 MB -> 44 MB 30 s after the storm, 41 before.
+``release_empty_pools``): 64-80 MB -> 47-52 MB 30 s after the storm, 38-41 before.
 """
 
 from __future__ import annotations
