@@ -34,6 +34,13 @@ class NsqError(Exception):
         text = f"{self.code} {self.text}" if self.text else str(self.code)
         return text.encode("utf-8", "surrogateescape")
 
+    @property
+    def logged(self) -> str:
+        """The error for a log line: raw client bytes (kept as surrogates for the wire) shown
+        backslash-escaped, since a log line must be valid text for every handler."""
+        message = str(self) if self.code else self.text
+        return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
 
 class HttpError(Exception):
     """An HTTP API error: nsqd answers ``{"message": "<MESSAGE>"}`` with ``status``."""

@@ -250,7 +250,7 @@ class NsqClient(Consumer):
                         if not await self._execute_all():
                             return
             except NsqError as exc:  # a broken compressed stream
-                log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc)
+                log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc.logged)
                 return
 
     async def _execute_all(self) -> bool:
@@ -278,9 +278,9 @@ class NsqClient(Consumer):
                         self._execute(command, now)
                 except NsqError as exc:
                     if exc.code is None:
-                        log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc.text)
+                        log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc.logged)
                         return False
-                    log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc)
+                    log.error("NSQ: [%s:%d] - %s", self.ip, self.port, exc.logged)
                     self.send_error(exc)
                     if exc.fatal:
                         return False

@@ -131,6 +131,20 @@ async def test_fatal_errors_close(front, commands, error):
         assert await c.closed()
 
 
+async def test_raw_bytes_in_an_error_are_answered_raw_and_logged_escaped(front, caplog):
+    # The frame quotes the client's bytes as they were (nsqd's); the log line escapes them, since
+    # a log line must be valid text (a surrogate in it breaks UTF-8 handlers and pytest-xdist).
+    with trio.fail_after(TIMEOUT):
+        c = await connect(front)
+        await c.send(b"\xc4\xff\n")
+        assert await c.frame() == (FRAME_ERROR, b"E_INVALID invalid command \xc4\xff")
+        assert await c.closed()
+    lines = [r.getMessage() for r in caplog.records if "invalid command" in r.getMessage()]
+    assert lines and all("\\xc4\\xff" in line for line in lines), lines
+    for line in lines:
+        line.encode("utf-8")  # strict: raises on a surrogate
+
+
 @pytest.mark.parametrize("fields, error", [
     ({"heartbeat_interval": 60001}, b"E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid"),
     ({"heartbeat_interval": 999}, b"E_BAD_BODY IDENTIFY heartbeat interval (999) is invalid"),
