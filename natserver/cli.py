@@ -28,6 +28,7 @@ from .protocol.gotext import go_errno_text
 from .server.files import remove_ports_file, write_pid_file, write_ports_file
 from .server.listen import ListenError
 from .server.log import configure_logging
+from .server.server import Server
 from .server.signals import stop_work_at_once
 
 log = logging.getLogger("natserver")
@@ -84,10 +85,15 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
             # launcher that waits for that line can signal through the pid file at once.
             if options.pid_file:
                 write_pid_file(options.pid_file)
+            def before_ready(server: Server) -> None:
+                command_line.monitor = server.monitor  # started by the server, before its listener
+                # Before "Server is ready", as nats-server's Start writes it: a wrapper that saw
+                # the line reads the file at once.
+                if options.ports_file_dir:
+                    command_line.ports_file = write_ports_file(options, server, command_line.monitor)
+
+            server.before_ready = before_ready
             await nursery.start(serve)
-            command_line.monitor = server.monitor  # started by the server, before its listener
-            if options.ports_file_dir:
-                command_line.ports_file = write_ports_file(options, server, command_line.monitor)
             try:
                 async for signum in signals:
                     log.debug('Trapped "%s" signal', _SIGNAL_NAMES.get(signum, signum))

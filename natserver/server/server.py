@@ -155,6 +155,9 @@ class Server:
         self._internal: Client | None = None
         self._internal_sids = 0
         self.monitor = None  # the monitoring HTTP server, when options.http_port is set
+        # Called with the server once every listener is up, just before "Server is ready" (the
+        # command line writes its ports file there: nats-server's Start logs the line last).
+        self.before_ready: Callable[[Server], None] | None = None
         # What runs on top of the core (JetStream, ...), each a Subsystem started by run() when
         # the options ask for it and kept in the attribute it names; natserver.app lists them,
         # so the core never imports what is built on it.
@@ -321,6 +324,8 @@ class Server:
                     log.info("Listening for client connections on %s:%d", options.host, self.port)
                 if options.tls is not None and self.listeners:
                     log.info("TLS required for client connections")
+                if self.before_ready is not None:
+                    self.before_ready(self)
                 log.info("Server is ready")
                 task_status.started(self)
                 await self._stopped.wait()
