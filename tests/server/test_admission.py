@@ -12,7 +12,7 @@ import socket
 import pytest
 import trio
 
-from natserver.server.admission import UNVERIFIED_WORK_PER_PASS, Admission
+from natserver.server.admission import UNVERIFIED_SHARE, UNVERIFIED_WORK_PER_PASS, Admission
 
 TIMEOUT = 20.0
 
@@ -88,8 +88,9 @@ async def test_the_budget_starts_again_once_the_queue_is_empty(passes):
                 async with trio.open_nursery() as units:
                     for i in range(5):
                         units.start_soon(unit, wave * 5 + i)
-                await trio.testing.wait_all_tasks_blocked()  # the admitter is idle again
-                assert admission.budget == 2 and admission.waiting == 0
+                while admission.budget != 2:  # the admitter's last rest, then it sleeps
+                    await trio.sleep(0)
+                assert admission.waiting == 0
             nursery.cancel_scope.cancel()
     assert len(admitted) == 15
     assert admission.direct == 3 * 2 and admission.queued == 3 * 3
@@ -125,10 +126,41 @@ async def test_a_cancelled_unit_leaves_the_queue(passes):
     assert admitted == [0, 1, 3]
 
 
-def test_per_pass_must_be_positive():
+async def test_the_passes_of_waiting_units_take_their_share_of_the_time(autojump_clock, passes):
+    """Each unit "works" 1 ms (the mock clock jumps): with a share of 1/4 the admitter rests
+    3 ms for every turn's 2 units, once the rest owed comes to MIN_REST, and the units that
+    waited are served 2 per 8 ms, while the budget's first 2 went at once."""
+    admission = Admission(per_pass=2, share=0.25)
+    admitted_at: list[float] = []
+
+    async def unit() -> None:
+        await admission.wait()
+        admitted_at.append(trio.current_time())
+        autojump_clock.jump(0.001)  # its work
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admission.run)
+            async with trio.open_nursery() as units:
+                for _ in range(12):
+                    units.start_soon(unit)
+            nursery.cancel_scope.cancel()
+    assert admission.direct == 2 and admission.queued == 10
+    start = admitted_at[0]
+    ms = [round((t - start) * 1000, 6) for t in admitted_at]
+    # The budget's pair at 0 and 1 ms (each unit works 1 ms); the first queued pair at once
+    # (nothing owed yet); after each turn's 2 ms of work, 6 ms of rest: 2 of every 8 ms.
+    assert ms == [0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 18.0, 19.0, 26.0, 27.0, 34.0, 35.0]
+    assert admission.rested == pytest.approx(5 * 0.006)
+
+
+def test_per_pass_and_share_must_make_sense():
     with pytest.raises(ValueError):
         Admission(per_pass=0)
-    assert UNVERIFIED_WORK_PER_PASS >= 1
+    for share in (0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            Admission(share=share)
+    assert UNVERIFIED_WORK_PER_PASS >= 1 and 0 < UNVERIFIED_SHARE <= 1
 
 
 async def _read_all(sock: socket.socket) -> bytes:
