@@ -27,6 +27,9 @@ once the queue is empty, so an idle server has no task to run.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import trio
 
 __all__ = ["Admission", "UNVERIFIED_SHARE", "UNVERIFIED_WORK_PER_PASS"]
@@ -42,7 +45,7 @@ UNVERIFIED_WORK_PER_PASS = 4
 # (clients coming back after a restart) is served at half the rate it would be otherwise.
 UNVERIFIED_SHARE = 0.5
 # The shortest rest: epoll waits in milliseconds (Python rounds a shorter timeout up), so the
-# rests owed are summed until they come to this.
+# rests owed are summed until they come to this, and what a rest oversleeps is paid back.
 MIN_REST = 0.001
 
 
@@ -50,13 +53,17 @@ class Admission:
     """The server's admission of unverified work. ``await wait()`` before a unit; ``run`` is
     the admitter task (Server.run starts it)."""
 
-    def __init__(self, per_pass: int = UNVERIFIED_WORK_PER_PASS, share: float = UNVERIFIED_SHARE) -> None:
+    def __init__(self, per_pass: int = UNVERIFIED_WORK_PER_PASS, share: float = UNVERIFIED_SHARE,
+                 cpu_time: Callable[[], float] = time.thread_time) -> None:
         if per_pass < 1:
             raise ValueError("per_pass must be at least 1")
         if not 0 < share <= 1:
             raise ValueError("share must be in (0, 1]")
         self.per_pass = per_pass
         self.share = share
+        # The thread's CPU time: what the turns are measured in (not the wall clock, which on a
+        # loaded machine counts the time slices other processes took as the storm's work).
+        self._cpu_time = cpu_time
         self.budget = per_pass  # units that may go at once (0 while the admitter is busy)
         self._queue = trio.lowlevel.ParkingLot()  # units waiting, in arrival order
         self._idle = trio.lowlevel.ParkingLot()  # the admitter, while nobody waits
@@ -85,23 +92,26 @@ class Admission:
     async def run(self) -> None:
         """While units wait: let ``per_pass`` go, wait for the pass they run in to end, and
         rest (once the rests owed come to MIN_REST) so that such passes take ``share`` of the
-        time. Once none waits, the budget is full again and the admitter sleeps until a unit
+        time (their CPU time against the wall clock's rests). Once none waits, the budget is full again and the admitter sleeps until a unit
         finds it spent."""
         queue = self._queue
         checkpoint = trio.lowlevel.cancel_shielded_checkpoint
+        cpu_time = self._cpu_time
         while True:
             if not queue:
                 await self._idle.park()  # resumes in the pass after the one a unit queued in
             self.budget = 0
-            owed = 0.0  # rest owed for the turns since the last rest
+            owed = 0.0  # rest owed for the turns since the last rest (less what it overslept)
             while queue:
-                started = trio.current_time()
+                started = cpu_time()
                 queue.unpark(count=self.per_pass)
                 await checkpoint()  # the pass they run in (this task anywhere in it)
                 await checkpoint()  # so the next: that pass is over
-                owed += (trio.current_time() - started) * (1 - self.share) / self.share
+                owed += (cpu_time() - started) * (1 - self.share) / self.share
                 if owed >= MIN_REST:
-                    self.rested += owed
+                    slept = trio.current_time()
                     await trio.sleep(owed)
-                    owed = 0.0
+                    slept = trio.current_time() - slept
+                    self.rested += slept
+                    owed -= slept
             self.budget = self.per_pass

@@ -130,7 +130,7 @@ async def test_the_passes_of_waiting_units_take_their_share_of_the_time(autojump
     """Each unit "works" 1 ms (the mock clock jumps): with a share of 1/4 the admitter rests
     3 ms for every turn's 2 units, once the rest owed comes to MIN_REST, and the units that
     waited are served 2 per 8 ms, while the budget's first 2 went at once."""
-    admission = Admission(per_pass=2, share=0.25)
+    admission = Admission(per_pass=2, share=0.25, cpu_time=trio.current_time)  # (work: the jumps)
     admitted_at: list[float] = []
 
     async def unit() -> None:
@@ -144,6 +144,8 @@ async def test_the_passes_of_waiting_units_take_their_share_of_the_time(autojump
             async with trio.open_nursery() as units:
                 for _ in range(12):
                     units.start_soon(unit)
+            await trio.sleep(1)  # (mock time) past its last rest
+            assert admission.budget == 2  # it sleeps: the rests are over
             nursery.cancel_scope.cancel()
     assert admission.direct == 2 and admission.queued == 10
     start = admitted_at[0]
