@@ -16,10 +16,14 @@ that turns and rests keep those passes to ``share`` of the time. Established cli
 never held: in a pass they wait for at most ``per_pass`` units of the others, and a storm
 cannot keep the one thread busy all the time. That last part matters as much as the first on
 a shared machine: a process that is always ready to run loses the CPU to the others for
-whole time slices, and the healthy client's request waits for its next one (bench_hostile's
-fuzz scenario on this 2-core machine at load 4-9, p50/p99: 15/37 ms with units a pass
-alone, 4/21 ms with rests; nats-server 2.4/32). Nothing is refused or answered differently,
-only later: the connections in the storm get exactly nats-server's answers.
+whole time slices, and the healthy client's request waits for its next one. bench_hostile's
+fuzz scenario on this 2-core machine, the servers interleaved, medians of 3 rounds, p50/p99:
+at load 7-15, 27/96 ms before, 27/113 ms with units a pass alone, 16/81 ms with rests (then
+measured on the wall clock; nats-server 2/117); at load 8-11, 24/69 ms before, 12/44 ms now
+(nats-server 3/30). Nothing is refused or answered differently, only later: the
+connections in the storm get exactly nats-server's answers. The price: while units wait they
+get half the thread at most, so a storm of legitimate connects is served more slowly (3000
+clients connecting at once, every PONG: 6.8 s against 3.6 s before, load 9).
 
 When nothing waits, admission costs a counter decrement (no checkpoint); the admitter sleeps
 once the queue is empty, so an idle server has no task to run.
