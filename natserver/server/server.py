@@ -108,8 +108,9 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.reclaimer = Reclaimer(self._compact)  # gives memory back after many closes (reclaim.py)
-        # Accepts and reads before CONNECT, a few a scheduler pass (admission.py), so that a
-        # reconnect storm cannot make established clients wait for all of its work.
+        # Accepts and reads before CONNECT, a few a scheduler pass and at most half the thread
+        # while they wait (admission.py), so that a reconnect storm cannot make established
+        # clients wait for all of its work.
         self.admission = Admission()
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
@@ -384,8 +385,8 @@ class Server:
         Client.stream); a handler that does wraps the socket itself.
 
         Each accepted connection is a unit of the server's admission (admission.py): in a
-        storm of connects they are served a few a scheduler pass, the others waiting in the
-        listen backlog."""
+        storm of connects they are served a few a turn of its admitter, the others waiting
+        in the listen backlog."""
         fd = listener.socket.fileno()
         family = listener.socket.family
         acceptor = socket.socket(fileno=fd)  # borrowed: detached, never closed, at the end
