@@ -41,7 +41,8 @@ class NatsFormatter(logging.Formatter):
         return self.line(record.levelno, message, record.created)
 
     def line(self, levelno: int, message: str, created: float) -> str:
-        """The line of a record of level ``levelno`` made at ``created`` (time.time())."""
+        """The line of a record of level ``levelno`` made at ``created`` (seconds since the
+        epoch, as a LogRecord's)."""
         level = _LEVELS.get(levelno, "INF")
         if self.logtime:
             second = int(created)
@@ -67,6 +68,8 @@ def log_fast(logger: logging.Logger, levelno: int, fmt: str, *args) -> None:
         formatter = handler.formatter
         if (getattr(handler, "_natserver", False) and not handler.filters and levelno >= handler.level
                 and isinstance(handler, logging.StreamHandler) and isinstance(formatter, NatsFormatter)):
+            # The wall clock, as the logging module stamps its records (natserver.clock would
+            # put the test double's jumps into these lines alone).
             line = formatter.line(levelno, fmt % args if args else fmt, time.time())
             handler.acquire()
             try:
