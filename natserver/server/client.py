@@ -469,6 +469,14 @@ class Client:
             if self.read_gate is not None:
                 # Paused while this chunk was on its way (natserver.testing.stop_reading): hold it.
                 await self.read_gate.wait()
+            if not self.connect_received:
+                # Before a valid CONNECT, a read is a unit of the server's admission (admission.py:
+                # a few a pass, and at most half the thread while they wait), so that a storm of
+                # such connections (fuzzers reconnecting as fast as they are cut) does not hold
+                # up established clients.
+                await server.admission.wait()
+                if self.closed:
+                    return
             self.last_activity = clock.now()
             in_msgs = self.in_msgs
             feed(data)

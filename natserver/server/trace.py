@@ -27,7 +27,7 @@ import orjson
 
 from ..protocol.ops import Connect, Ping, Pong, Pub, Sub, Unsub
 from ..routing.sublist import is_valid_literal_subject
-from .log import TRACE
+from .log import TRACE, log_fast
 
 log = logging.getLogger("natserver")
 
@@ -235,8 +235,8 @@ def log_parser_error(client, buf: bytes, stop: tuple[int, int], chunk_start: int
     """``Client parser ERROR, state=S, i=I: proto='...'``, logged at ERR as nats-server does
     (traced or not); ``i`` counts from the start of the read (``chunk_start`` in ``buf``)."""
     state, index = stop
-    log.error(
-        "%s - Client parser ERROR, state=%d, i=%d: proto='%s...'",
+    log_fast(
+        log, logging.ERROR, "%s - Client parser ERROR, state=%d, i=%d: proto='%s...'",
         log_prefix(client), state, max(index - chunk_start, 0), _proto_snippet(buf, index),
     )
 

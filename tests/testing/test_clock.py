@@ -43,6 +43,8 @@ ALLOWED = {
     "server/client.py:self.rtt = time.monotonic() - self._rtt_start": "a round trip is measured in real time",
     "server/client.py:_rtt_measured_at": "when the RTT was measured, on the RTT's own clock",
     "server/client.py:self._rtt_start = time.monotonic()": "a round trip is measured in real time",
+    "server/log.py:line = formatter.line(levelno, fmt % args if args else fmt, time.time())":
+        "a log line's stamp: the wall clock, as the logging module stamps every other line",
 }
 DIRECT_READ = re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns|perf_counter)\(|datetime\.(datetime\.)?now\(")
 
