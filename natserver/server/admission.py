@@ -25,6 +25,11 @@ connections in the storm get exactly nats-server's answers. The price: while uni
 get half the thread at most, so a storm of legitimate connects is served more slowly (3000
 clients connecting at once, every PONG: 6.8 s against 3.6 s before, load 9).
 
+Admission is engaged only under a storm of connections that end without a valid CONNECT
+(HOSTILE_CLOSES of them within HOSTILE_WINDOW; it stays engaged ENGAGED_FOR after the last such
+window): a storm of legitimate connects (clients coming back after a restart) sends CONNECTs and
+is served at full speed, as before admission existed (issue 33's connects/s).
+
 When nothing waits, admission costs a counter decrement (no checkpoint); the admitter sleeps
 once the queue is empty, so an idle server has no task to run.
 """
@@ -36,7 +41,8 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["Admission", "UNVERIFIED_SHARE", "UNVERIFIED_WORK_PER_PASS"]
+__all__ = ["Admission", "ENGAGED_FOR", "HOSTILE_CLOSES", "HOSTILE_WINDOW", "UNVERIFIED_SHARE",
+           "UNVERIFIED_WORK_PER_PASS"]
 
 # Units (accepts, reads before CONNECT) admitted a pass. natserver's own figure: such a unit
 # costs 50-150 us of CPU (accept and INFO; read, -ERR, parser ERROR line and close), so 4 of
@@ -51,6 +57,16 @@ UNVERIFIED_SHARE = 0.5
 # The shortest rest: epoll waits in milliseconds (Python rounds a shorter timeout up), so the
 # rests owed are summed until they come to this, and what a rest oversleeps is paid back.
 MIN_REST = 0.001
+# What engages admission: this many connections closed before a valid CONNECT (protocol
+# errors, authorization failures, sockets that leave) within HOSTILE_WINDOW seconds.
+# natserver's own figures: the fuzz scenario closes 150-500 such connections a second; a
+# health check probing the port every second, or a few clients failing to log in, stay far
+# below; a connect storm of well-behaved clients closes none.
+HOSTILE_CLOSES = 64
+HOSTILE_WINDOW = 1.0
+# Seconds admission stays engaged after the last window that engaged it (a fuzzer's pauses
+# between bursts do not let it through at full speed each time).
+ENGAGED_FOR = 10.0
 
 
 class Admission:
@@ -58,7 +74,7 @@ class Admission:
     the admitter task (Server.run starts it)."""
 
     def __init__(self, per_pass: int = UNVERIFIED_WORK_PER_PASS, share: float = UNVERIFIED_SHARE,
-                 cpu_time: Callable[[], float] = time.thread_time) -> None:
+                 cpu_time: Callable[[], float] = time.thread_time, engaged: bool = False) -> None:
         if per_pass < 1:
             raise ValueError("per_pass must be at least 1")
         if not 0 < share <= 1:
@@ -76,6 +92,28 @@ class Admission:
         self.direct = 0
         self.queued = 0
         self.rested = 0.0
+        # Until when admission holds units (trio's clock); always with ``engaged`` (tests).
+        self.engaged_until = float("inf") if engaged else float("-inf")
+        self._window_start = float("-inf")
+        self._window_closes = 0
+        self.engagements = 0  # times a window of closes engaged it (monitoring, tests)
+
+    @property
+    def engaged(self) -> bool:
+        return trio.current_time() < self.engaged_until
+
+    def note_unverified_close(self) -> None:
+        """A connection closed before a valid CONNECT (Client.close): HOSTILE_CLOSES of them
+        within HOSTILE_WINDOW engage admission for ENGAGED_FOR."""
+        now = trio.current_time()
+        if now - self._window_start >= HOSTILE_WINDOW:
+            self._window_start = now
+            self._window_closes = 0
+        self._window_closes += 1
+        if self._window_closes >= HOSTILE_CLOSES:
+            if now >= self.engaged_until:
+                self.engagements += 1
+            self.engaged_until = max(self.engaged_until, now + ENGAGED_FOR)
 
     @property
     def waiting(self) -> int:
@@ -85,10 +123,14 @@ class Admission:
     async def wait(self) -> None:
         """Return when this unit may run: at once while the budget lasts and nobody waits
         (not a checkpoint then), else in a later pass, in arrival order."""
-        if self.budget > 0 and not self._queue:
-            self.budget -= 1
-            self.direct += 1
-            return
+        if not self._queue:
+            if self.budget > 0:
+                self.budget -= 1
+                self.direct += 1
+                return
+            if trio.current_time() >= self.engaged_until:  # no storm: nothing is held
+                self.direct += 1
+                return
         self.queued += 1
         self._idle.unpark()
         await self._queue.park()

@@ -395,6 +395,8 @@ class Client:
         self._fd = -1  # never write in place to a closed connection's (reusable) descriptor
         self.close_reason = reason
         self.stop = clock.now()
+        if not self.connect_received:  # a storm of these engages the server's admission
+            self.server.admission.note_unverified_close()
         self.server.client_closed(self)
         tracing = self.server.options.trace and self.cid
         for sub in self.subs.values():

@@ -12,7 +12,15 @@ import socket
 import pytest
 import trio
 
-from natserver.server.admission import UNVERIFIED_SHARE, UNVERIFIED_WORK_PER_PASS, Admission
+from natserver.server import admission as admission_module
+from natserver.server.admission import (
+    ENGAGED_FOR,
+    HOSTILE_CLOSES,
+    HOSTILE_WINDOW,
+    UNVERIFIED_SHARE,
+    UNVERIFIED_WORK_PER_PASS,
+    Admission,
+)
 
 TIMEOUT = 20.0
 
@@ -43,7 +51,7 @@ def _per_pass(record: list[tuple[int, int]]) -> dict[int, int]:
 
 
 async def test_units_past_the_budget_go_a_few_a_pass_in_arrival_order(passes):
-    admission = Admission(per_pass=3)
+    admission = Admission(per_pass=3, engaged=True)
     arrived: list[int] = []
     admitted: list[tuple[int, int]] = []  # (pass, unit)
 
@@ -74,7 +82,7 @@ async def test_units_past_the_budget_go_a_few_a_pass_in_arrival_order(passes):
 
 
 async def test_the_budget_starts_again_once_the_queue_is_empty(passes):
-    admission = Admission(per_pass=2)
+    admission = Admission(per_pass=2, engaged=True)
     admitted: list[tuple[int, int]] = []
 
     async def unit(i: int) -> None:
@@ -100,7 +108,7 @@ async def test_the_budget_starts_again_once_the_queue_is_empty(passes):
 
 
 async def test_a_cancelled_unit_leaves_the_queue(passes):
-    admission = Admission(per_pass=1)
+    admission = Admission(per_pass=1, engaged=True)
     admitted: list[int] = []
 
     async def unit(i: int, scope_out: list) -> None:
@@ -130,7 +138,7 @@ async def test_the_passes_of_waiting_units_take_their_share_of_the_time(autojump
     """Each unit "works" 1 ms (the mock clock jumps): with a share of 1/4 the admitter rests
     3 ms for every turn's 2 units, once the rest owed comes to MIN_REST, and the units that
     waited are served 2 per 8 ms, while the budget's first 2 went at once."""
-    admission = Admission(per_pass=2, share=0.25, cpu_time=trio.current_time)  # (work: the jumps)
+    admission = Admission(per_pass=2, share=0.25, cpu_time=trio.current_time, engaged=True)  # (work: the jumps)
     admitted_at: list[float] = []
 
     async def unit() -> None:
@@ -187,6 +195,7 @@ async def test_a_storm_of_malformed_connections_waits_while_an_established_clien
     gets nats-server's -ERR and close."""
     admission = server.admission
     admission.per_pass = 1
+    admission.engaged_until = float("inf")  # (the storm below is too short to engage it alone)
     units: list[tuple[int, int]] = []
     wait = admission.wait
 
@@ -235,3 +244,60 @@ async def test_a_storm_of_malformed_connections_waits_while_an_established_clien
     # (two in the pass the queue emptied in).
     assert len(units) >= 2 * n + 2
     assert max(_per_pass(units).values()) <= 2
+
+
+async def test_not_engaged_nothing_waits(passes):
+    """Without a storm of connections closed before CONNECT, units past the budget go at once
+    (a connect storm of well-behaved clients is served at full speed)."""
+    admission = Admission(per_pass=2)
+    with trio.fail_after(TIMEOUT):
+        for _ in range(50):
+            await admission.wait()
+    assert admission.queued == 0 and admission.direct == 50 and not admission.engaged
+
+
+async def test_a_window_of_unverified_closes_engages_it_for_a_while(autojump_clock):
+    admission = Admission(per_pass=1)
+    for _ in range(HOSTILE_CLOSES - 1):
+        admission.note_unverified_close()
+    assert not admission.engaged
+    await trio.sleep(HOSTILE_WINDOW)  # a new window: the count starts again
+    for _ in range(HOSTILE_CLOSES - 1):
+        admission.note_unverified_close()
+    assert not admission.engaged
+    admission.note_unverified_close()
+    assert admission.engaged and admission.engagements == 1
+    await admission.wait()  # the budget's unit
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(admission.run)
+        with trio.fail_after(TIMEOUT):
+            await admission.wait()  # engaged: this one queued for the admitter
+        assert admission.queued == 1
+        await trio.sleep(ENGAGED_FOR)
+        assert not admission.engaged
+        nursery.cancel_scope.cancel()
+
+
+async def test_malformed_connections_engage_it_and_well_behaved_ones_do_not(server, monkeypatch):
+    """On a server: a storm of clients that CONNECT and leave does not engage admission; as
+    many connections cut for an unknown op before CONNECT do."""
+    monkeypatch.setattr(admission_module, "HOSTILE_WINDOW", 3600.0)  # a loaded machine's pace
+    admission = server.admission
+    with trio.fail_after(TIMEOUT):
+        for _ in range(2 * HOSTILE_CLOSES):
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            await stream.send_all(b'CONNECT {"verbose":false}\r\nPING\r\n')
+            got = b""
+            while b"PONG\r\n" not in got:
+                got += await stream.receive_some(4096)
+            await stream.aclose()
+        assert not admission.engaged and admission.queued == 0
+        for _ in range(HOSTILE_CLOSES):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT)
+            sock.sendall(b"FOO BAR\r\n")
+            sock.setblocking(False)
+            assert (await _read_all(sock)).endswith(b"-ERR 'Unknown Protocol Operation'\r\n")
+            sock.close()
+        while not admission.engaged:  # the last close is counted after its -ERR was written
+            await trio.sleep(0.01)
+    assert admission.engagements == 1
