@@ -43,10 +43,12 @@ import tempfile
 import trio
 
 from .. import clock
+from ..nrg import run_nrg
 from ..protocol.gotext import parse_duration
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
+from .cluster import JetStreamCluster
 from .delivery import Delivery
 from .errors import ApiError
 from .snapshot import Snapshots
@@ -168,6 +170,8 @@ class JetStream:
         self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.sourcing = Sourcing(self)  # mirrors and sources
         self.snapshots = Snapshots(self)  # backups going out, restores coming in
+        # The meta group's side (cluster.py) when JetStream runs in a cluster, else None.
+        self.cluster: JetStreamCluster | None = None
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -236,7 +240,7 @@ class JetStream:
             os.makedirs(self.streams_dir, exist_ok=True)
             if self.account_name is not None:  # (None: nobody has JetStream, as in nats-server)
                 self._recover()
-                self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+                self._api_sub = self.subscribe("$JS.API.>", self._handle_api)
                 if self.domain:
                     self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
             if primary:
@@ -292,9 +296,15 @@ class JetStream:
 
             self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
 
+    def _handle_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A request on ``$JS.API.>``: the API's, or in a cluster the meta group's first."""
+        if self.cluster is not None:
+            return self.cluster.handle(self, subject, reply, hdr, payload)
+        return self.api.handle(subject, reply, hdr, payload)
+
     def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
-        return self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
+        return self._handle_api(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
 
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""
@@ -443,7 +453,16 @@ class JetStream:
         if reserved + base + add > limit:
             raise error()
 
-    def add_stream(self, config: StreamConfig) -> Stream:
+    @property
+    def cluster_block(self) -> dict | None:
+        """Stream and consumer infos' ``cluster`` in a JetStream cluster (its name, this server
+        as the leader: an R1 asset's); None on a single server."""
+        if self.cluster is None:
+            return None
+        return {"name": self.server.options.cluster_name, "leader": self.server.server_name}
+
+    def add_stream(self, config: StreamConfig, created: int | None = None) -> Stream:
+        """A new stream (``created``: its creation time, a cluster's assignment's)."""
         tier = self.limits.get("tier")
         if tier and tier != f"R{max(config.num_replicas, 1)}":
             # nats-server 2.10+ picks the tier by num_replicas, unset counting as 1 (2.9: "R0").
@@ -466,7 +485,7 @@ class JetStream:
                 for theirs in stream.cfg.subjects or ():
                     if subjects_collide(mine, theirs):
                         raise errors.stream_subject_overlap()
-        created = clock.now_ns()
+        created = clock.now_ns() if created is None else created
         try:
             if cfg.storage == "file":
                 path = os.path.join(self.streams_dir, cfg.name)
@@ -765,11 +784,18 @@ def check_domain(domain: str) -> str:
 
 async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Set JetStream up on ``server``: one engine per JetStream account (or one serving
-    nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled."""
+    nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled. In a
+    cluster (cluster.py), the meta group's node starts once the engines run."""
     engines: list = []
     for name in jetstream_accounts(server) or [None]:
         engines.append(JetStream(server, name, engines=engines))
     async with trio.open_nursery() as nursery:
         for engine in engines:
             await nursery.start(engine.run)
+        if server.options.clustered:
+            nrg = await nursery.start(run_nrg, server)
+            cluster = JetStreamCluster(server, engines, nrg)
+            for engine in engines:
+                engine.cluster = cluster
+            await nursery.start(cluster.run)
         task_status.started(engines[0])

@@ -207,7 +207,9 @@ class Api:
 
     # -- account ------------------------------------------------------------------------------
 
-    def account_info(self, reply) -> None:
+    def account_info(self, reply, *, streams: int | None = None, consumers: int | None = None) -> None:
+        """``streams``/``consumers``: the counts to report instead of this server's (a cluster's
+        meta leader reports the assignments')."""
         js = self.js
         memory = storage = reserved_memory = reserved_storage = 0
         for stream in js.streams.values():
@@ -223,8 +225,8 @@ class Api:
             "storage": storage,
             "reserved_memory": reserved_memory,
             "reserved_storage": reserved_storage,
-            "streams": len(js.streams),
-            "consumers": sum(s.public_consumers() for s in js.streams.values()),
+            "streams": len(js.streams) if streams is None else streams,
+            "consumers": sum(s.public_consumers() for s in js.streams.values()) if consumers is None else consumers,
             "limits": {
                 "max_memory": js.limits.get("max_memory", -1),
                 "max_storage": js.limits.get("max_storage", -1),
@@ -252,26 +254,46 @@ class Api:
 
     # -- streams ------------------------------------------------------------------------------
 
+    @staticmethod
+    def decode_stream_create(name: str, payload: bytes) -> StreamConfig:
+        """A create request's configuration, with the checks made before the engine's."""
+        try:
+            request = loads(payload)
+            cfg = StreamConfig.from_json(request)
+        except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError:
+            raise errors.invalid_json() from None
+        unsupported.refuse_stream(request)
+        set_static_stream_metadata(cfg)
+        if cfg.name != name:
+            raise errors.stream_mismatch()
+        if "/" in name or "\\" in name:
+            raise errors.name_contains_path_separators()
+        if cfg.sealed:
+            raise errors.stream_invalid_config("stream configuration for create can not be sealed")
+        if cfg.mirror_direct and cfg.mirror is None:
+            raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
+        return cfg
+
+    @staticmethod
+    def decode_stream_update(payload: bytes) -> StreamConfig:
+        """An update request's configuration (decoded, the refusals of unsupported.py)."""
+        try:
+            request = loads(payload)
+            ncfg = StreamConfig.from_json(request)
+        except GoDecodeError as exc:
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError:
+            raise errors.invalid_json() from None
+        unsupported.refuse_stream(request)
+        set_static_stream_metadata(ncfg)
+        return ncfg
+
     def stream_create(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_create_response"
         try:
-            try:
-                request = loads(payload)
-                cfg = StreamConfig.from_json(request)
-            except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
-                raise errors.invalid_json(str(exc)) from None
-            except ValueError:
-                raise errors.invalid_json() from None
-            unsupported.refuse_stream(request)
-            set_static_stream_metadata(cfg)
-            if cfg.name != name:
-                raise errors.stream_mismatch()
-            if "/" in name or "\\" in name:
-                raise errors.name_contains_path_separators()
-            if cfg.sealed:
-                raise errors.stream_invalid_config("stream configuration for create can not be sealed")
-            if cfg.mirror_direct and cfg.mirror is None:
-                raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
+            cfg = self.decode_stream_create(name, payload)
             self.js.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=None)
             created = name not in self.js.streams
             stream = self.js.add_stream(cfg)
@@ -285,15 +307,7 @@ class Api:
     def stream_update(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_update_response"
         try:
-            try:
-                request = loads(payload)
-                ncfg = StreamConfig.from_json(request)
-            except GoDecodeError as exc:
-                raise errors.invalid_json(str(exc)) from None
-            except ValueError:
-                raise errors.invalid_json() from None
-            unsupported.refuse_stream(request)
-            set_static_stream_metadata(ncfg)
+            ncfg = self.decode_stream_update(payload)
             cfg = check_stream_config(ncfg, self.js.streams, self.js.limits)
             if cfg.name != name:
                 raise errors.stream_mismatch()
