@@ -39,6 +39,7 @@ import logging
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import trio
 
@@ -48,7 +49,7 @@ from ..protocol.gotext import parse_duration
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
-from .cluster import JetStreamCluster
+from .cluster import REPLY_PREFIX, JetStreamCluster
 from .delivery import Delivery
 from .errors import ApiError
 from .snapshot import Snapshots
@@ -240,7 +241,10 @@ class JetStream:
             os.makedirs(self.streams_dir, exist_ok=True)
             if self.account_name is not None:  # (None: nobody has JetStream, as in nats-server)
                 self._recover()
-                self._api_sub = self.subscribe("$JS.API.>", self._handle_api)
+                if self.cluster is not None:
+                    self._cluster_subscribe()
+                else:
+                    self._api_sub = self.subscribe("$JS.API.>", self._handle_api)
                 if self.domain:
                     self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
             if primary:
@@ -297,10 +301,26 @@ class JetStream:
             self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
 
     def _handle_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
-        """A request on ``$JS.API.>``: the API's, or in a cluster the meta group's first."""
+        """A request on ``$JS.API.>``: the API's, or in a cluster the cluster's (cluster.py)."""
         if self.cluster is not None:
-            return self.cluster.handle(self, subject, reply, hdr, payload)
+            return self.cluster.from_account(self, subject, reply, hdr, payload)
         return self.api.handle(subject, reply, hdr, payload)
+
+    def _cluster_subscribe(self) -> None:
+        """In a cluster, as nats-server's accounts import the API from the system account:
+        ``$JS.API.>`` here is local (its interest not told to routes) and goes on into the
+        system account (cluster.py); pulls and direct gets stay in the account, where the
+        servers running the streams listen for them across the routes."""
+        cluster = self.cluster
+        assert cluster is not None
+
+        def local(subject, reply, hdr, payload) -> bool:
+            return self._handle_api(subject, reply, hdr, payload)
+
+        local.route_interest = False  # type: ignore[attr-defined]
+        self._api_sub = self.subscribe("$JS.API.>", local)
+        for subject in ("$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.DIRECT.GET.>"):
+            self._other_subs.append((self.account, self.subscribe(subject, partial(cluster.in_account, self))))
 
     def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
@@ -309,7 +329,10 @@ class JetStream:
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""
         for account, sub in self._other_subs:
-            account.unsubscribe(sub)
+            if account is None:
+                self.unsubscribe(sub)
+            else:
+                account.unsubscribe(sub)
         self._other_subs = []
         if self._domain_sub is not None:
             try:
@@ -607,7 +630,10 @@ class JetStream:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
-        if self.account is not None:
+        if self.cluster is not None and subject.startswith(REPLY_PREFIX):
+            # an answer to a request that came through the system account (cluster.py)
+            self.cluster.system.publish(subject, reply, headers, payload)
+        elif self.account is not None:
             self.account.publish(subject, reply, headers, payload)
         else:
             self.server.publish(subject, payload, reply=reply, headers=headers, flush=False)
@@ -790,12 +816,14 @@ async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     for name in jetstream_accounts(server) or [None]:
         engines.append(JetStream(server, name, engines=engines))
     async with trio.open_nursery() as nursery:
-        for engine in engines:
-            await nursery.start(engine.run)
+        cluster = None
         if server.options.clustered:
             nrg = await nursery.start(run_nrg, server)
             cluster = JetStreamCluster(server, engines, nrg)
             for engine in engines:
                 engine.cluster = cluster
+        for engine in engines:
+            await nursery.start(engine.run)
+        if cluster is not None:
             await nursery.start(cluster.run)
         task_status.started(engines[0])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -73,6 +74,17 @@ STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
 STATSZ_SUBJECT = "$SYS.SERVER.*.STATSZ"
 STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+# accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
+# long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
+REPLY_PREFIX = b"_R_."
+# server.go ClientInfoHdr: the request's client (its account) on an API request in the system account.
+CLIENT_INFO_HEADER = b"Nats-Request-Info"
+API_PREFIX = b"$JS.API."
+# What stays in the account: the servers running a consumer or a stream listen there.
+_IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
+REPLY_PREFIX_LEN = 6
+RESPONSE_THRESHOLD = 120.0
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
 
@@ -84,6 +96,8 @@ class ClusterEngine(Protocol):
     api: Api
     limits: dict
     server: Any
+    api_total: int
+    api_errors: int
 
     @property
     def streams(self) -> dict[str, Stream]: ...
@@ -136,7 +150,11 @@ class JetStreamCluster:
         self._subs: list = []  # (account, subscription) of the system account
         self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
         self._nursery: trio.Nursery | None = None
-        self._lists: dict[str, tuple[list[dict], set[str]]] = {}  # inbox -> (infos, awaited)
+        # The proposals' replies (_map_reply): subject -> subscription, and their expiries.
+        self._reply_prefix = "".join(self.rng.choice(_DIGITS) for _ in range(REPLY_PREFIX_LEN))
+        self._reply_seq = 0
+        self._reply_subs: dict[str, object] = {}
+        self._replies: deque[tuple[float, str]] = deque()
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -169,6 +187,7 @@ class JetStreamCluster:
         if bootstrap:
             group.campaign()  # (setupMetaGroup: "start campaign early")
         account = self.nrg.account
+        self._subs.append((account, account.subscribe("$JS.API.>", self._from_system)))
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
 
@@ -177,9 +196,11 @@ class JetStreamCluster:
             account.unsubscribe(sub)
         self._subs.clear()
         account = self.nrg.account
-        for sub in self._stream_subs.values():
+        for sub in [*self._stream_subs.values(), *self._reply_subs.values()]:
             account.unsubscribe(sub)
         self._stream_subs.clear()
+        self._reply_subs.clear()
+        self._replies.clear()
         if self.group is not None:
             self.nrg.stop_group(META_GROUP)
             self.group = None
@@ -243,8 +264,15 @@ class JetStreamCluster:
             except Exception:  # one asset's failure must not stop the meta layer
                 log.exception("JetStream cluster: applying %s of %s failed", event.kind, event.assignment.name)
 
-    def _answer(self, engine: ClusterEngine, reply: str, response: dict, *, error: bool = False) -> None:
-        engine.api._send(reply.encode(), response, error=error)
+    def _answer(self, engine: ClusterEngine, reply: str, response: dict | bytes, *, error: bool = False) -> None:
+        """A member's answer to a proposal's client: published in the system account, as
+        nats-server sends its API responses (sendInternalAccountMsg with no account): the
+        reply is the ``_R_`` subject the proposing server mapped the client's reply to."""
+        engine.api_total += 1
+        if error:
+            engine.api_errors += 1
+        body = response if isinstance(response, bytes) else dumps(response)
+        self.nrg.account.publish(reply.encode(), None, None, body)
 
     # -- streams -------------------------------------------------------------------------------
 
@@ -258,7 +286,7 @@ class JetStreamCluster:
             if event.member and reply:
                 answer = delete_response(event)
                 if answer is not None:
-                    engine.send(answer[0].encode(), answer[1])
+                    self._answer(engine, answer[0], answer[1])
             return
         if not event.member:
             if local is not None:  # (re-assigned elsewhere: this copy goes)
@@ -323,7 +351,7 @@ class JetStreamCluster:
             if event.member and reply:
                 answer = delete_response(event)
                 if answer is not None:
-                    engine.send(answer[0].encode(), answer[1])
+                    self._answer(engine, answer[0], answer[1])
             return
         if not event.member or stream is None:
             if local is not None:
@@ -338,9 +366,54 @@ class JetStreamCluster:
                 self._answer(engine, reply, {"type": _T + "consumer_create_response", "error": exc.to_json()},
                              error=True)
             return
-        consumers.created(consumer, reply.encode() if reply else None)
+        if reply:
+            self._answer(engine, reply, {"type": _T + "consumer_create_response", **consumers.info_of(consumer)})
+        consumers.created(consumer, None)
 
     # -- the API -------------------------------------------------------------------------------
+
+    @property
+    def system(self):
+        """The system account, where the API's requests and answers cross the cluster."""
+        return self.nrg.account
+
+    def from_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A request on ``$JS.API.>`` in ``engine``'s account, from a client of this server
+        (the subscription's interest is local): into the system account, as nats-server's
+        accounts import the API from it (a ``Nats-Request-Info`` header naming the account,
+        the reply mapped to a ``_R_`` subject of the system account)."""
+        if subject.startswith(_IN_ACCOUNT):
+            return True  # (in_account's)
+        mapped = None
+        if reply:
+            mapped = self._next_reply()
+            self._map_reply(engine, mapped, reply)
+        info = dumps({"acc": engine.account_name, "server": self.server.server_name, "cluster": self.name})
+        head = bytes(hdr)[:-2] if hdr else b"NATS/1.0\r\n"
+        headers = head + CLIENT_INFO_HEADER + b": " + info + b"\r\n\r\n"
+        self.system.publish(bytes(subject), mapped.encode() if mapped else None, headers, bytes(payload))
+        return True
+
+    def in_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A pull request or a direct get, in the account (these subscriptions' interest
+        crosses the routes): the server running the stream answers."""
+        name = _stream_of(subject.split(b"."))
+        if name is not None and name in engine.streams:
+            return engine.api.handle(subject, reply, hdr, payload)
+        return True
+
+    def _from_system(self, subject, reply, hdr, payload) -> None:
+        """An API request in the system account (from this or any server, natserver or
+        nats-server): the account is the one its Nats-Request-Info header names."""
+        subject = bytes(subject)
+        if subject.startswith(_IN_ACCOUNT):
+            return
+        account = _request_account(hdr)
+        engine = self.engines.get(account) if account else None
+        if engine is None:
+            return
+        self.handle(engine, subject, reply, hdr, payload)
+        self.server.flush_touched()
 
     def handle(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """A request on ``$JS.API.>`` in ``engine``'s account, as a clustered nats-server
@@ -379,6 +452,31 @@ class JetStreamCluster:
             return engine.api.handle(subject, reply, hdr, payload)  # (its "not found")
         return True
 
+    def _next_reply(self) -> str:
+        """The reply a proposal carries: a ``_R_.<prefix>.<n>`` subject of the system account
+        (nats-server's response service import for its JS API: a member answers through it)."""
+        self._reply_seq += 1
+        return f"{REPLY_PREFIX.decode()}{self._reply_prefix}.{self._reply_seq}"
+
+    def _map_reply(self, engine: ClusterEngine, subject: str, reply: bytes) -> None:
+        """Forward the one answer on ``subject`` (system account) to the client's ``reply``
+        in its account; the mapping goes after the answer or RESPONSE_THRESHOLD."""
+        account = self.nrg.account
+        now = clock.monotonic()
+        while self._replies and self._replies[0][0] <= now:
+            _, old = self._replies.popleft()
+            if old in self._reply_subs:
+                account.unsubscribe(self._reply_subs.pop(old))
+
+        def forward(subject_, reply_, headers, body) -> None:
+            sub = self._reply_subs.pop(subject, None)
+            if sub is not None:
+                account.unsubscribe(sub)
+            engine.send(reply, bytes(body), headers)
+
+        self._reply_subs[subject] = account.subscribe(subject, forward)
+        self._replies.append((now + RESPONSE_THRESHOLD, subject))
+
     def _client(self, engine: ClusterEngine) -> dict:
         """The ClientInfo a proposal carries (the request's account and this cluster)."""
         return {"acc": engine.account_name, "server": self.server.server_name, "cluster": self.name}
@@ -401,7 +499,7 @@ class JetStreamCluster:
         text = [t.decode("utf-8", "replace") for t in tokens]
         client = self._client(engine)
         subj = subject.decode("utf-8", "replace")
-        reply_text = reply.decode("utf-8", "replace") if reply else ""
+        reply_text = bytes(reply).decode("utf-8", "replace") if reply else ""
         try:
             proposal: Proposal
             if kind == b"STREAM":
@@ -640,6 +738,22 @@ class JetStreamCluster:
 
 def _consumer_config(ca: ConsumerAssignment) -> ConsumerConfig:
     return ConsumerConfig.from_json(ca.config)
+
+
+def _request_account(hdr) -> str:
+    """The account a Nats-Request-Info header names (its ``svc``, else its ``acc``)."""
+    if not hdr:
+        return ""
+    for line in bytes(hdr).split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == CLIENT_INFO_HEADER.lower():
+            try:
+                info = loads(value.strip())
+            except ValueError:
+                return ""
+            if isinstance(info, dict):
+                return str(info.get("svc") or info.get("acc") or "")
+    return ""
 
 
 def _response_type(tokens: list[bytes]) -> str:

@@ -251,6 +251,10 @@ class ConsumerApi:
             return
         self.api._send(reply, {"type": rtype, **self._info(consumer)})
 
+    def info_of(self, consumer: Consumer) -> dict:
+        """The consumer's info, as a create or CONSUMER.INFO answers it."""
+        return self._info(consumer)
+
     def _info(self, consumer: Consumer, dynamic: bool = True) -> dict:
         """consumer.go info: a pull consumer's waiting requests are looked over first, so
         num_waiting counts only those still waiting; a push consumer says whether someone
