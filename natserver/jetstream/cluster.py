@@ -37,7 +37,7 @@ import trio
 
 from .. import clock
 from ..nrg import Group, NrgHost
-from ..raft import Committed, EntryType, Mark, NotLeader, node_id
+from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
 from . import errors
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
@@ -68,6 +68,12 @@ MIN_EXPECTED_PEERS = 2
 # streams' infos ($JSC.SI) before answering with what it has (js.config.RequestTimeout... 2.15.1
 # waits 4 s: defaultRequestTimeout in jetstream.go).
 LIST_TIMEOUT = 4.0
+# jetstream_cluster.go monitorCluster: the meta state is snapshotted (and the log compacted)
+# after peer entries, after this many bytes of entries when the last snapshot is older than
+# META_MIN_SNAP_DELTA, and every META_COMPACT_INTERVAL when anything was applied since.
+META_COMPACT_INTERVAL = 60.0  # compactInterval
+META_COMPACT_SIZE = 8 * 1024 * 1024  # compactSizeMin
+META_MIN_SNAP_DELTA = 30.0  # minSnapDelta
 # A STATSZ ping when this server becomes the meta leader (events.go: servers answer at once),
 # so that placement knows every peer without waiting for their next heartbeat.
 STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
@@ -150,6 +156,10 @@ class JetStreamCluster:
         self._subs: list = []  # (account, subscription) of the system account
         self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
         self._nursery: trio.Nursery | None = None
+        self._applied_index = 0  # the last meta entry applied (any type)
+        self._unsnapshotted = 0  # bytes of entries applied since the last snapshot
+        self._snapshot_at = 0.0  # when the last snapshot was taken (clock.monotonic)
+        self.snapshots = 0  # snapshots taken
         # The proposals' replies (_map_reply): subject -> subscription, and their expiries.
         self._reply_prefix = "".join(self.rng.choice(_DIGITS) for _ in range(REPLY_PREFIX_LEN))
         self._reply_seq = 0
@@ -162,6 +172,7 @@ class JetStreamCluster:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.start()
+            nursery.start_soon(self._compactor)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -231,7 +242,9 @@ class JetStreamCluster:
             self._ping_statsz()
 
     def _apply(self, committed: list[Committed]) -> None:
-        """The meta group's committed entries, in order, on every server (applyMetaEntries)."""
+        """The meta group's committed entries, in order, on every server (applyMetaEntries);
+        then a snapshot if one is due (monitorCluster's rules)."""
+        peer_entries = False
         for c in committed:
             if c.mark is not None:
                 if c.mark in (Mark.REPLAY_START, Mark.CATCHUP_START):
@@ -240,6 +253,10 @@ class JetStreamCluster:
                     self._act(self.state.end_recovery(), recovering=True)
                 continue
             entry = c.entry
+            self._applied_index = c.index
+            self._unsnapshotted += len(entry.data)
+            if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
+                peer_entries = True
             if entry.type not in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 continue
             recovering = self.state.recovering
@@ -250,6 +267,33 @@ class JetStreamCluster:
                 raise
             self.meta.applied(entry)
             self._act(events, recovering=recovering)
+        if self.state.recovering:
+            return
+        if peer_entries or (self._unsnapshotted > META_COMPACT_SIZE
+                            and clock.monotonic() - self._snapshot_at > META_MIN_SNAP_DELTA):
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        """The meta state as 2.15.1 snapshots it (encodeMetaSnapshot), the log compacted."""
+        group = self.group
+        if group is None or group.stopped or self.state.recovering or not self._applied_index:
+            return
+        try:
+            group.node.install_snapshot(self.state.snapshot(), self._applied_index)
+        except SnapshotError:
+            return  # (nothing new since the last one, or a catch-up reads the log)
+        except StorageError as exc:
+            log.error("JetStream cluster: the meta snapshot failed: %s", exc)
+            return
+        self._unsnapshotted = 0
+        self._snapshot_at = clock.monotonic()
+        self.snapshots += 1
+
+    async def _compactor(self) -> None:
+        while True:
+            await trio.sleep(META_COMPACT_INTERVAL)
+            if self._unsnapshotted:
+                self._snapshot()
 
     def _act(self, events: list[Event], *, recovering: bool) -> None:
         for event in events:
