@@ -182,11 +182,22 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             msg = await api(ncs[1], "$JS.API.STREAM.MSG.GET.S2", {"seq": 3})
             assert msg["message"]["subject"] == "s2.x"
 
+            # An update through the meta leader, answered by the stream's server; a purge and
+            # a direct get answered by it.
+            updated = await api(ncs[(hosts_index(cluster, hosts["S2"]) + 1) % 3], "$JS.API.STREAM.UPDATE.S2",
+                                {"name": "S2", "subjects": ["s2.>"], "max_msgs": 100, "allow_direct": True})
+            same_shape(updated, recorded("$JS.API.STREAM.UPDATE.S1"))
+            assert updated["config"]["max_msgs"] == 100 and updated["cluster"]["leader"] == hosts["S2"]
+            direct = await ncs[0].request("$JS.API.DIRECT.GET.S2", b'{"seq": 2}', timeout=REQUEST_TIMEOUT)
+            assert direct.data == b"m1" and direct.headers["Nats-Sequence"] == "2"
+            purged = await api(ncs[1], "$JS.API.STREAM.PURGE.S1", {"keep": 2})
+            assert purged == {"type": _T + "stream_purge_response", "success": True, "purged": 3}
+
             names_answer = await api(ncs[2], "$JS.API.STREAM.NAMES")
             assert names_answer["streams"] == ["S0", "S1", "S2"] and names_answer["total"] == 3
             listed = await api(ncs[0], "$JS.API.STREAM.LIST")
             assert [s["config"]["name"] for s in listed["streams"]] == ["S0", "S1", "S2"]
-            assert all(s["state"]["messages"] == 5 for s in listed["streams"])
+            assert [s["state"]["messages"] for s in listed["streams"]] == [5, 2, 5]
             theirs = recorded("$JS.API.STREAM.LIST")
             same_shape({k: v for k, v in listed.items() if k != "streams"}, {k: v for k, v in theirs.items() if k != "streams"})
             same_shape(listed["streams"][0], theirs["streams"][0])
@@ -248,6 +259,10 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
                 await nc.close()
 
     run(main)
+
+
+def hosts_index(cluster: NatsCluster, name: str) -> int:
+    return next(i for i, node in enumerate(cluster.servers) if node.options.server_name == name)
 
 
 async def _other_leader(sys_nc, old: str) -> str | None:
