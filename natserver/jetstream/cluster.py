@@ -342,9 +342,9 @@ class JetStreamCluster:
             created = local is None
             if local is None:
                 local = engine.add_stream(cfg, created=sa.created_ns)
-                self._serve_info(engine, local)
             elif local.cfg != cfg:
                 engine.update_stream(local, cfg)
+            self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)

@@ -310,6 +310,8 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
                 return names.get("streams")
 
             assert await until(listed, "the streams listed") == ["R0", "R1", "R2"]
+            full = await api(nc, "$JS.API.STREAM.LIST")  # (the restarted node answers $JSC.SI again)
+            assert [s["config"]["name"] for s in full["streams"]] == ["R0", "R1", "R2"] and "missing" not in full
             ack = await publish(nc, f"{stream.lower()}.y", b"after")
             assert ack.seq == 4
             # The restarted node's own meta state (it answers as the leader when it is one).
