@@ -488,6 +488,9 @@ class JetStreamCluster:
                 log.exception("JetStream API request on %r failed", subject)
             return True
         name = _stream_of(tokens)
+        if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
+            self._leader_stepdown(engine, tokens, name, reply)
+            return True
         if name is None:
             return engine.api.handle(subject, reply, hdr, payload)
         if name in engine.streams:
@@ -520,6 +523,22 @@ class JetStreamCluster:
 
         self._reply_subs[subject] = account.subscribe(subject, forward)
         self._replies.append((now + RESPONSE_THRESHOLD, subject))
+
+    def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
+        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the
+        server running the stream answers success (a group of one has no node to step down);
+        the meta leader answers "not found" for a stream it does not have."""
+        consumer = tokens[6].decode("utf-8", "replace") if tokens[2] == b"CONSUMER" else None
+        rtype = _T + ("consumer_leader_stepdown_response" if consumer is not None else "stream_leader_stepdown_response")
+        stream = engine.streams.get(name)
+        if stream is None:
+            if self.is_leader and self.meta.stream(engine.account_name or "", name) is None:
+                engine.api._fail(reply, rtype, errors.stream_not_found())
+            return
+        if consumer is not None and consumer not in stream.consumers:
+            engine.api._fail(reply, rtype, errors.consumer_not_found())
+            return
+        engine.api._send(reply, {"type": rtype, "success": True})
 
     def _client(self, engine: ClusterEngine) -> dict:
         """The ClientInfo a proposal carries (the request's account and this cluster)."""
@@ -753,6 +772,8 @@ class JetStreamCluster:
         if group is None:
             return out
         node = group.node
+        for name in self._route_peers():  # (the servers' names: their STATSZ, or the routes')
+            self.names.setdefault(node_id(name), name)
         if node.leader:
             out["leader"] = self.names.get(node.leader, node.leader)
             out["peer"] = node.leader

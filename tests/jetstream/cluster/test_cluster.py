@@ -193,6 +193,12 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             purged = await api(ncs[1], "$JS.API.STREAM.PURGE.S1", {"keep": 2})
             assert purged == {"type": _T + "stream_purge_response", "success": True, "purged": 3}
 
+            # An R1 stream's or consumer's leader step-down: nothing to hand over, success.
+            stepdown = await api(ncs[1], "$JS.API.STREAM.LEADER.STEPDOWN.S2")
+            assert stepdown == {"type": _T + "stream_leader_stepdown_response", "success": True}
+            stepdown = await api(ncs[1], "$JS.API.STREAM.LEADER.STEPDOWN.NOPE")
+            assert stepdown["error"]["err_code"] == 10059
+
             names_answer = await api(ncs[2], "$JS.API.STREAM.NAMES")
             assert names_answer["streams"] == ["S0", "S1", "S2"] and names_answer["total"] == 3
             listed = await api(ncs[0], "$JS.API.STREAM.LIST")
