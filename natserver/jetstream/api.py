@@ -207,11 +207,14 @@ class Api:
 
     # -- account ------------------------------------------------------------------------------
 
-    def account_info(self, reply, *, streams: int | None = None, consumers: int | None = None) -> None:
+    def account_info(self, reply, *, streams: int | None = None, consumers: int | None = None,
+                     remote: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """``streams``/``consumers``: the counts to report instead of this server's (a cluster's
-        meta leader reports the assignments')."""
+        meta leader reports the assignments'); ``remote``: the other servers' memory, storage,
+        API requests and errors for the account, added to this server's."""
         js = self.js
-        memory = storage = reserved_memory = reserved_storage = 0
+        memory, storage, api_total, api_errors = remote
+        reserved_memory = reserved_storage = 0
         for stream in js.streams.values():
             reserved = max(stream.cfg.max_bytes, 0)  # (2.10+: the streams' max_bytes, reservedStorage)
             if stream.store.kind == "memory":
@@ -247,7 +250,7 @@ class Api:
         if js.domain:
             response["domain"] = js.domain
         # (2.11+ adds the level: nats-py reads it before using limit markers)
-        response["api"] = {"level": JS_API_LEVEL, "total": js.api_total, "errors": js.api_errors}
+        response["api"] = {"level": JS_API_LEVEL, "total": js.api_total + api_total, "errors": js.api_errors + api_errors}
         if tier:
             response["tiers"] = {tier: usage}
         self._send(reply, response)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -74,6 +75,16 @@ LIST_TIMEOUT = 4.0
 META_COMPACT_INTERVAL = 60.0  # compactInterval
 META_COMPACT_SIZE = 8 * 1024 * 1024  # compactSizeMin
 META_MIN_SNAP_DELTA = 30.0  # minSnapDelta
+# jetstream.go: each server sends its accounts' usage to the others every usageTick (1.5 s) on
+# $JSC.ARU.<account>.<node id> (jetstream_cluster.go jsaUpdatesPubT), little-endian: memory,
+# storage (u64), API requests, errors (u64), further tiers (u32), the tier name's length (u64)
+# and name, then per further tier memory, storage, name length (u64) and name.
+USAGE_TICK = 1.5
+USAGE_SUBJECT = "$JSC.ARU.{account}.{node}"
+USAGE_HEAD = struct.Struct("<QQQQIQ")
+USAGE_RECORD = struct.Struct("<QQQ")
+# stream.go tierName: an R1 stream's usage tier.
+R1_TIER = "R1"
 # A STATSZ ping when this server becomes the meta leader (events.go: servers answer at once),
 # so that placement knows every peer without waiting for their next heartbeat.
 STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
@@ -160,6 +171,9 @@ class JetStreamCluster:
         self._unsnapshotted = 0  # bytes of entries applied since the last snapshot
         self._snapshot_at = 0.0  # when the last snapshot was taken (clock.monotonic)
         self.snapshots = 0  # snapshots taken
+        # The other servers' usage by account and node: (memory, storage, API requests, errors).
+        self.usage: dict[str, dict[str, tuple[int, int, int, int]]] = {}
+        self._usage_sent: set[str] = set()  # accounts whose usage this server has announced
         # The proposals' replies (_map_reply): subject -> subscription, and their expiries.
         self._reply_prefix = "".join(self.rng.choice(_DIGITS) for _ in range(REPLY_PREFIX_LEN))
         self._reply_seq = 0
@@ -173,6 +187,7 @@ class JetStreamCluster:
             self._nursery = nursery
             self.start()
             nursery.start_soon(self._compactor)
+            nursery.start_soon(self._usage_sender)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -200,6 +215,7 @@ class JetStreamCluster:
         account = self.nrg.account
         self._subs.append((account, account.subscribe("$JS.API.>", self._from_system)))
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
+        self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
 
     def stop(self) -> None:
@@ -623,11 +639,54 @@ class JetStreamCluster:
 
     def _account_info(self, engine: ClusterEngine, reply) -> None:
         """jsAccountInfoRequest on the meta leader: the account's streams and consumers from
-        the assignments; memory and storage as this server's engines know them."""
+        the assignments; memory, storage and API counts this server's plus the others' (their
+        $JSC.ARU usage updates)."""
         api = engine.api
         account = engine.account_name or ""
         streams = self.state.streams.get(account, {})
-        api.account_info(reply, streams=len(streams), consumers=sum(len(sa.consumers) for sa in streams.values()))
+        remote = [sum(values) for values in zip((0, 0, 0, 0), *self.usage.get(account, {}).values())]
+        api.account_info(reply, streams=len(streams), consumers=sum(len(sa.consumers) for sa in streams.values()),
+                         remote=(remote[0], remote[1], remote[2], remote[3]))
+
+    # -- usage ---------------------------------------------------------------------------------
+
+    async def _usage_sender(self) -> None:
+        """jsAccount.sendClusterUsageUpdate, every USAGE_TICK: each account's usage here."""
+        while True:
+            await trio.sleep(USAGE_TICK)
+            for account, engine in self.engines.items():
+                if not engine.streams and account not in self._usage_sent:
+                    continue  # (nats-server: nothing to send before the account's first stream)
+                self._usage_sent.add(account)
+                memory = storage = 0
+                for stream in engine.streams.values():
+                    if stream.store.kind == "memory":
+                        memory += stream.store.bytes
+                    else:
+                        storage += stream.store.bytes
+                tier = R1_TIER.encode()
+                body = USAGE_HEAD.pack(memory, storage, engine.api_total, engine.api_errors, 0, len(tier)) + tier
+                self.system.publish(USAGE_SUBJECT.format(account=account, node=self.node_id).encode(), None, None, body)
+            self.server.flush_touched()
+
+    def _usage(self, subject, reply, headers, body) -> None:
+        """jsAccount.remoteUpdateUsage: another server's usage of an account (its tiers summed)."""
+        tokens = bytes(subject).decode("utf-8", "replace").split(".")
+        if len(tokens) != 4 or tokens[3] == self.node_id:
+            return
+        account, node = tokens[2], tokens[3]
+        data = bytes(body)
+        if len(data) < USAGE_HEAD.size:
+            return
+        memory, storage, api_total, api_errors, more, length = USAGE_HEAD.unpack_from(data)
+        offset = USAGE_HEAD.size + length
+        for _ in range(more):
+            if len(data) < offset + USAGE_RECORD.size:
+                break
+            tier_memory, tier_storage, length = USAGE_RECORD.unpack_from(data, offset)
+            memory, storage = memory + tier_memory, storage + tier_storage
+            offset += USAGE_RECORD.size + length
+        self.usage.setdefault(account, {})[node] = (memory, storage, api_total, api_errors)
 
     def _names(self, engine: ClusterEngine, payload: bytes, rtype: str, reply) -> tuple[list[str], int] | None:
         offset, filter = 0, ""

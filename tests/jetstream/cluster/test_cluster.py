@@ -207,6 +207,15 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             theirs = recorded("$JS.API.STREAM.LIST")
             same_shape({k: v for k, v in listed.items() if k != "streams"}, {k: v for k, v in theirs.items() if k != "streams"})
             same_shape(listed["streams"][0], theirs["streams"][0])
+            # The meta leader's account info counts every server's storage ($JSC.ARU updates).
+            total = sum(s["state"]["bytes"] for s in listed["streams"])
+
+            async def usage_summed():
+                answer = await api(ncs[1], "$JS.API.INFO")
+                return answer if answer["storage"] == total else None
+
+            account = await until(usage_summed, f"the account's storage summed to {total}")
+            assert account["streams"] == 3 and account["memory"] == 0
 
             # A pull consumer (durable) and a push consumer (ephemeral), each from another node.
             durable = await api(ncs[2], "$JS.API.CONSUMER.CREATE.S0.D1",

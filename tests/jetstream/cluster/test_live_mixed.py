@@ -130,6 +130,10 @@ async def scenario(binary: str, folder: Path) -> dict:
                 assert ack == {"stream": "PY", "seq": i + 1}, ack
             info = await request(go1.port, "$JS.API.STREAM.INFO.PY")
             assert info["state"]["messages"] == 3 and info["cluster"]["leader"] == "n3", info
+            # The meta leader's account info counts the natserver's storage ($JSC.ARU updates).
+            with trio.fail_after(STEP):
+                while (await request(go1.port, "$JS.API.INFO"))["storage"] != info["state"]["bytes"]:
+                    await trio.sleep(POLL)
             consumer = await request(go1.port, "$JS.API.CONSUMER.CREATE.PY.D", {
                 "stream_name": "PY", "config": {"durable_name": "D", "ack_policy": "none"}})
             assert consumer["cluster"]["leader"] == "n3" and consumer["num_pending"] == 3, consumer
