@@ -6,7 +6,9 @@ peer of the meta group as 2.15.1 finds it, announces its JetStream in its STATSZ
   through a 2.15.1 node's client: 2.15.1's meta leader (or natserver's, whichever leads)
   proposes it, natserver applies the assignment, runs the stream and answers over the routes;
 - an R1 stream placed on a 2.15.1 node (``kind:go``) is created and used through natserver's
-  client, and natserver's own meta state has both.
+  client, and natserver's own meta state has both;
+- 2.15.1's meta leader hands over to the natserver, whose proposals a 2.15.1 member then
+  applies and answers (through natserver's ``_R_`` reply in the system account).
 """
 
 from __future__ import annotations
@@ -92,6 +94,15 @@ async def until_created(port: int, subject: str, body: dict) -> dict:
     raise AssertionError(f"{subject} not created within {STEP} s: {last}")
 
 
+async def sys_request(port: int, subject: str, body=None) -> dict:
+    client = await Client.open(port, SYS_USER)
+    try:
+        with trio.fail_after(STEP):
+            return json.loads(await client.request(subject, b"" if body is None else json.dumps(body).encode()))
+    finally:
+        await client.stream.aclose()
+
+
 async def next_message(port: int, stream: str, consumer: str) -> bytes:
     """One message pulled (CONSUMER.MSG.NEXT) through a client of the server at ``port`` (it
     comes on the stream's subject, to the inbox's subscription)."""
@@ -150,6 +161,10 @@ async def scenario(binary: str, folder: Path) -> dict:
                 assert ack == {"stream": "GO", "seq": i + 1}, ack
             info = await request(py.port, "$JS.API.STREAM.INFO.GO")
             assert info["state"]["messages"] == 2, info
+            consumer = await request(py.port, "$JS.API.CONSUMER.CREATE.GO.E", {
+                "stream_name": "GO", "config": {"durable_name": "E", "ack_policy": "none"}})
+            assert consumer["cluster"]["leader"] == created["cluster"]["leader"], consumer
+            assert json.loads(await next_message(py.port, "GO", "E")) == {"n": 0}
             names = await request(py.port, "$JS.API.STREAM.NAMES")
             assert names["streams"] == ["GO", "PY"], names
             state = jetstream.cluster.state
@@ -160,6 +175,23 @@ async def scenario(binary: str, folder: Path) -> dict:
             assert meta["cluster_size"] == 3 and meta["leader"] in ("n1", "n2", "n3"), meta
             report["go_host"] = created["cluster"]["leader"]
             report["meta_leader"] = meta["leader"]
+
+            # The natserver leads the meta group (a 2.15.1 leader hands over to it): a stream
+            # it places on a 2.15.1 server is answered by that server through natserver's _R_.
+            if meta["leader"] != "n3":
+                stepdown = await sys_request(go1.port, "$JS.API.META.LEADER.STEPDOWN",
+                                             {"placement": {"preferred": "n3"}})
+                assert stepdown.get("success") is True, stepdown
+            with trio.fail_after(STEP):
+                while not jetstream.cluster.is_leader:
+                    await trio.sleep(POLL)
+            created = await until_created(go1.port, "$JS.API.STREAM.CREATE.GO2", {
+                "name": "GO2", "subjects": ["go2.>"], "placement": {"tags": ["kind:go"]}})
+            assert created["cluster"]["leader"] in ("n1", "n2") and created["did_create"] is True, created
+            info = await request(go2.port, "$JS.API.INFO")  # (natserver's answer, the meta leader's)
+            assert info["streams"] == 3, info
+            assert (await request(go2.port, "$JS.API.STREAM.DELETE.GO2")).get("success") is True
+            report["natserver_led"] = True
 
             # Deleted through the other kind's client.
             assert (await request(py.port, "$JS.API.STREAM.DELETE.PY")).get("success") is True
@@ -178,7 +210,7 @@ def test_r1_streams_in_a_cluster_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
         report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
-    assert report["py_host"] == "n3" and report["go_host"] in ("n1", "n2")
+    assert report["py_host"] == "n3" and report["go_host"] in ("n1", "n2") and report["natserver_led"]
 
 
 async def _bounded(coro):
