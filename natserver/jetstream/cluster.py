@@ -177,7 +177,7 @@ class JetStreamCluster:
         # The proposals' replies (_map_reply): subject -> subscription, and their expiries.
         self._reply_prefix = "".join(self.rng.choice(_DIGITS) for _ in range(REPLY_PREFIX_LEN))
         self._reply_seq = 0
-        self._reply_subs: dict[str, object] = {}
+        self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -214,6 +214,8 @@ class JetStreamCluster:
             group.campaign()  # (setupMetaGroup: "start campaign early")
         account = self.nrg.account
         self._subs.append((account, account.subscribe("$JS.API.>", self._from_system)))
+        reply_space = f"{REPLY_PREFIX.decode()}{self._reply_prefix}.>"
+        self._subs.append((account, account.subscribe(reply_space, self._reply_in)))
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
         self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
@@ -223,10 +225,10 @@ class JetStreamCluster:
             account.unsubscribe(sub)
         self._subs.clear()
         account = self.nrg.account
-        for sub in [*self._stream_subs.values(), *self._reply_subs.values()]:
+        for sub in self._stream_subs.values():
             account.unsubscribe(sub)
         self._stream_subs.clear()
-        self._reply_subs.clear()
+        self._pending_replies.clear()
         self._replies.clear()
         if self.group is not None:
             self.nrg.stop_group(META_GROUP)
@@ -523,22 +525,21 @@ class JetStreamCluster:
 
     def _map_reply(self, engine: ClusterEngine, subject: str, reply: bytes) -> None:
         """Forward the one answer on ``subject`` (system account) to the client's ``reply``
-        in its account; the mapping goes after the answer or RESPONSE_THRESHOLD."""
-        account = self.nrg.account
+        in its account; the mapping goes after the answer or RESPONSE_THRESHOLD. One
+        subscription (``_R_.<prefix>.>``) serves them all, as nats-server's reply prefix does:
+        no interest changes per request."""
         now = clock.monotonic()
         while self._replies and self._replies[0][0] <= now:
             _, old = self._replies.popleft()
-            if old in self._reply_subs:
-                account.unsubscribe(self._reply_subs.pop(old))
-
-        def forward(subject_, reply_, headers, body) -> None:
-            sub = self._reply_subs.pop(subject, None)
-            if sub is not None:
-                account.unsubscribe(sub)
-            engine.send(reply, bytes(body), headers)
-
-        self._reply_subs[subject] = account.subscribe(subject, forward)
+            self._pending_replies.pop(old, None)
+        self._pending_replies[subject] = (engine, bytes(reply))
         self._replies.append((now + RESPONSE_THRESHOLD, subject))
+
+    def _reply_in(self, subject, reply, headers, body) -> None:
+        pending = self._pending_replies.pop(bytes(subject).decode("utf-8", "replace"), None)
+        if pending is not None:
+            engine, client_reply = pending
+            engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
 
     def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
         """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the

@@ -81,15 +81,19 @@ async def request(port: int, subject: str, body=None) -> dict:
 
 
 async def until_created(port: int, subject: str, body: dict) -> dict:
-    """A create retried while the cluster forms (no meta leader yet, or the natserver not yet
-    a placement candidate: 10005 / 10008)."""
-    last: dict = {}
+    """A create retried while the cluster forms (a 2.15.1 server still starting, no meta
+    leader yet, or the natserver not yet a placement candidate: 10005 / 10008)."""
+    last: dict | OSError = {}
     with trio.move_on_after(STEP):
         while True:
             with trio.move_on_after(3):
-                last = await request(port, subject, body)
-                if "error" not in last:
-                    return last
+                try:
+                    last = await request(port, subject, body)
+                except OSError as exc:  # (not listening yet)
+                    last = exc
+                else:
+                    if "error" not in last:
+                        return last
             await trio.sleep(POLL)
     raise AssertionError(f"{subject} not created within {STEP} s: {last}")
 
