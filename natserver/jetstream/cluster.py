@@ -32,6 +32,7 @@ import os
 import random
 import struct
 from collections import deque
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -43,7 +44,7 @@ from . import errors
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .errors import ApiError
-from .replication.entries import ConsumerAssignment, EntryError
+from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
@@ -90,6 +91,7 @@ R1_TIER = "R1"
 STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
 STATSZ_SUBJECT = "$SYS.SERVER.*.STATSZ"
 STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
+CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsumerInfoT
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
 # long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
@@ -154,6 +156,8 @@ class JetStreamCluster:
         self.server = server
         self.options = server.options
         self.engines = {engine.account_name: engine for engine in engines if engine.account_name is not None}
+        for engine in self.engines.values():
+            engine.api.consumers.on_removed = partial(self._consumer_removed, engine)
         self.nrg = nrg
         self.name = self.options.cluster_name
         self.node_id = nrg.node_id
@@ -166,6 +170,8 @@ class JetStreamCluster:
         self.peers: dict[str, PeerInfo] = {}  # node id -> what its STATSZ said
         self._subs: list = []  # (account, subscription) of the system account
         self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
+        self._consumer_subs: dict[tuple[str, str, str], object] = {}  # ($JSC.CI) by account, stream, consumer
+        self._removing = False  # removing consumers on the meta group's word (not to propose it back)
         self._nursery: trio.Nursery | None = None
         self._applied_index = 0  # the last meta entry applied (any type)
         self._unsnapshotted = 0  # bytes of entries applied since the last snapshot
@@ -225,9 +231,10 @@ class JetStreamCluster:
             account.unsubscribe(sub)
         self._subs.clear()
         account = self.nrg.account
-        for sub in self._stream_subs.values():
+        for sub in [*self._stream_subs.values(), *self._consumer_subs.values()]:
             account.unsubscribe(sub)
         self._stream_subs.clear()
+        self._consumer_subs.clear()
         self._pending_replies.clear()
         self._replies.clear()
         if self.group is not None:
@@ -379,7 +386,7 @@ class JetStreamCluster:
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
         for consumer in list(stream.consumers.values()):
-            engine.api.consumers.remove(consumer)
+            self._drop_consumer(engine, consumer)
         sub = self._stream_subs.pop((engine.account_name or "", stream.name), None)
         if sub is not None:
             self.nrg.account.unsubscribe(sub)
@@ -409,7 +416,7 @@ class JetStreamCluster:
         local = stream.consumers.get(ca.name) if stream is not None else None
         if event.kind == "removed":
             if local is not None and event.known:
-                consumers.remove(local)
+                self._drop_consumer(engine, local)
             if event.member and reply:
                 answer = delete_response(event)
                 if answer is not None:
@@ -417,7 +424,7 @@ class JetStreamCluster:
             return
         if not event.member or stream is None:
             if local is not None:
-                consumers.remove(local)
+                self._drop_consumer(engine, local)
             return
         from_json = _consumer_config(ca)
         try:
@@ -431,6 +438,48 @@ class JetStreamCluster:
         if reply:
             self._answer(engine, reply, {"type": _T + "consumer_create_response", **consumers.info_of(consumer)})
         consumers.created(consumer, None)
+        self._serve_consumer_info(engine, ca.stream, ca.name)
+
+    def _drop_consumer(self, engine: ClusterEngine, consumer) -> None:
+        """Remove a consumer on the meta group's word (its removal is not proposed back)."""
+        self._removing = True
+        try:
+            engine.api.consumers.remove(consumer)
+        finally:
+            self._removing = False
+
+    def _serve_consumer_info(self, engine: ClusterEngine, stream: str, name: str) -> None:
+        """$JSC.CI.<account>.<stream>.<consumer>: this server runs the consumer, it answers its info."""
+        account = engine.account_name or ""
+        key = (account, stream, name)
+        if key in self._consumer_subs:
+            return
+
+        def answer(subject, reply, headers, body) -> None:
+            local = engine.streams.get(stream)
+            consumer = local.consumers.get(name) if local is not None else None
+            if reply and consumer is not None:
+                self.system.publish(reply, None, None, dumps(engine.api.consumers.info_of(consumer)))
+
+        subject = CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name)
+        self._consumer_subs[key] = self.system.subscribe(subject, answer)
+
+    def _consumer_removed(self, engine: ClusterEngine, consumer) -> None:
+        """A consumer this server ran is gone: its $JSC.CI goes; gone by itself (inactive),
+        its removal is proposed, as consumer.go deleteNotActive forwards it to the meta leader."""
+        account = engine.account_name or ""
+        sub = self._consumer_subs.pop((account, consumer.stream.name, consumer.name), None)
+        if sub is not None:
+            self.system.unsubscribe(sub)
+        if self._removing:
+            return
+        ca = self.state.consumer(account, consumer.stream.name, consumer.name)
+        if ca is not None and self.group is not None:
+            try:
+                self.group.propose(encode_entry(MetaOp.REMOVE_CONSUMER, ConsumerAssignment(
+                    ca.client, ca.created, ca.name, ca.stream, ca.config, ca.group)))
+            except NotLeader:
+                pass
 
     # -- the API -------------------------------------------------------------------------------
 
@@ -490,7 +539,7 @@ class JetStreamCluster:
             or (kind == b"STREAM" and ((n == 4 and op in (b"NAMES", b"LIST"))
                                        or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))))
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
-                                         or (op == b"DELETE" and n == 6)))
+                                         or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
         )
         if meta_request:
             if self.leaderless():
@@ -574,6 +623,9 @@ class JetStreamCluster:
             return
         if kind == b"STREAM" and op == b"LIST":
             self._stream_list(engine, reply, payload)
+            return
+        if kind == b"CONSUMER" and op in (b"NAMES", b"LIST"):
+            self._consumer_names(engine, tokens[4].decode("utf-8", "replace"), reply, payload, full=op == b"LIST")
             return
         rtype = _response_type(tokens)
         text = [t.decode("utf-8", "replace") for t in tokens]
@@ -728,13 +780,52 @@ class JetStreamCluster:
             return
         names, offset = found
         page = names[offset:offset + LIST_LIMIT]
-        if self._nursery is None:
-            return
-        self._nursery.start_soon(self._gather_list, engine, reply, page, len(names), offset)
+        account = engine.account_name or ""
+        subjects = [STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page]
+        self._gather(engine, reply, rtype, "streams", page, subjects, len(names), offset,
+                     lambda info: info["config"]["name"])
 
-    async def _gather_list(self, engine: ClusterEngine, reply, page: list[str], total: int, offset: int) -> None:
-        account = self.nrg.account
-        inbox = "_INBOX.jsc." + "".join(self.rng.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(16))
+    def _consumer_names(self, engine: ClusterEngine, stream: str, reply, payload: bytes, *, full: bool) -> None:
+        """jsConsumerNamesRequest / jsClusteredConsumerListRequest on the meta leader: the
+        stream's consumers from the assignments; their infos asked of the servers running
+        them ($JSC.CI), the silent ones listed as ``missing``."""
+        rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
+        offset = 0
+        if is_json_object_or_array(payload) and not is_empty_request(payload):
+            try:
+                request = loads(payload)
+                if not isinstance(request, dict):
+                    raise ValueError("not an object")
+                offset = max(int(request.get("offset") or 0), 0)
+            except (ValueError, TypeError):
+                engine.api._fail(reply, rtype, errors.invalid_json())
+                return
+        account = engine.account_name or ""
+        sa = self.state.stream(account, stream)
+        if sa is None:
+            engine.api._fail(reply, rtype, errors.stream_not_found())
+            return
+        names = sorted(sa.consumers)
+        offset = min(offset, len(names))
+        if not full:
+            page = names[offset:offset + NAMES_LIMIT]
+            engine.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": NAMES_LIMIT,
+                                     "consumers": page or None})
+            return
+        page = names[offset:offset + LIST_LIMIT]
+        subjects = [CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name) for name in page]
+        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"])
+
+    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: list[str],
+                total: int, offset: int, name_of) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._gather_task, engine, reply, rtype, key, page, subjects, total, offset,
+                                     name_of)
+
+    async def _gather_task(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str],
+                           subjects: list[str], total: int, offset: int, name_of) -> None:
+        account = self.system
+        inbox = "_INBOX.jsc." + "".join(self.rng.choice(_DIGITS) for _ in range(16))
         infos: dict[str, dict] = {}
         done = trio.Event()
         awaited = set(page)
@@ -742,7 +833,7 @@ class JetStreamCluster:
         def collect(subject, reply_, headers, body) -> None:
             try:
                 info = loads(bytes(body))
-                name = info["config"]["name"]
+                name = name_of(info)
             except (ValueError, KeyError, TypeError):
                 return
             if name in awaited:
@@ -752,18 +843,17 @@ class JetStreamCluster:
 
         sub = account.subscribe(inbox + ".*", collect)
         try:
-            acc = engine.account_name or ""
-            for i, name in enumerate(page):
-                account.publish(STREAM_INFO_SUBJECT.format(account=acc, stream=name).encode(),
-                                f"{inbox}.{i}".encode(), None, b"")
+            for i, subject in enumerate(subjects):
+                account.publish(subject.encode(), f"{inbox}.{i}".encode(), None, b"")
             self.server.flush_touched()
             if page:
                 with trio.move_on_after(LIST_TIMEOUT):
                     await done.wait()
         finally:
             account.unsubscribe(sub)
-        response: dict = {"type": _T + "stream_list_response", "total": total, "offset": offset, "limit": LIST_LIMIT,
-                          "streams": [infos[name] for name in page if name in infos]}
+        limit = LIST_LIMIT
+        response: dict = {"type": rtype, "total": total, "offset": offset, "limit": limit,
+                          key: [infos[name] for name in page if name in infos]}
         missing = [name for name in page if name not in infos]
         if missing:
             response["missing"] = missing
@@ -893,4 +983,6 @@ def _response_type(tokens: list[bytes]) -> str:
                      b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response"}.get(op, "")
     if op == b"DELETE":
         return _T + "consumer_delete_response"
+    if op in (b"NAMES", b"LIST"):
+        return _T + ("consumer_names_response" if op == b"NAMES" else "consumer_list_response")
     return _T + "consumer_create_response"

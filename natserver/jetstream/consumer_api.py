@@ -10,6 +10,7 @@ it is ``ApiRouter`` (its responses) and of the engine ``ConsumerHost``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import clock
@@ -91,6 +92,8 @@ class ConsumerApi:
     def __init__(self, api: ApiRouter) -> None:
         self.api = api
         self.js = api.js
+        # Told of every consumer removed (a cluster proposes the removal of one gone inactive).
+        self.on_removed: Callable[[Consumer], None] | None = None
 
     def handle(self, tokens: list, reply, payload: bytes) -> None:
         n = len(tokens)
@@ -349,6 +352,8 @@ class ConsumerApi:
         """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
         if consumer.stream.consumers.pop(consumer.name, None) is not None:
             advisories.consumer_action(self.js, consumer.stream.name, consumer.name, advisories.DELETE)
+            if self.on_removed is not None:
+                self.on_removed(consumer)
         if consumer.cfg.durable_name and consumer.stream.file_backed:
             consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:

@@ -243,8 +243,21 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             await asyncio.wait_for(done.wait(), STEP)
             assert received == [b"m%d" % n for n in range(5)]
             await push.unsubscribe()
-            consumers = await api(ncs[0], "$JS.API.CONSUMER.NAMES.S0")
+            consumers = await api(ncs[0], "$JS.API.CONSUMER.NAMES.S0")  # (the meta leader's)
             assert consumers["consumers"] == ["D1"]
+            listed = await api(ncs[1], "$JS.API.CONSUMER.LIST.S0")  # (infos from $JSC.CI)
+            assert [c["name"] for c in listed["consumers"]] == ["D1"] and "missing" not in listed
+            assert listed["consumers"][0]["cluster"] == {"name": cluster.name, "leader": hosts["S0"]}
+            # An ephemeral gone inactive on its server: its removal goes through the meta group.
+            ephemeral = await api(ncs[2], "$JS.API.CONSUMER.CREATE.S0", {"stream_name": "S0", "config": {
+                "ack_policy": "none", "inactive_threshold": 500_000_000}})
+            assert ephemeral["name"] in (await api(ncs[0], "$JS.API.CONSUMER.NAMES.S0"))["consumers"]
+
+            async def ephemeral_gone():
+                names = (await api(ncs[0], "$JS.API.CONSUMER.NAMES.S0"))["consumers"]
+                return names == ["D1"]
+
+            await until(ephemeral_gone, "the inactive ephemeral removed from the meta state")
             account = await api(ncs[1], "$JS.API.INFO")
             assert account["streams"] == 3 and account["consumers"] >= 1
 
