@@ -751,7 +751,13 @@ class Node:
             if ar.index <= self.last_index and self.term_at(ar.index) == ar.term:
                 if ar.index > self._match.get(ar.peer, 0):
                     self._match[ar.peer] = ar.index
+                    before = self.commit
                     self._leader_commit()
+                    if self.commit > before and self.role is Role.LEADER:
+                        # raft.go processAppendEntryResponse: a heartbeat, so that the
+                        # followers apply without waiting for the next message.
+                        self._broadcast(())
+                        self._heartbeat_at = self.now() + self.timeouts.heartbeat
             if progress:
                 self._continue_catchup(ar.peer, ar.index)
             return
