@@ -208,10 +208,12 @@ class Api:
     # -- account ------------------------------------------------------------------------------
 
     def account_info(self, reply, *, streams: int | None = None, consumers: int | None = None,
-                     remote: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+                     remote: tuple[int, int, int, int] = (0, 0, 0, 0),
+                     reservations: tuple[int, int] | None = None) -> None:
         """``streams``/``consumers``: the counts to report instead of this server's (a cluster's
         meta leader reports the assignments'); ``remote``: the other servers' memory, storage,
-        API requests and errors for the account, added to this server's."""
+        API requests and errors for the account, added to this server's; ``reservations``: the
+        memory and storage the streams' max_bytes reserve (the cluster's assignments')."""
         js = self.js
         memory, storage, api_total, api_errors = remote
         reserved_memory = reserved_storage = 0
@@ -223,6 +225,8 @@ class Api:
             else:
                 storage += stream.store.bytes
                 reserved_storage += reserved
+        if reservations is not None:
+            reserved_memory, reserved_storage = reservations
         usage: dict[str, Any] = {
             "memory": memory,
             "storage": storage,

@@ -698,8 +698,17 @@ class JetStreamCluster:
         account = engine.account_name or ""
         streams = self.state.streams.get(account, {})
         remote = [sum(values) for values in zip((0, 0, 0, 0), *self.usage.get(account, {}).values())]
+        reserved_memory = reserved_storage = 0
+        for sa in streams.values():  # (jetstream.go reservedStorage)
+            max_bytes = int(sa.config.get("max_bytes") or 0)
+            if max_bytes > 0:
+                if sa.config.get("storage") == "memory":
+                    reserved_memory += max_bytes
+                else:
+                    reserved_storage += max_bytes
         api.account_info(reply, streams=len(streams), consumers=sum(len(sa.consumers) for sa in streams.values()),
-                         remote=(remote[0], remote[1], remote[2], remote[3]))
+                         remote=(remote[0], remote[1], remote[2], remote[3]),
+                         reservations=(reserved_memory, reserved_storage))
 
     # -- usage ---------------------------------------------------------------------------------
 

@@ -216,6 +216,13 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
 
             account = await until(usage_summed, f"the account's storage summed to {total}")
             assert account["streams"] == 3 and account["memory"] == 0
+            # Reservations from the assignments (jetstream.go reservedStorage), wherever placed.
+            reserving = await api(ncs[0], "$JS.API.STREAM.CREATE.M", {
+                "name": "M", "subjects": ["m.>"], "storage": "memory", "max_bytes": 4096})
+            assert reserving["did_create"] is True
+            account = await api(ncs[2], "$JS.API.INFO")
+            assert (account["reserved_memory"], account["reserved_storage"], account["streams"]) == (4096, 0, 4)
+            assert (await api(ncs[1], "$JS.API.STREAM.DELETE.M"))["success"] is True
 
             # A pull consumer (durable) and a push consumer (ephemeral), each from another node.
             durable = await api(ncs[2], "$JS.API.CONSUMER.CREATE.S0.D1",
