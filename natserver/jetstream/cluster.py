@@ -629,6 +629,7 @@ class JetStreamCluster:
             return
         rtype = _response_type(tokens)
         text = [t.decode("utf-8", "replace") for t in tokens]
+        self._refresh_peers()
         client = self._client(engine)
         subj = subject.decode("utf-8", "replace")
         reply_text = bytes(reply).decode("utf-8", "replace") if reply else ""
@@ -917,9 +918,14 @@ class JetStreamCluster:
         self._refresh_peers()
 
     def _refresh_peers(self) -> None:
-        """The meta leader's peers for placement: the meta group's members it heard of."""
+        """The meta leader's peers for placement: the meta group's members it heard of, those
+        this server has no route to offline (placed on last: natserver sends no shutdown event,
+        a route's loss is what it sees of a server going)."""
         group = self.group
         members = set(group.node.peers) if group is not None else set()
+        reachable = {node_id(name) for name in self._route_peers()} | {self.node_id}
+        for peer, info in self.peers.items():
+            info.offline = peer not in reachable
         self.meta.peers = [info for peer, info in self.peers.items() if peer in members]
 
     # -- monitoring ----------------------------------------------------------------------------

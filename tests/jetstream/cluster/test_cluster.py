@@ -329,6 +329,18 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
             assert list(snapshots.glob("snap.*"))
             await nc.close()
             await sys_nc.close()
+            # While it is down, new streams go to the servers that are up (no route to it:
+            # offline for placement); the meta group (two of three) goes on.
+            cluster.stop(index)
+            nc = await connect(cluster.urls[(index + 1) % 3])
+
+            async def create_while_down():
+                answer = await api(nc, "$JS.API.STREAM.CREATE.DOWN", {"name": "DOWN", "subjects": ["down.>"]})
+                return answer if "error" not in answer else None
+
+            created = await until(create_while_down, "a stream created with a server down")
+            assert created["cluster"]["leader"] != name
+            await nc.close()
             cluster.restart(index)
             nc = await connect(cluster.urls[(index + 1) % 3])
             sys_nc = await connect(cluster.urls[(index + 1) % 3], "sys")
@@ -344,9 +356,9 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
                 names = await api(nc, "$JS.API.STREAM.NAMES")
                 return names.get("streams")
 
-            assert await until(listed, "the streams listed") == ["R0", "R1", "R2"]
+            assert await until(listed, "the streams listed") == ["DOWN", "R0", "R1", "R2"]
             full = await api(nc, "$JS.API.STREAM.LIST")  # (the restarted node answers $JSC.SI again)
-            assert [s["config"]["name"] for s in full["streams"]] == ["R0", "R1", "R2"] and "missing" not in full
+            assert [s["config"]["name"] for s in full["streams"]] == ["DOWN", "R0", "R1", "R2"] and "missing" not in full
             ack = await publish(nc, f"{stream.lower()}.y", b"after")
             assert ack.seq == 4
             # The restarted node's own meta state (it answers as the leader when it is one).
@@ -355,7 +367,11 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
             consumer = await api(nc, "$JS.API.CONSUMER.INFO.R0.C")
             assert consumer["name"] == "C"
             restarted = cluster.servers[index].server.jetstream.cluster
-            assert sorted(restarted.state.streams.get("APP", {})) == ["R0", "R1", "R2"], restarted.state.streams
+
+            async def caught_up():  # (what it missed while down: from the meta leader's catch-up)
+                return sorted(restarted.state.streams.get("APP", {})) == ["DOWN", "R0", "R1", "R2"]
+
+            await until(caught_up, f"{name}'s meta state caught up")
             r0 = restarted.state.stream("APP", "R0")
             assert r0 is not None and list(r0.consumers) == ["C"], r0
         finally:
