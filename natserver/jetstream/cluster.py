@@ -562,9 +562,21 @@ class JetStreamCluster:
             return engine.api.handle(subject, reply, hdr, payload)
         if name in engine.streams:
             return engine.api.handle(subject, reply, hdr, payload)
-        if self.is_leader and self.meta.stream(engine.account_name or "", name) is None:
-            return engine.api.handle(subject, reply, hdr, payload)  # (its "not found")
+        if self.is_leader:
+            sa = self.meta.stream(engine.account_name or "", name)
+            if sa is None:
+                return engine.api.handle(subject, reply, hdr, payload)  # (its "not found")
+            if kind == b"STREAM" and op == b"INFO" and n == 5 and self._all_offline(sa.group):
+                engine.api._fail(reply, _T + "stream_info_response", errors.stream_offline(),
+                                 total=0, offset=0, limit=0)
         return True
+
+    def _all_offline(self, group) -> bool:
+        """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
+        if group is None or not group.peers:
+            return False
+        reachable = {node_id(name) for name in self._route_peers()} | {self.node_id}
+        return not any(peer in reachable for peer in group.peers)
 
     def _next_reply(self) -> str:
         """The reply a proposal carries: a ``_R_.<prefix>.<n>`` subject of the system account

@@ -340,6 +340,9 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
 
             created = await until(create_while_down, "a stream created with a server down")
             assert created["cluster"]["leader"] != name
+            offline = await api(nc, f"$JS.API.STREAM.INFO.{stream}")  # (the meta leader's answer)
+            assert offline == {"type": _T + "stream_info_response", "error": {
+                "code": 500, "err_code": 10118, "description": "stream is offline"}, "total": 0, "offset": 0, "limit": 0}
             await nc.close()
             cluster.restart(index)
             nc = await connect(cluster.urls[(index + 1) % 3])
