@@ -298,6 +298,9 @@ class JetStream:
                 if reply and body is not None:
                     account.publish(reply, None, None, body)
 
+            if self.cluster is not None:
+                respond.route_interest = False  # type: ignore[attr-defined]  # (each server answers its own clients)
+
             self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
 
     def _handle_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:

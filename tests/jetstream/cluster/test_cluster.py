@@ -27,8 +27,9 @@ STEP = 30.0  # seconds for one step to settle (an election: 4-9 s, once or twice
 POLL = 0.05  # seconds between two looks (not a timing assertion)
 REQUEST_TIMEOUT = 5.0
 _T = "io.nats.jetstream.api.v1."
-ACCOUNTS = [AccountConfig("SYS"), AccountConfig("APP", jetstream=True)]
-USERS = [User("sys", "pw", account="SYS"), User("app", "pw", account="APP")]
+ACCOUNTS = [AccountConfig("SYS"), AccountConfig("APP", jetstream=True), AccountConfig("NOJS")]
+USERS = [User("sys", "pw", account="SYS"), User("app", "pw", account="APP"), User("nojs", "pw", account="NOJS")]
+QUIET = 0.5  # seconds without more answers to a request (counting them; not a timing assertion)
 
 
 def recorded(subject: str, index: int = 0) -> dict:
@@ -150,6 +151,16 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             info = await api(ncs[1], "$JS.API.INFO")
             same_shape(info, recorded("$JS.API.INFO"))
             assert info["streams"] == 0
+            # An account without JetStream is answered once, by its client's server.
+            nojs = await connect(cluster.urls[1], "nojs")
+            inbox = nojs.new_inbox()
+            answers = await nojs.subscribe(inbox)
+            await nojs.publish("$JS.API.INFO", b"", reply=inbox)
+            first = json.loads((await answers.next_msg(timeout=REQUEST_TIMEOUT)).data)
+            assert first["error"]["err_code"] == 10039
+            with pytest.raises(nats.errors.TimeoutError):
+                await answers.next_msg(timeout=QUIET)
+            await nojs.close()
 
             # One stream created through each node, placed by the meta leader.
             hosts = {}
