@@ -383,7 +383,10 @@ def test_a_restarted_node_recovers_its_streams_and_the_meta_state(cluster):
             restarted = cluster.servers[index].server.jetstream.cluster
 
             async def caught_up():  # (what it missed while down: from the meta leader's catch-up)
-                return sorted(restarted.state.streams.get("APP", {})) == ["DOWN", "R0", "R1", "R2"]
+                try:  # (read from this thread while the server's changes it)
+                    return sorted(dict(restarted.state.streams).get("APP", {})) == ["DOWN", "R0", "R1", "R2"]
+                except RuntimeError:
+                    return False
 
             await until(caught_up, f"{name}'s meta state caught up")
             r0 = restarted.state.stream("APP", "R0")
