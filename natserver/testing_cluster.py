@@ -24,6 +24,8 @@ route again.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -44,23 +46,28 @@ class NatsCluster:
     """``size`` in-process natservers joined by routes (a full mesh), on 127.0.0.1.
 
     Keyword arguments are server options for every node (``max_payload=``, ``user=`` ...),
-    plus NatsServer's ``record=`` and ``clock=``. ``jetstream=True`` is refused: natserver
-    has no clustered JetStream.
+    plus NatsServer's ``record=`` and ``clock=``. ``jetstream=True``: JetStream in the cluster
+    (in progress, issue #32: the meta group and R1 streams, see natserver/jetstream/README.md),
+    each node with its own store directory, kept across ``restart`` and removed by
+    ``stop_all``.
     """
 
     def __init__(self, size: int = DEFAULT_CLUSTER_SIZE, *, jetstream: bool = False,
                  name: str = DEFAULT_CLUSTER_NAME, **options: Any) -> None:
-        if jetstream:
-            raise ValueError("NatsCluster(jetstream=True): natserver has no clustered JetStream "
-                             "(test JetStream with a single NatsServer(jetstream=True))")
         if size < 1:
             raise ValueError("a cluster has at least one node")
         self.name = name
-        self.servers: list[NatsServer] = [
-            NatsServer(**{"server_name": f"{name}-{i}", **options}, cluster_name=name, cluster_host="127.0.0.1",
-                       cluster_port=-1, leafnode_host="127.0.0.1", leafnode_port=-1)
-            for i in range(size)
-        ]
+        self._stores: list[str] = []
+        if jetstream:
+            options = {**options, "jetstream": True, "jetstream_cluster_preview": True}
+        self.servers: list[NatsServer] = []
+        for i in range(size):
+            node_options = {"server_name": f"{name}-{i}", **options}
+            if jetstream and not node_options.get("store_dir"):
+                self._stores.append(tempfile.mkdtemp(prefix=f"natserver-cluster-{i}-"))
+                node_options["store_dir"] = self._stores[-1]
+            self.servers.append(NatsServer(**node_options, cluster_name=name, cluster_host="127.0.0.1",
+                                           cluster_port=-1, leafnode_host="127.0.0.1", leafnode_port=-1))
         self.leaves: list[NatsServer] = []
         self._partitions: dict[int, set[int]] = {}  # node -> the nodes it is cut off from
 
@@ -98,6 +105,9 @@ class NatsCluster:
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - every node is stopped, the first error raised
                 errors.append(exc)
+        for path in self._stores:
+            shutil.rmtree(path, ignore_errors=True)
+        self._stores = []
         if errors:
             raise errors[0]
 

@@ -353,12 +353,12 @@ def test_server_runs_with_flags(tmp_path, spawn):
 
 def test_config_warnings_are_printed_and_the_server_starts(tmp_path, spawn):
     conf = tmp_path / "nats.conf"
-    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\nserver_tags: [a]\n")
+    conf.write_text("listen: 127.0.0.1:-1\nping_interval: 60\nsyslog: true\n")
     proc, log = spawn("-c", str(conf))
     _wait_for(log, r"Server is ready", proc)
     text = log.read_text()
     assert text.startswith(f'{conf}:2:1: invalid use of field "ping_interval": ping_interval should be converted to a duration\n')
-    assert '[WRN] Config option "server_tags" is not supported by natserver and is ignored' in text
+    assert '[WRN] Config option "syslog" is not supported by natserver and is ignored' in text
     proc.send_signal(signal.SIGINT)
     assert proc.wait(TIMEOUT) == 0
 

@@ -7,7 +7,7 @@ nats-server's keys (``server/opts.go`` ``processConfigFileLine`` in v2.9.10) ont
 * the blocks natserver implements (``authorization``, ``accounts``, ``tls``, ``jetstream``,
   ``cluster``, ``leafnodes``, ``websocket``, ``streaming``, ``nsq``, operators and resolvers...)
   become Options; a member of them natserver does not act on is handled as a key below;
-* keys nats-server knows whose absence is harmless (:data:`UNSUPPORTED_KEYS`: ``server_tags``,
+* keys nats-server knows whose absence is harmless (:data:`UNSUPPORTED_KEYS`:
   ``syslog``, ``jetstream { limits }``...) are accepted, kept in ``Options.extra`` and listed by
   :func:`unsupported_warnings` so that the server logs one warning line per key;
 * keys whose absence would mislead (:data:`REFUSED_KEYS`: ``gateway``, ``mqtt``, ``https``...;
@@ -173,7 +173,7 @@ _type_name = go_type_name
 def _expect(value, kind: type, key: str):
     # nats-server's v.(int64) / v.(string) / v.(bool) type assertions; the Go panic text is
     # "interface conversion: interface {} is string, not int64": we say it in plainer words.
-    want = {int: "int64", str: "string", bool: "bool", dict: "map[string]interface {}"}[kind]
+    want = {int: "int64", str: "string", bool: "bool", dict: "map[string]interface {}", list: "[]interface {}"}[kind]
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
         shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else repr(value)
@@ -239,7 +239,7 @@ UNSUPPORTED_KEYS = frozenset(
     logfile_size_limit log_size_limit syslog remote_syslog prof_port
     max_sub_tokens max_subscription_tokens
     connect_error_reports
-    reconnect_error_reports server_tags default_js_domain
+    reconnect_error_reports default_js_domain
     """.split()
 )
 # Keys whose absence would mislead: a listener that would not exist, security that would not be
@@ -323,6 +323,10 @@ class _Builder:
             c["port"] = _expect(value, int, key)
         elif name == "server_name":
             c["server_name"] = _expect(value, str, key)
+        elif name == "server_tags":
+            # opts.go: one tag or a list of them (JetStream placement's tags, in the STATSZ)
+            tags = [value] if isinstance(value, str) else _expect(value, list, key)
+            c["server_tags"] = [_expect(tag, str, key) for tag in tags]
         elif name in ("host", "net"):
             c["host"] = _expect(value, str, key)
         elif name in ("debug", "trace", "logtime", "trace_headers"):

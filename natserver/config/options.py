@@ -70,6 +70,11 @@ class Options:
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
     jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
+    # Internal (issue #32, in progress): JetStream in a cluster (the meta group, R1 streams) is
+    # refused at startup unless this is set; natserver.testing_cluster sets it for the tests.
+    jetstream_cluster_preview: bool = False
+    # server_tags: this server's tags (placement { tags }, lower-cased as nats-server keeps them)
+    server_tags: list = field(default_factory=list)
     jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"
     jetstream_key: str = ""  # jetstream { key }: encryption at rest (natserver.jetstream.crypto)
     # NATS Streaming (natserver.config.stan.StanOptions; None: off): --stan or a streaming {} block
@@ -162,9 +167,16 @@ class Options:
         if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
             raise ValueError("lame duck grace period must be less than lame duck duration")
         if self.jetstream and self.clustered:
-            # natserver's JetStream is single-server: no home-made replication.
-            raise ValueError("JetStream cannot be used in a cluster with natserver: remove the cluster "
-                             "(cluster {} block, --cluster, --routes) or disable JetStream")
+            if not self.jetstream_cluster_preview:
+                # JetStream in a cluster (natserver/jetstream/cluster.py) is not whole yet
+                # (issue #32): only the tests switch it on.
+                raise ValueError("JetStream cannot be used in a cluster with natserver: remove the cluster "
+                                 "(cluster {} block, --cluster, --routes) or disable JetStream")
+            # jetstream.go validateJetStreamOptions
+            if not self.server_name:
+                raise ValueError("jetstream cluster requires `server_name` to be set")
+            if not self.cluster_name:
+                raise ValueError("jetstream cluster requires `cluster.name` to be set")
         if self.websocket is not None and self.websocket.port and self.websocket.tls is None and not self.websocket.no_tls:
             raise ValueError("websocket requires TLS configuration")  # websocket.go validateWebsocketOptions
         if self.cluster_port < -1 or self.cluster_port > 65535:

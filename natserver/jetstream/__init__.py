@@ -39,14 +39,17 @@ import logging
 import os
 import shutil
 import tempfile
+from functools import partial
 
 import trio
 
 from .. import clock
+from ..nrg import run_nrg
 from ..protocol.gotext import parse_duration
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, crypto, errors, monitor, not_enabled
 from .api import Api
+from .cluster import REPLY_PREFIX, JetStreamCluster
 from .delivery import Delivery
 from .errors import ApiError
 from .snapshot import Snapshots
@@ -168,6 +171,8 @@ class JetStream:
         self.delivery = Delivery(self)  # consumers' pull requests, acks and timers
         self.sourcing = Sourcing(self)  # mirrors and sources
         self.snapshots = Snapshots(self)  # backups going out, restores coming in
+        # The meta group's side (cluster.py) when JetStream runs in a cluster, else None.
+        self.cluster: JetStreamCluster | None = None
         self.api_total = 0
         self.api_errors = 0
         # Acks waiting for their messages to be written (and synced): (stream, reply, payload).
@@ -236,7 +241,10 @@ class JetStream:
             os.makedirs(self.streams_dir, exist_ok=True)
             if self.account_name is not None:  # (None: nobody has JetStream, as in nats-server)
                 self._recover()
-                self._api_sub = self.subscribe("$JS.API.>", self.api.handle)
+                if self.cluster is not None:
+                    self._cluster_subscribe()
+                else:
+                    self._api_sub = self.subscribe("$JS.API.>", self._handle_api)
                 if self.domain:
                     self._domain_sub = self.subscribe(f"$JS.{self.domain}.API.>", self._domain_api)
             if primary:
@@ -290,16 +298,44 @@ class JetStream:
                 if reply and body is not None:
                     account.publish(reply, None, None, body)
 
+            if self.cluster is not None:
+                respond.route_interest = False  # type: ignore[attr-defined]  # (each server answers its own clients)
+
             self._other_subs.append((account, account.subscribe("$JS.API.>", respond)))
+
+    def _handle_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A request on ``$JS.API.>``: the API's, or in a cluster the cluster's (cluster.py)."""
+        if self.cluster is not None:
+            return self.cluster.from_account(self, subject, reply, hdr, payload)
+        return self.api.handle(subject, reply, hdr, payload)
+
+    def _cluster_subscribe(self) -> None:
+        """In a cluster, as nats-server's accounts import the API from the system account:
+        ``$JS.API.>`` here is local (its interest not told to routes) and goes on into the
+        system account (cluster.py); pulls and direct gets stay in the account, where the
+        servers running the streams listen for them across the routes."""
+        cluster = self.cluster
+        assert cluster is not None
+
+        def local(subject, reply, hdr, payload) -> bool:
+            return self._handle_api(subject, reply, hdr, payload)
+
+        local.route_interest = False  # type: ignore[attr-defined]
+        self._api_sub = self.subscribe("$JS.API.>", local)
+        for subject in ("$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.DIRECT.GET.>"):
+            self._other_subs.append((self.account, self.subscribe(subject, partial(cluster.in_account, self))))
 
     def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""
-        return self.api.handle(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
+        return self._handle_api(b"$JS.API." + subject.split(b".", 3)[3], reply, hdr, payload)
 
     def close(self) -> None:
         """Flush, sync and close every store (pending acks are dropped: clients retry)."""
         for account, sub in self._other_subs:
-            account.unsubscribe(sub)
+            if account is None:
+                self.unsubscribe(sub)
+            else:
+                account.unsubscribe(sub)
         self._other_subs = []
         if self._domain_sub is not None:
             try:
@@ -443,7 +479,16 @@ class JetStream:
         if reserved + base + add > limit:
             raise error()
 
-    def add_stream(self, config: StreamConfig) -> Stream:
+    @property
+    def cluster_block(self) -> dict | None:
+        """Stream and consumer infos' ``cluster`` in a JetStream cluster (its name, this server
+        as the leader: an R1 asset's); None on a single server."""
+        if self.cluster is None:
+            return None
+        return {"name": self.server.options.cluster_name, "leader": self.server.server_name}
+
+    def add_stream(self, config: StreamConfig, created: int | None = None) -> Stream:
+        """A new stream (``created``: its creation time, a cluster's assignment's)."""
         tier = self.limits.get("tier")
         if tier and tier != f"R{max(config.num_replicas, 1)}":
             # nats-server 2.10+ picks the tier by num_replicas, unset counting as 1 (2.9: "R0").
@@ -466,7 +511,7 @@ class JetStream:
                 for theirs in stream.cfg.subjects or ():
                     if subjects_collide(mine, theirs):
                         raise errors.stream_subject_overlap()
-        created = clock.now_ns()
+        created = clock.now_ns() if created is None else created
         try:
             if cfg.storage == "file":
                 path = os.path.join(self.streams_dir, cfg.name)
@@ -588,7 +633,10 @@ class JetStream:
         """Publish from the server without flushing: called from a subscription callback,
         the publisher's read loop flushes once after its whole chunk (one write for many
         responses); other callers call ``server.flush_touched()`` after a batch."""
-        if self.account is not None:
+        if self.cluster is not None and subject.startswith(REPLY_PREFIX):
+            # an answer to a request that came through the system account (cluster.py)
+            self.cluster.system.publish(subject, reply, headers, payload)
+        elif self.account is not None:
             self.account.publish(subject, reply, headers, payload)
         else:
             self.server.publish(subject, payload, reply=reply, headers=headers, flush=False)
@@ -765,11 +813,20 @@ def check_domain(domain: str) -> str:
 
 async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Set JetStream up on ``server``: one engine per JetStream account (or one serving
-    nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled."""
+    nobody, to answer 10039), ``task_status.started(first engine)``, run until cancelled. In a
+    cluster (cluster.py), the meta group's node starts once the engines run."""
     engines: list = []
     for name in jetstream_accounts(server) or [None]:
         engines.append(JetStream(server, name, engines=engines))
     async with trio.open_nursery() as nursery:
+        cluster = None
+        if server.options.clustered:
+            nrg = await nursery.start(run_nrg, server)
+            cluster = JetStreamCluster(server, engines, nrg)
+            for engine in engines:
+                engine.cluster = cluster
         for engine in engines:
             await nursery.start(engine.run)
+        if cluster is not None:
+            await nursery.start(cluster.run)
         task_status.started(engines[0])

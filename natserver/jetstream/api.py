@@ -207,9 +207,16 @@ class Api:
 
     # -- account ------------------------------------------------------------------------------
 
-    def account_info(self, reply) -> None:
+    def account_info(self, reply, *, streams: int | None = None, consumers: int | None = None,
+                     remote: tuple[int, int, int, int] = (0, 0, 0, 0),
+                     reservations: tuple[int, int] | None = None) -> None:
+        """``streams``/``consumers``: the counts to report instead of this server's (a cluster's
+        meta leader reports the assignments'); ``remote``: the other servers' memory, storage,
+        API requests and errors for the account, added to this server's; ``reservations``: the
+        memory and storage the streams' max_bytes reserve (the cluster's assignments')."""
         js = self.js
-        memory = storage = reserved_memory = reserved_storage = 0
+        memory, storage, api_total, api_errors = remote
+        reserved_memory = reserved_storage = 0
         for stream in js.streams.values():
             reserved = max(stream.cfg.max_bytes, 0)  # (2.10+: the streams' max_bytes, reservedStorage)
             if stream.store.kind == "memory":
@@ -218,13 +225,15 @@ class Api:
             else:
                 storage += stream.store.bytes
                 reserved_storage += reserved
+        if reservations is not None:
+            reserved_memory, reserved_storage = reservations
         usage: dict[str, Any] = {
             "memory": memory,
             "storage": storage,
             "reserved_memory": reserved_memory,
             "reserved_storage": reserved_storage,
-            "streams": len(js.streams),
-            "consumers": sum(s.public_consumers() for s in js.streams.values()),
+            "streams": len(js.streams) if streams is None else streams,
+            "consumers": sum(s.public_consumers() for s in js.streams.values()) if consumers is None else consumers,
             "limits": {
                 "max_memory": js.limits.get("max_memory", -1),
                 "max_storage": js.limits.get("max_storage", -1),
@@ -245,33 +254,53 @@ class Api:
         if js.domain:
             response["domain"] = js.domain
         # (2.11+ adds the level: nats-py reads it before using limit markers)
-        response["api"] = {"level": JS_API_LEVEL, "total": js.api_total, "errors": js.api_errors}
+        response["api"] = {"level": JS_API_LEVEL, "total": js.api_total + api_total, "errors": js.api_errors + api_errors}
         if tier:
             response["tiers"] = {tier: usage}
         self._send(reply, response)
 
     # -- streams ------------------------------------------------------------------------------
 
+    @staticmethod
+    def decode_stream_create(name: str, payload: bytes) -> StreamConfig:
+        """A create request's configuration, with the checks made before the engine's."""
+        try:
+            request = loads(payload)
+            cfg = StreamConfig.from_json(request)
+        except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError:
+            raise errors.invalid_json() from None
+        unsupported.refuse_stream(request)
+        set_static_stream_metadata(cfg)
+        if cfg.name != name:
+            raise errors.stream_mismatch()
+        if "/" in name or "\\" in name:
+            raise errors.name_contains_path_separators()
+        if cfg.sealed:
+            raise errors.stream_invalid_config("stream configuration for create can not be sealed")
+        if cfg.mirror_direct and cfg.mirror is None:
+            raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
+        return cfg
+
+    @staticmethod
+    def decode_stream_update(payload: bytes) -> StreamConfig:
+        """An update request's configuration (decoded, the refusals of unsupported.py)."""
+        try:
+            request = loads(payload)
+            ncfg = StreamConfig.from_json(request)
+        except GoDecodeError as exc:
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError:
+            raise errors.invalid_json() from None
+        unsupported.refuse_stream(request)
+        set_static_stream_metadata(ncfg)
+        return ncfg
+
     def stream_create(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_create_response"
         try:
-            try:
-                request = loads(payload)
-                cfg = StreamConfig.from_json(request)
-            except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
-                raise errors.invalid_json(str(exc)) from None
-            except ValueError:
-                raise errors.invalid_json() from None
-            unsupported.refuse_stream(request)
-            set_static_stream_metadata(cfg)
-            if cfg.name != name:
-                raise errors.stream_mismatch()
-            if "/" in name or "\\" in name:
-                raise errors.name_contains_path_separators()
-            if cfg.sealed:
-                raise errors.stream_invalid_config("stream configuration for create can not be sealed")
-            if cfg.mirror_direct and cfg.mirror is None:
-                raise errors.stream_invalid_config("stream has no mirror but does have mirror direct")
+            cfg = self.decode_stream_create(name, payload)
             self.js.check_reservation(cfg.storage, cfg.max_bytes, 0, exclude=None)
             created = name not in self.js.streams
             stream = self.js.add_stream(cfg)
@@ -285,15 +314,7 @@ class Api:
     def stream_update(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_update_response"
         try:
-            try:
-                request = loads(payload)
-                ncfg = StreamConfig.from_json(request)
-            except GoDecodeError as exc:
-                raise errors.invalid_json(str(exc)) from None
-            except ValueError:
-                raise errors.invalid_json() from None
-            unsupported.refuse_stream(request)
-            set_static_stream_metadata(ncfg)
+            ncfg = self.decode_stream_update(payload)
             cfg = check_stream_config(ncfg, self.js.streams, self.js.limits)
             if cfg.name != name:
                 raise errors.stream_mismatch()

@@ -1017,7 +1017,8 @@ class Consumer:
 
     # -- info ---------------------------------------------------------------------------------
 
-    def info_json(self, push_bound: bool = False, now: int = 0, dynamic: bool = True) -> dict:
+    def info_json(self, push_bound: bool = False, now: int = 0, dynamic: bool = True,
+                  cluster: dict | None = None) -> dict:
         """Consumer info; ``push_bound``: a push consumer's deliver subject has a subscriber
         (nats-server's o.active, which its clients read to refuse a second subscriber);
         ``paused`` and ``pause_remaining`` (ns) while paused at ``now`` (2.11); ``dynamic``:
@@ -1040,6 +1041,8 @@ class Consumer:
             "num_waiting": len(self.waiting),
             "num_pending": self.checked_num_pending(),
         }
+        if cluster is not None:  # (in a cluster: its name and the leader)
+            info["cluster"] = cluster
         if push_bound and self.cfg.deliver_subject:
             info["push_bound"] = True
         pause_ns = self.pause_ns

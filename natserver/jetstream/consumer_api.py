@@ -10,6 +10,7 @@ it is ``ApiRouter`` (its responses) and of the engine ``ConsumerHost``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import clock
@@ -70,6 +71,8 @@ class ConsumerHost(AdvisoryHost, Protocol):
     @property
     def streams(self) -> dict[str, Stream]: ...
     @property
+    def cluster_block(self) -> dict | None: ...  # infos' "cluster" in a cluster (name, leader)
+    @property
     def limits(self) -> dict: ...  # the account's JetStream limits
     @property
     def delivery(self) -> Delivery: ...
@@ -89,6 +92,8 @@ class ConsumerApi:
     def __init__(self, api: ApiRouter) -> None:
         self.api = api
         self.js = api.js
+        # Told of every consumer removed (a cluster proposes the removal of one gone inactive).
+        self.on_removed: Callable[[Consumer], None] | None = None
 
     def handle(self, tokens: list, reply, payload: bytes) -> None:
         n = len(tokens)
@@ -122,39 +127,47 @@ class ConsumerApi:
             raise errors.stream_not_found()
         return stream
 
+    @staticmethod
+    def decode_create(stream_name: str, payload: bytes, *, name: str = "", durable: bool = False,
+                      filter: str = "") -> tuple[ConsumerConfig, str]:
+        """A create request's configuration and action, with the checks made before the
+        stream's (ApiError otherwise)."""
+        req = _decode(payload, _CREATE_REQUEST)
+        if req.get("stream_name", "") != stream_name:
+            raise errors.stream_mismatch()
+        try:
+            cfg = ConsumerConfig.from_json(req.get("config"))
+        except GoDecodeError as exc:  # (pause_until: Go's time errors)
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError:
+            raise errors.invalid_json() from None
+        unsupported.refuse_consumer(req.get("config"))
+        set_static_consumer_metadata(cfg)
+        if durable:
+            if not cfg.durable_name:
+                raise errors.consumer_durable_required()
+            if cfg.durable_name != name:
+                raise errors.consumer_name_mismatch()
+            cfg.name = name  # (2.10+: a durable's name is honoured as its name)
+        elif not name and cfg.durable_name:
+            raise errors.consumer_ephemeral_with_durable()
+        elif name:
+            if cfg.name and cfg.name != name or cfg.durable_name and cfg.durable_name != name:
+                raise errors.consumer_name_mismatch()
+            # jetstream_api.go jsConsumerCreateRequest (2.10+): the subject's filter token
+            # goes with filter_subject only.
+            if filter and cfg.filter_subjects:
+                raise errors.consumer_multiple_filters_not_allowed()
+            if filter and cfg.filter_subject != filter:
+                raise errors.consumer_create_filter_mismatch()
+            cfg.name = name  # (2.10+: the subject's name is the consumer's)
+        return cfg, req.get("action", "")
+
     def create(self, stream_name: str, reply, payload: bytes, *, name: str = "", durable: bool = False,
                filter: str = "") -> None:
         rtype = _T + "consumer_create_response"
         try:
-            req = _decode(payload, _CREATE_REQUEST)
-            if req.get("stream_name", "") != stream_name:
-                raise errors.stream_mismatch()
-            try:
-                cfg = ConsumerConfig.from_json(req.get("config"))
-            except GoDecodeError as exc:  # (pause_until: Go's time errors)
-                raise errors.invalid_json(str(exc)) from None
-            except ValueError:
-                raise errors.invalid_json() from None
-            unsupported.refuse_consumer(req.get("config"))
-            set_static_consumer_metadata(cfg)
-            if durable:
-                if not cfg.durable_name:
-                    raise errors.consumer_durable_required()
-                if cfg.durable_name != name:
-                    raise errors.consumer_name_mismatch()
-                cfg.name = name  # (2.10+: a durable's name is honoured as its name)
-            elif not name and cfg.durable_name:
-                raise errors.consumer_ephemeral_with_durable()
-            elif name:
-                if cfg.name and cfg.name != name or cfg.durable_name and cfg.durable_name != name:
-                    raise errors.consumer_name_mismatch()
-                # jetstream_api.go jsConsumerCreateRequest (2.10+): the subject's filter token
-                # goes with filter_subject only.
-                if filter and cfg.filter_subjects:
-                    raise errors.consumer_multiple_filters_not_allowed()
-                if filter and cfg.filter_subject != filter:
-                    raise errors.consumer_create_filter_mismatch()
-                cfg.name = name  # (2.10+: the subject's name is the consumer's)
+            cfg, action = self.decode_create(stream_name, payload, name=name, durable=durable, filter=filter)
             if cfg.num_replicas > 1:  # natserver's JetStream is a single server's (jsConsumerCreateRequest)
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
@@ -163,12 +176,19 @@ class ConsumerApi:
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
             check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit, stream.cfg.consumer_limits)
-            consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name, req.get("action", ""))
+            consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name, action)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
+        self.created(consumer, reply)
+
+    def created(self, consumer: Consumer, reply) -> None:
+        """The answer to a consumer's create (``reply`` None: no answer), then its pause
+        advisory and its push delivery's start."""
+        stream = consumer.stream
         now = clock.now_ns()
-        self.api._send(reply, {"type": rtype, **self._info(consumer)})
+        if reply:
+            self.api._send(reply, {"type": _T + "consumer_create_response", **self._info(consumer)})
         if consumer.paused(now):  # (jsConsumerCreateRequest: after every create of a paused consumer)
             advisories.consumer_pause(self.js, stream.name, consumer.name, True, consumer.cfg.pause_until)
         if consumer.cfg.deliver_subject:
@@ -234,15 +254,21 @@ class ConsumerApi:
             return
         self.api._send(reply, {"type": rtype, **self._info(consumer)})
 
+    def info_of(self, consumer: Consumer) -> dict:
+        """The consumer's info, as a create or CONSUMER.INFO answers it."""
+        return self._info(consumer)
+
     def _info(self, consumer: Consumer, dynamic: bool = True) -> dict:
         """consumer.go info: a pull consumer's waiting requests are looked over first, so
         num_waiting counts only those still waiting; a push consumer says whether someone
         listens on its deliver subject (push_bound). ``dynamic``: see Consumer.info_json."""
         now = clock.now_ns()
+        cluster = self.js.cluster_block
         if consumer.cfg.is_push:
-            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()), now, dynamic)
+            return consumer.info_json(self.js.client.has_interest(consumer.cfg.deliver_subject.encode()), now, dynamic,
+                                      cluster=cluster)
         self.js.delivery.process_waiting(consumer, now, False)
-        return consumer.info_json(now=now, dynamic=dynamic)
+        return consumer.info_json(now=now, dynamic=dynamic, cluster=cluster)
 
     def delete(self, stream_name: str, name: str, reply) -> None:
         rtype = _T + "consumer_delete_response"
@@ -326,6 +352,8 @@ class ConsumerApi:
         """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
         if consumer.stream.consumers.pop(consumer.name, None) is not None:
             advisories.consumer_action(self.js, consumer.stream.name, consumer.name, advisories.DELETE)
+            if self.on_removed is not None:
+                self.on_removed(consumer)
         if consumer.cfg.durable_name and consumer.stream.file_backed:
             consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:

@@ -103,7 +103,7 @@ def _consumer_count(stream) -> int:
 
 def _stream_detail(js, stream, *, config: bool, consumers: bool) -> dict:
     detail: dict = {"name": stream.name, "created": rfc3339nano(stream.created),
-                    "cluster": {"leader": js.server.server_id}}
+                    "cluster": js.cluster_block or {"leader": js.server.server_id}}
     if config:
         detail["config"] = stream.cfg.to_json()
     detail["state"] = stream.state_json()
@@ -133,6 +133,8 @@ def jsz(js, *, accounts: bool = False, streams: bool = False, consumers: bool = 
     out["consumers"] = sum(_consumer_count(s) for s in every_stream)
     out["messages"] = sum(s.store.msgs for s in every_stream)
     out["bytes"] = sum(s.store.bytes for s in every_stream)
+    if js.cluster is not None:  # (jsz.go: the meta group's view, in a cluster)
+        out["meta_cluster"] = js.cluster.meta_json()
     if accounts or streams or consumers:
         out["account_details"] = [_account_detail(engine, streams, consumers, config) for engine in engines]
     out["total"] = len(engines)  # monitor.go JSInfo.Total: the JetStream-enabled accounts

@@ -73,6 +73,8 @@ class StreamHost(LinkEngine, Protocol):
     def domain(self) -> Any: ...  # the JetStream domain, for stream info (None or "": none)
     @property
     def server(self) -> Any: ...  # the server, for its name (stream info's cluster leader)
+    @property
+    def cluster_block(self) -> dict | None: ...  # stream info's "cluster" in a cluster (name, leader)
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
@@ -1387,7 +1389,7 @@ class Stream:
         if domain and self.engine.domain:
             out["domain"] = self.engine.domain
         if cluster:
-            out["cluster"] = {"leader": self.engine.server.server_name}
+            out["cluster"] = self.engine.cluster_block or {"leader": self.engine.server.server_name}
         out.update(self.sourcing_json(created))
         out["ts"] = rfc3339nano(clock.now_ns())
         return out

@@ -66,6 +66,10 @@ class Group:
         self.subs: dict[str, object] = {}  # subject -> internal subscription
         self.stopped = False
         self.error: BaseException | None = None  # why it stopped by itself (a write, the apply)
+        # Called with True or False when this server's node becomes or stops being the leader
+        # (after the pass that changed it: its entries applied first).
+        self.on_leader_change: Callable[[bool], None] | None = None
+        self._was_leader = False
 
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else self.node.role.name
@@ -105,6 +109,10 @@ class NrgHost:
         self.server = server
         name = system_account_name(server.options, server)
         account = server.accounts.get(name) if server.accounts is not None else None
+        if account is None and server.accounts is not None and not server.options.no_system_account:
+            # $SYS with no configured users exists all the same (as natserver.system makes it,
+            # which may start after the host: JetStream starts first)
+            account = server.accounts.add_empty(name)
         if account is None:
             raise RuntimeError("RAFT groups need the system account (no_system_account is set)")
         self.account = account
@@ -125,16 +133,20 @@ class NrgHost:
     # -- groups -----------------------------------------------------------------------------
 
     def create_group(self, name: str, peers: list[str], apply: Apply, *, observer: bool = False,
-                     storage: Storage | None = None) -> Group:
+                     storage: Storage | None = None, managed: bool = True, cluster_size: int = 0,
+                     marks: bool = False) -> Group:
         """Start this server's node of group ``name`` (its peers: node ids, ours included),
-        from its files if it ran before. ``storage`` replaces the group's FileStorage (tests)."""
+        from its files if it ran before. ``storage`` replaces the group's FileStorage (tests).
+        ``managed=False`` (the meta group): its leader adds the peers it hears from;
+        ``cluster_size``: the size expected when more peers than ``peers`` will come (raft.go
+        bootstrapRaftNode); ``marks``: replay and catch-up markers in the committed stream."""
         if name in self.groups:
             raise ValueError(f"RAFT group {name} already exists")
         folder = os.path.join(self.groups_dir, name)
         if storage is None:  # appends synced once per pass (_service), not once each
             storage = FileStorage(folder, deferred_sync=True)
-        node = Node(self.node_id, name, peers, storage,
-                    observer=observer, rng=self.rng, timeouts=self.timeouts)
+        node = Node(self.node_id, name, peers, storage, observer=observer, rng=self.rng,
+                    timeouts=self.timeouts, managed=managed, cluster_size=cluster_size, marks=marks)
         group = Group(self, name, node, apply, folder)
         self.groups[name] = group
         self._changed(group)
@@ -208,6 +220,15 @@ class NrgHost:
                 group.apply(committed)
             except Exception as exc:  # noqa: BLE001 - the upper layer's failure stops its group only
                 self._fail(group, exc, "Apply failed")
+                return
+        leader = node.role is Role.LEADER
+        if leader != group._was_leader:
+            group._was_leader = leader
+            if group.on_leader_change is not None:
+                try:
+                    group.on_leader_change(leader)
+                except Exception as exc:  # noqa: BLE001 - as an apply callback's
+                    self._fail(group, exc, "Leader change failed")
 
     # -- the loop ------------------------------------------------------------------------------
 

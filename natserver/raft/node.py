@@ -153,7 +153,7 @@ class Node:
     def __init__(self, node_id: str, group: str, peers: list[str], storage: Storage, *,
                  observer: bool = False, rng: random.Random | None = None,
                  now: Callable[[], float] = clock.monotonic, timeouts: Timeouts = Timeouts(),
-                 marks: bool = False) -> None:
+                 marks: bool = False, managed: bool = True, cluster_size: int = 0) -> None:
         if len(node_id) != wire.ID_LEN:
             raise ValueError(f"a node id is {wire.ID_LEN} characters: {node_id!r}")
         self.id = node_id
@@ -168,10 +168,16 @@ class Node:
         self.vote = persisted.vote
         self.log: list[LogEntry] = persisted.log  # the entries after the snapshot's
         self.snapshot = persisted.snapshot
-        self.base_peers = persisted.peer_state or PeerState(tuple(peers), len(peers))
+        # raft.go bootstrapRaftNode: a group may start knowing fewer peers than its expected
+        # cluster size (the meta group: the servers seen so far, at least 2 expected).
+        self.base_peers = persisted.peer_state or PeerState(tuple(peers), max(cluster_size, len(peers)))
         if persisted.peer_state is None:
             storage.save_peer_state(self.base_peers)
+        # raft.go Managed: the upper layer decides membership; an unmanaged group's leader
+        # adds a peer it hears from that is not in its peer set (trackPeer: the meta group).
+        self.managed = managed
         self.peers: list[str] = []
+        self.cluster_size = 0  # raft.go csz: the quorum is cluster_size // 2 + 1
         self.removed = False  # not (or no longer) in the peer set: never campaigns
         self._membership_index = 0  # the log index of the last membership entry (0: none)
         self._recompute_peers()
@@ -224,7 +230,12 @@ class Node:
 
     @property
     def quorum(self) -> int:
-        return len(self.peers) // 2 + 1
+        return self.cluster_size // 2 + 1
+
+    def _counts(self, peer: str) -> bool:
+        """raft.go shouldCountVoteFromPeer: a peer of the set, or any while the set is smaller
+        than the cluster size (a bootstrap that does not know every peer yet)."""
+        return peer in self.peers or len(self.peers) < self.cluster_size
 
     @property
     def base_index(self) -> int:
@@ -436,38 +447,45 @@ class Node:
     def _peers_through(self, index: int) -> PeerState:
         """The peer state once the log's entries up to ``index`` are applied (raft.go
         committedPeerStateLocked, for a snapshot at ``index``)."""
-        peers, _ = self._membership(self.log[:index - self.base_index])
-        return PeerState(tuple(peers), len(peers), self.base_peers.domain_ext)
+        peers, _, size = self._membership(self.log[:index - self.base_index])
+        return PeerState(tuple(peers), size, self.base_peers.domain_ext)
 
     def _recompute_peers(self) -> None:
-        self.peers, self._membership_index = self._membership(self.log)
+        self.peers, self._membership_index, self.cluster_size = self._membership(self.log)
         self.removed = self.id not in self.peers
 
-    def _membership(self, log: list[LogEntry]) -> tuple[list[str], int]:
-        """The peer set after ``log`` (from the base peer state) and its last membership entry."""
+    def _membership(self, log: list[LogEntry]) -> tuple[list[str], int, int]:
+        """The peer set after ``log`` (from the base peer state), its last membership entry
+        and the cluster size (a peer state's, else, after a peer added or removed, the set's:
+        raft.go adjustClusterSizeAndQuorum)."""
         peers = list(self.base_peers.known_peers)
+        size = max(self.base_peers.cluster_size, len(peers))
         membership_index = 0
         for item in log:
             kind = item.entry.type
             if kind == EntryType.PEER_STATE:
                 try:
-                    peers = list(PeerState.decode(item.entry.data).known_peers)
+                    state = PeerState.decode(item.entry.data)
                 except WireError:
                     continue
+                peers = list(state.known_peers)
+                size = max(state.cluster_size, len(peers))
             elif kind == EntryType.ADD_PEER:
                 peer = item.entry.data.decode(errors="replace")
                 if len(peer) == wire.ID_LEN and peer not in peers:
                     peers.append(peer)
+                    size = max(size, len(peers))
                 membership_index = item.index
             elif kind == EntryType.REMOVE_PEER:
                 peer = item.entry.data.decode(errors="replace")
                 if peer in peers and len(peers) > 1:
                     peers.remove(peer)
+                    size = len(peers)
                 membership_index = item.index
-        return peers, membership_index
+        return peers, membership_index, size
 
     def _peer_state(self) -> PeerState:
-        return PeerState(tuple(self.peers), len(self.peers), self.base_peers.domain_ext)
+        return PeerState(tuple(self.peers), self.cluster_size, self.base_peers.domain_ext)
 
     def _mark(self, mark: Mark) -> None:
         if self.marks:
@@ -659,7 +677,7 @@ class Node:
             return
         if self.role is not Role.CANDIDATE or vr.term != self.term or not vr.granted:
             return
-        if vr.peer in self.peers:
+        if self._counts(vr.peer):
             self._votes.add(vr.peer)
         if len(self._votes) >= self.quorum:
             self._become_leader()
@@ -703,13 +721,16 @@ class Node:
                    AppendEntry(self.id, self.term, self.commit, self.last_term, self.last_index, entries).encode())
 
     def _lost_quorum(self, now: float) -> bool:
-        seen = sum(1 for peer in self.peers
-                   if peer == self.id or now - self._seen.get(peer, -1e18) < self.timeouts.lost_quorum)
+        voters = set(self.peers) | set(self._seen) if len(self.peers) < self.cluster_size else self.peers
+        seen = sum(1 for peer in voters
+                   if peer == self.id or (self._counts(peer)
+                                          and now - self._seen.get(peer, -1e18) < self.timeouts.lost_quorum))
         return seen < self.quorum
 
     def _leader_commit(self) -> None:
-        matches = sorted((self._match.get(peer, 0) for peer in self.peers), reverse=True)
-        if not matches:
+        voters = self._match if len(self.peers) < self.cluster_size else self.peers
+        matches = sorted((self._match.get(peer, 0) for peer in voters if self._counts(peer)), reverse=True)
+        if len(matches) < self.quorum:
             return
         candidate = matches[self.quorum - 1]
         if candidate > self.commit and self.term_at(candidate) == self.term:
@@ -723,12 +744,20 @@ class Node:
         if self.role is not Role.LEADER:
             return
         self._seen[ar.peer] = self.now()
+        if not self.managed and ar.peer not in self.peers and self._membership_index <= self.commit:
+            self.add_peer(ar.peer)  # raft.go trackPeer (an unmanaged group: the meta group)
         if ar.success:
             # The follower's log holds our entry (same term and index), hence all before it.
             if ar.index <= self.last_index and self.term_at(ar.index) == ar.term:
                 if ar.index > self._match.get(ar.peer, 0):
                     self._match[ar.peer] = ar.index
+                    before = self.commit
                     self._leader_commit()
+                    if self.commit > before and self.role is Role.LEADER:
+                        # raft.go processAppendEntryResponse: a heartbeat, so that the
+                        # followers apply without waiting for the next message.
+                        self._broadcast(())
+                        self._heartbeat_at = self.now() + self.timeouts.heartbeat
             if progress:
                 self._continue_catchup(ar.peer, ar.index)
             return

@@ -135,7 +135,10 @@ class SystemAccount:
         if server.options.jetstream and server.options.jetstream_domain:
             info["domain"] = server.options.jetstream_domain
         jetstream = server.jetstream is not None
-        info.update({"ver": const.SERVER_VERSION, "feature_flags": dict(FEATURE_FLAGS), "jetstream": jetstream,
+        info["ver"] = const.SERVER_VERSION
+        if options.server_tags:  # (placement's tags: the meta leader reads them here)
+            info["tags"] = [str(tag).lower() for tag in options.server_tags]
+        info.update({"feature_flags": dict(FEATURE_FLAGS), "jetstream": jetstream,
                      "flags": CAPABILITY_JETSTREAM if jetstream else 0, "seq": self.seq, "time": go_time(clock.now())})
         return info
 
@@ -445,8 +448,11 @@ class SystemAccount:
             wanted = options.get(key)
             if isinstance(wanted, str) and wanted and (wanted != value if exact else wanted not in value):
                 return True
-        if options.get("tags"):  # natserver has no server_tags: no tag is ever ours
-            return True
+        tags = options.get("tags")
+        if tags:  # events.go filterRequest: every tag asked for must be one of ours
+            ours = {str(tag).lower() for tag in server.options.server_tags}
+            if not isinstance(tags, list) or any(str(tag).lower() not in ours for tag in tags):
+                return True
         domain = options.get("domain")
         return isinstance(domain, str) and bool(domain) and domain != (server.options.jetstream_domain or "")
 

@@ -131,7 +131,7 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
         port: 4333
         jetstream { store_dir: /tmp/js, unique_tag: az, max_outstanding_catchup: 5 }
         connect_error_reports: 5
-        server_tags: [a]
+        syslog: true
         authorization { user: a, password: b, permissions { publish: "x" } }
         """,
     )
@@ -142,7 +142,7 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
     assert (options.username, options.password, options.users) == ("a", "b", [])
     warnings = unsupported_warnings(options)
     assert sorted(warnings) == sorted([
-        'Config option "server_tags" is not supported by natserver and is ignored',
+        'Config option "syslog" is not supported by natserver and is ignored',
         'JetStream option "unique_tag" is not supported by natserver and is ignored',
         'JetStream option "max_outstanding_catchup" is not supported by natserver and is ignored',
         "authorization permissions apply to the users array only: the single user has no permissions",
@@ -164,10 +164,10 @@ def test_keys_whose_absence_would_mislead_refuse_the_file(tmp_path, line, key, w
 
 
 def test_dash_t_names_ignored_keys_and_fails_on_refused_ones(tmp_path, capsys):
-    path = write(tmp_path, "port: 4333\nserver_tags: [a]\njetstream { limits { max_ha_assets: 1 } }\n")
+    path = write(tmp_path, "port: 4333\nsyslog: true\njetstream { limits { max_ha_assets: 1 } }\n")
     assert main(["-t", "-c", path]) == 0
     err = capsys.readouterr().err
-    assert 'natserver: warning: Config option "server_tags" is not supported by natserver and is ignored' in err
+    assert 'natserver: warning: Config option "syslog" is not supported by natserver and is ignored' in err
     assert 'natserver: warning: JetStream option "limits" is not supported by natserver and is ignored' in err
     assert re.search(f"natserver: configuration file {re.escape(str(path))} is valid \\(sha256:[0-9a-f]{{64}}\\)\n$", err)
     path = write(tmp_path, "port: 4333\nmqtt { port: 1883 }\n")
@@ -466,3 +466,10 @@ def test_config_digest_is_go_json_of_the_values():
     values = {"b": 2.0, "a": [1e-7, 1e21, 0.5, "<x&y>", True], "t": datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)}
     text = '{"a":[1e-7,1e+21,0.5,"\\u003cx\\u0026y\\u003e",true],"b":2,"t":"2024-01-02T03:04:05Z"}\n'
     assert config_digest(values) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_server_tags_are_this_servers_placement_tags(tmp_path):
+    """opts.go server_tags: a list of tags or one tag (JetStream placement; in the STATSZ)."""
+    assert load(tmp_path, 'server_tags: ["az:1", "ssd"]\n').server_tags == ["az:1", "ssd"]
+    assert load(tmp_path, "server_tags: ssd\n").server_tags == ["ssd"]
+    assert unsupported_warnings(load(tmp_path, "server_tags: [a]\n")) == []

@@ -496,3 +496,42 @@ def test_entries_already_in_a_snapshot_are_skipped():
     assert node.write_error is None
     assert [(e.index, e.entry.data) for e in node.log] == [(4, b"e4"), (5, b"e5")]
     assert AppendEntryResponse.decode(sent(node)[-1].payload) == AppendEntryResponse(1, 5, A, True)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_an_unmanaged_group_bootstrapped_knowing_only_itself_grows_to_every_peer(seed):
+    """The meta group as jetstream_cluster.go setupMetaGroup starts it: each server knows only
+    itself and expects at least two (raft.go bootstrapRaftNode); votes from unknown peers count
+    while the set is smaller than that (shouldCountVoteFromPeer), and the leader adds each peer
+    it hears from (trackPeer: an EntryAddPeer, one change at a time) until all three are in."""
+    net = Network(3, seed=seed)
+    for nid in net.ids:
+        net.storage[nid] = MemoryStorage()
+        net.nodes[nid] = Node(nid, GROUP, [nid], net.storage[nid], rng=random.Random(seed + ord(nid[0])),
+                              now=net.clock, managed=False, cluster_size=2)
+        assert net.nodes[nid].quorum == 2  # (alone it can not elect itself)
+    net.nodes[net.ids[0]].campaign()
+    leader = elect(net)
+    net.advance(4 * HEARTBEAT_INTERVAL)
+    assert sorted(leader.peers) == sorted(net.ids)
+    assert all(sorted(n.peers) == sorted(net.ids) and n.cluster_size == 3 and n.quorum == 2
+               for n in net.nodes.values())
+    added = [e for e in leader.log if e.entry.type == EntryType.ADD_PEER]
+    assert len(added) == 2
+    leader.propose(b"after")
+    net.advance(2 * HEARTBEAT_INTERVAL)
+    assert all(any(c.entry.data == b"after" for c in net.applied[nid]) for nid in net.ids)
+
+
+def test_a_managed_group_does_not_add_the_peers_it_hears_from():
+    """raft.go trackPeer adds peers only to unmanaged groups (the meta group): a stream's
+    group keeps the peers the meta layer gave it."""
+    clock = Clock()
+    node = Node(A, GROUP, [A, B], MemoryStorage(), rng=random.Random(1), now=clock)
+    node.campaign()
+    clock.t += MAX_CAMPAIGN_TIMEOUT
+    node.tick()
+    node.receive(node.vote_inbox, "", VoteResponse(node.term, B, True, True).encode())
+    assert node.role is Role.LEADER
+    node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, C, True).encode())
+    assert not [e for e in node.log if e.entry.type == EntryType.ADD_PEER] and node.peers == [A, B]

@@ -1,0 +1,1015 @@
+"""JetStream in a cluster (issue #32): the meta group wired into the server.
+
+With JetStream on in a ``cluster {}``, every server runs a node of nats-server's meta group
+(``_meta_``, natserver.nrg over the system account and routes), as jetstream_cluster.go's
+setupMetaGroup starts it: bootstrapped with the servers known at start and an expected size
+of at least two (the configured routes), its leader adding the peers it hears from. The
+committed entries are applied on every server by ``MetaState`` (replication/state.py); a server
+that is a member of a stream's or consumer's group runs it with the single-server JetStream of
+this package (``JetStream.add_stream``, the consumer API's ``add``) and answers the client.
+
+The API in a cluster is nats-server's (jetstream_api.go): every server receives each request
+(every server subscribes to ``$JS.API.>``, its interest crosses the routes), and
+
+- account info, stream names and lists, stream and consumer creates, updates and deletes are
+  the meta leader's (``MetaLeader`` turns them into 2.15.1's proposals); the others stay
+  silent, or answer 10008 when the meta group has had no leader for ``LEADERLESS_AFTER``;
+- a stream's own requests (info, messages, purge, its consumers' info and pulls) are answered
+  by the server running it; by the meta leader only when the stream does not exist.
+- ``$JS.API.META.LEADER.STEPDOWN`` (system account): the meta leader hands over.
+- ``$JSC.SI.<account>.<stream>`` (system account): the server running a stream answers its
+  info, as 2.15.1's stream leaders do, for the meta leader's stream list.
+
+Replicas above 1 are refused (``errors.replicas_not_supported_in_cluster``): the stream and
+consumer groups (replication/stream_group.py) are not driven yet. Internal: still behind
+``Options.jetstream_cluster_preview`` (see the package README).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+from collections import deque
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from .. import clock
+from ..nrg import Group, NrgHost
+from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
+from . import errors
+from .api import LIST_LIMIT, NAMES_LIMIT, Api
+from .consumer import ConsumerConfig
+from .errors import ApiError
+from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
+from .replication.leader import MetaLeader, Proposal, delete_response
+from .replication.placement import PeerInfo
+from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
+from .stream import StreamConfig
+from .util import dumps, is_empty_request, is_json_object_or_array, loads, subjects_collide
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+__all__ = ["META_GROUP", "JetStreamCluster"]
+
+log = logging.getLogger("natserver")
+
+_T = "io.nats.jetstream.api.v1."
+# jetstream_cluster.go defaultMetaGroupName
+META_GROUP = "_meta_"
+# raft.go lostQuorumInterval: a meta group without a leader this long after its start answers
+# 10008 (jetstream_cluster.go isLeaderless).
+LEADERLESS_AFTER = 10.0
+# raft.go bootstrapRaftNode: the meta group expects at least two peers.
+MIN_EXPECTED_PEERS = 2
+# jetstream_cluster.go jsClusteredStreamListRequest: how long the meta leader waits for the
+# streams' infos ($JSC.SI) before answering with what it has (js.config.RequestTimeout... 2.15.1
+# waits 4 s: defaultRequestTimeout in jetstream.go).
+LIST_TIMEOUT = 4.0
+# jetstream_cluster.go monitorCluster: the meta state is snapshotted (and the log compacted)
+# after peer entries, after this many bytes of entries when the last snapshot is older than
+# META_MIN_SNAP_DELTA, and every META_COMPACT_INTERVAL when anything was applied since.
+META_COMPACT_INTERVAL = 60.0  # compactInterval
+META_COMPACT_SIZE = 8 * 1024 * 1024  # compactSizeMin
+META_MIN_SNAP_DELTA = 30.0  # minSnapDelta
+# jetstream.go: each server sends its accounts' usage to the others every usageTick (1.5 s) on
+# $JSC.ARU.<account>.<node id> (jetstream_cluster.go jsaUpdatesPubT), little-endian: memory,
+# storage (u64), API requests, errors (u64), further tiers (u32), the tier name's length (u64)
+# and name, then per further tier memory, storage, name length (u64) and name.
+USAGE_TICK = 1.5
+USAGE_SUBJECT = "$JSC.ARU.{account}.{node}"
+USAGE_HEAD = struct.Struct("<QQQQIQ")
+USAGE_RECORD = struct.Struct("<QQQ")
+# stream.go tierName: an R1 stream's usage tier.
+R1_TIER = "R1"
+# A STATSZ ping when this server becomes the meta leader (events.go: servers answer at once),
+# so that placement knows every peer without waiting for their next heartbeat.
+STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
+STATSZ_SUBJECT = "$SYS.SERVER.*.STATSZ"
+STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
+CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsumerInfoT
+META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+# accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
+# long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
+REPLY_PREFIX = b"_R_."
+# server.go ClientInfoHdr: the request's client (its account) on an API request in the system account.
+CLIENT_INFO_HEADER = b"Nats-Request-Info"
+API_PREFIX = b"$JS.API."
+# What stays in the account: the servers running a consumer or a stream listen there.
+_IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
+REPLY_PREFIX_LEN = 6
+RESPONSE_THRESHOLD = 120.0
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
+CAPABILITY_JETSTREAM = 1
+
+
+class ClusterEngine(Protocol):
+    """What the cluster needs of an engine (``JetStream``, one per JetStream account)."""
+
+    account_name: str | None
+    api: Api
+    limits: dict
+    server: Any
+    api_total: int
+    api_errors: int
+
+    @property
+    def streams(self) -> dict[str, Stream]: ...
+    def add_stream(self, config: StreamConfig, created: int | None = None) -> Stream: ...
+    def update_stream(self, stream: Stream, new: StreamConfig) -> None: ...
+    def delete_stream(self, stream: Stream) -> None: ...
+    def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None: ...
+
+
+def _stream_of(tokens: list[bytes]) -> str | None:
+    """The stream a stream-scoped API request names (None: not such a request)."""
+    n = len(tokens)
+    kind = tokens[2]
+    op = tokens[3] if n > 3 else b""
+    name = b""
+    if kind == b"STREAM":
+        if op == b"MSG" and n == 6:
+            name = tokens[5]
+        elif op in (b"LEADER", b"PEER") and n == 6:
+            name = tokens[5]
+        elif n == 5:
+            name = tokens[4]
+    elif kind == b"DIRECT" and n >= 5:
+        name = tokens[4]
+    elif kind == b"CONSUMER" and n >= 5:
+        if op in (b"MSG", b"LEADER", b"DURABLE") and n >= 6:
+            name = tokens[5]
+        else:
+            name = tokens[4]
+    return name.decode("utf-8", "replace") if name else None
+
+
+class JetStreamCluster:
+    """The meta group of one server and the API's clustered side, for every engine."""
+
+    def __init__(self, server, engines: list[ClusterEngine], nrg: NrgHost, *, rng: random.Random | None = None) -> None:
+        self.server = server
+        self.options = server.options
+        self.engines = {engine.account_name: engine for engine in engines if engine.account_name is not None}
+        for engine in self.engines.values():
+            engine.api.consumers.on_removed = partial(self._consumer_removed, engine)
+        self.nrg = nrg
+        self.name = self.options.cluster_name
+        self.node_id = nrg.node_id
+        self.rng = rng or random.Random()
+        self.state = MetaState(self.node_id)
+        self.meta = MetaLeader(self.state, self.name, self.rng, clock.now_ns)
+        self.group: Group | None = None
+        self.started = 0.0
+        self.names: dict[str, str] = {self.node_id: server.server_name}  # node id -> server name
+        self.peers: dict[str, PeerInfo] = {}  # node id -> what its STATSZ said
+        self._subs: list = []  # (account, subscription) of the system account
+        self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
+        self._consumer_subs: dict[tuple[str, str, str], object] = {}  # ($JSC.CI) by account, stream, consumer
+        self._removing = False  # removing consumers on the meta group's word (not to propose it back)
+        self._nursery: trio.Nursery | None = None
+        self._applied_index = 0  # the last meta entry applied (any type)
+        self._unsnapshotted = 0  # bytes of entries applied since the last snapshot
+        self._snapshot_at = 0.0  # when the last snapshot was taken (clock.monotonic)
+        self.snapshots = 0  # snapshots taken
+        # The other servers' usage by account and node: (memory, storage, API requests, errors).
+        self.usage: dict[str, dict[str, tuple[int, int, int, int]]] = {}
+        self._usage_sent: set[str] = set()  # accounts whose usage this server has announced
+        # The proposals' replies (_map_reply): subject -> subscription, and their expiries.
+        self._reply_prefix = "".join(self.rng.choice(_DIGITS) for _ in range(REPLY_PREFIX_LEN))
+        self._reply_seq = 0
+        self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
+        self._replies: deque[tuple[float, str]] = deque()
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.start()
+            nursery.start_soon(self._compactor)
+            nursery.start_soon(self._usage_sender)
+            task_status.started(self)
+            try:
+                await trio.sleep_forever()
+            finally:
+                self.stop()
+
+    def start(self) -> None:
+        """setupMetaGroup: bootstrap (the servers known through the routes, at least two
+        expected) or recover from the group's files; subscribe to what the cluster serves."""
+        folder = os.path.join(self.nrg.groups_dir, META_GROUP)
+        bootstrap = not os.path.exists(os.path.join(folder, "peers.idx"))
+        known = self._route_peers()
+        peers = [self.node_id] + [node_id(name) for name in known]
+        expected = max(MIN_EXPECTED_PEERS, len(peers), len(self.options.routes or ()))
+        if bootstrap:
+            log.info("JetStream cluster bootstrapping")
+        else:
+            log.info("JetStream cluster recovering state")
+        self.started = clock.monotonic()
+        group = self.nrg.create_group(META_GROUP, peers, self._apply, managed=False, cluster_size=expected, marks=True)
+        group.on_leader_change = self._leader_changed
+        self.group = group
+        if bootstrap:
+            group.campaign()  # (setupMetaGroup: "start campaign early")
+        account = self.nrg.account
+        self._subs.append((account, account.subscribe("$JS.API.>", self._from_system)))
+        reply_space = f"{REPLY_PREFIX.decode()}{self._reply_prefix}.>"
+        self._subs.append((account, account.subscribe(reply_space, self._reply_in)))
+        self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
+        self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
+        self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
+
+    def stop(self) -> None:
+        for account, sub in self._subs:
+            account.unsubscribe(sub)
+        self._subs.clear()
+        account = self.nrg.account
+        for sub in [*self._stream_subs.values(), *self._consumer_subs.values()]:
+            account.unsubscribe(sub)
+        self._stream_subs.clear()
+        self._consumer_subs.clear()
+        self._pending_replies.clear()
+        self._replies.clear()
+        if self.group is not None:
+            self.nrg.stop_group(META_GROUP)
+            self.group = None
+
+    def _route_peers(self) -> list[str]:
+        cluster = self.server.cluster
+        if cluster is None:
+            return []
+        return sorted({route.remote_name for route in cluster.routes.values() if route.remote_name})
+
+    # -- the meta group's state ----------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.group is not None and self.group.leader
+
+    def leaderless(self) -> bool:
+        """isLeaderless: no leader known, for longer than LEADERLESS_AFTER since the start."""
+        group = self.group
+        if group is None:
+            return True
+        return not group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER
+
+    def _leader_changed(self, leader: bool) -> None:
+        self.meta.leader_changed()
+        if leader:
+            log.info("JetStream cluster new metadata leader")
+            self._ping_statsz()
+
+    def _apply(self, committed: list[Committed]) -> None:
+        """The meta group's committed entries, in order, on every server (applyMetaEntries);
+        then a snapshot if one is due (monitorCluster's rules)."""
+        peer_entries = False
+        for c in committed:
+            if c.mark is not None:
+                if c.mark in (Mark.REPLAY_START, Mark.CATCHUP_START):
+                    self.state.begin_recovery()
+                else:
+                    self._act(self.state.end_recovery(), recovering=True)
+                continue
+            entry = c.entry
+            self._applied_index = c.index
+            self._unsnapshotted += len(entry.data)
+            if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
+                peer_entries = True
+            if entry.type not in (EntryType.NORMAL, EntryType.SNAPSHOT):
+                continue
+            recovering = self.state.recovering
+            try:
+                events = self.state.apply(c.index, entry)
+            except EntryError as exc:
+                log.error("JetStream cluster: a meta entry did not decode (%s): the meta layer stops", exc)
+                raise
+            self.meta.applied(entry)
+            self._act(events, recovering=recovering)
+        if self.state.recovering:
+            return
+        if peer_entries or (self._unsnapshotted > META_COMPACT_SIZE
+                            and clock.monotonic() - self._snapshot_at > META_MIN_SNAP_DELTA):
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        """The meta state as 2.15.1 snapshots it (encodeMetaSnapshot), the log compacted."""
+        group = self.group
+        if group is None or group.stopped or self.state.recovering or not self._applied_index:
+            return
+        try:
+            group.node.install_snapshot(self.state.snapshot(), self._applied_index)
+        except SnapshotError:
+            return  # (nothing new since the last one, or a catch-up reads the log)
+        except StorageError as exc:
+            log.error("JetStream cluster: the meta snapshot failed: %s", exc)
+            return
+        self._unsnapshotted = 0
+        self._snapshot_at = clock.monotonic()
+        self.snapshots += 1
+
+    async def _compactor(self) -> None:
+        while True:
+            await trio.sleep(META_COMPACT_INTERVAL)
+            if self._unsnapshotted:
+                self._snapshot()
+
+    def _act(self, events: list[Event], *, recovering: bool) -> None:
+        for event in events:
+            engine = self.engines.get(event.account)
+            if engine is None:
+                continue  # (an account without JetStream on this server)
+            try:
+                if isinstance(event, StreamEvent):
+                    self._stream_event(engine, event, recovering)
+                else:
+                    self._consumer_event(engine, event, recovering)
+            except Exception:  # one asset's failure must not stop the meta layer
+                log.exception("JetStream cluster: applying %s of %s failed", event.kind, event.assignment.name)
+
+    def _answer(self, engine: ClusterEngine, reply: str, response: dict | bytes, *, error: bool = False) -> None:
+        """A member's answer to a proposal's client: published in the system account, as
+        nats-server sends its API responses (sendInternalAccountMsg with no account): the
+        reply is the ``_R_`` subject the proposing server mapped the client's reply to."""
+        engine.api_total += 1
+        if error:
+            engine.api_errors += 1
+        body = response if isinstance(response, bytes) else dumps(response)
+        self.nrg.account.publish(reply.encode(), None, None, body)
+
+    # -- streams -------------------------------------------------------------------------------
+
+    def _stream_event(self, engine: ClusterEngine, event: StreamEvent, recovering: bool) -> None:
+        sa = event.assignment
+        local = engine.streams.get(sa.name)
+        reply = "" if recovering else sa.reply
+        if event.kind == "removed":
+            if local is not None:
+                self._remove_stream(engine, local)
+            if event.member and reply:
+                answer = delete_response(event)
+                if answer is not None:
+                    self._answer(engine, answer[0], answer[1])
+            return
+        if not event.member:
+            if local is not None:  # (re-assigned elsewhere: this copy goes)
+                self._remove_stream(engine, local)
+            return
+        rtype = _T + ("stream_update_response" if event.kind == "updated" else "stream_create_response")
+        try:
+            cfg = StreamConfig.from_json(sa.config)
+            created = local is None
+            if local is None:
+                local = engine.add_stream(cfg, created=sa.created_ns)
+            elif local.cfg != cfg:
+                engine.update_stream(local, cfg)
+            self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
+        except ApiError as exc:
+            if reply:
+                self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
+            return
+        if not reply:
+            return
+        if event.kind == "updated":
+            self._answer(engine, reply, {"type": rtype, **local.info_json(cluster=True)})
+        else:
+            response = {"type": rtype, **local.info_json(domain=False, cluster=True, created=True)}
+            if created:
+                response["did_create"] = True
+            self._answer(engine, reply, response)
+
+    def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
+        for consumer in list(stream.consumers.values()):
+            self._drop_consumer(engine, consumer)
+        sub = self._stream_subs.pop((engine.account_name or "", stream.name), None)
+        if sub is not None:
+            self.nrg.account.unsubscribe(sub)
+        engine.delete_stream(stream)
+
+    def _serve_info(self, engine: ClusterEngine, stream: Stream) -> None:
+        """$JSC.SI.<account>.<stream>: this server runs the stream, it answers its info."""
+        account = engine.account_name or ""
+        subject = STREAM_INFO_SUBJECT.format(account=account, stream=stream.name)
+
+        def answer(subject, reply, headers, body, engine=engine, name=stream.name) -> None:
+            local = engine.streams.get(name)
+            if reply and local is not None:
+                self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
+
+        key = (account, stream.name)
+        if key not in self._stream_subs:
+            self._stream_subs[key] = self.nrg.account.subscribe(subject, answer)
+
+    # -- consumers -----------------------------------------------------------------------------
+
+    def _consumer_event(self, engine: ClusterEngine, event: ConsumerEvent, recovering: bool) -> None:
+        ca = event.assignment
+        stream = engine.streams.get(ca.stream)
+        reply = "" if recovering else ca.reply
+        consumers = engine.api.consumers
+        local = stream.consumers.get(ca.name) if stream is not None else None
+        if event.kind == "removed":
+            if local is not None and event.known:
+                self._drop_consumer(engine, local)
+            if event.member and reply:
+                answer = delete_response(event)
+                if answer is not None:
+                    self._answer(engine, answer[0], answer[1])
+            return
+        if not event.member or stream is None:
+            if local is not None:
+                self._drop_consumer(engine, local)
+            return
+        from_json = _consumer_config(ca)
+        try:
+            consumer = consumers.add(stream, from_json, ca.name)
+            consumer.created = ca.created_ns or consumer.created
+        except ApiError as exc:
+            if reply:
+                self._answer(engine, reply, {"type": _T + "consumer_create_response", "error": exc.to_json()},
+                             error=True)
+            return
+        if reply:
+            self._answer(engine, reply, {"type": _T + "consumer_create_response", **consumers.info_of(consumer)})
+        consumers.created(consumer, None)
+        self._serve_consumer_info(engine, ca.stream, ca.name)
+
+    def _drop_consumer(self, engine: ClusterEngine, consumer) -> None:
+        """Remove a consumer on the meta group's word (its removal is not proposed back)."""
+        self._removing = True
+        try:
+            engine.api.consumers.remove(consumer)
+        finally:
+            self._removing = False
+
+    def _serve_consumer_info(self, engine: ClusterEngine, stream: str, name: str) -> None:
+        """$JSC.CI.<account>.<stream>.<consumer>: this server runs the consumer, it answers its info."""
+        account = engine.account_name or ""
+        key = (account, stream, name)
+        if key in self._consumer_subs:
+            return
+
+        def answer(subject, reply, headers, body) -> None:
+            local = engine.streams.get(stream)
+            consumer = local.consumers.get(name) if local is not None else None
+            if reply and consumer is not None:
+                self.system.publish(reply, None, None, dumps(engine.api.consumers.info_of(consumer)))
+
+        subject = CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name)
+        self._consumer_subs[key] = self.system.subscribe(subject, answer)
+
+    def _consumer_removed(self, engine: ClusterEngine, consumer) -> None:
+        """A consumer this server ran is gone: its $JSC.CI goes; gone by itself (inactive),
+        its removal is proposed, as consumer.go deleteNotActive forwards it to the meta leader."""
+        account = engine.account_name or ""
+        sub = self._consumer_subs.pop((account, consumer.stream.name, consumer.name), None)
+        if sub is not None:
+            self.system.unsubscribe(sub)
+        if self._removing:
+            return
+        ca = self.state.consumer(account, consumer.stream.name, consumer.name)
+        if ca is not None and self.group is not None:
+            try:
+                self.group.propose(encode_entry(MetaOp.REMOVE_CONSUMER, ConsumerAssignment(
+                    ca.client, ca.created, ca.name, ca.stream, ca.config, ca.group)))
+            except NotLeader:
+                pass
+
+    # -- the API -------------------------------------------------------------------------------
+
+    @property
+    def system(self):
+        """The system account, where the API's requests and answers cross the cluster."""
+        return self.nrg.account
+
+    def from_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A request on ``$JS.API.>`` in ``engine``'s account, from a client of this server
+        (the subscription's interest is local): into the system account, as nats-server's
+        accounts import the API from it (a ``Nats-Request-Info`` header naming the account,
+        the reply mapped to a ``_R_`` subject of the system account)."""
+        if subject.startswith(_IN_ACCOUNT):
+            return True  # (in_account's)
+        mapped = None
+        if reply:
+            mapped = self._next_reply()
+            self._map_reply(engine, mapped, reply)
+        info = dumps({"acc": engine.account_name, "server": self.server.server_name, "cluster": self.name})
+        head = bytes(hdr)[:-2] if hdr else b"NATS/1.0\r\n"
+        headers = head + CLIENT_INFO_HEADER + b": " + info + b"\r\n\r\n"
+        self.system.publish(bytes(subject), mapped.encode() if mapped else None, headers, bytes(payload))
+        return True
+
+    def in_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A pull request or a direct get, in the account (these subscriptions' interest
+        crosses the routes): the server running the stream answers."""
+        name = _stream_of(subject.split(b"."))
+        if name is not None and name in engine.streams:
+            return engine.api.handle(subject, reply, hdr, payload)
+        return True
+
+    def _from_system(self, subject, reply, hdr, payload) -> None:
+        """An API request in the system account (from this or any server, natserver or
+        nats-server): the account is the one its Nats-Request-Info header names."""
+        subject = bytes(subject)
+        if subject.startswith(_IN_ACCOUNT):
+            return
+        account = _request_account(hdr)
+        engine = self.engines.get(account) if account else None
+        if engine is None:
+            return
+        self.handle(engine, subject, reply, hdr, payload)
+        self.server.flush_touched()
+
+    def handle(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A request on ``$JS.API.>`` in ``engine``'s account, as a clustered nats-server
+        takes it; the local API answers what this server answers as a single server would."""
+        tokens = subject.split(b".")
+        n = len(tokens)
+        if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
+            return True
+        kind, op = tokens[2], tokens[3] if n > 3 else b""
+        meta_request = (
+            (kind == b"INFO" and n == 3)
+            or (kind == b"STREAM" and ((n == 4 and op in (b"NAMES", b"LIST"))
+                                       or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))))
+            or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
+                                         or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
+        )
+        if meta_request:
+            if self.leaderless():
+                if reply:
+                    rtype = _response_type(tokens)
+                    engine.api._fail(reply, rtype, errors.cluster_not_available())
+                return True
+            if not self.is_leader:
+                return True
+            try:
+                self._meta_request(engine, tokens, subject, reply, payload)
+            except Exception:  # a bug must not take the publisher's connection down
+                log.exception("JetStream API request on %r failed", subject)
+            return True
+        name = _stream_of(tokens)
+        if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
+            self._leader_stepdown(engine, tokens, name, reply)
+            return True
+        if name is None:
+            return engine.api.handle(subject, reply, hdr, payload)
+        if name in engine.streams:
+            return engine.api.handle(subject, reply, hdr, payload)
+        if self.is_leader:
+            sa = self.meta.stream(engine.account_name or "", name)
+            if sa is None:
+                return engine.api.handle(subject, reply, hdr, payload)  # (its "not found")
+            if kind == b"STREAM" and op == b"INFO" and n == 5 and self._all_offline(sa.group):
+                engine.api._fail(reply, _T + "stream_info_response", errors.stream_offline(),
+                                 total=0, offset=0, limit=0)
+        return True
+
+    def _all_offline(self, group) -> bool:
+        """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
+        if group is None or not group.peers:
+            return False
+        reachable = {node_id(name) for name in self._route_peers()} | {self.node_id}
+        return not any(peer in reachable for peer in group.peers)
+
+    def _next_reply(self) -> str:
+        """The reply a proposal carries: a ``_R_.<prefix>.<n>`` subject of the system account
+        (nats-server's response service import for its JS API: a member answers through it)."""
+        self._reply_seq += 1
+        return f"{REPLY_PREFIX.decode()}{self._reply_prefix}.{self._reply_seq}"
+
+    def _map_reply(self, engine: ClusterEngine, subject: str, reply: bytes) -> None:
+        """Forward the one answer on ``subject`` (system account) to the client's ``reply``
+        in its account; the mapping goes after the answer or RESPONSE_THRESHOLD. One
+        subscription (``_R_.<prefix>.>``) serves them all, as nats-server's reply prefix does:
+        no interest changes per request."""
+        now = clock.monotonic()
+        while self._replies and self._replies[0][0] <= now:
+            _, old = self._replies.popleft()
+            self._pending_replies.pop(old, None)
+        self._pending_replies[subject] = (engine, bytes(reply))
+        self._replies.append((now + RESPONSE_THRESHOLD, subject))
+
+    def _reply_in(self, subject, reply, headers, body) -> None:
+        pending = self._pending_replies.pop(bytes(subject).decode("utf-8", "replace"), None)
+        if pending is not None:
+            engine, client_reply = pending
+            engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
+
+    def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
+        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the
+        server running the stream answers success (a group of one has no node to step down);
+        the meta leader answers "not found" for a stream it does not have."""
+        consumer = tokens[6].decode("utf-8", "replace") if tokens[2] == b"CONSUMER" else None
+        rtype = _T + ("consumer_leader_stepdown_response" if consumer is not None else "stream_leader_stepdown_response")
+        stream = engine.streams.get(name)
+        if stream is None:
+            if self.is_leader and self.meta.stream(engine.account_name or "", name) is None:
+                engine.api._fail(reply, rtype, errors.stream_not_found())
+            return
+        if consumer is not None and consumer not in stream.consumers:
+            engine.api._fail(reply, rtype, errors.consumer_not_found())
+            return
+        engine.api._send(reply, {"type": rtype, "success": True})
+
+    def _client(self, engine: ClusterEngine) -> dict:
+        """The ClientInfo a proposal carries (the request's account and this cluster)."""
+        return {"acc": engine.account_name, "server": self.server.server_name, "cluster": self.name}
+
+    def _meta_request(self, engine: ClusterEngine, tokens: list[bytes], subject: bytes, reply, payload: bytes) -> None:
+        api = engine.api
+        n = len(tokens)
+        kind, op = tokens[2], tokens[3] if n > 3 else b""
+        account = engine.account_name or ""
+        if kind == b"INFO":
+            self._account_info(engine, reply)
+            return
+        if kind == b"STREAM" and op == b"NAMES":
+            self._stream_names(engine, reply, payload)
+            return
+        if kind == b"STREAM" and op == b"LIST":
+            self._stream_list(engine, reply, payload)
+            return
+        if kind == b"CONSUMER" and op in (b"NAMES", b"LIST"):
+            self._consumer_names(engine, tokens[4].decode("utf-8", "replace"), reply, payload, full=op == b"LIST")
+            return
+        rtype = _response_type(tokens)
+        text = [t.decode("utf-8", "replace") for t in tokens]
+        self._refresh_peers()
+        client = self._client(engine)
+        subj = subject.decode("utf-8", "replace")
+        reply_text = bytes(reply).decode("utf-8", "replace") if reply else ""
+        try:
+            proposal: Proposal
+            if kind == b"STREAM":
+                name = text[4]
+                if op == b"CREATE":
+                    cfg = api.decode_stream_create(name, payload)
+                    if cfg.num_replicas > 1:
+                        raise errors.replicas_not_supported_in_cluster()
+                    proposal = self.meta.stream_create(client, account, subj, reply_text, cfg, engine.limits)
+                elif op == b"UPDATE":
+                    cfg = api.decode_stream_update(payload)
+                    if cfg.name != name:
+                        raise errors.stream_mismatch()
+                    if cfg.num_replicas > 1:
+                        raise errors.replicas_not_supported_in_cluster()
+                    proposal = self.meta.stream_update(client, account, subj, reply_text, cfg, engine.limits)
+                elif op == b"DELETE":
+                    if not is_empty_request(payload):
+                        raise errors.not_empty_request()
+                    proposal = self.meta.stream_delete(client, account, subj, reply_text, name)
+                else:  # RESTORE
+                    raise errors.stream_restore("natserver does not restore streams in a cluster yet")
+            else:
+                stream = text[4] if op != b"DURABLE" else text[5]
+                if op == b"DELETE":
+                    proposal = self.meta.consumer_delete(client, account, subj, reply_text, stream, text[5])
+                else:
+                    if op == b"DURABLE":
+                        cfg_c, action = api.consumers.decode_create(stream, payload, name=text[6], durable=True)
+                        cname = text[6]
+                    elif n == 5:
+                        cfg_c, action = api.consumers.decode_create(stream, payload)
+                        cname = ""
+                    else:
+                        cname = text[5]
+                        cfg_c, action = api.consumers.decode_create(stream, payload, name=cname,
+                                                                    filter=".".join(text[6:]))
+                    if cfg_c.num_replicas > 1:
+                        raise errors.replicas_not_supported_in_cluster()
+                    proposal = self.meta.consumer_create(
+                        client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
+                        action, engine.limits.get("max_ack_pending", -1))
+        except ApiError as exc:
+            api._fail(reply, rtype, exc)
+            return
+        self._propose(proposal)
+
+    def _propose(self, proposal: Proposal) -> None:
+        group = self.group
+        if group is None:
+            return
+        try:
+            group.propose(proposal.data)
+        except NotLeader:
+            self.meta.leader_changed()  # (lost it meanwhile: the client retries)
+
+    # -- account info, names and lists ----------------------------------------------------------
+
+    def _account_info(self, engine: ClusterEngine, reply) -> None:
+        """jsAccountInfoRequest on the meta leader: the account's streams and consumers from
+        the assignments; memory, storage and API counts this server's plus the others' (their
+        $JSC.ARU usage updates)."""
+        api = engine.api
+        account = engine.account_name or ""
+        streams = self.state.streams.get(account, {})
+        remote = [sum(values) for values in zip((0, 0, 0, 0), *self.usage.get(account, {}).values())]
+        reserved_memory = reserved_storage = 0
+        for sa in streams.values():  # (jetstream.go reservedStorage)
+            max_bytes = int(sa.config.get("max_bytes") or 0)
+            if max_bytes > 0:
+                if sa.config.get("storage") == "memory":
+                    reserved_memory += max_bytes
+                else:
+                    reserved_storage += max_bytes
+        api.account_info(reply, streams=len(streams), consumers=sum(len(sa.consumers) for sa in streams.values()),
+                         remote=(remote[0], remote[1], remote[2], remote[3]),
+                         reservations=(reserved_memory, reserved_storage))
+
+    # -- usage ---------------------------------------------------------------------------------
+
+    async def _usage_sender(self) -> None:
+        """jsAccount.sendClusterUsageUpdate, every USAGE_TICK: each account's usage here."""
+        while True:
+            await trio.sleep(USAGE_TICK)
+            for account, engine in self.engines.items():
+                if not engine.streams and account not in self._usage_sent:
+                    continue  # (nats-server: nothing to send before the account's first stream)
+                self._usage_sent.add(account)
+                memory = storage = 0
+                for stream in engine.streams.values():
+                    if stream.store.kind == "memory":
+                        memory += stream.store.bytes
+                    else:
+                        storage += stream.store.bytes
+                tier = R1_TIER.encode()
+                body = USAGE_HEAD.pack(memory, storage, engine.api_total, engine.api_errors, 0, len(tier)) + tier
+                self.system.publish(USAGE_SUBJECT.format(account=account, node=self.node_id).encode(), None, None, body)
+            self.server.flush_touched()
+
+    def _usage(self, subject, reply, headers, body) -> None:
+        """jsAccount.remoteUpdateUsage: another server's usage of an account (its tiers summed)."""
+        tokens = bytes(subject).decode("utf-8", "replace").split(".")
+        if len(tokens) != 4 or tokens[3] == self.node_id:
+            return
+        account, node = tokens[2], tokens[3]
+        data = bytes(body)
+        if len(data) < USAGE_HEAD.size:
+            return
+        memory, storage, api_total, api_errors, more, length = USAGE_HEAD.unpack_from(data)
+        offset = USAGE_HEAD.size + length
+        for _ in range(more):
+            if len(data) < offset + USAGE_RECORD.size:
+                break
+            tier_memory, tier_storage, length = USAGE_RECORD.unpack_from(data, offset)
+            memory, storage = memory + tier_memory, storage + tier_storage
+            offset += USAGE_RECORD.size + length
+        self.usage.setdefault(account, {})[node] = (memory, storage, api_total, api_errors)
+
+    def _names(self, engine: ClusterEngine, payload: bytes, rtype: str, reply) -> tuple[list[str], int] | None:
+        offset, filter = 0, ""
+        if is_json_object_or_array(payload) and not is_empty_request(payload):
+            try:
+                request = loads(payload)
+                if not isinstance(request, dict):
+                    raise ValueError("not an object")
+                offset = int(request.get("offset") or 0)
+                filter = str(request.get("subject") or "")
+            except (ValueError, TypeError):
+                engine.api._fail(reply, rtype, errors.invalid_json())
+                return None
+        names = []
+        for name, sa in self.state.streams.get(engine.account_name or "", {}).items():
+            if not filter or any(subjects_collide(filter, s) for s in sa.config.get("subjects") or ()):
+                names.append(name)
+        names.sort()
+        return names, min(max(offset, 0), len(names))
+
+    def _stream_names(self, engine: ClusterEngine, reply, payload: bytes) -> None:
+        rtype = _T + "stream_names_response"
+        found = self._names(engine, payload, rtype, reply)
+        if found is None:
+            return
+        names, offset = found
+        page = names[offset:offset + NAMES_LIMIT]
+        engine.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": NAMES_LIMIT,
+                                 "streams": page or None})
+
+    def _stream_list(self, engine: ClusterEngine, reply, payload: bytes) -> None:
+        """jsClusteredStreamListRequest: each stream's info asked of the server running it
+        ($JSC.SI), gathered for up to LIST_TIMEOUT; the streams that did not answer are
+        listed as ``missing``."""
+        rtype = _T + "stream_list_response"
+        found = self._names(engine, payload, rtype, reply)
+        if found is None:
+            return
+        names, offset = found
+        page = names[offset:offset + LIST_LIMIT]
+        account = engine.account_name or ""
+        subjects = [STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page]
+        self._gather(engine, reply, rtype, "streams", page, subjects, len(names), offset,
+                     lambda info: info["config"]["name"])
+
+    def _consumer_names(self, engine: ClusterEngine, stream: str, reply, payload: bytes, *, full: bool) -> None:
+        """jsConsumerNamesRequest / jsClusteredConsumerListRequest on the meta leader: the
+        stream's consumers from the assignments; their infos asked of the servers running
+        them ($JSC.CI), the silent ones listed as ``missing``."""
+        rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
+        offset = 0
+        if is_json_object_or_array(payload) and not is_empty_request(payload):
+            try:
+                request = loads(payload)
+                if not isinstance(request, dict):
+                    raise ValueError("not an object")
+                offset = max(int(request.get("offset") or 0), 0)
+            except (ValueError, TypeError):
+                engine.api._fail(reply, rtype, errors.invalid_json())
+                return
+        account = engine.account_name or ""
+        sa = self.state.stream(account, stream)
+        if sa is None:
+            engine.api._fail(reply, rtype, errors.stream_not_found())
+            return
+        names = sorted(sa.consumers)
+        offset = min(offset, len(names))
+        if not full:
+            page = names[offset:offset + NAMES_LIMIT]
+            engine.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": NAMES_LIMIT,
+                                     "consumers": page or None})
+            return
+        page = names[offset:offset + LIST_LIMIT]
+        subjects = [CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name) for name in page]
+        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"])
+
+    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: list[str],
+                total: int, offset: int, name_of) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._gather_task, engine, reply, rtype, key, page, subjects, total, offset,
+                                     name_of)
+
+    async def _gather_task(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str],
+                           subjects: list[str], total: int, offset: int, name_of) -> None:
+        account = self.system
+        inbox = "_INBOX.jsc." + "".join(self.rng.choice(_DIGITS) for _ in range(16))
+        infos: dict[str, dict] = {}
+        done = trio.Event()
+        awaited = set(page)
+
+        def collect(subject, reply_, headers, body) -> None:
+            try:
+                info = loads(bytes(body))
+                name = name_of(info)
+            except (ValueError, KeyError, TypeError):
+                return
+            if name in awaited:
+                infos[name] = info
+                if len(infos) == len(awaited):
+                    done.set()
+
+        sub = account.subscribe(inbox + ".*", collect)
+        try:
+            for i, subject in enumerate(subjects):
+                account.publish(subject.encode(), f"{inbox}.{i}".encode(), None, b"")
+            self.server.flush_touched()
+            if page:
+                with trio.move_on_after(LIST_TIMEOUT):
+                    await done.wait()
+        finally:
+            account.unsubscribe(sub)
+        limit = LIST_LIMIT
+        response: dict = {"type": rtype, "total": total, "offset": offset, "limit": limit,
+                          key: [infos[name] for name in page if name in infos]}
+        missing = [name for name in page if name not in infos]
+        if missing:
+            response["missing"] = missing
+        engine.api._send(reply, response)
+        self.server.flush_touched()
+
+    # -- step-down, peers ----------------------------------------------------------------------
+
+    def _stepdown(self, subject, reply, headers, body) -> None:
+        """jsLeaderStepDownRequest (system account only): the meta leader hands over."""
+        group = self.group
+        if group is None or not group.leader:
+            return
+        response: dict = {"type": _T + "meta_leader_stepdown_response"}
+        try:
+            group.step_down()
+            response["success"] = True
+        except NotLeader as exc:
+            response["error"] = errors.raft_general(str(exc)).to_json()
+        if reply:
+            self.nrg.account.publish(reply, None, None, dumps(response))
+
+    def _ping_statsz(self) -> None:
+        account = self.nrg.account
+        inbox = "_INBOX.jsc.statsz." + "".join(self.rng.choice("0123456789abcdef") for _ in range(12))
+        sub = account.subscribe(inbox, self._statsz)
+        self._subs.append((account, sub))
+        account.publish(STATSZ_PING.encode(), inbox.encode(), None, b"")
+
+    def _statsz(self, subject, reply, headers, body) -> None:
+        """A server's STATSZ (events.go remoteServerUpdate): its name, cluster, tags and
+        JetStream limits and usage, for placement (nodeToInfo)."""
+        try:
+            message = loads(bytes(body))
+            server = message["server"]
+            name = server["name"]
+        except (ValueError, KeyError, TypeError):
+            return
+        peer = node_id(name)
+        self.names[peer] = name
+        statsz = message.get("statsz") or {}
+        jetstream = statsz.get("jetstream") or {}
+        config, stats = jetstream.get("config"), jetstream.get("stats")
+        enabled = bool(int(server.get("flags") or 0) & CAPABILITY_JETSTREAM)
+        self.peers[peer] = PeerInfo(
+            peer, name, server.get("cluster", ""), list(server.get("tags") or ()), offline=False,
+            reported=enabled and isinstance(config, dict) and isinstance(stats, dict),
+            max_memory=int((config or {}).get("max_memory") or 0), max_store=int((config or {}).get("max_storage") or 0),
+            memory=int((stats or {}).get("memory") or 0), store=int((stats or {}).get("storage") or 0),
+            reserved_memory=int((stats or {}).get("reserved_memory") or 0),
+            reserved_store=int((stats or {}).get("reserved_storage") or 0))
+        self._refresh_peers()
+
+    def _refresh_peers(self) -> None:
+        """The meta leader's peers for placement: the meta group's members it heard of, those
+        this server has no route to offline (placed on last: natserver sends no shutdown event,
+        a route's loss is what it sees of a server going)."""
+        group = self.group
+        members = set(group.node.peers) if group is not None else set()
+        reachable = {node_id(name) for name in self._route_peers()} | {self.node_id}
+        for peer, info in self.peers.items():
+            info.offline = peer not in reachable
+        self.meta.peers = [info for peer, info in self.peers.items() if peer in members]
+
+    # -- monitoring ----------------------------------------------------------------------------
+
+    def meta_json(self) -> dict:
+        """/jsz's meta_cluster (jsz.go MetaClusterInfo)."""
+        group = self.group
+        out: dict = {"name": self.name}
+        if group is None:
+            return out
+        node = group.node
+        for name in self._route_peers():  # (the servers' names: their STATSZ, or the routes')
+            self.names.setdefault(node_id(name), name)
+        if node.leader:
+            out["leader"] = self.names.get(node.leader, node.leader)
+            out["peer"] = node.leader
+        replicas = []
+        now = clock.monotonic()
+        for peer in node.peers:
+            if peer == self.node_id:
+                continue
+            entry: dict = {"name": self.names.get(peer, peer)}
+            if group.leader:
+                seen = node._seen.get(peer)
+                active = now - seen if seen is not None else None
+                entry["current"] = active is not None and active < LEADERLESS_AFTER
+                entry["active"] = int(active * 1e9) if active is not None else 0
+            else:
+                entry["current"] = peer == node.leader
+                entry["active"] = 0
+            entry["peer"] = peer
+            replicas.append(entry)
+        if replicas:
+            out["replicas"] = replicas
+        out["cluster_size"] = node.cluster_size
+        out["quorum_needed"] = node.quorum
+        out["pending"] = self.meta.pending if group.leader else 0
+        return out
+
+
+def _consumer_config(ca: ConsumerAssignment) -> ConsumerConfig:
+    return ConsumerConfig.from_json(ca.config)
+
+
+def _request_account(hdr) -> str:
+    """The account a Nats-Request-Info header names (its ``svc``, else its ``acc``)."""
+    if not hdr:
+        return ""
+    for line in bytes(hdr).split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == CLIENT_INFO_HEADER.lower():
+            try:
+                info = loads(value.strip())
+            except ValueError:
+                return ""
+            if isinstance(info, dict):
+                return str(info.get("svc") or info.get("acc") or "")
+    return ""
+
+
+def _response_type(tokens: list[bytes]) -> str:
+    """The response type of a meta request (for its errors)."""
+    kind = tokens[2]
+    op = tokens[3] if len(tokens) > 3 else b""
+    if kind == b"INFO":
+        return _T + "account_info_response"
+    if kind == b"STREAM":
+        return _T + {b"NAMES": "stream_names_response", b"LIST": "stream_list_response",
+                     b"CREATE": "stream_create_response", b"UPDATE": "stream_update_response",
+                     b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response"}.get(op, "")
+    if op == b"DELETE":
+        return _T + "consumer_delete_response"
+    if op in (b"NAMES", b"LIST"):
+        return _T + ("consumer_names_response" if op == b"NAMES" else "consumer_list_response")
+    return _T + "consumer_create_response"

@@ -1,0 +1,63 @@
+"""JetStream in a cluster at startup: nats-server's rules (jetstream.go validateJetStreamOptions:
+a server name and a cluster name, its error texts), the refusal kept for users while the
+clustered JetStream is in progress (issue #32), and a meta group without a leader: silent at
+first, then 10008 once it has been leaderless for raft.go's lostQuorumInterval."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+
+import natserver
+from natserver.jetstream.cluster import LEADERLESS_AFTER
+from natserver.testing import NatsServer
+
+TEST_TIMEOUT = 60.0  # seconds of real time for the test (the hard timeout)
+REQUEST_TIMEOUT = 2.0
+
+
+def clustered(**changes) -> natserver.Options:
+    base = {"jetstream": True, "cluster_port": -1, "cluster_name": "C", "server_name": "s1",
+            "jetstream_cluster_preview": True}
+    return natserver.Options(**{**base, **changes})
+
+
+def test_jetstream_in_a_cluster_is_still_refused_to_users():
+    with pytest.raises(ValueError, match="JetStream cannot be used in a cluster with natserver"):
+        clustered(jetstream_cluster_preview=False).validate()
+
+
+def test_a_server_name_and_a_cluster_name_are_required_with_nats_servers_texts():
+    with pytest.raises(ValueError) as error:
+        clustered(server_name="").validate()
+    assert str(error.value) == "jetstream cluster requires `server_name` to be set"
+    with pytest.raises(ValueError) as error:
+        clustered(cluster_name="").validate()
+    assert str(error.value) == "jetstream cluster requires `cluster.name` to be set"
+    clustered().validate()  # both given: accepted
+
+
+def test_a_meta_group_without_a_leader_answers_10008_after_the_lost_quorum_interval(tmp_path):
+    """One server of an expected cluster (nobody answers its votes): the meta group has no
+    leader; the API is silent at first (a leader may come), then answers 10008."""
+    server = NatsServer(clustered(store_dir=str(tmp_path), host="127.0.0.1", port=-1, cluster_host="127.0.0.1"))
+    with server:
+        async def main():
+            nc = await nats.connect(server.url)
+            try:
+                with pytest.raises(nats.errors.TimeoutError):
+                    await nc.request("$JS.API.INFO", b"", timeout=REQUEST_TIMEOUT)
+                await server.advance_async(LEADERLESS_AFTER + 1)
+                answer = json.loads((await nc.request("$JS.API.INFO", b"", timeout=REQUEST_TIMEOUT)).data)
+                assert answer == {"type": "io.nats.jetstream.api.v1.account_info_response", "error": {
+                    "code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}}
+                created = json.loads((await nc.request("$JS.API.STREAM.CREATE.S", b'{"name": "S"}',
+                                                       timeout=REQUEST_TIMEOUT)).data)
+                assert created["error"]["err_code"] == 10008
+            finally:
+                await nc.close()
+
+        asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
