@@ -22,6 +22,11 @@ needs_nats_server = reference.needs_nats_server
 SERVERS = ("nats-server", "natserver")
 
 
+# Seconds a server process gets to accept connections (a loaded 2-core machine running the
+# suite on two workers can take several to start Python and import natserver).
+START_TIMEOUT = 30
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,14 +44,16 @@ def running(kind: str, config: str, tmp_path, args: tuple = (), binary: str = NA
     argv += ["-a", "127.0.0.1", "-p", str(port), "-c", str(path), *args]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind} did not start: {proc.stderr.read().decode(errors='replace')}") from None
+                    proc.kill()  # (a server still starting would keep stderr open: read() never returned)
+                    _, err = proc.communicate(timeout=10)
+                    raise RuntimeError(f"{kind} did not start: {err.decode(errors='replace')}") from None
                 time.sleep(0.03)
         yield port
     finally:
