@@ -21,9 +21,7 @@ fuzz scenario on this 2-core machine, the servers interleaved, medians of 3 roun
 at load 7-15, 27/96 ms before, 27/113 ms with units a pass alone, 16/81 ms with rests (then
 measured on the wall clock; nats-server 2/117); at load 8-11, 24/69 ms before, 12/44 ms now
 (nats-server 3/30). Nothing is refused or answered differently, only later: the
-connections in the storm get exactly nats-server's answers. The price: while units wait they
-get half the thread at most, so a storm of legitimate connects is served more slowly (3000
-clients connecting at once, every PONG: 6.8 s against 3.6 s before, load 9).
+connections in the storm get exactly nats-server's answers.
 
 Admission is engaged only under a storm of connections that end without a valid CONNECT
 (HOSTILE_CLOSES of them within HOSTILE_WINDOW; it stays engaged ENGAGED_FOR after the last such
@@ -51,8 +49,8 @@ __all__ = ["Admission", "ENGAGED_FOR", "HOSTILE_CLOSES", "HOSTILE_WINDOW", "UNVE
 UNVERIFIED_WORK_PER_PASS = 4
 # The part of the time the passes that run waiting units may take while units wait (the rest
 # the admitter sleeps). natserver's own figure: half leaves the thread idle half the time under
-# a storm, so that it is not always ready to run (see above); a storm of legitimate connects
-# (clients coming back after a restart) is served at half the rate it would be otherwise.
+# a storm, so that it is not always ready to run (see above). Only while admission is engaged
+# (a storm of connections closed before CONNECT): legitimate connects never engage it.
 UNVERIFIED_SHARE = 0.5
 # The shortest rest: epoll waits in milliseconds (Python rounds a shorter timeout up), so the
 # rests owed are summed until they come to this, and what a rest oversleeps is paid back.
