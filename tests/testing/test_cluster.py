@@ -7,6 +7,7 @@ test must take under a second (the issue).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import nats
@@ -192,9 +193,14 @@ def test_a_leaf_node_of_one_server():
         attach_leaf(plain)
 
 
-def test_jetstream_in_a_cluster_is_refused_clearly():
-    with pytest.raises(ValueError, match="no clustered JetStream"):
-        NatsCluster(jetstream=True)
+def test_jetstream_in_a_cluster_gives_each_node_its_own_store():
+    """NatsCluster(jetstream=True) (issue #32, R1 so far: tests/jetstream/cluster): every node
+    runs JetStream on a store directory of its own, removed when the cluster stops."""
+    with NatsCluster(size=2, jetstream=True) as cluster:
+        stores = [node.options.store_dir for node in cluster.servers]
+        assert all(node.options.jetstream for node in cluster.servers)
+        assert len(set(stores)) == 2 and all(os.path.isdir(path) for path in stores)
+    assert not any(os.path.exists(path) for path in stores)
 
 
 def test_advance_moves_every_node():
