@@ -251,6 +251,7 @@ class JetStream:
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._schedules)
                 nursery.start_soon(self._syncer)
+                nursery.start_soon(self._load_indexes)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -730,6 +731,15 @@ class JetStream:
                     scope.deadline = trio.current_time() + max(0.0, (deadline - clock.now_ns()) / 1e9)
                 await trio.sleep_forever()
             self._fire_scope = None
+
+    async def _load_indexes(self) -> None:
+        """The arrays of the stores recovered from their index files' summaries (served from
+        the start: FileStore.load_step), one segment a step between the other work; a request
+        that needs a store's index sooner reads the rest of it then."""
+        for stream in list(self.streams.values()):
+            store = stream.store
+            while isinstance(store, FileStore) and store.load_step():
+                await trio.sleep(0)
 
     async def _syncer(self) -> None:
         while True:
