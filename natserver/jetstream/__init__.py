@@ -68,6 +68,10 @@ EXPIRE_RETRY_NS = 1_000_000_000
 # bound between sums does not see, a stream's store replaced or loaded under the same count of
 # streams, counts within this long. nats-server's own usage figures are updated as stores write.
 USAGE_RESUM = 1.0
+# The stores recovered from their index files' summaries read their arrays this long after the
+# start (natserver's own choice), so that the start itself and its first requests, which the
+# summaries answer, do not wait for them; a request that needs an index sooner reads it then.
+INDEX_LOAD_DELAY = 0.1
 
 
 def parse_sync(value) -> tuple[bool, float]:
@@ -742,6 +746,9 @@ class JetStream:
         """The arrays of the stores recovered from their index files' summaries (served from
         the start: FileStore.load_step), one segment a step between the other work; a request
         that needs a store's index sooner reads the rest of it then."""
+        if not any(isinstance(stream.store, FileStore) and stream.store.loading for stream in self.streams.values()):
+            return
+        await trio.sleep(INDEX_LOAD_DELAY)
         for stream in list(self.streams.values()):
             store = stream.store
             while isinstance(store, FileStore) and store.load_step():
