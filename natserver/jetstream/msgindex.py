@@ -32,13 +32,15 @@ _FEW_SUBJECTS = 64
 _FEW_BLOCK_SUBJECTS = 4
 
 
-def summarize(first: int, size: array, sid: array) -> tuple[int, int, dict[int, tuple[int, int, int]]]:
+def summarize(first: int, size: array, sid: array, ids=None) -> tuple[int, int, dict[int, tuple[int, int, int]]]:
     """A block's live messages, their bytes, and per subject id its (count, first sequence,
     last sequence): what an index file holds so that a restart needs no pass over its arrays
-    (``first``: the block's first sequence; dead positions have size 0 and id DEAD)."""
+    (``first``: the block's first sequence; dead positions have size 0 and id DEAD; ``ids``:
+    the ids in it when known, as ``block``'s table has them)."""
     n = len(sid)
-    ids = set(sid)
-    ids.discard(DEAD)
+    if ids is None:
+        ids = set(sid)
+        ids.discard(DEAD)
     if len(ids) <= _FEW_BLOCK_SUBJECTS:
         rev = sid[::-1]
         out = {s: (sid.count(s), first + sid.index(s), first + n - 1 - rev.index(s)) for s in ids}

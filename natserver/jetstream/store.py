@@ -1554,7 +1554,7 @@ class FileStore(Store):
             lo = hi = 0
             ts_a, off_a, size_a, sid_a, table = array("q"), array("I"), array("I"), array("I"), {}
         try:
-            live, live_bytes, counts = summarize(lo, size_a, sid_a)
+            live, live_bytes, counts = summarize(lo, size_a, sid_a, table.keys())
             first_live = min((f for _, f, _ in counts.values()), default=0)
             tail = []
             for sid, subj in table.items():
