@@ -32,6 +32,15 @@ _FEW_SUBJECTS = 64
 _FEW_BLOCK_SUBJECTS = 4
 
 
+def _last_position(sid: array, s: int) -> int:
+    """The last position of id ``s`` (there is one): a walk back from the end, where a block's
+    few subjects are met at once."""
+    j = len(sid) - 1
+    while sid[j] != s:
+        j -= 1
+    return j
+
+
 def summarize(first: int, size: array, sid: array, ids=None) -> tuple[int, int, dict[int, tuple[int, int, int]]]:
     """A block's live messages, their bytes, and per subject id its (count, first sequence,
     last sequence): what an index file holds so that a restart needs no pass over its arrays
@@ -41,9 +50,8 @@ def summarize(first: int, size: array, sid: array, ids=None) -> tuple[int, int, 
     if ids is None:
         ids = set(sid)
         ids.discard(DEAD)
-    if len(ids) <= _FEW_BLOCK_SUBJECTS:
-        rev = sid[::-1]
-        out = {s: (sid.count(s), first + sid.index(s), first + n - 1 - rev.index(s)) for s in ids}
+    if len(ids) <= _FEW_BLOCK_SUBJECTS:  # (no copy of the block: its garbage would stay resident)
+        out = {s: (sid.count(s), first + sid.index(s), first + _last_position(sid, s)) for s in ids}
     else:
         counts = Counter(sid)
         last = dict(zip(sid, range(first, first + n)))
