@@ -567,6 +567,21 @@ def _time_to_ready(spec: ServerSpec, store: str, want: int) -> tuple[float, obje
         time.sleep(0.005)
 
 
+def _settled_rss(server) -> int:
+    """The server's RSS (KiB) once it stopped moving: a restarted natserver answers from its
+    index files' summaries and reads the arrays after (a 10 M-message stream: a second or
+    more), so 0.5 s after the start would catch it half way."""
+    time.sleep(0.5)
+    rss = server.rss_kib()
+    for _ in range(40):  # (at most 10 s more)
+        time.sleep(0.25)
+        again = server.rss_kib()
+        if again == rss:
+            break
+        rss = again
+    return rss
+
+
 def bench_store(spec: ServerSpec, msgs: int) -> dict:
     """RSS growth per stored message and the restart after kill -9 (see the docstring)."""
     store = tempfile.mkdtemp(prefix="jsbench-store-")
@@ -597,8 +612,7 @@ def bench_store(spec: ServerSpec, msgs: int) -> dict:
         base_rss = base.rss_kib()
         base.stop()
         restart_s, server = _time_to_ready(spec, store, msgs)
-        time.sleep(0.5)
-        restart_rss = server.rss_kib()
+        restart_rss = _settled_rss(server)
         return {
             "msgs": msgs, "fill_msgs_per_s": msgs / fill_s,
             "rss_per_msg": (rss_after - rss_before) * 1024 / msgs,

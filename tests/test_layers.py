@@ -82,6 +82,9 @@ _LAZY_MODULES_ON_PURPOSE = {
     "natserver/cli.py": frozenset({".config.mapping"}),
     # the signal handlers' reload, for the system account's RELOAD request
     "natserver/system/__init__.py": frozenset({"..server.signals"}),
+    # encryption at rest (cryptography's ciphers, the config mapping's cipher names), only
+    # with a key or an encrypted stream: off the JetStream start (issue #34's restart)
+    "natserver/jetstream/__init__.py": frozenset({".crypto"}),
 }
 
 

@@ -158,3 +158,21 @@ def test_create_curve_keys():
     assert public.startswith("X") and len(public) == 56
     assert prefix == nkeys.PREFIX_CURVE
     assert raw == X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+
+
+# What a JetStream start (-js) must not load before it serves: encryption at rest (only with a
+# key or an encrypted stream: cryptography's ciphers and the config file's mapping, ~20 ms),
+# issue #34's restart in <= 0.5 s.
+NOT_ON_JETSTREAM_START = (
+    "natserver.jetstream.crypto",
+    "cryptography.hazmat.primitives.ciphers.aead",
+    "cryptography.hazmat.primitives.kdf.hkdf",
+    "natserver.config.mapping",
+    "natserver.auth.jwt",
+)
+
+
+def test_a_jetstream_start_imports_no_encryption(tmp_path):
+    loaded = modules_at_first_info("-js", "-sd", str(tmp_path), "-a", "127.0.0.1", "-p", "PORT")
+    assert {"natserver.jetstream", "natserver.jetstream.store"} <= loaded
+    assert sorted(name for name in NOT_ON_JETSTREAM_START if name in loaded) == []

@@ -47,7 +47,7 @@ from .. import clock
 from ..nrg import run_nrg
 from ..protocol.gotext import parse_duration
 from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
-from . import consumer_store, crypto, errors, monitor, not_enabled
+from . import consumer_store, errors, monitor, not_enabled
 from .api import Api
 from .cluster import REPLY_PREFIX, JetStreamCluster
 from .delivery import Delivery
@@ -56,7 +56,7 @@ from .snapshot import Snapshots
 from .sourcing import Sourcing
 from .store import ADDED_BYTES, FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
-from .util import DEFAULT_SYNC_INTERVAL, dumps, loads, subjects_collide
+from .util import DEFAULT_SYNC_INTERVAL, KEY_FILE, EncryptionKeyError, dumps, loads, subjects_collide
 from .versioning import copy_metadata
 
 __all__ = ["JetStream", "enable_jetstream"]
@@ -71,6 +71,10 @@ EXPIRE_RETRY_NS = 1_000_000_000
 # bound between sums does not see, a stream's store replaced or loaded under the same count of
 # streams, counts within this long. nats-server's own usage figures are updated as stores write.
 USAGE_RESUM = 1.0
+# The stores recovered from their index files' summaries read their arrays this long after the
+# start (natserver's own choice), so that the start itself and its first requests, which the
+# summaries answer, do not wait for them; a request that needs an index sooner reads it then.
+INDEX_LOAD_DELAY = 0.1
 
 
 def parse_sync(value) -> tuple[bool, float]:
@@ -162,7 +166,9 @@ class JetStream:
         # cipher alone does nothing (warned about in run()).
         self.key = None
         if options.jetstream_key:
-            self.key = crypto.ServerKey(options.jetstream_cipher or crypto.DEFAULT_CIPHER, options.jetstream_key)
+            from .crypto import DEFAULT_CIPHER, ServerKey  # (only with a key: cryptography's ciphers)
+
+            self.key = ServerKey(options.jetstream_cipher or DEFAULT_CIPHER, options.jetstream_key)
         self.segment_size = None  # None: the store's default (tests make it small)
         self.streams: dict[str, Stream] = {}
         # Atomic batches in flight (batch.py): the first engine's count is the server's.
@@ -259,6 +265,7 @@ class JetStream:
                 nursery.start_soon(self._expirer)
                 nursery.start_soon(self._schedules)
                 nursery.start_soon(self._syncer)
+                nursery.start_soon(self._load_indexes)
                 task_status.started(self)
                 await trio.sleep_forever()
         finally:
@@ -277,8 +284,10 @@ class JetStream:
         if self.key is not None:
             log.info("  Encryption:      %s", self.key.label)
         elif self.server.options.jetstream_cipher:
+            from .crypto import cipher_label
+
             log.warning("JetStream cipher %s is set without a key: streams are NOT encrypted",
-                        crypto.cipher_label(self.server.options.jetstream_cipher))
+                        cipher_label(self.server.options.jetstream_cipher))
 
     def _tell_other_accounts(self) -> None:
         """Every other account's ``$JS.API.>`` answers that JetStream is not enabled for it."""
@@ -383,7 +392,7 @@ class JetStream:
                 log.warning("JetStream: %s has no %s (not a natserver stream, or a crash during its "
                             "creation); skipped", path, META_FILE)
                 continue
-            except crypto.EncryptionKeyError as exc:
+            except EncryptionKeyError as exc:
                 log.error("JetStream: can not load the stream in %s: %s", path, exc)
                 raise
             except (ValueError, KeyError, TypeError, ApiError) as exc:
@@ -418,21 +427,23 @@ class JetStream:
     def _stream_cipher(self, path: str, name: str):
         """The stream's keys (None: a plain stream); EncryptionKeyError when the stream and
         the configuration do not fit (wrong key, no key, a plain stream under a key)."""
-        key_path = os.path.join(path, crypto.KEY_FILE)
+        key_path = os.path.join(path, KEY_FILE)
         where = f"stream '{name}'"
         if not os.path.exists(key_path):
             if self.key is not None and os.path.exists(os.path.join(path, META_FILE)):
-                raise crypto.EncryptionKeyError(
+                raise EncryptionKeyError(
                     f"{where} is stored unencrypted but jetstream encryption is configured: natserver does "
                     f"not convert stores (remove the key, or move the stream away)")
             return None
         if self.key is None:
-            raise crypto.EncryptionKeyError(f"{where} is encrypted but no jetstream key is configured")
+            raise EncryptionKeyError(f"{where} is encrypted but no jetstream key is configured")
         with open(key_path, "rb") as f:
             cipher = self.key.open_key_file(f.read(), where)
         if cipher.cipher != self.key.cipher:
+            from .crypto import cipher_label
+
             log.warning("JetStream: %s stays encrypted with %s (new streams use %s)", where,
-                        crypto.cipher_label(cipher.cipher), self.key.label)
+                        cipher_label(cipher.cipher), self.key.label)
         return cipher
 
     def _meta_bytes(self, cipher, cfg: StreamConfig, created: int) -> bytes:
@@ -524,7 +535,7 @@ class JetStream:
                 cipher = None
                 if self.key is not None:
                     key_file, cipher = self.key.key_file_bytes()
-                    write_atomic(os.path.join(path, crypto.KEY_FILE), key_file)
+                    write_atomic(os.path.join(path, KEY_FILE), key_file)
                 write_atomic(os.path.join(path, META_FILE), self._meta_bytes(cipher, cfg, created))
                 store: Store = self._file_store(path, cfg, created, cipher)
             else:
@@ -778,6 +789,18 @@ class JetStream:
                     scope.deadline = trio.current_time() + max(0.0, (deadline - clock.now_ns()) / 1e9)
                 await trio.sleep_forever()
             self._fire_scope = None
+
+    async def _load_indexes(self) -> None:
+        """The arrays of the stores recovered from their index files' summaries (served from
+        the start: FileStore.load_step), one segment a step between the other work; a request
+        that needs a store's index sooner reads the rest of it then."""
+        if not any(isinstance(stream.store, FileStore) and stream.store.loading for stream in self.streams.values()):
+            return
+        await trio.sleep(INDEX_LOAD_DELAY)
+        for stream in list(self.streams.values()):
+            store = stream.store
+            while isinstance(store, FileStore) and store.load_step():
+                await trio.sleep(0)
 
     async def _syncer(self) -> None:
         while True:

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ..config.mapping import JETSTREAM_CIPHERS
+from .util import KEY_FILE, EncryptionKeyError
 
 __all__ = ["CHACHA", "AES", "EncryptionKeyError", "ServerKey", "StreamCipher", "cipher_name", "cipher_label",
            "KEY_FILE"]
@@ -50,7 +51,6 @@ _LABELS = {CHACHA: "ChaCha20-Poly1305", AES: "AES-GCM"}
 _SPELLINGS = JETSTREAM_CIPHERS  # the config layer reads the key; the names are one table
 DEFAULT_CIPHER = CHACHA
 
-KEY_FILE = "key.enc"
 _KEY_MAGIC = b"NSJK\x01"  # natserver JetStream key file, version 1
 _META_MAGIC = b"NSJM\x01"  # an encrypted meta.json, version 1
 _CIPHER_IDS = {CHACHA: 1, AES: 2}
@@ -61,13 +61,6 @@ _KEY = 32  # 256-bit keys for both ciphers
 _KEK_INFO = b"natserver jetstream key-encryption key"
 _META_INFO = b"natserver jetstream metadata"
 _SEGMENT_INFO = b"natserver jetstream segments"
-
-
-class EncryptionKeyError(Exception):
-    """A store that can not be opened with the configured key (wrong key, no key, a plain
-    store under a key). Stops the server: serving without it would look like data loss."""
-
-    fatal_startup = True  # the CLI prints it as one line (natserver: ...) and exits 1
 
 
 def cipher_name(value: str) -> str:

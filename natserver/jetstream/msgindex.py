@@ -27,6 +27,37 @@ _TRIM_AT = 4096
 # Up to this many subjects, the per-subject state is rebuilt with a C search per subject
 # (array.count/index) rather than one pass that counts every message's subject.
 _FEW_SUBJECTS = 64
+# The same for a block's summary (summarize, written with every index file checkpoint): up to
+# this many subjects, three C passes per subject; more, one Counter and two dict passes.
+_FEW_BLOCK_SUBJECTS = 4
+
+
+def _last_position(sid: array, s: int) -> int:
+    """The last position of id ``s`` (there is one): a walk back from the end, where a block's
+    few subjects are met at once."""
+    j = len(sid) - 1
+    while sid[j] != s:
+        j -= 1
+    return j
+
+
+def summarize(first: int, size: array, sid: array, ids=None) -> tuple[int, int, dict[int, tuple[int, int, int]]]:
+    """A block's live messages, their bytes, and per subject id its (count, first sequence,
+    last sequence): what an index file holds so that a restart needs no pass over its arrays
+    (``first``: the block's first sequence; dead positions have size 0 and id DEAD; ``ids``:
+    the ids in it when known, as ``block``'s table has them)."""
+    n = len(sid)
+    if ids is None:
+        ids = set(sid)
+        ids.discard(DEAD)
+    if len(ids) <= _FEW_BLOCK_SUBJECTS:  # (no copy of the block: its garbage would stay resident)
+        out = {s: (sid.count(s), first + sid.index(s), first + _last_position(sid, s)) for s in ids}
+    else:
+        counts = Counter(sid)
+        last = dict(zip(sid, range(first, first + n)))
+        firsts = dict(zip(reversed(sid), range(first + n - 1, first - 1, -1)))
+        out = {s: (c, firsts[s], last[s]) for s, c in counts.items() if s != DEAD}
+    return sum(c for c, _, _ in out.values()), sum(size), out
 
 
 def _first_at_time(index, ts: int, lo: int, hi: int) -> int:
@@ -519,18 +550,17 @@ class MsgIndex:
         table = {s: subjects[s] for s in set(sid) if s != DEAD}
         return self.ts[i:j], self.off[i:j], self.size[i:j], sid, table
 
-    def extend_block(self, first: int, seg: int, ts: array, off: array, size: array, sid: array,
-                     table: dict[int, bytes]) -> None:
+    def extend_block(self, first: int, seg: int, ts, off, size, sid, table: dict[int, bytes],
+                     counts: dict[int, int] | None = None) -> dict[int, int]:
         """Append a block written by ``block`` (its subject ids those of ``table``) as
-        sequences ``first``.. in segment ``seg``."""
-        n = len(sid)
+        sequences ``first``.. in segment ``seg``: the arrays as arrays or as their bytes (an
+        index file's, copied once, into these arrays); ``counts``: the live messages of each
+        id when known (an index file's summary), else counted here. Returns the block's ids
+        mapped to this index's."""
+        n = memoryview(sid).nbytes // 4
         if not n:
-            return
+            return {}
         trans = {old: self.intern(subj) for old, subj in table.items()}
-        if any(old != new for old, new in trans.items()):
-            trans[DEAD] = DEAD
-            sid = array("I", map(trans.__getitem__, sid))
-        dead = sid.count(DEAD)
         if not self.live:
             self._clear_arrays()
             self.base = first
@@ -539,27 +569,37 @@ class MsgIndex:
             raise ValueError(f"sequence {first} is not after the last one indexed")
         if at > len(self.sid):
             self._pad(at - len(self.sid))
+        mine = self.sid
+        mine.frombytes(sid)
+        if counts is None:
+            block = mine[at:]
+            if len(table) == 1:
+                counts = {old: n - block.count(DEAD) for old in table}
+            else:
+                counts = {s: c for s, c in Counter(block).items() if s != DEAD}
+        live = sum(counts.values())
+        dead = n - live
+        if any(old != new for old, new in trans.items()):
+            mapping = dict(trans)
+            mapping[DEAD] = DEAD
+            mine[at:] = array("I", map(mapping.__getitem__, mine[at:]))
         segs = array("I", [seg]) * n
         if dead:
-            k = -1
+            k = at - 1
             for _ in range(dead):
-                k = sid.index(DEAD, k + 1)
-                segs[k] = 0
+                k = mine.index(DEAD, k + 1)
+                segs[k - at] = 0
         refs = self.refs
-        if len(table) == 1:
-            refs[self.sid_of[next(iter(table.values()))]] += n - dead
-        else:
-            for s, c in Counter(sid).items():
-                if s != DEAD:
-                    refs[s] += c
-        self.ts.extend(ts)
+        for old, c in counts.items():
+            refs[trans[old]] += c
+        self.ts.frombytes(ts)
         self.seg.extend(segs)
-        self.off.extend(off)
-        self.size.extend(size)
-        self.sid.extend(sid)
-        self.live += n - dead
-        if self.sid[self.head] == DEAD:  # (the block, or padding, starts the index)
+        self.off.frombytes(off)
+        self.size.frombytes(size)
+        self.live += live
+        if mine[self.head] == DEAD:  # (the block, or padding, starts the index)
             self._advance_head()
+        return trans
 
     @property
     def end(self) -> int:

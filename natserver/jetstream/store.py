@@ -65,7 +65,7 @@ from collections.abc import Callable
 
 from ..server.reclaim import load_malloc_trim
 from . import compressed
-from .msgindex import DEAD, DictIndex, MsgIndex
+from .msgindex import DEAD, DictIndex, MsgIndex, summarize
 from .ttl import TtlSchedule, expires_at, header_ttl, is_marker
 from .util import compile_filter, get_header, has_wildcard
 
@@ -671,6 +671,8 @@ T_STATE = 3
 T_ERASED = 4
 
 _U32 = struct.Struct("<I")
+_U16 = struct.Struct("<H")
+_NO_ENTRY = (None,)  # (an index lookup's default: no subject)
 _FRAME = struct.Struct("<IB")  # length (type + body), type
 _MSG_HEAD = struct.Struct("<IBQqHII")  # frame + seq, ts, subject/header/data lengths
 _MSG_FIXED = _MSG_HEAD.size  # 31: the record's bytes before the subject
@@ -708,16 +710,24 @@ _TTL_VERSION = 1
 _TTL_HEAD = struct.Struct("<4sHHQQQ")  # magic, version, reserved, covered, heap entries, never
 
 # Segment index files (FileStore._write_seg_index): header, then the arrays, the subjects
-# (id, length, bytes), the DEL sequences and the sequences of messages with headers (their
-# Nats-Msg-Id is read at start when they are within the duplicate window), then a CRC-32.
+# (id, length, live messages, first and last sequence, bytes), the DEL sequences and the
+# sequences of messages with headers (their Nats-Msg-Id is read at start when they are within
+# the duplicate window), then a CRC-32. The header's live count and bytes and the subjects'
+# counts are the block's summary: a restart takes the state from them, with no pass over the
+# arrays (version 3; version 2 files, without them, are still read and summarized at load).
 INDEX_SUFFIX = ".idx"
 _IDX_MAGIC = b"NSIX"
-_IDX_VERSION = 2
+_IDX_VERSION = 3
 # magic, version, reserved, segment length, first sequence, positions, subjects, DELs,
 # messages with headers, the stream's first_seq/last_seq/last_ts when it was written, the
-# highest timestamp in it
-_IDX_HEAD = struct.Struct("<4sHHQQIIIIQQqq")
-_IDX_SUBJ = struct.Struct("<IH")
+# highest timestamp in it, then (version 3) the block's live messages and their bytes, its
+# first live sequence and that message's timestamp, and a CRC-32 of the header before it and
+# of what follows the arrays (subjects, DELs, headers): what a start reads without the arrays
+# (FileStore._read_seg_meta; the arrays are loaded after, FileStore.load_step)
+_IDX_HEAD = struct.Struct("<4sHHQQIIIIQQqqQQQqI")
+_IDX_SUBJ = struct.Struct("<IHIQQ")
+_IDX_HEAD_V2 = struct.Struct("<4sHHQQIIIIQQqq")
+_IDX_SUBJ_V2 = struct.Struct("<IH")
 # The active segment's index file is written again each time this much more of it was
 # written, so that a restart after kill -9 reads at most this much record by record.
 CHECKPOINT_BYTES = 1024 * 1024
@@ -848,11 +858,280 @@ class FileStore(Store):
         self.active_zchunks: list[tuple[int, bytes]] = []
         # (seq, ts, subject, headers) of messages with schedule headers (schedule.py)
         self.recovered_schedules: list[tuple[int, int, bytes, bytes]] | None = None
+        self._rbuf = bytearray()  # index files are read into this (recovery only)
+        # A store recovered from its index files' summaries (_recover_summary): the index
+        # built so far, the segments whose arrays are still to be read (segment, first
+        # sequence, positions, per subject id counts, bytes covered) and the records after
+        # the last index file, indexed last (load_step).
+        self._partial: MsgIndex | None = None
+        self._deferred: list[tuple] | None = None
+        self._deferred_tail: list[tuple] = []
+        self._reread: list[tuple[int, int, int, int]] = []  # index files load_step could not read
         self._recover(dedup_window, now)
+        self._rbuf = bytearray()
 
     # -- recovery -----------------------------------------------------------------------------
 
+    @property
+    def loading(self) -> bool:
+        """Whether the index's arrays are still to be read (see load_step)."""
+        return bool(self.__dict__.get("_deferred"))
+
+    def load_step(self) -> bool:
+        """Read one more segment's arrays into the index of a store recovered from the
+        summaries (at most one index file's worth of work); True while more remain. The
+        last step puts the index in place."""
+        deferred = self.__dict__.get("_deferred")
+        if not deferred:
+            return False
+        partial = self._partial
+        assert partial is not None
+        seg, first, count, counts, size = deferred.pop(0)
+        if count and not self.closed:
+            loaded = self._load_seg_index(seg)
+            if loaded is not None and loaded[1] == first and len(loaded[5]) == 4 * count \
+                    and loaded[10][2] == counts:
+                ts_a, off_a, size_a, sid_a, table = loaded[2:7]
+                partial.extend_block(first, seg, ts_a, off_a, size_a, sid_a, table,
+                                     {old: c for old, (c, _, _) in counts.items()})
+            else:  # (the file changed or went bad since the start: its records instead)
+                log.warning("JetStream: %s: index file of segment %d unreadable after the start; "
+                            "reading its records", self.msgs_dir, seg)
+                self._reread.append((seg, first, first + count - 1, size))
+                try:
+                    self._index_records(partial, seg, first, first + count - 1, size)
+                except OSError as exc:
+                    log.error("JetStream: %s: segment %d unreadable: %s; its messages are lost",
+                              self.msgs_dir, seg, _os_error_text(exc))
+                    self.lost += 1
+            loaded = None
+        if deferred:
+            return True
+        for seq, subj, ts, seg, off, size in self._deferred_tail:
+            if seq >= partial.end or not partial:
+                partial.add(seq, subj, ts, seg, off, size)
+        self.idx = partial
+        self.__class__ = FileStore  # (see _LoadingFileStore)
+        if self._reread:  # (the state again from what the index holds now, and the files)
+            reread, self._reread = self._reread, []
+            for seg, lo, hi, size in reread:
+                if seg in self.fds and lo < partial.end:
+                    self._write_seg_index(seg, lo, min(hi, partial.end - 1), [], [], size)
+            self.fss = partial.subject_state()
+            self.msgs, self.bytes = len(partial), partial.total_size()
+            for seg in self.segs:
+                self.live[seg] = 0
+            for seq in partial:
+                self.live[partial.seg_of(seq)] += 1
+            if partial:
+                self.first_seq = partial.next_live(0, self.last_seq)
+                self.first_ts = partial.ts_of(self.first_seq)
+        self._deferred = None
+        self._deferred_tail = []
+        self._partial = None
+        self._rbuf = bytearray()
+        self._trim_heap()
+        return False
+
+    def _index_records(self, idx: MsgIndex, seg: int, lo: int, hi: int, size: int) -> None:
+        """Index the MSG records of sequences [lo, hi] in the first ``size`` bytes of a plain
+        segment (what its index file said, when that file can no longer be read)."""
+        with open(self._seg_path(seg), "rb") as f:
+            data = f.read(size)
+        view = memoryview(data)
+        pos, n = 0, len(data)
+        while pos < n:
+            ok, total = _check_record(view, pos, n)
+            if not ok:
+                break
+            if view[pos + 4] == T_MSG:
+                seq, ts, sl, hl, ml = _MSG_BODY.unpack_from(view, pos + 5)
+                if lo <= seq <= hi and seq >= idx.end:
+                    start = pos + _MSG_FIXED
+                    idx.add(seq, bytes(view[start : start + sl]), ts, seg, pos, _msg_size(sl, hl, ml))
+            pos += total
+        view.release()
+
+    def _read_seg_meta(self, seg: int):
+        """A version 3 index file's summary without its arrays (its header and what follows
+        them, under their own checksum), or None: (covered length, first, positions, live,
+        bytes, first live sequence and its timestamp, (first_seq, last_seq, last_ts),
+        per subject id (count, first, last), subjects, DELs, header sequences)."""
+        if self.cipher is not None or not _INDEX_FILES:
+            return None
+        try:
+            fd = os.open(self._idx_path(seg), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            raw = os.pread(fd, _IDX_HEAD.size, 0)
+            if len(raw) != _IDX_HEAD.size or raw[:4] != _IDX_MAGIC or _U16.unpack_from(raw, 4)[0] != _IDX_VERSION:
+                return None
+            (_, _, _, covered, first, count, n_subj, n_dels, n_hdrs, s_first, s_last, s_lts, _max_ts, live,
+             live_bytes, first_live, first_live_ts, meta_crc) = _IDX_HEAD.unpack(raw)
+            at = _IDX_HEAD.size + 20 * count
+            if size < at + 4 or covered > self._seg_len(seg):
+                return None
+            tail = os.pread(fd, size - 4 - at, at)
+            if len(tail) != size - 4 - at or zlib.crc32(tail, zlib.crc32(raw[:-4])) != meta_crc:
+                return None
+            pos = 0
+            table, counts = {}, {}
+            for _ in range(n_subj):
+                sid, sl, *sums = _IDX_SUBJ.unpack_from(tail, pos)
+                pos += _IDX_SUBJ.size
+                table[sid] = tail[pos : pos + sl]
+                counts[sid] = tuple(sums)
+                pos += sl
+            if pos + 8 * (n_dels + n_hdrs) != len(tail) or live != sum(c for c, _, _ in counts.values()) \
+                    or live > count:
+                return None
+        except (OSError, struct.error):
+            return None
+        finally:
+            os.close(fd)
+        return (covered, first, count, live, live_bytes, first_live, first_live_ts, (s_first, s_last, s_lts),
+                counts, table, n_dels, n_hdrs)
+
+    def _recover_summary(self, dedup_window: int, now: int) -> bool:
+        """Recover from the index files' summaries alone when they say everything the state
+        needs, leaving the arrays to load_step (a task of the engine, or the first use of the
+        index): every segment plain with a whole version 3 index file, nothing removed since
+        the files were written (no DEL records in them nor in the records after them), no
+        message with headers (their Nats-Msg-Ids, TTLs and schedules are read at start), no
+        compression. Otherwise False, having changed nothing: _recover reads everything."""
+        if self.cipher is not None or not _INDEX_FILES or getattr(self.cfg, "compression", "none") == "s2" \
+                or getattr(self.cfg, "allow_msg_ttl", False) or getattr(self.cfg, "allow_msg_schedules", False):
+            return False
+        names = os.listdir(self.msgs_dir)
+        if any(not name.endswith((SEGMENT_SUFFIX, INDEX_SUFFIX)) for name in names):
+            return False  # (compressed segments, leftovers of a crash: the full recovery)
+        ids = sorted(int(name[: -len(SEGMENT_SUFFIX)]) for name in names
+                     if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit())
+        if not ids:
+            return False
+        fds: dict[int, int] = {}
+        taken = False
+        try:
+            for seg in ids:
+                fds[seg] = os.open(self._seg_path(seg), os.O_RDWR)
+            self.fds = fds  # (_seg_len)
+            metas = []
+            last = ids[-1]
+            for seg in ids:
+                meta = self._read_seg_meta(seg)
+                if meta is None and seg == last and not os.path.exists(self._idx_path(seg)):
+                    # (the newest segment before its first checkpoint: its records are read)
+                    meta = (0, 0, 0, 0, 0, 0, 0, (0, 0, 0), {}, {}, 0, 0)
+                if meta is None or meta[10] or meta[11]:  # (no file, or DELs or headers in it)
+                    return False
+                metas.append(meta)
+            length = os.fstat(fds[last]).st_size
+            if any(meta[0] != os.fstat(fds[seg]).st_size for seg, meta in zip(ids[:-1], metas)) or not length:
+                return False
+            end = 0  # the position after the last one indexed
+            fss: dict[bytes, list] = {}
+            live: dict[int, int] = {}
+            msgs = total_bytes = first_seq = first_ts = last_seq = last_ts = floor = 0
+            for seg, meta in zip(ids, metas):
+                (covered, first, count, n_live, n_bytes, first_live, first_live_ts, (s_first, s_last, s_lts),
+                 counts, table, _, _) = meta
+                if count and first < end:
+                    return False
+                live[seg] = n_live
+                msgs += n_live
+                total_bytes += n_bytes
+                if n_live and not first_seq:
+                    first_seq, first_ts = first_live, first_live_ts
+                for sid, (c, f, la) in counts.items():
+                    subj = table[sid]
+                    ss = fss.get(subj)
+                    if ss is None:
+                        fss[subj] = [c, f, la, subj]
+                    else:
+                        ss[0] += c
+                        ss[2] = la
+                if count:
+                    end = first + count
+                floor = max(floor, s_first)
+                if s_last > last_seq or (s_last == last_seq and not last_ts):
+                    last_seq, last_ts = s_last, s_lts
+            # The records after the newest segment's index file: messages without headers
+            # and STATE records only.
+            covered = metas[-1][0]
+            active_first = metas[-1][1] if metas[-1][2] else max(end, 1)
+            tail: list[tuple] = []
+            if covered < length:
+                data = os.pread(fds[last], length - covered, covered)
+                view = memoryview(data)
+                pos, n = 0, len(data)
+                while pos < n:
+                    ok, total = _check_record(view, pos, n)
+                    if not ok:
+                        return False  # (a torn tail: cut by the full recovery)
+                    length_, rtype = _FRAME.unpack_from(view, pos)
+                    if rtype == T_MSG:
+                        seq, ts, sl, hl, ml = _MSG_BODY.unpack_from(view, pos + 5)
+                        if hl or seq < end:
+                            return False
+                        start = pos + _MSG_FIXED
+                        subj = bytes(view[start : start + sl])
+                        size = _msg_size(sl, hl, ml)
+                        tail.append((seq, subj, ts, last, covered + pos, size))
+                        end = seq + 1
+                        live[last] += 1
+                        msgs += 1
+                        total_bytes += size
+                        if not first_seq:
+                            first_seq, first_ts = seq, ts
+                        ss = fss.get(subj)
+                        if ss is None:
+                            fss[subj] = [1, seq, seq, subj]
+                        else:
+                            ss[0] += 1
+                            ss[2] = seq
+                        if seq >= last_seq:
+                            last_seq, last_ts = seq, ts
+                    elif rtype == T_STATE:
+                        s_first, s_last, s_lts = struct.unpack_from("<QQq", view, pos + 5)
+                        floor = max(floor, s_first)
+                        if s_last > last_seq or (s_last == last_seq and not last_ts):
+                            last_seq, last_ts = s_last, s_lts
+                    else:
+                        return False
+                    pos += total
+                view.release()
+            if not msgs or floor > first_seq:
+                return False
+            taken = True
+        except OSError:
+            return False
+        finally:
+            if not taken:  # (the full recovery opens them again)
+                for fd in fds.values():
+                    os.close(fd)
+                self.fds = {}
+        self.segs = ids
+        self.live = live
+        self.msgs, self.bytes, self.fss = msgs, total_bytes, fss
+        self.first_seq, self.first_ts = first_seq, first_ts
+        self.last_seq, self.last_ts = last_seq, last_ts
+        self.size = length
+        if length < self.segment_size:  # (else a new segment, which loads the index first)
+            self.active, self.flushed = last, length
+        self.active_first, self.active_dels, self.active_hdrs = active_first, [], []
+        self.checkpointed = covered
+        self._partial = MsgIndex()
+        self._deferred = [(seg, meta[1], meta[2], meta[8], meta[0]) for seg, meta in zip(ids, metas)]
+        self._deferred_tail = tail
+        del self.idx  # (built by load_step; _LoadingFileStore's __getattr__ until then)
+        self.__class__ = _LoadingFileStore
+        self._resume_writes(recovering=True)
+        return True
     def _recover(self, dedup_window: int, now: int) -> None:
+        if self._recover_summary(dedup_window, now):
+            return
         names = os.listdir(self.msgs_dir)
         plain = {int(name[: -len(SEGMENT_SUFFIX)]) for name in names
                  if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit()}
@@ -890,6 +1169,25 @@ class FileStore(Store):
         seg_start: dict[int, int] = {}  # each segment's first sequence (its first position)
         dels: list[int] = []
         hdrs: list[int] = []
+        # The state as it is built, block summaries and scanned records added, removals taken
+        # off (drop), so that nothing at the end passes over every message: the live messages
+        # per segment, the bytes, and per subject [count, first, last, subject] (first and
+        # last looked up again at the end for the subjects a removal touched).
+        live = self.live
+        fss: dict[bytes, list] = {}
+        touched: set[bytes] = set()
+        total_bytes = 0
+
+        def drop(seq: int) -> None:
+            nonlocal total_bytes
+            entry = idx.pop(seq, None)
+            if entry is not None:
+                subj, _, size, in_seg, _ = entry
+                live[in_seg] -= 1
+                total_bytes -= size
+                fss[subj][0] -= 1
+                touched.add(subj)
+
         for k, seg in enumerate(ids):
             zipped = seg in self.zsegs
             seg_path = self._zpath(seg) if zipped else self._seg_path(seg)
@@ -908,16 +1206,29 @@ class FileStore(Store):
             hdr_lists[seg] = hdrs
             if loaded is not None:
                 (covered, first, ts_a, off_a, size_a, sid_a, table, seg_dels, seg_hdrs,
-                 (s_first, s_last, s_lts)) = loaded
-                if idx and first < idx.end and len(sid_a):
+                 (s_first, s_last, s_lts), (b_live, b_bytes, b_counts)) = loaded
+                count = len(sid_a) // 4
+                if idx and first < idx.end and count:
                     covered = 0  # (overlapping an older segment: never written so) scanned below
                 else:
-                    idx.extend_block(first, seg, ts_a, off_a, size_a, sid_a, table)
-                    if len(sid_a):
+                    trans = idx.extend_block(first, seg, ts_a, off_a, size_a, sid_a, table,
+                                             {old: c for old, (c, _, _) in b_counts.items()})
+                    del ts_a, off_a, size_a, sid_a, loaded  # (views of the read buffer)
+                    live[seg] += b_live
+                    total_bytes += b_bytes
+                    for old, (c, f, last) in b_counts.items():
+                        subj = idx.subjects[trans[old]]
+                        ss = fss.get(subj)
+                        if ss is None:
+                            fss[subj] = [c, f, last, subj]
+                        else:  # (blocks come in sequence order)
+                            ss[0] += c
+                            ss[2] = last
+                    if count:
                         seg_start[seg] = first
-                        last_indexed = first + len(sid_a) - 1
+                        last_indexed = first + count - 1
                     for seq in seg_dels:
-                        idx.pop(seq, None)
+                        drop(seq)
                     dels = seg_dels.tolist()
                     hdrs = seg_hdrs.tolist()
                     hdr_lists[seg] = hdrs
@@ -973,7 +1284,17 @@ class FileStore(Store):
                             self.lost += 1
                             pos += total
                             continue
-                        idx.add(seq, subj, ts, seg, base + pos, _msg_size(sl, hl, ml))
+                        size = _msg_size(sl, hl, ml)
+                        idx.add(seq, subj, ts, seg, base + pos, size)
+                        live[seg] += 1
+                        total_bytes += size
+                        ss = fss.get(subj)
+                        if ss is None:
+                            subj = idx.subjects[idx.sid_of[subj]]  # (the index's copy)
+                            fss[subj] = [1, seq, seq, subj]
+                        else:
+                            ss[0] += 1
+                            ss[2] = seq
                         last_indexed = seq
                         if seq >= last_seq:
                             last_seq, last_ts = seq, ts
@@ -985,11 +1306,11 @@ class FileStore(Store):
                                 candidates.append((msg_id, seq, ts))
                     elif rtype == T_DEL:
                         (seq,) = struct.unpack_from("<Q", view, pos + 5)
-                        idx.pop(seq, None)
+                        drop(seq)
                         dels.append(seq)
                     elif rtype == T_ERASED:
                         seq, ts = struct.unpack_from("<Qq", view, pos + 5)
-                        idx.pop(seq, None)
+                        drop(seq)
                         if seq > last_seq:
                             last_seq, last_ts = seq, ts
                     elif rtype == T_STATE:
@@ -1018,16 +1339,20 @@ class FileStore(Store):
         # Everything below the highest STATE first_seq is gone.
         if floor and idx:
             for seq in idx.matching(None, 0, floor - 1):
-                idx.pop(seq)
+                drop(seq)
         self.idx = idx
-        # The per-subject state, the live messages per segment and the bytes, from the
-        # arrays (C loops: no Python work per message).
-        self.fss = idx.subject_state()
-        for k, seg in enumerate(ids):
-            end = seg_start[ids[k + 1]] if k + 1 < len(ids) else idx.end
-            self.live[seg] = idx.live_in(seg_start[seg], end - 1)
+        for subj in touched:  # (a removed message may have been a subject's first or last)
+            ss = fss[subj]
+            if ss[0] <= 0:
+                del fss[subj]
+                continue
+            if idx.get(ss[1], _NO_ENTRY)[0] != subj:
+                ss[1] = idx.find(subj, ss[1], ss[2])
+            if idx.get(ss[2], _NO_ENTRY)[0] != subj:
+                ss[2] = idx.rfind(subj, ss[2], ss[1])
+        self.fss = fss
         self.msgs = len(idx)
-        self.bytes = idx.total_size()
+        self.bytes = total_bytes
         self.last_seq = last_seq
         self.last_ts = last_ts
         if idx:
@@ -1220,16 +1545,21 @@ class FileStore(Store):
             lo = hi = 0
             ts_a, off_a, size_a, sid_a, table = array("q"), array("I"), array("I"), array("I"), {}
         try:
-            parts = [_IDX_HEAD.pack(_IDX_MAGIC, _IDX_VERSION, 0, covered, lo, len(sid_a), len(table),
-                                    len(dels), len(hdrs), self.first_seq, self.last_seq, self.last_ts,
-                                    max(ts_a) if ts_a else 0),
-                     ts_a.tobytes(), off_a.tobytes(), size_a.tobytes(), sid_a.tobytes()]
+            live, live_bytes, counts = summarize(lo, size_a, sid_a, table.keys())
+            first_live = min((f for _, f, _ in counts.values()), default=0)
+            tail = []
             for sid, subj in table.items():
-                parts.append(_IDX_SUBJ.pack(sid, len(subj)))
-                parts.append(subj)
-            parts.append(array("Q", dels).tobytes())
-            parts.append(array("Q", hdrs).tobytes())
-            body = b"".join(parts)
+                tail.append(_IDX_SUBJ.pack(sid, len(subj), *counts[sid]))
+                tail.append(subj)
+            tail.append(array("Q", dels).tobytes())
+            tail.append(array("Q", hdrs).tobytes())
+            tail_bytes = b"".join(tail)
+            head = _IDX_HEAD.pack(_IDX_MAGIC, _IDX_VERSION, 0, covered, lo, len(sid_a), len(table),
+                                  len(dels), len(hdrs), self.first_seq, self.last_seq, self.last_ts,
+                                  max(ts_a) if ts_a else 0, live, live_bytes, first_live,
+                                  ts_a[first_live - lo] if first_live else 0, 0)[:-4]
+            head += _U32.pack(zlib.crc32(tail_bytes, zlib.crc32(head)))
+            body = b"".join([head, ts_a.tobytes(), off_a.tobytes(), size_a.tobytes(), sid_a.tobytes(), tail_bytes])
             path = self._idx_path(seg)
             tmp = path + ".tmp"
             with open(tmp, "wb") as f:
@@ -1246,45 +1576,66 @@ class FileStore(Store):
     def _load_seg_index(self, seg: int):
         """``<seg>.idx`` if it is whole and the segment is at least as long as what it covers,
         else None (and removed): (covered length, first, ts, offsets, sizes, subject ids,
-        subjects, DELs, sequences of messages with headers, (first_seq, last_seq, last_ts))."""
+        subjects, DELs, sequences of messages with headers, (first_seq, last_seq, last_ts),
+        summary); the summary (live messages, their bytes, per subject id (count, first, last))
+        is None in a version 2 file."""
         if self.cipher is not None or not _INDEX_FILES:
             return None
         path = self._idx_path(seg)
         try:
             with open(path, "rb") as f:
-                raw = f.read()
+                n = os.fstat(f.fileno()).st_size
+                if len(self._rbuf) < n:  # (one buffer for every file: its pages touched once)
+                    self._rbuf = bytearray(n)
+                raw = memoryview(self._rbuf)[:n]
+                if f.readinto(raw) != n:
+                    raise OSError("short read")
         except OSError:
             return None
         try:
-            body = memoryview(raw)[:-4]
-            if len(raw) < _IDX_HEAD.size + 4 or zlib.crc32(body) != _U32.unpack_from(raw, len(raw) - 4)[0]:
+            body = raw[:-4]
+            if len(raw) < _IDX_HEAD_V2.size + 4 or zlib.crc32(body) != _U32.unpack_from(raw, len(raw) - 4)[0]:
                 raise ValueError("checksum")
-            (magic, version, _, seg_size, first, count, n_subj, n_dels, n_hdrs, s_first, s_last, s_lts,
-             _max_ts) = _IDX_HEAD.unpack_from(raw, 0)
-            if magic != _IDX_MAGIC or version != _IDX_VERSION:
+            magic, version = raw[:4], _U16.unpack_from(raw, 4)[0]
+            if magic != _IDX_MAGIC or version not in (2, _IDX_VERSION):
                 raise ValueError("version")
+            head, subj_struct = (_IDX_HEAD, _IDX_SUBJ) if version == _IDX_VERSION else (_IDX_HEAD_V2, _IDX_SUBJ_V2)
+            if len(body) < head.size:
+                raise ValueError("length")
+            (_, _, _, seg_size, first, count, n_subj, n_dels, n_hdrs, s_first, s_last, s_lts, _max_ts,
+             *totals) = head.unpack_from(raw, 0)
             if seg_size > self._seg_len(seg):
                 raise ValueError("stale")  # (the segment was cut shorter)
-            pos = _IDX_HEAD.size
-            arrays = []
-            for code, width in (("q", 8), ("I", 4), ("I", 4), ("I", 4)):
-                arr = array(code)
-                arr.frombytes(body[pos : pos + width * count])
-                arrays.append(arr)
+            pos = head.size
+            arrays = []  # (their bytes: extend_block copies them into the index's arrays)
+            for width in (8, 4, 4, 4):
+                arrays.append(body[pos : pos + width * count])
                 pos += width * count
             table = {}
+            counts = {}
             for _ in range(n_subj):
-                sid, sl = _IDX_SUBJ.unpack_from(raw, pos)
-                pos += _IDX_SUBJ.size
+                sid, sl, *sums = subj_struct.unpack_from(raw, pos)
+                pos += subj_struct.size
                 table[sid] = bytes(body[pos : pos + sl])
+                counts[sid] = tuple(sums)
                 pos += sl
             seg_dels = array("Q")
             seg_dels.frombytes(body[pos : pos + 8 * n_dels])
             pos += 8 * n_dels
             seg_hdrs = array("Q")
             seg_hdrs.frombytes(body[pos : pos + 8 * n_hdrs])
-            if pos + 8 * n_hdrs != len(body) or len(arrays[3]) != count:
+            if pos + 8 * n_hdrs != len(body) or len(arrays[3]) != 4 * count:
                 raise ValueError("length")
+            summary: tuple
+            if version == _IDX_VERSION:
+                if totals[0] != sum(c for c, _, _ in counts.values()) or totals[0] > count:
+                    raise ValueError("summary")
+                summary = (totals[0], totals[1], counts)
+            else:
+                size_a, sid_a = array("I"), array("I")
+                size_a.frombytes(arrays[2])
+                sid_a.frombytes(arrays[3])
+                summary = summarize(first, size_a, sid_a)
         except (ValueError, struct.error, OSError, KeyError) as exc:
             log.warning("JetStream: %s: index file not used (%s); reading the segment", path, exc)
             try:
@@ -1292,7 +1643,7 @@ class FileStore(Store):
             except OSError:
                 pass
             return None
-        return seg_size, first, *arrays, table, seg_dels, seg_hdrs, (s_first, s_last, s_lts)
+        return seg_size, first, *arrays, table, seg_dels, seg_hdrs, (s_first, s_last, s_lts), summary
 
     def _resume_writes(self, recovering: bool = False) -> None:
         """Make the store writable: a segment to write to (one could not be created on a full
@@ -1857,6 +2208,21 @@ class FileStore(Store):
         except OSError:
             trash = self.path
         shutil.rmtree(trash, ignore_errors=True)
+
+
+class _LoadingFileStore(FileStore):
+    """A FileStore recovered from its index files' summaries while its index is being read
+    (FileStore._recover_summary, load_step): the index is built on first need, whatever uses it
+    waiting for the rest of the arrays. A class of its own, swapped back once the index is
+    there: a __getattr__ on FileStore itself would keep CPython from specializing every
+    attribute access of the store (~30 % more time a stored message)."""
+
+    def __getattr__(self, name: str):
+        if name == "idx" and self.__dict__.get("_deferred"):
+            while self.load_step():
+                pass
+            return self.__dict__["idx"]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def flush_for_sync(stores, label: str) -> list:

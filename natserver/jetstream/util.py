@@ -12,6 +12,18 @@ from ..protocol.gotext import GO_JSON_ESCAPES
 
 DEFAULT_SYNC_INTERVAL = 120.0  # nats-server's default sync_interval (2 minutes)
 
+# -- encryption at rest: what a start needs without importing crypto.py (and cryptography) ----
+
+KEY_FILE = "key.enc"  # an encrypted stream's keys, in its directory (crypto.py writes it)
+
+
+class EncryptionKeyError(Exception):
+    """A store that can not be opened with the configured key (wrong key, no key, a plain
+    store under a key). Stops the server: serving without it would look like data loss."""
+
+    fatal_startup = True  # the CLI prints it as one line (natserver: ...) and exits 1
+
+
 # -- JSON, the way Go's encoding/json writes it ------------------------------------------------
 
 _GO_ESCAPES = tuple((raw.encode(), escaped.encode()) for raw, escaped in GO_JSON_ESCAPES)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 import tracemalloc
+import zlib
 
 import pytest
 
@@ -274,4 +276,184 @@ def test_index_files_that_can_not_be_written(tmp_path, small_checkpoints, monkey
     monkeypatch.undo()
     reopened = FileStore(str(path), config(), segment_size=4000)
     assert state(reopened) == expected
+    reopened.stop()
+
+
+# -- restarts from the index files' summaries (FileStore._recover_summary, load_step) ----------
+
+
+def full_read(path, **kwargs) -> FileStore:
+    """The store as the record-by-record recovery with every index file read builds it."""
+    real = FileStore._recover_summary
+    FileStore._recover_summary = lambda self, dedup_window, now: False
+    try:
+        return FileStore(str(path), config(), **kwargs)
+    finally:
+        FileStore._recover_summary = real
+
+
+def summary_state(store: FileStore) -> dict:
+    """What a summary restart answers before the arrays are read (STREAM.INFO's state)."""
+    return {"msgs": store.msgs, "bytes": store.bytes, "first": (store.first_seq, store.first_ts),
+            "last": (store.last_seq, store.last_ts), "fss": {k: v[:3] for k, v in store.fss.items()},
+            "live": {seg: n for seg, n in store.live.items() if n}, "segs": list(store.segs),
+            "active": (store.active, store.size, store.flushed, store.active_first, store.checkpointed)}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_summary_restart_gives_the_state_a_full_read_gives(tmp_path, small_checkpoints, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "s"
+    store = FileStore(str(path), config(), segment_size=rng.choice([1500, 4000]))
+    for i in range(rng.randrange(300, 900)):
+        store.store_msg(b"s.%d" % rng.randrange(rng.choice([1, 3, 9])), b"", os.urandom(rng.randrange(40)), 1_000 + i)
+        if rng.random() < 0.2:
+            store.flush()
+        if rng.random() < 0.1:
+            store.skip_msg(1_000 + i)
+    store.flush()
+    crash(store)
+    lazy = FileStore(str(path), config(), segment_size=4000)
+    assert lazy.loading  # (nothing removed, no headers: the summaries say it all)
+    before = summary_state(lazy)
+    eager = full_read(path, segment_size=4000)
+    assert not eager.loading
+    assert before == summary_state(eager)
+    steps = 0
+    while lazy.load_step():
+        steps += 1
+    assert steps == len(lazy.segs) - 1 and not lazy.loading
+    assert state(lazy) == state(eager) and summary_state(lazy) == before
+    # ... the state the arrays give (msgindex's own passes), not only the other recovery's
+    assert {k: v[:3] for k, v in lazy.fss.items()} == {k: v[:3] for k, v in lazy.idx.subject_state().items()}
+    assert lazy.bytes == lazy.idx.total_size() and lazy.msgs == len(lazy.idx)
+    lazy.stop()
+    eager.stop()
+
+
+@pytest.mark.parametrize("damage", ["missing", "stale", "torn", "garbage", "deleted", "headers"])
+def test_no_summary_restart_when_the_files_do_not_say_it_all(tmp_path, small_checkpoints, damage):
+    path = tmp_path / "s"
+    store = fill(path, 600, segment_size=4000)
+    if damage == "deleted":
+        store.remove_msg(10)
+    elif damage == "headers":
+        store.store_msg(b"s.h", b"NATS/1.0\r\nK: v\r\n\r\n", b"h", 5_000)
+    store.flush()
+    if damage in ("deleted", "headers"):
+        store._roll()  # (into a sealed segment's index file)
+        store.flush()
+    expected = state(store)
+    crash(store)
+    msgs = path / "msgs"
+    target = msgs / "2.idx"
+    if damage == "missing":
+        target.unlink()
+    elif damage == "stale":  # the segment lost its end
+        seg = msgs / "2.seg"
+        os.truncate(seg, seg.stat().st_size - 30)
+    elif damage == "torn":
+        target.write_bytes(target.read_bytes()[:-10])
+    elif damage == "garbage":
+        raw = bytearray(target.read_bytes())
+        raw[8] ^= 0xFF  # (in the header: its own checksum fails)
+        target.write_bytes(bytes(raw))
+    reopened = FileStore(str(path), config(), segment_size=4000)
+    assert not reopened.loading
+    got = state(reopened)
+    if damage == "stale":
+        assert got["msgs"] < expected["msgs"]
+        assert all(expected["data"][seq] == data for seq, data in got["data"].items())
+    else:
+        assert got == expected
+    reopened.stop()
+
+
+def test_an_index_file_damaged_after_a_summary_restart(tmp_path, small_checkpoints, caplog):
+    """Its arrays no longer pass the checksum when load_step reads them: the segment's
+    records are indexed instead, and the file written again."""
+    path = tmp_path / "s"
+    expected = state(store := fill(path, 600, segment_size=4000))
+    crash(store)
+    lazy = FileStore(str(path), config(), segment_size=4000)
+    assert lazy.loading
+    target = path / "msgs" / "2.idx"
+    raw = bytearray(target.read_bytes())
+    raw[200] ^= 0xFF  # (in the arrays)
+    target.write_bytes(bytes(raw))
+    assert state(lazy) == expected
+    assert "reading its records" in caplog.text
+    assert target.exists()
+    lazy.stop()
+    assert not (again := FileStore(str(path), config(), segment_size=4000)).loading or state(again) == expected
+    again.stop()
+
+
+def test_reads_and_a_publish_right_after_a_summary_restart(tmp_path, small_checkpoints):
+    path = tmp_path / "s"
+    store = fill(path, 600, segment_size=4000)
+    store.store_msg(b"s.x", b"", b"tail", 9_000)  # (in the records after the last checkpoint)
+    store.flush()
+    crash(store)
+    cfg = config()
+    # By sequence and by subject, before anything else reads the arrays.
+    lazy = FileStore(str(path), cfg, segment_size=4000)
+    assert lazy.loading and lazy.msgs == 601 and lazy.last_seq == 601
+    msg = lazy.load_msg(377)
+    assert not lazy.loading
+    assert (msg.seq, msg.subject, msg.data, msg.ts) == (377, b"s.1", b"%06d" % 376, 1_376)
+    lazy.stop()
+    lazy = FileStore(str(path), cfg, segment_size=4000)
+    assert lazy.loading and lazy.fss[b"s.3"][2] == 599
+    last = lazy.load_last_msg(b"s.3")
+    assert (last.seq, last.data) == (599, b"%06d" % 598)
+    assert lazy.load_last_msg(b"s.x").data == b"tail"
+    lazy.stop()
+    # A publish while the arrays are half read: it waits for the rest, then goes after them.
+    lazy = FileStore(str(path), cfg, segment_size=4000)
+    assert lazy.load_step() and lazy.loading
+    assert lazy.store_msg(b"s.new", b"", b"new", 10_000) == 602
+    assert not lazy.loading and lazy.msgs == 602 and lazy.fss[b"s.new"][:3] == [1, 602, 602]
+    lazy.flush()
+    expected = state(lazy)
+    crash(lazy)
+    again = FileStore(str(path), cfg, segment_size=4000)
+    assert state(again) == expected
+    again.stop()
+
+
+def as_version_2(raw: bytes) -> bytes:
+    """A version 3 index file written as the version before the summaries wrote it."""
+    head = store_module._IDX_HEAD.unpack_from(raw, 0)
+    count, n_subj = head[5], head[6]
+    pos = store_module._IDX_HEAD.size
+    parts = [store_module._IDX_HEAD_V2.pack(head[0], 2, *head[2:13]), raw[pos : pos + 20 * count]]
+    pos += 20 * count
+    for _ in range(n_subj):
+        sid, sl, *_ = store_module._IDX_SUBJ.unpack_from(raw, pos)
+        pos += store_module._IDX_SUBJ.size
+        parts += [store_module._IDX_SUBJ_V2.pack(sid, sl), raw[pos : pos + sl]]
+        pos += sl
+    parts.append(raw[pos:-4])
+    body = b"".join(parts)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def test_version_2_index_files_are_still_read(tmp_path, small_checkpoints, monkeypatch):
+    path = tmp_path / "s"
+    store = fill(path, 600, segment_size=4000)
+    store.remove_msg(300)  # (a DEL in a summary: not the summary restart)
+    store.flush()
+    expected = state(store)
+    crash(store)
+    msgs = path / "msgs"
+    for name in os.listdir(msgs):
+        if name.endswith(".idx"):
+            (msgs / name).write_bytes(as_version_2((msgs / name).read_bytes()))
+    checked = []
+    real = store_module._check_record
+    monkeypatch.setattr(store_module, "_check_record", lambda *a: checked.append(1) or real(*a))
+    reopened = FileStore(str(path), config(), segment_size=4000)
+    assert state(reopened) == expected
+    assert len(checked) < 100  # (the files were used: 600 records are not read one by one)
     reopened.stop()
