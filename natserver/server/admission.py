@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["Admission", "ENGAGED_FOR", "HOSTILE_CLOSES", "HOSTILE_WINDOW", "UNVERIFIED_SHARE",
+__all__ = ["Admission", "ENGAGED_FOR", "HOSTILE_CLOSES", "HOSTILE_WINDOW", "MAX_REST_PER_TURN", "UNVERIFIED_SHARE",
            "UNVERIFIED_WORK_PER_PASS"]
 
 # Units (accepts, reads before CONNECT) admitted a pass. natserver's own figure: such a unit
@@ -64,7 +64,12 @@ HOSTILE_CLOSES = 64
 HOSTILE_WINDOW = 1.0
 # Seconds admission stays engaged after the last window that engaged it (a fuzzer's pauses
 # between bursts do not let it through at full speed each time).
-ENGAGED_FOR = 10.0
+ENGAGED_FOR = 2.0
+# The most one turn can add to the rest owed. A turn is measured over whole passes, which
+# also carry the established clients' work (a 1 MiB payload parsed in pure Python, tens of
+# ms): uncapped, such a pass made the admitter rest as long, and connections waited in the
+# backlog for seconds (CI's pure-Python conformance run). A storm's turn costs ~0.5 ms.
+MAX_REST_PER_TURN = 0.010
 
 
 class Admission:
@@ -151,7 +156,7 @@ class Admission:
                 queue.unpark(count=self.per_pass)
                 await checkpoint()  # the pass they run in (this task anywhere in it)
                 await checkpoint()  # so the next: that pass is over
-                owed += (cpu_time() - started) * (1 - self.share) / self.share
+                owed += min((cpu_time() - started) * (1 - self.share) / self.share, MAX_REST_PER_TURN)
                 if owed >= MIN_REST:
                     slept = trio.current_time()
                     await trio.sleep(owed)

@@ -17,6 +17,7 @@ from natserver.server.admission import (
     ENGAGED_FOR,
     HOSTILE_CLOSES,
     HOSTILE_WINDOW,
+    MAX_REST_PER_TURN,
     UNVERIFIED_SHARE,
     UNVERIFIED_WORK_PER_PASS,
     Admission,
@@ -307,3 +308,23 @@ async def test_malformed_connections_engage_it_and_well_behaved_ones_do_not(serv
         while not admission.engaged:  # the last close is counted after its -ERR was written
             await trio.sleep(0.01)
     assert admission.engagements == 1
+
+
+async def test_a_long_pass_adds_at_most_max_rest_per_turn(autojump_clock):
+    """A turn's passes also carry other clients' work: a long one (50 ms here) owes at most
+    MAX_REST_PER_TURN of rest, not three times its length (share 1/4)."""
+    admission = Admission(per_pass=1, share=0.25, cpu_time=trio.current_time, engaged=True)
+
+    async def unit() -> None:
+        await admission.wait()
+        autojump_clock.jump(0.050)  # (the pass's work)
+
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(admission.run)
+            async with trio.open_nursery() as units:
+                for _ in range(4):
+                    units.start_soon(unit)
+            nursery.cancel_scope.cancel()
+    assert admission.queued == 3
+    assert 0 < admission.rested <= 3 * MAX_REST_PER_TURN + 1e-6
