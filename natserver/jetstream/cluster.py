@@ -48,7 +48,7 @@ from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_
 from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
-from .stream import StreamConfig
+from .stream import StreamConfig, stored_bytes
 from .util import dumps, is_empty_request, is_json_object_or_array, loads, subjects_collide
 
 if TYPE_CHECKING:
@@ -343,6 +343,12 @@ class JetStreamCluster:
         body = response if isinstance(response, bytes) else dumps(response)
         self.nrg.account.publish(reply.encode(), None, None, body)
 
+    def _answer_removal(self, engine: ClusterEngine, event: Event) -> None:
+        """A member answers a delete's requester (replication.leader.delete_response)."""
+        answer = delete_response(event)
+        if answer is not None:
+            self._answer(engine, answer[0], answer[1])
+
     # -- streams -------------------------------------------------------------------------------
 
     def _stream_event(self, engine: ClusterEngine, event: StreamEvent, recovering: bool) -> None:
@@ -353,9 +359,7 @@ class JetStreamCluster:
             if local is not None:
                 self._remove_stream(engine, local)
             if event.member and reply:
-                answer = delete_response(event)
-                if answer is not None:
-                    self._answer(engine, answer[0], answer[1])
+                self._answer_removal(engine, event)
             return
         if not event.member:
             if local is not None:  # (re-assigned elsewhere: this copy goes)
@@ -418,9 +422,7 @@ class JetStreamCluster:
             if local is not None and event.known:
                 self._drop_consumer(engine, local)
             if event.member and reply:
-                answer = delete_response(event)
-                if answer is not None:
-                    self._answer(engine, answer[0], answer[1])
+                self._answer_removal(engine, event)
             return
         if not event.member or stream is None:
             if local is not None:
@@ -733,12 +735,7 @@ class JetStreamCluster:
                 if not engine.streams and account not in self._usage_sent:
                     continue  # (nats-server: nothing to send before the account's first stream)
                 self._usage_sent.add(account)
-                memory = storage = 0
-                for stream in engine.streams.values():
-                    if stream.store.kind == "memory":
-                        memory += stream.store.bytes
-                    else:
-                        storage += stream.store.bytes
+                memory, storage = stored_bytes(engine.streams.values())
                 tier = R1_TIER.encode()
                 body = USAGE_HEAD.pack(memory, storage, engine.api_total, engine.api_errors, 0, len(tier)) + tier
                 self.system.publish(USAGE_SUBJECT.format(account=account, node=self.node_id).encode(), None, None, body)

@@ -10,6 +10,7 @@ import os
 from .. import clock
 from ..protocol.const import JS_API_LEVEL
 from ..server.monitor import account_name_tag
+from .stream import stored_bytes
 from .util import DEFAULT_SYNC_INTERVAL, rfc3339nano
 
 __all__ = ["default_max_memory", "default_max_store", "friendly_bytes", "varz_jetstream", "jsz", "health"]
@@ -46,13 +47,7 @@ def friendly_bytes(n: int) -> str:
 
 
 def _usage(js) -> tuple[int, int]:
-    memory = storage = 0
-    for stream in js.streams.values():
-        if stream.store.kind == "memory":
-            memory += stream.store.bytes
-        else:
-            storage += stream.store.bytes
-    return memory, storage
+    return stored_bytes(js.streams.values())
 
 
 def _config(js) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import re
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import orjson
@@ -783,6 +784,18 @@ _EXPECTED_LAST_SUBJ_SEQ_SUBJ = b"Nats-Expected-Last-Subject-Sequence-Subject"
 _ROLLUP = b"Nats-Rollup"
 _REQUEST_INFO = b"Nats-Request-Info"
 _SCHEDULE_HEADERS = b"Nats-Schedule"  # in every schedule header's name (schedule.py)
+
+
+def stored_bytes(streams: Iterable[Stream]) -> tuple[int, int]:
+    """The bytes ``streams`` hold in memory and in files (an account's usage, as nats-server's
+    jsAccount.storageTotals sums it)."""
+    memory = storage = 0
+    for stream in streams:
+        if stream.store.kind == "memory":
+            memory += stream.store.bytes
+        else:
+            storage += stream.store.bytes
+    return memory, storage
 
 
 class Stream:
