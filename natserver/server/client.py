@@ -395,8 +395,6 @@ class Client:
         self._fd = -1  # never write in place to a closed connection's (reusable) descriptor
         self.close_reason = reason
         self.stop = clock.now()
-        if not self.connect_received:  # a storm of these engages the server's admission
-            self.server.admission.note_unverified_close()
         self.server.client_closed(self)
         tracing = self.server.options.trace and self.cid
         for sub in self.subs.values():
@@ -471,14 +469,6 @@ class Client:
             if self.read_gate is not None:
                 # Paused while this chunk was on its way (natserver.testing.stop_reading): hold it.
                 await self.read_gate.wait()
-            if not self.connect_received:
-                # Before a valid CONNECT, a read is a unit of the server's admission (admission.py:
-                # a few a pass, and at most half the thread while they wait), so that a storm of
-                # such connections (fuzzers reconnecting as fast as they are cut) does not hold
-                # up established clients.
-                await server.admission.wait()
-                if self.closed:
-                    return
             self.last_activity = clock.now()
             in_msgs = self.in_msgs
             feed(data)

@@ -32,7 +32,6 @@ from ..protocol import const, errors
 from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
-from .admission import Admission
 from .binding import peer_ip
 from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, connection_record
 from .early import EarlyGreeter, client_info, info_base
@@ -108,10 +107,6 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.reclaimer = Reclaimer(self._compact)  # gives memory back after many closes (reclaim.py)
-        # Accepts and reads before CONNECT, a few a scheduler pass and at most half the thread
-        # while they wait (admission.py), so that a reconnect storm cannot make established
-        # clients wait for all of its work.
-        self.admission = Admission()
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
@@ -321,7 +316,6 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 nursery.start_soon(self.reclaimer.run)
-                nursery.start_soon(self.admission.run)
                 if self.early_greeter is not None:
                     self._serve_greeted(nursery)
                 for listener in self.listeners:
@@ -387,17 +381,12 @@ class Server:
         connection (5000 connects: 104 -> 82 us of CPU each). The handler gets the accepted
         stdlib socket (non-blocking, TCP_NODELAY), not a trio SocketStream: building one costs
         5 us and a system call a connection, and a plain client rarely needs it (see
-        Client.stream); a handler that does wraps the socket itself.
-
-        Each accepted connection is a unit of the server's admission (admission.py): in a
-        storm of connects they are served a few a turn of its admitter, the others waiting
-        in the listen backlog."""
+        Client.stream); a handler that does wraps the socket itself."""
         fd = listener.socket.fileno()
         family = listener.socket.family
         acceptor = socket.socket(fileno=fd)  # borrowed: detached, never closed, at the end
         sleep = ACCEPT_MIN_SLEEP
         nursery = self._nursery
-        admission = self.admission
         assert nursery is not None  # run() opened it before the listeners
         try:
             while not self.lame_duck:
@@ -433,11 +422,6 @@ class Server:
                     # send_all needs that, and building the stream sets it).
                     conn.setblocking(False)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    try:
-                        await admission.wait()
-                    except BaseException:
-                        conn.close()
-                        raise
                     nursery.start_soon(handle, conn, peer_ip(peer[0]), peer[1])
         finally:
             acceptor.detach()
