@@ -2,7 +2,7 @@
 (issue #33: exec to INFO within 100 ms; the early greeting sends it before trio is imported)
 and before the server answers it. Operator mode, the HTTP monitor, the config file
 mapping and the subsystems that options turn on are imported where they are used
-(``cryptography`` is, for the server's xkey: ~13 ms); these tests fail if one of them creeps back into the plain start path. They read
+(``cryptography`` too: the server's xkey is derived by natserver.auth.x25519); these tests fail if one of them creeps back into the plain start path. They read
 ``sys.modules``, never the clock: ``benchmarks/bench_startup.py --cli`` measures the time."""
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ NOT_ON_PLAIN_START = (
     "email.utils",  # the HTTP monitor's Date header
     "bcrypt",  # bcrypt passwords
     "fractions",  # Go duration strings (-ping_interval 2m, config files)
+    "cryptography",  # signatures, TLS keys, encryption: the xkey is natserver.auth.x25519's (~22 ms)
 )
 
 
@@ -151,7 +152,6 @@ def test_a_config_file_still_imports_what_it_needs(tmp_path):
     assert "@info_before_trio False" in loaded  # no greeting: the file may say anything
 
 
-# RFC 7748 section 6.1: Alice's and Bob's private keys and their public keys.
 def test_create_curve_keys():
     public, private = nkeys.create_curve_keys()
     prefix, raw = nkeys.decode_public_key(public)

@@ -21,6 +21,8 @@ import base64
 import binascii
 import os
 
+from . import x25519
+
 __all__ = [
     "KeyPair",
     "NkeyError",
@@ -232,13 +234,10 @@ def create_curve_keys() -> tuple[str, bytes]:
     """An x25519 key pair as nkeys.CreateCurveKeys makes it: the public key as nkey text
     (``X...``, 56 characters) and the 32-byte private key. nats-server 2.10+ announces the
     public one in INFO ``xkey`` (server.go NewServer) for messages encrypted to the server.
-    ``cryptography`` does the curve (imported here, not at start-up: ~13 ms of it, paid by
-    the server's construction either way, but not by clients of this module that never
-    make a key)."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-    key = X25519PrivateKey.generate()  # (the raw forms: serialization's import pulls in bcrypt)
-    return encode_public_key(PREFIX_CURVE, key.public_key().public_bytes_raw()).decode(), key.private_bytes_raw()
+    The public key is derived by natserver.auth.x25519 (~2 ms), not ``cryptography`` (~22 ms
+    to import), as the early greeting sends it before the heavy imports."""
+    private = os.urandom(32)
+    return encode_public_key(PREFIX_CURVE, x25519.public_key(private)).decode(), private
 
 
 # nkeys package names nats-py and other tools use.
