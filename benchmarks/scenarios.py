@@ -9,17 +9,22 @@ alternately for natserver and nats-server.
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing as mp
+import os
 import queue
 import random
+import resource
 import signal
 import statistics
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from benchmarks import natsgo, wire
+from benchmarks import natsgo, natspy_reqrep, wire
 from benchmarks.servers import RunningServer, ServerSpec
 from benchmarks.wire import FlowGroup, SubConn, now
 
@@ -614,6 +619,41 @@ def run_natsgo_pubsub(spec: ServerSpec, opts: Options, subs: int, subjects: int,
     return res
 
 
+# --------------------------------------------------------------------------
+# nats-py (benchmarks/natspy_reqrep.py): the Python client nobody on the project wrote
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_natspy_reqrep(spec: ServerSpec, opts: Options) -> RoundResult:
+    """nats-py's request() against a subscription callback calling msg.respond(), 16 B (the
+    requester and the responder in their own processes)."""
+    res = RoundResult(spec.label)
+    with spec.start() as srv:
+        cpu0, t0 = srv.cpu_seconds(), now()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.natspy_reqrep", "--url", f"nats://127.0.0.1:{srv.port}",
+                               "--size", "16", "--warmup", str(NATSGO_WARMUP), "--duration", str(opts.duration)],
+                              capture_output=True, text=True, timeout=opts.duration + 60, cwd=_REPO)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu1, t1 = srv.cpu_seconds(), now()
+        _server_checks(res, srv)
+    if proc.returncode != 0:
+        raise RuntimeError(f"natspy_reqrep exited with {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    out = json.loads(proc.stdout)
+    if out["requests"]:
+        res.metrics.update(p50_us=out["p50_us"], p90_us=out["p90_us"], p99_us=out["p99_us"], rtt_rate=out["rate"])
+    load_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    res.load_cpu_pct = _pct(load_cpu, t1 - t0)  # (includes the interpreters' start and the warm-up)
+    res.server_cpu_pct = _pct(cpu1 - cpu0, t1 - t0)
+    total = out["requests"] + out["warmup"]
+    res.checks.append(Check("every request answered once", not out["errors"] and out["answered"] == total,
+                            "; ".join(out["errors"]) or f"{out['answered']}/{total}"))
+    res.checks.append(Check("replies intact", out["bad"] == 0, f"{out['bad']} bad"))
+    res.raw = out
+    return res
+
+
 def _natsgo_reqrep_metrics(target: Target | None) -> list[Metric]:
     return [
         Metric("p50_us", "p50 latency", "µs", higher_is_better=False, target=target),
@@ -735,6 +775,8 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in [
     Scenario("r", "request/reply with nats.go, 4 requesters (own connections), 16 B",
              _natsgo_reqrep_metrics(None), lambda spec, opts: run_natsgo_reqrep(spec, opts, requesters=4),
              requires=natsgo.missing),
+    Scenario("t", "request/reply with nats-py request() and msg.respond(), 1 requester, 16 B",
+             _natsgo_reqrep_metrics(Target("ratio", "<=", 1.1)), run_natspy_reqrep, requires=natspy_reqrep.missing),
     Scenario("p", "nats.go 1 publisher -> 1 subscriber, 64 subjects, 16-512 B drawn every message",
              [_deliv(Target("ratio", ">=", 0.8))],
              lambda spec, opts: run_natsgo_pubsub(spec, opts, 1, 64, (16, 512)), requires=natsgo.missing),
