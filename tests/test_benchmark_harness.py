@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 
@@ -98,3 +99,17 @@ def test_hops_splits_round_trips_into_server_and_client_turns(tmp_path):
     got = {name: [round(x, 6) for x in times] for name, times in hops.hops(str(path), port).items()}
     assert got == {hops.STEPS[0]: [10.0] * 3, hops.STEPS[1]: [40.0] * 3, hops.STEPS[2]: [20.0] * 3,
                    hops.STEPS[3]: [50.0] * 2}
+
+
+def test_natspy_reqrep_driver_answers_every_request(capsys):
+    # Scenario t's driver against an in-process server: every request (warm-up included) is
+    # answered once by the responder process, intact, and the latencies are reported.
+    from benchmarks import natspy_reqrep
+    from natserver.testing import NatsServer
+
+    with NatsServer() as server:
+        assert natspy_reqrep.main(["--url", server.url, "--warmup", "10", "--duration", "0.2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["errors"] == [] and out["bad"] == 0
+    assert out["requests"] > 0 and out["answered"] == out["requests"] + 10
+    assert 0 < out["p50_us"] <= out["p90_us"] <= out["p99_us"]
