@@ -491,6 +491,11 @@ class JetStream:
             raise error()
 
     @property
+    def origins_by_messages(self) -> bool:
+        """Mirrors and sources reach their origins by messages in a cluster (sourcing.new_link)."""
+        return self.cluster is not None
+
+    @property
     def cluster_block(self) -> dict | None:
         """Stream and consumer infos' ``cluster`` in a JetStream cluster (its name, this server
         as the leader: an R1 asset's); None on a single server."""

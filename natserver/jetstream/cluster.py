@@ -543,6 +543,10 @@ class JetStreamCluster:
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
                                          or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
         )
+        if meta_request and kind == b"CONSUMER" and op == b"CREATE" and _direct_consumer(payload):
+            # jsConsumerCreateRequest: a direct consumer (a mirror's or a source's, ack none)
+            # is not the meta group's: the server running the stream makes it, unreplicated.
+            meta_request = False
         if meta_request:
             if self.leaderless():
                 if reply:
@@ -977,6 +981,18 @@ class JetStreamCluster:
 
 def _consumer_config(ca: ConsumerAssignment) -> ConsumerConfig:
     return ConsumerConfig.from_json(ca.config)
+
+
+def _direct_consumer(payload: bytes) -> bool:
+    """Whether a CONSUMER.CREATE request asks for a direct consumer (``config.direct``)."""
+    if b'"direct"' not in payload:
+        return False
+    try:
+        request = loads(payload)
+    except ValueError:
+        return False
+    config = request.get("config") if isinstance(request, dict) else None
+    return isinstance(config, dict) and config.get("direct") is True
 
 
 def _request_account(hdr) -> str:

@@ -303,7 +303,8 @@ class ExternalLink(OriginLink):
         self.transforms = source_transforms(spec)
         if mirror and len(self.transforms) == 1:  # (nats-server: one filter, in filter_subject)
             self.filter = self.transforms[0][0]
-        self.external = spec["external"]
+        # None: an origin of this account reached by messages (in a cluster: sourcing.new_link)
+        self.external: dict | None = spec.get("external")
         self._iname = index_name(spec).encode()
         self.next = 0  # the next origin sequence wanted (0: from the configured start)
         self.active = 0  # server_clock.now_ns() of the last message from the consumer (0: none)
@@ -324,7 +325,7 @@ class ExternalLink(OriginLink):
     def info_json(self, now: int) -> dict:
         """StreamSourceInfo: name, external, lag, active (-1: never heard from), error,
         subject_transforms (2.10+)."""
-        return source_info_json(self, self.lag, now, dict(self.external))
+        return source_info_json(self, self.lag, now, dict(self.external) if self.external is not None else None)
 
     # -- the consumer ---------------------------------------------------------------------------
 
@@ -374,7 +375,8 @@ class ExternalLink(OriginLink):
         self._lreq = clock
         engine = self.stream.engine
         store = self.stream.store
-        deliver_prefix = self.external.get("deliver", "")
+        external = self.external or {}
+        deliver_prefix = external.get("deliver", "")
         kind = "M" if self.mirror else "S"
         if deliver_prefix:
             deliver = f"{deliver_prefix}.{kind}.".replace("..", ".") + sync_subject("")[1:]
@@ -414,7 +416,8 @@ class ExternalLink(OriginLink):
             subject = f"{API_PREFIX}.CONSUMER.CREATE.{self.origin}.{name}.{self.filter}"
         else:
             subject = f"{API_PREFIX}.CONSUMER.CREATE.{self.origin}"
-        subject = subject.replace(API_PREFIX, self.external.get("api", ""), 1).replace("..", ".")
+        if self.external is not None:
+            subject = subject.replace(API_PREFIX, external.get("api", ""), 1).replace("..", ".")
         reply = sync_subject("$JSC.R")
         # Both subscriptions first: an origin may deliver before it answers.
         self._reply_sub = engine.subscribe(reply, self._on_create)

@@ -170,8 +170,10 @@ class SourceLink(OriginLink):
 
 
 def new_link(stream: "Stream", spec: dict, mirror: bool):
-    """A link to an origin of this engine (read directly), or to an external one (by messages)."""
-    if "external" in spec:
+    """A link to an origin of this engine (read directly), or to an external one (by messages);
+    in a JetStream cluster every link goes by messages (the origin may run on another server,
+    or move), as nats-server's do: a direct consumer made by the origin's server."""
+    if "external" in spec or stream.engine.origins_by_messages:
         return ExternalLink(stream, spec, mirror)
     return SourceLink(stream, spec, mirror)
 

@@ -76,6 +76,8 @@ class StreamHost(LinkEngine, Protocol):
     def server(self) -> Any: ...  # the server, for its name (stream info's cluster leader)
     @property
     def cluster_block(self) -> dict | None: ...  # stream info's "cluster" in a cluster (name, leader)
+    @property
+    def origins_by_messages(self) -> bool: ...  # mirrors and sources go by messages (a cluster)
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
