@@ -853,6 +853,8 @@ async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
             cluster = JetStreamCluster(server, engines, nrg)
             for engine in engines:
                 engine.cluster = cluster
+            # server.go lameDuckMode: the RAFT groups' leaders move away first.
+            server.lame_duck_hooks.append(nrg.transfer_leaders)
         for engine in engines:
             await nursery.start(engine.run)
         if cluster is not None:

@@ -90,6 +90,8 @@ R1_TIER = "R1"
 # so that placement knows every peer without waiting for their next heartbeat.
 STATSZ_PING = "$SYS.REQ.SERVER.PING.STATSZ"
 STATSZ_SUBJECT = "$SYS.SERVER.*.STATSZ"
+# events.go lameDuckEventSubj: a server in lame duck mode is offline for placement (remoteServerShutdown).
+LAME_DUCK_SUBJECT = "$SYS.SERVER.*.LAMEDUCK"
 STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsumerInfoT
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
@@ -168,6 +170,7 @@ class JetStreamCluster:
         self.started = 0.0
         self.names: dict[str, str] = {self.node_id: server.server_name}  # node id -> server name
         self.peers: dict[str, PeerInfo] = {}  # node id -> what its STATSZ said
+        self._lame_ducks: set[str] = set()  # node ids in lame duck mode (offline until a STATSZ with JetStream)
         self._subs: list = []  # (account, subscription) of the system account
         self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
         self._consumer_subs: dict[tuple[str, str, str], object] = {}  # ($JSC.CI) by account, stream, consumer
@@ -225,6 +228,7 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
         self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
+        self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
         for account, sub in self._subs:
@@ -921,6 +925,8 @@ class JetStreamCluster:
         jetstream = statsz.get("jetstream") or {}
         config, stats = jetstream.get("config"), jetstream.get("stats")
         enabled = bool(int(server.get("flags") or 0) & CAPABILITY_JETSTREAM)
+        if enabled:
+            self._lame_ducks.discard(peer)
         self.peers[peer] = PeerInfo(
             peer, name, server.get("cluster", ""), list(server.get("tags") or ()), offline=False,
             reported=enabled and isinstance(config, dict) and isinstance(stats, dict),
@@ -928,6 +934,16 @@ class JetStreamCluster:
             memory=int((stats or {}).get("memory") or 0), store=int((stats or {}).get("storage") or 0),
             reserved_memory=int((stats or {}).get("reserved_memory") or 0),
             reserved_store=int((stats or {}).get("reserved_storage") or 0))
+        self._refresh_peers()
+
+    def _lame_duck(self, subject, reply, headers, body) -> None:
+        """events.go remoteServerShutdown for a LAMEDUCK event: that server is offline for
+        placement (its ServerInfo names it)."""
+        try:
+            name = loads(bytes(body))["name"]
+        except (ValueError, KeyError, TypeError):
+            return
+        self._lame_ducks.add(node_id(str(name)))
         self._refresh_peers()
 
     def _refresh_peers(self) -> None:
@@ -938,7 +954,7 @@ class JetStreamCluster:
         members = set(group.node.peers) if group is not None else set()
         reachable = {node_id(name) for name in self._route_peers()} | {self.node_id}
         for peer, info in self.peers.items():
-            info.offline = peer not in reachable
+            info.offline = peer not in reachable or peer in self._lame_ducks
         self.meta.peers = [info for peer, info in self.peers.items() if peer in members]
 
     # -- monitoring ----------------------------------------------------------------------------

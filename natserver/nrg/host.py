@@ -27,7 +27,7 @@ import trio
 
 from .. import clock
 from ..protocol import const
-from ..raft import Committed, FileStorage, Node, NotLeader, Role, Storage, Timeouts, node_id
+from ..raft import Committed, FileStorage, Node, NotLeader, Role, Storage, StorageError, Timeouts, node_id
 from ..routing.accounts import system_account_name
 
 # Everything in __all__ is the package's public API.
@@ -158,6 +158,22 @@ class NrgHost:
         if group is not None:
             group.node.sync()
             self._stop(group)
+
+    def transfer_leaders(self) -> bool:
+        """raft.go transferRaftLeaders (lame duck mode): every group this server leads hands
+        over, and every node becomes an observer, so that none leads here again before the
+        server stops. Whether any group handed over."""
+        transferred = False
+        for group in list(self.groups.values()):
+            if group.leader:
+                try:
+                    group.step_down()
+                    transferred = True
+                except (NotLeader, StorageError):
+                    pass
+            group.node.observer = True
+            self._changed(group)
+        return transferred
 
     def _stop(self, group: Group) -> None:
         group.stopped = True

@@ -178,7 +178,8 @@ class Server:
         self.connection_observers: list = []
         # Called (no arguments) when lame duck mode starts, before the clients are told: the
         # cluster tells its routes, so their clients stop being sent here (server.go
-        # sendLDMToRoutes).
+        # sendLDMToRoutes); JetStream's RAFT groups hand their leadership over, and answer
+        # True when one did (lame duck then waits a second for it, as server.go lameDuckMode).
         self.lame_duck_hooks: list = []
         # Security (see auth/users.py, routing/accounts.py, auth/jwt.py, tls.py): who may connect, the
         # accounts, operator mode and the TLS context; rebuilt by a config reload.

@@ -329,6 +329,10 @@ def _move_ports_file(server, new: Options) -> None:
 # -- SIGUSR2 -----------------------------------------------------------------------------------
 
 
+# server.go lameDuckMode: after the RAFT leaders were asked to hand over, a second for them to do it.
+LAME_DUCK_TRANSFER_WAIT = 1.0
+
+
 async def lame_duck_mode(server) -> None:
     """server.go lameDuckMode."""
     if server.shutting_down or server.lame_duck or not server.listeners:
@@ -340,6 +344,12 @@ async def lame_duck_mode(server) -> None:
         await trio.aclose_forcefully(listener)
     options = server.options
     grace = abs(options.lame_duck_grace_period)
+    # The routes tell their peers; JetStream's RAFT groups hand their leadership over (a
+    # hook's true answer), given a moment to do it, as nats-server waits, before anything stops.
+    transferring = any([hook() for hook in server.lame_duck_hooks])
+    server.flush_touched()
+    if transferring:
+        await trio.sleep(LAME_DUCK_TRANSFER_WAIT)
     clients = [c for c in server.clients.values() if not c.closed]
     if server.shutting_down or not clients:
         _shutdown(server)
@@ -348,8 +358,6 @@ async def lame_duck_mode(server) -> None:
     if duration <= 0:
         duration = 1.0
     interval = min(duration / len(clients), 1.0)
-    for hook in server.lame_duck_hooks:
-        hook()
     _send_ldm_info(server, clients)
     await trio.sleep(grace)
     log.info("Closing existing clients")

@@ -57,6 +57,8 @@ __all__ = ["SystemAccount", "enable_system", "check_options"]
 
 log = logging.getLogger("natserver")
 
+# events.go lameDuckEventSubj: a server entering lame duck mode says so.
+LAME_DUCK_EVENT = "$SYS.SERVER.{id}.LAMEDUCK"
 # events.go: the first STATSZ heartbeat comes soon, then the interval doubles up to 30 s.
 STATSZ_FIRST_INTERVAL = 0.25
 STATSZ_INTERVAL = 30.0
@@ -134,7 +136,8 @@ class SystemAccount:
             info["cluster"] = server.server_name
         if server.options.jetstream and server.options.jetstream_domain:
             info["domain"] = server.options.jetstream_domain
-        jetstream = server.jetstream is not None
+        # (in lame duck mode nats-server has shut its JetStream down: not placed on any more)
+        jetstream = server.jetstream is not None and not server.lame_duck
         info["ver"] = const.SERVER_VERSION
         if options.server_tags:  # (placement's tags: the meta leader reads them here)
             info["tags"] = [str(tag).lower() for tag in options.server_tags]
@@ -153,6 +156,12 @@ class SystemAccount:
     def send(self, subject: str, message: dict, reply: bytes | None = None) -> None:
         self.account.publish(subject.encode(), reply, None, orjson.dumps(message))
         self.server.flush_touched()
+
+    def lame_duck_event(self) -> None:
+        """events.go sendLDMShutdownEventLocked (a Server.lame_duck_hooks entry): the server's
+        ServerInfo on ``$SYS.SERVER.<id>.LAMEDUCK``; a JetStream meta leader stops placing
+        assets on it (remoteServerShutdown marks it offline)."""
+        self.send(LAME_DUCK_EVENT.format(id=self.server.server_id), self.server_info())
 
     # -- connection events (server.connection_observers) ---------------------------------------
 
@@ -615,6 +624,7 @@ async def enable_system(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     system = SystemAccount(server, system_account_name(server.options, server))
     system.subscribe()
     server.connection_observers.append(system)
+    server.lame_duck_hooks.append(system.lame_duck_event)
     try:
         async with trio.open_nursery() as nursery:
             system.nursery = nursery
@@ -623,3 +633,5 @@ async def enable_system(server, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     finally:
         if system in server.connection_observers:
             server.connection_observers.remove(system)
+        if system.lame_duck_event in server.lame_duck_hooks:
+            server.lame_duck_hooks.remove(system.lame_duck_event)
