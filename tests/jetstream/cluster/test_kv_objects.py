@@ -10,24 +10,15 @@ import nats
 import pytest
 from nats.js.api import KeyValueConfig, ObjectStoreConfig
 
-from natserver.testing_cluster import NatsCluster
-from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, cluster_options, connect, meta_leader, run, until
+from tests.jetstream.cluster.clients import clients, retried
+from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, run
 
 OBJECT_SIZE = 300_000  # bytes: a few of nats-py's 128 KiB chunks
 
 
-@pytest.fixture
-def cluster():
-    with NatsCluster(3, jetstream=True, **cluster_options()) as c:
-        yield c
-
-
 def test_a_kv_bucket_written_and_watched_through_different_servers(cluster):
     async def main():
-        ncs = [await connect(url) for url in cluster.urls]
-        sys_nc = await connect(cluster.urls[0], "sys")
-        try:
-            await until(lambda: meta_leader(sys_nc), "a meta leader every server agrees on")
+        async with clients(cluster) as (ncs, _, _):
             js = [nc.jetstream(timeout=REQUEST_TIMEOUT) for nc in ncs]
             await js[0].create_key_value(KeyValueConfig(bucket="CFG", history=5))
             kvs = [await j.key_value("CFG") for j in js]
@@ -35,15 +26,9 @@ def test_a_kv_bucket_written_and_watched_through_different_servers(cluster):
             initial = await watcher.updates(timeout=REQUEST_TIMEOUT)
             assert initial is None  # (nothing stored yet: the end of the initial values)
 
-            async def put(kv, key, value):
-                async def attempt():
-                    try:
-                        return await kv.put(key, value)
-                    except nats.js.errors.NoStreamResponseError:
-                        return None  # (the bucket's interest still on its way to this server)
-                return await until(attempt, f"{key} put")
-
-            revisions = [await put(kvs[1], "a", b"1"), await put(kvs[1], "a", b"2"), await put(kvs[0], "b", b"x")]
+            revisions = [await retried(lambda: kvs[1].put("a", b"1"), "a put"),
+                         await retried(lambda: kvs[1].put("a", b"2"), "a put"),
+                         await retried(lambda: kvs[0].put("b", b"x"), "b put")]
             assert revisions == [1, 2, 3]
             entry = await kvs[2].get("a")
             assert (entry.value, entry.revision) == (b"2", 2)
@@ -62,30 +47,19 @@ def test_a_kv_bucket_written_and_watched_through_different_servers(cluster):
             status = await kvs[0].status()
             assert status.values == 4  # (two values of a, b's value and its delete marker)
             await watcher.stop()
-        finally:
-            for nc in [*ncs, sys_nc]:
-                await nc.close()
 
     run(main)
 
 
 def test_an_object_put_through_one_server_is_read_through_another(cluster):
     async def main():
-        ncs = [await connect(url) for url in cluster.urls]
-        sys_nc = await connect(cluster.urls[0], "sys")
-        try:
-            await until(lambda: meta_leader(sys_nc), "a meta leader every server agrees on")
+        async with clients(cluster) as (ncs, _, _):
             js = [nc.jetstream(timeout=REQUEST_TIMEOUT) for nc in ncs]
             await js[1].create_object_store("FILES", ObjectStoreConfig(description="cluster"))
             stores = [await j.object_store("FILES") for j in js]
             data = bytes(i % 251 for i in range(OBJECT_SIZE))
 
-            async def put():
-                try:
-                    return await stores[0].put("blob", data)
-                except nats.js.errors.NoStreamResponseError:
-                    return None
-            info = await until(put, "the object put")
+            info = await retried(lambda: stores[0].put("blob", data), "the object put")
             assert info.size == OBJECT_SIZE and info.chunks > 1
             got = await stores[2].get("blob")
             assert got.data == data and got.info.digest == info.digest
@@ -94,9 +68,6 @@ def test_an_object_put_through_one_server_is_read_through_another(cluster):
             await stores[2].delete("blob")
             with pytest.raises(nats.js.errors.ObjectNotFoundError):
                 await stores[0].get("blob")
-        finally:
-            for nc in [*ncs, sys_nc]:
-                await nc.close()
 
     run(main)
 

@@ -5,19 +5,10 @@ the meta group's leadership to another server while it still runs, and never lea
 
 from __future__ import annotations
 
-import pytest
-
-from natserver.testing_cluster import NatsCluster
-from tests.jetstream.cluster.test_cluster import api, cluster_options, connect, jsz_all, meta_leader, run, until
+from tests.jetstream.cluster.test_cluster import api, connect, jsz_all, meta_leader, run, until
 
 LAME_DUCK_DURATION = 30.0  # seconds: long enough that the server still runs when we look
 GRACE = 20.0
-
-
-@pytest.fixture
-def cluster():
-    with NatsCluster(3, jetstream=True, **cluster_options()) as c:
-        yield c
 
 
 def test_the_meta_leader_hands_over_when_its_server_enters_lame_duck(cluster):

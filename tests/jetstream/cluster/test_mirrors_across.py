@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 
-import nats
 import pytest
 
 from natserver.testing_cluster import NatsCluster
-from tests.jetstream.cluster.test_cluster import api, cluster_options, connect, meta_leader, publish, run, until
+from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.test_cluster import api, cluster_options, publish, run, until
 
 PLACEMENT_TRIES = 12  # creates until the meta leader places a stream off the origin's server
 COUNT = 20
@@ -47,10 +47,7 @@ async def _placed_elsewhere(nc, config: dict, avoid: set[str]) -> str:
 
 def test_a_mirror_and_a_source_on_other_servers_follow_the_origin(cluster):
     async def main():
-        ncs = [await connect(url) for url in cluster.urls]
-        sys_nc = await connect(cluster.urls[0], "sys")
-        try:
-            await until(lambda: meta_leader(sys_nc), "a meta leader every server agrees on")
+        async with clients(cluster) as (ncs, _, _):
             origin = await api(ncs[0], "$JS.API.STREAM.CREATE.ORIG",
                                {"name": "ORIG", "subjects": ["orig.>"], "storage": "file"})
             assert "error" not in origin, origin
@@ -99,11 +96,5 @@ def test_a_mirror_and_a_source_on_other_servers_follow_the_origin(cluster):
                 return mir["state"]["messages"] == COUNT + 1 and src["state"]["messages"] == COUNT // 2 + 1
 
             await until(one_more, "the last message mirrored and sourced")
-        finally:
-            for nc in [*ncs, sys_nc]:
-                try:
-                    await nc.close()
-                except nats.errors.Error:
-                    pass
 
     run(main)
