@@ -100,10 +100,12 @@ class Api:
         self.consumers = ConsumerApi(self)
         self.direct = DirectGets(js)
         self._request: tuple[bytes, bytes] = (b"", b"")  # the request being answered: subject, payload (the audit's)
+        self.request_headers: bytes | None = None  # that request's headers
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True) -> None:
+    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True,
+              headers: bytes | None = None) -> None:
         js = self.js
         if track:
             js.api_total += 1
@@ -111,7 +113,7 @@ class Api:
                 js.api_errors += 1
         encoded = dumps(response)
         if reply:
-            self.js.send(reply, encoded)
+            self.js.send(reply, encoded, headers)
         advisories.api_audit(self.js, *self._request, encoded)
 
     def _fail(self, reply, rtype: str, exc: ApiError, **extra) -> None:
@@ -140,6 +142,7 @@ class Api:
             return True
         kind = tokens[2]
         self._request = (subject, payload)
+        self.request_headers = hdr
         if hdr and not level_supported(hdr):
             refused = self._refuse_level(subject, tokens, reply)
             if refused is not None:

@@ -27,8 +27,9 @@ from .consumer import (
     set_defaults,
 )
 from .errors import ApiError
+from .external import STREAM_IDENTITY, stream_identity
 from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
-from .util import dumps, is_json_object_or_array, loads
+from .util import dumps, get_header, is_json_object_or_array, loads
 from .versioning import copy_metadata, set_static_consumer_metadata
 
 if TYPE_CHECKING:
@@ -84,7 +85,10 @@ class ApiRouter(Protocol):
 
     @property
     def js(self) -> ConsumerHost: ...
-    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True) -> None: ...
+    @property
+    def request_headers(self) -> bytes | None: ...  # the headers of the request being answered
+    def _send(self, reply, response: dict, *, error: bool = False, track: bool = True,
+              headers: bytes | None = None) -> None: ...
     def _fail(self, reply, rtype: str, exc: ApiError, **extra: Any) -> None: ...
 
 
@@ -176,19 +180,27 @@ class ConsumerApi:
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
             check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit, stream.cfg.consumer_limits)
+            identity = b""
+            if cfg.direct:  # (a mirror's or a source's: jsConsumerCreateRequest, 2.15)
+                identity = stream_identity(stream.created)
+                asked = get_header(STREAM_IDENTITY, self.api.request_headers)
+                if asked and asked != identity:
+                    raise errors.consumer_stream_identity_mismatch(identity.decode())
             consumer = self.add(stream, cfg, name or cfg.durable_name or cfg.name, action)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc)
             return
-        self.created(consumer, reply)
+        self.created(consumer, reply, identity)
 
-    def created(self, consumer: Consumer, reply) -> None:
-        """The answer to a consumer's create (``reply`` None: no answer), then its pause
-        advisory and its push delivery's start."""
+    def created(self, consumer: Consumer, reply, identity: bytes = b"") -> None:
+        """The answer to a consumer's create (``reply`` None: no answer; ``identity``: the
+        stream's, a direct consumer's answer carries it in Nats-Stream-Identity), then its
+        pause advisory and its push delivery's start."""
         stream = consumer.stream
         now = clock.now_ns()
         if reply:
-            self.api._send(reply, {"type": _T + "consumer_create_response", **self._info(consumer)})
+            headers = b"NATS/1.0\r\n" + STREAM_IDENTITY + b": " + identity + b"\r\n\r\n" if identity else None
+            self.api._send(reply, {"type": _T + "consumer_create_response", **self._info(consumer)}, headers=headers)
         if consumer.paused(now):  # (jsConsumerCreateRequest: after every create of a paused consumer)
             advisories.consumer_pause(self.js, stream.name, consumer.name, True, consumer.cfg.pause_until)
         if consumer.cfg.deliver_subject:

@@ -126,6 +126,12 @@ def stream_wrong_last_sequence(seq: int) -> ApiError:
     return ApiError(400, 10071, f"wrong last sequence: {seq}")
 
 
+def consumer_stream_identity_mismatch(identity: str) -> ApiError:
+    """JSConsumerStreamIdentityMismatchF (2.15): a direct consumer's create named another
+    incarnation of the stream (a recreated origin) in Nats-Stream-Identity."""
+    return ApiError(400, 10225, f"consumer's stream identity does not match: {identity}")
+
+
 def stream_restore(err: str) -> ApiError:
     return ApiError(500, 10062, f"restore failed: {err}")
 

@@ -51,6 +51,13 @@ from .util import (
 log = logging.getLogger("natserver")
 
 SOURCE_HEADER = b"Nats-Stream-Source"  # nats-server's JSStreamSource
+# jetstream_api.go JSStreamIdentity (2.15): a direct consumer's create answer names the stream's
+# incarnation (stream_identity); a source's next create asks for the same one.
+STREAM_IDENTITY = b"Nats-Stream-Identity"
+IDENTITY_MISMATCH = 10225  # JSConsumerStreamIdentityMismatchF: that incarnation is gone
+# Deliveries kept while a consumer's create awaits its answer (a flow-controlled consumer sends
+# a window's worth at most before it waits for us).
+EARLY_MAX = 1024
 RETRY_INTERVAL = 2.0  # seconds: nats-server's sourceConsumerRetryThreshold
 CREATE_TIMEOUT = 5.0  # seconds nats-server waits for a consumer create response
 HEARTBEAT_NS = 1_000_000_000  # sourceHealthCheckInterval: the consumer's idle heartbeat
@@ -292,7 +299,7 @@ class ExternalLink(OriginLink):
 
     __slots__ = ("stream", "spec", "origin", "filter", "mirror", "external", "_iname", "next", "active",
                  "error", "from_new", "lag", "sseq", "dseq", "cname", "_lreq", "_sip_until",
-                 "_reply_sub", "_deliver_sub", "_blocked", "transforms")
+                 "_reply_sub", "_deliver_sub", "_blocked", "transforms", "ident", "_early")
 
     def __init__(self, stream: LinkedStream, spec: dict, mirror: bool) -> None:
         self.stream = stream
@@ -319,6 +326,11 @@ class ExternalLink(OriginLink):
         self._reply_sub = None  # the create request's reply subject
         self._deliver_sub = None  # the consumer's delivery subject
         self._blocked = ""  # the store's last refusal (logged once)
+        self.ident = b""  # the origin's identity (STREAM_IDENTITY) its consumer's create answered
+        self._early: list[tuple] = []  # deliveries that came before the create's answer (kept for it)
+
+    def identity(self) -> bytes:
+        return self.ident
 
     # -- reports --------------------------------------------------------------------------------
 
@@ -350,6 +362,7 @@ class ExternalLink(OriginLink):
         self.cname = ""
 
     def _cancel(self) -> None:
+        self._early = []
         self._unsubscribe("_reply_sub")
         self._unsubscribe("_deliver_sub")
 
@@ -424,7 +437,12 @@ class ExternalLink(OriginLink):
         self._deliver_sub = engine.subscribe(deliver, self._on_msg)
         self._sip_until = clock + CREATE_TIMEOUT
         self.dseq = 0
-        engine.send(subject.encode(), dumps({"stream_name": self.origin, "config": config}), reply=reply.encode())
+        # A source asks for the origin it followed (stream.go trySetupSourceConsumer): a recreated
+        # one answers 10225 and the source starts over (_on_create).
+        headers = b"NATS/1.0\r\n" + STREAM_IDENTITY + b": " + self.ident + b"\r\n\r\n" \
+            if self.ident and not self.mirror else None
+        engine.send(subject.encode(), dumps({"stream_name": self.origin, "config": config}), headers,
+                    reply=reply.encode())
 
     def _on_create(self, subject: bytes, reply, hdr, payload: bytes) -> None:
         self._unsubscribe("_reply_sub")
@@ -436,6 +454,14 @@ class ExternalLink(OriginLink):
                 error = {"code": 500, "err_code": 10029 if self.mirror else 10045, "description": "no consumer info"}
         except ValueError:
             error = errors.invalid_json().to_json()
+        if error is not None and error.get("err_code") == IDENTITY_MISMATCH and not self.mirror:
+            # stream.go: the origin was recreated; the source starts over from its beginning.
+            log.warning("JetStream source stream %r for stream '%s' was recreated, resetting source state",
+                        self.origin, self.stream.name)
+            self.ident = b""
+            self.next = self.sseq = self.dseq = 0
+            self._retry()
+            return
         if error is not None:
             self.error = ApiError(error.get("code", 0), error.get("err_code", 0), error.get("description", ""))
             log.warning("JetStream error response for create %s consumer: %s", "mirror" if self.mirror else "source",
@@ -443,6 +469,7 @@ class ExternalLink(OriginLink):
             self._retry()
             return
         self.error = None
+        self.ident = get_header(STREAM_IDENTITY, hdr) if hdr else b""
         self.active = server_clock.now_ns()  # nats-server counts from here when it looks for a stall
         if self.cname == resp["name"]:
             return  # delivering already (the origin delivered before it answered)
@@ -453,6 +480,9 @@ class ExternalLink(OriginLink):
             if delivered > store.last_seq:  # the origin has no longer what we would want next
                 store.skip_to(delivered, server_clock.now_ns())
             self.sseq = max(delivered, store.last_seq)
+        early, self._early = self._early, []
+        for message in early:
+            self._on_msg(*message)
 
     def _on_msg(self, subject: bytes, reply, hdr, payload: bytes) -> None:
         if hdr and not payload and hdr.startswith(_CONTROL):
@@ -465,7 +495,14 @@ class ExternalLink(OriginLink):
         if cname != self.cname:
             if self.cname or not self._sip_until:
                 return  # an old consumer's
-            self.cname = cname  # delivering before its create response came back
+            # Delivering before its create's answer came back (in a cluster the answer takes the
+            # system account's route, the messages the account's): kept until the answer says
+            # which origin it is (its identity goes into the source header), as nats-server
+            # subscribes to the deliveries only once it has the answer. Beyond EARLY_MAX, the
+            # sequence check after the answer sets the consumer up again.
+            if len(self._early) < EARLY_MAX:
+                self._early.append((bytes(subject), bytes(reply), bytes(hdr) if hdr else None, bytes(payload)))
+            return
         try:
             dc, sseq, dseq, ts, pending = (int(t) for t in tokens[4:])
         except ValueError:

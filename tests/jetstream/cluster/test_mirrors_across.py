@@ -12,6 +12,7 @@ import base64
 
 import pytest
 
+from natserver.jetstream.external import get_hash
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
 from tests.jetstream.cluster.test_cluster import api, cluster_options, publish, run, until
@@ -83,10 +84,11 @@ def test_a_mirror_and_a_source_on_other_servers_follow_the_origin(cluster):
                 assert got["message"]["subject"] == f"orig.{'a' if (seq - 1) % 2 else 'b'}.{seq - 1}", got
             src = await api(ncs[0], "$JS.API.STREAM.MSG.GET.SRC", {"seq": 1})
             assert src["message"]["subject"] == "orig.b.0"
-            # (without the origin's identity, a 2.12+ token that 2.15.1 learns from the consumer
-            # create's Nats-Stream-Identity header, which natserver's answers do not carry yet)
+            # with the origin's identity (stream.go identity(): a hash of its creation time), which
+            # the source read from its consumer create's Nats-Stream-Identity, as 2.15.1's does
+            identity = get_hash(origin["created"])
             assert base64.b64decode(src["message"]["hdrs"]) == (
-                b"NATS/1.0\r\nNats-Stream-Source: ORIG 1 orig.b.> > orig.b.0\r\n\r\n")
+                b"NATS/1.0\r\nNats-Stream-Source: ORIG 1 orig.b.> > orig.b.0 %s\r\n\r\n" % identity.encode())
             # A message published after the catch-up still flows (the sourcing consumers live).
             await publish(ncs[2], "orig.b.last", b"last")
 
@@ -96,5 +98,40 @@ def test_a_mirror_and_a_source_on_other_servers_follow_the_origin(cluster):
                 return mir["state"]["messages"] == COUNT + 1 and src["state"]["messages"] == COUNT // 2 + 1
 
             await until(one_more, "the last message mirrored and sourced")
+
+    run(main)
+
+
+def test_a_source_starts_over_when_its_origin_is_recreated(cluster):
+    # stream.go: the source's next consumer create names the origin it followed; the recreated
+    # origin answers 10225, and the source takes the new one from its first message (without
+    # the identity it would ask for the old incarnation's next sequence and miss those).
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            config = {"name": "ORIG", "subjects": ["orig.>"], "storage": "file"}
+            origin = await api(ncs[0], "$JS.API.STREAM.CREATE.ORIG", config)
+            await _placed_elsewhere(ncs[1], {"name": "SRC", "subjects": ["src.>"], "storage": "file",
+                                             "sources": [{"name": "ORIG"}]}, {origin["cluster"]["leader"]})
+            for i in range(3):
+                await publish(ncs[0], f"orig.old.{i}", b"old")
+
+            async def sourced(count):
+                info = await api(ncs[2], "$JS.API.STREAM.INFO.SRC")
+                return info if info.get("state", {}).get("messages") == count else None
+
+            await until(lambda: sourced(3), "the first incarnation sourced")
+            assert (await api(ncs[0], "$JS.API.STREAM.DELETE.ORIG")).get("success") is True
+            again = await api(ncs[0], "$JS.API.STREAM.CREATE.ORIG", config)
+            assert "error" not in again and again["created"] != origin["created"]
+            for i in range(2):
+                await publish(ncs[0], f"orig.new.{i}", b"new")
+            await until(lambda: sourced(5), "the recreated origin sourced from its start")
+            identity = get_hash(again["created"]).encode()
+            for seq, origin_seq in ((4, 1), (5, 2)):
+                got = await api(ncs[2], "$JS.API.STREAM.MSG.GET.SRC", {"seq": seq})
+                assert got["message"]["subject"] == f"orig.new.{origin_seq - 1}"
+                assert base64.b64decode(got["message"]["hdrs"]) == (
+                    b"NATS/1.0\r\nNats-Stream-Source: ORIG %d > > orig.new.%d %s\r\n\r\n" % (
+                        origin_seq, origin_seq - 1, identity))
 
     run(main)
