@@ -43,6 +43,7 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import errors
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
+from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
@@ -185,6 +186,7 @@ class JetStreamCluster:
         self._reply_seq = 0
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
+        self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -194,6 +196,7 @@ class JetStreamCluster:
             self.start()
             nursery.start_soon(self._compactor)
             nursery.start_soon(self._usage_sender)
+            nursery.start_soon(self.consumer_groups.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -227,6 +230,7 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
 
     def stop(self) -> None:
+        self.consumer_groups.stop()
         for account, sub in self._subs:
             account.unsubscribe(sub)
         self._subs.clear()
@@ -413,6 +417,8 @@ class JetStreamCluster:
     # -- consumers -----------------------------------------------------------------------------
 
     def _consumer_event(self, engine: ClusterEngine, event: ConsumerEvent, recovering: bool) -> None:
+        if self.consumer_groups.consumer_event(engine, event, recovering):
+            return
         ca = event.assignment
         stream = engine.streams.get(ca.stream)
         reply = "" if recovering else ca.reply
@@ -510,7 +516,10 @@ class JetStreamCluster:
     def in_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """A pull request or a direct get, in the account (these subscriptions' interest
         crosses the routes): the server running the stream answers."""
-        name = _stream_of(subject.split(b"."))
+        tokens = subject.split(b".")
+        if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
+            return True
+        name = _stream_of(tokens)
         if name is not None and name in engine.streams:
             return engine.api.handle(subject, reply, hdr, payload)
         return True
@@ -555,6 +564,8 @@ class JetStreamCluster:
                 self._meta_request(engine, tokens, subject, reply, payload)
             except Exception:  # a bug must not take the publisher's connection down
                 log.exception("JetStream API request on %r failed", subject)
+            return True
+        if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
             return True
         name = _stream_of(tokens)
         if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
@@ -684,8 +695,9 @@ class JetStreamCluster:
                         cname = text[5]
                         cfg_c, action = api.consumers.decode_create(stream, payload, name=cname,
                                                                     filter=".".join(text[6:]))
-                    if cfg_c.num_replicas > 1:
-                        raise errors.replicas_not_supported_in_cluster()
+                    sa_c = self.meta.stream(account, stream)
+                    if sa_c is not None and cfg_c.num_replicas > int(sa_c.config.get("num_replicas") or 1):
+                        raise errors.consumer_replicas_exceeds_stream()
                     proposal = self.meta.consumer_create(
                         client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
                         action, engine.limits.get("max_ack_pending", -1))

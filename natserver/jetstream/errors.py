@@ -62,6 +62,8 @@ replicas_not_supported = _fixed(500, 10074, "replicas > 1 not supported in non-c
 # and consumer groups are not driven yet (issue #32), so only R1 is placed.
 replicas_not_supported_in_cluster = _fixed(
     500, 10074, "replicas > 1 not supported yet in a natserver JetStream cluster (R1 streams and consumers only)")
+# consumer.go checkConsumerCfg: a consumer's num_replicas above its stream's.
+consumer_replicas_exceeds_stream = _fixed(400, 10126, "consumer config replica count exceeds parent stream")
 # jsStreamInfoRequest: every server of the stream's group is offline (allPeersOffline).
 stream_offline = _fixed(500, 10118, "stream is offline")
 # jetstream_cluster.go isLeaderless: the meta group has had no leader for a while.

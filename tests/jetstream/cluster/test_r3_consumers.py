@@ -1,0 +1,366 @@
+"""Replicated (R3) consumers in a cluster of three in-process natservers (issue #32; real clocks,
+bounded polls, a hard timeout on each test): a durable pull consumer and a durable push
+consumer, each its own consumer group (natserver/jetstream/consumer_group_runner.py), fetched
+or received and acked through nats-py; the consumer's leader stopped or stepped down; the
+consumer goes on from another node without delivering again what was acked, CONSUMER.INFO's
+delivered, ack floor and num_pending the same before and after; what was delivered and not
+acked comes again after ack_wait; the stopped server restarted, its replicated state caught up.
+
+How the stream under the consumers exists: stream groups (replicated streams) are built
+elsewhere. Each test puts an R3 stream assignment in the meta group (proposed on the meta
+leader, through ``MetaLeader.stream_create`` as the API would: placed on the three servers),
+and, where a server does not run the stream (natserver's single-server JetStream refuses
+num_replicas 3), creates it on that server's engine as an R1 stream with the same subjects:
+every server's copy captures every publish (its subscription's interest crosses the routes),
+so with one publisher waiting for each ack the three copies hold the same messages, checked
+before the consumers are created. The consumer group is what the tests exercise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import nats
+import pytest
+
+from natserver.jetstream.stream import StreamConfig
+from natserver.testing_cluster import NatsCluster
+
+from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, connect, meta_leader, same_shape, until
+
+DATA = Path(__file__).parents[1] / "replication" / "data" / "groups_nats_server_2.15.1.json"
+TEST_TIMEOUT = 180.0  # seconds of real time for a whole test (the hard timeout)
+ACCOUNT = "APP"
+MESSAGES = 10
+ACK_WAIT = 2_000_000_000  # ns: short, so that the test sees a redelivery after the failover
+_T = "io.nats.jetstream.api.v1."
+
+
+def recorded_consumer_info() -> dict:
+    """2.15.1's CONSUMER.INFO of an R3 pull consumer (the stream-group recording)."""
+    points = json.loads(DATA.read_text())["points"]
+    return next(p["consumers"]["PULL"] for p in points if "cluster" in p["consumers"].get("PULL", {}))
+
+
+def run(main) -> None:
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+
+
+@pytest.fixture
+def cluster():
+    with NatsCluster(3, jetstream=True, **cluster_options()) as c:
+        yield c
+
+
+def jsc(cluster: NatsCluster, i: int):
+    """Node i's JetStreamCluster."""
+    return cluster.servers[i].server.jetstream.cluster
+
+
+def on(cluster: NatsCluster, i: int, fn):
+    """fn(node i's JetStreamCluster), in its server's loop."""
+    return cluster.servers[i]._call(lambda: fn(jsc(cluster, i)))
+
+
+def index_of(cluster: NatsCluster, name: str) -> int:
+    return next(i for i, node in enumerate(cluster.servers) if node.options.server_name == name)
+
+
+async def r3_stream(cluster: NatsCluster, sys_nc, ncs) -> None:
+    """The R3 stream S (subjects s.>) assigned to the three servers, run by each (see the
+    module's docstring), MESSAGES messages published, the same on every server."""
+    leader = index_of(cluster, await until(lambda: meta_leader(sys_nc), "a meta leader elected"))
+
+    def propose(c) -> bool:
+        engine = c.engines[ACCOUNT]
+        cfg = engine.api.decode_stream_create("S", json.dumps(
+            {"name": "S", "subjects": ["s.>"], "num_replicas": 3}).encode())
+        c._refresh_peers()
+        try:
+            c._propose(c.meta.stream_create(c._client(engine), ACCOUNT, "$JS.API.STREAM.CREATE.S", "", cfg,
+                                            engine.limits))
+        except Exception:  # noqa: BLE001 - (placement: not every peer's STATSZ heard yet) tried again
+            return False
+        return True
+
+    async def proposed():
+        return on(cluster, leader, propose)
+
+    await until(proposed, "the R3 stream proposed")
+
+    def assigned(c):
+        sa = c.state.stream(ACCOUNT, "S")
+        return sa is not None and len(sa.group.peers) == 3
+
+    async def everywhere():
+        return all(on(cluster, i, assigned) for i in range(3))
+
+    await until(everywhere, "the R3 stream assigned on every server")
+
+    def run_locally(c) -> None:
+        engine = c.engines[ACCOUNT]
+        if "S" not in engine.streams:
+            engine.add_stream(StreamConfig.from_json({"name": "S", "subjects": ["s.>"]}))
+
+    for i in range(3):
+        on(cluster, i, run_locally)
+
+    def others_listen(c) -> bool:  # (their streams' interest has come over the routes)
+        listening = set()
+        for route in c.server.cluster.route_conns:
+            interest = route.interest.get(ACCOUNT.encode())
+            if interest is not None and interest.match(b"s.1").psubs:
+                listening.add(route.remote_name)
+        return len(listening) == 2
+
+    async def interest():
+        return on(cluster, 0, others_listen)
+
+    await until(interest, "the other servers' streams listening")
+    js = ncs[0].jetstream()
+    for n in range(1, MESSAGES + 1):
+        async def published(n=n):
+            try:
+                return await js.publish(f"s.{n}", b"m%d" % n, timeout=REQUEST_TIMEOUT)
+            except nats.js.errors.NoStreamResponseError:
+                return None
+
+        ack = await until(published, f"message {n} stored")
+        assert ack.seq == n
+
+    async def same_messages():
+        return all(on(cluster, i, lambda c: c.engines[ACCOUNT].streams["S"].store.last_seq) == MESSAGES
+                   for i in range(3))
+
+    await until(same_messages, "the same messages on every server")
+
+
+async def create_consumer(nc, config: dict) -> dict:
+    """A durable R3 consumer, created through the meta leader; answered by its group's leader
+    once elected (asked again while the election takes longer than the request's timeout)."""
+    name = config["durable_name"]
+
+    async def created():
+        answer = await api(nc, f"$JS.API.CONSUMER.DURABLE.CREATE.S.{name}", {"stream_name": "S", "config": config})
+        assert "error" not in answer, answer
+        return answer
+
+    return await until(created, f"consumer {name} created")
+
+
+async def info_from(nc, name: str, not_leader: str = "") -> dict:
+    """CONSUMER.INFO once a leader (not ``not_leader``) answers."""
+    async def answered():
+        try:
+            info = await api(nc, f"$JS.API.CONSUMER.INFO.S.{name}", timeout=1.0)
+        except nats.errors.TimeoutError:
+            return None
+        leader = info.get("cluster", {}).get("leader")
+        return info if leader and leader != not_leader else None
+
+    return await until(answered, f"{name}'s info from a leader other than {not_leader!r}")
+
+
+def progress(info: dict) -> tuple:
+    return (info["delivered"]["consumer_seq"], info["delivered"]["stream_seq"], info["ack_floor"]["consumer_seq"],
+            info["ack_floor"]["stream_seq"], info["num_pending"], info["num_ack_pending"])
+
+
+async def replicated_everywhere(cluster: NatsCluster, name: str, info: dict, nodes) -> None:
+    """Every member in ``nodes`` has applied the leader's state (delivered, ack floor, pending)."""
+    want = {"delivered": [info["delivered"]["consumer_seq"], info["delivered"]["stream_seq"]],
+            "ack_floor": [info["ack_floor"]["consumer_seq"], info["ack_floor"]["stream_seq"]],
+            "num_ack_pending": info["num_ack_pending"]}
+
+    states: list = []
+
+    async def applied():
+        states[:] = [on(cluster, i, lambda c: c.consumer_groups.state(ACCOUNT, "S", name)) for i in nodes]
+        return all(s is not None and {k: s[k] for k in want} == want for s in states)
+
+    try:
+        await until(applied, f"{name}'s state applied on {list(nodes)}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {states} (want {want})") from None
+
+
+def test_r3_pull_consumer_fails_over_and_catches_up(cluster):
+    async def main():
+        ncs = [await connect(url) for url in cluster.urls]
+        sys_nc = await connect(cluster.urls[0], "sys")
+        try:
+            await r3_stream(cluster, sys_nc, ncs)
+            created = await create_consumer(ncs[1], {"durable_name": "PULL", "ack_policy": "explicit",
+                                                     "ack_wait": ACK_WAIT})
+            assert created["type"] == _T + "consumer_create_response" and created["num_pending"] == MESSAGES
+            block = created["cluster"]
+            names = sorted(node.options.server_name for node in cluster.servers)
+            assert block["name"] == cluster.name and block["raft_group"].startswith("C-R3F-")
+            assert sorted([block["leader"]] + [r["name"] for r in block["replicas"]]) == names
+            info = await info_from(ncs[2], "PULL")
+            same_shape(info, recorded_consumer_info())
+            # Both groups' folders, as 2.15.1 names them, on every server.
+            group = block["raft_group"]
+            for node in cluster.servers:
+                assert (Path(node.options.store_dir) / "jetstream" / "SYS" / "_js_" / group).is_dir()
+
+            # Five fetched, three acked (the first, second and fourth).
+            psub = await ncs[2].jetstream().pull_subscribe_bind("PULL", stream="S")
+            got = await psub.fetch(5, timeout=REQUEST_TIMEOUT)
+            assert [m.metadata.sequence.stream for m in got] == [1, 2, 3, 4, 5]
+            for m in (got[0], got[1], got[3]):
+                await m.ack_sync(timeout=REQUEST_TIMEOUT)
+            before = await info_from(ncs[0], "PULL")
+            assert progress(before) == (5, 5, 2, 2, 5, 2)
+            await replicated_everywhere(cluster, "PULL", before, range(3))
+
+            # The consumer's leader stopped: another takes over, from the replicated state.
+            old = before["cluster"]["leader"]
+            stopped = index_of(cluster, old)
+            cluster.stop(stopped)
+            alive = [i for i in range(3) if i != stopped]
+            nc = ncs[alive[0]]
+            after = await info_from(nc, "PULL", not_leader=old)
+            assert progress(after) == progress(before)
+            assert after["cluster"]["leader"] != old
+
+            # What comes next: the five not delivered and the two not acked (again, once their
+            # ack_wait from the first delivery is over); never the three acked.
+            psub = await nc.jetstream().pull_subscribe_bind("PULL", stream="S")
+            seen: dict[int, int] = {}
+            deadline = time.monotonic() + STEP
+            while len(seen) < 7 and time.monotonic() < deadline:
+                try:
+                    msgs = await psub.fetch(7 - len(seen), timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                for m in msgs:
+                    assert m.metadata.sequence.stream not in seen, m.metadata
+                    seen[m.metadata.sequence.stream] = m.metadata.num_delivered
+                    await m.ack_sync(timeout=REQUEST_TIMEOUT)
+            assert seen == {3: 2, 5: 2, 6: 1, 7: 1, 8: 1, 9: 1, 10: 1}, seen
+            done = await info_from(nc, "PULL", not_leader=old)
+            assert done["ack_floor"]["stream_seq"] == MESSAGES and done["num_ack_pending"] == 0
+            assert done["num_pending"] == 0
+
+            # The stopped server back: its node replays its log and is caught up.
+            cluster.restart(stopped)
+            await replicated_everywhere(cluster, "PULL", done, range(3))
+
+            # A leader step-down: another member answers from then on, with the same state.
+            stepdown = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.PULL")
+            assert stepdown == {"type": _T + "consumer_leader_stepdown_response", "success": True}
+            moved = await info_from(nc, "PULL", not_leader=done["cluster"]["leader"])
+            assert progress(moved) == progress(done)
+
+            # Deleted: the group's folder goes on every server.
+            deleted = await api(nc, "$JS.API.CONSUMER.DELETE.S.PULL")
+            assert deleted == {"type": _T + "consumer_delete_response", "success": True}
+
+            async def folders_gone():
+                return not any((Path(node.options.store_dir) / "jetstream" / "SYS" / "_js_" / group).exists()
+                               for node in cluster.servers)
+
+            await until(folders_gone, "the group's folders removed")
+            assert all(on(cluster, i, lambda c: c.consumer_groups.state(ACCOUNT, "S", "PULL")) is None
+                       for i in range(3))
+        finally:
+            for nc in [*ncs, sys_nc]:
+                if not nc.is_closed:
+                    await nc.close()
+
+    run(main)
+
+
+def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster):
+    async def main():
+        ncs = [await connect(url) for url in cluster.urls]
+        sys_nc = await connect(cluster.urls[0], "sys")
+        try:
+            await r3_stream(cluster, sys_nc, ncs)
+            await create_consumer(ncs[0], {"durable_name": "PUSH", "ack_policy": "explicit", "ack_wait": ACK_WAIT,
+                                           "deliver_subject": "push.in", "max_ack_pending": 4})
+            received: list = []
+
+            async def on_msg(m):
+                received.append(m)
+
+            subs = [await nc.subscribe("push.in", cb=on_msg) for nc in ncs]
+
+            async def four():
+                return len(received) >= 4
+
+            await until(four, "four pushed (max_ack_pending)")
+            for m in received[:3]:
+                await m.ack_sync(timeout=REQUEST_TIMEOUT)
+            before = await info_from(ncs[1], "PUSH")
+            await replicated_everywhere(cluster, "PUSH", before, range(3))
+            assert before["ack_floor"]["stream_seq"] == 3 and before["num_ack_pending"] == before["delivered"]["stream_seq"] - 3
+
+            # A step-down: the new leader has the same state and pushes on.
+            old = before["cluster"]["leader"]
+            stepdown = await api(ncs[2], "$JS.API.CONSUMER.LEADER.STEPDOWN.S.PUSH")
+            assert stepdown == {"type": _T + "consumer_leader_stepdown_response", "success": True}
+            after = await info_from(ncs[2], "PUSH", not_leader=old)
+            assert progress(after) == progress(before)
+
+            # The new leader stopped: the third goes on; everything arrives, the three acked
+            # never again.
+            stopped = index_of(cluster, after["cluster"]["leader"])
+            subs[stopped] = None
+            cluster.stop(stopped)
+            alive = [i for i in range(3) if i != stopped]
+            later = await info_from(ncs[alive[0]], "PUSH", not_leader=after["cluster"]["leader"])
+            assert progress(later) == progress(before)
+            acked = {m.metadata.sequence.stream for m in received[:3]}
+
+            async def all_acked():
+                for m in list(received):
+                    seq = m.metadata.sequence.stream
+                    if m._ackd:
+                        continue
+                    if seq in acked and m not in received[:3]:
+                        raise AssertionError(f"message {seq} was acked and came again")
+                    try:
+                        await m.ack_sync(timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        return False  # (sent to the stopped leader's era: acked again on its redelivery)
+                    acked.add(seq)
+                return acked == set(range(1, MESSAGES + 1))
+
+            await until(all_acked, "every message pushed and acked")
+            final = await info_from(ncs[alive[0]], "PUSH")
+            assert final["ack_floor"]["stream_seq"] == MESSAGES and final["num_ack_pending"] == 0
+            redelivered = [m.metadata.sequence.stream for m in received[3:] if m.metadata.num_delivered > 1]
+            assert not set(redelivered) & {m.metadata.sequence.stream for m in received[:3]}
+        finally:
+            for nc in [*ncs, sys_nc]:
+                if not nc.is_closed:
+                    await nc.close()
+
+    run(main)
+
+
+def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
+    """consumer.go checkConsumerCfg: 10126, as 2.15.1 answers it (an R1 stream here)."""
+    async def main():
+        nc = await connect(cluster.urls[0])
+        sys_nc = await connect(cluster.urls[0], "sys")
+        try:
+            await until(lambda: meta_leader(sys_nc), "a meta leader elected")
+            created = await api(nc, "$JS.API.STREAM.CREATE.R1", {"name": "R1", "subjects": ["r1.>"]})
+            assert "error" not in created, created
+            answer = await api(nc, "$JS.API.CONSUMER.DURABLE.CREATE.R1.D", {
+                "stream_name": "R1", "config": {"durable_name": "D", "num_replicas": 3}})
+            assert answer == {"type": _T + "consumer_create_response", "error": {
+                "code": 400, "err_code": 10126, "description": "consumer config replica count exceeds parent stream"}}
+        finally:
+            await nc.close()
+            await sys_nc.close()
+
+    run(main)
+
+
