@@ -324,32 +324,44 @@ class ConsumerGroups:
             return
         rc.fingerprint = fingerprint
         # Acks: what the shadow has pending and the Consumer no longer (acked, terminated).
-        for seq in sorted(s for s in shadow.pending if s not in c.pending):
+        gone = sorted(s for s in shadow.pending if s not in c.pending)
+        if gone and not c.pending and c.delivered_cseq > shadow.delivered[0] and c.state_sseq <= shadow.delivered[1]:
+            # a redelivery since acked: its consumer sequence first (the floor is the delivered
+            # one once nothing is pending)
+            seq = gone[-1]
+            self._propose(rc, Delivered(c.delivered_cseq, seq, shadow.redelivered.get(seq, 0) + 1,
+                                        shadow.pending[seq][1]))
+        for seq in gone:
             had = shadow.pending.get(seq)
-            if had is not None:
-                self._propose(rc, Acked(had[0], seq))
+            if had is not None:  # (the floor's: the ack's own consumer sequence, AckAll's floor)
+                self._propose(rc, Acked(c.ack_floor_cseq if seq == c.ack_floor_sseq else had[0], seq))
         explicit = c.cfg.ack_policy != "none"
         if explicit and c.ack_floor_sseq > shadow.delivered[1] and c.ack_floor_cseq > shadow.ack_floor[0]:
             # delivered and acked within one interval, up to the floor (nothing of the
             # shadow's is pending now: the floor moves with this ack)
             self._propose(rc, Delivered(c.ack_floor_cseq, c.ack_floor_sseq, 1, c.last_delivered))
             self._propose(rc, Acked(c.ack_floor_cseq, c.ack_floor_sseq))
-        fresh = []
+        fresh = []  # (known to the shadow, the delivery)
         for seq, (dseq, ts) in c.pending.items():
             dc = c.rdc.get(seq, 1)
             had = shadow.pending.get(seq)
             if had is None or had[1] != ts or shadow.redelivered.get(seq, 0) + 1 != dc:
-                fresh.append(Delivered(dseq, seq, dc, ts))
-        fresh.sort(key=lambda op: (op.dc > 1, op.sseq))  # first deliveries in order, then redeliveries
-        for op in fresh:
+                fresh.append((had is not None, Delivered(dseq, seq, dc, ts)))
+        # the new ones in stream order (each above the last: the store adds only those), then
+        # the redeliveries of those it has
+        fresh.sort(key=lambda item: (item[0], item[1].sseq))
+        for _, op in fresh:
             self._propose(rc, op)
         if not explicit:
             if c.delivered_cseq > shadow.delivered[0]:
                 self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, 1, c.last_delivered))
-        elif c.delivered_cseq > shadow.delivered[0] and c.state_sseq not in c.pending:
-            # the last ones delivered and acked within one interval, above what is pending
-            self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, 1, c.last_delivered))
-            self._propose(rc, Acked(c.delivered_cseq, c.state_sseq))
+        elif c.delivered_cseq > shadow.delivered[0]:
+            last = c.pending.get(c.state_sseq)
+            if last is not None:  # (a redelivery since acked: the consumer sequence moves on)
+                self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, c.rdc.get(c.state_sseq, 1), last[1]))
+            else:  # the last ones delivered and acked within one interval, above what is pending
+                self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, 1, c.last_delivered))
+                self._propose(rc, Acked(c.delivered_cseq, c.state_sseq))
         if c.state_sseq > shadow.delivered[1]:
             self._propose(rc, Skipped(c.state_sseq + 1))
         replies = {bytes(req.reply) for req in c.waiting}

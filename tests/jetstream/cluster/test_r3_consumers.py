@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import nats
 import pytest
 
+from natserver.jetstream.consumer import Consumer, ConsumerConfig
+from natserver.jetstream.consumer_group_runner import ConsumerGroups, Replicated
+from natserver.jetstream.replication.consumer_group import ConsumerApplier
+from natserver.jetstream.replication.entries import ConsumerAssignment
+from natserver.jetstream.replication.group_codec import PendingRequest, decode_consumer_op
+from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig
 from natserver.testing_cluster import NatsCluster
 
@@ -367,3 +375,106 @@ def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
     run(main)
 
 
+
+
+# -- the leader's proposals, without a cluster ----------------------------------------------------
+
+
+class _Group:
+    """A consumer group's node that takes the leader's proposals (committed as proposed)."""
+
+    def __init__(self) -> None:
+        self.proposed: list[bytes] = []
+        self.leader = True
+
+    def propose(self, data: bytes) -> None:
+        self.proposed.append(data)
+
+
+def _leader(ack_policy: str, max_deliver: int = -1, filter_subject: str = ""):
+    store = MemoryStore(StreamConfig(name="S", subjects=["s.>"]))
+    for n in range(1, 41):
+        store.store_msg(b"s.%d" % (n % 3), b"", b"m%d" % n, n)
+    stream = SimpleNamespace(name="S", store=store, consumers={})
+    config = {"durable_name": "D", "ack_policy": ack_policy, "max_deliver": max_deliver, "ack_wait": 1000,
+              "filter_subject": filter_subject}
+    consumer = Consumer(stream, "D", ConsumerConfig.from_json(config), 0)
+    stream.consumers["D"] = consumer
+    group = _Group()
+    ca = ConsumerAssignment(None, "", "D", "S", config, None, "", "")
+    rc = Replicated(None, "A", ca, group, ConsumerApplier(ack_policy, max_deliver))  # type: ignore[arg-type]
+    rc.consumer, rc.shadow = consumer, ConsumerApplier(ack_policy, max_deliver)
+    return rc, consumer, group
+
+
+def _loaded(applier: ConsumerApplier, like: Consumer) -> Consumer:
+    """What a new leader would run: the follower's state in a new Consumer."""
+    consumer = Consumer(like.stream, "D", like.cfg, 0)
+    applier.load_into(consumer)
+    return consumer
+
+
+def _state(c: Consumer) -> tuple:
+    """What a new leader must go on from: delivered, pending and their delivery counts."""
+    return (c.delivered_cseq, c.state_sseq, sorted(c.pending),
+            sorted((s, n) for s, n in c.rdc.items() if s in c.pending and n > 1))
+
+
+def _same_floor(follower: Consumer, leader: Consumer) -> None:
+    """The ack floor as 2.15.1's store keeps it (moved by the ack of the message just above
+    it, consumer.go moveAckFloor) is never above the leader's (natserver's Consumer puts it
+    just below the first pending message at each ack) nor above a pending message, and is
+    the leader's once nothing is pending."""
+    assert follower.ack_floor_sseq <= leader.ack_floor_sseq
+    assert all(seq > follower.ack_floor_sseq for seq in follower.pending)
+    if not leader.pending:
+        assert (follower.ack_floor_cseq, follower.ack_floor_sseq) == (leader.ack_floor_cseq, leader.ack_floor_sseq)
+
+
+@pytest.mark.parametrize(("ack_policy", "filter_subject", "max_deliver", "seed"), [
+    ("explicit", "", -1, 1), ("explicit", "", -1, 2), ("explicit", "s.1", -1, 3), ("all", "", -1, 4),
+    ("none", "", -1, 5), ("explicit", "", 2, 6), ("all", "s.2", -1, 7), ("explicit", "s.1", 3, 8), ("all", "", 2, 9)])
+def test_a_follower_of_the_leaders_proposals_has_the_leaders_state(ack_policy, filter_subject, max_deliver, seed):
+    """Random deliveries, acks (several between two rounds of proposals, or none),
+    redeliveries after ack_wait: after each round a follower applying the proposed entries
+    (2.15.1's encoding, decoded) loads into a Consumer with the leader's delivered, pending
+    and redelivery counts, and an ack floor that acknowledges nothing still pending."""
+    rng = random.Random(seed)
+    rc, leader, group = _leader(ack_policy, max_deliver, filter_subject)
+    follower = ConsumerApplier(ack_policy, max_deliver)
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    now = 0
+    for _ in range(60):
+        now += rng.randrange(1, 400)
+        for _ in range(rng.randrange(0, 4)):
+            leader.next_msg(now)
+        if ack_policy != "none":
+            for seq in list(leader.pending):
+                if rng.random() < 0.3 and seq in leader.pending:  # (AckAll: gone with a later one)
+                    leader.ack(seq, leader.pending[seq][0], now)
+            leader.expire_acks(now)  # (max_deliver: dropped from pending)
+        if rng.random() < 0.7:
+            groups.replicate(rc)
+            for data in group.proposed:
+                follower.apply_op(decode_consumer_op(data))
+            group.proposed.clear()
+            loaded = _loaded(follower, leader)
+            assert _state(loaded) == _state(leader)
+            _same_floor(loaded, leader)
+    assert leader.delivered_cseq >= 10
+
+
+def test_a_new_leaders_pull_requests_and_an_unchanged_consumer():
+    """A waiting pull request is proposed (addPendingRequest) and its end too; a round with
+    nothing changed proposes nothing."""
+    rc, leader, group = _leader("explicit")
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    leader.waiting.append(SimpleNamespace(reply=b"_INBOX.r1"))
+    groups.replicate(rc)
+    assert [decode_consumer_op(d) for d in group.proposed] == [PendingRequest(b"_INBOX.r1", True)]
+    group.proposed.clear()
+    groups.replicate(rc)
+    assert group.proposed == []
+    leader.waiting.clear()
+    groups.replicate(rc)
+    assert [decode_consumer_op(d) for d in group.proposed] == [PendingRequest(b"_INBOX.r1", False)]
