@@ -474,5 +474,5 @@ class ConsumerGroups:
             return None
         a = rc.applier
         return {"delivered": list(a.delivered), "ack_floor": list(a.ack_floor), "num_ack_pending": len(a.pending),
-                "leader": rc.group.leader, "applied": rc.applied}
+                "pending_requests": len(a.pending_requests), "leader": rc.group.leader, "applied": rc.applied}
 

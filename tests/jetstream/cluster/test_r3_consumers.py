@@ -28,13 +28,17 @@ from types import SimpleNamespace
 import nats
 import pytest
 
+from natserver import clock
+from natserver.jetstream import consumer_group_runner as runner
 from natserver.jetstream.consumer import Consumer, ConsumerConfig
 from natserver.jetstream.consumer_group_runner import ConsumerGroups, Replicated
 from natserver.jetstream.replication.consumer_group import ConsumerApplier
 from natserver.jetstream.replication.entries import ConsumerAssignment
-from natserver.jetstream.replication.group_codec import PendingRequest, decode_consumer_op
+from natserver.jetstream.replication.group_codec import Acked, Delivered, PendingRequest, decode_consumer_op
 from natserver.jetstream.store import MemoryStore
 from natserver.jetstream.stream import StreamConfig
+from natserver.raft import Committed, EntryType
+from natserver.raft.wire import Entry
 from natserver.testing_cluster import NatsCluster
 
 from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, connect, meta_leader, same_shape, until
@@ -258,11 +262,25 @@ def test_r3_pull_consumer_fails_over_and_catches_up(cluster):
             cluster.restart(stopped)
             await replicated_everywhere(cluster, "PULL", done, range(3))
 
-            # A leader step-down: another member answers from then on, with the same state.
+            # A pull request waiting (nothing left to deliver) is replicated; after a leader
+            # step-down the new leader tells it 409 Leadership Change and answers from then on,
+            # with the same state.
+            inbox = nc.new_inbox()
+            waiting = await nc.subscribe(inbox)
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.PULL", b'{"batch": 1, "expires": 60000000000}',
+                             reply=inbox)
+
+            async def request_replicated():
+                states = [on(cluster, i, lambda c: c.consumer_groups.state(ACCOUNT, "S", "PULL")) for i in range(3)]
+                return all(s is not None and s["pending_requests"] == 1 for s in states)
+
+            await until(request_replicated, "the waiting pull request replicated")
             stepdown = await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.PULL")
             assert stepdown == {"type": _T + "consumer_leader_stepdown_response", "success": True}
+            told = await waiting.next_msg(timeout=STEP)
+            assert (told.headers or {}).get("Status") == "409" and told.headers.get("Description") == "Leadership Change"
             moved = await info_from(nc, "PULL", not_leader=done["cluster"]["leader"])
-            assert progress(moved) == progress(done)
+            assert progress(moved) == progress(done) and moved["num_waiting"] == 0
 
             # Deleted: the group's folder goes on every server.
             deleted = await api(nc, "$JS.API.CONSUMER.DELETE.S.PULL")
@@ -478,3 +496,31 @@ def test_a_new_leaders_pull_requests_and_an_unchanged_consumer():
     leader.waiting.clear()
     groups.replicate(rc)
     assert [decode_consumer_op(d) for d in group.proposed] == [PendingRequest(b"_INBOX.r1", False)]
+
+
+def test_a_member_snapshots_its_state_after_enough_entries():
+    """monitorConsumer's rule: a snapshot of the applied state (encodeConsumerState) once
+    COMPACT_NUM_MIN entries were applied and MIN_SNAP_DELTA has passed since the last one;
+    another member installing it has the same state."""
+    snapshots: list[tuple[bytes, int]] = []
+    node = SimpleNamespace(install_snapshot=lambda data, index: snapshots.append((data, index)))
+    group = SimpleNamespace(node=node, leader=False, name="C-R3F-test")
+    ca = ConsumerAssignment(None, "", "D", "S", {"durable_name": "D", "ack_policy": "explicit"}, None, "", "")
+    rc = Replicated(None, "A", ca, group, ConsumerApplier("explicit"))  # type: ignore[arg-type]
+    rc.snapshot_at = clock.monotonic() - runner.MIN_SNAP_DELTA
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    ops = []
+    for seq in range(1, runner.COMPACT_NUM_MIN + 1):
+        ops.append(Delivered(seq, seq, 1, seq * 1_000_000_000))
+        if seq % 3:
+            ops.append(Acked(seq, seq))
+    entries = [Committed(i + 1, 1, Entry(EntryType.NORMAL, op.encode())) for i, op in enumerate(ops)]
+    groups._apply(rc, entries[:runner.COMPACT_NUM_MIN - 1])
+    assert snapshots == []
+    groups._apply(rc, entries[runner.COMPACT_NUM_MIN - 1:])
+    assert [index for _, index in snapshots] == [len(entries)]
+    other = ConsumerApplier("explicit")
+    other.apply(Entry(EntryType.SNAPSHOT, snapshots[0][0]))
+    assert (other.delivered, other.ack_floor, sorted(other.pending)) == (
+        rc.applier.delivered, rc.applier.ack_floor, sorted(rc.applier.pending))
+    assert sorted(other.pending) == list(range(3, runner.COMPACT_NUM_MIN + 1, 3))
