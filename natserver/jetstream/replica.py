@@ -115,7 +115,8 @@ class StreamReplica:
         self._sync_sub: Any = None  # the leader's $JSC.SYNC subscription
         self._catching_up = False
         self._held: list[Committed] = []  # entries committed during a catch-up
-        self.catchups_served = 0
+        self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
+        self.catchups = 0  # catch-ups completed (as a follower)
         self.stopped = False
         stream.replica = self
         self.group = host.nrg.create_group(group, peers, self._apply)
@@ -461,6 +462,7 @@ class StreamReplica:
                     system.unsubscribe(sub)
                 if self.stream.store.last_seq >= last:
                     log.info("JetStream cluster: catch-up for stream %s complete", name)
+                    self.catchups += 1
                     break
             else:
                 log.warning("JetStream cluster: catch-up for stream %s stopped short (%d of %d)", name,
