@@ -6,14 +6,10 @@ consumer goes on from another node without delivering again what was acked, CONS
 delivered, ack floor and num_pending the same before and after; what was delivered and not
 acked comes again after ack_wait; the stopped server restarted, its replicated state caught up.
 
-How the stream under the consumers exists: stream groups (replicated streams) are built
-elsewhere. Each test puts an R3 stream assignment in the meta group (proposed on the meta
-leader, through ``MetaLeader.stream_create`` as the API would: placed on the three servers),
-and, where a server does not run the stream (natserver's single-server JetStream refuses
-num_replicas 3), creates it on that server's engine as an R1 stream with the same subjects:
-every server's copy captures every publish (its subscription's interest crosses the routes),
-so with one publisher waiting for each ack the three copies hold the same messages, checked
-before the consumers are created. The consumer group is what the tests exercise.
+The stream under the consumers is a replicated (R3) stream (replica.py, merged from branch
+h-r3s): each server applies its group's entries into its own copy, from which the consumer's
+leader, wherever it is, delivers. A randomized unit test checks the leader's proposals
+against a follower's state without a cluster.
 """
 
 from __future__ import annotations
@@ -82,56 +78,15 @@ def index_of(cluster: NatsCluster, name: str) -> int:
 
 
 async def r3_stream(cluster: NatsCluster, sys_nc, ncs) -> None:
-    """The R3 stream S (subjects s.>) assigned to the three servers, run by each (see the
-    module's docstring), MESSAGES messages published, the same on every server."""
-    leader = index_of(cluster, await until(lambda: meta_leader(sys_nc), "a meta leader elected"))
+    """The R3 stream S (subjects s.>, its group on the three servers), MESSAGES messages
+    published, stored on every server."""
+    await until(lambda: meta_leader(sys_nc), "a meta leader elected")
 
-    def propose(c) -> bool:
-        engine = c.engines[ACCOUNT]
-        cfg = engine.api.decode_stream_create("S", json.dumps(
-            {"name": "S", "subjects": ["s.>"], "num_replicas": 3}).encode())
-        c._refresh_peers()
-        try:
-            c._propose(c.meta.stream_create(c._client(engine), ACCOUNT, "$JS.API.STREAM.CREATE.S", "", cfg,
-                                            engine.limits))
-        except Exception:  # noqa: BLE001 - (placement: not every peer's STATSZ heard yet) tried again
-            return False
-        return True
+    async def created():
+        answer = await api(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
+        return answer if "error" not in answer else None
 
-    async def proposed():
-        return on(cluster, leader, propose)
-
-    await until(proposed, "the R3 stream proposed")
-
-    def assigned(c):
-        sa = c.state.stream(ACCOUNT, "S")
-        return sa is not None and len(sa.group.peers) == 3
-
-    async def everywhere():
-        return all(on(cluster, i, assigned) for i in range(3))
-
-    await until(everywhere, "the R3 stream assigned on every server")
-
-    def run_locally(c) -> None:
-        engine = c.engines[ACCOUNT]
-        if "S" not in engine.streams:
-            engine.add_stream(StreamConfig.from_json({"name": "S", "subjects": ["s.>"]}))
-
-    for i in range(3):
-        on(cluster, i, run_locally)
-
-    def others_listen(c) -> bool:  # (their streams' interest has come over the routes)
-        listening = set()
-        for route in c.server.cluster.route_conns:
-            interest = route.interest.get(ACCOUNT.encode())
-            if interest is not None and interest.match(b"s.1").psubs:
-                listening.add(route.remote_name)
-        return len(listening) == 2
-
-    async def interest():
-        return on(cluster, 0, others_listen)
-
-    await until(interest, "the other servers' streams listening")
+    await until(created, "the R3 stream created")
     js = ncs[0].jetstream()
     for n in range(1, MESSAGES + 1):
         async def published(n=n):
@@ -147,7 +102,7 @@ async def r3_stream(cluster: NatsCluster, sys_nc, ncs) -> None:
         return all(on(cluster, i, lambda c: c.engines[ACCOUNT].streams["S"].store.last_seq) == MESSAGES
                    for i in range(3))
 
-    await until(same_messages, "the same messages on every server")
+    await until(same_messages, "the messages on every server")
 
 
 async def create_consumer(nc, config: dict) -> dict:
