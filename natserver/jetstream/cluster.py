@@ -22,8 +22,10 @@ The API in a cluster is nats-server's (jetstream_api.go): every server receives 
 
 A stream with num_replicas > 1 runs its own RAFT group on each of its servers (replica.py:
 the group's leader takes the publishes and answers the stream's requests, the followers apply
-what it commits and catch up). Consumers of such streams, and replicated consumers, are still
-refused. Internal: still behind ``Options.jetstream_cluster_preview`` (see the package README).
+what it commits and catch up). A consumer with more than one replica runs its own group
+(consumer_group_runner.py: its leader runs it, the followers apply its entries); R1 consumers of
+replicated streams are still refused. Internal: still behind
+``Options.jetstream_cluster_preview`` (see the package README).
 """
 
 from __future__ import annotations
