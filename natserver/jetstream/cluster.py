@@ -441,6 +441,7 @@ class JetStreamCluster:
         return replica
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
         if replica is not None:
             replica.stop(remove=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -96,7 +96,7 @@ class Replicated:
     unsnapshotted: int = 0
     snapshot_at: float = 0.0
     info_sub: Any = None
-    waiting_replies: set = field(default_factory=set)
+    no_stream_logged: bool = False
 
     @property
     def stream_name(self) -> str:
@@ -123,7 +123,6 @@ class ConsumerGroups:
     def __init__(self, host: GroupsHost) -> None:
         self.host = host
         self.consumers: dict[tuple[str, str, str], Replicated] = {}  # (account, stream, consumer)
-        self._wake = trio.Event()
 
     # -- the meta layer's events ------------------------------------------------------------
 
@@ -151,8 +150,9 @@ class ConsumerGroups:
                 consumer.reconfigure(cfg)
             if reply:
                 self.host._answer(engine, reply, {"type": _T + "consumer_create_response", **self.info(rc)})
-        elif old.config != ca.config:
-            rc.applier.ack_policy = ConsumerConfig.from_json(ca.config).ack_policy
+        if old.config != ca.config:  # (what the store records depends on them)
+            cfg = ConsumerConfig.from_json(ca.config)
+            rc.applier.ack_policy, rc.applier.max_deliver = cfg.ack_policy, cfg.max_deliver
         return True
 
     def _start(self, engine: Any, account: str, ca: ConsumerAssignment, reply: str) -> None:
@@ -193,6 +193,12 @@ class ConsumerGroups:
         self.host.nrg.stop_group(rc.group.name)
         if files:
             shutil.rmtree(rc.group.folder, ignore_errors=True)
+
+    def stream_removed(self, account: str, stream: str) -> None:
+        """A stream gone (deleted, or no longer here): its consumers' groups and folders go
+        (the meta layer drops the leaders' Consumers with the stream)."""
+        for rc in [rc for key, rc in self.consumers.items() if key[:2] == (account, stream)]:
+            self._remove(rc, files=True)
 
     def stop(self) -> None:
         for rc in list(self.consumers.values()):
@@ -246,7 +252,10 @@ class ConsumerGroups:
         engine = rc.engine
         stream = engine.streams.get(rc.stream_name)
         if stream is None:
-            log.warning("JetStream cluster: consumer '%s > %s' leader without its stream here", rc.stream_name, rc.name)
+            if not rc.no_stream_logged:
+                rc.no_stream_logged = True
+                log.warning("JetStream cluster: consumer '%s > %s' leader without its stream here (yet)",
+                            rc.stream_name, rc.name)
             return
         rc.starting = False
         log.info("JetStream cluster new consumer leader for '%s > %s > %s'", rc.account, rc.stream_name, rc.name)
@@ -263,10 +272,8 @@ class ConsumerGroups:
         rc.consumer = consumer
         rc.shadow = copy.deepcopy(applier)
         rc.fingerprint = ()
-        for reply in sorted(applier.pending_requests):
+        for reply in sorted(applier.pending_requests):  # (told, and forgotten by every member)
             engine.send(reply, b"", LEADERSHIP_CHANGE)
-        rc.shadow.pending_requests = set()
-        for reply in sorted(applier.pending_requests):
             self._propose(rc, PendingRequest(reply, False))
         consumers = engine.api.consumers
         if rc.reply:
@@ -275,7 +282,6 @@ class ConsumerGroups:
         consumers.created(consumer, None)  # (push delivery starts)
         engine.delivery.poke()  # (its deadlines: redeliveries after ack_wait)
         engine.server.flush_touched()
-        self._wake.set()
 
     def _stop_leading(self, rc: Replicated) -> None:
         """setLeader(false): the Consumer leaves the stream (nothing more is delivered)."""
@@ -291,16 +297,21 @@ class ConsumerGroups:
     # -- the leader's proposals -------------------------------------------------------------
 
     async def run(self) -> None:
-        """Every REPLICATE_INTERVAL, each leader's changes proposed."""
+        """Every REPLICATE_INTERVAL, each leader's changes proposed (and a leader that found
+        no stream to run its consumer on tries again)."""
         while True:
             await trio.sleep(REPLICATE_INTERVAL)
             for rc in list(self.consumers.values()):
-                if rc.consumer is not None and rc.group.leader:
-                    try:
+                if not rc.group.leader:
+                    continue
+                try:
+                    if rc.starting and rc.applied >= rc.start_at:
+                        self._start_leading(rc)
+                    if rc.consumer is not None:
                         self.replicate(rc)
-                    except Exception:  # one consumer's failure must not stop the others'
-                        log.exception("JetStream cluster: replicating consumer '%s > %s' failed",
-                                      rc.stream_name, rc.name)
+                except Exception:  # one consumer's failure must not stop the others'
+                    log.exception("JetStream cluster: replicating consumer '%s > %s' failed",
+                                  rc.stream_name, rc.name)
 
     def _propose(self, rc: Replicated, op: Delivered | Acked | Skipped | PendingRequest) -> None:
         if rc.shadow is not None:

@@ -277,8 +277,11 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
             await until(four, "four pushed (max_ack_pending 4)")
             for sub in subs:  # (nobody listens: the consumer's state stays as it is)
                 await sub.unsubscribe()
-            for nc in ncs:
-                await nc.flush()
+
+            async def unbound():  # (the leader has seen every unsubscribe cross the routes)
+                return not (await info_from(ncs[0], "PUSH")).get("push_bound")
+
+            await until(unbound, "the push consumer unbound")
             for seq in (1, 2, 3):
                 await received[(seq, 1)].ack_sync(timeout=REQUEST_TIMEOUT)
             before = await info_from(ncs[1], "PUSH")
@@ -320,6 +323,18 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
             assert final["num_ack_pending"] == 0 and final["num_pending"] == 0
             assert {seq for seq, _ in received} == set(range(4, MESSAGES + 1)), sorted(received)
             assert received.get((4, 2)) is not None, sorted(received)
+
+            # The stream deleted: the consumer's group goes with it (its folder on the members up).
+            group = final["cluster"]["raft_group"]
+            deleted = await api(nc, "$JS.API.STREAM.DELETE.S")
+            assert deleted == {"type": _T + "stream_delete_response", "success": True}
+
+            async def gone():
+                return all(on(cluster, i, lambda c: c.consumer_groups.state(ACCOUNT, "S", "PUSH")) is None
+                           and not (Path(cluster.servers[i].options.store_dir) / "jetstream" / "SYS" / "_js_"
+                                    / group).exists() for i in alive)
+
+            await until(gone, "the consumer's group removed with its stream")
         finally:
             for nc in [*ncs, sys_nc]:
                 if not nc.is_closed:
