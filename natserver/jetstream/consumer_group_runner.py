@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -96,6 +96,7 @@ class Replicated:
     unsnapshotted: int = 0
     snapshot_at: float = 0.0
     info_sub: Any = None
+    outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
     no_stream_logged: bool = False
 
     @property
@@ -275,6 +276,7 @@ class ConsumerGroups:
         for reply in sorted(applier.pending_requests):  # (told, and forgotten by every member)
             engine.send(reply, b"", LEADERSHIP_CHANGE)
             self._propose(rc, PendingRequest(reply, False))
+        self._flush(rc)
         consumers = engine.api.consumers
         if rc.reply:
             self.host._answer(engine, rc.reply, {"type": _T + "consumer_create_response", **self.info(rc)})
@@ -314,10 +316,19 @@ class ConsumerGroups:
                                   rc.stream_name, rc.name)
 
     def _propose(self, rc: Replicated, op: Delivered | Acked | Skipped | PendingRequest) -> None:
+        """An op for the group, applied to the shadow at once, proposed by _flush."""
         if rc.shadow is not None:
             rc.shadow.apply_op(op)
+        rc.outbox.append(op.encode())
+
+    def _flush(self, rc: Replicated) -> None:
+        """The ops of a round as one append entry (consumer.go loopAndForwardProposals:
+        ProposeMulti, one index for them all)."""
+        if not rc.outbox:
+            return
+        items, rc.outbox = rc.outbox, []
         try:
-            rc.group.propose(op.encode())
+            rc.group.propose_many(items)
         except NotLeader:
             pass  # (the leader change stops this Consumer)
 
@@ -380,6 +391,7 @@ class ConsumerGroups:
             self._propose(rc, PendingRequest(reply, True))
         for reply in sorted(shadow.pending_requests - replies):
             self._propose(rc, PendingRequest(reply, False))
+        self._flush(rc)
 
     # -- the API ----------------------------------------------------------------------------
 

@@ -394,6 +394,20 @@ class Node:
             raise
         return self.last_index
 
+    def propose_many(self, items: list[bytes]) -> int:
+        """raft.go ProposeMulti: several normal entries appended and sent as one append entry
+        (one index, committed together); its index."""
+        if self.role is not Role.LEADER or self.write_error is not None:
+            raise NotLeader(self.leader)
+        if not items:
+            return self.last_index
+        try:
+            self._append_own([Entry(EntryType.NORMAL, data) for data in items])
+        except StorageError as e:
+            self._failed(e)
+            raise
+        return self.last_index
+
     def install_snapshot(self, data: bytes, index: int | None = None, *, force: bool = False) -> Snapshot:
         """Keep ``data``, the upper layer's state once it applied the committed entries up to
         ``index`` (by default all it was given), and drop the log up to it (raft.go

@@ -556,3 +556,23 @@ def test_a_managed_group_does_not_add_the_peers_it_hears_from():
     assert node.role is Role.LEADER
     node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, C, True).encode())
     assert not [e for e in node.log if e.entry.type == EntryType.ADD_PEER] and node.peers == [A, B]
+
+
+def test_propose_many_appends_one_append_entry_at_one_index():
+    """raft.go ProposeMulti: a leader's several entries go out as one append entry, one index,
+    committed together in order (a group of one commits at once)."""
+    clock = Clock()
+    node = Node(A, GROUP, [A], MemoryStorage(), rng=random.Random(7), now=clock)
+    node.campaign()
+    clock.t += MAX_CAMPAIGN_TIMEOUT
+    node.tick()
+    assert node.role is Role.LEADER
+    sent(node)
+    node.take_committed()
+    index = node.propose_many([b"a", b"b", b"c"])
+    assert index == node.last_index and [e.data for e in node.log[-1].entries] == [b"a", b"b", b"c"]
+    [append] = [m for m in sent(node) if m.subject == node.append_subject]
+    assert [e.data for e in AppendEntry.decode(append.payload).entries] == [b"a", b"b", b"c"]
+    assert [(c.index, c.entry.data) for c in node.take_committed()] == [(index, b"a"), (index, b"b"), (index, b"c")]
+    with pytest.raises(NotLeader):
+        lone().propose_many([b"x"])

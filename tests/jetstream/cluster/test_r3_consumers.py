@@ -375,8 +375,8 @@ class _Group:
         self.proposed: list[bytes] = []
         self.leader = True
 
-    def propose(self, data: bytes) -> None:
-        self.proposed.append(data)
+    def propose_many(self, items: list[bytes]) -> None:
+        self.proposed.extend(items)
 
 
 def _leader(ack_policy: str, max_deliver: int = -1, filter_subject: str = ""):
