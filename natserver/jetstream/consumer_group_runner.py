@@ -202,7 +202,11 @@ class ConsumerGroups:
             self._remove(rc, files=True)
 
     def stop(self) -> None:
+        """The server stops: each group's state snapshotted (monitorConsumer at shutdown), its
+        node stopped (its files stay)."""
         for rc in list(self.consumers.values()):
+            if rc.unsnapshotted:
+                self._snapshot(rc)
             self._remove(rc, files=False)
 
     # -- the group's entries ----------------------------------------------------------------

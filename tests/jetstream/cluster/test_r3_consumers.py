@@ -169,6 +169,9 @@ def test_r3_pull_consumer_fails_over_and_catches_up(cluster):
             assert sorted([block["leader"]] + [r["name"] for r in block["replicas"]]) == names
             info = await info_from(ncs[2], "PULL")
             same_shape(info, recorded_consumer_info())
+            listed = await api(ncs[0], "$JS.API.CONSUMER.LIST.S")  # (the meta leader asks the leader: $JSC.CI)
+            assert [c["name"] for c in listed["consumers"]] == ["PULL"] and "missing" not in listed, listed
+            assert listed["consumers"][0]["cluster"]["leader"] == block["leader"]
             # Both groups' folders, as 2.15.1 names them, on every server.
             group = block["raft_group"]
             for node in cluster.servers:
