@@ -44,6 +44,9 @@ TEST_TIMEOUT = 180.0  # seconds of real time for a whole test (the hard timeout)
 ACCOUNT = "APP"
 MESSAGES = 10
 ACK_WAIT = 2_000_000_000  # ns: short, so that the test sees a redelivery after the failover
+# ns: the push consumer's, longer (what it pushed must not come again before the subscribers
+# are gone: they would take it)
+PUSH_ACK_WAIT = 5_000_000_000
 _T = "io.nats.jetstream.api.v1."
 
 
@@ -265,7 +268,7 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
         sys_nc = await connect(cluster.urls[0], "sys")
         try:
             await r3_stream(cluster, sys_nc, ncs)
-            await create_consumer(ncs[0], {"durable_name": "PUSH", "ack_policy": "explicit", "ack_wait": ACK_WAIT,
+            await create_consumer(ncs[0], {"durable_name": "PUSH", "ack_policy": "explicit", "ack_wait": PUSH_ACK_WAIT,
                                            "deliver_subject": "push.in", "max_ack_pending": 4})
             received: dict[tuple[int, int], object] = {}  # (stream seq, delivery count) -> message
 
