@@ -536,11 +536,11 @@ class StreamReplica:
                     gap = 0
 
             while seq <= last and not aborted[0] and not self.stopped:
-                if outstanding[0] >= CATCHUP_WINDOW:
+                if outstanding[0] >= CATCHUP_WINDOW:  # (until an acknowledgement, or it stalled)
                     state["moved"] = trio.Event()
-                    with trio.move_on_after(CATCHUP_ACTIVITY):
+                    with trio.move_on_after(CATCHUP_ACTIVITY) as waited:
                         await state["moved"].wait()
-                    if outstanding[0] >= CATCHUP_WINDOW:
+                    if waited.cancelled_caught:
                         log.warning("JetStream cluster: catch-up from stream %s stalled", self.stream.name)
                         return
                     continue

@@ -175,6 +175,8 @@ def test_an_r3_stream_replicates_fails_over_and_catches_up(cluster):
         first = await publish(ncs[1], "r3.d", b"dup", {"Nats-Msg-Id": "id-1"})
         again = await publish(ncs[2], "r3.d", b"dup", {"Nats-Msg-Id": "id-1"})
         assert first.seq == 31 and again.seq == 31 and again.duplicate is True and not first.duplicate
+        raw = await ncs[0].request("r3.d", b"dup", headers={"Nats-Msg-Id": "id-1"}, timeout=REQUEST_TIMEOUT)
+        assert raw.data == recorded("dup_acks")[1].replace('"seq":4', '"seq":31').encode(), raw.data
         with pytest.raises(nats.js.errors.APIError) as wrong:
             await ncs[0].jetstream().publish("r3.e", b"x", headers={"Nats-Expected-Last-Sequence": "5"},
                                              timeout=REQUEST_TIMEOUT)
@@ -187,6 +189,9 @@ def test_an_r3_stream_replicates_fails_over_and_catches_up(cluster):
         same_info_shape(info, recorded("info"))
         assert info["state"]["messages"] == 32 and info["cluster"]["leader"] == cluster.servers[lead].server.server_name
         assert all(r["current"] for r in info["cluster"]["replicas"]), info["cluster"]
+        listed = await api(ncs[1], "$JS.API.STREAM.LIST")  # (the leader answers $JSC.SI)
+        assert [i["config"]["name"] for i in listed["streams"]] == ["R3"] and "missing" not in listed, listed
+        assert listed["streams"][0]["cluster"]["raft_group"] == block["raft_group"]
         got = await api(ncs[1], "$JS.API.STREAM.MSG.GET.R3", {"seq": 4})
         assert got["message"]["subject"] == "r3.0" and got["message"]["seq"] == 4
         deleted = await api(ncs[1], "$JS.API.STREAM.MSG.DELETE.R3", {"seq": 2})
