@@ -410,8 +410,10 @@ class JetStreamCluster:
                     response["did_create"] = True
                 return response
         if replica is not None and not replica.leading:
-            # (jetstream_cluster.go: a replicated stream's leader answers, once elected)
-            replica.pending_answer = (reply, build)
+            # (jetstream_cluster.go: a replicated stream's leader answers; a new group's, once
+            # elected: whoever that is keeps the answer until then)
+            if not replica.group.node.leader:
+                replica.pending_answer = (reply, build)
             return
         self._answer(engine, reply, build())
 

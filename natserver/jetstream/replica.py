@@ -311,6 +311,8 @@ class StreamReplica:
                 api._send(reply, {"type": rtype, "error": errors.sequence_not_found(seq).to_json()})
 
     def _after_apply(self) -> None:
+        if self.pending_answer is not None and self.group.node.leader and not self.group.leader:
+            self.pending_answer = None  # (another server leads: it answers the create)
         if self.leader is not None:
             self._send_acks()
         elif self.group.leader:
@@ -363,6 +365,7 @@ class StreamReplica:
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
+        self.pending_answer = None  # (another leader answers)
         if self.leader is None:
             return
         self.leader = None
