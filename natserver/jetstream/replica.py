@@ -263,7 +263,16 @@ class StreamReplica:
             self._apply_json(op)
             return
         try:
-            self.applier.apply_op(op)
+            try:
+                self.applier.apply_op(op)
+            except SequenceMismatch:
+                store = self.stream.store
+                if store.msgs or not isinstance(op, StreamMsg):
+                    raise
+                # applyStreamMsgOp: an empty store behind the proposal (the leader's snapshot
+                # was older than its messages' removal) takes the proposal's position; again.
+                store.compact(op.lseq - self.applier.clfs + 1)
+                self.applier.apply_op(op)
         except SequenceMismatch as exc:
             # (nats-server resets the stream and catches up; natserver logs it and goes on)
             self.mismatches += 1

@@ -292,3 +292,21 @@ def test_a_follower_behind_a_snapshot_catches_up_over_jsc_sync(monkeypatch):
                                                                                True, True, True]  # (the range: none)
 
     run(main)
+
+
+def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_is_skipped():
+    async def main(nursery):
+        replica, stream, _, group = make("bbbbbbbb", System(), nursery)
+        stream.store.store_msg(b"r3.a", b"", b"old", 1)
+        stream.store.purge()  # (no messages, last sequence 1)
+        ahead = StreamMsg.proposal(b"r3.a", b"", b"", b"ahead", 40, 1000).encode()
+        commit(replica, group, [ahead], 1)  # (no messages: takes the leader's position)
+        assert stream.store.last_seq == 41 and stream.store.load_msg(41).data == b"ahead"
+        gap = StreamMsg.proposal(b"r3.a", b"", b"", b"gap", 50, 2000).encode()
+        commit(replica, group, [gap], 2)  # (not empty: logged and skipped)
+        assert stream.store.last_seq == 41 and replica.mismatches == 1
+        nxt = StreamMsg.proposal(b"r3.a", b"", b"", b"next", 41, 3000).encode()
+        commit(replica, group, [nxt], 3)
+        assert stream.store.last_seq == 42 and replica.applied == 3
+
+    run(main)
