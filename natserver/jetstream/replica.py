@@ -583,6 +583,8 @@ class StreamReplica:
         """The group's node stops (its files stay, or go with ``remove``: the stream deleted)."""
         if self.stopped:
             return
+        if not remove and not self.group.stopped and not self.stream.store.closed and self._since_snapshot[0]:
+            self.snapshot()  # (monitorStream: a snapshot at shutdown, a shorter replay at the restart)
         self._follow()
         self.stopped = True
         self.stream.replica = None if remove else self.stream.replica

@@ -188,7 +188,11 @@ def test_an_r3_stream_replicates_fails_over_and_catches_up(cluster):
         info = await api(ncs[2], "$JS.API.STREAM.INFO.R3")
         same_info_shape(info, recorded("info"))
         assert info["state"]["messages"] == 32 and info["cluster"]["leader"] == cluster.servers[lead].server.server_name
-        assert all(r["current"] for r in info["cluster"]["replicas"]), info["cluster"]
+
+        async def all_current():  # (a replica may be an entry behind for a moment)
+            replicas = (await api(ncs[2], "$JS.API.STREAM.INFO.R3"))["cluster"]["replicas"]
+            return all(r["current"] and "lag" not in r for r in replicas)
+        await until(all_current, "every replica current")
         listed = await api(ncs[1], "$JS.API.STREAM.LIST")  # (the leader answers $JSC.SI)
         assert [i["config"]["name"] for i in listed["streams"]] == ["R3"] and "missing" not in listed, listed
         assert listed["streams"][0]["cluster"]["raft_group"] == block["raft_group"]
