@@ -660,9 +660,11 @@ class JetStreamCluster:
             engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
 
     def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
-        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the
-        server running the stream answers success (a group of one has no node to step down);
-        the meta leader answers "not found" for a stream it does not have."""
+        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest: a replicated
+        stream's leader hands over (raft.go StepDown) and answers success, its followers stay
+        silent; for R1 assets the server running the stream answers success (a group of one
+        has no node to step down); the meta leader answers "not found" for a stream it does
+        not have."""
         consumer = tokens[6].decode("utf-8", "replace") if tokens[2] == b"CONSUMER" else None
         rtype = _T + ("consumer_leader_stepdown_response" if consumer is not None else "stream_leader_stepdown_response")
         stream = engine.streams.get(name)
