@@ -434,6 +434,11 @@ class StreamReplica:
             for _ in range(CATCHUP_RETRIES):
                 if self.stopped:
                     return
+                if self.group.leader:  # (processSnapshot: a leader cannot pause its apply, it steps down)
+                    try:
+                        self.group.step_down()
+                    except NotLeader:
+                        pass
                 last = request.last_seq
                 if self.stream.store.last_seq >= last:
                     break

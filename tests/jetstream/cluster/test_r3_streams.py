@@ -278,9 +278,30 @@ def test_a_follower_behind_the_snapshot_catches_up_over_jsc_sync(cluster, monkey
         ack = await publish(ncs[client], "f3.z", b"after")
         assert ack.seq == 46
         await same_everywhere(cluster, [0, 1, 2], "F3")
-        await sys_nc.close()
+        for n in range(5):
+            await publish(ncs[client], "r3.m", b"memory %d" % n)
+        await same_everywhere(cluster, [0, 1, 2])
+        for nc in [*ncs, sys_nc]:
+            await nc.close()
+
+    async def after_restart():
+        ncs = [await connect(url) for url in cluster.urls]
+        ack = await publish(ncs[1], "f3.z", b"after the restart")
+        assert ack.seq == 47
+        stored = await same_everywhere(cluster, [0, 1, 2], "F3")
+        assert len(stored) == 46 and stored[-1][2] == b"after the restart"
+        memory = await same_everywhere(cluster, [0, 1, 2])  # (a memory stream: replayed from the log)
+        assert [data for _, _, data in memory] == [b"memory %d" % n for n in range(5)]
+        for nc in ncs:
+            await nc.close()
 
     run(main)
+    # The whole cluster stopped and started again: every stream back, a leader, acks.
+    for i in range(3):
+        cluster.stop(i)
+    for i in range(3):
+        cluster.restart(i)
+    run(after_restart)
 
 
 def test_kv_with_three_replicas_consumers_refused_and_the_stream_deleted(cluster):
