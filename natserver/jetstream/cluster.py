@@ -419,8 +419,10 @@ class JetStreamCluster:
                     response["did_create"] = True
                 return response
         if replica is not None and not replica.leading:
-            # (jetstream_cluster.go: a replicated stream's leader answers, once elected)
-            replica.pending_answer = (reply, build)
+            # (jetstream_cluster.go: a replicated stream's leader answers; a new group's, once
+            # elected: whoever that is keeps the answer until then)
+            if not replica.group.node.leader:
+                replica.pending_answer = (reply, build)
             return
         self._answer(engine, reply, build())
 
@@ -675,9 +677,11 @@ class JetStreamCluster:
             engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
 
     def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
-        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the
-        server running the stream answers success (a group of one has no node to step down);
-        the meta leader answers "not found" for a stream it does not have."""
+        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest: a replicated
+        stream's leader hands over (raft.go StepDown) and answers success, its followers stay
+        silent; for R1 assets the server running the stream answers success (a group of one
+        has no node to step down); the meta leader answers "not found" for a stream it does
+        not have."""
         consumer = tokens[6].decode("utf-8", "replace") if tokens[2] == b"CONSUMER" else None
         rtype = _T + ("consumer_leader_stepdown_response" if consumer is not None else "stream_leader_stepdown_response")
         stream = engine.streams.get(name)

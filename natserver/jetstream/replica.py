@@ -263,7 +263,16 @@ class StreamReplica:
             self._apply_json(op)
             return
         try:
-            self.applier.apply_op(op)
+            try:
+                self.applier.apply_op(op)
+            except SequenceMismatch:
+                store = self.stream.store
+                if store.msgs or not isinstance(op, StreamMsg):
+                    raise
+                # applyStreamMsgOp: an empty store behind the proposal (the leader's snapshot
+                # was older than its messages' removal) takes the proposal's position; again.
+                store.compact(op.lseq - self.applier.clfs + 1)
+                self.applier.apply_op(op)
         except SequenceMismatch as exc:
             # (nats-server resets the stream and catches up; natserver logs it and goes on)
             self.mismatches += 1
@@ -311,6 +320,8 @@ class StreamReplica:
                 api._send(reply, {"type": rtype, "error": errors.sequence_not_found(seq).to_json()})
 
     def _after_apply(self) -> None:
+        if self.pending_answer is not None and self.group.node.leader and not self.group.leader:
+            self.pending_answer = None  # (another server leads: it answers the create)
         if self.leader is not None:
             self._send_acks()
         elif self.group.leader:
@@ -363,6 +374,7 @@ class StreamReplica:
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
+        self.pending_answer = None  # (another leader answers)
         if self.leader is None:
             return
         self.leader = None
@@ -422,6 +434,11 @@ class StreamReplica:
             for _ in range(CATCHUP_RETRIES):
                 if self.stopped:
                     return
+                if self.group.leader:  # (processSnapshot: a leader cannot pause its apply, it steps down)
+                    try:
+                        self.group.step_down()
+                    except NotLeader:
+                        pass
                 last = request.last_seq
                 if self.stream.store.last_seq >= last:
                     break
@@ -536,11 +553,11 @@ class StreamReplica:
                     gap = 0
 
             while seq <= last and not aborted[0] and not self.stopped:
-                if outstanding[0] >= CATCHUP_WINDOW:
+                if outstanding[0] >= CATCHUP_WINDOW:  # (until an acknowledgement, or it stalled)
                     state["moved"] = trio.Event()
-                    with trio.move_on_after(CATCHUP_ACTIVITY):
+                    with trio.move_on_after(CATCHUP_ACTIVITY) as waited:
                         await state["moved"].wait()
-                    if outstanding[0] >= CATCHUP_WINDOW:
+                    if waited.cancelled_caught:
                         log.warning("JetStream cluster: catch-up from stream %s stalled", self.stream.name)
                         return
                     continue
@@ -571,6 +588,8 @@ class StreamReplica:
         """The group's node stops (its files stay, or go with ``remove``: the stream deleted)."""
         if self.stopped:
             return
+        if not remove and not self.group.stopped and not self.stream.store.closed and self._since_snapshot[0]:
+            self.snapshot()  # (monitorStream: a snapshot at shutdown, a shorter replay at the restart)
         self._follow()
         self.stopped = True
         self.stream.replica = None if remove else self.stream.replica

@@ -175,6 +175,8 @@ def test_an_r3_stream_replicates_fails_over_and_catches_up(cluster):
         first = await publish(ncs[1], "r3.d", b"dup", {"Nats-Msg-Id": "id-1"})
         again = await publish(ncs[2], "r3.d", b"dup", {"Nats-Msg-Id": "id-1"})
         assert first.seq == 31 and again.seq == 31 and again.duplicate is True and not first.duplicate
+        raw = await ncs[0].request("r3.d", b"dup", headers={"Nats-Msg-Id": "id-1"}, timeout=REQUEST_TIMEOUT)
+        assert raw.data == recorded("dup_acks")[1].replace('"seq":4', '"seq":31').encode(), raw.data
         with pytest.raises(nats.js.errors.APIError) as wrong:
             await ncs[0].jetstream().publish("r3.e", b"x", headers={"Nats-Expected-Last-Sequence": "5"},
                                              timeout=REQUEST_TIMEOUT)
@@ -186,7 +188,14 @@ def test_an_r3_stream_replicates_fails_over_and_catches_up(cluster):
         info = await api(ncs[2], "$JS.API.STREAM.INFO.R3")
         same_info_shape(info, recorded("info"))
         assert info["state"]["messages"] == 32 and info["cluster"]["leader"] == cluster.servers[lead].server.server_name
-        assert all(r["current"] for r in info["cluster"]["replicas"]), info["cluster"]
+
+        async def all_current():  # (a replica may be an entry behind for a moment)
+            replicas = (await api(ncs[2], "$JS.API.STREAM.INFO.R3"))["cluster"]["replicas"]
+            return all(r["current"] and "lag" not in r for r in replicas)
+        await until(all_current, "every replica current")
+        listed = await api(ncs[1], "$JS.API.STREAM.LIST")  # (the leader answers $JSC.SI)
+        assert [i["config"]["name"] for i in listed["streams"]] == ["R3"] and "missing" not in listed, listed
+        assert listed["streams"][0]["cluster"]["raft_group"] == block["raft_group"]
         got = await api(ncs[1], "$JS.API.STREAM.MSG.GET.R3", {"seq": 4})
         assert got["message"]["subject"] == "r3.0" and got["message"]["seq"] == 4
         deleted = await api(ncs[1], "$JS.API.STREAM.MSG.DELETE.R3", {"seq": 2})
@@ -269,9 +278,30 @@ def test_a_follower_behind_the_snapshot_catches_up_over_jsc_sync(cluster, monkey
         ack = await publish(ncs[client], "f3.z", b"after")
         assert ack.seq == 46
         await same_everywhere(cluster, [0, 1, 2], "F3")
-        await sys_nc.close()
+        for n in range(5):
+            await publish(ncs[client], "r3.m", b"memory %d" % n)
+        await same_everywhere(cluster, [0, 1, 2])
+        for nc in [*ncs, sys_nc]:
+            await nc.close()
+
+    async def after_restart():
+        ncs = [await connect(url) for url in cluster.urls]
+        ack = await publish(ncs[1], "f3.z", b"after the restart")
+        assert ack.seq == 47
+        stored = await same_everywhere(cluster, [0, 1, 2], "F3")
+        assert len(stored) == 46 and stored[-1][2] == b"after the restart"
+        memory = await same_everywhere(cluster, [0, 1, 2])  # (a memory stream: replayed from the log)
+        assert [data for _, _, data in memory] == [b"memory %d" % n for n in range(5)]
+        for nc in ncs:
+            await nc.close()
 
     run(main)
+    # The whole cluster stopped and started again: every stream back, a leader, acks.
+    for i in range(3):
+        cluster.stop(i)
+    for i in range(3):
+        cluster.restart(i)
+    run(after_restart)
 
 
 def test_kv_with_three_replicas_consumers_refused_and_the_stream_deleted(cluster):
