@@ -350,7 +350,8 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
 
 
 def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
-    """consumer.go checkConsumerCfg: 10126, as 2.15.1 answers it (an R1 stream here)."""
+    """consumer.go checkConsumerCfg: 10126, as 2.15.1 answers it (an R1 stream here); and what
+    natserver does not run yet."""
     async def main():
         nc = await connect(cluster.urls[0])
         sys_nc = await connect(cluster.urls[0], "sys")
@@ -362,6 +363,17 @@ def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
                 "stream_name": "R1", "config": {"durable_name": "D", "num_replicas": 3}})
             assert answer == {"type": _T + "consumer_create_response", "error": {
                 "code": 400, "err_code": 10126, "description": "consumer config replica count exceeds parent stream"}}
+            # Not yet: a replicated consumer of an interest stream (its followers' acks would
+            # have to remove messages), refused by name.
+            async def interest_stream():
+                created = await api(nc, "$JS.API.STREAM.CREATE.I", {"name": "I", "subjects": ["i.>"],
+                                                                    "retention": "interest", "num_replicas": 3})
+                return created if "error" not in created else None
+
+            await until(interest_stream, "an R3 interest stream created")
+            refused = await api(nc, "$JS.API.CONSUMER.DURABLE.CREATE.I.D", {"stream_name": "I", "config": {
+                "durable_name": "D", "ack_policy": "explicit"}})
+            assert "interest or workqueue" in refused["error"]["description"], refused
         finally:
             await nc.close()
             await sys_nc.close()
