@@ -414,6 +414,7 @@ class JetStream:
             except OSError:  # a full disk: logged by the store; its messages are still served
                 pass
             stream = Stream(self, cfg, store, created)
+            stream.replicated = self.cluster is not None and cfg.num_replicas > 1
             self.streams[cfg.name] = stream
             self._usage_summed.clear()  # (over_limit sums again)
             stream.subscribe()
@@ -510,7 +511,7 @@ class JetStream:
             # nats-server 2.10+ picks the tier by num_replicas, unset counting as 1 (2.9: "R0").
             raise errors.no_limits()
         cfg = check_stream_config(config, self.streams, self.limits)
-        if cfg.num_replicas > 1:
+        if cfg.num_replicas > 1 and self.cluster is None:
             raise errors.replicas_not_supported()
         existing = self.streams.get(cfg.name)
         if existing is not None:
@@ -550,6 +551,7 @@ class JetStream:
             log.warning("Stream create failed for '$G > %s': %s", cfg.name, exc)
             raise errors.stream_create("error creating store for stream") from None
         stream = Stream(self, cfg, store, created)
+        stream.replicated = cfg.num_replicas > 1  # (in a cluster: its group's leader subscribes)
         self.streams[cfg.name] = stream
         self._usage_summed.clear()  # (over_limit sums again)
         stream.subscribe()

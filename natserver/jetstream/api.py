@@ -438,6 +438,9 @@ class Api:
         except ApiError as exc:
             self._fail(reply, rtype, exc, purged=0)
             return
+        if stream.replica is not None:  # proposed to the group, answered once applied
+            stream.replica.purge(req, reply)
+            return
         store = stream.store
         try:
             if req is None:
@@ -471,6 +474,9 @@ class Api:
             self._fail(reply, rtype, exc)
             return
         seq = req.get("seq", 0)
+        if stream.replica is not None:  # proposed to the group, answered once applied
+            stream.replica.delete_msg(seq, req.get("no_erase", False), reply)
+            return
         try:
             removed = stream.store.remove_msg(seq, erase=not req.get("no_erase", False))
             self.js.persist(stream)

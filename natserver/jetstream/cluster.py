@@ -20,8 +20,11 @@ The API in a cluster is nats-server's (jetstream_api.go): every server receives 
 - ``$JSC.SI.<account>.<stream>`` (system account): the server running a stream answers its
   info, as 2.15.1's stream leaders do, for the meta leader's stream list.
 
-Replicas above 1 are refused (``errors.replicas_not_supported_in_cluster``): the stream and
-consumer groups (replication/stream_group.py) are not driven yet. Internal: still behind
+A stream with num_replicas > 1 runs its own RAFT group on each of its servers (replica.py:
+the group's leader takes the publishes and answers the stream's requests, the followers apply
+what it commits and catch up). A consumer with more than one replica runs its own group
+(consumer_group_runner.py: its leader runs it, the followers apply its entries); R1 consumers of
+replicated streams are still refused. Internal: still behind
 ``Options.jetstream_cluster_preview`` (see the package README).
 """
 
@@ -43,10 +46,12 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import errors
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
+from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
+from .replica import StreamReplica
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
-from .replication.placement import PeerInfo
+from .replication.placement import PeerInfo, consumer_replicas
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
 from .util import dumps, is_empty_request, is_json_object_or_array, loads, subjects_collide
@@ -106,6 +111,11 @@ _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
 REPLY_PREFIX_LEN = 6
 RESPONSE_THRESHOLD = 120.0
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# R1 consumers of replicated streams are not run by natserver yet (replicated ones are:
+# consumer_group_runner.py).
+REPLICATED_CONSUMERS = "natserver does not run R1 consumers of replicated streams yet"
+# A replicated consumer's acks are not applied to an interest or workqueue stream's followers yet.
+REPLICATED_RETENTION = "natserver does not run consumers of replicated interest or workqueue streams yet"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
 
@@ -125,6 +135,8 @@ class ClusterEngine(Protocol):
     def add_stream(self, config: StreamConfig, created: int | None = None) -> Stream: ...
     def update_stream(self, stream: Stream, new: StreamConfig) -> None: ...
     def delete_stream(self, stream: Stream) -> None: ...
+    def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
+    def persist(self, stream: Stream) -> None: ...
     def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None: ...
 
 
@@ -174,6 +186,7 @@ class JetStreamCluster:
         self._subs: list = []  # (account, subscription) of the system account
         self._stream_subs: dict[tuple[str, str], object] = {}  # ($JSC.SI) by account, stream
         self._consumer_subs: dict[tuple[str, str, str], object] = {}  # ($JSC.CI) by account, stream, consumer
+        self.replicas: dict[tuple[str, str], StreamReplica] = {}  # replicated streams by account, stream
         self._removing = False  # removing consumers on the meta group's word (not to propose it back)
         self._nursery: trio.Nursery | None = None
         self._applied_index = 0  # the last meta entry applied (any type)
@@ -188,6 +201,7 @@ class JetStreamCluster:
         self._reply_seq = 0
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
+        self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -197,6 +211,7 @@ class JetStreamCluster:
             self.start()
             nursery.start_soon(self._compactor)
             nursery.start_soon(self._usage_sender)
+            nursery.start_soon(self.consumer_groups.run)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -231,6 +246,10 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
+        self.consumer_groups.stop()
+        for replica in list(self.replicas.values()):
+            replica.stop()
+        self.replicas.clear()
         for account, sub in self._subs:
             account.unsubscribe(sub)
         self._subs.clear()
@@ -244,6 +263,14 @@ class JetStreamCluster:
         if self.group is not None:
             self.nrg.stop_group(META_GROUP)
             self.group = None
+
+    def spawn(self, fn, *args) -> None:
+        """A task of the cluster's (a replica's catch-up)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    def flush(self) -> None:
+        self.server.flush_touched()
 
     def _route_peers(self) -> list[str]:
         cluster = self.server.cluster
@@ -378,21 +405,52 @@ class JetStreamCluster:
             elif local.cfg != cfg:
                 engine.update_stream(local, cfg)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
+            replica = self._replicate(engine, local, sa) if local.replicated else None
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
             return
         if not reply:
             return
+        stream = local
         if event.kind == "updated":
-            self._answer(engine, reply, {"type": rtype, **local.info_json(cluster=True)})
+            def build() -> dict:
+                return {"type": rtype, **stream.info_json(cluster=True)}
         else:
-            response = {"type": rtype, **local.info_json(domain=False, cluster=True, created=True)}
-            if created:
-                response["did_create"] = True
-            self._answer(engine, reply, response)
+            def build() -> dict:
+                response = {"type": rtype, **stream.info_json(domain=False, cluster=True, created=True)}
+                if created:
+                    response["did_create"] = True
+                return response
+        if replica is not None and not replica.leading:
+            # (jetstream_cluster.go: a replicated stream's leader answers; a new group's, once
+            # elected: whoever that is keeps the answer until then)
+            if not replica.group.node.leader:
+                replica.pending_answer = (reply, build)
+            return
+        self._answer(engine, reply, build())
+
+    def _replicate(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica:
+        """A replicated stream's group on this server (processClusterCreateStream): started, or
+        resumed from its files; the preferred peer campaigns at once."""
+        key = (engine.account_name or "", stream.name)
+        replica = self.replicas.get(key)
+        if replica is not None and not replica.stopped:
+            return replica
+        group = sa.group
+        if group is None or not group.peers:
+            raise errors.stream_create("a replicated stream's assignment has no group")
+        replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync)
+        self.replicas[key] = replica
+        if group.preferred == self.node_id and replica.group.node.term == 0:
+            replica.group.campaign()
+        return replica
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
+        replica = self.replicas.pop((engine.account_name or "", stream.name), None)
+        if replica is not None:
+            replica.stop(remove=True)
         for consumer in list(stream.consumers.values()):
             self._drop_consumer(engine, consumer)
         sub = self._stream_subs.pop((engine.account_name or "", stream.name), None)
@@ -407,7 +465,7 @@ class JetStreamCluster:
 
         def answer(subject, reply, headers, body, engine=engine, name=stream.name) -> None:
             local = engine.streams.get(name)
-            if reply and local is not None:
+            if reply and local is not None and (local.replica is None or local.replica.leading):
                 self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
 
         key = (account, stream.name)
@@ -417,6 +475,8 @@ class JetStreamCluster:
     # -- consumers -----------------------------------------------------------------------------
 
     def _consumer_event(self, engine: ClusterEngine, event: ConsumerEvent, recovering: bool) -> None:
+        if self.consumer_groups.consumer_event(engine, event, recovering):
+            return
         ca = event.assignment
         stream = engine.streams.get(ca.stream)
         reply = "" if recovering else ca.reply
@@ -431,6 +491,9 @@ class JetStreamCluster:
         if not event.member or stream is None:
             if local is not None:
                 self._drop_consumer(engine, local)
+            return
+        if stream.replicated:  # (R1 consumers of replicated streams: not run yet)
+            log.warning("JetStream cluster: consumer %s of replicated stream %s not run", ca.name, ca.stream)
             return
         from_json = _consumer_config(ca)
         try:
@@ -514,8 +577,12 @@ class JetStreamCluster:
     def in_account(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """A pull request or a direct get, in the account (these subscriptions' interest
         crosses the routes): the server running the stream answers."""
-        name = _stream_of(subject.split(b"."))
-        if name is not None and name in engine.streams:
+        tokens = subject.split(b".")
+        if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
+            return True
+        name = _stream_of(tokens)
+        stream = engine.streams.get(name) if name is not None else None
+        if stream is not None and (stream.replica is None or stream.replica.leading):
             return engine.api.handle(subject, reply, hdr, payload)
         return True
 
@@ -564,13 +631,18 @@ class JetStreamCluster:
             except Exception:  # a bug must not take the publisher's connection down
                 log.exception("JetStream API request on %r failed", subject)
             return True
+        if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
+            return True
         name = _stream_of(tokens)
         if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
             self._leader_stepdown(engine, tokens, name, reply)
             return True
         if name is None:
             return engine.api.handle(subject, reply, hdr, payload)
-        if name in engine.streams:
+        local = engine.streams.get(name)
+        if local is not None:
+            if local.replicated and (local.replica is None or not local.replica.leading):
+                return True  # (a replicated stream's leader answers)
             return engine.api.handle(subject, reply, hdr, payload)
         if self.is_leader:
             sa = self.meta.stream(engine.account_name or "", name)
@@ -613,15 +685,31 @@ class JetStreamCluster:
             engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
 
     def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
-        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest for R1 assets: the
-        server running the stream answers success (a group of one has no node to step down);
-        the meta leader answers "not found" for a stream it does not have."""
+        """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest: a replicated
+        stream's leader hands over (raft.go StepDown) and answers success, its followers stay
+        silent; for R1 assets the server running the stream answers success (a group of one
+        has no node to step down); the meta leader answers "not found" for a stream it does
+        not have."""
         consumer = tokens[6].decode("utf-8", "replace") if tokens[2] == b"CONSUMER" else None
         rtype = _T + ("consumer_leader_stepdown_response" if consumer is not None else "stream_leader_stepdown_response")
         stream = engine.streams.get(name)
         if stream is None:
             if self.is_leader and self.meta.stream(engine.account_name or "", name) is None:
                 engine.api._fail(reply, rtype, errors.stream_not_found())
+            return
+        if stream.replicated:
+            replica = stream.replica
+            if replica is None or not replica.leading:
+                return  # (its leader answers)
+            if consumer is not None:
+                engine.api._fail(reply, rtype, errors.consumer_not_found())
+                return
+            try:
+                replica.step_down()
+            except NotLeader as exc:
+                engine.api._fail(reply, rtype, errors.raft_general(str(exc)))
+                return
+            engine.api._send(reply, {"type": rtype, "success": True})
             return
         if consumer is not None and consumer not in stream.consumers:
             engine.api._fail(reply, rtype, errors.consumer_not_found())
@@ -661,15 +749,13 @@ class JetStreamCluster:
                 name = text[4]
                 if op == b"CREATE":
                     cfg = api.decode_stream_create(name, payload)
-                    if cfg.num_replicas > 1:
-                        raise errors.replicas_not_supported_in_cluster()
+                    _check_replicated(cfg)
                     proposal = self.meta.stream_create(client, account, subj, reply_text, cfg, engine.limits)
                 elif op == b"UPDATE":
                     cfg = api.decode_stream_update(payload)
                     if cfg.name != name:
                         raise errors.stream_mismatch()
-                    if cfg.num_replicas > 1:
-                        raise errors.replicas_not_supported_in_cluster()
+                    _check_replicated(cfg)
                     proposal = self.meta.stream_update(client, account, subj, reply_text, cfg, engine.limits)
                 elif op == b"DELETE":
                     if not is_empty_request(payload):
@@ -692,8 +778,15 @@ class JetStreamCluster:
                         cname = text[5]
                         cfg_c, action = api.consumers.decode_create(stream, payload, name=cname,
                                                                     filter=".".join(text[6:]))
-                    if cfg_c.num_replicas > 1:
-                        raise errors.replicas_not_supported_in_cluster()
+                    sa_c = self.meta.stream(account, stream)
+                    if sa_c is not None:
+                        stream_replicas = int(sa_c.config.get("num_replicas") or 1)
+                        if cfg_c.num_replicas > stream_replicas:
+                            raise errors.consumer_replicas_exceeds_stream()
+                        if stream_replicas > 1 and consumer_replicas(cfg_c.to_json(), sa_c.config) == 1:
+                            raise errors.consumer_create(REPLICATED_CONSUMERS)
+                        if stream_replicas > 1 and sa_c.config.get("retention", "limits") != "limits":
+                            raise errors.consumer_create(REPLICATED_RETENTION)
                     proposal = self.meta.consumer_create(
                         client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
                         action, engine.limits.get("max_ack_pending", -1))
@@ -993,6 +1086,17 @@ class JetStreamCluster:
         out["quorum_needed"] = node.quorum
         out["pending"] = self.meta.pending if group.leader else 0
         return out
+
+
+def _check_replicated(cfg: StreamConfig) -> None:
+    """What a replicated stream does not do yet in natserver (refused by name)."""
+    if cfg.num_replicas <= 1:
+        return
+    for name, value in (("allow_atomic", cfg.allow_atomic), ("allow_batched", cfg.allow_batched),
+                        ("allow_msg_counter", cfg.allow_msg_counter), ("allow_msg_schedules", cfg.allow_msg_schedules),
+                        ("mirror", cfg.mirror), ("sources", cfg.sources)):
+        if value:
+            raise errors.stream_create(f"natserver does not support {name} on replicated streams yet")
 
 
 def _consumer_config(ca: ConsumerAssignment) -> ConsumerConfig:

@@ -58,10 +58,8 @@ stream_not_found = _fixed(404, 10059, "stream not found")
 stream_not_match = _fixed(400, 10060, "expected stream does not match")
 stream_subject_overlap = _fixed(400, 10065, "subjects overlap with an existing stream")
 replicas_not_supported = _fixed(500, 10074, "replicas > 1 not supported in non-clustered mode")
-# natserver's own text on 2.15.1's code (JSStreamReplicasNotSupportedErr) in a cluster: the stream
-# and consumer groups are not driven yet (issue #32), so only R1 is placed.
-replicas_not_supported_in_cluster = _fixed(
-    500, 10074, "replicas > 1 not supported yet in a natserver JetStream cluster (R1 streams and consumers only)")
+# consumer.go checkConsumerCfg: a consumer's num_replicas above its stream's.
+consumer_replicas_exceeds_stream = _fixed(400, 10126, "consumer config replica count exceeds parent stream")
 # jsStreamInfoRequest: every server of the stream's group is offline (allPeersOffline).
 stream_offline = _fixed(500, 10118, "stream is offline")
 # jetstream_cluster.go isLeaderless: the meta group has had no leader for a while.

@@ -80,6 +80,21 @@ class StreamHost(LinkEngine, Protocol):
     def origins_by_messages(self) -> bool: ...  # mirrors and sources go by messages (a cluster)
 
 
+class StreamGroup(Protocol):
+    """A replicated stream's group (replica.py) as the stream uses it: in a cluster, a stream
+    with num_replicas > 1 stores what its RAFT group commits; its leader proposes the
+    publishes the stream checked (``propose``) and its purges and deletes."""
+
+    @property
+    def leading(self) -> bool: ...  # this server leads the group, ready to propose
+    def propose(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int) -> bool: ...
+    def proposed_last(self) -> int: ...  # the last sequence, proposals in flight included
+    def cluster_json(self) -> dict: ...  # stream info's "cluster" (name, raft group, leader, replicas)
+    def purge(self, request: dict | None, reply) -> None: ...
+    def delete_msg(self, seq: int, no_erase: bool, reply) -> None: ...
+    def step_down(self) -> None: ...
+
+
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
 MIN_WINDOW = 100 * 1_000_000  # 100ms: the least max_age and duplicate_window
 MAX_NAME_LEN = 255
@@ -830,6 +845,10 @@ class Stream:
         self.ack_at_once = not self.file_backed or cfg.persist_mode == PERSIST_ASYNC
         self.subs: list = []
         self.consumers: dict = {}  # name -> consumer.Consumer
+        # In a cluster with num_replicas > 1 (set by the engine): the group's leader alone
+        # subscribes to the subjects, and ``replica`` (replica.py) stores what is committed.
+        self.replicated = False
+        self.replica: StreamGroup | None = None
         store.on_remove = self._removed
         self.set_markers()
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
@@ -916,6 +935,8 @@ class Stream:
     # -- subscriptions ------------------------------------------------------------------------
 
     def subscribe(self) -> None:
+        if self.replicated and (self.replica is None or not self.replica.leading):
+            return  # (a replicated stream's follower: the leader takes the publishes)
         for subject in self.cfg.subjects or ():  # (a checked config has a list: maybe empty)
             self.subs.append(self.engine.subscribe(subject, self.inbound))
 
@@ -1080,9 +1101,11 @@ class Stream:
                 self.reject(reply, errors.expected_last_seq_per_subject_invalid())
                 return
             value = get_header(_EXPECTED_LAST_SEQ, hdr) if any_expected else b""
-            if value and parse_uint(value) != store.last_seq:
-                self.reject(reply, errors.stream_wrong_last_sequence(store.last_seq),
-                             f"last sequence mismatch: {parse_uint(value)} vs {store.last_seq}")
+            # (a replicated stream's leader: the proposals in flight count, as clseq does)
+            last_seq = store.last_seq if self.replica is None else self.replica.proposed_last()
+            if value and parse_uint(value) != last_seq:
+                self.reject(reply, errors.stream_wrong_last_sequence(last_seq),
+                             f"last sequence mismatch: {parse_uint(value)} vs {last_seq}")
                 return
             # (2.10+: after the expected sequences, before the expected last id)
             msg_id = get_header(_NATS_MSG_ID, hdr) if _NATS_MSG_ID in hdr else b""
@@ -1158,6 +1181,8 @@ class Stream:
                 hdr = gen_header(remove_header(hdr, MSG_TTL), MSG_TTL, b"%d" % ttl)
         if self._trace is not None and self._traced_store(subject):
             return True  # (only traced: checked, neither stored nor refused)
+        if self.replica is not None:  # a replicated stream: stored once its group commits it
+            return self.replica.propose(subject, reply if not cfg.no_ack else None, hdr, msg, now)
         if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
             seq = store.skip_msg(now)
@@ -1204,6 +1229,44 @@ class Stream:
         if self.followed:
             self.engine.sourcing.wake()
         return True
+
+    def apply_replicated(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
+        """A message the stream's group committed (replica.py, on every replica, the leader's
+        included): stored as store_checked stores a checked publish (TTL, roll-up, the
+        deduplication window, consumers), without answering (the leader acknowledges it once
+        applied); its sequence. StoreError: refused (the group counts a failed proposal)."""
+        cfg, store = self.cfg, self.store
+        ttl = 0
+        if hdr and MSG_TTL in hdr:
+            try:
+                ttl = parse_ttl(get_header(MSG_TTL, hdr))
+            except InvalidTTL:
+                ttl = 0
+        if cfg.retention == "interest" and not self.consumers:
+            return store.skip_msg(ts)
+        was_empty = not store.msgs
+        tlseq = store.last_seq_for(subject) if self.transform is not None else 0
+        seq = store.store_msg(subject, hdr, msg, ts, ttl)
+        if was_empty and cfg.max_age > 0:
+            self.engine.schedule_expiry(ts + cfg.max_age)
+        if ttl > 0 and cfg.allow_msg_ttl:
+            self.engine.schedule_expiry(store.ttls.next_expiry() or ts)
+        if self.transform is not None and self.replica is not None and self.replica.leading:
+            self.republish(subject, hdr, msg, seq, tlseq, ts)  # (the leader republishes)
+        msg_id = get_header(_NATS_MSG_ID, hdr) if hdr and _NATS_MSG_ID in hdr else b""
+        self.lmsgid = msg_id
+        if msg_id:
+            self._store_msg_id(msg_id, seq, ts)
+        rollup = get_header(_ROLLUP, hdr).lower() if hdr and _ROLLUP in hdr else b""
+        if rollup == b"sub":
+            self.purge_consumers(subject, store.purge_ex(subject, 0, 1))
+        elif rollup == b"all":
+            self.purge_consumers(b"", store.purge_ex(b"", 0, 1))
+        if self.consumers:
+            self._stored(seq, subject)
+        if self.followed:
+            self.engine.sourcing.wake()
+        return seq
 
     # -- what atomic batches use of the stream (batch.BatchStream) ------------------------------
 
@@ -1404,7 +1467,10 @@ class Stream:
         if domain and self.engine.domain:
             out["domain"] = self.engine.domain
         if cluster:
-            out["cluster"] = self.engine.cluster_block or {"leader": self.engine.server.server_name}
+            if self.replica is not None:
+                out["cluster"] = self.replica.cluster_json()
+            else:
+                out["cluster"] = self.engine.cluster_block or {"leader": self.engine.server.server_name}
         out.update(self.sourcing_json(created))
         out["ts"] = rfc3339nano(clock.now_ns())
         return out

@@ -89,6 +89,16 @@ class Group:
         finally:
             self.host._changed(self)
 
+    def propose_many(self, items: list[bytes]) -> None:
+        """As leader (NotLeader otherwise), several entries as one append entry (raft.go
+        ProposeMulti: one index, committed together)."""
+        if self.stopped:
+            raise NotLeader("the group is stopped")
+        try:
+            self.node.propose_many(items)
+        finally:
+            self.host._changed(self)
+
     def step_down(self, preferred: str = "") -> str:
         """raft.go StepDown: hand the leadership over (see Node.step_down)."""
         try:

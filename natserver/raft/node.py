@@ -394,6 +394,20 @@ class Node:
             raise
         return self.last_index
 
+    def propose_many(self, items: list[bytes]) -> int:
+        """raft.go ProposeMulti: several normal entries appended and sent as one append entry
+        (one index, committed together); its index."""
+        if self.role is not Role.LEADER or self.write_error is not None:
+            raise NotLeader(self.leader)
+        if not items:
+            return self.last_index
+        try:
+            self._append_own([Entry(EntryType.NORMAL, data) for data in items])
+        except StorageError as e:
+            self._failed(e)
+            raise
+        return self.last_index
+
     def install_snapshot(self, data: bytes, index: int | None = None, *, force: bool = False) -> Snapshot:
         """Keep ``data``, the upper layer's state once it applied the committed entries up to
         ``index`` (by default all it was given), and drop the log up to it (raft.go
@@ -462,26 +476,27 @@ class Node:
         size = max(self.base_peers.cluster_size, len(peers))
         membership_index = 0
         for item in log:
-            kind = item.entry.type
-            if kind == EntryType.PEER_STATE:
-                try:
-                    state = PeerState.decode(item.entry.data)
-                except WireError:
-                    continue
-                peers = list(state.known_peers)
-                size = max(state.cluster_size, len(peers))
-            elif kind == EntryType.ADD_PEER:
-                peer = item.entry.data.decode(errors="replace")
-                if len(peer) == wire.ID_LEN and peer not in peers:
-                    peers.append(peer)
-                    size = max(size, len(peers))
-                membership_index = item.index
-            elif kind == EntryType.REMOVE_PEER:
-                peer = item.entry.data.decode(errors="replace")
-                if peer in peers and len(peers) > 1:
-                    peers.remove(peer)
-                    size = len(peers)
-                membership_index = item.index
+            for entry in item.entries:
+                kind = entry.type
+                if kind == EntryType.PEER_STATE:
+                    try:
+                        state = PeerState.decode(entry.data)
+                    except WireError:
+                        continue
+                    peers = list(state.known_peers)
+                    size = max(state.cluster_size, len(peers))
+                elif kind == EntryType.ADD_PEER:
+                    peer = entry.data.decode(errors="replace")
+                    if len(peer) == wire.ID_LEN and peer not in peers:
+                        peers.append(peer)
+                        size = max(size, len(peers))
+                    membership_index = item.index
+                elif kind == EntryType.REMOVE_PEER:
+                    peer = entry.data.decode(errors="replace")
+                    if peer in peers and len(peers) > 1:
+                        peers.remove(peer)
+                        size = len(peers)
+                    membership_index = item.index
         return peers, membership_index, size
 
     def _peer_state(self) -> PeerState:
@@ -507,7 +522,8 @@ class Node:
     def _store(self, entries: list[LogEntry], commit: int) -> None:
         self.storage.append(entries, commit)
         self.log.extend(entries)
-        if any(e.entry.type in (EntryType.PEER_STATE, EntryType.ADD_PEER, EntryType.REMOVE_PEER) for e in entries):
+        if any(e.type in (EntryType.PEER_STATE, EntryType.ADD_PEER, EntryType.REMOVE_PEER)
+               for item in entries for e in item.entries):
             self._recompute_peers()
 
     def _truncate(self, last_index: int) -> None:
@@ -526,7 +542,8 @@ class Node:
         while self.applied < self.commit:
             self.applied += 1
             item = self._entry(self.applied)
-            self._committed.append(Committed(item.index, item.term, item.entry))
+            for entry in item.entries:  # (an append entry's: the same index)
+                self._committed.append(Committed(item.index, item.term, entry))
         if self.role is Role.LEADER and self.removed:
             self._step_down("")  # raft.go: a leader removed by a committed entry steps down
 
@@ -564,22 +581,19 @@ class Node:
             elif not catchup and (not self.catchup_inbox or self.now() - self._catchup_at > CATCHUP_STALLED):
                 self._request_catchup()
             return
-        # Our log holds the entry before these: skip what we have, drop what conflicts.
-        index = ae.pindex
+        # Our log holds the entry before this one: skip it if we have it, drop what conflicts.
+        # (raft.go storeToWAL: an append entry's entries share one index, pindex + 1.)
         new: list[LogEntry] = []
-        for entry in ae.entries:
-            index += 1
-            if index <= self.base_index:
-                continue  # in our snapshot
+        index = ae.pindex + 1
+        if ae.entries and index > self.base_index:  # (not in our snapshot)
             have = self.term_at(index) if index <= self.last_index else 0
-            if have == ae.term and not new:
-                continue
-            if have and have != ae.term and not new:
-                if index <= self.commit:
-                    return
-                self._truncate(index - 1)
-            new.append(LogEntry(index, ae.term, entry))
-        matched = ae.pindex + len(ae.entries)
+            if have != ae.term:
+                if have:
+                    if index <= self.commit:
+                        return
+                    self._truncate(index - 1)
+                new.append(LogEntry(index, ae.term, ae.entries[0], tuple(ae.entries[1:])))
+        matched = ae.pindex + 1 if ae.entries else ae.pindex
         commit = max(self.commit, min(ae.commit, matched))
         if new:
             self._store(new, commit)
@@ -708,7 +722,7 @@ class Node:
     def _append_own(self, entries: list[Entry]) -> None:
         start = self.last_index
         pterm = self.last_term
-        items = [LogEntry(start + i + 1, self.term, e) for i, e in enumerate(entries)]
+        items = [LogEntry(start + 1, self.term, entries[0], tuple(entries[1:]))]  # (one index: raft.go's)
         self._store(items, self.commit)
         self._match[self.id] = self.last_index
         self._send(self.append_subject, self.append_inbox,
@@ -794,7 +808,7 @@ class Node:
             return
         for index in range(state.next_index, end + 1):
             item = self._entry(index)
-            ae = AppendEntry(self.id, item.term, self.commit, self.term_at(index - 1), index - 1, (item.entry,),
+            ae = AppendEntry(self.id, item.term, self.commit, self.term_at(index - 1), index - 1, item.entries,
                              lterm=self.term)
             self._send(state.inbox, self.progress_inbox, ae.encode())
         state.last_sent = end

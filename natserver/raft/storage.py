@@ -58,11 +58,18 @@ class StorageError(OSError):
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One entry of the log at ``index``, written in ``term``."""
+    """What the log holds at ``index``, written in ``term``: one append entry's entries
+    (raft.go storeToWAL: an append entry is one index, however many entries it carries; a
+    2.15.1 leader sends the proposals queued together as one), ``entry`` and ``more``."""
 
     index: int
     term: int
     entry: Entry
+    more: tuple[Entry, ...] = ()
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        return (self.entry, *self.more) if self.more else (self.entry,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +317,12 @@ class FileStorage:
                 stale = end
                 at = end
                 continue
+            if log and index == log[-1].index:  # another entry of the same append entry
+                prev = log[-1]
+                log[-1] = LogEntry(prev.index, prev.term, prev.entry, (*prev.more, Entry(kind, buf[at + _RECORD.size:end])))
+                self._commit = max(self._commit, commit)
+                at = end
+                continue
             if index != self._base + len(log) + 1:
                 break
             log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
@@ -355,12 +368,13 @@ class FileStorage:
         for entry in entries:
             if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
                 raise StorageError(f"log gap at {entry.index}")
-            body = _RECORD.pack(0, entry.index, entry.term, commit, len(entry.entry.data), entry.entry.type)[4:]
-            body += entry.entry.data
-            record = struct.pack("<I", zlib.crc32(body)) + body
-            records.append(record)
             offsets.append(at)
-            at += len(record)
+            for item in entry.entries:  # (one record each, the same index: read back as one)
+                body = _RECORD.pack(0, entry.index, entry.term, commit, len(item.data), item.type)[4:]
+                body += item.data
+                record = struct.pack("<I", zlib.crc32(body)) + body
+                records.append(record)
+                at += len(record)
         with open(self.folder / LOG_FILE, "r+b") as f:
             f.seek(self._end)
             f.write(b"".join(records))

@@ -157,16 +157,36 @@ def test_commit_needs_a_quorum():
 
 def test_a_conflicting_uncommitted_entry_is_truncated():
     node = lone()
-    ae = AppendEntry(B, 1, 0, 0, 0, (Entry(0, b"one"), Entry(0, b"stale")))
-    node.receive(node.append_subject, "$NRG.R.leaderB1", ae.encode())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 0, 0, (Entry(0, b"one"),)).encode())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 1, 1, (Entry(0, b"stale"),)).encode())
     assert [e.entry.data for e in node.log] == [b"one", b"stale"]
-    [ack] = sent(node)
+    ack = sent(node)[-1]
     assert AppendEntryResponse.decode(ack.payload) == AppendEntryResponse(1, 2, A, True)
     # C leads term 2 with a different entry 2: ours goes, C's is appended.
     node.receive(node.append_subject, "$NRG.R.leaderC1", AppendEntry(C, 2, 1, 1, 1, (Entry(0, b"two"),)).encode())
     assert [(e.term, e.entry.data) for e in node.log] == [(1, b"one"), (2, b"two")]
     assert node.storage.state.log == node.log
     assert [c.entry.data for c in node.take_committed()] == [b"one"]
+
+
+def test_an_append_entrys_entries_share_one_index(tmp_path):
+    """raft.go storeToWAL: an append entry is one log index (pindex + 1), whatever the number
+    of entries it carries (a 2.15.1 leader sends the proposals queued together as one): they
+    are acknowledged as that index, committed together in order, and read back from a file log
+    as one index; the next append entry's pindex is that index."""
+    storage = FileStorage(tmp_path / "g")
+    node = lone(storage=storage)
+    batch = (Entry(0, b"a"), Entry(0, b"b"), Entry(0, b"c"))
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 0, 0, batch).encode())
+    [ack] = sent(node)
+    assert AppendEntryResponse.decode(ack.payload) == AppendEntryResponse(1, 1, A, True)
+    assert node.last_index == 1 and node.log[0].entries == batch
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 1, 1, 1, (Entry(0, b"d"),)).encode())
+    [ack] = sent(node)
+    assert AppendEntryResponse.decode(ack.payload) == AppendEntryResponse(1, 2, A, True)
+    assert [(c.index, c.entry.data) for c in node.take_committed()] == [(1, b"a"), (1, b"b"), (1, b"c")]
+    again = FileStorage(tmp_path / "g").load()
+    assert [(e.index, e.entries) for e in again.log] == [(1, batch), (2, (Entry(0, b"d"),))]
 
 
 def test_a_stale_or_duplicated_append_changes_nothing():
@@ -340,8 +360,8 @@ def test_malformed_frames_are_dropped():
 def test_a_follower_acknowledges_only_what_matches_the_leader():
     """Entries past the leader's pindex may be another term's: the answer is the matched index."""
     node = lone()
-    node.receive(node.append_subject, "$NRG.R.leaderB1",
-                 AppendEntry(B, 1, 0, 0, 0, (Entry(0, b"a"), Entry(0, b"b"))).encode())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 0, 0, (Entry(0, b"a"),)).encode())
+    node.receive(node.append_subject, "$NRG.R.leaderB1", AppendEntry(B, 1, 0, 1, 1, (Entry(0, b"b"),)).encode())
     sent(node)
     node.receive(node.append_subject, "$NRG.R.leaderC1", AppendEntry(C, 2, 0, 1, 1, ()).encode())
     [ack] = sent(node)
@@ -491,8 +511,9 @@ def test_entries_already_in_a_snapshot_are_skipped():
                                                              Entry(EntryType.PEER_STATE, peers))).encode())
     assert (node.base_index, node.commit) == (3, 3)
     # The same leader's first append, late, then its next: what the snapshot holds is skipped.
-    late = AppendEntry(B, 1, 0, 0, 0, tuple(Entry(0, b"e%d" % i) for i in range(1, 6)))
-    node.receive(node.append_subject, "$NRG.R.leaderB1", late.encode())
+    for i in range(1, 6):  # (one index each)
+        late = AppendEntry(B, 1, 0, 1 if i > 1 else 0, i - 1, (Entry(0, b"e%d" % i),))
+        node.receive(node.append_subject, "$NRG.R.leaderB1", late.encode())
     assert node.write_error is None
     assert [(e.index, e.entry.data) for e in node.log] == [(4, b"e4"), (5, b"e5")]
     assert AppendEntryResponse.decode(sent(node)[-1].payload) == AppendEntryResponse(1, 5, A, True)
@@ -535,3 +556,23 @@ def test_a_managed_group_does_not_add_the_peers_it_hears_from():
     assert node.role is Role.LEADER
     node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, C, True).encode())
     assert not [e for e in node.log if e.entry.type == EntryType.ADD_PEER] and node.peers == [A, B]
+
+
+def test_propose_many_appends_one_append_entry_at_one_index():
+    """raft.go ProposeMulti: a leader's several entries go out as one append entry, one index,
+    committed together in order (a group of one commits at once)."""
+    clock = Clock()
+    node = Node(A, GROUP, [A], MemoryStorage(), rng=random.Random(7), now=clock)
+    node.campaign()
+    clock.t += MAX_CAMPAIGN_TIMEOUT
+    node.tick()
+    assert node.role is Role.LEADER
+    sent(node)
+    node.take_committed()
+    index = node.propose_many([b"a", b"b", b"c"])
+    assert index == node.last_index and [e.data for e in node.log[-1].entries] == [b"a", b"b", b"c"]
+    [append] = [m for m in sent(node) if m.subject == node.append_subject]
+    assert [e.data for e in AppendEntry.decode(append.payload).entries] == [b"a", b"b", b"c"]
+    assert [(c.index, c.entry.data) for c in node.take_committed()] == [(index, b"a"), (index, b"b"), (index, b"c")]
+    with pytest.raises(NotLeader):
+        lone().propose_many([b"x"])

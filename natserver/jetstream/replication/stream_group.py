@@ -17,6 +17,7 @@ stream's configuration is the meta group's); see GROUPS.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...raft.wire import Entry, EntryType
@@ -71,6 +72,9 @@ class StreamApplier:
     def __init__(self, store: Store, duplicate_window: int = DEFAULT_DUPLICATE_WINDOW) -> None:
         self.store = store
         self.duplicate_window = duplicate_window
+        # How a committed message is stored (subject, headers, payload, time -> its sequence;
+        # StoreError: refused): the store's own, or the stream's (its TTLs, roll-ups, consumers).
+        self.store_fn: Callable[[bytes, bytes, bytes, int], int] = store.store_msg
         self.clfs = 0  # stream.go clfs: proposals that failed on apply (counted by every peer)
         self.skipped = 0  # proposals already applied (their last sequence behind the store's)
         self.msg_ids: dict[bytes, tuple[int, int]] = {}  # Nats-Msg-Id -> (seq, ts): the dedup window
@@ -144,7 +148,7 @@ class StreamApplier:
                 self.clfs += 1
                 return False
         try:
-            seq = store.store_msg(msg.subject, hdr, msg.msg, msg.ts)
+            seq = self.store_fn(msg.subject, hdr, msg.msg, msg.ts)
         except StoreError:
             self.clfs += 1
             return False

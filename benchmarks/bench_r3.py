@@ -1,0 +1,152 @@
+"""R3 acknowledged publishes: a cluster of three natserver processes vs three nats-server 2.15.1
+processes on this machine, one file stream with num_replicas 3, all publishes through node 0.
+Two rates, one run each: one publisher waiting for each ack, and 256 publishes in flight.
+
+    PYTHONPATH=$PWD python -m benchmarks.bench_r3 [--messages N] [--nats-server PATH]
+
+natserver runs JetStream in a cluster only with the internal ``jetstream_cluster_preview``
+option (users still get the startup refusal): each natserver process is this module with
+``--serve``, which sets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+import trio
+
+import natserver
+
+READY_TIMEOUT = 30.0  # seconds for the processes to listen and the stream to be created
+PUB_TIMEOUT = 10.0  # seconds for one ack
+IN_FLIGHT = 256
+PAYLOAD = b"x" * 128
+DEFAULT_MESSAGES = 2000
+REFERENCE = os.path.expanduser("~/.cache/natserver-ci/nats-server-2.15.1/bin/nats-server")
+GO_CONFIG = """
+server_name: %(name)s
+listen: 127.0.0.1:%(port)d
+jetstream { store_dir: "%(store)s" }
+cluster { name: bench, listen: 127.0.0.1:%(cport)d, routes [%(routes)s] }
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve(name: str, port: int, cport: int, store: str, routes: list[str]) -> None:
+    """A natserver cluster node with JetStream (the internal preview switched on)."""
+    options = natserver.Options(
+        server_name=name, host="127.0.0.1", port=port, quiet=True, jetstream=True, jetstream_cluster_preview=True,
+        store_dir=store, cluster_name="bench", cluster_host="127.0.0.1", cluster_port=cport, routes=routes)
+    trio.run(natserver.serve, options)
+
+
+def start_cluster(kind: str, folder: Path, binary: str) -> tuple[list[subprocess.Popen], list[int]]:
+    names = ["b1", "b2", "b3"]
+    ports = [(free_port(), free_port()) for _ in names]
+    procs = []
+    for i, name in enumerate(names):
+        routes = [f"nats://127.0.0.1:{ports[j][1]}" for j in range(3) if j != i]
+        store = str(folder / kind / name)
+        if kind == "natserver":
+            cmd = [sys.executable, "-m", "benchmarks.bench_r3", "--serve", name, str(ports[i][0]), str(ports[i][1]),
+                   store, ",".join(routes)]
+        else:
+            conf = folder / f"{name}.conf"
+            conf.write_text(GO_CONFIG % {"name": name, "port": ports[i][0], "store": store, "cport": ports[i][1],
+                                         "routes": ", ".join(routes)})
+            cmd = [binary, "-c", str(conf)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs, [p for p, _ in ports]
+
+
+async def measure(port: int, messages: int) -> tuple[float, float]:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=2, allow_reconnect=False,
+                                    error_cb=_quiet)
+            break
+        except Exception:  # noqa: BLE001 - not listening yet
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    js = nc.jetstream(timeout=PUB_TIMEOUT)
+    while True:
+        try:
+            await js.add_stream(name="R3", subjects=["r3"], num_replicas=3)
+            await js.publish("r3", PAYLOAD)  # (the leader elected and subscribed)
+            break
+        except Exception:  # noqa: BLE001 - no meta leader or stream leader yet
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+    started = time.perf_counter()
+    for _ in range(messages):
+        await js.publish("r3", PAYLOAD)
+    one = messages / (time.perf_counter() - started)
+
+    count = messages * 4
+    left = [count]
+
+    async def worker() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            await js.publish("r3", PAYLOAD)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    many = count / (time.perf_counter() - started)
+    info = await js.stream_info("R3")
+    assert info.state.messages == 1 + messages + count, info.state
+    await nc.close()
+    return one, many
+
+
+async def _quiet(error: Exception) -> None:
+    """(nats-py prints every refused connection while the servers start)"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
+    parser.add_argument("--nats-server", default=os.environ.get("NATS_SERVER_REFERENCE") or REFERENCE)
+    parser.add_argument("--serve", nargs=5, metavar=("NAME", "PORT", "CPORT", "STORE", "ROUTES"))
+    args = parser.parse_args()
+    if args.serve:
+        name, port, cport, store, routes = args.serve
+        serve(name, int(port), int(cport), store, routes.split(","))
+        return
+    kinds = ["natserver"] + (["nats-server"] if os.path.exists(args.nats_server) else [])
+    for kind in kinds:
+        folder = Path(tempfile.mkdtemp(prefix="bench-r3-"))
+        procs, ports = start_cluster(kind, folder, args.nats_server)
+        try:
+            one, many = asyncio.run(measure(ports[0], args.messages))
+            print(f"{kind:12s} R3 file stream: {one:8.0f} acked msgs/s waiting for each, "
+                  f"{many:8.0f} msgs/s with {IN_FLIGHT} in flight")
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(10)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

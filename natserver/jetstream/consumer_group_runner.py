@@ -1,0 +1,505 @@
+"""Replicated consumers (issue #32): a consumer group per consumer of more than one peer, run as
+nats-server 2.15.1 runs them (jetstream_cluster.go processClusterCreateConsumer,
+monitorConsumer, applyConsumerEntries, processConsumerLeaderChange; consumer.go setLeader).
+
+Every member server of the consumer's group runs a node of it (natserver.nrg, managed, its
+folder ``_js_/<group>`` as createRaftGroup's). Every member applies the committed entries to a
+:class:`ConsumerApplier` (the consumer store's state). Only the group's leader runs natserver's
+:class:`Consumer` (it delivers, takes acks, serves pulls and CONSUMER.INFO, ``$JSC.CI``); what
+its deliveries, acks and pull requests changed is proposed as 2.15.1's entries
+(updateDeliveredOp, updateAcksOp, updateSkipOp, add/removePendingRequest). A server that
+becomes leader loads the replicated state into a new Consumer once it has applied everything
+of the earlier terms (``load_into``): what was acked is not delivered again, what was delivered
+and not acked comes again after ack_wait; the pull requests the old leader had are told
+``409 Leadership Change`` (consumer.go checkPendingRequests). A leader that loses the
+leadership stops delivering (its Consumer leaves the stream).
+
+natserver's Consumer is the single server's (consumer.py): the leader compares it with what it
+proposed (``shadow``, a ConsumerApplier of its proposals) every REPLICATE_INTERVAL and proposes
+the difference, instead of proposing at each delivery and ack as consumer.go does.
+Not replicated: naks (the redelivery queue), a ``+WPI``'s new delivery time alone (it goes with
+the consumer's next change), pauses and pins (the leader's own).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+import trio
+
+from .. import clock
+from ..nrg import Group, NrgHost
+from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError, node_id
+from . import errors, gotime
+from .consumer import Consumer, ConsumerConfig
+from .replication.consumer_group import ConsumerApplier
+from .replication.entries import ConsumerAssignment
+from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped
+from .replication.state import ConsumerEvent
+from .util import dumps, is_json_object_or_array, loads
+
+__all__ = ["ConsumerGroups"]
+
+log = logging.getLogger("natserver")
+
+_T = "io.nats.jetstream.api.v1."
+# How often a leader proposes what its consumers' deliveries and acks changed (natserver's own:
+# consumer.go proposes at each one; this batches what one interval changed).
+REPLICATE_INTERVAL = 0.01
+# jetstream_cluster.go monitorConsumer: a snapshot (and the log compacted) after this many
+# entries (compactNumMin), not more often than MIN_SNAP_DELTA (minSnapDelta).
+COMPACT_NUM_MIN = 1024
+MIN_SNAP_DELTA = 10.0
+# consumer.go checkPendingRequests: what a new leader tells the old leader's pull requests.
+LEADERSHIP_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
+# raft.go lostQuorumInterval: a peer not heard from this long is not current (clusterInfo).
+CURRENT_WITHIN = 10.0
+CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # jetstream_cluster.go clusterConsumerInfoT
+
+
+class GroupsHost(Protocol):
+    """What the consumer groups need of the meta layer (cluster.JetStreamCluster)."""
+
+    nrg: NrgHost
+    name: str  # the cluster's name
+    node_id: str
+    names: dict[str, str]  # node id -> server name
+
+    @property
+    def system(self) -> Any: ...
+    def _route_peers(self) -> list[str]: ...
+    def _answer(self, engine: Any, reply: str, response: dict | bytes, *, error: bool = False) -> None: ...
+
+
+@dataclass(eq=False)
+class Replicated:
+    """One replicated consumer on this server (a member of its group)."""
+
+    engine: Any
+    account: str
+    ca: ConsumerAssignment
+    group: Group
+    applier: ConsumerApplier
+    reply: str = ""  # a create's reply: answered by the first leader (processConsumerLeaderChange)
+    consumer: Consumer | None = None  # the leader's
+    shadow: ConsumerApplier | None = None  # the leader's proposals applied
+    fingerprint: tuple = ()
+    starting: bool = False  # leader, waiting to have applied up to start_at
+    start_at: int = 0
+    applied: int = 0
+    leader_since: int = 0  # ns
+    unsnapshotted: int = 0
+    snapshot_at: float = 0.0
+    info_sub: Any = None
+    outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
+    no_stream_logged: bool = False
+
+    @property
+    def stream_name(self) -> str:
+        return self.ca.stream
+
+    @property
+    def name(self) -> str:
+        return self.ca.name
+
+
+def _applier(config: dict) -> ConsumerApplier:
+    cfg = ConsumerConfig.from_json(config)
+    return ConsumerApplier(cfg.ack_policy, cfg.max_deliver)
+
+
+def replicated(ca: ConsumerAssignment) -> bool:
+    """A consumer of a group of more than one peer (an R1 consumer runs without one)."""
+    return ca.group is not None and len(ca.group.peers or ()) > 1
+
+
+class ConsumerGroups:
+    """The consumer groups this server is a member of."""
+
+    def __init__(self, host: GroupsHost) -> None:
+        self.host = host
+        self.consumers: dict[tuple[str, str, str], Replicated] = {}  # (account, stream, consumer)
+
+    # -- the meta layer's events ------------------------------------------------------------
+
+    def consumer_event(self, engine: Any, event: ConsumerEvent, recovering: bool) -> bool:
+        """A consumer assignment applied (cluster._consumer_event): True when it is a
+        replicated consumer's and handled here. A removal tears the group down and returns
+        False: the meta layer drops the leader's Consumer and answers as for any other."""
+        ca = event.assignment
+        key = (event.account, ca.stream, ca.name)
+        rc = self.consumers.get(key)
+        if event.kind == "removed" or not event.member or not replicated(ca):
+            if rc is not None:
+                self._remove(rc, files=event.kind == "removed")
+            return False
+        reply = "" if recovering else ca.reply
+        if rc is None:
+            self._start(engine, event.account, ca, reply)
+            return True
+        old = rc.ca
+        rc.ca = ca
+        consumer = rc.consumer
+        if consumer is not None and rc.group.leader:  # an update: the leader applies and answers
+            cfg = ConsumerConfig.from_json(ca.config)
+            if cfg != consumer.cfg:
+                consumer.reconfigure(cfg)
+            if reply:
+                self.host._answer(engine, reply, {"type": _T + "consumer_create_response", **self.info(rc)})
+        if old.config != ca.config:  # (what the store records depends on them)
+            cfg = ConsumerConfig.from_json(ca.config)
+            rc.applier.ack_policy, rc.applier.max_deliver = cfg.ack_policy, cfg.max_deliver
+        return True
+
+    def _start(self, engine: Any, account: str, ca: ConsumerAssignment, reply: str) -> None:
+        """processClusterCreateConsumer: this server's node of the group (from its files if
+        it ran before); the preferred peer campaigns at once."""
+        assert ca.group is not None
+        nrg = self.host.nrg
+        existing = nrg.groups.get(ca.group.name)
+        if existing is not None:  # (a previous run of this consumer left it: start afresh)
+            nrg.stop_group(ca.group.name)
+        rc = Replicated(engine, account, ca, None, _applier(ca.config), reply)  # type: ignore[arg-type]
+        group = nrg.create_group(ca.group.name, list(ca.group.peers or ()), partial(self._apply, rc), managed=True)
+        rc.group = group
+        rc.snapshot_at = clock.monotonic()
+        group.on_leader_change = partial(self._leader_changed, rc)
+        self.consumers[(account, ca.stream, ca.name)] = rc
+        stream = engine.streams.get(ca.stream)
+        if stream is not None:  # a copy recovered from the stream's folder: only a leader runs one
+            local = stream.consumers.get(ca.name)
+            if local is not None:
+                del stream.consumers[ca.name]
+        subject = CONSUMER_INFO_SUBJECT.format(account=account, stream=ca.stream, consumer=ca.name)
+        rc.info_sub = self.host.system.subscribe(subject, partial(self._info_request, rc))
+        if ca.group.preferred == self.host.node_id and group.node.last_index == 0:
+            group.campaign()
+
+    def _remove(self, rc: Replicated, *, files: bool) -> None:
+        """The group stops (and its folder goes when the consumer is deleted); the leader's
+        Consumer stays in its stream for the meta layer to drop (its advisory, its waiting
+        requests told)."""
+        self.consumers.pop((rc.account, rc.stream_name, rc.name), None)
+        if rc.info_sub is not None:
+            self.host.system.unsubscribe(rc.info_sub)
+            rc.info_sub = None
+        if not files:
+            self._stop_leading(rc)
+        rc.consumer = rc.shadow = None
+        self.host.nrg.stop_group(rc.group.name)
+        if files:
+            shutil.rmtree(rc.group.folder, ignore_errors=True)
+
+    def stream_removed(self, account: str, stream: str) -> None:
+        """A stream gone (deleted, or no longer here): its consumers' groups and folders go
+        (the meta layer drops the leaders' Consumers with the stream)."""
+        for rc in [rc for key, rc in self.consumers.items() if key[:2] == (account, stream)]:
+            self._remove(rc, files=True)
+
+    def stop(self) -> None:
+        """The server stops: each group's state snapshotted (monitorConsumer at shutdown), its
+        node stopped (its files stay)."""
+        for rc in list(self.consumers.values()):
+            if rc.unsnapshotted:
+                self._snapshot(rc)
+            self._remove(rc, files=False)
+
+    # -- the group's entries ----------------------------------------------------------------
+
+    def _apply(self, rc: Replicated, committed: list[Committed]) -> None:
+        """applyConsumerEntries on every member; a leader that waited for them starts."""
+        for c in committed:
+            entry = c.entry
+            rc.applied = c.index
+            if entry.type in (EntryType.NORMAL, EntryType.SNAPSHOT):
+                try:
+                    rc.applier.apply(entry)
+                except CodecError as exc:
+                    log.warning("JetStream cluster: consumer '%s > %s' entry %d did not decode: %s",
+                                rc.stream_name, rc.name, c.index, exc)
+                rc.unsnapshotted += 1
+        if rc.starting and rc.applied >= rc.start_at:
+            self._start_leading(rc)
+        if rc.unsnapshotted >= COMPACT_NUM_MIN and clock.monotonic() - rc.snapshot_at >= MIN_SNAP_DELTA:
+            self._snapshot(rc)
+
+    def _snapshot(self, rc: Replicated) -> None:
+        """monitorConsumer's doSnapshot: the store's state (encodeConsumerState), the log compacted."""
+        state = rc.applier.snapshot(clock.now_ns() // 1_000_000_000)
+        try:
+            rc.group.node.install_snapshot(state.encode(), rc.applied)
+        except (SnapshotError, StorageError) as exc:
+            log.debug("JetStream cluster: consumer '%s > %s' snapshot: %s", rc.stream_name, rc.name, exc)
+            return
+        rc.unsnapshotted = 0
+        rc.snapshot_at = clock.monotonic()
+
+    # -- leadership -------------------------------------------------------------------------
+
+    def _leader_changed(self, rc: Replicated, leader: bool) -> None:
+        if not leader:
+            self._stop_leading(rc)
+            return
+        rc.leader_since = clock.now_ns()
+        rc.start_at = rc.group.node.last_index  # (its first entry: the earlier terms' are committed with it)
+        rc.starting = True
+        if rc.applied >= rc.start_at:
+            self._start_leading(rc)
+
+    def _start_leading(self, rc: Replicated) -> None:
+        """consumer.go setLeader(true): a Consumer from the replicated state; the old
+        leader's pull requests told; the create answered if nobody did."""
+        engine = rc.engine
+        stream = engine.streams.get(rc.stream_name)
+        if stream is None:
+            if not rc.no_stream_logged:
+                rc.no_stream_logged = True
+                log.warning("JetStream cluster: consumer '%s > %s' leader without its stream here (yet)",
+                            rc.stream_name, rc.name)
+            return
+        rc.starting = False
+        log.info("JetStream cluster new consumer leader for '%s > %s > %s'", rc.account, rc.stream_name, rc.name)
+        now = clock.now_ns()
+        cfg = ConsumerConfig.from_json(rc.ca.config)
+        consumer = Consumer(stream, rc.name, cfg, rc.ca.created_ns or now)
+        applier = rc.applier
+        if applier.delivered[1] or applier.delivered[0] or applier.ack_floor[1]:
+            applier.load_into(consumer)
+        consumer.num_pending()
+        consumer.arm_pause(now)
+        consumer.active_at = now
+        stream.consumers[rc.name] = consumer
+        rc.consumer = consumer
+        rc.shadow = copy.deepcopy(applier)
+        rc.fingerprint = ()
+        for reply in sorted(applier.pending_requests):  # (told, and forgotten by every member)
+            engine.send(reply, b"", LEADERSHIP_CHANGE)
+            self._propose(rc, PendingRequest(reply, False))
+        self._flush(rc)
+        consumers = engine.api.consumers
+        if rc.reply:
+            self.host._answer(engine, rc.reply, {"type": _T + "consumer_create_response", **self.info(rc)})
+            rc.reply = ""
+        consumers.created(consumer, None)  # (push delivery starts)
+        engine.delivery.poke()  # (its deadlines: redeliveries after ack_wait)
+        engine.server.flush_touched()
+
+    def _stop_leading(self, rc: Replicated) -> None:
+        """setLeader(false): the Consumer leaves the stream (nothing more is delivered)."""
+        rc.starting = False
+        consumer, rc.consumer, rc.shadow = rc.consumer, None, None
+        if consumer is None:
+            return
+        stream = consumer.stream
+        if stream.consumers.get(rc.name) is consumer:
+            del stream.consumers[rc.name]
+        consumer.waiting.clear()
+
+    # -- the leader's proposals -------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Every REPLICATE_INTERVAL, each leader's changes proposed (and a leader that found
+        no stream to run its consumer on tries again)."""
+        while True:
+            await trio.sleep(REPLICATE_INTERVAL)
+            for rc in list(self.consumers.values()):
+                if not rc.group.leader:
+                    continue
+                try:
+                    if rc.starting and rc.applied >= rc.start_at:
+                        self._start_leading(rc)
+                    if rc.consumer is not None:
+                        self.replicate(rc)
+                except Exception:  # one consumer's failure must not stop the others'
+                    log.exception("JetStream cluster: replicating consumer '%s > %s' failed",
+                                  rc.stream_name, rc.name)
+
+    def _propose(self, rc: Replicated, op: Delivered | Acked | Skipped | PendingRequest) -> None:
+        """An op for the group, applied to the shadow at once, proposed by _flush."""
+        if rc.shadow is not None:
+            rc.shadow.apply_op(op)
+        rc.outbox.append(op.encode())
+
+    def _flush(self, rc: Replicated) -> None:
+        """The ops of a round as one append entry (consumer.go loopAndForwardProposals:
+        ProposeMulti, one index for them all)."""
+        if not rc.outbox:
+            return
+        items, rc.outbox = rc.outbox, []
+        try:
+            rc.group.propose_many(items)
+        except NotLeader:
+            pass  # (the leader change stops this Consumer)
+
+    def replicate(self, rc: Replicated) -> None:
+        """What the leader's Consumer changed since the last proposals, proposed: deliveries
+        (new and redelivered), those delivered and acked in between, skips, acks, pull requests."""
+        c, shadow = rc.consumer, rc.shadow
+        if c is None or shadow is None:
+            return
+        if c.stream.consumers.get(rc.name) is not c:
+            return  # (deleted meanwhile)
+        fingerprint = (c.delivered_cseq, c.state_sseq, c.ack_floor_cseq, c.ack_floor_sseq, len(c.pending),
+                       c.last_acked, c.last_delivered, len(c.waiting), c.waiting[0].reply if c.waiting else b"")
+        if fingerprint == rc.fingerprint:
+            return
+        rc.fingerprint = fingerprint
+        # Acks: what the shadow has pending and the Consumer no longer (acked, terminated).
+        gone = sorted(s for s in shadow.pending if s not in c.pending)
+        if gone and not c.pending and c.delivered_cseq > shadow.delivered[0] and c.state_sseq <= shadow.delivered[1]:
+            # a redelivery since acked: its consumer sequence first (the floor is the delivered
+            # one once nothing is pending)
+            seq = gone[-1]
+            self._propose(rc, Delivered(c.delivered_cseq, seq, shadow.redelivered.get(seq, 0) + 1,
+                                        shadow.pending[seq][1]))
+        for seq in gone:
+            had = shadow.pending.get(seq)
+            if had is not None:  # (the floor's: the ack's own consumer sequence, AckAll's floor)
+                self._propose(rc, Acked(c.ack_floor_cseq if seq == c.ack_floor_sseq else had[0], seq))
+        explicit = c.cfg.ack_policy != "none"
+        if explicit and c.ack_floor_sseq > shadow.delivered[1] and c.ack_floor_cseq > shadow.ack_floor[0]:
+            # delivered and acked within one interval, up to the floor (nothing of the
+            # shadow's is pending now: the floor moves with this ack)
+            self._propose(rc, Delivered(c.ack_floor_cseq, c.ack_floor_sseq, 1, c.last_delivered))
+            self._propose(rc, Acked(c.ack_floor_cseq, c.ack_floor_sseq))
+        fresh = []  # (known to the shadow, the delivery)
+        for seq, (dseq, ts) in c.pending.items():
+            dc = c.rdc.get(seq, 1)
+            had = shadow.pending.get(seq)
+            if had is None or had[1] != ts or shadow.redelivered.get(seq, 0) + 1 != dc:
+                fresh.append((had is not None, Delivered(dseq, seq, dc, ts)))
+        # the new ones in stream order (each above the last: the store adds only those), then
+        # the redeliveries of those it has
+        fresh.sort(key=lambda item: (item[0], item[1].sseq))
+        for _, op in fresh:
+            self._propose(rc, op)
+        if not explicit:
+            if c.delivered_cseq > shadow.delivered[0]:
+                self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, 1, c.last_delivered))
+        elif c.delivered_cseq > shadow.delivered[0]:
+            last = c.pending.get(c.state_sseq)
+            if last is not None:  # (a redelivery since acked: the consumer sequence moves on)
+                self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, c.rdc.get(c.state_sseq, 1), last[1]))
+            else:  # the last ones delivered and acked within one interval, above what is pending
+                self._propose(rc, Delivered(c.delivered_cseq, c.state_sseq, 1, c.last_delivered))
+                self._propose(rc, Acked(c.delivered_cseq, c.state_sseq))
+        if c.state_sseq > shadow.delivered[1]:
+            self._propose(rc, Skipped(c.state_sseq + 1))
+        replies = {bytes(req.reply) for req in c.waiting}
+        for reply in sorted(replies - shadow.pending_requests):
+            self._propose(rc, PendingRequest(reply, True))
+        for reply in sorted(shadow.pending_requests - replies):
+            self._propose(rc, PendingRequest(reply, False))
+        self._flush(rc)
+
+    # -- the API ----------------------------------------------------------------------------
+
+    def find(self, account: str, stream: str, name: str) -> Replicated | None:
+        return self.consumers.get((account, stream, name))
+
+    def route(self, engine: Any, tokens: list[bytes], subject: bytes, reply, hdr, payload: bytes) -> bool:
+        """A consumer's own request (info, pull, step-down, pause, unpin) for a replicated
+        consumer of this server: its leader answers, the others stay silent (True). False:
+        not such a consumer, the caller goes on."""
+        n = len(tokens)
+        if n < 6 or tokens[0] != b"$JS" or tokens[1] != b"API" or tokens[2] != b"CONSUMER":
+            return False
+        op = tokens[3]
+        if op in (b"MSG", b"LEADER") and n == 7:
+            stream, name = tokens[5], tokens[6]
+        elif op in (b"INFO", b"PAUSE", b"UNPIN") and n == 6:
+            stream, name = tokens[4], tokens[5]
+        else:
+            return False
+        rc = self.find(engine.account_name or "", stream.decode("utf-8", "replace"), name.decode("utf-8", "replace"))
+        if rc is None:
+            return False
+        if rc.consumer is None or not rc.group.leader:
+            return True
+        if op == b"INFO":
+            engine.api._send(reply, {"type": _T + "consumer_info_response", **self.info(rc)})
+        elif op == b"LEADER":
+            self._stepdown(rc, reply, payload)
+        else:
+            engine.api.handle(subject, reply, hdr, payload)
+        return True
+
+    def _stepdown(self, rc: Replicated, reply, payload: bytes) -> None:
+        """jsConsumerLeaderStepDownRequest on the consumer's leader (a placement's preferred
+        peer is not looked for: any healthy peer takes over)."""
+        rtype = _T + "consumer_leader_stepdown_response"
+        api = rc.engine.api
+        if is_json_object_or_array(payload):
+            try:
+                loads(payload)
+            except ValueError:
+                api._fail(reply, rtype, errors.invalid_json())
+                return
+        response: dict = {"type": rtype}
+        try:
+            rc.group.step_down()
+            response["success"] = True
+        except NotLeader as exc:
+            response["error"] = errors.raft_general(str(exc)).to_json()
+        api._send(reply, response)
+
+    def _info_request(self, rc: Replicated, subject, reply, headers, body) -> None:
+        """$JSC.CI.<account>.<stream>.<consumer>: the leader answers (the meta leader's list)."""
+        if reply and rc.consumer is not None and rc.group.leader:
+            self.host.system.publish(reply, None, None, dumps(self.info(rc)))
+
+    def info(self, rc: Replicated) -> dict:
+        """The leader's CONSUMER.INFO, its ``cluster`` 2.15.1's (clusterInfo)."""
+        assert rc.consumer is not None
+        info = rc.engine.api.consumers.info_of(rc.consumer)
+        info["cluster"] = self.cluster_block(rc)
+        return info
+
+    def cluster_block(self, rc: Replicated) -> dict:
+        """jetstream_cluster.go clusterInfo for the group's leader: the other peers, each
+        current when heard from within CURRENT_WITHIN."""
+        host = self.host
+        names = host.names
+        for server in host._route_peers():
+            names.setdefault(node_id(server), server)
+        node = rc.group.node
+        out: dict = {"name": host.name, "raft_group": rc.group.name}
+        if node.leader:
+            out["leader"] = names.get(node.leader, node.leader)
+            out["leader_since"] = gotime.format(rc.leader_since)
+        out["system_account"] = True
+        out["traffic_account"] = host.nrg.account.name
+        now = clock.monotonic()
+        replicas = []
+        for peer in (rc.ca.group.peers or ()) if rc.ca.group else ():
+            if peer == host.node_id:
+                continue
+            seen = node._seen.get(peer)
+            active = now - seen if seen is not None else None
+            entry: dict = {"name": names.get(peer, f"Server name unknown at this time (peerID: {peer})"),
+                           "current": active is not None and active < CURRENT_WITHIN}
+            if active is None:
+                entry["offline"] = True
+            entry["active"] = int(active * 1e9) if active is not None else 0
+            entry["peer"] = peer
+            replicas.append(entry)
+        if replicas:
+            out["replicas"] = replicas
+        return out
+
+    # -- tests and monitoring ---------------------------------------------------------------
+
+    def state(self, account: str, stream: str, name: str) -> dict | None:
+        """A member's replicated state (delivered, ack floor, pending count), for tests."""
+        rc = self.find(account, stream, name)
+        if rc is None:
+            return None
+        a = rc.applier
+        return {"delivered": list(a.delivered), "ack_floor": list(a.ack_floor), "num_ack_pending": len(a.pending),
+                "pending_requests": len(a.pending_requests), "leader": rc.group.leader, "applied": rc.applied}
+

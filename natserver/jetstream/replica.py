@@ -1,0 +1,617 @@
+"""A replicated stream (num_replicas > 1) in a cluster, as jetstream_cluster.go runs one (issue #32).
+
+Every server of the stream's group holds the stream (the single-server ``Stream`` and its store,
+without its subject subscriptions) and a node of the group's RAFT group (natserver.nrg, its
+folder ``_js_/<group>`` as 2.15.1's). :class:`StreamReplica` drives both:
+
+- the committed entries are applied on every replica (applyStreamEntries): messages through
+  ``StreamApplier`` into ``Stream.apply_replicated`` (TTLs, roll-ups, deduplication, consumers),
+  purges and deletes (their JSON ops) through the store, answered by the leader;
+- the leader (setLeader, once it applied what earlier terms committed) subscribes to the
+  stream's subjects: ``Stream.process_msg`` checks a publish as on a single server and hands it
+  here (``propose``: ``StreamLeader``'s proposal, processClusteredInboundMsg); the PubAck goes
+  once the entry is committed and applied, after the write like a single server's;
+- snapshots (monitorStream's doSnapshot): the stream's state (``StreamApplier.snapshot``) given
+  to the node, which compacts its log, after COMPACT_ENTRIES entries or COMPACT_BYTES bytes, or
+  COMPACT_INTERVAL after the last one when entries were applied since;
+- catch-up (processSnapshot / runCatchup): a follower that installs a leader's snapshot asks
+  the leader for the messages it lacks on the assignment's ``$JSC.SYNC`` subject, applies the
+  answers (``$JSC.R`` inbox, acknowledged on their ``$JSC.ACK`` replies) and holds the entries
+  committed meanwhile; the leader serves such requests, CATCHUP_WINDOW messages unacknowledged
+  at most, and ends with an empty message.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+from typing import Any, Protocol
+
+import trio
+
+from .. import clock
+from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError
+from . import errors
+from .errors import ApiError
+from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
+from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
+from .store import StoreError
+from .stream import Stream
+from .util import dumps, loads, rfc3339nano
+
+__all__ = ["StreamReplica"]
+
+log = logging.getLogger("natserver")
+
+_T = "io.nats.jetstream.api.v1."
+# jetstream_cluster.go monitorStream: a snapshot after compactNumMin entries or compactSizeMin
+# bytes applied, else every compactInterval (2 min) if anything was applied since.
+COMPACT_ENTRIES = 65536
+COMPACT_BYTES = 8 * 1024 * 1024
+COMPACT_INTERVAL = 120.0
+# jetstream_cluster.go defaultStreamCatchupStartInterval / ActivityInterval: how long a
+# follower waits for the first answer of a catch-up, and for each next one, before asking
+# again (at most CATCHUP_RETRIES times: processSnapshot's maxRetries).
+CATCHUP_START = 5.0
+CATCHUP_ACTIVITY = 30.0
+CATCHUP_RETRIES = 3
+# runCatchup sends up to 256k messages (64 MiB) before waiting for acknowledgements; natserver
+# serves every client on one thread, so a catch-up has at most this many unacknowledged.
+CATCHUP_WINDOW = 1024
+SYNC_REPLY = "$JSC.R"  # jetstream_cluster.go syncReplySubject: a follower's catch-up inbox
+SYNC_ACK = "$JSC.ACK"  # syncAckSubject: the leader's flow-control replies
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_TOKEN_LEN = 22  # (nuid-sized random tokens of the sync subjects)
+
+
+class ReplicaHost(Protocol):
+    """What a replica needs of the cluster (cluster.JetStreamCluster)."""
+
+    name: str  # the cluster's name
+    node_id: str
+    names: dict[str, str]  # node id -> server name
+    nrg: Any  # natserver.nrg.NrgHost
+    rng: random.Random
+
+    @property
+    def system(self) -> Any: ...  # the system account
+    def spawn(self, fn, *args) -> None: ...
+    def flush(self) -> None: ...
+
+
+class ReplicaEngine(Protocol):
+    """What a replica needs of its engine (``JetStream``)."""
+
+    account_name: str | None
+    api: Any
+
+    def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
+    def persist(self, stream: Stream) -> None: ...
+
+
+class StreamReplica:
+    """This server's replica of one replicated stream: its group's node and what it applies."""
+
+    def __init__(self, host: ReplicaHost, engine: ReplicaEngine, stream: Stream, group: str, peers: list[str],
+                 sync_subject: str) -> None:
+        self.host = host
+        self.engine = engine
+        self.stream = stream
+        self.group_name = group
+        self.sync_subject = sync_subject
+        self.applier = StreamApplier(stream.store, stream.cfg.duplicate_window)
+        self.applier.store_fn = stream.apply_replicated
+        self.leader: StreamLeader | None = None
+        self.leader_since = 0  # ns, when this server took the lead
+        self.applied = 0  # the last index applied
+        self._ready_at = 0  # the index a new leader applies before it takes publishes
+        self._since_snapshot = (0, 0)  # entries and bytes applied since the last snapshot
+        self._snapshot_at = clock.monotonic()
+        self.snapshots = 0
+        self.mismatches = 0  # proposals out of line with the store (logged, skipped)
+        # A create (or update) to answer once this server leads: (reply, response builder).
+        self.pending_answer: tuple[str, Any] | None = None
+        self._sync_sub: Any = None  # the leader's $JSC.SYNC subscription
+        self._catching_up = False
+        self._held: list[Committed] = []  # entries committed during a catch-up
+        self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
+        self.catchups = 0  # catch-ups completed (as a follower)
+        self.stopped = False
+        stream.replica = self
+        self.group = host.nrg.create_group(group, peers, self._apply)
+        self.group.on_leader_change = self._leader_changed
+
+    def __repr__(self) -> str:
+        return f"<StreamReplica {self.stream.name} {self.group_name} leading={self.leading}>"
+
+    # -- the stream's side (stream.StreamReplica) -----------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.leader is not None and not self.stopped
+
+    def proposed_last(self) -> int:
+        store, leader = self.stream.store, self.leader
+        if leader is None:
+            return store.last_seq
+        return max(leader.clseq, store.last_seq + self.applier.clfs) - self.applier.clfs
+
+    def propose(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int) -> bool:
+        """A publish the leader's stream checked: proposed (processClusteredInboundMsg); a
+        duplicate of one in flight answered at once. False: not the leader (no answer, the
+        publisher retries)."""
+        leader = self.leader
+        if leader is None or self.stopped:
+            return False
+        data = leader.propose(subject, reply or b"", hdr, msg, now)
+        if data is None:
+            self._send_acks()
+            return True
+        try:
+            self.group.propose(data)
+        except (NotLeader, StorageError):
+            return False
+        return True
+
+    def purge(self, request: dict | None, reply) -> None:
+        """jsStreamPurgeRequest on the leader: proposed (purgeStreamOp), answered once applied."""
+        if not self.leading:
+            return
+        body: dict = {"client": self._client(), "stream": self.stream.name, "last_seq": self.stream.store.last_seq,
+                      "subject": f"$JS.API.STREAM.PURGE.{self.stream.name}", "reply": _text(reply)}
+        if request:
+            body["request"] = {k: request[k] for k in ("filter", "seq", "keep") if request.get(k)}
+        self._propose_op(JsonOp(Op.PURGE_STREAM, body), reply, "stream_purge_response", purged=0)
+
+    def delete_msg(self, seq: int, no_erase: bool, reply) -> None:
+        """jsMsgDeleteRequest on the leader: proposed (deleteMsgOp), answered once applied."""
+        if not self.leading:
+            return
+        body: dict = {"client": self._client(), "stream": self.stream.name, "seq": seq}
+        if no_erase:
+            body["no_erase"] = True
+        body["subject"] = f"$JS.API.STREAM.MSG.DELETE.{self.stream.name}"
+        body["reply"] = _text(reply)
+        self._propose_op(JsonOp(Op.DELETE_MSG, body), reply, "stream_msg_delete_response")
+
+    def _propose_op(self, op: JsonOp, reply, rtype: str, **extra) -> None:
+        try:
+            self.group.propose(op.encode())
+        except (NotLeader, StorageError) as exc:
+            self.engine.api._fail(reply, _T + rtype, errors.raft_general(str(exc)), **extra)
+
+    def _client(self) -> dict:
+        return {"acc": self.engine.account_name, "server": self.host.names.get(self.host.node_id, ""),
+                "cluster": self.host.name}
+
+    def cluster_json(self) -> dict:
+        """ClusterInfo (jetstream_cluster.go clusterInfo): name, raft group, leader (since
+        when, on the leader), the group's system account, and the other replicas: current,
+        active (ns since last heard from, on the leader), lag (entries behind), peer id."""
+        host, node = self.host, self.group.node
+        out: dict = {"name": host.name, "raft_group": self.group_name}
+        if node.leader:
+            out["leader"] = host.names.get(node.leader, node.leader)
+            if self.leading:
+                out["leader_since"] = rfc3339nano(self.leader_since)
+        out["system_account"] = True
+        out["traffic_account"] = host.system.name
+        replicas = []
+        now = clock.monotonic()
+        me = host.node_id if node.leader else ""
+        for peer in node.peers:
+            if peer == me:
+                continue
+            entry: dict = {"name": host.names.get(peer, peer)}
+            if self.group.leader:
+                seen = node._seen.get(peer)
+                active = now - seen if seen is not None else None
+                # (raft.go Peers: the entries the leader has a quorum on and the replica not)
+                lag = max(node.commit - node._match.get(peer, 0), 0)
+                entry["current"] = lag == 0
+                entry["active"] = int(active * 1e9) if active is not None else 0
+                if lag:
+                    entry["lag"] = lag
+            else:
+                entry["current"] = peer == node.leader
+                entry["active"] = 0
+            entry["peer"] = peer
+            replicas.append(entry)
+        if replicas:
+            out["replicas"] = replicas
+        return out
+
+    # -- the group's committed entries ------------------------------------------------------------
+
+    def _apply(self, committed: list[Committed]) -> None:
+        """applyStreamEntries, on every replica (the host's pass: synchronous)."""
+        if self.stopped:
+            return
+        for c in committed:
+            if self._catching_up:
+                self._held.append(c)  # (processSnapshot pauses the apply queue)
+                continue
+            self._apply_one(c)
+        self._after_apply()
+
+    def _apply_one(self, c: Committed) -> None:
+        if c.mark is not None:
+            return
+        self.applied = c.index
+        entry = c.entry
+        entries, size = self._since_snapshot
+        self._since_snapshot = (entries + 1, size + len(entry.data))
+        if entry.type == EntryType.SNAPSHOT:
+            try:
+                state = StreamState.decode(entry.data)
+            except CodecError as exc:
+                log.error("JetStream cluster: stream %s: a snapshot did not decode: %s", self.stream.name, exc)
+                return
+            request = self.applier.install_snapshot(state, self.host.node_id, c.index)
+            if request is not None:
+                self._start_catchup(request)
+            return
+        if entry.type != EntryType.NORMAL:
+            return
+        try:
+            op = decode_stream_op(entry.data)
+        except CodecError as exc:
+            log.error("JetStream cluster: stream %s: an entry did not decode: %s", self.stream.name, exc)
+            return
+        if isinstance(op, JsonOp) and op.op in (Op.PURGE_STREAM, Op.DELETE_MSG):
+            self._apply_json(op)
+            return
+        try:
+            try:
+                self.applier.apply_op(op)
+            except SequenceMismatch:
+                store = self.stream.store
+                if store.msgs or not isinstance(op, StreamMsg):
+                    raise
+                # applyStreamMsgOp: an empty store behind the proposal (the leader's snapshot
+                # was older than its messages' removal) takes the proposal's position; again.
+                store.compact(op.lseq - self.applier.clfs + 1)
+                self.applier.apply_op(op)
+        except SequenceMismatch as exc:
+            # (nats-server resets the stream and catches up; natserver logs it and goes on)
+            self.mismatches += 1
+            log.warning("JetStream cluster: stream %s: %s", self.stream.name, exc)
+            if self.leader is not None:
+                self.leader.clseq = 0  # (the next proposal starts from the store again)
+
+    def _apply_json(self, op: JsonOp) -> None:
+        stream, store, api = self.stream, self.stream.store, self.engine.api
+        body = op.body
+        reply = str(body.get("reply") or "").encode()
+        answer = reply and self.leading
+        if op.op == Op.PURGE_STREAM:
+            request = body.get("request") or {}
+            subject = str(request.get("filter") or "").encode()
+            rtype = _T + "stream_purge_response"
+            try:
+                if not request:
+                    purged = store.purge()
+                    stream.purge_consumers(None, purged)
+                else:
+                    purged = store.purge_ex(subject, int(request.get("seq") or 0), int(request.get("keep") or 0))
+                    stream.purge_consumers(subject, purged)
+                self.engine.persist(stream)
+            except (StoreError, OSError) as exc:
+                if answer:
+                    api._send(reply, {"type": rtype, "error": errors.stream_general(str(exc)).to_json(), "purged": 0})
+                return
+            if answer:
+                api._send(reply, {"type": rtype, "success": True, "purged": purged})
+            return
+        rtype = _T + "stream_msg_delete_response"
+        seq = int(body.get("seq") or 0)
+        try:
+            removed = store.remove_msg(seq, erase=not body.get("no_erase", False))
+            self.engine.persist(stream)
+        except (StoreError, OSError) as exc:
+            if answer:
+                api._send(reply, {"type": rtype, "error": errors.stream_msg_delete_failed(str(exc)).to_json()})
+            return
+        if answer:
+            if removed:
+                api._send(reply, {"type": rtype, "success": True})
+            else:
+                api._send(reply, {"type": rtype, "error": errors.sequence_not_found(seq).to_json()})
+
+    def _after_apply(self) -> None:
+        if self.pending_answer is not None and self.group.node.leader and not self.group.leader:
+            self.pending_answer = None  # (another server leads: it answers the create)
+        if self.leader is not None:
+            self._send_acks()
+        elif self.group.leader:
+            self._take_lead()
+        self._maybe_snapshot()
+
+    def _send_acks(self) -> None:
+        """The leader's PubAcks of what it applied (stream.go's pubAck, after the write) and
+        its answers to duplicates in flight."""
+        leader, stream = self.leader, self.stream
+        if leader is None:
+            return
+        applier = self.applier
+        if applier.stored:
+            for reply, seq, _, _ in applier.stored:
+                self.engine.respond(reply, b"%s%d}" % (stream._ack_prefix, seq), stream)
+            applier.stored.clear()
+        for reply, payload in leader.take_acks():  # (duplicates: stream.go's "duplicate": true)
+            self.engine.respond(reply, payload.replace(b'"duplicate":true', b'"duplicate": true'), stream)
+
+    # -- leadership -------------------------------------------------------------------------------
+
+    def _leader_changed(self, leader: bool) -> None:
+        if leader:
+            self._ready_at = self.group.node.last_index
+            self._take_lead()
+        else:
+            self._follow()
+
+    def _take_lead(self) -> None:
+        """setLeader(true), once the entries of earlier terms are applied (a proposal's last
+        sequence must follow them) and no catch-up runs."""
+        if self.leader is not None or self.stopped or not self.group.leader or self._catching_up:
+            return
+        if self.applied < self._ready_at:
+            return
+        self.leader = StreamLeader(self.stream.name, self.applier)
+        self.leader_since = clock.now_ns()
+        self.stream.subscribe()
+        if self.sync_subject and self._sync_sub is None:
+            self._sync_sub = self.host.system.subscribe(self.sync_subject, self._sync_request)
+        log.debug("JetStream cluster: leading stream %s (%s)", self.stream.name, self.group_name)
+        pending, self.pending_answer = self.pending_answer, None
+        if pending is not None:
+            reply, build = pending
+            try:
+                self.host.system.publish(reply.encode(), None, None, dumps(build()))
+            except ApiError:
+                pass
+
+    def _follow(self) -> None:
+        """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
+        self.pending_answer = None  # (another leader answers)
+        if self.leader is None:
+            return
+        self.leader = None
+        self.applier.respond = False
+        self.applier.stored.clear()
+        self.stream.unsubscribe()
+        if self._sync_sub is not None:
+            self.host.system.unsubscribe(self._sync_sub)
+            self._sync_sub = None
+
+    def step_down(self) -> None:
+        """STREAM.LEADER.STEPDOWN: hand the lead over (raft.go StepDown)."""
+        self.group.step_down()
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        entries, size = self._since_snapshot
+        if not entries or self._catching_up:
+            return
+        if entries < COMPACT_ENTRIES and size < COMPACT_BYTES and \
+                clock.monotonic() - self._snapshot_at < COMPACT_INTERVAL:
+            return
+        self.snapshot()
+
+    def snapshot(self) -> bool:
+        """The stream's state to the node (its log compacted up to what was applied)."""
+        if self.stopped or self._catching_up or not self.applied:
+            return False
+        try:
+            self.group.node.install_snapshot(self.applier.snapshot().encode(), self.applied)
+        except SnapshotError:
+            return False
+        except StorageError as exc:
+            log.error("JetStream cluster: stream %s: the snapshot failed: %s", self.stream.name, exc)
+            return False
+        self._since_snapshot = (0, 0)
+        self._snapshot_at = clock.monotonic()
+        self.snapshots += 1
+        return True
+
+    # -- catch-up: a follower's side ----------------------------------------------------------
+
+    def _start_catchup(self, request: SyncRequest) -> None:
+        if not self.sync_subject:
+            log.error("JetStream cluster: stream %s: no sync subject to catch up on", self.stream.name)
+            return
+        self._catching_up = True
+        self.host.spawn(self._catch_up, request)
+
+    async def _catch_up(self, request: SyncRequest) -> None:
+        """processSnapshot's loop: ask, apply what comes (each acknowledged), until an empty
+        message; asked again from where the store is when it ends short or stalls."""
+        system = self.host.system
+        name = self.stream.name
+        try:
+            for _ in range(CATCHUP_RETRIES):
+                if self.stopped:
+                    return
+                if self.group.leader:  # (processSnapshot: a leader cannot pause its apply, it steps down)
+                    try:
+                        self.group.step_down()
+                    except NotLeader:
+                        pass
+                last = request.last_seq
+                if self.stream.store.last_seq >= last:
+                    break
+                inbox = f"{SYNC_REPLY}.{_token(self.host.rng)}"
+                done = trio.Event()
+                activity = [clock.monotonic()]
+
+                def received(subject, reply, headers, body, done=done, activity=activity) -> None:
+                    activity[0] = clock.monotonic()
+                    if not body:
+                        done.set()
+                        return
+                    try:
+                        self.applier.apply_catchup(bytes(body))
+                    except (CodecError, StoreError) as exc:
+                        log.warning("JetStream cluster: catch-up of stream %s: %s", name, exc)
+                        if reply:
+                            system.publish(reply, None, None, str(exc).encode())
+                        done.set()
+                        return
+                    if reply:
+                        system.publish(reply, None, None, b"")
+
+                sub = system.subscribe(inbox, received)
+                try:
+                    ask = SyncRequest(request.peer, self.stream.store.last_seq + 1, last, request.min_applied,
+                                      request.delete_ranges)
+                    system.publish(self.sync_subject.encode(), inbox.encode(), None, ask.encode())
+                    self.host.flush()
+                    wait = CATCHUP_START
+                    while not done.is_set():
+                        with trio.move_on_after(wait):
+                            await done.wait()
+                        if done.is_set() or clock.monotonic() - activity[0] >= wait:
+                            break
+                        wait = CATCHUP_ACTIVITY
+                finally:
+                    system.unsubscribe(sub)
+                if self.stream.store.last_seq >= last:
+                    log.info("JetStream cluster: catch-up for stream %s complete", name)
+                    self.catchups += 1
+                    break
+            else:
+                log.warning("JetStream cluster: catch-up for stream %s stopped short (%d of %d)", name,
+                            self.stream.store.last_seq, request.last_seq)
+        finally:
+            self._catching_up = False
+            held, self._held = self._held, []
+            if not self.stopped:
+                for c in held:
+                    if self._catching_up:
+                        self._held.append(c)
+                    else:
+                        self._apply_one(c)
+                self._after_apply()
+                self.host.flush()
+
+    # -- catch-up: the leader's side ----------------------------------------------------------
+
+    def _sync_request(self, subject, reply, headers, body) -> None:
+        """A follower's streamSyncRequest on $JSC.SYNC: served by a task (runCatchup)."""
+        if not reply or not self.leading:
+            return
+        try:
+            request = loads(bytes(body))
+            first, last = int(request["first_seq"]), int(request["last_seq"])
+            ranges = bool(request.get("delete_ranges", False))
+        except (ValueError, KeyError, TypeError):
+            return
+        self.host.spawn(self._serve_catchup, bytes(reply), first, last, ranges)
+
+    async def _serve_catchup(self, inbox: bytes, first: int, last: int, ranges: bool) -> None:
+        """runCatchup: the messages first..last to ``inbox`` (a missing one as a skip, or runs
+        of them as a deleteRangeOp when the follower takes them), each with a $JSC.ACK reply,
+        at most CATCHUP_WINDOW unacknowledged; an empty message at the end."""
+        system, store = self.host.system, self.stream.store
+        ack_prefix = f"{SYNC_ACK}.{_token(self.host.rng)}"
+        outstanding = [0]
+        moved = trio.Event()
+        aborted = [False]
+        state = {"moved": moved}
+
+        def acked(subject, reply, headers, body) -> None:
+            if body:
+                aborted[0] = True
+            outstanding[0] -= 1
+            state["moved"].set()
+
+        sub = system.subscribe(ack_prefix + ".*", acked)
+        self.catchups_served += 1
+        try:
+            if store.last_seq < last:
+                last = store.last_seq  # (nats-server steps down: the follower asks again)
+            seq = first
+            gap = 0  # the first of a run of missing sequences (0: none)
+
+            def send(data: bytes, ack: bool = True) -> None:
+                if ack:
+                    outstanding[0] += 1
+                    system.publish(inbox, f"{ack_prefix}.{len(data)}".encode(), None, data)
+                else:
+                    system.publish(inbox, None, None, data)
+
+            def flush_gap(upto: int) -> None:
+                nonlocal gap
+                if gap:
+                    if upto - gap == 1 or not ranges:
+                        for s in range(gap, upto):
+                            send(_skip(s))
+                    else:
+                        send(JsonOp(Op.DELETE_RANGE, {"First": gap, "Num": upto - gap}).encode(), ack=False)
+                    gap = 0
+
+            while seq <= last and not aborted[0] and not self.stopped:
+                if outstanding[0] >= CATCHUP_WINDOW:  # (until an acknowledgement, or it stalled)
+                    state["moved"] = trio.Event()
+                    with trio.move_on_after(CATCHUP_ACTIVITY) as waited:
+                        await state["moved"].wait()
+                    if waited.cancelled_caught:
+                        log.warning("JetStream cluster: catch-up from stream %s stalled", self.stream.name)
+                        return
+                    continue
+                for _ in range(CATCHUP_WINDOW - outstanding[0]):
+                    if seq > last:
+                        break
+                    sm = store.load_msg(seq) if seq >= store.first_seq else None
+                    if sm is None:
+                        if not gap:
+                            gap = seq
+                    else:
+                        flush_gap(seq)
+                        send(_msg(sm.subject, sm.hdr or b"", sm.data, seq, sm.ts))
+                    seq += 1
+                if seq > last:
+                    flush_gap(seq)
+                self.host.flush()
+                await trio.lowlevel.checkpoint()
+            if not aborted[0]:
+                send(b"", ack=False)
+                self.host.flush()
+        finally:
+            system.unsubscribe(sub)
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def stop(self, remove: bool = False) -> None:
+        """The group's node stops (its files stay, or go with ``remove``: the stream deleted)."""
+        if self.stopped:
+            return
+        if not remove and not self.group.stopped and not self.stream.store.closed and self._since_snapshot[0]:
+            self.snapshot()  # (monitorStream: a snapshot at shutdown, a shorter replay at the restart)
+        self._follow()
+        self.stopped = True
+        self.stream.replica = None if remove else self.stream.replica
+        folder = self.group.folder
+        self.host.nrg.stop_group(self.group_name)
+        if remove:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _text(reply) -> str:
+    return bytes(reply).decode("utf-8", "replace") if reply else ""
+
+
+def _token(rng: random.Random) -> str:
+    return "".join(rng.choice(_DIGITS) for _ in range(_TOKEN_LEN))
+
+
+def _skip(seq: int) -> bytes:
+    """A catch-up's missing sequence: a message with no subject and no time (encodeStreamMsg)."""
+    return _msg(b"", b"", b"", seq, 0)
+
+
+def _msg(subject: bytes, hdr: bytes, msg: bytes, seq: int, ts: int) -> bytes:
+    """A catch-up message: a streamMsgOp whose last sequence is the message's own."""
+    return StreamMsg.proposal(subject, b"", hdr, msg, seq, ts).encode()
