@@ -482,8 +482,13 @@ class StreamReplica:
                     self.catchups += 1
                     break
             else:
+                # Nobody could serve it (a memory stream whose servers all restarted: its
+                # messages are nowhere, as in 2.15.1): the store takes the snapshot's last
+                # sequence, so that the group's next proposals line up on every replica.
                 log.warning("JetStream cluster: catch-up for stream %s stopped short (%d of %d)", name,
                             self.stream.store.last_seq, request.last_seq)
+                if not self.stopped and self.stream.store.last_seq < request.last_seq:
+                    self.stream.store.skip_to(request.last_seq, 0)
         finally:
             self._catching_up = False
             held, self._held = self._held, []
