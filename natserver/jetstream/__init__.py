@@ -851,7 +851,9 @@ async def enable_jetstream(server, *, task_status=trio.TASK_STATUS_IGNORED) -> N
     async with trio.open_nursery() as nursery:
         cluster = None
         if server.options.clustered:
-            nrg = await nursery.start(run_nrg, server)
+            # (the RAFT logs follow the server's sync policy, as its streams do)
+            nrg = await nursery.start(partial(run_nrg, server, sync_always=engines[0].sync_always,
+                                              sync_interval=engines[0].sync_interval))
             cluster = JetStreamCluster(server, engines, nrg)
             for engine in engines:
                 engine.cluster = cluster

@@ -49,6 +49,9 @@ GROUPS_DIR = "_js_"
 JETSTREAM_DIR = "jetstream"
 DEFAULT_STORE_PARENT = "nats"
 
+# raft.go runAsLeader: an append entry carries the proposals queued meanwhile, up to these.
+MAX_APPEND_BYTES = 256 * 1024  # maxBatch
+MAX_APPEND_ENTRIES = 4096  # maxEntries
 Apply = Callable[[list[Committed]], None]
 # raft.go's timeouts (election 4-9 s, heartbeat 1 s...): natserver.raft's.
 DEFAULT_TIMEOUTS = Timeouts()
@@ -65,6 +68,7 @@ class Group:
         self.folder = folder
         self.subs: dict[str, object] = {}  # subject -> internal subscription
         self.stopped = False
+        self.queued: list[bytes] = []  # propose_soon's proposals, for the end of the pass
         self.error: BaseException | None = None  # why it stopped by itself (a write, the apply)
         # Called with True or False when this server's node becomes or stops being the leader
         # (after the pass that changed it: its entries applied first).
@@ -88,6 +92,15 @@ class Group:
             self.node.forward(data)  # (a failed write raises StorageError, and stops the group)
         finally:
             self.host._changed(self)
+
+    def propose_soon(self, data: bytes) -> None:
+        """As leader (NotLeader otherwise): proposed at the end of this pass together with the
+        others made in it, as one append entry (raft.go runAsLeader drains its proposal queue
+        into append entries of up to MAX_APPEND_BYTES or MAX_APPEND_ENTRIES)."""
+        if self.stopped or self.node.role is not Role.LEADER:
+            raise NotLeader(self.node.leader)
+        self.queued.append(data)
+        self.host._changed(self)
 
     def propose_many(self, items: list[bytes]) -> None:
         """As leader (NotLeader otherwise), several entries as one append entry (raft.go
@@ -115,8 +128,15 @@ class NrgHost:
     """The RAFT groups of one server. Start it with ``await nursery.start(run_nrg, server)``."""
 
     def __init__(self, server, store_dir: str = "", *, rng: random.Random | None = None,
-                 timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
+                 timeouts: Timeouts = DEFAULT_TIMEOUTS, sync_always: bool = True, sync_interval: float = 0.0) -> None:
         self.server = server
+        # The logs' fsync (jetstream_cluster.go createRaftGroup: the server's SyncAlways and
+        # SyncInterval, as its streams'): every pass before anything it sends leaves, or every
+        # ``sync_interval`` seconds (0: at a group's stop only). A write is in the kernel's
+        # hands either way before it is answered: a killed process loses nothing.
+        self.sync_always = sync_always
+        self.sync_interval = sync_interval
+        self._synced_at = clock.monotonic()
         name = system_account_name(server.options, server)
         account = server.accounts.get(name) if server.accounts is not None else None
         if account is None and server.accounts is not None and not server.options.no_system_account:
@@ -218,6 +238,22 @@ class NrgHost:
         self._inbox.append((group, subject.decode(), reply.decode() if reply else "", payload))
         self._wake.set()
 
+    def _propose_queued(self, group: Group) -> None:
+        """propose_soon's proposals of this pass, in order, as few append entries as the
+        limits allow (dropped if the leadership went meanwhile: unanswered, as a lost one)."""
+        queued, group.queued = group.queued, []
+        start = size = 0
+        try:
+            for i, data in enumerate(queued):
+                size += len(data) + 1
+                if size >= MAX_APPEND_BYTES or i + 1 - start >= MAX_APPEND_ENTRIES:
+                    group.node.propose_many(queued[start:i + 1])
+                    start, size = i + 1, 0
+            if start < len(queued):
+                group.node.propose_many(queued[start:])
+        except (NotLeader, StorageError):
+            pass  # (a write error stops the group in _service)
+
     def _sync_subscriptions(self, group: Group) -> None:
         wanted = group.node.subscriptions
         for subject in [s for s in group.subs if s not in wanted]:
@@ -232,7 +268,10 @@ class NrgHost:
         if group.stopped:
             return
         node = group.node
-        node.sync()  # the pass's appends on disk (one fsync) before any answer leaves
+        if group.queued:
+            self._propose_queued(group)
+        if self.sync_always:
+            node.sync()  # the pass's appends on disk (one fsync) before any answer leaves
         if node.write_error is not None:
             self._fail(group, node.write_error, "Critical write error")
             return
@@ -259,7 +298,18 @@ class NrgHost:
     # -- the loop ------------------------------------------------------------------------------
 
     def _next_deadline(self) -> float:
-        return min((g.node.next_deadline() for g in self.groups.values()), default=float("inf"))
+        deadline = min((g.node.next_deadline() for g in self.groups.values()), default=float("inf"))
+        if not self.sync_always and self.sync_interval:
+            deadline = min(deadline, self._synced_at + self.sync_interval)
+        return deadline
+
+    def _sync_all(self, now: float) -> None:
+        """The periodic fsync of every group's log (sync_interval)."""
+        self._synced_at = now
+        for group in list(self.groups.values()):
+            group.node.sync()
+            if group.node.write_error is not None:
+                self._fail(group, group.node.write_error, "Critical write error")
 
     def _pass(self) -> None:
         """One bounded pass: at most MAX_BATCH received messages, the due timers, and what
@@ -276,6 +326,8 @@ class NrgHost:
             group.node.receive(subject, reply, payload)
             touched[group] = None
         now = clock.monotonic()
+        if not self.sync_always and self.sync_interval and now >= self._synced_at + self.sync_interval:
+            self._sync_all(now)
         for group in list(self.groups.values()):
             if now >= group.node.next_deadline():
                 group.node.tick()
@@ -302,12 +354,14 @@ class NrgHost:
                 await trio.lowlevel.checkpoint()
         finally:
             for group in list(self.groups.values()):
+                group.node.sync()  # (what the sync interval had not made durable yet)
                 self._stop(group)
             self.groups.clear()
 
 
 async def run_nrg(server, store_dir: str = "", *, rng: random.Random | None = None, timeouts: Timeouts = DEFAULT_TIMEOUTS,
+                  sync_always: bool = True, sync_interval: float = 0.0,
                   task_status=trio.TASK_STATUS_IGNORED) -> None:
     """The server's RAFT host, run until cancelled: ``host = await nursery.start(run_nrg, server)``."""
-    host = NrgHost(server, store_dir, rng=rng, timeouts=timeouts)
+    host = NrgHost(server, store_dir, rng=rng, timeouts=timeouts, sync_always=sync_always, sync_interval=sync_interval)
     await host.run(task_status=task_status)

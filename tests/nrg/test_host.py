@@ -26,7 +26,8 @@ import trio.testing
 import natserver
 from natserver import clock
 from natserver.nrg import MAX_BATCH, NrgHost, run_nrg
-from natserver.raft import EntryType, FileStorage, Role, StorageError, node_id
+from natserver.nrg import host as host_module
+from natserver.raft import EntryType, FileStorage, NotLeader, Role, StorageError, node_id
 from tests.cluster.helpers import free_port
 from tests.conftest import make_options
 
@@ -331,3 +332,31 @@ async def test_an_apply_that_fails_stops_its_group_only(nursery, tmp_path, autoj
         await until(lambda: bad.stopped and any(c.entry.data == b"fine" for c in applied), "the bad group stopped")
         assert list(host.groups) == ["S-R1F-good"] and isinstance(bad.error, ValueError)
         assert f"RAFT [{host.node_id} - S-R1F-bad] Apply failed: cannot apply poison" in caplog.text
+
+
+async def test_a_passs_proposals_go_as_one_append_entry(nursery, tmp_path, autojump_clock, server_clock, monkeypatch):
+    # raft.go runAsLeader: the proposals queued meanwhile go as one append entry (one index),
+    # split at MAX_APPEND_ENTRIES (made 4 here) or MAX_APPEND_BYTES.
+    monkeypatch.setattr(host_module, "MAX_APPEND_ENTRIES", 4)
+    ports = [free_port() for _ in range(3)]
+    members = [Member(i, tmp_path, ports) for i in range(3)]
+    peers = [m.id for m in members]
+    with real_time_limit(REAL_TIME_LIMIT):
+        for m in members:
+            await m.start(nursery, peers)
+        await routes_up(members)
+        await until(lambda: one_leader_known(members), "one leader known to all", members)
+        leader = leaders(members)[0]
+        await trio.testing.wait_all_tasks_blocked()
+        before = leader.group.node.last_index
+        sent = [b"p%d" % i for i in range(6)]
+        for data in sent:  # one pass: nothing is proposed until the host's loop runs
+            leader.group.propose_soon(data)
+        assert leader.group.node.last_index == before
+        await until(lambda: all(m.normal()[-6:] == sent for m in members), "the batch applied everywhere", members)
+        assert leader.group.node.last_index == before + 2  # 4 entries at one index, then 2 at the next
+        indexes = [c.index for c in leader.applied if c.entry.type == EntryType.NORMAL][-6:]
+        assert indexes == [before + 1] * 4 + [before + 2] * 2
+        follower = next(m for m in members if m is not leader)
+        with pytest.raises(NotLeader):
+            follower.group.propose_soon(b"not here")
