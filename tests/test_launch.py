@@ -203,6 +203,9 @@ def test_the_greeter_greets_until_the_handover():
         greeted = greeter.handover()
         assert [(cid, ip) for _, cid, ip, _ in greeted] == [(1, "127.0.0.1"), (2, "127.0.0.1"), (3, "127.0.0.1")]
         assert all(not conn.getblocking() for conn, *_ in greeted)
+        # The listener stays non-blocking (the flag is its descriptor's, which the server's
+        # accept loop shares and accepts on until EAGAIN: blocking, it froze the server).
+        assert all(not sock.getblocking() for sock in sockets)
         assert greeter.handover() == []
         # After the handover a new connection waits for the server, greeted by nobody.
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as late:
@@ -257,3 +260,4 @@ def test_the_command_serves_the_greeted_clients_as_its_own(tmp_path):
         proc.stderr.close()
     # The first client was greeted before the server ran (it polled from the spawn on).
     assert "Serving 1 connections greeted before the start" in log, log
+

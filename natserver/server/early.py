@@ -151,27 +151,29 @@ class EarlyGreeter:
             return  # a socket closed under us: the server (or the exit) is taking over
 
     def _accept_all(self, listener: socket.socket) -> None:
+        # Non-blocking from here on, and left so: the server accepts on this very descriptor
+        # (blocking is the descriptor's, shared), and its accept loop takes every waiting
+        # connection until EAGAIN. Put back to blocking, a greeting racing the handover left
+        # the server's loop blocked in accept() until the next client came: no INFO for
+        # seconds, a connect storm at a fraction of its rate (issue #33).
         listener.setblocking(False)
-        try:
-            while len(self._greeted) < MAX_GREETED:
-                try:
-                    conn, peer = listener.accept()
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError:
-                    return  # the peer gave up before we took it; the next select tells
-                cid = len(self._greeted) + 1
-                ip = peer_ip(peer[0])
-                try:
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    conn.settimeout(GREETING_SEND_TIMEOUT)
-                    conn.sendall(client_info(self.base, cid, ip, self.identity.xkey))
-                except OSError:
-                    conn.close()
-                    continue
-                self._greeted.append((conn, cid, ip, peer[1]))
-        finally:
-            listener.setblocking(True)
+        while len(self._greeted) < MAX_GREETED:
+            try:
+                conn, peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # the peer gave up before we took it; the next select tells
+            cid = len(self._greeted) + 1
+            ip = peer_ip(peer[0])
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(GREETING_SEND_TIMEOUT)
+                conn.sendall(client_info(self.base, cid, ip, self.identity.xkey))
+            except OSError:
+                conn.close()
+                continue
+            self._greeted.append((conn, cid, ip, peer[1]))
 
     def handover(self) -> list[tuple[socket.socket, int, str, int]]:
         """Stop greeting; the connections greeted so far (non-blocking sockets), for the

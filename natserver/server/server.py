@@ -386,6 +386,9 @@ class Server:
         fd = listener.socket.fileno()
         family = listener.socket.family
         acceptor = socket.socket(fileno=fd)  # borrowed: detached, never closed, at the end
+        # The accepts below go until EAGAIN: a blocking descriptor would block the whole
+        # server in accept() (as the early greeter's once did; the flag is the descriptor's).
+        acceptor.setblocking(False)
         sleep = ACCEPT_MIN_SLEEP
         nursery = self._nursery
         assert nursery is not None  # run() opened it before the listeners
