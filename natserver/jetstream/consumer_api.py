@@ -29,7 +29,7 @@ from .consumer import (
 from .errors import ApiError
 from .external import STREAM_IDENTITY, stream_identity
 from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
-from .util import dumps, get_header, is_json_object_or_array, loads
+from .util import dumps, gen_header, get_header, is_json_object_or_array, loads
 from .versioning import copy_metadata, set_static_consumer_metadata
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class ConsumerApi:
         stream = consumer.stream
         now = clock.now_ns()
         if reply:
-            headers = b"NATS/1.0\r\n" + STREAM_IDENTITY + b": " + identity + b"\r\n\r\n" if identity else None
+            headers = gen_header(None, STREAM_IDENTITY, identity) if identity else None
             self.api._send(reply, {"type": _T + "consumer_create_response", **self._info(consumer)}, headers=headers)
         if consumer.paused(now):  # (jsConsumerCreateRequest: after every create of a paused consumer)
             advisories.consumer_pause(self.js, stream.name, consumer.name, True, consumer.cfg.pause_until)

@@ -439,8 +439,7 @@ class ExternalLink(OriginLink):
         self.dseq = 0
         # A source asks for the origin it followed (stream.go trySetupSourceConsumer): a recreated
         # one answers 10225 and the source starts over (_on_create).
-        headers = b"NATS/1.0\r\n" + STREAM_IDENTITY + b": " + self.ident + b"\r\n\r\n" \
-            if self.ident and not self.mirror else None
+        headers = gen_header(None, STREAM_IDENTITY, self.ident) if self.ident and not self.mirror else None
         engine.send(subject.encode(), dumps({"stream_name": self.origin, "config": config}), headers,
                     reply=reply.encode())
 

@@ -298,10 +298,13 @@ class NrgHost:
     # -- the loop ------------------------------------------------------------------------------
 
     def _next_deadline(self) -> float:
-        deadline = min((g.node.next_deadline() for g in self.groups.values()), default=float("inf"))
-        if not self.sync_always and self.sync_interval:
-            deadline = min(deadline, self._synced_at + self.sync_interval)
-        return deadline
+        return min([self._sync_due(), *(g.node.next_deadline() for g in self.groups.values())])
+
+    def _sync_due(self) -> float:
+        """When the periodic fsync is due (never: every pass syncs, or sync_interval 0)."""
+        if self.sync_always or not self.sync_interval:
+            return float("inf")
+        return self._synced_at + self.sync_interval
 
     def _sync_all(self, now: float) -> None:
         """The periodic fsync of every group's log (sync_interval)."""
@@ -326,7 +329,7 @@ class NrgHost:
             group.node.receive(subject, reply, payload)
             touched[group] = None
         now = clock.monotonic()
-        if not self.sync_always and self.sync_interval and now >= self._synced_at + self.sync_interval:
+        if now >= self._sync_due():
             self._sync_all(now)
         for group in list(self.groups.values()):
             if now >= group.node.next_deadline():
