@@ -110,6 +110,9 @@ class Server:
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
+        # Routes and leaf connections given output meanwhile (cluster.routes.Route.flush: written
+        # in place too), in the order they got it.
+        self.touched_routes: list = []
         # Work deferred to the end of the current chunk, run by flush_touched before it writes
         # (JetStream delivers what a chunk of acks made room for in one batch); emptied as run.
         self.before_flush: list[Callable[[], None]] = []
@@ -612,11 +615,12 @@ class Server:
         self.internal_client.remove_subscription(sub)
 
     def publish(self, subject: str | bytes, payload: bytes = b"", reply: str | bytes | None = None,
-                headers: bytes | None = None, flush: bool = True) -> None:
+                headers: bytes | None = None, flush: bool = True) -> bool:
         """Publish a message from the server itself (no echo rules apply; not counted as a
         client's). ``headers`` is a complete ``NATS/1.0`` header block. Call from trio.
         With ``flush=False`` the output waits for the next ``flush_touched()`` (a publisher's
-        read loop does one after each chunk), so many responses go out in one write."""
+        read loop does one after each chunk), so many responses go out in one write. Says
+        whether anybody took it (a subscriber, a server callback, a route or leaf node)."""
         if subject.__class__ is not bytes:  # (JetStream's acks, the most of these: bytes already)
             subject = subject.encode() if isinstance(subject, str) else bytes(subject)
         if reply is not None and reply.__class__ is not bytes:
@@ -626,11 +630,12 @@ class Server:
         sizes = b"%d %d" % (len(headers), len(body)) if headers else b"%d" % len(body)
         delivering, self.delivering = self.delivering, None  # a publish of its own, not a delivery
         try:
-            self.internal_client.publish(subject, reply, header_size, sizes, body)
+            taken = self.internal_client.publish(subject, reply, header_size, sizes, body)
         finally:
             self.delivering = delivering
         if flush:
             self.flush_touched()
+        return taken
 
     # -- hooks the clients call ---------------------------------------------------------------
 
@@ -644,6 +649,10 @@ class Server:
         for client in self.touched:
             client.flush()
         self.touched.clear()
+        if self.touched_routes:
+            routes, self.touched_routes = self.touched_routes, []
+            for route in routes:
+                route.flush()
 
     def client_closed(self, client: Client) -> None:
         if self.clients.pop(client.cid, None) is None:

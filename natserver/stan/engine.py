@@ -43,6 +43,10 @@ UNSUB_PREFIX = "_STAN.unsub"
 SUB_CLOSE_PREFIX = "_STAN.subclose"
 CLOSE_PREFIX = "_STAN.close"
 INBOX_PREFIX = "_INBOX."  # nats.NewInbox(): ack inboxes and the engine's request replies
+# server.go ensureRunningStandAlone: how long a start waits for another streaming server with
+# the same cluster ID to answer on the discover subject.
+STANDALONE_CHECK_TIMEOUT = 0.25
+NO_RESPONDERS_STATUS = b"NATS/1.0 503"  # a server's answer for a request nobody took (2.2+)
 
 
 def valid_channel(name: str) -> bool:
@@ -186,6 +190,7 @@ class StanEngine:
         self._nursery: trio.Nursery | None = None
         self._dup_checks: set[str] = set()
         self._waiting: dict[bytes, trio.Event] = {}
+        self._replies: dict[bytes, bytes] = {}  # request replies' payloads, until taken
         self._request_id = 0
         self._timers: list = []  # heap of (deadline, n, sub)
         self._timer_n = 0
@@ -216,10 +221,12 @@ class StanEngine:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                sub = self.transport.subscribe
+                self._subs = [sub(self.reply_prefix + ".*", self._on_reply)]
+                await self._ensure_running_standalone()
                 state = self.store.open()
                 self._recover(state)
-                sub = self.transport.subscribe
-                self._subs = [
+                self._subs += [
                     sub(self.discover_subject, self._guard(self._on_connect)),
                     sub(self.ping_subject, self._guard(self._on_ping)),
                     sub(self.pub_prefix + ".>", self._guard(self._on_publish)),
@@ -227,7 +234,6 @@ class StanEngine:
                     sub(self.unsub_subject, self._guard(self._on_unsubscribe)),
                     sub(self.sub_close_subject, self._guard(self._on_sub_close)),
                     sub(self.close_subject, self._guard(self._on_close)),
-                    sub(self.reply_prefix + ".*", self._on_reply),
                 ]
                 nursery.start_soon(self._ack_timer_loop)
                 nursery.start_soon(self._flusher)
@@ -291,36 +297,64 @@ class StanEngine:
 
     # -- sending ------------------------------------------------------------------------------
 
-    def _send(self, subject: str, payload: bytes, reply: str | None = None) -> None:
-        self.transport.publish(subject, payload, reply)
+    def _send(self, subject: str, payload: bytes, reply: str | None = None) -> bool | None:
+        """Publish; False when nobody took it (natserver's own router knows: no responders),
+        None when the transport cannot tell (a connection to another server)."""
+        return self.transport.publish(subject, payload, reply)
 
     def _respond(self, reply: str, message: pb.Message) -> None:
         if reply:
             self._send(reply, message.encode())
 
-    def _request(self, subject: str) -> tuple[bytes, trio.Event]:
+    def _request(self, subject: str, payload: bytes = b"") -> tuple[bytes, trio.Event, bool]:
         self._request_id += 1
         token = b"%d" % self._request_id
         event = trio.Event()
         self._waiting[token] = event
-        self._send(subject, b"", self.reply_prefix + ".%d" % self._request_id)
+        taken = self._send(subject, payload, self.reply_prefix + ".%d" % self._request_id) is not False
         self.transport.flush()
-        return token, event
+        return token, event, taken
 
-    async def request(self, subject: str, timeout: float) -> bool:
-        """Send an empty request to ``subject``; True when a reply came within ``timeout``."""
-        token, event = self._request(subject)
+    async def request(self, subject: str, timeout: float, payload: bytes = b"") -> bytes | None:
+        """Send a request to ``subject``; the reply's payload when one came within ``timeout``
+        (None at once when nobody took the request)."""
+        token, event, taken = self._request(subject, payload)
         try:
-            with trio.move_on_after(timeout):
-                await event.wait()
-            return event.is_set()
+            if taken:
+                with trio.move_on_after(timeout):
+                    await event.wait()
+            return self._replies.pop(token, None)
         finally:
             self._waiting.pop(token, None)
+            self._replies.pop(token, None)
 
     def _on_reply(self, subject, reply, headers, payload) -> None:
-        event = self._waiting.pop(subject.rpartition(b".")[2], None)
+        token = subject.rpartition(b".")[2]
+        event = self._waiting.pop(token, None)
         if event is not None:
+            if not (headers and bytes(headers[:12]) == NO_RESPONDERS_STATUS):  # (through -ns: the 503)
+                self._replies[token] = bytes(payload)
             event.set()
+
+    async def _ensure_running_standalone(self) -> None:
+        """server.go ensureRunningStandAlone: a streaming server already serving this cluster ID
+        (another natserver of the NATS cluster, a nats-streaming-server on it) answers a
+        connect request on the discover subject; then this one does not start (its connect
+        undone with a close request), rather than serve the same channels apart."""
+        cid = self.options.cluster_id
+        connect = pb.ConnectRequest(clientID=cid, heartbeatInbox=INBOX_PREFIX + _nuid())
+        answer = await self.request(self.discover_subject, STANDALONE_CHECK_TIMEOUT, connect.encode())
+        if answer is None:
+            log.debug("STREAM: Did not detect another server instance")
+            return
+        try:
+            other = pb.ConnectResponse.decode(answer)
+        except pb.DecodeError:
+            raise RuntimeError("streaming: unmarshall error while detecting another server instance") from None
+        if other.closeRequests:
+            self._send(other.closeRequests, pb.CloseRequest(clientID=cid).encode(), self.reply_prefix + ".close")
+            self.transport.flush()
+        raise RuntimeError(f'streaming: discovered another streaming server with cluster ID "{cid}"')
 
     # -- connect, ping, close -----------------------------------------------------------------
 
@@ -354,7 +388,7 @@ class StanEngine:
         """server.go isDuplicateConnect: the old client answering its heartbeat inbox means a
         duplicate; silence means it is gone and the new one replaces it."""
         try:
-            alive = await self.request(old.hb_inbox, self.options.dup_client_id_timeout)
+            alive = await self.request(old.hb_inbox, self.options.dup_client_id_timeout) is not None
             if alive:
                 log.debug("STREAM: [Client:%s] Connect failed; already connected", req.clientID)
                 self._respond(reply, pb.ConnectResponse(error=err.INVALID_CLIENT))
@@ -439,7 +473,7 @@ class StanEngine:
                     client.hb_sleep = sleep
                     await trio.sleep(opts.hb_interval)
                 client.hb_sleep = None
-                alive = await self.request(client.hb_inbox, opts.hb_timeout)
+                alive = await self.request(client.hb_inbox, opts.hb_timeout) is not None
                 if client.closed:
                     return
                 if alive:

@@ -72,8 +72,9 @@ class LocalTransport:
     def unsubscribe(self, handle) -> None:
         self.server.unsubscribe_internal(handle)
 
-    def publish(self, subject: str, payload: bytes, reply: str | None = None) -> None:
-        self.server.publish(subject, payload, reply=reply, flush=False)
+    def publish(self, subject: str, payload: bytes, reply: str | None = None) -> bool:
+        """Says whether anybody took it (False: no responders)."""
+        return self.server.publish(subject, payload, reply=reply, flush=False)
 
     def flush(self) -> None:
         self.server.flush_touched()
@@ -371,7 +372,8 @@ class NatsTransport:
                     sub = self._subs.get(int(args[2]))
                     if sub is not None:
                         try:
-                            sub.callback(args[1], reply, None, payload)
+                            headers = bytes(buf[start:start + header_size]) if header_size else None
+                            sub.callback(args[1], reply, headers, payload)
                         except Exception:  # one bad message never takes the connection down
                             log.exception("STREAM: internal error handling a message on %r", args[1])
                     continue
