@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import os
 import random
 import sys
 import urllib.parse
@@ -267,6 +268,12 @@ class Route:
         self.closed = False
         self.close_reason = ""
         self._wake = trio.Event()
+        # Writing in place (flush): the socket's descriptor once the connection is set up over
+        # plain TCP (-1: through the writer task only: before, with TLS, over a WebSocket), the
+        # writer mid-send (then it goes first), and whether flush_touched will come to us.
+        self._fd = -1
+        self._sending = False
+        self._touched = False
         self._flush_then_close = False
         self._scope: trio.CancelScope | None = None
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
@@ -315,7 +322,37 @@ class Route:
             log.info("%s - Slow Consumer Detected: MaxPending of %d Exceeded", self.label, ROUTE_MAX_PENDING)
             self.close("Slow Consumer (Pending Bytes)")
             return
+        if not self._touched:
+            self._touched = True
+            self.cluster.server.touched_routes.append(self)
+        # Written in place by the server's next flush_touched (the end of the chunk or pass
+        # that sent it); the writer is woken too, for a sender that never flushes (a timer):
+        # it finds nothing left when the flush came first.
         self._wake.set()
+
+    def flush(self) -> None:
+        """Write what is queued straight to the socket when the writer task is idle (as
+        Client.flush: no wake-up and send_all per message between servers); what the socket
+        does not take, the writer sends, with its write deadline."""
+        self._touched = False
+        fd = self._fd
+        if fd < 0 or self._sending or self._raw_out or not self.out or self.closed:
+            return
+        out, self.out = self.out, []
+        data = out[0] if len(out) == 1 else b"".join(out)
+        size = len(data)
+        if self._encoder is not None:
+            data = self._encoder.encode(data, uncompressed=self.compression == compression.S2_UNCOMPRESSED)
+        try:
+            written = os.write(fd, data)
+        except OSError:  # EAGAIN, or an error the writer meets and handles
+            written = 0
+        self.pending -= size
+        if written < len(data):  # (already encoded: the writer sends it as it is, first)
+            rest = data[written:]
+            self._raw_out = [rest]
+            self.pending += len(rest)  # (which the writer takes off once sent)
+            self._wake.set()
 
     def start_compression(self, info: bytes) -> None:
         """The switch to S2 (route.go negotiateRouteCompression): a dialling side sends its
@@ -335,6 +372,7 @@ class Route:
         if self.closed:
             return
         self.closed = True
+        self._fd = -1  # never written in place again (the number may soon be another socket's)
         self.close_reason = reason
         if flush and self.out:
             self._flush_then_close = True
@@ -350,6 +388,9 @@ class Route:
                 if self.closed:
                     scope.cancel()
                 if await cluster.secure(self):
+                    stream = self.stream
+                    if type(stream) is trio.SocketStream:  # (not TLS, not a WebSocket)
+                        self._fd = stream.socket.fileno()
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._write_loop)
                         nursery.start_soon(self._ping_loop)
@@ -413,12 +454,15 @@ class Route:
                 size = len(raw) + len(data)
                 if self._encoder is not None and data:
                     data = self._encoder.encode(data, uncompressed=self.compression == compression.S2_UNCOMPRESSED)
+                self._sending = True
                 with trio.move_on_after(deadline) as timeout:
                     try:
                         await self.stream.send_all(raw + data if raw else data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                         self.close("Write Error")
                         return
+                    finally:
+                        self._sending = False
                 if timeout.cancelled_caught:
                     self.close("Slow Consumer (Write Deadline)")
                     return
