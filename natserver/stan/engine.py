@@ -217,6 +217,9 @@ class StanEngine:
         log.info("STREAM: ServerID: %s", self.server_id)
         for line in opts.warnings:
             log.warning("STREAM: %s", line)
+        if self.store.jetstream_set_aside:
+            log.warning("STREAM: JetStream runs in a cluster here: channels are kept in the streaming store "
+                        "(%s), not as JetStream streams", opts.dir if self.store.file else "memory")
         self.store.notify = self._wake_flusher
         try:
             async with trio.open_nursery() as nursery:

@@ -10,7 +10,8 @@ Every channel is a stream of natserver's JetStream stream engine (``natserver.je
   ``STREAM.INFO``, ``STREAM.MSG.GET`` and ``DIRECT.GET`` (the migration path, see README). The
   stream is read-only from the core's side: the streaming layer removes the stream's core
   subscription, so only STAN publishers add to it.
-* Without JetStream, the same store classes (``MemoryStore``/``FileStore``) are used directly;
+* Without JetStream, or with JetStream in a cluster (natserver's meta group places streams: a
+  channel created here would bypass it), the same store classes (``MemoryStore``/``FileStore``) are used directly;
   file stores live in ``<dir>/channels/<escaped channel>/``.
 
 Subscription state (clients, subscriptions, durables, queue groups, pending acks) is a JSON
@@ -146,7 +147,10 @@ class StanStore:
         self.file = options.store == "file"
         self.dir = options.dir
         self.channels_dir = os.path.join(self.dir, CHANNELS_DIR) if self.file else ""
-        self.jetstream = server.jetstream
+        # JetStream in a cluster places streams through its meta group, which channels made here
+        # would bypass: they are kept in the streaming store's own files then (the engine warns).
+        self.jetstream = None if server.options.clustered else server.jetstream
+        self.jetstream_set_aside = server.jetstream is not None and self.jetstream is None
         self.dirty_stores: set = set()
         self.notify: Callable[[], None] | None = None  # engine callback: a store has writes to flush
         self.closed = False

@@ -5,11 +5,16 @@ time: natserver's router knows at once that nobody took the request (no responde
 
 from __future__ import annotations
 
+import asyncio
+
+import nats
 import pytest
 import trio
 
 import natserver
 from natserver.stan import StanEngine, StanOptions
+from natserver.stan.client import StanError, connect
+from natserver.testing_cluster import NatsCluster
 from tests.cluster.helpers import route_url, start_node, wait_routes
 from tests.conftest import make_options
 from tests.stan.test_stan_engine import FakeClient
@@ -55,3 +60,43 @@ async def test_two_nodes_of_a_nats_cluster_do_not_both_serve_one_cluster_id(nurs
     with pytest.raises(BaseException) as excinfo:  # noqa: PT011 - trio wraps it in a group
         await nursery.start(StanEngine(b, StanOptions()).run)
     assert _raised(excinfo) == DISCOVERED
+
+
+def test_on_a_jetstream_cluster_channels_stay_out_of_jetstream(tmp_path):
+    """A JetStream cluster places streams through its meta group: channels made by one node's
+    streaming server are kept in the streaming store instead, and served across the routes."""
+    cluster = NatsCluster(3, jetstream=True)
+    node = cluster.servers[0]
+    node.options = node.options.copy(stan=StanOptions(store="file", dir=str(tmp_path / "stan")))
+    with cluster:
+        async def through_another_node() -> list[bytes]:
+            nc = await nats.connect(cluster.servers[1].url)
+            try:
+                for _ in range(50):  # until node 0's subscriptions reached node 1 over the routes
+                    try:
+                        sc = await connect(nc, "test-cluster", "c1")
+                        break
+                    except StanError:
+                        await asyncio.sleep(0.1)
+                for i in range(3):
+                    await sc.publish("orders", b"order %d" % i)
+                got: list[bytes] = []
+                done = asyncio.Event()
+
+                async def handler(msg) -> None:
+                    got.append(msg.data)
+                    if len(got) == 3:
+                        done.set()
+
+                await sc.subscribe("orders", handler, start="first")
+                await asyncio.wait_for(done.wait(), 10)
+                await sc.close()
+                return got
+            finally:
+                await nc.close()
+
+        assert asyncio.run(asyncio.wait_for(through_another_node(), 30)) == [b"order 0", b"order 1", b"order 2"]
+        engine = node.server.stan
+        assert engine.store.jetstream is None and engine.store.jetstream_set_aside
+        assert not any(name.startswith("STAN_") for name in node.server.jetstream.streams)
+        assert (tmp_path / "stan" / "channels").is_dir()
