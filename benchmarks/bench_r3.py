@@ -1,6 +1,9 @@
-"""R3 acknowledged publishes: a cluster of three natserver processes vs three nats-server 2.15.1
-processes on this machine, one file stream with num_replicas 3, all publishes through node 0.
-Two rates, one run each: one publisher waiting for each ack, and 256 publishes in flight.
+"""R3 acknowledged publishes and an R3 consumer: a cluster of three natserver processes vs three
+nats-server 2.15.1 processes on this machine, one file stream with num_replicas 3, all clients on
+node 0. Three rates, one run each: one publisher waiting for each ack, 256 publishes in flight,
+and then every stored message read through a durable pull consumer (replicated as its stream,
+explicit acks) fetched FETCH_BATCH at a time, each message acked (nats-py's ``fetch`` and
+``ack``, which waits for nothing: the acks are replicated by the consumer's leader).
 
     PYTHONPATH=$PWD python -m benchmarks.bench_r3 [--messages N] [--nats-server PATH]
 
@@ -30,6 +33,7 @@ import natserver
 READY_TIMEOUT = 30.0  # seconds for the processes to listen and the stream to be created
 PUB_TIMEOUT = 10.0  # seconds for one ack
 IN_FLIGHT = 256
+FETCH_BATCH = 100  # messages a consumer's fetch asks for
 PAYLOAD = b"x" * 128
 DEFAULT_MESSAGES = 2000
 REFERENCE = os.path.expanduser("~/.cache/natserver-ci/nats-server-2.15.1/bin/nats-server")
@@ -74,7 +78,7 @@ def start_cluster(kind: str, folder: Path, binary: str) -> tuple[list[subprocess
     return procs, [p for p, _ in ports]
 
 
-async def measure(port: int, messages: int) -> tuple[float, float]:
+async def measure(port: int, messages: int) -> tuple[float, float, float]:
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
         try:
@@ -113,9 +117,21 @@ async def measure(port: int, messages: int) -> tuple[float, float]:
     await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
     many = count / (time.perf_counter() - started)
     info = await js.stream_info("R3")
-    assert info.state.messages == 1 + messages + count, info.state
+    stored = 1 + messages + count
+    assert info.state.messages == stored, info.state
+
+    sub = await js.pull_subscribe("r3", durable="C3", stream="R3")
+    started = time.perf_counter()
+    got = 0
+    while got < stored:
+        for msg in await sub.fetch(min(FETCH_BATCH, stored - got), timeout=PUB_TIMEOUT):
+            await msg.ack()
+            got += 1
+    consumed = stored / (time.perf_counter() - started)
+    info = await js.consumer_info("R3", "C3")
+    assert info.delivered.stream_seq == stored and info.num_pending == 0, info
     await nc.close()
-    return one, many
+    return one, many, consumed
 
 
 async def _quiet(error: Exception) -> None:
@@ -137,9 +153,10 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp(prefix="bench-r3-"))
         procs, ports = start_cluster(kind, folder, args.nats_server)
         try:
-            one, many = asyncio.run(measure(ports[0], args.messages))
+            one, many, consumed = asyncio.run(measure(ports[0], args.messages))
             print(f"{kind:12s} R3 file stream: {one:8.0f} acked msgs/s waiting for each, "
-                  f"{many:8.0f} msgs/s with {IN_FLIGHT} in flight")
+                  f"{many:8.0f} msgs/s with {IN_FLIGHT} in flight, "
+                  f"{consumed:8.0f} msgs/s through an R3 pull consumer (fetch {FETCH_BATCH}, ack each)")
         finally:
             for proc in procs:
                 proc.terminate()
