@@ -214,6 +214,10 @@ class Node:
         now_ = self.now()
         self._election_at = now_ + self._election_timeout()
         self._heartbeat_at = now_ + timeouts.heartbeat
+        # The commit moved on a response: the followers hear of it by the next append entry, or
+        # by a heartbeat when take_outgoing finds none sent meanwhile (raft.go sends it only
+        # when no proposal waits: "committed && n.prop.len() == 0").
+        self._commit_heartbeat_due = False
 
     # -- the caller's side -------------------------------------------------------------
 
@@ -262,6 +266,11 @@ class Node:
         return self.log[index - self.base_index - 1]
 
     def take_outgoing(self) -> list[Message]:
+        if self._commit_heartbeat_due:
+            self._commit_heartbeat_due = False
+            if self.role is Role.LEADER:
+                self._broadcast(())
+                self._heartbeat_at = self.now() + self.timeouts.heartbeat
         out, self._out = self._out, []
         return out
 
@@ -725,12 +734,14 @@ class Node:
         items = [LogEntry(start + 1, self.term, entries[0], tuple(entries[1:]))]  # (one index: raft.go's)
         self._store(items, self.commit)
         self._match[self.id] = self.last_index
+        self._commit_heartbeat_due = False  # (this append entry carries the commit)
         self._send(self.append_subject, self.append_inbox,
                    AppendEntry(self.id, self.term, self.commit, pterm, start, tuple(entries)).encode())
         self._heartbeat_at = self.now() + self.timeouts.heartbeat
         self._leader_commit()
 
     def _broadcast(self, entries: tuple[Entry, ...]) -> None:
+        self._commit_heartbeat_due = False  # (every append entry carries the commit)
         self._send(self.append_subject, self.append_inbox,
                    AppendEntry(self.id, self.term, self.commit, self.last_term, self.last_index, entries).encode())
 
@@ -769,9 +780,9 @@ class Node:
                     self._leader_commit()
                     if self.commit > before and self.role is Role.LEADER:
                         # raft.go processAppendEntryResponse: a heartbeat, so that the
-                        # followers apply without waiting for the next message.
-                        self._broadcast(())
-                        self._heartbeat_at = self.now() + self.timeouts.heartbeat
+                        # followers apply without waiting for the next message, unless an
+                        # append entry goes before take_outgoing (the proposals waiting).
+                        self._commit_heartbeat_due = True
             if progress:
                 self._continue_catchup(ar.peer, ar.index)
             return

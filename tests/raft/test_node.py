@@ -576,3 +576,45 @@ def test_propose_many_appends_one_append_entry_at_one_index():
     assert [(c.index, c.entry.data) for c in node.take_committed()] == [(index, b"a"), (index, b"b"), (index, b"c")]
     with pytest.raises(NotLeader):
         lone().propose_many([b"x"])
+
+
+def _appends_to(net: Network, leader: Node) -> list[AppendEntry]:
+    """The append entries ``leader`` has put in flight (one per follower: the first's copies)."""
+    follower = next(nid for nid in net.ids if nid != leader.id)
+    return [AppendEntry.decode(f.message.payload) for f in net.in_flight
+            if f.sender == leader.id and f.dest == follower and f.message.subject == leader.append_subject]
+
+
+def test_a_commit_is_heard_by_the_next_append_entry_or_else_by_a_heartbeat():
+    """raft.go processAppendEntryResponse sends a heartbeat for a commit only when no proposal
+    waits ("committed && n.prop.len() == 0"): with one proposed before take_outgoing, its append
+    entry carries the commit alone; with none, an empty one goes."""
+    net = Network(3, seed=3)
+    leader = elect(net)
+    net.advance(0.5)
+    assert net.in_flight == []  # (quiet)
+    index = leader.propose(b"one")
+    net.collect(leader.id)
+    for item in sorted(net.in_flight):  # the followers store it and answer
+        net.deliver(item)
+    answers = sorted(f for f in net.in_flight if f.dest == leader.id)
+    assert len(answers) == 2
+    first = answers[0]
+    net.in_flight.remove(first)
+    leader.receive(first.message.subject, first.message.reply, first.message.payload)
+    assert leader.commit == index
+    leader.propose(b"two")  # (a proposal waiting: raft.go's n.prop)
+    net.collect(leader.id)
+    appends = _appends_to(net, leader)
+    assert [(len(a.entries), a.commit) for a in appends] == [(1, index)]  # no empty heartbeat
+    for item in sorted(net.in_flight):
+        net.deliver(item)
+    net.tick_all()
+    before = len(_appends_to(net, leader))
+    second = sorted(f for f in net.in_flight if f.dest == leader.id)[0]
+    net.in_flight.remove(second)
+    leader.receive(second.message.subject, second.message.reply, second.message.payload)
+    assert leader.commit == index + 1
+    net.collect(leader.id)  # nothing proposed: the heartbeat
+    appends = _appends_to(net, leader)
+    assert [(len(a.entries), a.commit) for a in appends[before:]] == [(0, index + 1)]
