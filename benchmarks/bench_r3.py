@@ -7,9 +7,8 @@ explicit acks) fetched FETCH_BATCH at a time, each message acked (nats-py's ``fe
 
     PYTHONPATH=$PWD python -m benchmarks.bench_r3 [--messages N] [--nats-server PATH]
 
-natserver runs JetStream in a cluster only with the internal ``jetstream_cluster_preview``
-option (users still get the startup refusal): each natserver process is this module with
-``--serve``, which sets it.
+Both kinds run from the same configuration file (server_name, jetstream {}, cluster {}):
+``python -m natserver -c`` and ``nats-server -c``.
 """
 
 from __future__ import annotations
@@ -26,9 +25,6 @@ import time
 from pathlib import Path
 
 import nats
-import trio
-
-import natserver
 
 READY_TIMEOUT = 30.0  # seconds for the processes to listen and the stream to be created
 PUB_TIMEOUT = 10.0  # seconds for one ack
@@ -51,14 +47,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve(name: str, port: int, cport: int, store: str, routes: list[str]) -> None:
-    """A natserver cluster node with JetStream (the internal preview switched on)."""
-    options = natserver.Options(
-        server_name=name, host="127.0.0.1", port=port, quiet=True, jetstream=True, jetstream_cluster_preview=True,
-        store_dir=store, cluster_name="bench", cluster_host="127.0.0.1", cluster_port=cport, routes=routes)
-    trio.run(natserver.serve, options)
-
-
 def start_cluster(kind: str, folder: Path, binary: str) -> tuple[list[subprocess.Popen], list[int]]:
     names = ["b1", "b2", "b3"]
     ports = [(free_port(), free_port()) for _ in names]
@@ -66,14 +54,10 @@ def start_cluster(kind: str, folder: Path, binary: str) -> tuple[list[subprocess
     for i, name in enumerate(names):
         routes = [f"nats://127.0.0.1:{ports[j][1]}" for j in range(3) if j != i]
         store = str(folder / kind / name)
-        if kind == "natserver":
-            cmd = [sys.executable, "-m", "benchmarks.bench_r3", "--serve", name, str(ports[i][0]), str(ports[i][1]),
-                   store, ",".join(routes)]
-        else:
-            conf = folder / f"{name}.conf"
-            conf.write_text(GO_CONFIG % {"name": name, "port": ports[i][0], "store": store, "cport": ports[i][1],
-                                         "routes": ", ".join(routes)})
-            cmd = [binary, "-c", str(conf)]
+        conf = folder / f"{kind}-{name}.conf"
+        conf.write_text(GO_CONFIG % {"name": name, "port": ports[i][0], "store": store, "cport": ports[i][1],
+                                     "routes": ", ".join(routes)})
+        cmd = [sys.executable, "-m", "natserver", "-c", str(conf)] if kind == "natserver" else [binary, "-c", str(conf)]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs, [p for p, _ in ports]
 
@@ -142,12 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
     parser.add_argument("--nats-server", default=os.environ.get("NATS_SERVER_REFERENCE") or REFERENCE)
-    parser.add_argument("--serve", nargs=5, metavar=("NAME", "PORT", "CPORT", "STORE", "ROUTES"))
     args = parser.parse_args()
-    if args.serve:
-        name, port, cport, store, routes = args.serve
-        serve(name, int(port), int(cport), store, routes.split(","))
-        return
     kinds = ["natserver"] + (["nats-server"] if os.path.exists(args.nats_server) else [])
     for kind in kinds:
         folder = Path(tempfile.mkdtemp(prefix="bench-r3-"))

@@ -47,8 +47,8 @@ class NatsCluster:
 
     Keyword arguments are server options for every node (``max_payload=``, ``user=`` ...),
     plus NatsServer's ``record=`` and ``clock=``. ``jetstream=True``: JetStream in the cluster
-    (in progress, issue #32: the meta group and R1 streams, see natserver/jetstream/README.md),
-    each node with its own store directory, kept across ``restart`` and removed by
+    (nats-server's meta group, replicated streams and consumers: natserver/jetstream/README.md
+    "In a cluster"), each node with its own store directory, kept across ``restart`` and removed by
     ``stop_all``.
     """
 
@@ -59,7 +59,7 @@ class NatsCluster:
         self.name = name
         self._stores: list[str] = []
         if jetstream:
-            options = {**options, "jetstream": True, "jetstream_cluster_preview": True}
+            options = {**options, "jetstream": True}
         self.servers: list[NatsServer] = []
         for i in range(size):
             node_options = {"server_name": f"{name}-{i}", **options}

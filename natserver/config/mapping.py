@@ -258,7 +258,8 @@ REFUSED_KEYS = {
 _LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
-# clustered JetStream's settings, meaningless on one server.
+# clustered JetStream's settings natserver does not act on yet (placement without unique tags,
+# no bound on catch-ups in flight, no cluster-wide limits).
 UNSUPPORTED_JETSTREAM_KEYS = frozenset({"unique_tag", "max_outstanding_catchup", "limits"})
 # jetstream { cipher } spellings nats-server accepts (opts.go parseJetStream), to the cipher used.
 JETSTREAM_CIPHERS = {"chacha": "chacha", "chachapoly": "chacha", "aes": "aes"}

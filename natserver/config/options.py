@@ -70,8 +70,8 @@ class Options:
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
     jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
-    # Internal (issue #32, in progress): JetStream in a cluster (the meta group, R1 streams) is
-    # refused at startup unless this is set; natserver.testing_cluster sets it for the tests.
+    # No effect any more (JetStream in a cluster no longer needs it); accepted until the branches
+    # that still set it are merged.
     jetstream_cluster_preview: bool = False
     # server_tags: this server's tags (placement { tags }, lower-cased as nats-server keeps them)
     server_tags: list = field(default_factory=list)
@@ -167,11 +167,6 @@ class Options:
         if self.lame_duck_grace_period >= self.lame_duck_duration and self.lame_duck_duration > 0:
             raise ValueError("lame duck grace period must be less than lame duck duration")
         if self.jetstream and self.clustered:
-            if not self.jetstream_cluster_preview:
-                # JetStream in a cluster (natserver/jetstream/cluster.py) is not whole yet
-                # (issue #32): only the tests switch it on.
-                raise ValueError("JetStream cannot be used in a cluster with natserver: remove the cluster "
-                                 "(cluster {} block, --cluster, --routes) or disable JetStream")
             # jetstream.go validateJetStreamOptions
             if not self.server_name:
                 raise ValueError("jetstream cluster requires `server_name` to be set")

@@ -24,8 +24,8 @@ A stream with num_replicas > 1 runs its own RAFT group on each of its servers (r
 the group's leader takes the publishes and answers the stream's requests, the followers apply
 what it commits and catch up). A consumer with more than one replica runs its own group
 (consumer_group_runner.py: its leader runs it, the followers apply its entries); R1 consumers of
-replicated streams are still refused. Internal: still behind
-``Options.jetstream_cluster_preview`` (see the package README).
+replicated streams are still refused. Users turn it on as with nats-server: ``server_name``,
+a ``cluster {}`` and ``jetstream {}`` (see the package README, "In a cluster").
 """
 
 from __future__ import annotations

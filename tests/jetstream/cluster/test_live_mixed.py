@@ -71,7 +71,7 @@ def natserver_options(cluster: Cluster, node: Node) -> natserver.Options:
         server_name=node.name, port=node.port, server_tags=TAGS[node.name],
         accounts=[AccountConfig("SYS"), AccountConfig("APP", jetstream=True)],
         users=[User(SYS_USER, PASSWORD, account="SYS"), User(APP_USER, PASSWORD, account="APP")],
-        system_account="SYS", jetstream=True, jetstream_cluster_preview=True, store_dir=str(node.folder / "store"),
+        system_account="SYS", jetstream=True, store_dir=str(node.folder / "store"),
         cluster_name=cluster.name, cluster_host="127.0.0.1", cluster_port=node.cluster_port,
         routes=[f"nats://127.0.0.1:{n.cluster_port}" for n in cluster.nodes if n is not node])
 

@@ -1,6 +1,6 @@
 """JetStream in a cluster at startup: nats-server's rules (jetstream.go validateJetStreamOptions:
-a server name and a cluster name, its error texts), the refusal kept for users while the
-clustered JetStream is in progress (issue #32), and a meta group without a leader: silent at
+a server name and a cluster name, its error texts, from a configuration file as users write it),
+and a meta group without a leader: silent at
 first, then 10008 once it has been leaderless for raft.go's lostQuorumInterval."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import nats
 import pytest
 
 import natserver
+from natserver.config.mapping import options_from_file
 from natserver.jetstream.cluster import LEADERLESS_AFTER
 from natserver.testing import NatsServer
 
@@ -20,14 +21,24 @@ REQUEST_TIMEOUT = 2.0
 
 
 def clustered(**changes) -> natserver.Options:
-    base = {"jetstream": True, "cluster_port": -1, "cluster_name": "C", "server_name": "s1",
-            "jetstream_cluster_preview": True}
+    base = {"jetstream": True, "cluster_port": -1, "cluster_name": "C", "server_name": "s1"}
     return natserver.Options(**{**base, **changes})
 
 
-def test_jetstream_in_a_cluster_is_still_refused_to_users():
-    with pytest.raises(ValueError, match="JetStream cannot be used in a cluster with natserver"):
-        clustered(jetstream_cluster_preview=False).validate()
+def test_jetstream_in_a_cluster_starts_from_nats_servers_config_file(tmp_path):
+    """A user's three-node configuration (server_name, cluster {}, jetstream {}) is taken as
+    nats-server takes it; without the server name, nats-server's text."""
+    conf = tmp_path / "n1.conf"
+    conf.write_text("server_name: n1\nlisten: 127.0.0.1:-1\njetstream { store_dir: %s }\n"
+                    "cluster { name: C, listen: 127.0.0.1:6222, routes: [nats://127.0.0.1:6223] }\n"
+                    % json.dumps(str(tmp_path / "store")))
+    options = options_from_file(conf)
+    options.validate()
+    assert options.jetstream and options.clustered and options.server_name == "n1"
+    conf.write_text(conf.read_text().replace("server_name: n1\n", ""))
+    with pytest.raises(ValueError) as error:
+        options_from_file(conf).validate()
+    assert str(error.value) == "jetstream cluster requires `server_name` to be set"
 
 
 def test_a_server_name_and_a_cluster_name_are_required_with_nats_servers_texts():
