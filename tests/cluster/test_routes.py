@@ -194,8 +194,8 @@ async def test_a_restarted_node_rejoins(nursery):
     assert list(a.cluster.routes) == [c.server_id]
 
 
-def test_jetstream_with_a_cluster_refuses_to_start(tmp_path):
-    with pytest.raises(ValueError, match="JetStream cannot be used in a cluster"):
+def test_jetstream_with_a_cluster_needs_a_server_name_as_nats_server(tmp_path):
+    with pytest.raises(ValueError, match="jetstream cluster requires `server_name` to be set"):
         natserver.Server(make_options(jetstream=True, cluster_port=-1, store_dir=str(tmp_path)))
 
 
