@@ -124,6 +124,10 @@ class ConsumerGroups:
     def __init__(self, host: GroupsHost) -> None:
         self.host = host
         self.consumers: dict[tuple[str, str, str], Replicated] = {}  # (account, stream, consumer)
+        # Set when a consumer's group makes this server its leader: run() sleeps on it while no
+        # consumer leads here (no timer every REPLICATE_INTERVAL on a server leading none).
+        self._leading = trio.Event()
+        self.rounds = 0  # replication rounds run (tests)
 
     # -- the meta layer's events ------------------------------------------------------------
 
@@ -248,6 +252,7 @@ class ConsumerGroups:
         rc.leader_since = clock.now_ns()
         rc.start_at = rc.group.node.last_index  # (its first entry: the earlier terms' are committed with it)
         rc.starting = True
+        self._leading.set()
         if rc.applied >= rc.start_at:
             self._start_leading(rc)
 
@@ -306,7 +311,11 @@ class ConsumerGroups:
         """Every REPLICATE_INTERVAL, each leader's changes proposed (and a leader that found
         no stream to run its consumer on tries again)."""
         while True:
+            if not any(rc.group.leader for rc in self.consumers.values()):
+                await self._leading.wait()
+                self._leading = trio.Event()  # (the loop looks at the leaders again before waiting)
             await trio.sleep(REPLICATE_INTERVAL)
+            self.rounds += 1
             for rc in list(self.consumers.values()):
                 if not rc.group.leader:
                     continue

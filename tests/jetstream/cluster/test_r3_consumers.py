@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import nats
 import pytest
+import trio
 
 from natserver import clock
 from natserver.jetstream import consumer_group_runner as runner
@@ -512,3 +513,29 @@ def test_a_member_snapshots_its_state_after_enough_entries():
     assert (other.delivered, other.ack_floor, sorted(other.pending)) == (
         rc.applier.delivered, rc.applier.ack_floor, sorted(rc.applier.pending))
     assert sorted(other.pending) == list(range(3, runner.COMPACT_NUM_MIN + 1, 3))
+
+
+async def test_a_server_leading_no_consumer_runs_no_replication_rounds(autojump_clock):
+    """No timer every REPLICATE_INTERVAL on a server whose consumers all follow (it cost each
+    clustered server ~5 % of a core, idle); the leadership arriving starts the rounds."""
+    rc, leader, group = _leader("explicit")
+    group.leader = False
+    group.node = SimpleNamespace(last_index=0)
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    groups.consumers[("A", "S", "D")] = rc
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(groups.run)
+        await trio.sleep(10)
+        assert groups.rounds == 0
+        group.leader = True
+        rc.consumer = None  # (what _start_leading makes: the test's Consumer is there already)
+        groups._start_leading = lambda rc: setattr(rc, "consumer", leader)  # type: ignore[method-assign]
+        groups._leader_changed(rc, True)
+        await trio.sleep(1)
+        assert groups.rounds >= 50 and rc.consumer is leader
+        group.leader = False
+        await trio.sleep(1)
+        rounds = groups.rounds
+        await trio.sleep(10)
+        assert groups.rounds == rounds
+        nursery.cancel_scope.cancel()
