@@ -8,6 +8,11 @@ synchronously, while ``_publishing`` is set). NATS headers and reply subjects ar
 carried (NSQ messages have neither); empty NATS payloads are dropped (NSQ refuses empty
 bodies), as are subjects that are not valid topic names. A DPUB's delay applies on the NSQ
 side only: NATS subscribers get the message at once.
+
+The bridge subscribes in a queue group (BRIDGE_QUEUE): in a NATS cluster where several natservers
+bridge (each its own nsqd, as nsqd instances are), a NATS message enters one of them only, the
+local one first (a queue group's local member is preferred, as in nats-server), and a bridge's
+own NSQ -> NATS copy is taken by its own member (ignored) instead of entering the others' topics.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ __all__ = ["Bridge"]
 
 log = logging.getLogger("natserver")
 
+# natserver's: the queue group of every bridge's subscription (one bridge takes each message)
+BRIDGE_QUEUE = "_nsq_bridge"
+
 
 class Bridge:
     def __init__(self, front, server, prefix: str) -> None:
@@ -37,7 +45,7 @@ class Bridge:
         self.dropped = 0
 
     def start(self) -> None:
-        self._subscription = self.server.subscribe_internal(f"{self.prefix}.>", self._from_nats)
+        self._subscription = self.server.subscribe_internal(f"{self.prefix}.>", self._from_nats, queue=BRIDGE_QUEUE)
         log.info("NSQ: bridging topics to NATS subjects %s.<topic>", self.prefix)
 
     def stop(self) -> None:
