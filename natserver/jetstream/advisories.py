@@ -2,7 +2,9 @@
 (jetstream_events.go): stream and consumer actions (created, updated, deleted), a consumer
 paused or resumed, a priority group's client pinned or unpinned, snapshots and restores
 started and completed, and the API audit of every API response. Each is published in the JetStream account, and only built when
-someone listens (nats-server's publishAdvisory).
+someone listens (nats-server's publishAdvisory). In a cluster, a replicated stream's or
+consumer's new leader announces itself (``leader_elected``) in its account and, naming the
+account, in the system account.
 
 Layer (README "Layers"): a state-tier helper, called by the API and by deliveries; what it
 needs of the engine (the package's ``JetStream``) is ``AdvisoryHost``.
@@ -28,6 +30,8 @@ SNAPSHOT_CREATE_TYPE = "io.nats.jetstream.advisory.v1.snapshot_create"  # JSSnap
 SNAPSHOT_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.snapshot_complete"  # JSSnapshotCompleteAdvisoryType
 RESTORE_CREATE_TYPE = "io.nats.jetstream.advisory.v1.restore_create"  # JSRestoreCreateAdvisoryType
 RESTORE_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.restore_complete"  # JSRestoreCompleteAdvisoryType
+STREAM_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"  # JSStreamLeaderElected...
+CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"  # JSConsumerLeaderElected...
 UNPINNED_ADMIN, UNPINNED_TIMEOUT = "admin", "timeout"  # the unpinned advisory's reasons
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
 # The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
@@ -66,6 +70,54 @@ def publish(js: AdvisoryHost, subject: str, make_fields) -> None:
     if js.domain:
         doc["domain"] = js.domain
     js.send(encoded, dumps(doc))
+
+
+def leader_elected(js: AdvisoryHost, system: Any, stream: str, consumer: str | None, leader: str,
+                   replicas: list[dict]) -> None:
+    """jetstream_cluster.go sendStreamLeaderElectAdvisory / sendConsumerLeaderElectAdvisory:
+    ``$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`` (``CONSUMER.LEADER_ELECTED.<stream>.
+    <consumer>``) in the stream's account unless that is the system account, and the same
+    event (id, time) with the account's name in ``system``, the system account. ``replicas``:
+    every peer of the group (peer_infos)."""
+    if consumer is None:
+        subject = f"{ADVISORY_PREFIX}STREAM.LEADER_ELECTED.{stream}"
+        kind, names = STREAM_LEADER_ELECTED_TYPE, {"stream": stream}
+    else:
+        subject = f"{ADVISORY_PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{consumer}"
+        kind, names = CONSUMER_LEADER_ELECTED_TYPE, {"stream": stream, "consumer": consumer}
+    encoded = subject.encode()
+    account = js.account_name or "$G"
+    to_account = account != system.name and js.client.has_interest(encoded)
+    to_system = system.has_interest(encoded)
+    if not (to_account or to_system):
+        return
+    head = {"type": kind, "id": event_id(), "timestamp": rfc3339nano(clock.now_ns())}
+    tail: dict = {**names, "leader": leader, "replicas": replicas}
+    if js.domain:
+        tail["domain"] = js.domain
+    if to_account:
+        js.send(encoded, dumps({**head, **tail}))
+    if to_system:
+        system.publish(encoded, None, None, dumps({**head, "account": account, **tail}))
+
+
+def peer_infos(node: Any, names: dict[str, str], now: float) -> list[dict]:
+    """jetstream_cluster.go replicas(node) for a group's leader: every peer, itself included,
+    as PeerInfo (name, current, active in ns since last heard from, lag when behind, peer)."""
+    out = []
+    for peer in node.peers:
+        if peer == node.id:
+            entry: dict = {"name": names.get(peer, peer), "current": True, "active": 0}
+        else:
+            seen = node._seen.get(peer)
+            lag = max(node.commit - node._match.get(peer, 0), 0)
+            entry = {"name": names.get(peer, peer), "current": lag == 0,
+                     "active": int((now - seen) * 1e9) if seen is not None else 0}
+            if lag:
+                entry["lag"] = lag
+        entry["peer"] = peer
+        out.append(entry)
+    return out
 
 
 def stream_action(js: AdvisoryHost, stream: str, action: tuple) -> None:

@@ -35,7 +35,7 @@ import trio
 from .. import clock
 from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError, node_id
-from . import errors, gotime
+from . import advisories, errors, gotime
 from .consumer import Consumer, ConsumerConfig
 from .replication.consumer_group import ConsumerApplier
 from .replication.entries import ConsumerAssignment
@@ -269,6 +269,10 @@ class ConsumerGroups:
             return
         rc.starting = False
         log.info("JetStream cluster new consumer leader for '%s > %s > %s'", rc.account, rc.stream_name, rc.name)
+        host = self.host
+        advisories.leader_elected(engine, host.nrg.account, rc.stream_name, rc.name,
+                                  host.names.get(host.node_id, host.node_id),
+                                  advisories.peer_infos(rc.group.node, host.names, clock.monotonic()))
         now = clock.now_ns()
         cfg = ConsumerConfig.from_json(rc.ca.config)
         consumer = Consumer(stream, rc.name, cfg, rc.ca.created_ns or now)

@@ -32,7 +32,8 @@ import trio
 
 from .. import clock
 from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError
-from . import errors
+from . import advisories, errors
+from .advisories import AdvisoryHost
 from .errors import ApiError
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
@@ -80,8 +81,8 @@ class ReplicaHost(Protocol):
     def flush(self) -> None: ...
 
 
-class ReplicaEngine(Protocol):
-    """What a replica needs of its engine (``JetStream``)."""
+class ReplicaEngine(AdvisoryHost, Protocol):
+    """What a replica needs of its engine (``JetStream``): its advisories' host too."""
 
     account_name: str | None
     api: Any
@@ -363,7 +364,12 @@ class StreamReplica:
         self.stream.subscribe()
         if self.sync_subject and self._sync_sub is None:
             self._sync_sub = self.host.system.subscribe(self.sync_subject, self._sync_request)
-        log.debug("JetStream cluster: leading stream %s (%s)", self.stream.name, self.group_name)
+        log.info("JetStream cluster new stream leader for '%s > %s'", self.engine.account_name or "$G",
+                 self.stream.name)
+        host = self.host
+        advisories.leader_elected(self.engine, host.system, self.stream.name, None,
+                                  host.names.get(host.node_id, host.node_id),
+                                  advisories.peer_infos(self.group.node, host.names, clock.monotonic()))
         pending, self.pending_answer = self.pending_answer, None
         if pending is not None:
             reply, build = pending
