@@ -32,6 +32,7 @@ RESTORE_CREATE_TYPE = "io.nats.jetstream.advisory.v1.restore_create"  # JSRestor
 RESTORE_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.restore_complete"  # JSRestoreCompleteAdvisoryType
 STREAM_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"  # JSStreamLeaderElected...
 CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"  # JSConsumerLeaderElected...
+DOMAIN_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.domain_leader_elected"  # JSDomainLeaderElected...
 UNPINNED_ADMIN, UNPINNED_TIMEOUT = "admin", "timeout"  # the unpinned advisory's reasons
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
 # The subject's word and the "action" value of each action (JSAdvisoryStreamCreatedPre etc.).
@@ -99,6 +100,20 @@ def leader_elected(js: AdvisoryHost, system: Any, stream: str, consumer: str | N
         js.send(encoded, dumps({**head, **tail}))
     if to_system:
         system.publish(encoded, None, None, dumps({**head, "account": account, **tail}))
+
+
+def domain_leader_elected(system: Any, leader: str, replicas: list[dict], cluster: str, domain: str) -> None:
+    """jetstream_cluster.go sendDomainLeaderElectAdvisory: the meta group's new leader (its
+    peer id, as 2.15.1's GroupLeader) on ``$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`` in the
+    system account."""
+    subject = f"{ADVISORY_PREFIX}DOMAIN.LEADER_ELECTED".encode()
+    if not system.has_interest(subject):
+        return
+    doc = {"type": DOMAIN_LEADER_ELECTED_TYPE, "id": event_id(), "timestamp": rfc3339nano(clock.now_ns()),
+           "leader": leader, "replicas": replicas, "cluster": cluster}
+    if domain:
+        doc["domain"] = domain
+    system.publish(subject, None, None, dumps(doc))
 
 
 def peer_infos(node: Any, names: dict[str, str], now: float) -> list[dict]:

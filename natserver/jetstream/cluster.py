@@ -43,7 +43,7 @@ import trio
 from .. import clock
 from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
-from . import errors
+from . import advisories, errors
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .consumer_group_runner import ConsumerGroups
@@ -298,8 +298,12 @@ class JetStreamCluster:
     def _leader_changed(self, leader: bool) -> None:
         self.meta.leader_changed()
         if leader:
-            log.info("JetStream cluster new metadata leader")
+            log.info("Self is new JetStream cluster metadata leader")
             self._ping_statsz()
+            assert self.group is not None  # (its callback)
+            advisories.domain_leader_elected(self.system, self.node_id,
+                                             advisories.peer_infos(self.group.node, self.names, clock.monotonic()),
+                                             self.name, self.server.options.jetstream_domain)
 
     def _apply(self, committed: list[Committed]) -> None:
         """The meta group's committed entries, in order, on every server (applyMetaEntries);

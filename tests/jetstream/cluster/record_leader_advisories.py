@@ -1,7 +1,7 @@
 """Record a 3-node nats-server 2.15.1 JetStream cluster's leader-elected advisories
 (jetstream_cluster.go sendStreamLeaderElectAdvisory / sendConsumerLeaderElectAdvisory): accounts
 APP (JetStream) and SYS, an R3 stream S and its R3 durable D created, then a stream and a
-consumer step-down; every ``$JS.EVENT.ADVISORY.>`` message on a subscriber in each account.
+consumer step-down, then the meta leader's (DOMAIN.LEADER_ELECTED); every ``$JS.EVENT.ADVISORY.>`` message on a subscriber in each account.
 Into data/leader_advisories_nats_server_2.15.1.json (the LEADER_ELECTED ones), which
 test_leader_advisories.py compares natserver's with.
 
@@ -23,7 +23,8 @@ import nats
 BINARY = os.path.expanduser("~/.cache/natserver-ci/nats-server-2.15.1/bin/nats-server")
 OUT = Path(__file__).parent / "data" / "leader_advisories_nats_server_2.15.1.json"
 RECORDED_WITH = ("nats-server 2.15.1, three servers s0-s2, accounts APP (JetStream) and SYS: an R3 stream S and "
-                 "its R3 durable D created, then STREAM.LEADER.STEPDOWN and CONSUMER.LEADER.STEPDOWN; every "
+                 "its R3 durable D created, then STREAM.LEADER.STEPDOWN, CONSUMER.LEADER.STEPDOWN and "
+                 "META.LEADER.STEPDOWN; every "
                  "$JS.EVENT.ADVISORY.> message on a subscriber in each account")
 CONFIG = """server_name: s%(i)d
 listen: 127.0.0.1:%(port)d
@@ -77,6 +78,8 @@ async def main() -> None:
         await asyncio.sleep(2)
         await nc.request("$JS.API.CONSUMER.LEADER.STEPDOWN.S.D", b"", timeout=5)
         await asyncio.sleep(2)
+        await sys_nc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=5)
+        await asyncio.sleep(3)
         leaders = [g for g in got if "LEADER_ELECTED" in g["subject"]]
         OUT.write_text(json.dumps({"recorded_with": RECORDED_WITH, "advisories": leaders}, indent=1))
         await nc.close()

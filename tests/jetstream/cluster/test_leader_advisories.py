@@ -2,7 +2,8 @@
 (jetstream_cluster.go sendStreamLeaderElectAdvisory / sendConsumerLeaderElectAdvisory):
 ``$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`` and ``CONSUMER.LEADER_ELECTED.<stream>.
 <consumer>`` in the stream's account, and the same event naming the account in the system
-account; every peer of the group in ``replicas``. Compared with a 3-node 2.15.1 recording
+account; every peer of the group in ``replicas``; the meta group's new leader on
+``$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`` in the system account. Compared with a 3-node 2.15.1 recording
 (record_leader_advisories.py): the fields, their order, the replicas' fields."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _shape(doc: dict) -> list:
 
 def _recorded(kind: str, where: str) -> dict:
     advisories = json.loads(DATA.read_text())["advisories"]
-    return next(a["data"] for a in advisories if f".{kind}.LEADER_ELECTED." in a["subject"] and a["where"] == where)
+    return next(a["data"] for a in advisories if f".{kind}.LEADER_ELECTED" in a["subject"] and a["where"] == where)
 
 
 def test_leader_elected_advisories_in_the_account_and_the_system_account():
@@ -103,6 +104,21 @@ async def _leaders_announced(cluster: NatsCluster) -> None:
         leader = await until(new_leader, "the new stream leader announced")
         now = (await api(nc, "$JS.API.STREAM.INFO.S"))["cluster"]["leader"]
         assert leader == now != old
+
+        # The meta group's new leader: DOMAIN.LEADER_ELECTED in the system account, by peer id.
+        await sys_nc.subscribe("$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED", cb=keep("SYS"))
+        await sys_nc.flush()
+        stepped = await api(sys_nc, "$JS.API.META.LEADER.STEPDOWN")
+        assert stepped.get("success") is True, stepped
+
+        async def domain():
+            return next((d for w, s, d in got if s.endswith(".DOMAIN.LEADER_ELECTED")), None)
+
+        event = await until(domain, "the new meta leader announced")
+        assert _shape(event) == _shape(_recorded("DOMAIN", "SYS"))
+        assert event["cluster"] == cluster.name
+        peers = {entry["peer"]: entry["name"] for entry in event["replicas"]}
+        assert sorted(peers.values()) == names and event["leader"] in peers
     finally:
         await nc.close()
         await sys_nc.close()
