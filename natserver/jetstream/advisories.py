@@ -32,6 +32,12 @@ RESTORE_CREATE_TYPE = "io.nats.jetstream.advisory.v1.restore_create"  # JSRestor
 RESTORE_COMPLETE_TYPE = "io.nats.jetstream.advisory.v1.restore_complete"  # JSRestoreCompleteAdvisoryType
 STREAM_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"  # JSStreamLeaderElected...
 CONSUMER_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"  # JSConsumerLeaderElected...
+STREAM_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.stream_quorum_lost"  # JSStreamQuorumLostAdvisoryType
+CONSUMER_QUORUM_LOST_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"  # JSConsumerQuorumLostAdvisoryType
+# jetstream_cluster.go: a leader stepping down without a quorum says so once its group is this old
+# (seconds), at most once every QUORUM_LOST_INTERVAL (lostQuorumAdvInterval).
+QUORUM_LOST_AFTER = 5.0
+QUORUM_LOST_INTERVAL = 10.0
 DOMAIN_LEADER_ELECTED_TYPE = "io.nats.jetstream.advisory.v1.domain_leader_elected"  # JSDomainLeaderElected...
 UNPINNED_ADMIN, UNPINNED_TIMEOUT = "admin", "timeout"  # the unpinned advisory's reasons
 _ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's time.Time{}
@@ -73,6 +79,20 @@ def publish(js: AdvisoryHost, subject: str, make_fields) -> None:
     js.send(encoded, dumps(doc))
 
 
+def quorum_lost(js: AdvisoryHost, system: Any, stream: str, consumer: str | None, replicas: list[dict]) -> None:
+    """sendStreamLostQuorumAdvisory / sendConsumerLostQuorumAdvisory: a leader that stepped down
+    for want of a quorum, ``$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.<stream>``
+    (``CONSUMER.QUORUM_LOST.<stream>.<consumer>``), in the account and the system account as
+    leader_elected's."""
+    if consumer is None:
+        subject = f"{ADVISORY_PREFIX}STREAM.QUORUM_LOST.{stream}"
+        kind, names = STREAM_QUORUM_LOST_TYPE, {"stream": stream}
+    else:
+        subject = f"{ADVISORY_PREFIX}CONSUMER.QUORUM_LOST.{stream}.{consumer}"
+        kind, names = CONSUMER_QUORUM_LOST_TYPE, {"stream": stream, "consumer": consumer}
+    _to_both(js, system, subject, kind, {**names, "replicas": replicas})
+
+
 def leader_elected(js: AdvisoryHost, system: Any, stream: str, consumer: str | None, leader: str,
                    replicas: list[dict]) -> None:
     """jetstream_cluster.go sendStreamLeaderElectAdvisory / sendConsumerLeaderElectAdvisory:
@@ -86,6 +106,12 @@ def leader_elected(js: AdvisoryHost, system: Any, stream: str, consumer: str | N
     else:
         subject = f"{ADVISORY_PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{consumer}"
         kind, names = CONSUMER_LEADER_ELECTED_TYPE, {"stream": stream, "consumer": consumer}
+    _to_both(js, system, subject, kind, {**names, "leader": leader, "replicas": replicas})
+
+
+def _to_both(js: AdvisoryHost, system: Any, subject: str, kind: str, tail: dict) -> None:
+    """One event in the stream's account (unless it is the system account) and, with the
+    account's name after its time, in the system account (publishAdvisory twice)."""
     encoded = subject.encode()
     account = js.account_name or "$G"
     to_account = account != system.name and js.client.has_interest(encoded)
@@ -93,7 +119,6 @@ def leader_elected(js: AdvisoryHost, system: Any, stream: str, consumer: str | N
     if not (to_account or to_system):
         return
     head = {"type": kind, "id": event_id(), "timestamp": rfc3339nano(clock.now_ns())}
-    tail: dict = {**names, "leader": leader, "replicas": replicas}
     if js.domain:
         tail["domain"] = js.domain
     if to_account:

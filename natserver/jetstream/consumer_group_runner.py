@@ -98,6 +98,7 @@ class Replicated:
     info_sub: Any = None
     outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
     no_stream_logged: bool = False
+    quorum_lost_at: float = float("-inf")  # the last quorum-lost advisory (monotonic)
 
     @property
     def stream_name(self) -> str:
@@ -248,6 +249,17 @@ class ConsumerGroups:
     def _leader_changed(self, rc: Replicated, leader: bool) -> None:
         if not leader:
             self._stop_leading(rc)
+            node = rc.group.node
+            now = clock.monotonic()
+            # consumer.go setLeader(false): stepping down without a quorum, in a group past its
+            # first seconds, says so (at most every QUORUM_LOST_INTERVAL)
+            if (not node.has_quorum() and node.now() - node.created > advisories.QUORUM_LOST_AFTER
+                    and now - rc.quorum_lost_at >= advisories.QUORUM_LOST_INTERVAL):
+                rc.quorum_lost_at = now
+                log.warning("JetStream cluster consumer '%s > %s > %s' has NO quorum, stalled",
+                            rc.account, rc.stream_name, rc.name)
+                advisories.quorum_lost(rc.engine, self.host.nrg.account, rc.stream_name, rc.name,
+                                       advisories.peer_infos(node, self.host.names, now))
             return
         rc.leader_since = clock.now_ns()
         rc.start_at = rc.group.node.last_index  # (its first entry: the earlier terms' are committed with it)

@@ -118,6 +118,7 @@ class StreamReplica:
         self._held: list[Committed] = []  # entries committed during a catch-up
         self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
         self.catchups = 0  # catch-ups completed (as a follower)
+        self._quorum_lost_at = float("-inf")  # the last quorum-lost advisory (shouldSendLostQuorum)
         self.stopped = False
         stream.replica = self
         self.group = host.nrg.create_group(group, peers, self._apply)
@@ -351,6 +352,16 @@ class StreamReplica:
             self._take_lead()
         else:
             self._follow()
+            node = self.group.node
+            now = clock.monotonic()
+            # monitorStream: stepping down without a quorum, in a group past its first seconds
+            if (not node.has_quorum() and node.now() - node.created > advisories.QUORUM_LOST_AFTER
+                    and now - self._quorum_lost_at >= advisories.QUORUM_LOST_INTERVAL):
+                self._quorum_lost_at = now
+                log.warning("JetStream cluster stream '%s > %s' has NO quorum, stalled",
+                            self.engine.account_name or "$G", self.stream.name)
+                advisories.quorum_lost(self.engine, self.host.system, self.stream.name, None,
+                                       advisories.peer_infos(node, self.host.names, now))
 
     def _take_lead(self) -> None:
         """setLeader(true), once the entries of earlier terms are applied (a proposal's last

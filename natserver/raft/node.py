@@ -212,6 +212,7 @@ class Node:
         self._seen: dict[str, float] = {}
         self._catchups: dict[str, _Catchup] = {}
         now_ = self.now()
+        self.created = now_  # raft.go Created(): (quorum-lost advisories wait a while after it)
         self._election_at = now_ + self._election_timeout()
         self._heartbeat_at = now_ + timeouts.heartbeat
         # The commit moved on a response: the followers hear of it by the next append entry, or
@@ -744,6 +745,10 @@ class Node:
         self._commit_heartbeat_due = False  # (every append entry carries the commit)
         self._send(self.append_subject, self.append_inbox,
                    AppendEntry(self.id, self.term, self.commit, self.last_term, self.last_index, entries).encode())
+
+    def has_quorum(self) -> bool:
+        """raft.go Quorum(): a quorum of the voters heard from within lost_quorum."""
+        return not self._lost_quorum(self.now())
 
     def _lost_quorum(self, now: float) -> bool:
         voters = set(self.peers) | set(self._seen) if len(self.peers) < self.cluster_size else self.peers

@@ -3,7 +3,8 @@
 ``$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`` and ``CONSUMER.LEADER_ELECTED.<stream>.
 <consumer>`` in the stream's account, and the same event naming the account in the system
 account; every peer of the group in ``replicas``; the meta group's new leader on
-``$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`` in the system account. Compared with a 3-node 2.15.1 recording
+``$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`` in the system account; a leader left without a
+quorum says so (QUORUM_LOST). Compared with a 3-node 2.15.1 recording
 (record_leader_advisories.py): the fields, their order, the replicas' fields."""
 
 from __future__ import annotations
@@ -122,3 +123,77 @@ async def _leaders_announced(cluster: NatsCluster) -> None:
     finally:
         await nc.close()
         await sys_nc.close()
+
+
+STEPDOWNS = 8  # consumer step-downs asked at most until its leader is the stream leader's server
+
+
+def test_a_leader_left_without_a_quorum_says_so():
+    """The other two servers stopped: the stream's and the consumer's leader steps down when it
+    has heard from no quorum for raft.go's lostQuorumInterval (10 s), and says so in both
+    accounts (STREAM.QUORUM_LOST, CONSUMER.QUORUM_LOST), as 2.15.1's leaders do."""
+    with NatsCluster(3, jetstream=True, **cluster_options()) as cluster:
+        asyncio.run(asyncio.wait_for(_quorum_lost(cluster), TEST_TIMEOUT))
+
+
+async def _quorum_lost(cluster: NatsCluster) -> None:
+    ncs = [await connect(url) for url in cluster.urls]
+    got: list[tuple[str, str, dict]] = []
+    sys_nc = None
+    try:
+        async def created():
+            answer = await api(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"],
+                                                                  "num_replicas": 3})
+            return answer if "error" not in answer else None
+
+        leader = (await until(created, "the R3 stream created"))["cluster"]["leader"]
+        at = next(i for i, node in enumerate(cluster.servers) if node.options.server_name == leader)
+        nc = ncs[at]
+        consumer = await api(nc, "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+                             {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+        for _ in range(STEPDOWNS):  # (the consumer's leader on the same server)
+            if consumer["cluster"]["leader"] == leader:
+                break
+            await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.D")
+
+            async def moved(old=consumer["cluster"]["leader"]):
+                info = await api(nc, "$JS.API.CONSUMER.INFO.S.D")
+                return info if info.get("cluster", {}).get("leader") not in (None, old) else None
+
+            consumer = await until(moved, "the consumer's new leader")
+        assert consumer["cluster"]["leader"] == leader
+
+        sys_nc = await connect(cluster.urls[at], "sys")
+
+        def keep(where: str):
+            async def on(msg) -> None:
+                got.append((where, msg.subject, json.loads(msg.data)))
+            return on
+
+        await nc.subscribe("$JS.EVENT.ADVISORY.*.QUORUM_LOST.>", cb=keep("APP"))
+        await sys_nc.subscribe("$JS.EVENT.ADVISORY.*.QUORUM_LOST.>", cb=keep("SYS"))
+        await nc.flush()
+        await sys_nc.flush()
+        for i in range(3):
+            if i != at:
+                cluster.stop(i)
+
+        async def both():
+            kinds = {(w, s) for w, s, _ in got}
+            wanted = {(w, s) for w in ("APP", "SYS") for s in ("$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.S",
+                                                                "$JS.EVENT.ADVISORY.CONSUMER.QUORUM_LOST.S.D")}
+            return wanted <= kinds or None
+
+        await until(both, "the quorum lost, said in both accounts", step=40)
+        for where, subject, data in got:
+            consumer_kind = ".CONSUMER." in subject
+            head = ["type", "id", "timestamp", *(["account"] if where == "SYS" else []), "stream",
+                    *(["consumer"] if consumer_kind else []), "replicas"]
+            assert list(data) == head, data
+            assert data["type"] == "io.nats.jetstream.advisory.v1.%s_quorum_lost" % (
+                "consumer" if consumer_kind else "stream")
+            assert sorted(e["name"] for e in data["replicas"]) == sorted(n.options.server_name for n in cluster.servers)
+    finally:
+        for client in [*ncs, *([sys_nc] if sys_nc else [])]:
+            if not client.is_closed:
+                await client.close()
