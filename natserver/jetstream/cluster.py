@@ -100,6 +100,13 @@ LAME_DUCK_SUBJECT = "$SYS.SERVER.*.LAMEDUCK"
 STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsumerInfoT
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+# jetstream_api.go JSApiRemoveServer (system account): the meta leader removes a server.
+SERVER_REMOVE = "$JS.API.SERVER.REMOVE"
+# What natserver does not do yet of STREAM.PEER.REMOVE and SERVER.REMOVE (2.15.1 moves the
+# stream's or the server's assets to other servers through the groups' desired state).
+PEER_REMOVE_NOT_YET = "natserver does not remove a stream's peers yet"
+SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's streams and consumers yet: "
+                         "{name} holds {count} of them")
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
 # long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
 REPLY_PREFIX = b"_R_."
@@ -202,6 +209,8 @@ class JetStreamCluster:
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
+        # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
+        self._peer_remove_replies: dict[str, bytes] = {}
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -243,6 +252,7 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
         self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
+        self._subs.append((account, account.subscribe(SERVER_REMOVE, self._server_remove)))
         self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
@@ -293,6 +303,7 @@ class JetStreamCluster:
 
     def _leader_changed(self, leader: bool) -> None:
         self.meta.leader_changed()
+        self._peer_remove_replies.clear()  # (processLeaderChange: peerRemoveReply cleared)
         if leader:
             log.info("JetStream cluster new metadata leader")
             self._ping_statsz()
@@ -313,6 +324,8 @@ class JetStreamCluster:
             self._unsnapshotted += len(entry.data)
             if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
                 peer_entries = True
+            if entry.type == EntryType.REMOVE_PEER and not self.state.recovering:
+                self._peer_removed(entry.data.decode("utf-8", "replace"))
             if entry.type not in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 continue
             recovering = self.state.recovering
@@ -610,7 +623,8 @@ class JetStreamCluster:
         meta_request = (
             (kind == b"INFO" and n == 3)
             or (kind == b"STREAM" and ((n == 4 and op in (b"NAMES", b"LIST"))
-                                       or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))))
+                                       or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))
+                                       or (n == 6 and op == b"PEER" and tokens[4] == b"REMOVE")))
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
                                          or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
         )
@@ -736,6 +750,9 @@ class JetStreamCluster:
             return
         if kind == b"CONSUMER" and op in (b"NAMES", b"LIST"):
             self._consumer_names(engine, tokens[4].decode("utf-8", "replace"), reply, payload, full=op == b"LIST")
+            return
+        if kind == b"STREAM" and op == b"PEER":
+            self._stream_peer_remove(engine, tokens[5].decode("utf-8", "replace"), reply, payload)
             return
         rtype = _response_type(tokens)
         text = [t.decode("utf-8", "replace") for t in tokens]
@@ -996,6 +1013,117 @@ class JetStreamCluster:
         if reply:
             self.nrg.account.publish(reply, None, None, dumps(response))
 
+    def _stream_peer_remove(self, engine: ClusterEngine, name: str, reply, payload: bytes) -> None:
+        """jsStreamRemovePeerRequest on the meta leader: ``{"peer": <server name or peer id>}``;
+        2.15.1's errors (bad request, invalid JSON, stream not found, peer not a member). A
+        member's removal (2.15.1 replaces it through the group's desired state) is refused."""
+        rtype = _T + "stream_remove_peer_response"
+        api = engine.api
+        if is_empty_request(payload):
+            api._fail(reply, rtype, errors.bad_request())
+            return
+        try:
+            request = loads(payload)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+            peer = str(request.get("peer") or "")
+        except (ValueError, TypeError):
+            api._fail(reply, rtype, errors.invalid_json())
+            return
+        if not peer:
+            api._fail(reply, rtype, errors.bad_request())
+            return
+        sa = self.meta.stream(engine.account_name or "", name)
+        if sa is None:
+            api._fail(reply, rtype, errors.stream_not_found())
+            return
+        members = set(sa.group.peers or ()) if sa.group is not None else set()
+        desired = sa.group.extra.get("desired") if sa.group is not None else None
+        if isinstance(desired, dict):
+            members.update(str(p) for p in desired.get("peers") or ())
+        if node_id(peer) not in members and peer not in members:  # (a server name, else a peer id)
+            api._fail(reply, rtype, errors.cluster_peer_not_member())
+            return
+        api._fail(reply, rtype, errors.stream_general(PEER_REMOVE_NOT_YET))
+
+    def _server_remove(self, subject, reply, headers, body) -> None:
+        """jsLeaderServerRemoveRequest (system account, the meta leader): ``{"peer": <server
+        name>}`` or ``{"peer_id": <id>}``; the meta group's EntryRemovePeer proposed, answered
+        once applied (_peer_removed). A server that still runs streams or consumers is refused
+        (2.15.1 moves them elsewhere: not built)."""
+        group = self.group
+        if group is None or not group.leader:
+            return
+        account = _request_account(headers)
+        if account and account != self.system.name:
+            return  # (only the system account's)
+        rtype = _T + "meta_server_remove_response"
+
+        def fail(error: ApiError) -> None:
+            if reply:
+                self.system.publish(reply, None, None, dumps({"type": rtype, "error": error.to_json()}))
+
+        payload = bytes(body)
+        if is_empty_request(payload):
+            fail(errors.bad_request())
+            return
+        try:
+            request = loads(payload)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+            name, wanted = str(request.get("peer") or ""), str(request.get("peer_id") or "")
+        except (ValueError, TypeError):
+            fail(errors.invalid_json())
+            return
+        if self._peer_remove_replies:
+            fail(errors.cluster_member_change_inflight())
+            return
+        found = ""
+        for peer in group.node.peers:
+            if (wanted and peer == wanted) or (not wanted and self.names.get(peer) == name):
+                found = peer
+                break
+        if not found:
+            fail(errors.cluster_server_not_member())
+            return
+        held = self._assets_on(found)
+        if held:
+            fail(errors.raft_general(SERVER_REMOVE_NOT_YET.format(name=self.names.get(found, found), count=held)))
+            return
+        try:
+            group.remove_peer(found)
+        except NotLeader as exc:
+            if "membership change" in str(exc):
+                fail(errors.cluster_member_change_inflight())
+            else:
+                fail(errors.raft_general(str(exc)))
+            return
+        except StorageError as exc:
+            fail(errors.raft_general(str(exc)))
+            return
+        self._peer_remove_replies[found] = bytes(reply) if reply else b""
+
+    def _assets_on(self, peer: str) -> int:
+        """How many stream and consumer assignments have ``peer`` in their group."""
+        count = 0
+        for sa in self.state.all_streams():
+            if sa.group is not None and sa.group.is_member(peer):
+                count += 1
+            count += sum(1 for ca in sa.consumers.values() if ca.group is not None and ca.group.is_member(peer))
+        return count
+
+    def _peer_removed(self, peer: str) -> None:
+        """A meta EntryRemovePeer applied (processRemovePeer): this server's own removal is
+        logged as 2.15.1's (which disables its JetStream); the meta leader answers the
+        SERVER.REMOVE that asked for it."""
+        if peer == self.node_id:
+            log.error("JetStream being DISABLED, our server was removed from the cluster")
+        reply = self._peer_remove_replies.pop(peer, None)
+        if reply and self.is_leader:
+            body = dumps({"type": _T + "meta_server_remove_response", "success": True})
+            self.system.publish(reply, None, None, body)
+        self._refresh_peers()
+
     def _ping_statsz(self) -> None:
         account = self.nrg.account
         inbox = "_INBOX.jsc.statsz." + "".join(self.rng.choice("0123456789abcdef") for _ in range(12))
@@ -1140,7 +1268,8 @@ def _response_type(tokens: list[bytes]) -> str:
     if kind == b"STREAM":
         return _T + {b"NAMES": "stream_names_response", b"LIST": "stream_list_response",
                      b"CREATE": "stream_create_response", b"UPDATE": "stream_update_response",
-                     b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response"}.get(op, "")
+                     b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response",
+                     b"PEER": "stream_remove_peer_response"}.get(op, "")
     if op == b"DELETE":
         return _T + "consumer_delete_response"
     if op in (b"NAMES", b"LIST"):

@@ -1,0 +1,107 @@
+"""STREAM.PEER.REMOVE and SERVER.REMOVE in a cluster of three in-process natservers (real
+clocks, bounded polls, a hard timeout on each test), their answers compared with a 5-node
+2.15.1 cluster's (data/scale_nats_server_2.15.1.json, ``python -m
+tests.jetstream.cluster.record_scale``): the meta leader answers both; PEER.REMOVE's errors
+(bad request, stream not found, peer not a member) as 2.15.1's, a member's removal refused by
+name (natserver does not move a stream's peers yet); SERVER.REMOVE's errors (bad request,
+invalid JSON, not a member) as 2.15.1's, a server running streams refused by name, a server
+without any removed from the meta group (answered once the removal is applied, gone from every
+/jsz, nothing placed on it after, not taken back when it is heard from again).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from natserver.raft import node_id
+from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.test_cluster import api, jsz_all, run, until
+
+DATA = Path(__file__).parent / "data" / "scale_nats_server_2.15.1.json"
+_T = "io.nats.jetstream.api.v1."
+ASSETLESS_STREAMS = 4  # R1 streams created after a removal (none may land on the removed server)
+
+
+def recorded(name: str) -> dict:
+    return json.loads(DATA.read_text())[name]
+
+
+def test_stream_peer_remove_answers_as_2_15_1(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            created = await api(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})
+            host = created["cluster"]["leader"]
+            others = [n.options.server_name for n in cluster.servers if n.options.server_name != host]
+            for nc in ncs:  # (the meta leader answers, whichever server the client is on)
+                assert await api(nc, "$JS.API.STREAM.PEER.REMOVE.S", {"peer": "nope"}) == recorded(
+                    "peer_remove_unknown")
+            assert await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S", {}) == recorded("peer_remove_empty")
+            assert await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S") == recorded("peer_remove_no_body")
+            assert await api(ncs[2], "$JS.API.STREAM.PEER.REMOVE.X", {"peer": host}) == recorded(
+                "peer_remove_missing_stream")
+            # An R1 stream's other servers are not members (2.15.1: peer_remove_r1 names one).
+            assert await api(ncs[2], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": others[0]}) == recorded(
+                "peer_remove_unknown")
+            # A member, by name or by peer id: refused by name, the stream where it was.
+            for peer in (host, node_id(host)):
+                refused = await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": peer})
+                assert refused["type"] == _T + "stream_remove_peer_response"
+                assert refused["error"]["description"] == "natserver does not remove a stream's peers yet"
+            info = await api(ncs[2], "$JS.API.STREAM.INFO.S")
+            assert info["cluster"]["leader"] == host
+
+    run(main)
+
+
+def test_server_remove_of_a_server_without_assets(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, sys_nc, leader):
+            names = [n.options.server_name for n in cluster.servers]
+            assert await api(sys_nc, "$JS.API.SERVER.REMOVE") == recorded("server_remove_empty")
+            assert await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": "nope"}) == recorded("server_remove_unknown")
+            assert await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer_id": "nope"}) == recorded(
+                "server_remove_by_id_unknown")
+            bad = await api(sys_nc, "$JS.API.SERVER.REMOVE", "x")
+            theirs = recorded("server_remove_bad_json")
+            assert bad["type"] == theirs["type"] and bad["error"]["err_code"] == theirs["error"]["err_code"] == 10025
+            # An account's request is not the system account's: nobody answers it.
+            inbox = ncs[0].new_inbox()
+            quiet = await ncs[0].subscribe(inbox)
+            await ncs[0].publish("$JS.API.SERVER.REMOVE", json.dumps({"peer": names[1]}).encode(), reply=inbox)
+            await ncs[0].flush()
+
+            # A server running a stream is refused by name.
+            created = await api(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})
+            host = created["cluster"]["leader"]
+            refused = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": host})
+            assert refused["type"] == _T + "meta_server_remove_response"
+            assert refused["error"]["description"] == (
+                f"natserver does not move a removed server's streams and consumers yet: {host} holds 1 of them")
+            # One without streams (not the meta leader), by name: removed once applied.
+            victim = next(n for n in names if n not in (host, leader))
+            removed = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim})
+            assert removed == recorded("server_remove")
+            assert await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim}) == recorded("server_remove_again")
+
+            async def without_it():
+                views = await jsz_all(sys_nc)
+                rest = [views.get(n, {}).get("meta_cluster", {}) for n in names if n != victim]
+                if all(m.get("cluster_size") == 2 and [r["name"] for r in m.get("replicas", ())] != []
+                       and victim not in [r["name"] for r in m["replicas"]] for m in rest):
+                    return rest
+                return None
+
+            metas = await until(without_it, f"{victim} gone from the meta group")
+            assert all(m["leader"] == leader and m["quorum_needed"] == 2 for m in metas)
+            for i in range(ASSETLESS_STREAMS):  # (placement: the meta group's peers only)
+                made = await api(ncs[i % 3], f"$JS.API.STREAM.CREATE.T{i}", {"name": f"T{i}", "subjects": [f"t{i}"]})
+                assert made["cluster"]["leader"] in names and made["cluster"]["leader"] != victim, made
+            info = await api(ncs[1], "$JS.API.INFO")
+            assert info["streams"] == 1 + ASSETLESS_STREAMS
+            # The removed server still answers the leader's heartbeats: it is not taken back.
+            views = await jsz_all(sys_nc)
+            assert views[leader]["meta_cluster"]["cluster_size"] == 2
+            assert quiet.pending_msgs == 0
+
+    run(main)
