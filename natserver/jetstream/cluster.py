@@ -48,7 +48,8 @@ from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
-from .replica import StreamReplica
+from .replica import RECONCILE_SUBJECT, StreamReplica
+from .replication.desired import SCALE_UP, desired_of
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo, consumer_replicas
@@ -125,6 +126,9 @@ REPLICATED_CONSUMERS = "natserver does not run R1 consumers of replicated stream
 REPLICATED_RETENTION = "natserver does not run consumers of replicated interest or workqueue streams yet"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
+# jetstream_cluster.go migrateFallbackCheckInterval: how often a stream group's leader takes the
+# next step of a replica change (also at once, when its assignment changes).
+MIGRATE_INTERVAL = 0.5
 
 
 class ClusterEngine(Protocol):
@@ -221,6 +225,7 @@ class JetStreamCluster:
             nursery.start_soon(self._compactor)
             nursery.start_soon(self._usage_sender)
             nursery.start_soon(self.consumer_groups.run)
+            nursery.start_soon(self._migrator)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -253,6 +258,7 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
         self._subs.append((account, account.subscribe(SERVER_REMOVE, self._server_remove)))
+        self._subs.append((account, account.subscribe(RECONCILE_SUBJECT, self._reconcile)))
         self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
@@ -416,9 +422,11 @@ class JetStreamCluster:
             if local is None:
                 local = engine.add_stream(cfg, created=sa.created_ns)
             elif local.cfg != cfg:
+                if local.cfg.num_replicas != cfg.num_replicas:  # (a single server's check refuses replicas)
+                    local.cfg = local.cfg.copy(num_replicas=cfg.num_replicas)
                 engine.update_stream(local, cfg)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
-            replica = self._replicate(engine, local, sa) if local.replicated else None
+            replica = self._group_of(engine, local, sa)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
@@ -443,9 +451,38 @@ class JetStreamCluster:
             return
         self._answer(engine, reply, build())
 
+    def _group_of(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica | None:
+        """The stream's RAFT group on this server, as its assignment has it (processClusterUpdateStream):
+        one when it has several peers or desired state (a replica change: desired.py), none for a
+        group of one; a renamed group (a scale from or to one replica) replaces the old one. The
+        group's leader takes the change's next step at once."""
+        key = (engine.account_name or "", stream.name)
+        group = sa.group
+        desired = desired_of(group)
+        old = self.replicas.get(key)
+        if old is not None and (group is None or old.group_name != group.name):
+            self.replicas.pop(key, None)
+            old.stop(remove=True)
+        if group is None or (len(group.peers or ()) <= 1 and desired is None):
+            if stream.replicated:  # (scaled down to one: the stream's own again, stream.go's R1)
+                stream.replicated = False
+                stream.replica = None
+                stream.unsubscribe()
+                stream.subscribe()
+            return None
+        if not stream.replicated:  # (an R1 stream being scaled up: its group's leader subscribes)
+            stream.unsubscribe()
+            stream.replicated = True
+        replica = self._replicate(engine, stream, sa)
+        replica.desired = desired
+        replica.assigned = list(group.peers or ())
+        replica.replicas = stream.cfg.num_replicas
+        replica.migrate()
+        return replica
+
     def _replicate(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica:
         """A replicated stream's group on this server (processClusterCreateStream): started, or
-        resumed from its files; the preferred peer campaigns at once."""
+        resumed from its files; the preferred peer campaigns at once (a group of one: its peer)."""
         key = (engine.account_name or "", stream.name)
         replica = self.replicas.get(key)
         if replica is not None and not replica.stopped:
@@ -453,11 +490,37 @@ class JetStreamCluster:
         group = sa.group
         if group is None or not group.peers:
             raise errors.stream_create("a replicated stream's assignment has no group")
-        replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync)
+        scale_up = bool(group.extra.get(SCALE_UP)) and not os.path.exists(os.path.join(self.nrg.groups_dir, group.name))
+        replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync, scale_up=scale_up)
         self.replicas[key] = replica
-        if group.preferred == self.node_id and replica.group.node.term == 0:
+        preferred = group.preferred or (group.peers[0] if len(group.peers) == 1 else "")
+        if preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
             replica.group.campaign()
         return replica
+
+    async def _migrator(self) -> None:
+        """monitorStream's migration timer: each led group with a replica change in progress
+        takes its next step (desired.py)."""
+        while True:
+            await trio.sleep(MIGRATE_INTERVAL)
+            for replica in list(self.replicas.values()):
+                if replica.leading and (replica.desired is not None or replica.migration is not None):
+                    replica.migrate()
+
+    def _reconcile(self, subject, reply, headers, body) -> None:
+        """reconcileDesiredStreamAssignment (the meta leader): a stream group leader's step."""
+        if not self.is_leader:
+            return
+        try:
+            update = loads(bytes(body))
+            account, stream = str(update["account"]), str(update["stream"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if not isinstance(update, dict):
+            return
+        proposal = self.meta.stream_reconcile(account, stream, update)
+        if proposal is not None:
+            self._propose(proposal)
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)

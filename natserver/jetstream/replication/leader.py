@@ -32,6 +32,7 @@ from ..stream import StreamConfig, check_stream_config
 from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
+from .desired import SCALE_UP, desired_of, populate_origin, reconcile, rename_single, with_desired
 from .entries import (
     ConsumerAssignment,
     EntryError,
@@ -47,11 +48,12 @@ from .placement import (
     consumer_replicas,
     create_group_for_consumer,
     create_group_for_stream,
+    select_peer_group,
     set_preferred,
 )
 from .state import Event, MetaState, StreamEvent
 
-__all__ = ["MetaLeader", "Proposal", "delete_response"]
+__all__ = ["SCALE_WITH_CONSUMERS", "MetaLeader", "Proposal", "delete_response"]
 
 # jetstream_cluster.go syncSubjForStream: "$JSC.SYNC." and 8 base-62 digits.
 SYNC_PREFIX = "$JSC.SYNC."
@@ -62,6 +64,10 @@ EPHEMERAL_NAME_LEN = 8
 # ClientInfo.forProposal: what a proposal leaves out of the client's info.
 _NOT_PROPOSED = ("jwt", "issuer_key")
 _API_TYPE = "io.nats.jetstream.api.v1."
+# A replica change of a stream with consumers: 2.15.1 moves the consumers' groups with the
+# stream's (remapConsumerAssignments, their own desired state); natserver does not yet.
+SCALE_WITH_CONSUMERS = "natserver does not change the replicas of a clustered stream with consumers yet"
+MOVE_NOT_YET = "natserver does not support moving a clustered stream yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,27 +275,87 @@ class MetaLeader:
 
     def stream_update(self, client: dict, account: str, subject: str, reply: str, config: StreamConfig,
                       limits: dict | None = None) -> Proposal:
-        """jsClusteredStreamUpdateRequest for an update of the configuration alone (the same
-        replicas and placement): the group kept, its preferred leader cleared. A change of
-        replicas or placement (a scale or a move, 2.15.1's desired-state reconfiguration) is
-        refused here: not built."""
+        """jsClusteredStreamUpdateRequest: the group kept, its preferred leader cleared; a
+        change of the replica count recorded as the group's desired state (desired.py: the
+        stream's leader drives it there), the peers added chosen as placement chooses them. A
+        change of placement (a move) is refused here: not built; so is a replica change of a
+        stream with consumers."""
         old = self.stream(account, config.name)
         if old is None:
             raise errors.stream_not_found()
         set_static_stream_metadata(config)
         old_cfg = StreamConfig.from_json(old.config)
-        if ((config.num_replicas or 1) != old_cfg.num_replicas
-                or (config.placement or None) != (old_cfg.placement or None)):
-            raise errors.stream_update("natserver does not support changing a clustered stream's "
-                                       "replicas or placement yet")
+        replicas = config.num_replicas or 1
+        move = config.placement is not None and (config.placement or None) != (old_cfg.placement or None)
+        scale = replicas != old_cfg.num_replicas
+        if move and scale:
+            raise errors.stream_move_and_scale()
+        if move:
+            raise errors.stream_update(MOVE_NOT_YET)
+        if scale:  # (check_update is a single server's, which has no replicas to change)
+            old_cfg.num_replicas = replicas
         cfg = check_stream_update(old_cfg, config, {}, limits)
         self._check_overlap(account, cfg, old)
         group = None
-        if old.group is not None:
+        if old.group is not None and scale:
+            applied = self.state.stream(account, cfg.name)
+            if (applied is not None and applied.consumers) or any(
+                    key[:2] == (account, cfg.name) and ca is not None for key, ca in self.inflight_consumers.items()):
+                raise errors.stream_update(SCALE_WITH_CONSUMERS)
+            group = self._scaled_group(old, cfg, client, account, limits)
+        elif old.group is not None:
             group = RaftGroup(old.group.name, list(old.group.peers or ()), old.group.storage, old.group.cluster,
-                              "", {k: v for k, v in old.group.extra.items() if k != "scale_up"})
+                              "", dict(old.group.extra))
+            if desired_of(group) is None:
+                group.extra.pop(SCALE_UP, None)
         sa = StreamAssignment(_for_proposal(client), old.created, cfg.to_json(), group,
                               old.sync or SYNC_PREFIX + self._suffix(), subject, reply)
+        return self._propose(MetaOp.UPDATE_STREAM, sa)
+
+    def _scaled_group(self, old: StreamAssignment, cfg: StreamConfig, client: dict, account: str,
+                      limits: dict | None) -> RaftGroup:
+        """The group of a replica change (jsClusteredStreamUpdateRequestLocked's isReplicaChange):
+        a scale up chooses the added peers (the current or desired ones kept first), a group of
+        one renamed (it had no RAFT group); a scale down leaves the choice to the group's leader."""
+        og = old.group
+        assert og is not None
+        current_desired = desired_of(og)
+        current = list(current_desired.get("peers") or ()) if current_desired else list(og.peers or ())
+        replicas = cfg.num_replicas
+        now = self._created()
+        if replicas > len(current):
+            self._check_account_limits(account, cfg, limits)
+            cluster = og.cluster or (cfg.placement or {}).get("cluster") or client.get("cluster") or self.cluster
+            chosen = select_peer_group(replicas, cluster, cfg.to_json(), self.peers, self.state.all_streams(),
+                                       self.rng, existing=current, unique_tag=self.unique_tag,
+                                       max_ha_assets=self.max_ha_assets)
+            if isinstance(chosen, PlacementError):
+                raise chosen.api_error()
+            group = RaftGroup(og.name, list(og.peers or ()), og.storage, cluster, og.preferred, dict(og.extra))
+            if len(og.peers or ()) == 1 and current_desired is None:
+                rename_single(group, self.rng, len(chosen))
+            preferred = current[0] if len(current) == 1 else og.preferred
+            ng = with_desired(og, group.name, chosen, cluster, preferred, self.rng, now)
+        else:
+            ng = with_desired(og, og.name, current, og.cluster, og.preferred, self.rng, now, scale_down=True)
+        old_cfg = StreamConfig.from_json(old.config)
+        populate_origin(ng, og, old_cfg.num_replicas, old.config.get("placement"))
+        return ng
+
+    def stream_reconcile(self, account: str, name: str, update: dict) -> Proposal | None:
+        """reconcileDesiredStreamAssignment: a stream group leader's reconcile request, the
+        assignment it changes proposed (None: nothing to change)."""
+        osa = self.stream(account, name)
+        if osa is None or osa.group is None or not int(update.get("term") or 0):
+            return None
+        applied = self.state.stream(account, name)
+        done = applied is None or not applied.consumers  # (remapConsumerAssignments: none to move)
+        ng = reconcile(osa.group, update, int(osa.config.get("num_replicas") or 1), done, self.rng)
+        if ng is None:
+            return None
+        if desired_of(ng) is None and len(ng.peers or ()) == 1:
+            rename_single(ng, self.rng)
+        sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
         return self._propose(MetaOp.UPDATE_STREAM, sa)
 
     def stream_delete(self, client: dict, account: str, subject: str, reply: str, name: str) -> Proposal:
