@@ -134,7 +134,9 @@ class StreamReplica:
         # the leader's data reaches it.
         self._scale_up = scale_up
         stream.replica = self
-        self.group = host.nrg.create_group(group, peers, self._apply, observer=scale_up)
+        self.group = host.nrg.create_group(group, peers, self._apply)
+        if scale_up:
+            self.group.node.observer = True
         self.group.on_leader_change = self._leader_changed
 
     def __repr__(self) -> str:

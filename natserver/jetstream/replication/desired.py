@@ -186,8 +186,9 @@ def reconcile(group: RaftGroup, update: dict, replicas: int, done: bool, rng: ra
         if len(ng.peers) >= replicas:
             _set_extra(ng, "excluded", None)
         return ng
-    if sorted(meta_peers) == sorted(previous):
-        return None
+    if sorted(meta_peers) == sorted(previous) and (
+            members is None or sorted(members) == sorted(desired.get("members") or ())):
+        return None  # (2.15.1 records a change of the RAFT group's members alone too)
     if any(p not in previous for p in meta_peers):
         _set_extra(ng, SCALE_UP, True)
     _set_extra(ng, DESIRED, _rebuild(changed, id=_nuid(rng)))
