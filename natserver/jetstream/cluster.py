@@ -103,9 +103,8 @@ CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsum
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
 # jetstream_api.go JSApiRemoveServer (system account): the meta leader removes a server.
 SERVER_REMOVE = "$JS.API.SERVER.REMOVE"
-# What natserver does not do yet of STREAM.PEER.REMOVE and SERVER.REMOVE (2.15.1 moves the
-# stream's or the server's assets to other servers through the groups' desired state).
-PEER_REMOVE_NOT_YET = "natserver does not remove a stream's peers yet"
+# What natserver does not do yet of SERVER.REMOVE (2.15.1 moves the server's streams and
+# consumers to other servers through their groups' desired state).
 SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's streams and consumers yet: "
                          "{name} holds {count} of them")
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
@@ -526,6 +525,11 @@ class JetStreamCluster:
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
         if replica is not None:
+            if replica.leading:  # (removeStream: hand over first, the others need not wait for an election)
+                try:
+                    replica.group.step_down()
+                except (NotLeader, StorageError):
+                    pass
             replica.stop(remove=True)
         for consumer in list(stream.consumers.values()):
             self._drop_consumer(engine, consumer)
@@ -1078,8 +1082,9 @@ class JetStreamCluster:
 
     def _stream_peer_remove(self, engine: ClusterEngine, name: str, reply, payload: bytes) -> None:
         """jsStreamRemovePeerRequest on the meta leader: ``{"peer": <server name or peer id>}``;
-        2.15.1's errors (bad request, invalid JSON, stream not found, peer not a member). A
-        member's removal (2.15.1 replaces it through the group's desired state) is refused."""
+        2.15.1's errors (bad request, invalid JSON, stream not found, peer not a member); a
+        member replaced through the group's desired state (MetaLeader.stream_peer_remove),
+        answered once proposed, as 2.15.1 answers it."""
         rtype = _T + "stream_remove_peer_response"
         api = engine.api
         if is_empty_request(payload):
@@ -1107,7 +1112,14 @@ class JetStreamCluster:
         if node_id(peer) not in members and peer not in members:  # (a server name, else a peer id)
             api._fail(reply, rtype, errors.cluster_peer_not_member())
             return
-        api._fail(reply, rtype, errors.stream_general(PEER_REMOVE_NOT_YET))
+        member = node_id(peer) if node_id(peer) in members else peer
+        try:
+            proposal = self.meta.stream_peer_remove(engine.account_name or "", name, member)
+        except ApiError as exc:
+            api._fail(reply, rtype, exc)
+            return
+        self._propose(proposal)
+        api._send(reply, {"type": rtype, "success": True})
 
     def _server_remove(self, subject, reply, headers, body) -> None:
         """jsLeaderServerRemoveRequest (system account, the meta leader): ``{"peer": <server

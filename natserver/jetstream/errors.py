@@ -70,6 +70,8 @@ cluster_not_available = _fixed(503, 10008, "JetStream system temporarily unavail
 cluster_peer_not_member = _fixed(400, 10040, "peer not a member")
 cluster_server_not_member = _fixed(400, 10044, "server is not a member of the cluster")
 cluster_member_change_inflight = _fixed(400, 10202, "cluster member change is in progress")
+# 2.15.1 JSPeerRemapErr: STREAM.PEER.REMOVE finds no replacement that keeps the replicas.
+peer_remap = _fixed(503, 10075, "peer remap failed")
 # 2.15.1 JSStreamMoveAndScaleErr: an update changing both the placement and the replicas.
 stream_move_and_scale = _fixed(400, 10123, "can not move and scale a stream in a single update")
 

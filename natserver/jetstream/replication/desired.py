@@ -27,7 +27,7 @@ from .entries import RaftGroup
 
 __all__ = [
     "DESIRED", "MigrationStep", "copy_group", "desired_of", "next_step", "reconcile", "rename_single",
-    "with_desired",
+    "set_desired", "with_desired",
 ]
 
 DESIRED = "desired"  # raftGroup.Desired's JSON key
@@ -71,6 +71,11 @@ def _set_extra(group: RaftGroup, key: str, value) -> None:
     ordered = {k: extra[k] for k in _EXTRA_ORDER if k in extra}
     ordered.update({k: v for k, v in extra.items() if k not in ordered})
     group.extra = ordered
+
+
+def set_desired(group: RaftGroup, desired: dict | None) -> None:
+    """The group's desired state replaced (in 2.15.1's field order), or dropped with None."""
+    _set_extra(group, DESIRED, None if desired is None else _rebuild(desired))
 
 
 def _desired(created: str, id_: str, term: int, peers: list[str], cluster: str, preferred: str, *,

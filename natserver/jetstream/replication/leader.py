@@ -32,7 +32,7 @@ from ..stream import StreamConfig, check_stream_config
 from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
-from .desired import SCALE_UP, desired_of, populate_origin, reconcile, rename_single, with_desired
+from .desired import SCALE_UP, desired_of, populate_origin, reconcile, rename_single, set_desired, with_desired
 from .entries import (
     ConsumerAssignment,
     EntryError,
@@ -68,6 +68,7 @@ _API_TYPE = "io.nats.jetstream.api.v1."
 # stream's (remapConsumerAssignments, their own desired state); natserver does not yet.
 SCALE_WITH_CONSUMERS = "natserver does not change the replicas of a clustered stream with consumers yet"
 MOVE_NOT_YET = "natserver does not support moving a clustered stream yet"
+PEER_REMOVE_WITH_CONSUMERS = "natserver does not remove a peer of a clustered stream with consumers yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +342,51 @@ class MetaLeader:
         old_cfg = StreamConfig.from_json(old.config)
         populate_origin(ng, og, old_cfg.num_replicas, old.config.get("placement"))
         return ng
+
+    def stream_peer_remove(self, account: str, name: str, peer: str) -> Proposal:
+        """removePeerFromStreamLocked (STREAM.PEER.REMOVE of a member, checked by the caller):
+        the peer out of the assignment at once (its server drops its copy), a replacement
+        placed as placement chooses it (reassignStreamPeers: the largest group that fits) as the
+        group's desired state, the peer listed as removed; the group's leader takes it out of
+        the RAFT group and adds the replacement (desired.py). Refused (10075) when no
+        replacement keeps the replica count; a stream with consumers is refused by name."""
+        osa = self.stream(account, name)
+        if osa is None or osa.group is None:
+            raise errors.stream_not_found()
+        applied = self.state.stream(account, name)
+        if applied is not None and applied.consumers:
+            raise errors.stream_general(PEER_REMOVE_WITH_CONSUMERS)
+        og = osa.group
+        current = desired_of(og)
+        base = list(current.get("peers") or ()) if current else list(og.peers or ())
+        cluster = (current.get("cluster") or "") if current else og.cluster
+        retain = [p for p in base if p != peer]
+        chosen: list[str] | PlacementError = retain
+        for replicas in range(len(base), 0, -1):
+            chosen = select_peer_group(replicas, cluster, osa.config, self.peers, self.state.all_streams(), self.rng,
+                                       existing=retain, ignore=[peer], unique_tag=self.unique_tag,
+                                       max_ha_assets=self.max_ha_assets)
+            if not isinstance(chosen, PlacementError) or replicas <= len(retain) + 1:
+                break
+        target = retain if isinstance(chosen, PlacementError) else chosen
+        if len(target) < int(osa.config.get("num_replicas") or 1):
+            raise errors.peer_remap()
+        preferred = og.preferred if og.preferred != peer else ""
+        ng = with_desired(og, og.name, target, cluster, preferred, self.rng, self._created(),
+                          scale_down=bool(current and current.get("scale_down")))
+        ng.peers = [p for p in ng.peers or () if p != peer]
+        desired = dict(desired_of(ng) or {})
+        removed = [p for p in desired.get("removed") or () if p not in target]
+        desired["removed"] = removed + ([peer] if peer not in removed else [])
+        if desired.get("preferred") and desired["preferred"] not in target and desired["preferred"] not in ng.peers:
+            desired.pop("preferred")  # (no stale preferred: the removed peer of a group of one)
+        set_desired(ng, desired)
+        if ng.preferred and ng.preferred not in ng.peers and ng.preferred not in target:
+            ng.preferred = ""
+        if not ng.peers:  # (no peer left: straight to the desired ones)
+            ng.peers = list(target)
+        sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
+        return self._propose(MetaOp.UPDATE_STREAM, sa)
 
     def stream_reconcile(self, account: str, name: str, update: dict) -> Proposal | None:
         """reconcileDesiredStreamAssignment: a stream group leader's reconcile request, the

@@ -2,8 +2,8 @@
 clocks, bounded polls, a hard timeout on each test), their answers compared with a 5-node
 2.15.1 cluster's (data/scale_nats_server_2.15.1.json, ``python -m
 tests.jetstream.cluster.record_scale``): the meta leader answers both; PEER.REMOVE's errors
-(bad request, stream not found, peer not a member) as 2.15.1's, a member's removal refused by
-name (natserver does not move a stream's peers yet); SERVER.REMOVE's errors (bad request,
+(bad request, stream not found, peer not a member) as 2.15.1's, a member replaced (an R1
+stream's server by another; an R3 stream's on three servers refused: no replacement); SERVER.REMOVE's errors (bad request,
 invalid JSON, not a member) as 2.15.1's, a server running streams refused by name, a server
 without any removed from the meta group (answered once the removal is applied, gone from every
 /jsz, nothing placed on it after, not taken back when it is heard from again).
@@ -17,10 +17,18 @@ from pathlib import Path
 from natserver.raft import node_id
 from tests.jetstream.cluster.clients import clients
 from tests.jetstream.cluster.test_cluster import api, jsz_all, run, until
+from tests.jetstream.cluster.test_r3_streams import publish
 
 DATA = Path(__file__).parent / "data" / "scale_nats_server_2.15.1.json"
 _T = "io.nats.jetstream.api.v1."
 ASSETLESS_STREAMS = 4  # R1 streams created after a removal (none may land on the removed server)
+SETTLE = 60.0  # seconds for a peer's replacement to settle
+
+
+async def created_r3(nc) -> dict | None:
+    answer = await api(nc, "$JS.API.STREAM.CREATE.R3", {"name": "R3", "subjects": ["r3.>"], "num_replicas": 3},
+                       timeout=15)
+    return answer if "error" not in answer else None
 
 
 def recorded(name: str) -> dict:
@@ -43,13 +51,29 @@ def test_stream_peer_remove_answers_as_2_15_1(cluster):
             # An R1 stream's other servers are not members (2.15.1: peer_remove_r1 names one).
             assert await api(ncs[2], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": others[0]}) == recorded(
                 "peer_remove_unknown")
-            # A member, by name or by peer id: refused by name, the stream where it was.
-            for peer in (host, node_id(host)):
-                refused = await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": peer})
-                assert refused["type"] == _T + "stream_remove_peer_response"
-                assert refused["error"]["description"] == "natserver does not remove a stream's peers yet"
-            info = await api(ncs[2], "$JS.API.STREAM.INFO.S")
-            assert info["cluster"]["leader"] == host
+            # An R3 stream on three servers: no replacement keeps its replicas (10075).
+            r3 = await until(lambda: created_r3(ncs[0]), "R3 created")
+            follower = r3["cluster"]["replicas"][0]["name"]
+            assert await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.R3", {"peer": follower}) == {
+                "type": _T + "stream_remove_peer_response",
+                "error": {"code": 503, "err_code": 10075, "description": "peer remap failed"}}
+            # An R1 stream's only server, by peer id: moved to another server (2.15.1: the
+            # stream starts there afresh, its messages stay behind), the old one drops its copy.
+            await publish(ncs[1], "s.a", b"x")
+            moved = await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": node_id(host)})
+            assert moved == recorded("peer_remove")
+
+            async def elsewhere():
+                info = await api(ncs[2], "$JS.API.STREAM.INFO.S")
+                leader = (info.get("cluster") or {}).get("leader")
+                return info if leader and leader != host and "desired" not in info["cluster"] else None
+
+            info = await until(elsewhere, "S moved off its server", SETTLE)
+            assert info["cluster"]["leader"] in others and info["state"]["messages"] == 0
+            hosts = [n.options.server_name for n in cluster.servers if "S" in n.server.jetstream.streams]
+            assert hosts == [info["cluster"]["leader"]]
+            ack = await publish(ncs[0], "s.a", b"y")
+            assert ack.seq == 1
 
     run(main)
 

@@ -2,7 +2,8 @@
 the meta leader records the target as the group's desired state, the stream group's leader
 drives it there step by step over $SYS.JSC.STREAM.ASSIGNMENT.RECONCILE), in clusters of
 in-process natservers (real clocks, bounded polls, a hard timeout on each test): R1 -> R3 ->
-R1 on three servers and R3 -> R5 -> R3 on five, each answer compared with a 5-node 2.15.1
+R1 on three servers and R3 -> R5 -> R3 on five, then STREAM.PEER.REMOVE of a follower and
+of the leader (each replaced by a free server), each answer compared with a 5-node 2.15.1
 cluster's (data/scale_nats_server_2.15.1.json, ``python -m tests.jetstream.cluster.record_scale``),
 the placement that results, every acked message on every new replica, publishing going on,
 removed servers without their copy; and what is not built yet refused by name.
@@ -57,6 +58,14 @@ async def settled(nc, replicas: int) -> dict:
             return info
         return None
     return await until(check, f"S settled at R{replicas}", SETTLE)
+
+
+async def settled_without(nc, gone: str) -> dict:
+    """The stream's info once it settled at R3 without ``gone``."""
+    async def check():
+        info = await settled(nc, 3)
+        return info if gone not in members(info) else None
+    return await until(check, f"S settled without {gone}", SETTLE)
 
 
 async def everywhere(cluster: NatsCluster, expected: list) -> None:
@@ -203,6 +212,23 @@ def test_scale_r3_to_r5_and_back_on_five_servers(five):
                 expected.append((ack.seq, b"s.a", b"m%d" % n))
             await everywhere(five, expected)
             assert first  # (the first placement: three of the five)
+
+            # STREAM.PEER.REMOVE of a follower, then of the leader: each replaced by a free
+            # server, its copy dropped, every message on the new replicas.
+            for victim in (info["cluster"]["replicas"][0]["name"], None):
+                if victim is None:
+                    victim = (await settled(ncs[0], 3))["cluster"]["leader"]
+                removed = await api(ncs[4], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": victim})
+                assert removed == recorded("peer_remove")
+                info = await settled_without(ncs[1], victim)
+                assert len(members(info)) == 3
+                await until(lambda: as_async(victim not in [five.servers[i].options.server_name
+                                                            for i in holders(five)]),
+                            f"{victim} without its copy", SETTLE)
+                await everywhere(five, expected)
+                ack = await publish(ncs[1], "s.a", b"after-%s" % victim.encode())
+                expected.append((ack.seq, b"s.a", b"after-%s" % victim.encode()))
+                await everywhere(five, expected)
         finally:
             for nc in [*ncs, sys_nc]:
                 await nc.close()
