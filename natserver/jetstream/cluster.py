@@ -105,8 +105,8 @@ META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
 SERVER_REMOVE = "$JS.API.SERVER.REMOVE"
 # What natserver does not do yet of SERVER.REMOVE (2.15.1 moves the server's streams and
 # consumers to other servers through their groups' desired state).
-SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's streams and consumers yet: "
-                         "{name} holds {count} of them")
+SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's consumers yet: "
+                         "{name} holds {count} streams with consumers or consumers")
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
 # long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
 REPLY_PREFIX = b"_R_."
@@ -214,6 +214,7 @@ class JetStreamCluster:
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
         # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
         self._peer_remove_replies: dict[str, bytes] = {}
+        self.disabled = False  # removed from the meta group (SERVER.REMOVE): JetStream serves nothing
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -682,6 +683,8 @@ class JetStreamCluster:
     def handle(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """A request on ``$JS.API.>`` in ``engine``'s account, as a clustered nats-server
         takes it; the local API answers what this server answers as a single server would."""
+        if self.disabled:
+            return True
         tokens = subject.split(b".")
         n = len(tokens)
         if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
@@ -1124,8 +1127,8 @@ class JetStreamCluster:
     def _server_remove(self, subject, reply, headers, body) -> None:
         """jsLeaderServerRemoveRequest (system account, the meta leader): ``{"peer": <server
         name>}`` or ``{"peer_id": <id>}``; the meta group's EntryRemovePeer proposed, answered
-        once applied (_peer_removed). A server that still runs streams or consumers is refused
-        (2.15.1 moves them elsewhere: not built)."""
+        once applied (_peer_removed: its streams are then moved). A server running consumers,
+        or streams with consumers, is refused (2.15.1 moves them too: not built)."""
         group = self.group
         if group is None or not group.leader:
             return
@@ -1179,10 +1182,10 @@ class JetStreamCluster:
         self._peer_remove_replies[found] = bytes(reply) if reply else b""
 
     def _assets_on(self, peer: str) -> int:
-        """How many stream and consumer assignments have ``peer`` in their group."""
+        """How many consumer assignments, and streams with consumers, have ``peer`` in their group."""
         count = 0
         for sa in self.state.all_streams():
-            if sa.group is not None and sa.group.is_member(peer):
+            if sa.consumers and sa.group is not None and sa.group.is_member(peer):
                 count += 1
             count += sum(1 for ca in sa.consumers.values() if ca.group is not None and ca.group.is_member(peer))
         return count
@@ -1193,11 +1196,36 @@ class JetStreamCluster:
         SERVER.REMOVE that asked for it."""
         if peer == self.node_id:
             log.error("JetStream being DISABLED, our server was removed from the cluster")
+            self._disable()
+            return
         reply = self._peer_remove_replies.pop(peer, None)
         if reply and self.is_leader:
             body = dumps({"type": _T + "meta_server_remove_response", "success": True})
             self.system.publish(reply, None, None, body)
         self._refresh_peers()
+        if not self.is_leader:
+            return
+        for sa in self.state.all_streams():  # (removePeerFromStreamLocked, remove: true)
+            desired = desired_of(sa.group)
+            if sa.group is None or not (sa.group.is_member(peer) or (desired and peer in (desired.get("peers") or ()))):
+                continue
+            try:
+                self._propose(self.meta.stream_peer_remove(sa.account, sa.name, peer, require_replicas=False))
+            except ApiError as exc:
+                log.warning("JetStream cluster: stream %s not moved off a removed server: %s", sa.name,
+                            exc.description)
+
+    def _disable(self) -> None:
+        """This server was removed from the meta group (2.15.1 disables its JetStream): its
+        replicated streams' groups stop and no stream takes publishes here any more; the meta
+        leader moves them elsewhere."""
+        self.disabled = True
+        for replica in list(self.replicas.values()):
+            replica.stop()
+        self.replicas.clear()
+        for engine in self.engines.values():
+            for stream in engine.streams.values():
+                stream.unsubscribe()
 
     def _ping_statsz(self) -> None:
         account = self.nrg.account

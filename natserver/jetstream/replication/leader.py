@@ -343,13 +343,14 @@ class MetaLeader:
         populate_origin(ng, og, old_cfg.num_replicas, old.config.get("placement"))
         return ng
 
-    def stream_peer_remove(self, account: str, name: str, peer: str) -> Proposal:
+    def stream_peer_remove(self, account: str, name: str, peer: str, *, require_replicas: bool = True) -> Proposal:
         """removePeerFromStreamLocked (STREAM.PEER.REMOVE of a member, checked by the caller):
         the peer out of the assignment at once (its server drops its copy), a replacement
         placed as placement chooses it (reassignStreamPeers: the largest group that fits) as the
         group's desired state, the peer listed as removed; the group's leader takes it out of
         the RAFT group and adds the replacement (desired.py). Refused (10075) when no
-        replacement keeps the replica count; a stream with consumers is refused by name."""
+        replacement keeps the replica count (``require_replicas``: STREAM.PEER.REMOVE's; a server's
+        removal shrinks the group instead); a stream with consumers is refused by name."""
         osa = self.stream(account, name)
         if osa is None or osa.group is None:
             raise errors.stream_not_found()
@@ -369,7 +370,7 @@ class MetaLeader:
             if not isinstance(chosen, PlacementError) or replicas <= len(retain) + 1:
                 break
         target = retain if isinstance(chosen, PlacementError) else chosen
-        if len(target) < int(osa.config.get("num_replicas") or 1):
+        if require_replicas and len(target) < int(osa.config.get("num_replicas") or 1):
             raise errors.peer_remap()
         preferred = og.preferred if og.preferred != peer else ""
         ng = with_desired(og, og.name, target, cluster, preferred, self.rng, self._created(),

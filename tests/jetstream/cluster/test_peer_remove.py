@@ -4,9 +4,10 @@ clocks, bounded polls, a hard timeout on each test), their answers compared with
 tests.jetstream.cluster.record_scale``): the meta leader answers both; PEER.REMOVE's errors
 (bad request, stream not found, peer not a member) as 2.15.1's, a member replaced (an R1
 stream's server by another; an R3 stream's on three servers refused: no replacement); SERVER.REMOVE's errors (bad request,
-invalid JSON, not a member) as 2.15.1's, a server running streams refused by name, a server
-without any removed from the meta group (answered once the removal is applied, gone from every
-/jsz, nothing placed on it after, not taken back when it is heard from again).
+invalid JSON, not a member) as 2.15.1's, a server running consumers refused by name, another
+removed from the meta group (answered once the removal is applied, gone from every /jsz,
+nothing placed on it after, not taken back when it is heard from again), its R1 streams moved to
+other servers and an R3 stream it was in shrunk to the two others with every message.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def test_stream_peer_remove_answers_as_2_15_1(cluster):
     run(main)
 
 
-def test_server_remove_of_a_server_without_assets(cluster):
+def test_server_remove_moves_its_streams_elsewhere(cluster):
     async def main():
         async with clients(cluster) as (ncs, sys_nc, leader):
             names = [n.options.server_name for n in cluster.servers]
@@ -95,15 +96,24 @@ def test_server_remove_of_a_server_without_assets(cluster):
             await ncs[0].publish("$JS.API.SERVER.REMOVE", json.dumps({"peer": names[1]}).encode(), reply=inbox)
             await ncs[0].flush()
 
-            # A server running a stream is refused by name.
-            created = await api(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})
-            host = created["cluster"]["leader"]
-            refused = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": host})
-            assert refused["type"] == _T + "meta_server_remove_response"
-            assert refused["error"]["description"] == (
-                f"natserver does not move a removed server's streams and consumers yet: {host} holds 1 of them")
-            # One without streams (not the meta leader), by name: removed once applied.
-            victim = next(n for n in names if n not in (host, leader))
+            # A server (not the meta leader) running an R1 stream (moved there off its first
+            # server by STREAM.PEER.REMOVE: placement may favour one) and a member of an R3 one.
+            made = await api(ncs[0], "$JS.API.STREAM.CREATE.T0", {"name": "T0", "subjects": ["t0"]})
+            first_host = made["cluster"]["leader"]
+            if first_host == leader:
+                assert (await api(ncs[0], "$JS.API.STREAM.PEER.REMOVE.T0", {"peer": first_host}))["success"]
+
+            async def off_leader():
+                info = await api(ncs[0], "$JS.API.STREAM.INFO.T0")
+                now = (info.get("cluster") or {}).get("leader")
+                return now if now and now != leader and "desired" not in info["cluster"] else None
+
+            victim = await until(off_leader, "T0 off the meta leader's server", SETTLE)
+            on_victim, made_t = ["T0"], 1
+            r3 = await until(lambda: created_r3(ncs[1]), "R3 created")
+            assert victim in members_of(r3)
+            for n in range(3):
+                await publish(ncs[n], "r3.a", b"m%d" % n)
             removed = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim})
             assert removed == recorded("server_remove")
             assert await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim}) == recorded("server_remove_again")
@@ -118,14 +128,51 @@ def test_server_remove_of_a_server_without_assets(cluster):
 
             metas = await until(without_it, f"{victim} gone from the meta group")
             assert all(m["leader"] == leader and m["quorum_needed"] == 2 for m in metas)
+
+            # Its R1 streams on another server (afresh, as 2.15.1 moves them), the R3 stream on
+            # the two others (no replacement: the group shrinks) with every message.
+            for name in on_victim:
+                async def moved(name=name):
+                    info = await api(ncs[0], f"$JS.API.STREAM.INFO.{name}")
+                    leader_now = (info.get("cluster") or {}).get("leader")
+                    return info if leader_now and leader_now != victim and "desired" not in info["cluster"] else None
+                await until(moved, f"{name} moved off {victim}", SETTLE)
+
+            async def shrunk():
+                info = await api(ncs[0], "$JS.API.STREAM.INFO.R3")
+                cluster_info = info.get("cluster") or {}
+                if cluster_info.get("leader") and "desired" not in cluster_info and \
+                        members_of(info) == sorted(n for n in names if n != victim):
+                    return info
+                return None
+
+            info = await until(shrunk, "R3 on the two other servers", SETTLE)
+            assert info["state"]["messages"] == 3 and info["config"]["num_replicas"] == 3
+            ack = await publish(ncs[0], "r3.a", b"m3")
+            assert ack.seq == 4
             for i in range(ASSETLESS_STREAMS):  # (placement: the meta group's peers only)
-                made = await api(ncs[i % 3], f"$JS.API.STREAM.CREATE.T{i}", {"name": f"T{i}", "subjects": [f"t{i}"]})
+                made = await api(ncs[i % 3], f"$JS.API.STREAM.CREATE.U{i}", {"name": f"U{i}", "subjects": [f"u{i}"]})
                 assert made["cluster"]["leader"] in names and made["cluster"]["leader"] != victim, made
             info = await api(ncs[1], "$JS.API.INFO")
-            assert info["streams"] == 1 + ASSETLESS_STREAMS
+            assert info["streams"] == 1 + made_t + ASSETLESS_STREAMS
+            # A server running a stream with consumers is refused by name.
+            created = await api(ncs[0], "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
+            host = created["cluster"]["leader"]
+            await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.C.D",
+                      {"stream_name": "C", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+            refused = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": host})
+            assert refused["type"] == _T + "meta_server_remove_response"
+            assert refused["error"]["description"] == (
+                f"natserver does not move a removed server's consumers yet: {host} holds 2 streams with consumers "
+                "or consumers")
             # The removed server still answers the leader's heartbeats: it is not taken back.
             views = await jsz_all(sys_nc)
             assert views[leader]["meta_cluster"]["cluster_size"] == 2
             assert quiet.pending_msgs == 0
 
     run(main)
+
+
+def members_of(info: dict) -> list[str]:
+    cluster = info.get("cluster") or {}
+    return sorted([cluster.get("leader", "")] + [r["name"] for r in cluster.get("replicas") or ()])
