@@ -426,7 +426,7 @@ class JetStreamCluster:
                     local.cfg = local.cfg.copy(num_replicas=cfg.num_replicas)
                 engine.update_stream(local, cfg)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
-            replica = self._group_of(engine, local, sa)
+            replica = self._group_of(engine, local, sa, new=created)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
@@ -451,11 +451,12 @@ class JetStreamCluster:
             return
         self._answer(engine, reply, build())
 
-    def _group_of(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica | None:
+    def _group_of(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica | None:
         """The stream's RAFT group on this server, as its assignment has it (processClusterUpdateStream):
         one when it has several peers or desired state (a replica change: desired.py), none for a
         group of one; a renamed group (a scale from or to one replica) replaces the old one. The
-        group's leader takes the change's next step at once."""
+        group's leader takes the change's next step at once. ``new``: the stream was just created
+        here (a member added by a scale up waits for the leader's data as an observer)."""
         key = (engine.account_name or "", stream.name)
         group = sa.group
         desired = desired_of(group)
@@ -473,14 +474,14 @@ class JetStreamCluster:
         if not stream.replicated:  # (an R1 stream being scaled up: its group's leader subscribes)
             stream.unsubscribe()
             stream.replicated = True
-        replica = self._replicate(engine, stream, sa)
+        replica = self._replicate(engine, stream, sa, new=new)
         replica.desired = desired
         replica.assigned = list(group.peers or ())
         replica.replicas = stream.cfg.num_replicas
         replica.migrate()
         return replica
 
-    def _replicate(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica:
+    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica:
         """A replicated stream's group on this server (processClusterCreateStream): started, or
         resumed from its files; the preferred peer campaigns at once (a group of one: its peer)."""
         key = (engine.account_name or "", stream.name)
@@ -490,7 +491,8 @@ class JetStreamCluster:
         group = sa.group
         if group is None or not group.peers:
             raise errors.stream_create("a replicated stream's assignment has no group")
-        scale_up = bool(group.extra.get(SCALE_UP)) and not os.path.exists(os.path.join(self.nrg.groups_dir, group.name))
+        scale_up = (new and bool(group.extra.get(SCALE_UP))
+                    and not os.path.exists(os.path.join(self.nrg.groups_dir, group.name)))
         replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync, scale_up=scale_up)
         self.replicas[key] = replica
         preferred = group.preferred or (group.peers[0] if len(group.peers) == 1 else "")

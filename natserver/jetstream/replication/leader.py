@@ -337,6 +337,8 @@ class MetaLeader:
                 rename_single(group, self.rng, len(chosen))
             preferred = current[0] if len(current) == 1 else og.preferred
             ng = with_desired(og, group.name, chosen, cluster, preferred, self.rng, now)
+            if current_desired is None:
+                ng.extra.pop(SCALE_UP, None)  # (a scale up of a settled group starts afresh)
         else:
             ng = with_desired(og, og.name, current, og.cluster, og.preferred, self.rng, now, scale_down=True)
         old_cfg = StreamConfig.from_json(old.config)

@@ -2,7 +2,7 @@
 the meta leader records the target as the group's desired state, the stream group's leader
 drives it there step by step over $SYS.JSC.STREAM.ASSIGNMENT.RECONCILE), in clusters of
 in-process natservers (real clocks, bounded polls, a hard timeout on each test): R1 -> R3 ->
-R1 on three servers and R3 -> R5 -> R3 on five, then STREAM.PEER.REMOVE of a follower and
+R1 -> R3 on three servers and R3 -> R5 -> R3 on five, then STREAM.PEER.REMOVE of a follower and
 of the leader (each replaced by a free server), each answer compared with a 5-node 2.15.1
 cluster's (data/scale_nats_server_2.15.1.json, ``python -m tests.jetstream.cluster.record_scale``),
 the placement that results, every acked message on every new replica, publishing going on,
@@ -127,6 +127,12 @@ def test_scale_r1_to_r3_and_back(cluster):
             assert ack.seq == 11
             expected.append((11, b"s.a", b"m10"))
             await everywhere(cluster, expected)
+
+            cfg["num_replicas"] = 3  # (again: the settled group of one starts a new RAFT group)
+            check_update(await api(ncs[2], "$JS.API.STREAM.UPDATE.S", cfg), 3, step(3))
+            await settled(ncs[0], 3)
+            await everywhere(cluster, expected)
+            assert sorted(holders(cluster)) == [0, 1, 2]
 
     run(main)
 
