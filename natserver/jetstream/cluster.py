@@ -921,6 +921,8 @@ class JetStreamCluster:
         """jsAccount.sendClusterUsageUpdate, every USAGE_TICK: each account's usage here."""
         while True:
             await trio.sleep(USAGE_TICK)
+            if self.disabled:
+                continue  # (removed from the cluster: 2.15.1's JetStream is off, it sends nothing)
             for account, engine in self.engines.items():
                 if not engine.streams and account not in self._usage_sent:
                     continue  # (nats-server: nothing to send before the account's first stream)
@@ -937,6 +939,9 @@ class JetStreamCluster:
         if len(tokens) != 4 or tokens[3] == self.node_id:
             return
         account, node = tokens[2], tokens[3]
+        group = self.group
+        if group is not None and node in group.node.removed_peers and node not in group.node.peers:
+            return  # (a server removed from the meta group: not counted)
         data = bytes(body)
         if len(data) < USAGE_HEAD.size:
             return
@@ -1200,6 +1205,8 @@ class JetStreamCluster:
             log.error("JetStream being DISABLED, our server was removed from the cluster")
             self._disable()
             return
+        for usage in self.usage.values():  # (its usage is no longer the account's)
+            usage.pop(peer, None)
         reply = self._peer_remove_replies.pop(peer, None)
         if reply and self.is_leader:
             body = dumps({"type": _T + "meta_server_remove_response", "success": True})

@@ -114,6 +114,8 @@ def test_server_remove_moves_its_streams_elsewhere(cluster):
             assert victim in members_of(r3)
             for n in range(3):
                 await publish(ncs[n], "r3.a", b"m%d" % n)
+            meta = next(n.server.jetstream.cluster for n in cluster.servers if n.options.server_name == leader)
+            await until(lambda: as_async(node_id(victim) in meta.usage.get("APP", {})), "the victim's usage counted")
             removed = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim})
             assert removed == recorded("server_remove")
             assert await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim}) == recorded("server_remove_again")
@@ -165,12 +167,19 @@ def test_server_remove_moves_its_streams_elsewhere(cluster):
             assert refused["error"]["description"] == (
                 f"natserver does not move a removed server's consumers yet: {host} holds 2 streams with consumers "
                 "or consumers")
+            # The removed server's usage is no longer the account's ($JSC.ARU: it sends none, and
+            # what it sent before is dropped).
+            assert node_id(victim) not in meta.usage.get("APP", {})
             # The removed server still answers the leader's heartbeats: it is not taken back.
             views = await jsz_all(sys_nc)
             assert views[leader]["meta_cluster"]["cluster_size"] == 2
             assert quiet.pending_msgs == 0
 
     run(main)
+
+
+async def as_async(value):
+    return value
 
 
 def members_of(info: dict) -> list[str]:
