@@ -48,7 +48,8 @@ from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
-from .replica import StreamReplica
+from .replica import RECONCILE_SUBJECT, StreamReplica
+from .replication.desired import SCALE_UP, desired_of
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo, consumer_replicas
@@ -100,6 +101,12 @@ LAME_DUCK_SUBJECT = "$SYS.SERVER.*.LAMEDUCK"
 STREAM_INFO_SUBJECT = "$JSC.SI.{account}.{stream}"  # jetstream_cluster.go clusterStreamInfoT
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsumerInfoT
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
+# jetstream_api.go JSApiRemoveServer (system account): the meta leader removes a server.
+SERVER_REMOVE = "$JS.API.SERVER.REMOVE"
+# What natserver does not do yet of SERVER.REMOVE (2.15.1 moves the server's streams and
+# consumers to other servers through their groups' desired state).
+SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's consumers yet: "
+                         "{name} holds {count} streams with consumers or consumers")
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
 # long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
 REPLY_PREFIX = b"_R_."
@@ -118,6 +125,9 @@ REPLICATED_CONSUMERS = "natserver does not run R1 consumers of replicated stream
 REPLICATED_RETENTION = "natserver does not run consumers of replicated interest or workqueue streams yet"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
+# jetstream_cluster.go migrateFallbackCheckInterval: how often a stream group's leader takes the
+# next step of a replica change (also at once, when its assignment changes).
+MIGRATE_INTERVAL = 0.5
 
 
 class ClusterEngine(Protocol):
@@ -206,6 +216,9 @@ class JetStreamCluster:
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
+        # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
+        self._peer_remove_replies: dict[str, bytes] = {}
+        self.disabled = False  # removed from the meta group (SERVER.REMOVE): JetStream serves nothing
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -216,6 +229,7 @@ class JetStreamCluster:
             nursery.start_soon(self._compactor)
             nursery.start_soon(self._usage_sender)
             nursery.start_soon(self.consumer_groups.run)
+            nursery.start_soon(self._migrator)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -247,6 +261,8 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(STATSZ_SUBJECT, self._statsz)))
         self._subs.append((account, account.subscribe(USAGE_SUBJECT.format(account="*", node="*"), self._usage)))
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
+        self._subs.append((account, account.subscribe(SERVER_REMOVE, self._server_remove)))
+        self._subs.append((account, account.subscribe(RECONCILE_SUBJECT, self._reconcile)))
         self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
@@ -297,6 +313,7 @@ class JetStreamCluster:
 
     def _leader_changed(self, leader: bool) -> None:
         self.meta.leader_changed()
+        self._peer_remove_replies.clear()  # (processLeaderChange: peerRemoveReply cleared)
         if leader:
             log.info("Self is new JetStream cluster metadata leader")
             self._ping_statsz()
@@ -321,6 +338,8 @@ class JetStreamCluster:
             self._unsnapshotted += len(entry.data)
             if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
                 peer_entries = True
+            if entry.type == EntryType.REMOVE_PEER and not self.state.recovering:
+                self._peer_removed(entry.data.decode("utf-8", "replace"))
             if entry.type not in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 continue
             recovering = self.state.recovering
@@ -411,9 +430,11 @@ class JetStreamCluster:
             if local is None:
                 local = engine.add_stream(cfg, created=sa.created_ns)
             elif local.cfg != cfg:
+                if local.cfg.num_replicas != cfg.num_replicas:  # (a single server's check refuses replicas)
+                    local.cfg = local.cfg.copy(num_replicas=cfg.num_replicas)
                 engine.update_stream(local, cfg)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
-            replica = self._replicate(engine, local, sa) if local.replicated else None
+            replica = self._group_of(engine, local, sa, new=created)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
@@ -438,9 +459,39 @@ class JetStreamCluster:
             return
         self._answer(engine, reply, build())
 
-    def _replicate(self, engine: ClusterEngine, stream: Stream, sa) -> StreamReplica:
+    def _group_of(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica | None:
+        """The stream's RAFT group on this server, as its assignment has it (processClusterUpdateStream):
+        one when it has several peers or desired state (a replica change: desired.py), none for a
+        group of one; a renamed group (a scale from or to one replica) replaces the old one. The
+        group's leader takes the change's next step at once. ``new``: the stream was just created
+        here (a member added by a scale up waits for the leader's data as an observer)."""
+        key = (engine.account_name or "", stream.name)
+        group = sa.group
+        desired = desired_of(group)
+        old = self.replicas.get(key)
+        if old is not None and (group is None or old.group_name != group.name):
+            self.replicas.pop(key, None)
+            old.stop(remove=True)
+        if group is None or (len(group.peers or ()) <= 1 and desired is None):
+            if stream.replicated:  # (scaled down to one: the stream's own again, stream.go's R1)
+                stream.replicated = False
+                stream.replica = None
+                stream.unsubscribe()
+                stream.subscribe()
+            return None
+        if not stream.replicated:  # (an R1 stream being scaled up: its group's leader subscribes)
+            stream.unsubscribe()
+            stream.replicated = True
+        replica = self._replicate(engine, stream, sa, new=new)
+        replica.desired = desired
+        replica.assigned = list(group.peers or ())
+        replica.replicas = stream.cfg.num_replicas
+        replica.migrate()
+        return replica
+
+    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica:
         """A replicated stream's group on this server (processClusterCreateStream): started, or
-        resumed from its files; the preferred peer campaigns at once."""
+        resumed from its files; the preferred peer campaigns at once (a group of one: its peer)."""
         key = (engine.account_name or "", stream.name)
         replica = self.replicas.get(key)
         if replica is not None and not replica.stopped:
@@ -448,16 +499,48 @@ class JetStreamCluster:
         group = sa.group
         if group is None or not group.peers:
             raise errors.stream_create("a replicated stream's assignment has no group")
-        replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync)
+        scale_up = (new and bool(group.extra.get(SCALE_UP))
+                    and not os.path.exists(os.path.join(self.nrg.groups_dir, group.name)))
+        replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync, scale_up=scale_up)
         self.replicas[key] = replica
-        if group.preferred == self.node_id and replica.group.node.term == 0:
+        preferred = group.preferred or (group.peers[0] if len(group.peers) == 1 else "")
+        if preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
             replica.group.campaign()
         return replica
+
+    async def _migrator(self) -> None:
+        """monitorStream's migration timer: each led group with a replica change in progress
+        takes its next step (desired.py)."""
+        while True:
+            await trio.sleep(MIGRATE_INTERVAL)
+            for replica in list(self.replicas.values()):
+                if replica.leading and (replica.desired is not None or replica.migration is not None):
+                    replica.migrate()
+
+    def _reconcile(self, subject, reply, headers, body) -> None:
+        """reconcileDesiredStreamAssignment (the meta leader): a stream group leader's step."""
+        if not self.is_leader:
+            return
+        try:
+            update = loads(bytes(body))
+            account, stream = str(update["account"]), str(update["stream"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if not isinstance(update, dict):
+            return
+        proposal = self.meta.stream_reconcile(account, stream, update)
+        if proposal is not None:
+            self._propose(proposal)
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
         if replica is not None:
+            if replica.leading:  # (removeStream: hand over first, the others need not wait for an election)
+                try:
+                    replica.group.step_down()
+                except (NotLeader, StorageError):
+                    pass
             replica.stop(remove=True)
         for consumer in list(stream.consumers.values()):
             self._drop_consumer(engine, consumer)
@@ -610,6 +693,8 @@ class JetStreamCluster:
     def handle(self, engine: ClusterEngine, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """A request on ``$JS.API.>`` in ``engine``'s account, as a clustered nats-server
         takes it; the local API answers what this server answers as a single server would."""
+        if self.disabled:
+            return True
         tokens = subject.split(b".")
         n = len(tokens)
         if n < 3 or tokens[0] != b"$JS" or tokens[1] != b"API":
@@ -618,7 +703,8 @@ class JetStreamCluster:
         meta_request = (
             (kind == b"INFO" and n == 3)
             or (kind == b"STREAM" and ((n == 4 and op in (b"NAMES", b"LIST"))
-                                       or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))))
+                                       or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))
+                                       or (n == 6 and op == b"PEER" and tokens[4] == b"REMOVE")))
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
                                          or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
         )
@@ -745,6 +831,9 @@ class JetStreamCluster:
         if kind == b"CONSUMER" and op in (b"NAMES", b"LIST"):
             self._consumer_names(engine, tokens[4].decode("utf-8", "replace"), reply, payload, full=op == b"LIST")
             return
+        if kind == b"STREAM" and op == b"PEER":
+            self._stream_peer_remove(engine, tokens[5].decode("utf-8", "replace"), reply, payload)
+            return
         rtype = _response_type(tokens)
         text = [t.decode("utf-8", "replace") for t in tokens]
         self._refresh_peers()
@@ -840,6 +929,8 @@ class JetStreamCluster:
         """jsAccount.sendClusterUsageUpdate, every USAGE_TICK: each account's usage here."""
         while True:
             await trio.sleep(USAGE_TICK)
+            if self.disabled:
+                continue  # (removed from the cluster: 2.15.1's JetStream is off, it sends nothing)
             for account, engine in self.engines.items():
                 if not engine.streams and account not in self._usage_sent:
                     continue  # (nats-server: nothing to send before the account's first stream)
@@ -856,6 +947,9 @@ class JetStreamCluster:
         if len(tokens) != 4 or tokens[3] == self.node_id:
             return
         account, node = tokens[2], tokens[3]
+        group = self.group
+        if group is not None and node in group.node.removed_peers and node not in group.node.peers:
+            return  # (a server removed from the meta group: not counted)
         data = bytes(body)
         if len(data) < USAGE_HEAD.size:
             return
@@ -1004,6 +1098,152 @@ class JetStreamCluster:
         if reply:
             self.nrg.account.publish(reply, None, None, dumps(response))
 
+    def _stream_peer_remove(self, engine: ClusterEngine, name: str, reply, payload: bytes) -> None:
+        """jsStreamRemovePeerRequest on the meta leader: ``{"peer": <server name or peer id>}``;
+        2.15.1's errors (bad request, invalid JSON, stream not found, peer not a member); a
+        member replaced through the group's desired state (MetaLeader.stream_peer_remove),
+        answered once proposed, as 2.15.1 answers it."""
+        rtype = _T + "stream_remove_peer_response"
+        api = engine.api
+        if is_empty_request(payload):
+            api._fail(reply, rtype, errors.bad_request())
+            return
+        try:
+            request = loads(payload)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+            peer = str(request.get("peer") or "")
+        except (ValueError, TypeError):
+            api._fail(reply, rtype, errors.invalid_json())
+            return
+        if not peer:
+            api._fail(reply, rtype, errors.bad_request())
+            return
+        sa = self.meta.stream(engine.account_name or "", name)
+        if sa is None:
+            api._fail(reply, rtype, errors.stream_not_found())
+            return
+        members = set(sa.group.peers or ()) if sa.group is not None else set()
+        desired = sa.group.extra.get("desired") if sa.group is not None else None
+        if isinstance(desired, dict):
+            members.update(str(p) for p in desired.get("peers") or ())
+        if node_id(peer) not in members and peer not in members:  # (a server name, else a peer id)
+            api._fail(reply, rtype, errors.cluster_peer_not_member())
+            return
+        member = node_id(peer) if node_id(peer) in members else peer
+        try:
+            proposal = self.meta.stream_peer_remove(engine.account_name or "", name, member)
+        except ApiError as exc:
+            api._fail(reply, rtype, exc)
+            return
+        self._propose(proposal)
+        api._send(reply, {"type": rtype, "success": True})
+
+    def _server_remove(self, subject, reply, headers, body) -> None:
+        """jsLeaderServerRemoveRequest (system account, the meta leader): ``{"peer": <server
+        name>}`` or ``{"peer_id": <id>}``; the meta group's EntryRemovePeer proposed, answered
+        once applied (_peer_removed: its streams are then moved). A server running consumers,
+        or streams with consumers, is refused (2.15.1 moves them too: not built)."""
+        group = self.group
+        if group is None or not group.leader:
+            return
+        account = _request_account(headers)
+        if account and account != self.system.name:
+            return  # (only the system account's)
+        rtype = _T + "meta_server_remove_response"
+
+        def fail(error: ApiError) -> None:
+            if reply:
+                self.system.publish(reply, None, None, dumps({"type": rtype, "error": error.to_json()}))
+
+        payload = bytes(body)
+        if is_empty_request(payload):
+            fail(errors.bad_request())
+            return
+        try:
+            request = loads(payload)
+            if not isinstance(request, dict):
+                raise ValueError("not an object")
+            name, wanted = str(request.get("peer") or ""), str(request.get("peer_id") or "")
+        except (ValueError, TypeError):
+            fail(errors.invalid_json())
+            return
+        if self._peer_remove_replies:
+            fail(errors.cluster_member_change_inflight())
+            return
+        found = ""
+        for peer in group.node.peers:
+            if (wanted and peer == wanted) or (not wanted and self.names.get(peer) == name):
+                found = peer
+                break
+        if not found:
+            fail(errors.cluster_server_not_member())
+            return
+        held = self._assets_on(found)
+        if held:
+            fail(errors.raft_general(SERVER_REMOVE_NOT_YET.format(name=self.names.get(found, found), count=held)))
+            return
+        try:
+            group.remove_peer(found)
+        except NotLeader as exc:
+            if "membership change" in str(exc):
+                fail(errors.cluster_member_change_inflight())
+            else:
+                fail(errors.raft_general(str(exc)))
+            return
+        except StorageError as exc:
+            fail(errors.raft_general(str(exc)))
+            return
+        self._peer_remove_replies[found] = bytes(reply) if reply else b""
+
+    def _assets_on(self, peer: str) -> int:
+        """How many consumer assignments, and streams with consumers, have ``peer`` in their group."""
+        count = 0
+        for sa in self.state.all_streams():
+            if sa.consumers and sa.group is not None and sa.group.is_member(peer):
+                count += 1
+            count += sum(1 for ca in sa.consumers.values() if ca.group is not None and ca.group.is_member(peer))
+        return count
+
+    def _peer_removed(self, peer: str) -> None:
+        """A meta EntryRemovePeer applied (processRemovePeer): this server's own removal is
+        logged as 2.15.1's (which disables its JetStream); the meta leader answers the
+        SERVER.REMOVE that asked for it."""
+        if peer == self.node_id:
+            log.error("JetStream being DISABLED, our server was removed from the cluster")
+            self._disable()
+            return
+        for usage in self.usage.values():  # (its usage is no longer the account's)
+            usage.pop(peer, None)
+        reply = self._peer_remove_replies.pop(peer, None)
+        if reply and self.is_leader:
+            body = dumps({"type": _T + "meta_server_remove_response", "success": True})
+            self.system.publish(reply, None, None, body)
+        self._refresh_peers()
+        if not self.is_leader:
+            return
+        for sa in self.state.all_streams():  # (removePeerFromStreamLocked, remove: true)
+            desired = desired_of(sa.group)
+            if sa.group is None or not (sa.group.is_member(peer) or (desired and peer in (desired.get("peers") or ()))):
+                continue
+            try:
+                self._propose(self.meta.stream_peer_remove(sa.account, sa.name, peer, require_replicas=False))
+            except ApiError as exc:
+                log.warning("JetStream cluster: stream %s not moved off a removed server: %s", sa.name,
+                            exc.description)
+
+    def _disable(self) -> None:
+        """This server was removed from the meta group (2.15.1 disables its JetStream): its
+        replicated streams' groups stop and no stream takes publishes here any more; the meta
+        leader moves them elsewhere."""
+        self.disabled = True
+        for replica in list(self.replicas.values()):
+            replica.stop()
+        self.replicas.clear()
+        for engine in self.engines.values():
+            for stream in engine.streams.values():
+                stream.unsubscribe()
+
     def _ping_statsz(self) -> None:
         account = self.nrg.account
         inbox = "_INBOX.jsc.statsz." + "".join(self.rng.choice("0123456789abcdef") for _ in range(12))
@@ -1148,7 +1388,8 @@ def _response_type(tokens: list[bytes]) -> str:
     if kind == b"STREAM":
         return _T + {b"NAMES": "stream_names_response", b"LIST": "stream_list_response",
                      b"CREATE": "stream_create_response", b"UPDATE": "stream_update_response",
-                     b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response"}.get(op, "")
+                     b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response",
+                     b"PEER": "stream_remove_peer_response"}.get(op, "")
     if op == b"DELETE":
         return _T + "consumer_delete_response"
     if op in (b"NAMES", b"LIST"):

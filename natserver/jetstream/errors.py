@@ -64,6 +64,16 @@ consumer_replicas_exceeds_stream = _fixed(400, 10126, "consumer config replica c
 stream_offline = _fixed(500, 10118, "stream is offline")
 # jetstream_cluster.go isLeaderless: the meta group has had no leader for a while.
 cluster_not_available = _fixed(503, 10008, "JetStream system temporarily unavailable")
+# 2.15.1 JSClusterPeerNotMemberErr (STREAM.PEER.REMOVE: the peer is not in the stream's group),
+# JSClusterServerNotMemberErr (SERVER.REMOVE: no such peer of the meta group) and
+# JSClusterServerMemberChangeInflightErr (SERVER.REMOVE while another one is in flight).
+cluster_peer_not_member = _fixed(400, 10040, "peer not a member")
+cluster_server_not_member = _fixed(400, 10044, "server is not a member of the cluster")
+cluster_member_change_inflight = _fixed(400, 10202, "cluster member change is in progress")
+# 2.15.1 JSPeerRemapErr: STREAM.PEER.REMOVE finds no replacement that keeps the replicas.
+peer_remap = _fixed(503, 10075, "peer remap failed")
+# 2.15.1 JSStreamMoveAndScaleErr: an update changing both the placement and the replicas.
+stream_move_and_scale = _fixed(400, 10123, "can not move and scale a stream in a single update")
 
 
 def raft_general(err: str) -> ApiError:

@@ -35,6 +35,7 @@ from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .errors import ApiError
+from .replication.desired import next_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
 from .store import StoreError
@@ -64,6 +65,11 @@ SYNC_REPLY = "$JSC.R"  # jetstream_cluster.go syncReplySubject: a follower's cat
 SYNC_ACK = "$JSC.ACK"  # syncAckSubject: the leader's flow-control replies
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _TOKEN_LEN = 22  # (nuid-sized random tokens of the sync subjects)
+# jetstream_cluster.go streamAssignmentReconcileSubj: a group leader's step of a replica change,
+# to the meta leader (desired.py).
+RECONCILE_SUBJECT = "$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE"
+# raft.go hbInterval * 3: a peer heard from this recently is live (selectPeerToAdd).
+HEARD_WITHIN = 3.0
 
 
 class ReplicaHost(Protocol):
@@ -95,7 +101,7 @@ class StreamReplica:
     """This server's replica of one replicated stream: its group's node and what it applies."""
 
     def __init__(self, host: ReplicaHost, engine: ReplicaEngine, stream: Stream, group: str, peers: list[str],
-                 sync_subject: str) -> None:
+                 sync_subject: str, *, scale_up: bool = False) -> None:
         self.host = host
         self.engine = engine
         self.stream = stream
@@ -120,8 +126,19 @@ class StreamReplica:
         self.catchups = 0  # catch-ups completed (as a follower)
         self._quorum_lost_at = float("-inf")  # the last quorum-lost advisory (shouldSendLostQuorum)
         self.stopped = False
+        # A replica change in progress (desired.py): the assignment's desired state and peers
+        # (set by the cluster with each assignment), what this leader did last (2.15.1's status).
+        self.desired: dict | None = None
+        self.assigned: list[str] = list(peers)
+        self.replicas = stream.cfg.num_replicas
+        self.migration: tuple[str, str] | None = None
+        # raft.go's scale-up observer: a new member with an empty log does not campaign before
+        # the leader's data reaches it.
+        self._scale_up = scale_up
         stream.replica = self
         self.group = host.nrg.create_group(group, peers, self._apply)
+        if scale_up:
+            self.group.node.observer = True
         self.group.on_leader_change = self._leader_changed
 
     def __repr__(self) -> str:
@@ -222,7 +239,68 @@ class StreamReplica:
             replicas.append(entry)
         if replicas:
             out["replicas"] = replicas
+        desired = self.desired
+        if desired is not None or (self.migration is not None and self.leading):
+            out["desired"] = self._desired_json(desired or {})
         return out
+
+    def _desired_json(self, desired: dict) -> dict:
+        """2.15.1's DesiredClusterInfo: the target's cluster and peers (not while a scale down's
+        are still to be chosen), what it changes from, and this leader's last step."""
+        names = self.host.names
+        out: dict = {}
+        if desired.get("created"):
+            out["created"] = desired["created"]
+        if desired.get("cluster"):
+            out["name"] = desired["cluster"]
+        if desired and not desired.get("scale_down"):
+            out["replicas"] = [{"name": names.get(p, p), "peer": p} for p in desired.get("peers") or ()]
+        origin = desired.get("origin")
+        if isinstance(origin, dict):
+            out["origin"] = {"replicas": origin.get("replicas", 0),
+                             **({"placement": origin["placement"]} if origin.get("placement") else {})}
+        if self.migration is not None and self.leading:
+            out["status"] = {"description": self.migration[0], "type": self.migration[1]}
+        return out
+
+    # -- a replica change (desired.py) ------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """runStreamMigration, on the group's leader while the assignment has desired state (or
+        more RAFT peers than assigned): the next step taken, reported to the meta leader when it
+        is the meta leader's to take."""
+        node = self.group.node
+        if not self.leading or self.stopped:
+            return
+        actual = list(node.peers)
+        if self.desired is None and sorted(actual) == sorted(self.assigned):
+            self.migration = None
+            return
+        now = clock.monotonic()
+        lags = {p: max(node.commit - node._match.get(p, 0), 0) for p in actual if p != node.id}
+        lags[node.id] = 0
+        heard = {p for p, seen in node._seen.items() if now - seen < HEARD_WITHIN}
+        current = {p for p, lag in lags.items() if lag == 0 and (p == node.id or p in heard)}
+        offline = {p for p in actual if p != node.id and p not in heard}
+        step = next_step(node.id, node.term, self.desired, self.assigned, actual, lags, current, offline, heard,
+                         self.replicas, membership_pending=node._membership_index > node.commit,
+                         needs_snapshot=node.snapshot is None)
+        self.migration = step.status
+        try:
+            if step.action == "report" and step.update is not None:
+                body = {"account": self.engine.account_name or "", "stream": self.stream.name, **step.update}
+                self.host.system.publish(RECONCILE_SUBJECT.encode(), None, None, dumps(body))
+            elif step.action == "snapshot":
+                self.snapshot()
+            elif step.action == "add":
+                self.group.add_peer(step.peer)
+            elif step.action == "remove":
+                self.group.remove_peer(step.peer)
+            elif step.action == "step_down":
+                self.group.step_down(step.peer)
+        except (NotLeader, StorageError) as exc:
+            log.debug("JetStream cluster: stream %s: migration step %s: %s", self.stream.name, step.action, exc)
+        self.host.flush()
 
     # -- the group's committed entries ------------------------------------------------------------
 
@@ -240,6 +318,9 @@ class StreamReplica:
     def _apply_one(self, c: Committed) -> None:
         if c.mark is not None:
             return
+        if self._scale_up:  # (raft.go resetInitializing: the log has data, the observer goes)
+            self._scale_up = False
+            self.group.node.observer = False
         self.applied = c.index
         entry = c.entry
         entries, size = self._since_snapshot

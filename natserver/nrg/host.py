@@ -123,6 +123,26 @@ class Group:
         self.node.campaign()
         self.host._changed(self)
 
+    def add_peer(self, peer: str) -> None:
+        """raft.go ProposeAddPeer as leader (NotLeader otherwise, or while another membership
+        change is in flight): an EntryAddPeer."""
+        if self.stopped:
+            raise NotLeader("the group is stopped")
+        try:
+            self.node.add_peer(peer)
+        finally:
+            self.host._changed(self)
+
+    def remove_peer(self, peer: str) -> None:
+        """raft.go ProposeRemovePeer as leader (NotLeader otherwise, or while another
+        membership change is in flight): an EntryRemovePeer."""
+        if self.stopped:
+            raise NotLeader("the group is stopped")
+        try:
+            self.node.remove_peer(peer)
+        finally:
+            self.host._changed(self)
+
 
 class NrgHost:
     """The RAFT groups of one server. Start it with ``await nursery.start(run_nrg, server)``."""

@@ -77,6 +77,9 @@ CATCHUP_STALLED = 2.0
 TRANSFER_CAMPAIGN = 0.01
 # A peer a leader may hand over to was heard from this recently (raft.go StepDown: hbInterval*3).
 HEALTHY_WITHIN = 3 * HEARTBEAT_INTERVAL
+# raft.go peerRemoveTimeoutDefault: a removed peer an unmanaged group's leader still hears from
+# is not added back before this many seconds.
+PEER_REMOVE_TIMEOUT = 5 * 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,7 @@ class Node:
         self.peers: list[str] = []
         self.cluster_size = 0  # raft.go csz: the quorum is cluster_size // 2 + 1
         self.removed = False  # not (or no longer) in the peer set: never campaigns
+        self.removed_peers: dict[str, float] = {}  # peer -> when a membership change took it out
         self._membership_index = 0  # the log index of the last membership entry (0: none)
         self._recompute_peers()
         self.role = Role.FOLLOWER
@@ -475,8 +479,15 @@ class Node:
         return PeerState(tuple(peers), size, self.base_peers.domain_ext)
 
     def _recompute_peers(self) -> None:
+        before = getattr(self, "peers", [])
         self.peers, self._membership_index, self.cluster_size = self._membership(self.log)
         self.removed = self.id not in self.peers
+        # raft.go removePeer: a peer taken out is not added back by trackPeer (an unmanaged
+        # group's leader hearing from it) for PEER_REMOVE_TIMEOUT.
+        now = self.now()
+        for peer in before:
+            if peer not in self.peers:
+                self.removed_peers[peer] = now
 
     def _membership(self, log: list[LogEntry]) -> tuple[list[str], int, int]:
         """The peer set after ``log`` (from the base peer state), its last membership entry
@@ -775,7 +786,9 @@ class Node:
             return
         self._seen[ar.peer] = self.now()
         if not self.managed and ar.peer not in self.peers and self._membership_index <= self.commit:
-            self.add_peer(ar.peer)  # raft.go trackPeer (an unmanaged group: the meta group)
+            removed_at = self.removed_peers.get(ar.peer)
+            if removed_at is None or self.now() - removed_at >= PEER_REMOVE_TIMEOUT:
+                self.add_peer(ar.peer)  # raft.go trackPeer (an unmanaged group: the meta group)
         if ar.success:
             # The follower's log holds our entry (same term and index), hence all before it.
             if ar.index <= self.last_index and self.term_at(ar.index) == ar.term:

@@ -27,7 +27,13 @@ from natserver.raft import (
     VoteResponse,
     node_id,
 )
-from natserver.raft.node import HEARTBEAT_INTERVAL, MAX_CAMPAIGN_TIMEOUT, MAX_ELECTION_TIMEOUT, MIN_ELECTION_TIMEOUT
+from natserver.raft.node import (
+    HEARTBEAT_INTERVAL,
+    MAX_CAMPAIGN_TIMEOUT,
+    MAX_ELECTION_TIMEOUT,
+    MIN_ELECTION_TIMEOUT,
+    PEER_REMOVE_TIMEOUT,
+)
 from natserver.raft.storage import LogEntry
 from tests.raft.sim import GROUP, Clock, Network
 
@@ -556,6 +562,28 @@ def test_a_managed_group_does_not_add_the_peers_it_hears_from():
     assert node.role is Role.LEADER
     node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, C, True).encode())
     assert not [e for e in node.log if e.entry.type == EntryType.ADD_PEER] and node.peers == [A, B]
+
+
+def test_an_unmanaged_group_does_not_take_a_removed_peer_back_before_the_timeout():
+    """raft.go removePeer / trackPeer: a peer an EntryRemovePeer took out of an unmanaged group
+    (SERVER.REMOVE of the meta group) is not added back when the leader hears from it again,
+    until PEER_REMOVE_TIMEOUT has passed."""
+    clock = Clock()
+    node = Node(A, GROUP, [A], MemoryStorage(), rng=random.Random(3), now=clock, managed=False)
+    node.campaign()
+    clock.t += MAX_CAMPAIGN_TIMEOUT
+    node.tick()
+    assert node.role is Role.LEADER
+    node.receive(node.append_inbox, "", AppendEntryResponse(node.term, 0, B, True).encode())
+    assert node.peers == [A, B]  # (trackPeer: B added)
+    node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, B, True).encode())
+    node.remove_peer(B)
+    assert node.peers == [A] and B in node.removed_peers
+    node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, B, True).encode())
+    assert node.peers == [A]  # (heard from again: not taken back)
+    clock.t += PEER_REMOVE_TIMEOUT
+    node.receive(node.append_inbox, "", AppendEntryResponse(node.term, node.last_index, B, True).encode())
+    assert node.peers == [A, B]  # (after the timeout it may rejoin)
 
 
 def test_propose_many_appends_one_append_entry_at_one_index():

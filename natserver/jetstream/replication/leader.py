@@ -32,6 +32,7 @@ from ..stream import StreamConfig, check_stream_config
 from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
+from .desired import SCALE_UP, desired_of, populate_origin, reconcile, rename_single, set_desired, with_desired
 from .entries import (
     ConsumerAssignment,
     EntryError,
@@ -47,11 +48,12 @@ from .placement import (
     consumer_replicas,
     create_group_for_consumer,
     create_group_for_stream,
+    select_peer_group,
     set_preferred,
 )
 from .state import Event, MetaState, StreamEvent
 
-__all__ = ["MetaLeader", "Proposal", "delete_response"]
+__all__ = ["SCALE_WITH_CONSUMERS", "MetaLeader", "Proposal", "delete_response"]
 
 # jetstream_cluster.go syncSubjForStream: "$JSC.SYNC." and 8 base-62 digits.
 SYNC_PREFIX = "$JSC.SYNC."
@@ -62,6 +64,11 @@ EPHEMERAL_NAME_LEN = 8
 # ClientInfo.forProposal: what a proposal leaves out of the client's info.
 _NOT_PROPOSED = ("jwt", "issuer_key")
 _API_TYPE = "io.nats.jetstream.api.v1."
+# A replica change of a stream with consumers: 2.15.1 moves the consumers' groups with the
+# stream's (remapConsumerAssignments, their own desired state); natserver does not yet.
+SCALE_WITH_CONSUMERS = "natserver does not change the replicas of a clustered stream with consumers yet"
+MOVE_NOT_YET = "natserver does not support moving a clustered stream yet"
+PEER_REMOVE_WITH_CONSUMERS = "natserver does not remove a peer of a clustered stream with consumers yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,27 +276,135 @@ class MetaLeader:
 
     def stream_update(self, client: dict, account: str, subject: str, reply: str, config: StreamConfig,
                       limits: dict | None = None) -> Proposal:
-        """jsClusteredStreamUpdateRequest for an update of the configuration alone (the same
-        replicas and placement): the group kept, its preferred leader cleared. A change of
-        replicas or placement (a scale or a move, 2.15.1's desired-state reconfiguration) is
-        refused here: not built."""
+        """jsClusteredStreamUpdateRequest: the group kept, its preferred leader cleared; a
+        change of the replica count recorded as the group's desired state (desired.py: the
+        stream's leader drives it there), the peers added chosen as placement chooses them. A
+        change of placement (a move) is refused here: not built; so is a replica change of a
+        stream with consumers."""
         old = self.stream(account, config.name)
         if old is None:
             raise errors.stream_not_found()
         set_static_stream_metadata(config)
         old_cfg = StreamConfig.from_json(old.config)
-        if ((config.num_replicas or 1) != old_cfg.num_replicas
-                or (config.placement or None) != (old_cfg.placement or None)):
-            raise errors.stream_update("natserver does not support changing a clustered stream's "
-                                       "replicas or placement yet")
+        replicas = config.num_replicas or 1
+        move = config.placement is not None and (config.placement or None) != (old_cfg.placement or None)
+        scale = replicas != old_cfg.num_replicas
+        if move and scale:
+            raise errors.stream_move_and_scale()
+        if move:
+            raise errors.stream_update(MOVE_NOT_YET)
+        if scale:  # (check_update is a single server's, which has no replicas to change)
+            old_cfg.num_replicas = replicas
         cfg = check_stream_update(old_cfg, config, {}, limits)
         self._check_overlap(account, cfg, old)
         group = None
-        if old.group is not None:
+        if old.group is not None and scale:
+            applied = self.state.stream(account, cfg.name)
+            if (applied is not None and applied.consumers) or any(
+                    key[:2] == (account, cfg.name) and ca is not None for key, ca in self.inflight_consumers.items()):
+                raise errors.stream_update(SCALE_WITH_CONSUMERS)
+            group = self._scaled_group(old, cfg, client, account, limits)
+        elif old.group is not None:
             group = RaftGroup(old.group.name, list(old.group.peers or ()), old.group.storage, old.group.cluster,
-                              "", {k: v for k, v in old.group.extra.items() if k != "scale_up"})
+                              "", dict(old.group.extra))
+            if desired_of(group) is None:
+                group.extra.pop(SCALE_UP, None)
         sa = StreamAssignment(_for_proposal(client), old.created, cfg.to_json(), group,
                               old.sync or SYNC_PREFIX + self._suffix(), subject, reply)
+        return self._propose(MetaOp.UPDATE_STREAM, sa)
+
+    def _scaled_group(self, old: StreamAssignment, cfg: StreamConfig, client: dict, account: str,
+                      limits: dict | None) -> RaftGroup:
+        """The group of a replica change (jsClusteredStreamUpdateRequestLocked's isReplicaChange):
+        a scale up chooses the added peers (the current or desired ones kept first), a group of
+        one renamed (it had no RAFT group); a scale down leaves the choice to the group's leader."""
+        og = old.group
+        assert og is not None
+        current_desired = desired_of(og)
+        current = list(current_desired.get("peers") or ()) if current_desired else list(og.peers or ())
+        replicas = cfg.num_replicas
+        now = self._created()
+        if replicas > len(current):
+            self._check_account_limits(account, cfg, limits)
+            cluster = og.cluster or (cfg.placement or {}).get("cluster") or client.get("cluster") or self.cluster
+            chosen = select_peer_group(replicas, cluster, cfg.to_json(), self.peers, self.state.all_streams(),
+                                       self.rng, existing=current, unique_tag=self.unique_tag,
+                                       max_ha_assets=self.max_ha_assets)
+            if isinstance(chosen, PlacementError):
+                raise chosen.api_error()
+            group = RaftGroup(og.name, list(og.peers or ()), og.storage, cluster, og.preferred, dict(og.extra))
+            if len(og.peers or ()) == 1 and current_desired is None:
+                rename_single(group, self.rng, len(chosen))
+            preferred = current[0] if len(current) == 1 else og.preferred
+            ng = with_desired(og, group.name, chosen, cluster, preferred, self.rng, now)
+            if current_desired is None:
+                ng.extra.pop(SCALE_UP, None)  # (a scale up of a settled group starts afresh)
+        else:
+            ng = with_desired(og, og.name, current, og.cluster, og.preferred, self.rng, now, scale_down=True)
+        old_cfg = StreamConfig.from_json(old.config)
+        populate_origin(ng, og, old_cfg.num_replicas, old.config.get("placement"))
+        return ng
+
+    def stream_peer_remove(self, account: str, name: str, peer: str, *, require_replicas: bool = True) -> Proposal:
+        """removePeerFromStreamLocked (STREAM.PEER.REMOVE of a member, checked by the caller):
+        the peer out of the assignment at once (its server drops its copy), a replacement
+        placed as placement chooses it (reassignStreamPeers: the largest group that fits) as the
+        group's desired state, the peer listed as removed; the group's leader takes it out of
+        the RAFT group and adds the replacement (desired.py). Refused (10075) when no
+        replacement keeps the replica count (``require_replicas``: STREAM.PEER.REMOVE's; a server's
+        removal shrinks the group instead); a stream with consumers is refused by name."""
+        osa = self.stream(account, name)
+        if osa is None or osa.group is None:
+            raise errors.stream_not_found()
+        applied = self.state.stream(account, name)
+        if applied is not None and applied.consumers:
+            raise errors.stream_general(PEER_REMOVE_WITH_CONSUMERS)
+        og = osa.group
+        current = desired_of(og)
+        base = list(current.get("peers") or ()) if current else list(og.peers or ())
+        cluster = (current.get("cluster") or "") if current else og.cluster
+        retain = [p for p in base if p != peer]
+        chosen: list[str] | PlacementError = retain
+        for replicas in range(len(base), 0, -1):
+            chosen = select_peer_group(replicas, cluster, osa.config, self.peers, self.state.all_streams(), self.rng,
+                                       existing=retain, ignore=[peer], unique_tag=self.unique_tag,
+                                       max_ha_assets=self.max_ha_assets)
+            if not isinstance(chosen, PlacementError) or replicas <= len(retain) + 1:
+                break
+        target = retain if isinstance(chosen, PlacementError) else chosen
+        if require_replicas and len(target) < int(osa.config.get("num_replicas") or 1):
+            raise errors.peer_remap()
+        preferred = og.preferred if og.preferred != peer else ""
+        ng = with_desired(og, og.name, target, cluster, preferred, self.rng, self._created(),
+                          scale_down=bool(current and current.get("scale_down")))
+        ng.peers = [p for p in ng.peers or () if p != peer]
+        desired = dict(desired_of(ng) or {})
+        removed = [p for p in desired.get("removed") or () if p not in target]
+        desired["removed"] = removed + ([peer] if peer not in removed else [])
+        if desired.get("preferred") and desired["preferred"] not in target and desired["preferred"] not in ng.peers:
+            desired.pop("preferred")  # (no stale preferred: the removed peer of a group of one)
+        set_desired(ng, desired)
+        if ng.preferred and ng.preferred not in ng.peers and ng.preferred not in target:
+            ng.preferred = ""
+        if not ng.peers:  # (no peer left: straight to the desired ones)
+            ng.peers = list(target)
+        sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
+        return self._propose(MetaOp.UPDATE_STREAM, sa)
+
+    def stream_reconcile(self, account: str, name: str, update: dict) -> Proposal | None:
+        """reconcileDesiredStreamAssignment: a stream group leader's reconcile request, the
+        assignment it changes proposed (None: nothing to change)."""
+        osa = self.stream(account, name)
+        if osa is None or osa.group is None or not int(update.get("term") or 0):
+            return None
+        applied = self.state.stream(account, name)
+        done = applied is None or not applied.consumers  # (remapConsumerAssignments: none to move)
+        ng = reconcile(osa.group, update, int(osa.config.get("num_replicas") or 1), done, self.rng)
+        if ng is None:
+            return None
+        if desired_of(ng) is None and len(ng.peers or ()) == 1:
+            rename_single(ng, self.rng)
+        sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
         return self._propose(MetaOp.UPDATE_STREAM, sa)
 
     def stream_delete(self, client: dict, account: str, subject: str, reply: str, name: str) -> Proposal:

@@ -130,10 +130,20 @@ def test_stream_checks_against_the_table():
     with pytest.raises(ApiError, match="can not change storage type"):
         leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"], storage="memory",
                                                                    placement={"tags": ["ssd"]}))
-    with pytest.raises(ApiError, match="replicas or placement") as info:
+    # A replica change of a stream with consumers, a move, a move with a scale: refused.
+    assert leader.state.stream("APP", "R1A").consumers
+    with pytest.raises(ApiError, match="replicas of a clustered stream with consumers") as info:
         leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"], num_replicas=3,
                                                                    placement={"tags": ["ssd"]}))
     assert info.value.err_code == 10069
+    with pytest.raises(ApiError, match="moving a clustered stream") as info:
+        leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"],
+                                                                   placement={"tags": ["hdd"]}))
+    assert info.value.err_code == 10069
+    with pytest.raises(ApiError, match="can not move and scale") as info:
+        leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"], num_replicas=3,
+                                                                   placement={"tags": ["hdd"]}))
+    assert info.value.err_code == 10123
 
 
 def test_in_flight_proposals_are_seen_until_applied():
