@@ -54,6 +54,9 @@ class System:
     def unsubscribe(self, sub) -> None:
         self.subs.remove(sub)
 
+    def has_interest(self, subject: bytes) -> bool:
+        return False  # (advisories: nobody listens)
+
     def publish(self, subject: bytes, reply, headers, body: bytes) -> None:
         self.published.append((bytes(subject), reply, bytes(body)))
         if self.queue is not None:
@@ -79,6 +82,14 @@ class Node:
         self._match: dict = {}
         self.snapshots: list[tuple[bytes, int]] = []
         self.me = me
+        self.id = me
+        self.created = 0.0
+
+    def now(self) -> float:
+        return 0.0
+
+    def has_quorum(self) -> bool:
+        return True
 
     def install_snapshot(self, data: bytes, index: int) -> None:
         self.snapshots.append((data, index))
@@ -141,6 +152,7 @@ class Engine:
     account_name = "APP"
     domain = ""
     cluster_block = None
+    client = SimpleNamespace(has_interest=lambda subject: False)  # (advisories: nobody listens)
 
     def __init__(self) -> None:
         self.responses: list[tuple[bytes, bytes]] = []
