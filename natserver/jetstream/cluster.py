@@ -55,7 +55,7 @@ from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo, consumer_replicas
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
-from .util import dumps, is_empty_request, is_json_object_or_array, loads, subjects_collide
+from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, subjects_collide
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -729,7 +729,7 @@ class JetStreamCluster:
             return True
         name = _stream_of(tokens)
         if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
-            self._leader_stepdown(engine, tokens, name, reply)
+            self._leader_stepdown(engine, tokens, name, reply, payload)
             return True
         if name is None:
             return engine.api.handle(subject, reply, hdr, payload)
@@ -778,7 +778,43 @@ class JetStreamCluster:
             engine, client_reply = pending
             engine.send(client_reply, bytes(body), bytes(headers) if headers else None)
 
-    def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply) -> None:
+    def stepdown_preferred(self, node: Any, payload: bytes) -> str:
+        """jetstream_api.go getStepDownPreferredPlacement: the peer a step-down request's
+        ``placement`` names (``preferred``: a server of the group, not the leader), or one chosen
+        at random among the group's other online servers in its ``cluster`` with all its
+        ``tags``; "" without a placement (raft.go picks any healthy peer). Raises ApiError
+        (10005, 2.15.1's texts; bad JSON: 10025)."""
+        if not is_json_object_or_array(payload) or is_empty_request(payload):
+            return ""
+        try:
+            request = loads(payload)
+        except ValueError:
+            raise errors.invalid_json() from None
+        placement = request.get("placement") if isinstance(request, dict) else None
+        if not isinstance(placement, dict):
+            return ""
+        preferred = placement.get("preferred") or ""
+        if preferred:
+            peer = next((p for p in node.peers if self.names.get(p) == preferred), "")
+            if peer and peer == node.id:
+                raise errors.cluster_no_peers(f"preferred server {go_quote(preferred)} is already leader")
+            if not peer:
+                raise errors.cluster_no_peers(f"preferred server {go_quote(preferred)} not known")
+            return peer
+        cluster, tags = placement.get("cluster") or "", placement.get("tags") or []
+        candidates = []
+        for peer in node.peers:
+            info = self.peers.get(peer)
+            if peer == node.id or info is None or info.offline:
+                continue
+            if (cluster and info.cluster != cluster) or not all(tag in info.tags for tag in tags):
+                continue
+            candidates.append(peer)
+        if not candidates:
+            raise errors.cluster_no_peers("no replacement peer connected")
+        return self.rng.choice(sorted(candidates))
+
+    def _leader_stepdown(self, engine: ClusterEngine, tokens: list[bytes], name: str, reply, payload: bytes) -> None:
         """jsStreamLeaderStepDownRequest / jsConsumerLeaderStepDownRequest: a replicated
         stream's leader hands over (raft.go StepDown) and answers success, its followers stay
         silent; for R1 assets the server running the stream answers success (a group of one
@@ -799,7 +835,10 @@ class JetStreamCluster:
                 engine.api._fail(reply, rtype, errors.consumer_not_found())
                 return
             try:
-                replica.step_down()
+                replica.step_down(self.stepdown_preferred(replica.raft_node, payload))
+            except ApiError as exc:
+                engine.api._fail(reply, rtype, exc)
+                return
             except NotLeader as exc:
                 engine.api._fail(reply, rtype, errors.raft_general(str(exc)))
                 return

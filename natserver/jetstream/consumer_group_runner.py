@@ -41,7 +41,7 @@ from .replication.consumer_group import ConsumerApplier
 from .replication.entries import ConsumerAssignment
 from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped
 from .replication.state import ConsumerEvent
-from .util import dumps, is_json_object_or_array, loads
+from .util import dumps
 
 __all__ = ["ConsumerGroups"]
 
@@ -74,6 +74,7 @@ class GroupsHost(Protocol):
     def system(self) -> Any: ...
     def _route_peers(self) -> list[str]: ...
     def _answer(self, engine: Any, reply: str, response: dict | bytes, *, error: bool = False) -> None: ...
+    def stepdown_preferred(self, node: Any, payload: bytes) -> str: ...
 
 
 @dataclass(eq=False)
@@ -455,19 +456,18 @@ class ConsumerGroups:
         return True
 
     def _stepdown(self, rc: Replicated, reply, payload: bytes) -> None:
-        """jsConsumerLeaderStepDownRequest on the consumer's leader (a placement's preferred
-        peer is not looked for: any healthy peer takes over)."""
+        """jsConsumerLeaderStepDownRequest on the consumer's leader: to the peer the request's
+        ``placement`` names (getStepDownPreferredPlacement), else any healthy peer."""
         rtype = _T + "consumer_leader_stepdown_response"
         api = rc.engine.api
-        if is_json_object_or_array(payload):
-            try:
-                loads(payload)
-            except ValueError:
-                api._fail(reply, rtype, errors.invalid_json())
-                return
+        try:
+            preferred = self.host.stepdown_preferred(rc.group.node, payload)
+        except errors.ApiError as exc:
+            api._fail(reply, rtype, exc)
+            return
         response: dict = {"type": rtype}
         try:
-            rc.group.step_down()
+            rc.group.step_down(preferred)
             response["success"] = True
         except NotLeader as exc:
             response["error"] = errors.raft_general(str(exc)).to_json()

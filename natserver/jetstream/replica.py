@@ -483,9 +483,14 @@ class StreamReplica:
             self.host.system.unsubscribe(self._sync_sub)
             self._sync_sub = None
 
-    def step_down(self) -> None:
-        """STREAM.LEADER.STEPDOWN: hand the lead over (raft.go StepDown)."""
-        self.group.step_down()
+    @property
+    def raft_node(self) -> Any:
+        return self.group.node
+
+    def step_down(self, preferred: str = "") -> None:
+        """STREAM.LEADER.STEPDOWN: hand the lead over (raft.go StepDown), to ``preferred`` (a
+        peer id) when given."""
+        self.group.step_down(preferred)
 
     # -- snapshots ----------------------------------------------------------------------------
 

@@ -92,7 +92,9 @@ class StreamGroup(Protocol):
     def cluster_json(self) -> dict: ...  # stream info's "cluster" (name, raft group, leader, replicas)
     def purge(self, request: dict | None, reply) -> None: ...
     def delete_msg(self, seq: int, no_erase: bool, reply) -> None: ...
-    def step_down(self) -> None: ...
+    def step_down(self, preferred: str = "") -> None: ...  # (a peer id, or "")
+    @property
+    def raft_node(self) -> Any: ...  # the group's natserver.raft.Node (its peers, its id)
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow

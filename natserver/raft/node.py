@@ -374,7 +374,7 @@ class Node:
             self._send(wire.remove_peer_subject(self.group), "", peer.encode())
 
     def step_down(self, preferred: str = "") -> str:
-        """Stop leading, handing over to ``preferred`` (or the first peer heard from lately) by
+        """Stop leading, handing over to ``preferred`` (or any peer heard from lately) by
         an ``EntryLeaderTransfer`` entry, as raft.go StepDown: the peer it names campaigns at
         once. Returns the peer handed over to ("" if none was healthy)."""
         if self.role is not Role.LEADER:
@@ -384,7 +384,11 @@ class Node:
         def healthy(peer: str) -> bool:
             return peer != self.id and peer in self.peers and now - self._seen.get(peer, -1e18) < HEALTHY_WITHIN
 
-        chosen = preferred if healthy(preferred) else next((p for p in self.peers if healthy(p)), "")
+        if healthy(preferred):
+            chosen = preferred
+        else:  # (raft.go: the first healthy peer of its peers map: any of them)
+            candidates = [p for p in self.peers if healthy(p)]
+            chosen = self.rng.choice(candidates) if candidates else ""
         if chosen:
             try:
                 self._append_own([Entry(EntryType.LEADER_TRANSFER, chosen.encode())])

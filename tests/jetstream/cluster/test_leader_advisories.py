@@ -125,7 +125,7 @@ async def _leaders_announced(cluster: NatsCluster) -> None:
         await sys_nc.close()
 
 
-STEPDOWNS = 8  # consumer step-downs asked at most until its leader is the stream leader's server
+STEPDOWNS = 3  # consumer step-downs asked at most until its leader is the stream leader's server
 
 
 def test_a_leader_left_without_a_quorum_says_so():
@@ -154,7 +154,7 @@ async def _quorum_lost(cluster: NatsCluster) -> None:
         for _ in range(STEPDOWNS):  # (the consumer's leader on the same server)
             if consumer["cluster"]["leader"] == leader:
                 break
-            await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.D")
+            await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.S.D", {"placement": {"preferred": leader}})
 
             async def moved(old=consumer["cluster"]["leader"]):
                 info = await api(nc, "$JS.API.CONSUMER.INFO.S.D")
