@@ -51,7 +51,7 @@ from .errors import ApiError
 from .replica import StreamReplica
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
-from .replication.placement import PeerInfo, consumer_replicas
+from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
 from .util import dumps, is_empty_request, is_json_object_or_array, loads, subjects_collide
@@ -111,11 +111,6 @@ _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
 REPLY_PREFIX_LEN = 6
 RESPONSE_THRESHOLD = 120.0
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-# R1 consumers of replicated streams are not run by natserver yet (replicated ones are:
-# consumer_group_runner.py).
-REPLICATED_CONSUMERS = "natserver does not run R1 consumers of replicated streams yet"
-# A replicated consumer's acks are not applied to an interest or workqueue stream's followers yet.
-REPLICATED_RETENTION = "natserver does not run consumers of replicated interest or workqueue streams yet"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
 
@@ -446,6 +441,12 @@ class JetStreamCluster:
             replica.group.campaign()
         return replica
 
+    def has_group_consumers(self, account: str, stream: str) -> bool:
+        return self.consumer_groups.has_consumers(account, stream)
+
+    def check_interest(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.consumer_groups.check_interest(engine, stream)
+
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
@@ -491,9 +492,6 @@ class JetStreamCluster:
         if not event.member or stream is None:
             if local is not None:
                 self._drop_consumer(engine, local)
-            return
-        if stream.replicated:  # (R1 consumers of replicated streams: not run yet)
-            log.warning("JetStream cluster: consumer %s of replicated stream %s not run", ca.name, ca.stream)
             return
         from_json = _consumer_config(ca)
         try:
@@ -582,6 +580,9 @@ class JetStreamCluster:
             return True
         name = _stream_of(tokens)
         stream = engine.streams.get(name) if name is not None else None
+        here = self._r1_consumer(engine, tokens, stream, reply) if stream is not None and stream.replicated else None
+        if here is not None:  # (an R1 consumer of a replicated stream: its server answers)
+            return engine.api.handle(subject, reply, hdr, payload) if here else True
         if stream is not None and (stream.replica is None or stream.replica.leading):
             return engine.api.handle(subject, reply, hdr, payload)
         return True
@@ -634,6 +635,15 @@ class JetStreamCluster:
         if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
             return True
         name = _stream_of(tokens)
+        local_stream = engine.streams.get(name) if name is not None else None
+        if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
+            here = self._r1_consumer(engine, tokens, local_stream, reply)
+            if here is not None:
+                if here and op == b"LEADER":  # (a group of one: nothing to hand over)
+                    engine.api._send(reply, {"type": _T + "consumer_leader_stepdown_response", "success": True})
+                elif here:
+                    engine.api.handle(subject, reply, hdr, payload)
+                return True
         if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
             self._leader_stepdown(engine, tokens, name, reply)
             return True
@@ -652,6 +662,27 @@ class JetStreamCluster:
                 engine.api._fail(reply, _T + "stream_info_response", errors.stream_offline(),
                                  total=0, offset=0, limit=0)
         return True
+
+    def _r1_consumer(self, engine: ClusterEngine, tokens: list[bytes], stream: Stream, reply) -> bool | None:
+        """A consumer's own request (info, pull, step-down, pause, unpin) on a replicated
+        stream, for a consumer without a group of its own (R1, placed on one of the stream's
+        servers, which runs it over its replica): True when it runs here (this server
+        answers), False when it runs elsewhere (silent), None when it is not such a consumer
+        (the stream's leader answers, "not found")."""
+        n = len(tokens)
+        op = tokens[3] if n > 3 else b""
+        if op in (b"MSG", b"LEADER") and n == 7:
+            name = tokens[6]
+        elif op in (b"INFO", b"PAUSE", b"UNPIN") and n == 6:
+            name = tokens[5]
+        else:
+            return None
+        consumer = name.decode("utf-8", "replace")
+        if consumer in stream.consumers:
+            return True
+        if self.state.consumer(engine.account_name or "", stream.name, consumer) is not None:
+            return False
+        return None
 
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
@@ -783,10 +814,9 @@ class JetStreamCluster:
                         stream_replicas = int(sa_c.config.get("num_replicas") or 1)
                         if cfg_c.num_replicas > stream_replicas:
                             raise errors.consumer_replicas_exceeds_stream()
-                        if stream_replicas > 1 and consumer_replicas(cfg_c.to_json(), sa_c.config) == 1:
-                            raise errors.consumer_create(REPLICATED_CONSUMERS)
-                        if stream_replicas > 1 and sa_c.config.get("retention", "limits") != "limits":
-                            raise errors.consumer_create(REPLICATED_RETENTION)
+                        if sa_c.config.get("retention", "limits") != "limits" and \
+                                cfg_c.num_replicas not in (0, stream_replicas):
+                            raise errors.consumer_replicas_should_match()  # (consumer.go checkConsumerCfg)
                     proposal = self.meta.consumer_create(
                         client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
                         action, engine.limits.get("max_ack_pending", -1))

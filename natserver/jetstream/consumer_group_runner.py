@@ -19,6 +19,12 @@ proposed (``shadow``, a ConsumerApplier of its proposals) every REPLICATE_INTERV
 the difference, instead of proposing at each delivery and ack as consumer.go does.
 Not replicated: naks (the redelivery queue), a ``+WPI``'s new delivery time alone (it goes with
 the consumer's next change), pauses and pins (the leader's own).
+
+Interest and workqueue streams (consumer.go processReplicatedAck, stream.go ackMsg): every
+member applies the group's acks to its state; on the stream's leader, a message acked by every
+consumer whose filter takes it is proposed for deletion through the stream's group (2.15.1's
+streamMsgDelete, ``no_erase``), so that every replica removes it. A server that becomes the
+stream's leader looks for what was acked before (``check_interest``, at most SCAN_LIMIT messages).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from . import errors, gotime
 from .consumer import Consumer, ConsumerConfig
 from .replication.consumer_group import ConsumerApplier
 from .replication.entries import ConsumerAssignment
-from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped
+from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
 from .replication.state import ConsumerEvent
 from .util import dumps, is_json_object_or_array, loads
 
@@ -60,6 +66,10 @@ LEADERSHIP_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
 # raft.go lostQuorumInterval: a peer not heard from this long is not current (clusterInfo).
 CURRENT_WITHIN = 10.0
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # jetstream_cluster.go clusterConsumerInfoT
+# natserver's own bound (one thread serves every client): the messages a new stream leader of
+# an interest or workqueue stream checks for acks it did not propose the removal of (2.15.1's
+# checkInterestState goes through them all).
+SCAN_LIMIT = 10_000
 
 
 class GroupsHost(Protocol):
@@ -98,6 +108,7 @@ class Replicated:
     info_sub: Any = None
     outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
     no_stream_logged: bool = False
+    match: Any = None  # its filters' predicate on subjects (bytes), None: every subject
 
     @property
     def stream_name(self) -> str:
@@ -106,6 +117,25 @@ class Replicated:
     @property
     def name(self) -> str:
         return self.ca.name
+
+
+def _matcher(config: dict):
+    return ConsumerConfig.from_json(config).matcher()
+
+
+def _no_longer_needed(applier: ConsumerApplier, op: Acked | Delivered, floor: int, delivered: int) -> list[int]:
+    """The stream sequences an applied op acknowledged (processReplicatedAck's ack and an
+    AckAll's ackAllSeqs; an ack none consumer's delivery): the op's ack, those its floor moved
+    over, and those its delivered sequence moved over without their being pending (natserver's
+    leader proposes what one interval delivered and acked as the floor's, or the delivered
+    sequence's, move), at most SCAN_LIMIT of each."""
+    out = [op.sseq] if isinstance(op, Acked) else []
+    new_floor, new_delivered = applier.ack_floor[1], applier.delivered[1]
+    out.extend(range(max(floor + 1, new_floor - SCAN_LIMIT + 1), new_floor + 1))
+    pending = applier.pending
+    out.extend(seq for seq in range(max(delivered + 1, new_delivered - SCAN_LIMIT + 1, new_floor + 1),
+                                    new_delivered + 1) if seq not in pending)
+    return out
 
 
 def _applier(config: dict) -> ConsumerApplier:
@@ -154,6 +184,7 @@ class ConsumerGroups:
         if old.config != ca.config:  # (what the store records depends on them)
             cfg = ConsumerConfig.from_json(ca.config)
             rc.applier.ack_policy, rc.applier.max_deliver = cfg.ack_policy, cfg.max_deliver
+            rc.match = cfg.matcher()
         return True
 
     def _start(self, engine: Any, account: str, ca: ConsumerAssignment, reply: str) -> None:
@@ -165,6 +196,7 @@ class ConsumerGroups:
         if existing is not None:  # (a previous run of this consumer left it: start afresh)
             nrg.stop_group(ca.group.name)
         rc = Replicated(engine, account, ca, None, _applier(ca.config), reply)  # type: ignore[arg-type]
+        rc.match = _matcher(ca.config)
         group = nrg.create_group(ca.group.name, list(ca.group.peers or ()), partial(self._apply, rc), managed=True)
         rc.group = group
         rc.snapshot_at = clock.monotonic()
@@ -213,20 +245,92 @@ class ConsumerGroups:
 
     def _apply(self, rc: Replicated, committed: list[Committed]) -> None:
         """applyConsumerEntries on every member; a leader that waited for them starts."""
+        acked: list[int] = []
+        applier = rc.applier
+        stream = rc.engine.streams.get(rc.stream_name)
+        retained = stream is not None and stream.cfg.retention != "limits"
         for c in committed:
             entry = c.entry
             rc.applied = c.index
             if entry.type in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 try:
-                    rc.applier.apply(entry)
+                    if entry.type == EntryType.NORMAL and retained:
+                        op = decode_consumer_op(entry.data)
+                        floor, delivered = applier.ack_floor[1], applier.delivered[1]
+                        applier.apply_op(op)
+                        if isinstance(op, (Acked, Delivered)):
+                            acked.extend(_no_longer_needed(applier, op, floor, delivered))
+                    else:
+                        applier.apply(entry)
                 except CodecError as exc:
                     log.warning("JetStream cluster: consumer '%s > %s' entry %d did not decode: %s",
                                 rc.stream_name, rc.name, c.index, exc)
                 rc.unsnapshotted += 1
+        if acked:
+            self._retain(rc, acked)
         if rc.starting and rc.applied >= rc.start_at:
             self._start_leading(rc)
         if rc.unsnapshotted >= COMPACT_NUM_MIN and clock.monotonic() - rc.snapshot_at >= MIN_SNAP_DELTA:
             self._snapshot(rc)
+
+    # -- interest and workqueue retention ----------------------------------------------------
+
+    def has_consumers(self, account: str, stream: str) -> bool:
+        """Does this server hold a replicated consumer of the stream (a follower's copy of an
+        interest stream stores messages then, as 2.15.1's, whose followers run the consumer)?"""
+        return any(key[:2] == (account, stream) for key in self.consumers)
+
+    def _retain(self, rc: Replicated, acked: list[int]) -> None:
+        """stream.go ackMsg on every member: the stream's leader proposes the removal of what
+        no consumer needs any more; the followers leave it to that."""
+        stream = rc.engine.streams.get(rc.stream_name)
+        if stream is None or stream.cfg.retention == "limits":
+            return
+        replica = stream.replica
+        if replica is None or not replica.leading:
+            return
+        gone = [seq for seq in sorted(set(acked)) if self._no_interest(rc.account, stream, seq)]
+        if gone:
+            replica.remove_acked(gone)
+
+    def check_interest(self, engine: Any, stream: Any) -> None:
+        """A new leader of an interest or workqueue stream (checkInterestState): the messages
+        the consumers' replicated acks leave to nobody (acked before it led), at most
+        SCAN_LIMIT of them from the first, proposed for removal."""
+        if stream.cfg.retention == "limits" or stream.replica is None or not stream.replica.leading:
+            return
+        account = engine.account_name or ""
+        groups = [rc for key, rc in self.consumers.items() if key[:2] == (account, stream.name)]
+        if not groups:
+            return
+        store = stream.store
+        first = store.first_seq
+        last = min(store.last_seq, max(rc.applier.delivered[1] for rc in groups), first + SCAN_LIMIT - 1)
+        gone = [seq for seq in range(first, last + 1) if self._no_interest(account, stream, seq)]
+        if gone:
+            stream.replica.remove_acked(gone)
+
+    def _no_interest(self, account: str, stream: Any, seq: int) -> bool:
+        """stream.go noInterest: every consumer whose filters take message ``seq`` acked it
+        (the replicated ones by their applied state); a workqueue's message needs one."""
+        msg = stream.store.load_msg(seq)
+        if msg is None:
+            return False
+        subject = msg.subject
+        taken = False
+        for key, rc in self.consumers.items():
+            if key[:2] != (account, stream.name) or (rc.match is not None and not rc.match(subject)):
+                continue
+            if rc.applier.needs(seq):
+                return False
+            taken = True
+        for name, consumer in stream.consumers.items():  # (unreplicated ones: direct, R1)
+            if (account, stream.name, name) in self.consumers:
+                continue
+            if not consumer.is_done_with(seq, subject):
+                return False
+            taken = taken or consumer.match is None or consumer.match(subject)
+        return taken or stream.cfg.retention == "interest"
 
     def _snapshot(self, rc: Replicated) -> None:
         """monitorConsumer's doSnapshot: the store's state (encodeConsumerState), the log compacted."""

@@ -93,6 +93,7 @@ class StreamGroup(Protocol):
     def purge(self, request: dict | None, reply) -> None: ...
     def delete_msg(self, seq: int, no_erase: bool, reply) -> None: ...
     def step_down(self) -> None: ...
+    def has_consumers(self) -> bool: ...  # replicated consumers of the stream on this server
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
@@ -1242,8 +1243,8 @@ class Stream:
                 ttl = parse_ttl(get_header(MSG_TTL, hdr))
             except InvalidTTL:
                 ttl = 0
-        if cfg.retention == "interest" and not self.consumers:
-            return store.skip_msg(ts)
+        if cfg.retention == "interest" and not self.consumers and not (self.replica and self.replica.has_consumers()):
+            return store.skip_msg(ts)  # (a follower's copy: the consumers' groups here are its interest)
         was_empty = not store.msgs
         tlseq = store.last_seq_for(subject) if self.transform is not None else 0
         seq = store.store_msg(subject, hdr, msg, ts, ttl)

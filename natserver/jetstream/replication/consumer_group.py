@@ -131,6 +131,15 @@ class ConsumerApplier:
                             self.ack_floor = [q[0] - 1, seq - 1]
                         break
 
+    def needs(self, sseq: int) -> bool:
+        """consumer.go needAck from the store's state (a follower's): is message ``sseq`` still
+        to be acknowledged (the filter aside)?"""
+        if self.ack_policy == ACK_NONE or self.ack_policy in (ACK_ALL, ACK_FLOW_CONTROL):
+            return sseq > self.ack_floor[1]
+        if sseq <= self.ack_floor[1]:
+            return False
+        return sseq > self.delivered[1] or sseq in self.pending
+
     def stream_purged(self, first_seq: int) -> None:
         """What the consumer's leader does, locally and unreplicated, when its stream is purged
         up to ``first_seq`` (consumer.go purge, not wider): nothing below it is delivered or
