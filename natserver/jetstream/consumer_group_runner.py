@@ -17,8 +17,10 @@ leadership stops delivering (its Consumer leaves the stream).
 natserver's Consumer is the single server's (consumer.py): the leader compares it with what it
 proposed (``shadow``, a ConsumerApplier of its proposals) every REPLICATE_INTERVAL and proposes
 the difference, instead of proposing at each delivery and ack as consumer.go does.
-Not replicated: naks (the redelivery queue), a ``+WPI``'s new delivery time alone (it goes with
-the consumer's next change), pauses and pins (the leader's own).
+A nak with a delay and a ``+WPI`` are proposed as 2.15.1's processNak and progressUpdate do:
+the message's delivery time moved (to ``now - ack_wait + delay`` for a nak: a new leader
+redelivers it when the delay is over). Not replicated: a nak without a delay (nor in 2.15.1:
+its redelivery queue is the leader's), pauses and pins (the leader's own).
 
 Interest and workqueue streams (consumer.go processReplicatedAck, stream.go ackMsg): every
 member applies the group's acks to its state; on the stream's leader, a message acked by every
@@ -449,7 +451,8 @@ class ConsumerGroups:
         if c.stream.consumers.get(rc.name) is not c:
             return  # (deleted meanwhile)
         fingerprint = (c.delivered_cseq, c.state_sseq, c.ack_floor_cseq, c.ack_floor_sseq, len(c.pending),
-                       c.last_acked, c.last_delivered, len(c.waiting), c.waiting[0].reply if c.waiting else b"")
+                       c.last_acked, c.last_delivered, len(c.waiting), c.waiting[0].reply if c.waiting else b"",
+                       c.retimed)
         if fingerprint == rc.fingerprint:
             return
         rc.fingerprint = fingerprint
@@ -472,8 +475,11 @@ class ConsumerGroups:
             self._propose(rc, Delivered(c.ack_floor_cseq, c.ack_floor_sseq, 1, c.last_delivered))
             self._propose(rc, Acked(c.ack_floor_cseq, c.ack_floor_sseq))
         fresh = []  # (known to the shadow, the delivery)
+        nak_until = c.nak_until
         for seq, (dseq, ts) in c.pending.items():
             dc = c.rdc.get(seq, 1)
+            if nak_until and seq in nak_until:  # (processNak: the time that redelivers it after the delay)
+                ts = nak_until[seq] - c.ack_wait_for(seq)
             had = shadow.pending.get(seq)
             if had is None or had[1] != ts or shadow.redelivered.get(seq, 0) + 1 != dc:
                 fresh.append((had is not None, Delivered(dseq, seq, dc, ts)))

@@ -182,5 +182,6 @@ class ConsumerApplier:
         consumer.delivered_cseq, consumer.delivered_sseq = self.delivered
         consumer.state_sseq = consumer.delivered_sseq
         consumer.ack_floor_cseq, consumer.ack_floor_sseq = self.ack_floor
-        consumer.pending = {seq: [dseq, ts] for seq, (dseq, ts) in self.pending.items()}
+        # (in delivery time order, as the Consumer keeps them: a +WPI or a delayed nak moves one)
+        consumer.pending = {seq: [dseq, ts] for seq, (dseq, ts) in sorted(self.pending.items(), key=lambda p: p[1][1])}
         consumer.rdc = {seq: n + 1 for seq, n in self.redelivered.items()}

@@ -495,7 +495,7 @@ def test_a_member_snapshots_its_state_after_enough_entries():
     node = SimpleNamespace(install_snapshot=lambda data, index: snapshots.append((data, index)))
     group = SimpleNamespace(node=node, leader=False, name="C-R3F-test")
     ca = ConsumerAssignment(None, "", "D", "S", {"durable_name": "D", "ack_policy": "explicit"}, None, "", "")
-    rc = Replicated(None, "A", ca, group, ConsumerApplier("explicit"))  # type: ignore[arg-type]
+    rc = Replicated(SimpleNamespace(streams={}), "A", ca, group, ConsumerApplier("explicit"))  # type: ignore[arg-type]
     rc.snapshot_at = clock.monotonic() - runner.MIN_SNAP_DELTA
     groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
     ops = []

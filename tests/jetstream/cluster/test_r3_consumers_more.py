@@ -8,21 +8,27 @@ clocks, bounded polls, a hard timeout on each test):
   state the same; the workqueue rules (10099, 10100) and 10134 as 2.15.1 answers them;
 - R1 consumers of an R3 stream (cluster.py ``_r1_consumer``), run on the server they are placed
   on over its replica: an ephemeral pull consumer, an ordered consumer and a KV watcher through
-  nats-py, going on after the stream's leader steps down.
+  nats-py, going on after the stream's leader steps down;
+- a nak with a delay and a ``+WPI`` proposed by a replicated consumer's leader (without a cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import nats
 import pytest
 from nats.js.api import ConsumerConfig
 
+from natserver.jetstream.consumer_group_runner import ConsumerGroups
+from natserver.jetstream.replication.consumer_group import ConsumerApplier
+from natserver.jetstream.replication.group_codec import Delivered, decode_consumer_op
 from natserver.testing_cluster import NatsCluster
 
 from .clients import clients, retried
 from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, until
+from .test_r3_consumers import _leader, _loaded
 
 TEST_TIMEOUT = 180.0  # seconds of real time for a whole test (the hard timeout)
 ACCOUNT = "APP"
@@ -340,3 +346,38 @@ def test_r1_consumers_of_an_r3_stream_through_nats_py(cluster):
 
     run(main)
 
+
+
+def test_a_delayed_nak_and_a_progress_are_proposed_as_2_15_1_does():
+    """consumer.go processNak with a delay and progressUpdate (+WPI): the message's delivery
+    time moved (updateDeliveredOp), to ``now - ack_wait + delay`` for the nak; a new leader
+    loading the follower's state redelivers the nak'd message once the delay is over, not
+    before; a round with nothing changed proposes nothing."""
+    rc, leader, group = _leader("explicit")  # (ack_wait 1000 ns)
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    follower = ConsumerApplier("explicit")
+    leader.next_msg(100)
+    leader.next_msg(100)
+    groups.replicate(rc)
+    for data in group.proposed:
+        follower.apply_op(decode_consumer_op(data))
+    group.proposed.clear()
+    leader.nak(1, 5000, 200)
+    leader.progress(2, 300)
+    groups.replicate(rc)
+    assert [decode_consumer_op(d) for d in group.proposed] == [Delivered(1, 1, 1, 200 + 5000 - 1000),
+                                                                Delivered(2, 2, 1, 300)]
+    for data in group.proposed:
+        follower.apply_op(decode_consumer_op(data))
+    group.proposed.clear()
+    groups.replicate(rc)
+    assert group.proposed == []
+    loaded = _loaded(follower, leader)
+    loaded.expire_acks(1299)
+    assert loaded.rdq == []
+    loaded.expire_acks(1300)
+    assert loaded.rdq == [2]
+    loaded.expire_acks(5199)
+    assert loaded.rdq == [2]
+    loaded.expire_acks(5200)
+    assert loaded.rdq == [1, 2]
