@@ -444,6 +444,10 @@ class JetStreamCluster:
     def has_group_consumers(self, account: str, stream: str) -> bool:
         return self.consumer_groups.has_consumers(account, stream)
 
+    def assigned_consumers(self, account: str, stream: str) -> int:
+        sa = self.state.stream(account, stream)
+        return len(sa.consumers) if sa is not None else 0
+
     def check_interest(self, engine: ClusterEngine, stream: Stream) -> None:
         self.consumer_groups.check_interest(engine, stream)
 

@@ -79,6 +79,7 @@ class ReplicaHost(Protocol):
     def spawn(self, fn, *args) -> None: ...
     def flush(self) -> None: ...
     def has_group_consumers(self, account: str, stream: str) -> bool: ...  # replicated consumers here
+    def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
 
 
@@ -197,6 +198,10 @@ class StreamReplica:
     def has_consumers(self) -> bool:
         """Replicated consumers of the stream on this server (its interest when none runs here)."""
         return self.host.has_group_consumers(self.engine.account_name or "", self.stream.name)
+
+    def consumer_count(self) -> int:
+        """jsStreamInfoRequest's clusterWideConsCount: the assignments' (0: none known)."""
+        return self.host.assigned_consumers(self.engine.account_name or "", self.stream.name)
 
     def _propose_op(self, op: JsonOp, reply, rtype: str, **extra) -> None:
         try:

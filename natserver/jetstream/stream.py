@@ -94,6 +94,7 @@ class StreamGroup(Protocol):
     def delete_msg(self, seq: int, no_erase: bool, reply) -> None: ...
     def step_down(self) -> None: ...
     def has_consumers(self) -> bool: ...  # replicated consumers of the stream on this server
+    def consumer_count(self) -> int: ...  # the stream's consumers in the meta group's assignments
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
@@ -1436,7 +1437,9 @@ class Stream:
             n = store.num_deleted()
             if n:
                 out["num_deleted"] = n
-        out["consumer_count"] = self.public_consumers()
+        # (a replicated stream: the cluster's count, its consumers run on several servers)
+        out["consumer_count"] = (self.replica.consumer_count() if self.replica is not None else 0) \
+            or self.public_consumers()
         return out
 
     def sourcing_json(self, created: bool = False) -> dict:
