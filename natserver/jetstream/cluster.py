@@ -43,9 +43,10 @@ import trio
 from .. import clock
 from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
-from . import errors
+from . import errors, gotime
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
+from .consumer_api import pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
 from .replica import StreamReplica
@@ -498,6 +499,8 @@ class JetStreamCluster:
                 self._drop_consumer(engine, local)
             return
         from_json = _consumer_config(ca)
+        if local is not None and from_json.pause_until != local.cfg.pause_until:
+            consumers.pause_applied(local, from_json.pause_until)  # (the meta leader's pause: answered)
         try:
             consumer = consumers.add(stream, from_json, ca.name)
             consumer.created = ca.created_ns or consumer.created
@@ -617,7 +620,8 @@ class JetStreamCluster:
             or (kind == b"STREAM" and ((n == 4 and op in (b"NAMES", b"LIST"))
                                        or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))))
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
-                                         or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
+                                         or (op in (b"DELETE", b"PAUSE") and n == 6)
+                                         or (op in (b"NAMES", b"LIST") and n == 5)))
         )
         if meta_request and kind == b"CONSUMER" and op == b"CREATE" and _direct_consumer(payload):
             # jsConsumerCreateRequest: a direct consumer (a mirror's or a source's, ack none)
@@ -800,6 +804,12 @@ class JetStreamCluster:
                     raise errors.stream_restore("natserver does not restore streams in a cluster yet")
             else:
                 stream = text[4] if op != b"DURABLE" else text[5]
+                if op == b"PAUSE":
+                    until = pause_request(payload)
+                    proposal = self.meta.consumer_pause(client, account, subj, stream, text[5], until)
+                    self._propose(proposal)
+                    api._send(reply, pause_response(until, clock.now_ns()))
+                    return
                 if op == b"DELETE":
                     proposal = self.meta.consumer_delete(client, account, subj, reply_text, stream, text[5])
                 else:
@@ -825,7 +835,10 @@ class JetStreamCluster:
                         client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
                         action, engine.limits.get("max_ack_pending", -1))
         except ApiError as exc:
-            api._fail(reply, rtype, exc)
+            if op == b"PAUSE":
+                api._fail(reply, rtype, exc, paused=False, pause_until=gotime.ZERO)
+            else:
+                api._fail(reply, rtype, exc)
             return
         self._propose(proposal)
 
@@ -1177,6 +1190,8 @@ def _response_type(tokens: list[bytes]) -> str:
                      b"DELETE": "stream_delete_response", b"RESTORE": "stream_restore_response"}.get(op, "")
     if op == b"DELETE":
         return _T + "consumer_delete_response"
+    if op == b"PAUSE":
+        return _T + "consumer_pause_response"
     if op in (b"NAMES", b"LIST"):
         return _T + ("consumer_names_response" if op == b"NAMES" else "consumer_list_response")
     return _T + "consumer_create_response"

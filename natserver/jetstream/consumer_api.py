@@ -327,6 +327,18 @@ class ConsumerApi:
         if was_paused and not consumer.paused(now):
             self.js.delivery.resumed(consumer, now)
 
+    def pause_applied(self, consumer: Consumer, until: str | None) -> None:
+        """A pause the meta group applied (jsConsumerPauseRequest in a cluster: the meta leader
+        proposed it in the consumer's assignment and answered): as ``pause``, unanswered."""
+        now = clock.now_ns()
+        was_paused = consumer.paused(now)
+        if consumer.set_pause(until, now):
+            self._save(consumer)
+            advisories.consumer_pause(self.js, consumer.stream.name, consumer.name, consumer.paused(now), until)
+            self.js.delivery.poke()
+        if was_paused and not consumer.paused(now):
+            self.js.delivery.resumed(consumer, now)
+
     def unpin(self, stream_name: str, name: str, reply, payload: bytes) -> None:
         """jsConsumerUnpinRequest (2.11): ``{"group": "<group>"}`` takes the pin from the
         group's pinned client (any policy: the advisory says so all the same); the next pull
@@ -428,6 +440,25 @@ def _json_kind(value) -> str:
     if isinstance(value, str):
         return "string"
     return "bool" if isinstance(value, bool) else "number"
+
+
+def pause_request(payload: bytes) -> str | None:
+    """A pause request's deadline as a consumer keeps it (UTC; None: resume). ApiError: not a
+    valid request."""
+    until = _pause_request(payload)
+    if until is not None:
+        until = gotime.utc(until) if gotime.nanos(until) != _ZERO_NS else None
+    return until
+
+
+def pause_response(until: str | None, now: int) -> dict:
+    """JSApiConsumerPauseResponse's fields for a deadline (the meta leader's answer)."""
+    pause_ns = gotime.nanos(until) if until is not None else None
+    response: dict = {"type": _T + "consumer_pause_response", "paused": pause_ns is not None and now < pause_ns,
+                      "pause_until": until or gotime.ZERO}
+    if pause_ns is not None and now < pause_ns:
+        response["pause_remaining"] = pause_ns - now
+    return response
 
 
 def _pause_in_utc(consumer: Consumer) -> bool:

@@ -179,6 +179,8 @@ class ConsumerGroups:
         consumer = rc.consumer
         if consumer is not None and rc.group.leader:  # an update: the leader applies and answers
             cfg = ConsumerConfig.from_json(ca.config)
+            if cfg.pause_until != consumer.cfg.pause_until:  # (the meta leader's pause: answered)
+                engine.api.consumers.pause_applied(consumer, cfg.pause_until)
             if cfg != consumer.cfg:
                 consumer.reconfigure(cfg)
             if reply:

@@ -388,6 +388,22 @@ class MetaLeader:
                                 config.to_json(), group, subject, reply)
         return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
 
+    def consumer_pause(self, client: dict, account: str, subject: str, stream: str, name: str,
+                       until: str | None) -> Proposal:
+        """jsConsumerPauseRequest in a cluster: the consumer's assignment with its new
+        pause_until (and version metadata), proposed; the caller answers at once."""
+        if self.stream(account, stream) is None:
+            raise errors.stream_not_found()
+        old = self.consumer(account, stream, name)
+        if old is None:
+            raise errors.consumer_not_found()
+        config = ConsumerConfig.from_json(old.config)
+        config.pause_until = until
+        set_static_consumer_metadata(config)
+        ca = ConsumerAssignment(_for_proposal(client), old.created, old.name, stream, config.to_json(), old.group,
+                                subject, "")
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
     def consumer_delete(self, client: dict, account: str, subject: str, reply: str, stream: str,
                         name: str) -> Proposal:
         """jsClusteredConsumerDeleteRequest."""

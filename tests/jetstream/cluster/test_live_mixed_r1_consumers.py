@@ -14,7 +14,15 @@ from pathlib import Path
 import trio
 
 import natserver
-from tests.jetstream.cluster.test_live_mixed import POLL, STEP, MixedCluster, natserver_options, request, until_created
+from tests.jetstream.cluster.test_live_mixed import (
+    POLL,
+    STEP,
+    MixedCluster,
+    natserver_options,
+    request,
+    sys_request,
+    until_created,
+)
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
 from tests.raft.nrg_cluster import APP_USER, Client, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
@@ -78,10 +86,16 @@ async def scenario(binary: str, folder: Path) -> dict:
                 ack = await publish(py.port, f"m3.{n}", n)
                 assert ack == {"stream": "M3", "seq": n + 1}, ack
             jsc = server.jetstream.cluster
+            with trio.fail_after(STEP):  # (2.15.1's meta leader places them: the natserver hands over)
+                while jsc.is_leader or jsc.leaderless():
+                    if jsc.is_leader:
+                        with trio.move_on_after(3):
+                            await sys_request(py.port, "$JS.API.META.LEADER.STEPDOWN")
+                    await trio.sleep(POLL)
             placed: dict[str, str] = {}  # consumer -> the server running it
             for n in range(TRIES):
                 name = f"R{n}"
-                assert not jsc.is_leader  # (2.15.1's meta leader places them: the natserver joined last)
+                assert not jsc.is_leader
                 created = await until_created(go1.port, f"$JS.API.CONSUMER.DURABLE.CREATE.M3.{name}", consumer(name))
                 assert "replicas" not in created["cluster"], created
                 placed[name] = created["cluster"]["leader"]

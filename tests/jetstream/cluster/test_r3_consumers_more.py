@@ -9,6 +9,7 @@ clocks, bounded polls, a hard timeout on each test):
 - R1 consumers of an R3 stream (cluster.py ``_r1_consumer``), run on the server they are placed
   on over its replica: an ephemeral pull consumer, an ordered consumer and a KV watcher through
   nats-py, going on after the stream's leader steps down;
+- a pause proposed by the meta leader in the consumer's assignment (2.15.1's), kept by a new leader;
 - a nak with a delay and a ``+WPI`` proposed by a replicated consumer's leader (without a cluster).
 """
 
@@ -347,6 +348,51 @@ def test_r1_consumers_of_an_r3_stream_through_nats_py(cluster):
     run(main)
 
 
+
+def test_a_pause_goes_through_the_meta_group_and_survives_a_failover(cluster):
+    """jsConsumerPauseRequest in a cluster: the meta leader proposes the consumer's assignment
+    with its pause_until and answers; the consumer's server (an R3 consumer's leader, an R1
+    consumer's server) pauses it; an R3 consumer's new leader is paused too; a resume likewise."""
+    async def main():
+        async with clients(cluster) as (ncs, _sys_nc, _leader):
+            nc = ncs[0]
+            await r3_stream(nc, {"name": "S", "subjects": ["s.>"]}, 2)
+            await durable(nc, "S", {"durable_name": "P", "ack_policy": "explicit"})
+            await durable(nc, "S", {"durable_name": "Q", "ack_policy": "explicit", "num_replicas": 1})
+            until_text = "2100-01-01T00:00:00Z"
+            for name in ("P", "Q"):
+                paused = await api(ncs[1], f"$JS.API.CONSUMER.PAUSE.S.{name}", {"pause_until": until_text})
+                assert paused["type"] == _T + "consumer_pause_response" and paused["paused"] is True, paused
+                assert paused["pause_until"] == until_text and paused["pause_remaining"] > 0, paused
+
+                async def applied(name=name):
+                    info = await info_from(ncs[2], "S", name)
+                    return info if info.get("paused") and info["config"].get("pause_until") == until_text else None
+
+                await until(applied, f"{name} paused")
+            missing = await api(nc, "$JS.API.CONSUMER.PAUSE.S.NONE", {"pause_until": until_text})
+            assert missing == {"type": _T + "consumer_pause_response", "error": {
+                "code": 404, "err_code": 10014, "description": "consumer not found"},
+                "paused": False, "pause_until": "0001-01-01T00:00:00Z"}, missing
+
+            # P's leader stopped: the new leader runs it paused (its assignment's pause_until).
+            old = (await info_from(nc, "S", "P"))["cluster"]["leader"]
+            stopped = index_of(cluster, old)
+            cluster.stop(stopped)
+            nc = ncs[next(i for i in range(3) if i != stopped)]
+            after = await info_from(nc, "S", "P", not_leader=old)
+            assert after["paused"] is True and after["config"]["pause_until"] == until_text, after
+            psub = await nc.jetstream().pull_subscribe_bind("P", stream="S")
+            with pytest.raises(nats.errors.TimeoutError):
+                await psub.fetch(1, timeout=1.0)
+
+            # Resumed: it delivers.
+            resumed = await api(nc, "$JS.API.CONSUMER.PAUSE.S.P", {})
+            assert resumed == {"type": _T + "consumer_pause_response", "paused": False,
+                               "pause_until": "0001-01-01T00:00:00Z"}, resumed
+            assert sorted(await pull_until(psub, 2)) == [1, 2]
+
+    run(main)
 
 def test_a_delayed_nak_and_a_progress_are_proposed_as_2_15_1_does():
     """consumer.go processNak with a delay and progressUpdate (+WPI): the message's delivery
