@@ -156,6 +156,7 @@ class ConsumerGroups:
     def __init__(self, host: GroupsHost) -> None:
         self.host = host
         self.consumers: dict[tuple[str, str, str], Replicated] = {}  # (account, stream, consumer)
+        self.by_stream: dict[tuple[str, str], dict[str, Replicated]] = {}  # (account, stream) -> by name
 
     # -- the meta layer's events ------------------------------------------------------------
 
@@ -206,6 +207,7 @@ class ConsumerGroups:
         rc.snapshot_at = clock.monotonic()
         group.on_leader_change = partial(self._leader_changed, rc)
         self.consumers[(account, ca.stream, ca.name)] = rc
+        self.by_stream.setdefault((account, ca.stream), {})[ca.name] = rc
         stream = engine.streams.get(ca.stream)
         if stream is not None:  # a copy recovered from the stream's folder: only a leader runs one
             local = stream.consumers.get(ca.name)
@@ -221,6 +223,11 @@ class ConsumerGroups:
         Consumer stays in its stream for the meta layer to drop (its advisory, its waiting
         requests told)."""
         self.consumers.pop((rc.account, rc.stream_name, rc.name), None)
+        of_stream = self.by_stream.get((rc.account, rc.stream_name))
+        if of_stream is not None and of_stream.get(rc.name) is rc:
+            del of_stream[rc.name]
+            if not of_stream:
+                del self.by_stream[(rc.account, rc.stream_name)]
         if rc.info_sub is not None:
             self.host.system.unsubscribe(rc.info_sub)
             rc.info_sub = None
@@ -282,7 +289,7 @@ class ConsumerGroups:
     def has_consumers(self, account: str, stream: str) -> bool:
         """Does this server hold a replicated consumer of the stream (a follower's copy of an
         interest stream stores messages then, as 2.15.1's, whose followers run the consumer)?"""
-        return any(key[:2] == (account, stream) for key in self.consumers)
+        return (account, stream) in self.by_stream
 
     def _retain(self, rc: Replicated, acked: list[int]) -> None:
         """stream.go ackMsg on every member: the stream's leader proposes the removal of what
@@ -293,7 +300,8 @@ class ConsumerGroups:
         replica = stream.replica
         if replica is None or not replica.leading:
             return
-        gone = [seq for seq in sorted(set(acked)) if self._no_interest(rc.account, stream, seq)]
+        groups = list(self.by_stream.get((rc.account, rc.stream_name), {}).values())
+        gone = [seq for seq in sorted(set(acked)) if self._no_interest(stream, groups, seq)]
         if gone:
             replica.remove_acked(gone)
 
@@ -304,17 +312,18 @@ class ConsumerGroups:
         if stream.cfg.retention == "limits" or stream.replica is None or not stream.replica.leading:
             return
         account = engine.account_name or ""
-        groups = [rc for key, rc in self.consumers.items() if key[:2] == (account, stream.name)]
+        groups = list(self.by_stream.get((account, stream.name), {}).values())
         if not groups:
             return
         store = stream.store
         first = store.first_seq
         last = min(store.last_seq, max(rc.applier.delivered[1] for rc in groups), first + SCAN_LIMIT - 1)
-        gone = [seq for seq in range(first, last + 1) if self._no_interest(account, stream, seq)]
+        gone = [seq for seq in range(first, last + 1) if self._no_interest(stream, groups, seq)]
         if gone:
             stream.replica.remove_acked(gone)
 
-    def _no_interest(self, account: str, stream: Any, seq: int) -> bool:
+    @staticmethod
+    def _no_interest(stream: Any, groups: list[Replicated], seq: int) -> bool:
         """stream.go noInterest: every consumer whose filters take message ``seq`` acked it
         (the replicated ones by their applied state); a workqueue's message needs one."""
         msg = stream.store.load_msg(seq)
@@ -322,14 +331,16 @@ class ConsumerGroups:
             return False
         subject = msg.subject
         taken = False
-        for key, rc in self.consumers.items():
-            if key[:2] != (account, stream.name) or (rc.match is not None and not rc.match(subject)):
+        names = set()
+        for rc in groups:
+            names.add(rc.name)
+            if rc.match is not None and not rc.match(subject):
                 continue
             if rc.applier.needs(seq):
                 return False
             taken = True
         for name, consumer in stream.consumers.items():  # (unreplicated ones: direct, R1)
-            if (account, stream.name, name) in self.consumers:
+            if name in names:
                 continue
             if not consumer.is_done_with(seq, subject):
                 return False
