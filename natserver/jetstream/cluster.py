@@ -587,7 +587,7 @@ class JetStreamCluster:
             return True
         name = _stream_of(tokens)
         stream = engine.streams.get(name) if name is not None else None
-        here = self._r1_consumer(engine, tokens, stream, reply) if stream is not None and stream.replicated else None
+        here = self._r1_consumer(engine, tokens, stream) if stream is not None and stream.replicated else None
         if here is not None:  # (an R1 consumer of a replicated stream: its server answers)
             return engine.api.handle(subject, reply, hdr, payload) if here else True
         if stream is not None and (stream.replica is None or stream.replica.leading):
@@ -645,7 +645,7 @@ class JetStreamCluster:
         name = _stream_of(tokens)
         local_stream = engine.streams.get(name) if name is not None else None
         if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
-            here = self._r1_consumer(engine, tokens, local_stream, reply)
+            here = self._r1_consumer(engine, tokens, local_stream)
             if here is not None:
                 if here and op == b"LEADER":  # (a group of one: nothing to hand over)
                     engine.api._send(reply, {"type": _T + "consumer_leader_stepdown_response", "success": True})
@@ -671,7 +671,7 @@ class JetStreamCluster:
                                  total=0, offset=0, limit=0)
         return True
 
-    def _r1_consumer(self, engine: ClusterEngine, tokens: list[bytes], stream: Stream, reply) -> bool | None:
+    def _r1_consumer(self, engine: ClusterEngine, tokens: list[bytes], stream: Stream) -> bool | None:
         """A consumer's own request (info, pull, step-down, pause, unpin) on a replicated
         stream, for a consumer without a group of its own (R1, placed on one of the stream's
         servers, which runs it over its replica): True when it runs here (this server
