@@ -170,6 +170,8 @@ class ConsumerGroups:
         if event.kind == "removed" or not event.member or not replicated(ca):
             if rc is not None:
                 self._remove(rc, files=event.kind == "removed")
+                if event.kind == "removed":
+                    self._cleanup_no_interest(rc)
             return False
         reply = "" if recovering else ca.reply
         if rc is None:
@@ -322,8 +324,30 @@ class ConsumerGroups:
         if gone:
             stream.replica.remove_acked(gone)
 
+    def _cleanup_no_interest(self, rc: Replicated) -> None:
+        """A replicated consumer of an interest stream deleted (consumer.go
+        cleanupNoInterestMessages): on the stream's leader, with no consumer left the stream's
+        purge, else the removal of what no other consumer needs from its ack floor on (at most
+        SCAN_LIMIT messages), proposed through the stream's group."""
+        stream = rc.engine.streams.get(rc.stream_name)
+        if stream is None or stream.cfg.retention != "interest" or stream.replica is None or \
+                not stream.replica.leading:
+            return
+        groups = list(self.by_stream.get((rc.account, rc.stream_name), {}).values())
+        store = stream.store
+        if not groups and not any(name != rc.name for name in stream.consumers):
+            if store.msgs:
+                stream.replica.purge(None, None)
+            return
+        start = max(rc.applier.ack_floor[1], store.first_seq)
+        if store.last_seq - start > SCAN_LIMIT:
+            return
+        gone = [seq for seq in range(start, store.last_seq + 1) if self._no_interest(stream, groups, seq, rc.name)]
+        if gone:
+            stream.replica.remove_acked(gone)
+
     @staticmethod
-    def _no_interest(stream: Any, groups: list[Replicated], seq: int) -> bool:
+    def _no_interest(stream: Any, groups: list[Replicated], seq: int, skip: str = "") -> bool:
         """stream.go noInterest: every consumer whose filters take message ``seq`` acked it
         (the replicated ones by their applied state); a workqueue's message needs one."""
         msg = stream.store.load_msg(seq)
@@ -340,7 +364,7 @@ class ConsumerGroups:
                 return False
             taken = True
         for name, consumer in stream.consumers.items():  # (unreplicated ones: direct, R1)
-            if name in names:
+            if name in names or name == skip:
                 continue
             if not consumer.is_done_with(seq, subject):
                 return False

@@ -275,6 +275,17 @@ def test_r3_interest_stream_keeps_a_message_until_every_consumer_acked_it(cluste
                 info = await info_from(nc, "I", name)
                 assert info["ack_floor"]["stream_seq"] == 5 and info["num_ack_pending"] == 0, info
 
+            # Two more, acked by A only: B's deletion takes them (cleanupNoInterestMessages).
+            js = nc.jetstream()
+            for n in (6, 7):
+                await retried(lambda n=n: js.publish(f"i.{n}", b"m%d" % n, timeout=REQUEST_TIMEOUT), f"message {n}")
+            a = await nc.jetstream().pull_subscribe_bind("A", stream="I")
+            assert sorted(await pull_until(a, 2)) == [6, 7]
+            await same_everywhere(cluster, "I", alive, (6, 7))
+            deleted = await api(nc, "$JS.API.CONSUMER.DELETE.I.B")
+            assert deleted == {"type": _T + "consumer_delete_response", "success": True}
+            await same_everywhere(cluster, "I", alive, ())
+
     run(main)
 
 
