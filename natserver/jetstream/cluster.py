@@ -43,16 +43,17 @@ import trio
 from .. import clock
 from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
-from . import advisories, errors
+from . import advisories, errors, gotime
 from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
+from .consumer_api import pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
 from .errors import ApiError
 from .replica import RECONCILE_SUBJECT, StreamReplica
 from .replication.desired import SCALE_UP, desired_of
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
-from .replication.placement import PeerInfo, consumer_replicas
+from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
 from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, subjects_collide
@@ -118,11 +119,6 @@ _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
 REPLY_PREFIX_LEN = 6
 RESPONSE_THRESHOLD = 120.0
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-# R1 consumers of replicated streams are not run by natserver yet (replicated ones are:
-# consumer_group_runner.py).
-REPLICATED_CONSUMERS = "natserver does not run R1 consumers of replicated streams yet"
-# A replicated consumer's acks are not applied to an interest or workqueue stream's followers yet.
-REPLICATED_RETENTION = "natserver does not run consumers of replicated interest or workqueue streams yet"
 # events.go ServerCapability JetStreamEnabled: a peer without it is not placed on.
 CAPABILITY_JETSTREAM = 1
 # jetstream_cluster.go migrateFallbackCheckInterval: how often a stream group's leader takes the
@@ -532,6 +528,16 @@ class JetStreamCluster:
         if proposal is not None:
             self._propose(proposal)
 
+    def has_group_consumers(self, account: str, stream: str) -> bool:
+        return self.consumer_groups.has_consumers(account, stream)
+
+    def assigned_consumers(self, account: str, stream: str) -> int:
+        sa = self.state.stream(account, stream)
+        return len(sa.consumers) if sa is not None else 0
+
+    def check_interest(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.consumer_groups.check_interest(engine, stream)
+
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
@@ -583,10 +589,9 @@ class JetStreamCluster:
             if local is not None:
                 self._drop_consumer(engine, local)
             return
-        if stream.replicated:  # (R1 consumers of replicated streams: not run yet)
-            log.warning("JetStream cluster: consumer %s of replicated stream %s not run", ca.name, ca.stream)
-            return
         from_json = _consumer_config(ca)
+        if local is not None and from_json.pause_until != local.cfg.pause_until:
+            consumers.pause_applied(local, from_json.pause_until)  # (the meta leader's pause: answered)
         try:
             consumer = consumers.add(stream, from_json, ca.name)
             consumer.created = ca.created_ns or consumer.created
@@ -673,6 +678,9 @@ class JetStreamCluster:
             return True
         name = _stream_of(tokens)
         stream = engine.streams.get(name) if name is not None else None
+        here = self._r1_consumer(engine, tokens, stream) if stream is not None and stream.replicated else None
+        if here is not None:  # (an R1 consumer of a replicated stream: its server answers)
+            return engine.api.handle(subject, reply, hdr, payload) if here else True
         if stream is not None and (stream.replica is None or stream.replica.leading):
             return engine.api.handle(subject, reply, hdr, payload)
         return True
@@ -706,7 +714,8 @@ class JetStreamCluster:
                                        or (n == 5 and op in (b"CREATE", b"UPDATE", b"DELETE", b"RESTORE"))
                                        or (n == 6 and op == b"PEER" and tokens[4] == b"REMOVE")))
             or (kind == b"CONSUMER" and ((op == b"CREATE" and n >= 5) or (op == b"DURABLE" and n == 7)
-                                         or (op == b"DELETE" and n == 6) or (op in (b"NAMES", b"LIST") and n == 5)))
+                                         or (op in (b"DELETE", b"PAUSE") and n == 6)
+                                         or (op in (b"NAMES", b"LIST") and n == 5)))
         )
         if meta_request and kind == b"CONSUMER" and op == b"CREATE" and _direct_consumer(payload):
             # jsConsumerCreateRequest: a direct consumer (a mirror's or a source's, ack none)
@@ -728,6 +737,15 @@ class JetStreamCluster:
         if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
             return True
         name = _stream_of(tokens)
+        local_stream = engine.streams.get(name) if name is not None else None
+        if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
+            here = self._r1_consumer(engine, tokens, local_stream)
+            if here is not None:
+                if here and op == b"LEADER":  # (a group of one: nothing to hand over)
+                    engine.api._send(reply, {"type": _T + "consumer_leader_stepdown_response", "success": True})
+                elif here:
+                    engine.api.handle(subject, reply, hdr, payload)
+                return True
         if op == b"LEADER" and ((kind == b"STREAM" and n == 6) or (kind == b"CONSUMER" and n == 7)) and name:
             self._leader_stepdown(engine, tokens, name, reply, payload)
             return True
@@ -746,6 +764,27 @@ class JetStreamCluster:
                 engine.api._fail(reply, _T + "stream_info_response", errors.stream_offline(),
                                  total=0, offset=0, limit=0)
         return True
+
+    def _r1_consumer(self, engine: ClusterEngine, tokens: list[bytes], stream: Stream) -> bool | None:
+        """A consumer's own request (info, pull, step-down, pause, unpin) on a replicated
+        stream, for a consumer without a group of its own (R1, placed on one of the stream's
+        servers, which runs it over its replica): True when it runs here (this server
+        answers), False when it runs elsewhere (silent), None when it is not such a consumer
+        (the stream's leader answers, "not found")."""
+        n = len(tokens)
+        op = tokens[3] if n > 3 else b""
+        if op in (b"MSG", b"LEADER") and n == 7:
+            name = tokens[6]
+        elif op in (b"INFO", b"PAUSE", b"UNPIN") and n == 6:
+            name = tokens[5]
+        else:
+            return None
+        consumer = name.decode("utf-8", "replace")
+        if consumer in stream.consumers:
+            return True
+        if self.state.consumer(engine.account_name or "", stream.name, consumer) is not None:
+            return False
+        return None
 
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
@@ -901,6 +940,12 @@ class JetStreamCluster:
                     raise errors.stream_restore("natserver does not restore streams in a cluster yet")
             else:
                 stream = text[4] if op != b"DURABLE" else text[5]
+                if op == b"PAUSE":
+                    until = pause_request(payload)
+                    proposal = self.meta.consumer_pause(client, account, subj, stream, text[5], until)
+                    self._propose(proposal)
+                    api._send(reply, pause_response(until, clock.now_ns()))
+                    return
                 if op == b"DELETE":
                     proposal = self.meta.consumer_delete(client, account, subj, reply_text, stream, text[5])
                 else:
@@ -919,15 +964,17 @@ class JetStreamCluster:
                         stream_replicas = int(sa_c.config.get("num_replicas") or 1)
                         if cfg_c.num_replicas > stream_replicas:
                             raise errors.consumer_replicas_exceeds_stream()
-                        if stream_replicas > 1 and consumer_replicas(cfg_c.to_json(), sa_c.config) == 1:
-                            raise errors.consumer_create(REPLICATED_CONSUMERS)
-                        if stream_replicas > 1 and sa_c.config.get("retention", "limits") != "limits":
-                            raise errors.consumer_create(REPLICATED_RETENTION)
+                        if sa_c.config.get("retention", "limits") != "limits" and \
+                                cfg_c.num_replicas not in (0, stream_replicas):
+                            raise errors.consumer_replicas_should_match()  # (consumer.go checkConsumerCfg)
                     proposal = self.meta.consumer_create(
                         client, account, subj, reply_text, stream, cfg_c, cname or cfg_c.durable_name or cfg_c.name,
                         action, engine.limits.get("max_ack_pending", -1))
         except ApiError as exc:
-            api._fail(reply, rtype, exc)
+            if op == b"PAUSE":
+                api._fail(reply, rtype, exc, paused=False, pause_until=gotime.ZERO)
+            else:
+                api._fail(reply, rtype, exc)
             return
         self._propose(proposal)
 
@@ -1431,6 +1478,8 @@ def _response_type(tokens: list[bytes]) -> str:
                      b"PEER": "stream_remove_peer_response"}.get(op, "")
     if op == b"DELETE":
         return _T + "consumer_delete_response"
+    if op == b"PAUSE":
+        return _T + "consumer_pause_response"
     if op in (b"NAMES", b"LIST"):
         return _T + ("consumer_names_response" if op == b"NAMES" else "consumer_list_response")
     return _T + "consumer_create_response"

@@ -518,6 +518,7 @@ class Consumer:
         self.rdc: dict[int, int] = {}  # stream seq -> deliveries so far (only when > 1 matters)
         self.rdq: list[int] = []  # stream seqs due for redelivery, in order
         self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
+        self.retimed = 0  # naks with a delay and +WPIs taken (a replicated consumer proposes them)
         self.waiting: list = []  # pull requests (PullRequest), oldest first
         self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
         self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
@@ -948,6 +949,7 @@ class Consumer:
             return
         if delay_ns > 0:
             self.nak_until[sseq] = now + delay_ns
+            self.retimed += 1
         if sseq not in self.rdq:
             self.rdq.append(sseq)
             self.rdq.sort()
@@ -958,6 +960,7 @@ class Consumer:
         if entry is not None:
             entry[1] = now
             self.pending[sseq] = entry
+            self.retimed += 1
 
     def term(self, sseq: int, now: int) -> bool:
         hit = sseq in self.pending

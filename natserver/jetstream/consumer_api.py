@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 _T = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024  # JSApiNamesLimit
 LIST_LIMIT = 256  # JSApiListLimit
+# natserver's bound on the messages a consumer's deletion looks at (one thread serves every
+# client; consumer.go cleanupNoInterestMessages's bailThresh is 100000, its periodic check then).
+CLEANUP_LIMIT = 10_000
 _HDR_DELETED = b"NATS/1.0 409 Consumer Deleted\r\n\r\n"
 def _action(value):
     """consumer.go ConsumerAction (2.10+): "create" (fails on a different existing consumer),
@@ -78,6 +81,7 @@ class ConsumerHost(AdvisoryHost, Protocol):
     @property
     def delivery(self) -> Delivery: ...
     def stream_path(self, stream: Stream) -> str: ...
+    def _store_dirty(self, store) -> None: ...  # written out by the flusher
 
 
 class ApiRouter(Protocol):
@@ -327,6 +331,18 @@ class ConsumerApi:
         if was_paused and not consumer.paused(now):
             self.js.delivery.resumed(consumer, now)
 
+    def pause_applied(self, consumer: Consumer, until: str | None) -> None:
+        """A pause the meta group applied (jsConsumerPauseRequest in a cluster: the meta leader
+        proposed it in the consumer's assignment and answered): as ``pause``, unanswered."""
+        now = clock.now_ns()
+        was_paused = consumer.paused(now)
+        if consumer.set_pause(until, now):
+            self._save(consumer)
+            advisories.consumer_pause(self.js, consumer.stream.name, consumer.name, consumer.paused(now), until)
+            self.js.delivery.poke()
+        if was_paused and not consumer.paused(now):
+            self.js.delivery.resumed(consumer, now)
+
     def unpin(self, stream_name: str, name: str, reply, payload: bytes) -> None:
         """jsConsumerUnpinRequest (2.11): ``{"group": "<group>"}`` takes the pin from the
         group's pinned client (any policy: the advisory says so all the same); the next pull
@@ -352,6 +368,29 @@ class ConsumerApi:
         if consumer.waiting:
             self.js.delivery.serve(consumer, clock.now_ns())
 
+    def _cleanup_no_interest(self, gone: Consumer) -> None:
+        """consumer.go cleanupNoInterestMessages on a consumer's deletion: with no consumer
+        left, the stream purged; else the messages from its ack floor on that no other
+        consumer needs removed (at most CLEANUP_LIMIT of them: 2.15.1 hands a longer range
+        to its periodic interest check)."""
+        stream = gone.stream
+        store = stream.store
+        if not stream.consumers:
+            if store.msgs:
+                store.purge()
+                self.js._store_dirty(store)
+            return
+        start = max(gone.ack_floor_sseq, store.first_seq)
+        if store.last_seq - start > CLEANUP_LIMIT:
+            return
+        removed = False
+        for seq in range(start, store.last_seq + 1):
+            msg = store.load_msg(seq)
+            if msg is not None and all(c.is_done_with(seq, msg.subject) for c in stream.consumers.values()):
+                removed = store.remove_msg(seq) or removed
+        if removed:
+            self.js._store_dirty(store)
+
     def _save(self, consumer: Consumer) -> None:
         """A durable's configuration is on disk before the API answers."""
         if consumer.cfg.durable_name and consumer.stream.file_backed:
@@ -361,11 +400,14 @@ class ConsumerApi:
                 raise errors.consumer_create(str(exc)) from None
 
     def remove(self, consumer: Consumer) -> None:
-        """Delete a consumer: waiting pull requests are told (409 Consumer Deleted)."""
+        """Delete a consumer: waiting pull requests are told (409 Consumer Deleted); on an
+        interest stream, what no other consumer needs goes (consumer.go cleanupNoInterestMessages)."""
         if consumer.stream.consumers.pop(consumer.name, None) is not None:
             advisories.consumer_action(self.js, consumer.stream.name, consumer.name, advisories.DELETE)
             if self.on_removed is not None:
                 self.on_removed(consumer)
+            if consumer.stream.cfg.retention == "interest" and not consumer.stream.replicated:
+                self._cleanup_no_interest(consumer)
         if consumer.cfg.durable_name and consumer.stream.file_backed:
             consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:
@@ -428,6 +470,25 @@ def _json_kind(value) -> str:
     if isinstance(value, str):
         return "string"
     return "bool" if isinstance(value, bool) else "number"
+
+
+def pause_request(payload: bytes) -> str | None:
+    """A pause request's deadline as a consumer keeps it (UTC; None: resume). ApiError: not a
+    valid request."""
+    until = _pause_request(payload)
+    if until is not None:
+        until = gotime.utc(until) if gotime.nanos(until) != _ZERO_NS else None
+    return until
+
+
+def pause_response(until: str | None, now: int) -> dict:
+    """JSApiConsumerPauseResponse's fields for a deadline (the meta leader's answer)."""
+    pause_ns = gotime.nanos(until) if until is not None else None
+    response: dict = {"type": _T + "consumer_pause_response", "paused": pause_ns is not None and now < pause_ns,
+                      "pause_until": until or gotime.ZERO}
+    if pause_ns is not None and now < pause_ns:
+        response["pause_remaining"] = pause_ns - now
+    return response
 
 
 def _pause_in_utc(consumer: Consumer) -> bool:

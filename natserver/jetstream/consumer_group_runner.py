@@ -17,8 +17,16 @@ leadership stops delivering (its Consumer leaves the stream).
 natserver's Consumer is the single server's (consumer.py): the leader compares it with what it
 proposed (``shadow``, a ConsumerApplier of its proposals) every REPLICATE_INTERVAL and proposes
 the difference, instead of proposing at each delivery and ack as consumer.go does.
-Not replicated: naks (the redelivery queue), a ``+WPI``'s new delivery time alone (it goes with
-the consumer's next change), pauses and pins (the leader's own).
+A nak with a delay and a ``+WPI`` are proposed as 2.15.1's processNak and progressUpdate do:
+the message's delivery time moved (to ``now - ack_wait + delay`` for a nak: a new leader
+redelivers it when the delay is over). Not replicated: a nak without a delay (nor in 2.15.1:
+its redelivery queue is the leader's), pauses and pins (the leader's own).
+
+Interest and workqueue streams (consumer.go processReplicatedAck, stream.go ackMsg): every
+member applies the group's acks to its state; on the stream's leader, a message acked by every
+consumer whose filter takes it is proposed for deletion through the stream's group (2.15.1's
+streamMsgDelete, ``no_erase``), so that every replica removes it. A server that becomes the
+stream's leader looks for what was acked before (``check_interest``, at most SCAN_LIMIT messages).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from . import advisories, errors, gotime
 from .consumer import Consumer, ConsumerConfig
 from .replication.consumer_group import ConsumerApplier
 from .replication.entries import ConsumerAssignment
-from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped
+from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
 from .replication.state import ConsumerEvent
 from .util import dumps
 
@@ -60,6 +68,10 @@ LEADERSHIP_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
 # raft.go lostQuorumInterval: a peer not heard from this long is not current (clusterInfo).
 CURRENT_WITHIN = 10.0
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # jetstream_cluster.go clusterConsumerInfoT
+# natserver's own bound (one thread serves every client): the messages a new stream leader of
+# an interest or workqueue stream checks for acks it did not propose the removal of (2.15.1's
+# checkInterestState goes through them all).
+SCAN_LIMIT = 10_000
 
 
 class GroupsHost(Protocol):
@@ -100,6 +112,7 @@ class Replicated:
     outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
     no_stream_logged: bool = False
     quorum_lost_at: float = float("-inf")  # the last quorum-lost advisory (monotonic)
+    match: Any = None  # its filters' predicate on subjects (bytes), None: every subject
 
     @property
     def stream_name(self) -> str:
@@ -108,6 +121,25 @@ class Replicated:
     @property
     def name(self) -> str:
         return self.ca.name
+
+
+def _matcher(config: dict):
+    return ConsumerConfig.from_json(config).matcher()
+
+
+def _no_longer_needed(applier: ConsumerApplier, op: Acked | Delivered, floor: int, delivered: int) -> list[int]:
+    """The stream sequences an applied op acknowledged (processReplicatedAck's ack and an
+    AckAll's ackAllSeqs; an ack none consumer's delivery): the op's ack, those its floor moved
+    over, and those its delivered sequence moved over without their being pending (natserver's
+    leader proposes what one interval delivered and acked as the floor's, or the delivered
+    sequence's, move), at most SCAN_LIMIT of each."""
+    out = [op.sseq] if isinstance(op, Acked) else []
+    new_floor, new_delivered = applier.ack_floor[1], applier.delivered[1]
+    out.extend(range(max(floor + 1, new_floor - SCAN_LIMIT + 1), new_floor + 1))
+    pending = applier.pending
+    out.extend(seq for seq in range(max(delivered + 1, new_delivered - SCAN_LIMIT + 1, new_floor + 1),
+                                    new_delivered + 1) if seq not in pending)
+    return out
 
 
 def _applier(config: dict) -> ConsumerApplier:
@@ -130,6 +162,7 @@ class ConsumerGroups:
         # consumer leads here (no timer every REPLICATE_INTERVAL on a server leading none).
         self._leading = trio.Event()
         self.rounds = 0  # replication rounds run (tests)
+        self.by_stream: dict[tuple[str, str], dict[str, Replicated]] = {}  # (account, stream) -> by name
 
     # -- the meta layer's events ------------------------------------------------------------
 
@@ -143,6 +176,8 @@ class ConsumerGroups:
         if event.kind == "removed" or not event.member or not replicated(ca):
             if rc is not None:
                 self._remove(rc, files=event.kind == "removed")
+                if event.kind == "removed":
+                    self._cleanup_no_interest(rc)
             return False
         reply = "" if recovering else ca.reply
         if rc is None:
@@ -153,6 +188,8 @@ class ConsumerGroups:
         consumer = rc.consumer
         if consumer is not None and rc.group.leader:  # an update: the leader applies and answers
             cfg = ConsumerConfig.from_json(ca.config)
+            if cfg.pause_until != consumer.cfg.pause_until:  # (the meta leader's pause: answered)
+                engine.api.consumers.pause_applied(consumer, cfg.pause_until)
             if cfg != consumer.cfg:
                 consumer.reconfigure(cfg)
             if reply:
@@ -160,6 +197,7 @@ class ConsumerGroups:
         if old.config != ca.config:  # (what the store records depends on them)
             cfg = ConsumerConfig.from_json(ca.config)
             rc.applier.ack_policy, rc.applier.max_deliver = cfg.ack_policy, cfg.max_deliver
+            rc.match = cfg.matcher()
         return True
 
     def _start(self, engine: Any, account: str, ca: ConsumerAssignment, reply: str) -> None:
@@ -171,11 +209,13 @@ class ConsumerGroups:
         if existing is not None:  # (a previous run of this consumer left it: start afresh)
             nrg.stop_group(ca.group.name)
         rc = Replicated(engine, account, ca, None, _applier(ca.config), reply)  # type: ignore[arg-type]
+        rc.match = _matcher(ca.config)
         group = nrg.create_group(ca.group.name, list(ca.group.peers or ()), partial(self._apply, rc), managed=True)
         rc.group = group
         rc.snapshot_at = clock.monotonic()
         group.on_leader_change = partial(self._leader_changed, rc)
         self.consumers[(account, ca.stream, ca.name)] = rc
+        self.by_stream.setdefault((account, ca.stream), {})[ca.name] = rc
         stream = engine.streams.get(ca.stream)
         if stream is not None:  # a copy recovered from the stream's folder: only a leader runs one
             local = stream.consumers.get(ca.name)
@@ -191,6 +231,11 @@ class ConsumerGroups:
         Consumer stays in its stream for the meta layer to drop (its advisory, its waiting
         requests told)."""
         self.consumers.pop((rc.account, rc.stream_name, rc.name), None)
+        of_stream = self.by_stream.get((rc.account, rc.stream_name))
+        if of_stream is not None and of_stream.get(rc.name) is rc:
+            del of_stream[rc.name]
+            if not of_stream:
+                del self.by_stream[(rc.account, rc.stream_name)]
         if rc.info_sub is not None:
             self.host.system.unsubscribe(rc.info_sub)
             rc.info_sub = None
@@ -219,20 +264,118 @@ class ConsumerGroups:
 
     def _apply(self, rc: Replicated, committed: list[Committed]) -> None:
         """applyConsumerEntries on every member; a leader that waited for them starts."""
+        acked: list[int] = []
+        applier = rc.applier
+        stream = rc.engine.streams.get(rc.stream_name)
+        retained = stream is not None and stream.cfg.retention != "limits"
         for c in committed:
             entry = c.entry
             rc.applied = c.index
             if entry.type in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 try:
-                    rc.applier.apply(entry)
+                    if entry.type == EntryType.NORMAL and retained:
+                        op = decode_consumer_op(entry.data)
+                        floor, delivered = applier.ack_floor[1], applier.delivered[1]
+                        applier.apply_op(op)
+                        if isinstance(op, (Acked, Delivered)):
+                            acked.extend(_no_longer_needed(applier, op, floor, delivered))
+                    else:
+                        applier.apply(entry)
                 except CodecError as exc:
                     log.warning("JetStream cluster: consumer '%s > %s' entry %d did not decode: %s",
                                 rc.stream_name, rc.name, c.index, exc)
                 rc.unsnapshotted += 1
+        if acked:
+            self._retain(rc, acked)
         if rc.starting and rc.applied >= rc.start_at:
             self._start_leading(rc)
         if rc.unsnapshotted >= COMPACT_NUM_MIN and clock.monotonic() - rc.snapshot_at >= MIN_SNAP_DELTA:
             self._snapshot(rc)
+
+    # -- interest and workqueue retention ----------------------------------------------------
+
+    def has_consumers(self, account: str, stream: str) -> bool:
+        """Does this server hold a replicated consumer of the stream (a follower's copy of an
+        interest stream stores messages then, as 2.15.1's, whose followers run the consumer)?"""
+        return (account, stream) in self.by_stream
+
+    def _retain(self, rc: Replicated, acked: list[int]) -> None:
+        """stream.go ackMsg on every member: the stream's leader proposes the removal of what
+        no consumer needs any more; the followers leave it to that."""
+        stream = rc.engine.streams.get(rc.stream_name)
+        if stream is None or stream.cfg.retention == "limits":
+            return
+        replica = stream.replica
+        if replica is None or not replica.leading:
+            return
+        groups = list(self.by_stream.get((rc.account, rc.stream_name), {}).values())
+        gone = [seq for seq in sorted(set(acked)) if self._no_interest(stream, groups, seq)]
+        if gone:
+            replica.remove_acked(gone)
+
+    def check_interest(self, engine: Any, stream: Any) -> None:
+        """A new leader of an interest or workqueue stream (checkInterestState): the messages
+        the consumers' replicated acks leave to nobody (acked before it led), at most
+        SCAN_LIMIT of them from the first, proposed for removal."""
+        if stream.cfg.retention == "limits" or stream.replica is None or not stream.replica.leading:
+            return
+        account = engine.account_name or ""
+        groups = list(self.by_stream.get((account, stream.name), {}).values())
+        if not groups:
+            return
+        store = stream.store
+        first = store.first_seq
+        last = min(store.last_seq, max(rc.applier.delivered[1] for rc in groups), first + SCAN_LIMIT - 1)
+        gone = [seq for seq in range(first, last + 1) if self._no_interest(stream, groups, seq)]
+        if gone:
+            stream.replica.remove_acked(gone)
+
+    def _cleanup_no_interest(self, rc: Replicated) -> None:
+        """A replicated consumer of an interest stream deleted (consumer.go
+        cleanupNoInterestMessages): on the stream's leader, with no consumer left the stream's
+        purge, else the removal of what no other consumer needs from its ack floor on (at most
+        SCAN_LIMIT messages), proposed through the stream's group."""
+        stream = rc.engine.streams.get(rc.stream_name)
+        if stream is None or stream.cfg.retention != "interest" or stream.replica is None or \
+                not stream.replica.leading:
+            return
+        groups = list(self.by_stream.get((rc.account, rc.stream_name), {}).values())
+        store = stream.store
+        if not groups and not any(name != rc.name for name in stream.consumers):
+            if store.msgs:
+                stream.replica.purge(None, None)
+            return
+        start = max(rc.applier.ack_floor[1], store.first_seq)
+        if store.last_seq - start > SCAN_LIMIT:
+            return
+        gone = [seq for seq in range(start, store.last_seq + 1) if self._no_interest(stream, groups, seq, rc.name)]
+        if gone:
+            stream.replica.remove_acked(gone)
+
+    @staticmethod
+    def _no_interest(stream: Any, groups: list[Replicated], seq: int, skip: str = "") -> bool:
+        """stream.go noInterest: every consumer whose filters take message ``seq`` acked it
+        (the replicated ones by their applied state); a workqueue's message needs one."""
+        msg = stream.store.load_msg(seq)
+        if msg is None:
+            return False
+        subject = msg.subject
+        taken = False
+        names = set()
+        for rc in groups:
+            names.add(rc.name)
+            if rc.match is not None and not rc.match(subject):
+                continue
+            if rc.applier.needs(seq):
+                return False
+            taken = True
+        for name, consumer in stream.consumers.items():  # (unreplicated ones: direct, R1)
+            if name in names or name == skip:
+                continue
+            if not consumer.is_done_with(seq, subject):
+                return False
+            taken = taken or consumer.match is None or consumer.match(subject)
+        return taken or stream.cfg.retention == "interest"
 
     def _snapshot(self, rc: Replicated) -> None:
         """monitorConsumer's doSnapshot: the store's state (encodeConsumerState), the log compacted."""
@@ -371,7 +514,8 @@ class ConsumerGroups:
         if c.stream.consumers.get(rc.name) is not c:
             return  # (deleted meanwhile)
         fingerprint = (c.delivered_cseq, c.state_sseq, c.ack_floor_cseq, c.ack_floor_sseq, len(c.pending),
-                       c.last_acked, c.last_delivered, len(c.waiting), c.waiting[0].reply if c.waiting else b"")
+                       c.last_acked, c.last_delivered, len(c.waiting), c.waiting[0].reply if c.waiting else b"",
+                       c.retimed)
         if fingerprint == rc.fingerprint:
             return
         rc.fingerprint = fingerprint
@@ -394,8 +538,11 @@ class ConsumerGroups:
             self._propose(rc, Delivered(c.ack_floor_cseq, c.ack_floor_sseq, 1, c.last_delivered))
             self._propose(rc, Acked(c.ack_floor_cseq, c.ack_floor_sseq))
         fresh = []  # (known to the shadow, the delivery)
+        nak_until = c.nak_until
         for seq, (dseq, ts) in c.pending.items():
             dc = c.rdc.get(seq, 1)
+            if nak_until and seq in nak_until:  # (processNak: the time that redelivers it after the delay)
+                ts = nak_until[seq] - c.ack_wait_for(seq)
             had = shadow.pending.get(seq)
             if had is None or had[1] != ts or shadow.redelivered.get(seq, 0) + 1 != dc:
                 fresh.append((had is not None, Delivered(dseq, seq, dc, ts)))

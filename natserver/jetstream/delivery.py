@@ -685,8 +685,8 @@ class Delivery:
         needs it any more (workqueue: at once, one consumer per message)."""
         stream = consumer.stream
         policy = stream.cfg.retention
-        if not acked or policy == "limits":
-            return
+        if not acked or policy == "limits" or stream.replicated:
+            return  # (a replicated stream's leader removes them through its group: consumer_group_runner)
         store = stream.store
         removed = False
         for seq in acked:

@@ -60,6 +60,7 @@ stream_subject_overlap = _fixed(400, 10065, "subjects overlap with an existing s
 replicas_not_supported = _fixed(500, 10074, "replicas > 1 not supported in non-clustered mode")
 # consumer.go checkConsumerCfg: a consumer's num_replicas above its stream's.
 consumer_replicas_exceeds_stream = _fixed(400, 10126, "consumer config replica count exceeds parent stream")
+consumer_replicas_should_match = _fixed(400, 10134, "consumer config replicas must match interest retention stream's replicas")
 # jsStreamInfoRequest: every server of the stream's group is offline (allPeersOffline).
 stream_offline = _fixed(500, 10118, "stream is offline")
 # jetstream_cluster.go isLeaderless: the meta group has had no leader for a while.

@@ -85,6 +85,9 @@ class ReplicaHost(Protocol):
     def system(self) -> Any: ...  # the system account
     def spawn(self, fn, *args) -> None: ...
     def flush(self) -> None: ...
+    def has_group_consumers(self, account: str, stream: str) -> bool: ...  # replicated consumers here
+    def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
+    def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -122,6 +125,7 @@ class StreamReplica:
         self._sync_sub: Any = None  # the leader's $JSC.SYNC subscription
         self._catching_up = False
         self._held: list[Committed] = []  # entries committed during a catch-up
+        self._removing: set[int] = set()  # acked messages whose removal the leader proposed
         self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
         self.catchups = 0  # catch-ups completed (as a follower)
         self._quorum_lost_at = float("-inf")  # the last quorum-lost advisory (shouldSendLostQuorum)
@@ -193,6 +197,30 @@ class StreamReplica:
         body["subject"] = f"$JS.API.STREAM.MSG.DELETE.{self.stream.name}"
         body["reply"] = _text(reply)
         self._propose_op(JsonOp(Op.DELETE_MSG, body), reply, "stream_msg_delete_response")
+
+    def remove_acked(self, seqs: list[int]) -> None:
+        """Interest and workqueue retention on the leader (stream.go ackMsg): messages every
+        consumer acked, proposed for removal as 2.15.1's streamMsgDelete (``no_erase``, no
+        reply), each once."""
+        if not self.leading:
+            return
+        for seq in seqs:
+            if seq in self._removing:
+                continue
+            body = {"stream": self.stream.name, "seq": seq, "no_erase": True, "subject": "", "reply": ""}
+            try:
+                self.group.propose_soon(JsonOp(Op.DELETE_MSG, body).encode())
+            except (NotLeader, StorageError):
+                return
+            self._removing.add(seq)
+
+    def has_consumers(self) -> bool:
+        """Replicated consumers of the stream on this server (its interest when none runs here)."""
+        return self.host.has_group_consumers(self.engine.account_name or "", self.stream.name)
+
+    def consumer_count(self) -> int:
+        """jsStreamInfoRequest's clusterWideConsCount: the assignments' (0: none known)."""
+        return self.host.assigned_consumers(self.engine.account_name or "", self.stream.name)
 
     def _propose_op(self, op: JsonOp, reply, rtype: str, **extra) -> None:
         try:
@@ -389,6 +417,7 @@ class StreamReplica:
             return
         rtype = _T + "stream_msg_delete_response"
         seq = int(body.get("seq") or 0)
+        self._removing.discard(seq)
         try:
             removed = store.remove_msg(seq, erase=not body.get("no_erase", False))
             self.engine.persist(stream)
@@ -469,6 +498,9 @@ class StreamReplica:
                 self.host.system.publish(reply.encode(), None, None, dumps(build()))
             except ApiError:
                 pass
+        self._removing.clear()
+        if self.stream.cfg.retention != "limits":
+            self.host.check_interest(self.engine, self.stream)
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""

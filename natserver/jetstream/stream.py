@@ -95,6 +95,8 @@ class StreamGroup(Protocol):
     def step_down(self, preferred: str = "") -> None: ...  # (a peer id, or "")
     @property
     def raft_node(self) -> Any: ...  # the group's natserver.raft.Node (its peers, its id)
+    def has_consumers(self) -> bool: ...  # replicated consumers of the stream on this server
+    def consumer_count(self) -> int: ...  # the stream's consumers in the meta group's assignments
 
 
 DEFAULT_DUPLICATE_WINDOW = 120 * 1_000_000_000  # nats-server StreamDefaultDuplicatesWindow
@@ -1244,8 +1246,8 @@ class Stream:
                 ttl = parse_ttl(get_header(MSG_TTL, hdr))
             except InvalidTTL:
                 ttl = 0
-        if cfg.retention == "interest" and not self.consumers:
-            return store.skip_msg(ts)
+        if cfg.retention == "interest" and not self.consumers and not (self.replica and self.replica.has_consumers()):
+            return store.skip_msg(ts)  # (a follower's copy: the consumers' groups here are its interest)
         was_empty = not store.msgs
         tlseq = store.last_seq_for(subject) if self.transform is not None else 0
         seq = store.store_msg(subject, hdr, msg, ts, ttl)
@@ -1437,7 +1439,9 @@ class Stream:
             n = store.num_deleted()
             if n:
                 out["num_deleted"] = n
-        out["consumer_count"] = self.public_consumers()
+        # (a replicated stream: the cluster's count, its consumers run on several servers)
+        out["consumer_count"] = (self.replica.consumer_count() if self.replica is not None else 0) \
+            or self.public_consumers()
         return out
 
     def sourcing_json(self, created: bool = False) -> dict:

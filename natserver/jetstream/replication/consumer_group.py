@@ -131,6 +131,15 @@ class ConsumerApplier:
                             self.ack_floor = [q[0] - 1, seq - 1]
                         break
 
+    def needs(self, sseq: int) -> bool:
+        """consumer.go needAck from the store's state (a follower's): is message ``sseq`` still
+        to be acknowledged (the filter aside)?"""
+        if self.ack_policy == ACK_NONE or self.ack_policy in (ACK_ALL, ACK_FLOW_CONTROL):
+            return sseq > self.ack_floor[1]
+        if sseq <= self.ack_floor[1]:
+            return False
+        return sseq > self.delivered[1] or sseq in self.pending
+
     def stream_purged(self, first_seq: int) -> None:
         """What the consumer's leader does, locally and unreplicated, when its stream is purged
         up to ``first_seq`` (consumer.go purge, not wider): nothing below it is delivered or
@@ -173,5 +182,6 @@ class ConsumerApplier:
         consumer.delivered_cseq, consumer.delivered_sseq = self.delivered
         consumer.state_sseq = consumer.delivered_sseq
         consumer.ack_floor_cseq, consumer.ack_floor_sseq = self.ack_floor
-        consumer.pending = {seq: [dseq, ts] for seq, (dseq, ts) in self.pending.items()}
+        # (in delivery time order, as the Consumer keeps them: a +WPI or a delayed nak moves one)
+        consumer.pending = {seq: [dseq, ts] for seq, (dseq, ts) in sorted(self.pending.items(), key=lambda p: p[1][1])}
         consumer.rdc = {seq: n + 1 for seq, n in self.redelivered.items()}

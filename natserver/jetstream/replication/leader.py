@@ -436,6 +436,8 @@ class MetaLeader:
             return self._consumer_update(client, subject, reply, sa, existing, config, action)
         if action == "update":
             raise errors.consumer_does_not_exist()
+        if scfg.retention == "workqueue" and not config.direct:
+            self._check_workqueue(account, stream, oname, config)
         placed = create_group_for_consumer(config.to_json(), sa, self.peers, self.rng)
         if isinstance(placed, PlacementError):
             raise errors.insufficient_resources()
@@ -447,6 +449,37 @@ class MetaLeader:
         ca = ConsumerAssignment(_for_proposal(client), self._created(), oname, stream, config.to_json(), placed,
                                 subject, reply)
         return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def _consumers_of(self, account: str, stream: str) -> list[ConsumerAssignment]:
+        """consumerAssignmentsOrInflightSeq: the stream's consumers with those in flight."""
+        sa = self.state.stream(account, stream)
+        seen = dict(sa.consumers) if sa is not None else {}
+        for (acc, sname, name), ca in self.inflight_consumers.items():
+            if (acc, sname) == (account, stream):
+                if ca is None:
+                    seen.pop(name, None)
+                else:
+                    seen[name] = ca
+        return list(seen.values())
+
+    def _check_workqueue(self, account: str, stream: str, name: str, config: ConsumerConfig) -> None:
+        """jsClusteredConsumerRequest's work queue pre-checks of a new consumer, in its order:
+        explicit acks, deliver all, then one consumer per subject against the others."""
+        if config.ack_policy not in ("explicit", "flow_control"):
+            raise errors.consumer_wq_requires_explicit_ack()
+        if config.deliver_policy != "all":
+            raise errors.consumer_wq_not_deliver_all()
+        mine = config.filters
+        for other in self._consumers_of(account, stream):
+            ocfg = other.config
+            if other.name == name or ocfg.get("direct") or ocfg.get("sourcing"):
+                continue
+            if not mine:
+                raise errors.consumer_wq_multiple_unfiltered()
+            theirs = [ocfg["filter_subject"]] if ocfg.get("filter_subject") else list(ocfg.get("filter_subjects") or ())
+            # (an unfiltered other: stream.go partitionUnique on the member refuses it as well)
+            if not theirs or any(subjects_collide(a, b) for a in mine for b in theirs):
+                raise errors.consumer_wq_not_unique()
 
     def _consumer_update(self, client: dict, subject: str, reply: str, sa: StreamAssignment,
                          existing: ConsumerAssignment, config: ConsumerConfig, action: str) -> Proposal:
@@ -468,6 +501,22 @@ class MetaLeader:
                               {k: v for k, v in existing.group.extra.items() if k != "scale_up"})
         ca = ConsumerAssignment(_for_proposal(client), existing.created, existing.name, existing.stream,
                                 config.to_json(), group, subject, reply)
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def consumer_pause(self, client: dict, account: str, subject: str, stream: str, name: str,
+                       until: str | None) -> Proposal:
+        """jsConsumerPauseRequest in a cluster: the consumer's assignment with its new
+        pause_until (and version metadata), proposed; the caller answers at once."""
+        if self.stream(account, stream) is None:
+            raise errors.stream_not_found()
+        old = self.consumer(account, stream, name)
+        if old is None:
+            raise errors.consumer_not_found()
+        config = ConsumerConfig.from_json(old.config)
+        config.pause_until = until
+        set_static_consumer_metadata(config)
+        ca = ConsumerAssignment(_for_proposal(client), old.created, old.name, stream, config.to_json(), old.group,
+                                subject, "")
         return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
 
     def consumer_delete(self, client: dict, account: str, subject: str, reply: str, stream: str,

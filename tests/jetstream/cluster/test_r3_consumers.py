@@ -351,8 +351,8 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
 
 
 def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
-    """consumer.go checkConsumerCfg: 10126, as 2.15.1 answers it (an R1 stream here); and what
-    natserver does not run yet."""
+    """consumer.go checkConsumerCfg: 10126, as 2.15.1 answers it (an R1 stream here), and 10134
+    (an R1 consumer of an R3 interest stream)."""
     async def main():
         nc = await connect(cluster.urls[0])
         sys_nc = await connect(cluster.urls[0], "sys")
@@ -364,8 +364,7 @@ def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
                 "stream_name": "R1", "config": {"durable_name": "D", "num_replicas": 3}})
             assert answer == {"type": _T + "consumer_create_response", "error": {
                 "code": 400, "err_code": 10126, "description": "consumer config replica count exceeds parent stream"}}
-            # Not yet: a replicated consumer of an interest stream (its followers' acks would
-            # have to remove messages), refused by name.
+            # An interest stream's consumers have its replicas (checkConsumerCfg: 10134).
             async def interest_stream():
                 created = await api(nc, "$JS.API.STREAM.CREATE.I", {"name": "I", "subjects": ["i.>"],
                                                                     "retention": "interest", "num_replicas": 3})
@@ -373,8 +372,10 @@ def test_a_consumer_with_more_replicas_than_its_stream_is_refused(cluster):
 
             await until(interest_stream, "an R3 interest stream created")
             refused = await api(nc, "$JS.API.CONSUMER.DURABLE.CREATE.I.D", {"stream_name": "I", "config": {
-                "durable_name": "D", "ack_policy": "explicit"}})
-            assert "interest or workqueue" in refused["error"]["description"], refused
+                "durable_name": "D", "ack_policy": "explicit", "num_replicas": 1}})
+            assert refused == {"type": _T + "consumer_create_response", "error": {
+                "code": 400, "err_code": 10134,
+                "description": "consumer config replicas must match interest retention stream's replicas"}}
         finally:
             await nc.close()
             await sys_nc.close()
@@ -495,7 +496,7 @@ def test_a_member_snapshots_its_state_after_enough_entries():
     node = SimpleNamespace(install_snapshot=lambda data, index: snapshots.append((data, index)))
     group = SimpleNamespace(node=node, leader=False, name="C-R3F-test")
     ca = ConsumerAssignment(None, "", "D", "S", {"durable_name": "D", "ack_policy": "explicit"}, None, "", "")
-    rc = Replicated(None, "A", ca, group, ConsumerApplier("explicit"))  # type: ignore[arg-type]
+    rc = Replicated(SimpleNamespace(streams={}), "A", ca, group, ConsumerApplier("explicit"))  # type: ignore[arg-type]
     rc.snapshot_at = clock.monotonic() - runner.MIN_SNAP_DELTA
     groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
     ops = []

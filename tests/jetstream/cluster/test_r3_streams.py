@@ -314,7 +314,7 @@ def test_a_follower_behind_the_snapshot_catches_up_over_jsc_sync(cluster, monkey
     run(after_restart)
 
 
-def test_kv_with_three_replicas_consumers_refused_and_the_stream_deleted(cluster):
+def test_kv_with_three_replicas_an_r1_consumer_and_the_stream_deleted(cluster):
     async def main():
         ncs = [await connect(url) for url in cluster.urls]
         sys_nc = await connect(cluster.urls[0], "sys")
@@ -340,12 +340,13 @@ def test_kv_with_three_replicas_consumers_refused_and_the_stream_deleted(cluster
         assert (await entry.get("k")).value == b"v2"
         await same_everywhere(cluster, [0, 1, 2], "KV_B")
 
-        # An R1 consumer of a replicated stream is refused (not run yet: replicated consumers are,
-        # test_r3_consumers.py); the stream goes with its groups.
+        # An R1 consumer of a replicated stream runs on the server it is placed on (no group:
+        # no replicas in its cluster block; test_r3_consumers_more.py); the stream goes with its
+        # groups.
         await create_r3(ncs[0])
-        refused = await api(ncs[2], "$JS.API.CONSUMER.CREATE.R3.D", {"stream_name": "R3", "config": {
+        created = await api(ncs[2], "$JS.API.CONSUMER.CREATE.R3.D", {"stream_name": "R3", "config": {
             "durable_name": "D", "ack_policy": "explicit", "num_replicas": 1}})
-        assert refused["error"]["code"] == 500 and "replicated" in refused["error"]["description"], refused
+        assert created["name"] == "D" and created["cluster"]["leader"] and "replicas" not in created["cluster"], created
         folders = [stream_on(cluster, i).replica.group.folder for i in range(3)]
         deleted = await api(ncs[1], "$JS.API.STREAM.DELETE.R3")
         assert deleted == {"type": _T + "stream_delete_response", "success": True}

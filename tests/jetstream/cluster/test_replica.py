@@ -145,6 +145,15 @@ class Host:
     def flush(self) -> None:
         pass
 
+    def has_group_consumers(self, account: str, stream: str) -> bool:
+        return False
+
+    def assigned_consumers(self, account: str, stream: str) -> int:
+        return 0
+
+    def check_interest(self, engine, stream) -> None:
+        pass
+
 
 class Engine:
     """The engine as a Stream and a replica use it."""

@@ -1,0 +1,146 @@
+"""An R3 workqueue stream and its R3 consumer in a mixed cluster: one natserver (``n3``) and two
+nats-server 2.15.1 (runs when the 2.15.1 binary is found, as the other live tests):
+
+- a 2.15.1 server leads the stream: what is pulled and acked leaves every replica, the
+  natserver's too (2.15.1's streamMsgDelete applied);
+- the natserver leads the stream and a 2.15.1 server the consumer: the natserver applies
+  2.15.1's replicated acks and proposes the removals, which the 2.15.1 replicas apply (their
+  STREAM.INFO once one of them leads again).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+import natserver
+from tests.jetstream.cluster.test_live_mixed import POLL, STEP, MixedCluster, natserver_options, request, until_created
+from tests.jetstream.cluster.test_live_mixed_r3 import publish
+from tests.raft.nrg_cluster import APP_USER, Client, tempdir
+from tests.reference import NATS_SERVER, needs_nats_server
+
+TEST_TIMEOUT = 240  # seconds for the whole test (2.15.1 elections take 4-9 s, a few of them)
+STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
+MESSAGES = 6
+STREAM = {"name": "WQ", "subjects": ["wq.>"], "num_replicas": 3, "retention": "workqueue"}
+CONSUMER = {"stream_name": "WQ", "config": {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}}
+
+
+async def leader_of(port: int, subject: str) -> str:
+    """The leader an INFO request's answer names, once one does."""
+    with trio.fail_after(STEP):
+        while True:
+            with trio.move_on_after(3):
+                try:
+                    info = await request(port, subject)
+                except OSError:
+                    info = {}
+                name = info.get("cluster", {}).get("leader", "")
+                if name:
+                    return name
+            await trio.sleep(POLL)
+
+
+async def lead_with(port: int, info: str, stepdown: str, wanted: set[str]) -> str:
+    """Step-downs (asking for a preferred one) until one of ``wanted`` leads."""
+    for _ in range(STEPDOWNS):
+        now = await leader_of(port, info)
+        if now in wanted:
+            return now
+        with trio.move_on_after(5):
+            await request(port, stepdown, {"placement": {"preferred": sorted(wanted)[0]}})
+        with trio.move_on_after(STEP):
+            while (await leader_of(port, info)) == now:
+                await trio.sleep(POLL)
+    raise AssertionError(f"none of {wanted} leads ({info})")
+
+
+async def stream_state(port: int) -> tuple[int, int, int]:
+    with trio.fail_after(STEP):
+        while True:
+            with trio.move_on_after(3):
+                info = await request(port, "$JS.API.STREAM.INFO.WQ")
+                if "state" in info:
+                    state = info["state"]
+                    return state["messages"], state["first_seq"], state["last_seq"]
+            await trio.sleep(POLL)
+
+
+async def pull(port: int, count: int) -> list[int]:
+    """``count`` messages pulled through a client of the server at ``port``, each acked (the
+    ack answered by the consumer's leader): their stream sequences."""
+    client = await Client.open(port, APP_USER)
+    seqs = []
+    try:
+        with trio.fail_after(STEP):
+            await client.sub("_INBOX.pull")
+            await client.pub("$JS.API.CONSUMER.MSG.NEXT.WQ.C", b'{"batch": %d}' % count, "_INBOX.pull")
+            replies = []
+            while len(replies) < count:
+                _, reply, _ = await client.next_msg()
+                replies.append(reply)
+            for reply in replies:
+                seqs.append(int(reply.split(".")[-4]))
+                await client.request(reply, b"+ACK")
+    finally:
+        await client.stream.aclose()
+    return seqs
+
+
+async def scenario(binary: str, folder: Path) -> dict:
+    cluster = MixedCluster.create(binary, folder)
+    go1, go2, py = cluster.nodes
+    cluster.start(go1)
+    cluster.start(go2)
+    report: dict = {}
+    try:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, natserver_options(cluster, py))
+            await until_created(go1.port, "$JS.API.STREAM.CREATE.WQ", STREAM)
+            for n in range(MESSAGES):
+                ack = await publish(py.port, f"wq.{n}", n)
+                assert ack == {"stream": "WQ", "seq": n + 1}, ack
+            await until_created(go1.port, "$JS.API.CONSUMER.DURABLE.CREATE.WQ.C", CONSUMER)
+            store = server.jetstream.cluster.engines["APP"].streams["WQ"].store
+
+            async def natserver_holds(want: tuple[int, int, int]) -> None:
+                with trio.move_on_after(STEP):
+                    while (store.msgs, store.first_seq, store.last_seq) != want:
+                        await trio.sleep(POLL)
+                assert (store.msgs, store.first_seq, store.last_seq) == want
+
+            # 2.15.1 leads the stream: three pulled and acked, gone from the natserver's replica.
+            await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
+            assert await pull(go2.port, 3) == [1, 2, 3]
+            assert await stream_state(go1.port) == (3, 4, MESSAGES)
+            await natserver_holds((3, 4, MESSAGES))
+            report["2.15.1_removed"] = True
+
+            # The natserver leads the stream, 2.15.1 the consumer: its acks, the natserver's removals.
+            await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n3"})
+            await lead_with(go1.port, "$JS.API.CONSUMER.INFO.WQ.C", "$JS.API.CONSUMER.LEADER.STEPDOWN.WQ.C",
+                            {"n1", "n2"})
+            assert await pull(py.port, 3) == [4, 5, 6]
+            await natserver_holds((0, MESSAGES + 1, MESSAGES))
+            assert await stream_state(go2.port) == (0, MESSAGES + 1, MESSAGES)
+            await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
+            assert await stream_state(go2.port) == (0, MESSAGES + 1, MESSAGES)
+            report["natserver_removed"] = True
+            nursery.cancel_scope.cancel()
+    finally:
+        cluster.stop_all()
+    return report
+
+
+@needs_nats_server
+def test_an_r3_workqueue_of_one_natserver_and_two_2_15_1_servers():
+    assert NATS_SERVER
+    with tempdir() as folder:
+        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+    assert report == {"2.15.1_removed": True, "natserver_removed": True}
+
+
+async def _bounded(coro):
+    with trio.fail_after(TEST_TIMEOUT):
+        return await coro
