@@ -76,6 +76,7 @@ class Procs:
     folder: Path
     kinds: tuple[str, ...]
     binary: str = ""  # nats-server 2.15.1, for the "go" nodes
+    compact_entries: int = 0  # the natservers' replica.COMPACT_ENTRIES (0: theirs)
     nodes: list[Proc] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -102,6 +103,8 @@ class Procs:
         else:
             argv = [self.binary, "-c", str(conf)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        if self.compact_entries:
+            env["NATSERVER_TEST_COMPACT_ENTRIES"] = str(self.compact_entries)
         with open(node.folder / "server.log", "ab") as log:
             node.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + STEP
@@ -222,9 +225,10 @@ async def all_current(nc: nats.NATS, stream: str) -> dict | None:
 
 @dataclass
 class Publisher:
-    """Publishes with acks, one at a time, for as long as it runs; records each acknowledged
-    message (sequence, subject, payload, when sent, when acknowledged). A publish that timed
-    out or failed is not counted (it may or may not be stored)."""
+    """Publishes with acks, ``lanes`` at a time (each waits for its ack), for as long as it
+    runs; records each acknowledged message (sequence, subject, payload, when sent, when
+    acknowledged). A publish that timed out or failed is not counted (it may or may not be
+    stored)."""
 
     js: object
     stream: str
@@ -233,8 +237,12 @@ class Publisher:
     failed: int = 0
     sent: int = 0
     stopping: bool = False
+    lanes: int = 8
 
     async def run(self) -> None:
+        await asyncio.gather(*(self._lane() for _ in range(self.lanes)))
+
+    async def _lane(self) -> None:
         while not self.stopping:
             i = self.sent
             self.sent += 1

@@ -23,6 +23,7 @@ elections): marked ``slow``; a hard timeout on each test.
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 
 import nats
@@ -42,6 +43,7 @@ from tests.jetstream.cluster.durability import (
     stream_leader,
     until,
 )
+from tests.reference import NATS_SERVER, needs_nats_server
 
 pytestmark = pytest.mark.slow
 
@@ -54,9 +56,14 @@ def run(main) -> None:
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
 
 
+# Snapshots every this many entries in the natservers (65536 by default): killed nodes restart
+# from a snapshot and a log, and catch up from the leader's snapshot and $JSC.SYNC.
+COMPACT_ENTRIES = 500
+
+
 @pytest.fixture
 def procs(tmp_path):
-    cluster = Procs(tmp_path, ("py", "py", "py"))
+    cluster = Procs(tmp_path, ("py", "py", "py"), compact_entries=COMPACT_ENTRIES)
     try:
         yield cluster
     finally:
@@ -79,20 +86,21 @@ def test_kill_9_of_the_stream_leader_and_of_a_follower_loses_no_acked_message(pr
         task = asyncio.create_task(publisher.run())
         try:
             await publisher.more(BATCH, "before any kill")
-            for role in ("leader", "follower"):
+            for round_, role in enumerate(("leader", "follower", "leader", "follower")):
                 leader = await until(lambda: stream_leader(nc, "D"), "a stream leader")
                 victim = procs.by_name(leader) if role == "leader" else \
                     next(n for n in procs.nodes if n.name != leader)
                 killed_at, before = time.monotonic(), len(publisher.acked)
                 procs.kill9(victim)
-                await publisher.more(BATCH, f"with the {role} killed")
-                report[f"{role}_first_ack_after_kill"] = publisher.first_ack_after(killed_at)
-                down = len(publisher.acked) - before
+                # (more than COMPACT_ENTRIES while down: the leader's log compacted past it)
+                await publisher.more(BATCH * (1 + 3 * (round_ // 2)), f"with the {role} killed")
+                key = f"{round_}:{role}"
+                report[f"{key} first ack after the kill"] = publisher.first_ack_after(killed_at)
+                report[f"{key} acked while down"] = len(publisher.acked) - before
                 procs.start(victim)
                 restarted_at = time.monotonic()
                 await until(lambda: all_current(nc, "D"), f"the {role} caught up")
-                report[f"{role}_caught_up_s"] = time.monotonic() - restarted_at
-                report[f"{role}_published_while_down"] = down
+                report[f"{key} current after"] = time.monotonic() - restarted_at
                 await publisher.more(BATCH, f"the {role} back")
         finally:
             publisher.stopping = True
@@ -113,7 +121,7 @@ def test_kill_9_of_the_stream_leader_and_of_a_follower_loses_no_acked_message(pr
     # Every replica holds the same messages (what was stored without an ack included).
     first = next(iter(replicas.values()))
     assert all(replica == first for replica in replicas.values()), {k: len(v) for k, v in replicas.items()}
-    assert len(acked) >= 5 * BATCH and acked[-1][0] <= report["last_seq"]
+    assert len(acked) >= 15 * BATCH and acked[-1][0] <= report["last_seq"]
     print("durability:", report)
 
 
@@ -223,3 +231,94 @@ def test_kill_9_of_a_consumer_leader_redelivers_nothing_acked(procs):
         print("durability: consumer failover", round(failover, 2), "s")
 
     run(main)
+
+
+# -- mixed kinds: one natserver, two nats-server 2.15.1 ------------------------------------------
+
+STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
+
+
+async def lead_with(nc: nats.NATS, stream: str, wanted: str) -> None:
+    """Step-downs (asking for ``wanted``) until ``wanted`` leads the stream."""
+    for _ in range(STEPDOWNS):
+        now = await until(lambda: stream_leader(nc, stream), f"a leader of {stream}")
+        if now == wanted:
+            return
+        try:
+            await api(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", {"placement": {"preferred": wanted}}, timeout=5.0)
+        except (nats.errors.Error, asyncio.TimeoutError):
+            pass
+
+        async def moved(now=now):
+            leader = await stream_leader(nc, stream)
+            return leader and leader != now
+        await until(moved, "another leader")
+    raise AssertionError(f"{wanted} does not lead {stream}")
+
+
+async def msg_gets(nc: nats.NATS, stream: str, seqs: list[int]) -> list[tuple[int, str, bytes]]:
+    """The leader's MSG.GET answer for each sequence."""
+    out = []
+    for seq in seqs:
+        answer = await api(nc, f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": seq}, timeout=5.0)
+        message = answer["message"]
+        out.append((message["seq"], message["subject"], base64.b64decode(message.get("data", ""))))
+    return out
+
+
+@needs_nats_server
+def test_kill_9_in_a_mixed_cluster_loses_no_acked_message(tmp_path):
+    """n1, n2: nats-server 2.15.1; n3: natserver. Killed with SIGKILL in turn, publishing all
+    along: the natserver leading the stream, the natserver following, a 2.15.1 node (the
+    leader). Every acknowledged message then on the natserver's files and, each 2.15.1 node
+    leading in turn, in its MSG.GET answers."""
+    assert NATS_SERVER
+    procs = Procs(tmp_path, ("go", "go", "py"), NATS_SERVER, compact_entries=COMPACT_ENTRIES)
+    report: dict = {}
+
+    async def main():
+        start_all(procs)
+        nc = await connect(procs.urls)
+        await created(nc, "$JS.API.STREAM.CREATE.D", STREAM)
+        publisher = Publisher(nc.jetstream(), "D", "d", lanes=2)
+        task = asyncio.create_task(publisher.run())
+        try:
+            await publisher.more(BATCH // 3, "before any kill")
+            for case in ("natserver leading", "natserver following", "2.15.1 leading"):
+                if case == "natserver leading":
+                    await lead_with(nc, "D", "n3")
+                    victim = procs.by_name("n3")
+                elif case == "natserver following":
+                    await lead_with(nc, "D", "n1")
+                    victim = procs.by_name("n3")
+                else:
+                    await lead_with(nc, "D", "n2")
+                    victim = procs.by_name("n2")
+                killed_at = time.monotonic()
+                procs.kill9(victim)
+                await publisher.more(BATCH // 3, f"{case}, killed")
+                report[f"{case}: first ack after the kill"] = publisher.first_ack_after(killed_at)
+                procs.start(victim)
+                restarted_at = time.monotonic()
+                await until(lambda: all_current(nc, "D"), f"{case}: caught up")
+                report[f"{case}: caught up after"] = time.monotonic() - restarted_at
+                await publisher.more(BATCH // 3, f"{case}, back")
+        finally:
+            publisher.stopping = True
+            await task
+        await until(lambda: all_current(nc, "D"), "every replica current")
+        seqs = [seq for seq, *_ in publisher.acked]
+        expected = sorted((seq, subject, data) for seq, subject, data, *_ in publisher.acked)
+        for go in ("n1", "n2"):
+            await lead_with(nc, "D", go)
+            assert await msg_gets(nc, "D", sorted(seqs)) == expected, go
+        await nc.close()
+        return publisher.acked
+
+    try:
+        acked = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+        procs.stop(procs.by_name("n3"))
+        check_acked(acked, stored(procs.by_name("n3"), "D"), "n3")
+    finally:
+        procs.stop_all()
+    print("durability (mixed):", report)
