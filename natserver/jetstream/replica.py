@@ -405,6 +405,14 @@ class StreamReplica:
         if self.stopped or self._catching_up or not self.applied:
             return False
         try:
+            # monitorStream's flushPending: what the store buffered reaches the OS before the
+            # log entries that hold it go (else a kill -9 right after loses them here).
+            self.stream.store.flush()
+        except OSError as exc:
+            log.error("JetStream cluster: stream %s: no snapshot, the store could not be written: %s",
+                      self.stream.name, exc)
+            return False
+        try:
             self.group.node.install_snapshot(self.applier.snapshot().encode(), self.applied)
         except SnapshotError:
             return False

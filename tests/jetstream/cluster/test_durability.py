@@ -30,7 +30,6 @@ import nats
 import pytest
 
 from tests.jetstream.cluster.durability import (
-    STEP,
     Procs,
     Publisher,
     all_current,

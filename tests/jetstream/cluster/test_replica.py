@@ -20,7 +20,7 @@ from natserver import clock
 from natserver.jetstream import replica as replica_module
 from natserver.jetstream.replica import StreamReplica
 from natserver.jetstream.replication.group_codec import StreamMsg
-from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.store import FileStore, MemoryStore
 from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
 from natserver.raft import Committed, Entry, EntryType
 
@@ -312,3 +312,39 @@ def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_is_skipped():
         assert stream.store.last_seq == 42 and replica.applied == 3
 
     run(main)
+
+
+def test_the_store_is_written_before_a_snapshot_compacts_the_log(tmp_path, monkeypatch):
+    """What a kill -9 at the moment the log is compacted leaves: every applied message in the
+    store's files (jetstream_cluster.go monitorStream flushes pending writes first)."""
+    monkeypatch.setattr(replica_module, "COMPACT_ENTRIES", 4)
+    cfg = check_stream_config(StreamConfig.from_json({"name": "R3", "subjects": ["r3.>"], "num_replicas": 3}), {})
+    at_compaction: list[list[bytes]] = []
+
+    def on_disk() -> list[bytes]:
+        store = FileStore(str(tmp_path), cfg)  # (another reader of the files, as a restart)
+        try:
+            return [sm.data for seq in range(store.first_seq, store.last_seq + 1) if (sm := store.load_msg(seq))]
+        finally:
+            store.stop()
+
+    async def main(nursery):
+        engine = Engine()
+        stream = Stream(engine, cfg, FileStore(str(tmp_path), cfg), 0)
+        stream.replicated = True
+        host = Host("bbbbbbbb", System(), nursery)
+        replica = StreamReplica(host, engine, stream, "S-R3F-test", ["aaaaaaaa", "bbbbbbbb", "cccccccc"], "$JSC.S")
+        group = host.groups[0]
+        compact = group.node.install_snapshot
+
+        def install_snapshot(data: bytes, index: int) -> None:
+            at_compaction.append(on_disk())
+            compact(data, index)
+        group.node.install_snapshot = install_snapshot
+        entries = [StreamMsg.proposal(b"r3.a", b"", b"", b"m%d" % i, i, 1000 + i).encode() for i in range(10)]
+        commit(replica, group, entries, 1)
+        assert replica.snapshots == 1
+        stream.store.stop()
+
+    run(main)
+    assert at_compaction == [[b"m%d" % i for i in range(10)]]
