@@ -232,6 +232,40 @@ def test_kill_9_of_a_consumer_leader_redelivers_nothing_acked(procs):
     run(main)
 
 
+def test_kill_9_of_every_node_at_once_loses_no_acked_message(procs):
+    """Beyond one node of three: all three killed at once mid-publishing (snapshots every
+    COMPACT_ENTRIES entries), restarted: every acknowledged message is in each replica's log or
+    store, and every replica ends up with all of them."""
+    async def main():
+        start_all(procs)
+        nc = await connect(procs.urls)
+        await created(nc, "$JS.API.STREAM.CREATE.D", STREAM)
+        publisher = Publisher(nc.jetstream(), "D", "d")
+        task = asyncio.create_task(publisher.run())
+        try:
+            for _ in range(2):
+                await publisher.more(4 * BATCH, "before the kill")
+                for node in procs.nodes:
+                    procs.kill9(node)
+                for node in procs.nodes:
+                    procs.start(node)
+                await publisher.more(BATCH, "after the restart")
+        finally:
+            publisher.stopping = True
+            await task
+        await until(lambda: all_current(nc, "D"), "every replica current")
+        await nc.close()
+        return publisher.acked
+
+    acked = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    for node in procs.nodes:
+        procs.stop(node)
+    replicas = [stored(node, "D") for node in procs.nodes]
+    for node, replica in zip(procs.nodes, replicas):
+        check_acked(acked, replica, node.name)
+    assert replicas[0] == replicas[1] == replicas[2]
+
+
 # -- mixed kinds: one natserver, two nats-server 2.15.1 ------------------------------------------
 
 STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
