@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import clock
-from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError
+from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
 from . import errors
 from .errors import ApiError
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
@@ -118,8 +118,9 @@ class StreamReplica:
         self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
         self.catchups = 0  # catch-ups completed (as a follower)
         self.stopped = False
+        self.recovering = False  # replaying the log's committed entries at the start
         stream.replica = self
-        self.group = host.nrg.create_group(group, peers, self._apply)
+        self.group = host.nrg.create_group(group, peers, self._apply, marks=True)
         self.group.on_leader_change = self._leader_changed
 
     def __repr__(self) -> str:
@@ -236,7 +237,11 @@ class StreamReplica:
         self._after_apply()
 
     def _apply_one(self, c: Committed) -> None:
-        if c.mark is not None:
+        if c.mark is not None:  # (monitorStream's isRecovering: until the nil entry after the replay)
+            if c.mark is Mark.REPLAY_START:
+                self.recovering = True
+            elif c.mark is Mark.REPLAY_END:
+                self.recovering = False
             return
         self.applied = c.index
         entry = c.entry
@@ -286,16 +291,21 @@ class StreamReplica:
         reply = str(body.get("reply") or "").encode()
         answer = reply and self.leading
         if op.op == Op.PURGE_STREAM:
-            request = body.get("request") or {}
+            request = dict(body.get("request") or {})
+            if not int(request.get("seq") or 0):
+                # applyStreamEntries: without a sequence, below the leader's last sequence
+                # when it was proposed, so that a restart replaying it (a kill -9 leaves no
+                # snapshot) keeps what was stored after it; one keeping messages is skipped then.
+                purge_seq = int(body.get("last_seq") or 0) + 1
+                if not int(request.get("keep") or 0):
+                    request["seq"] = purge_seq
+                elif self.recovering:
+                    return
             subject = str(request.get("filter") or "").encode()
             rtype = _T + "stream_purge_response"
             try:
-                if not request:
-                    purged = store.purge()
-                    stream.purge_consumers(None, purged)
-                else:
-                    purged = store.purge_ex(subject, int(request.get("seq") or 0), int(request.get("keep") or 0))
-                    stream.purge_consumers(subject, purged)
+                purged = store.purge_ex(subject, int(request.get("seq") or 0), int(request.get("keep") or 0))
+                stream.purge_consumers(subject, purged)
                 self.engine.persist(stream)
             except (StoreError, OSError) as exc:
                 if answer:

@@ -19,10 +19,10 @@ import trio.testing
 from natserver import clock
 from natserver.jetstream import replica as replica_module
 from natserver.jetstream.replica import StreamReplica
-from natserver.jetstream.replication.group_codec import StreamMsg
+from natserver.jetstream.replication.group_codec import JsonOp, Op, StreamMsg
 from natserver.jetstream.store import FileStore, MemoryStore
 from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
-from natserver.raft import Committed, Entry, EntryType
+from natserver.raft import Committed, Entry, EntryType, Mark
 
 TEST_TIMEOUT = 60  # virtual seconds (MockClock)
 _T = "io.nats.jetstream.api.v1."
@@ -123,7 +123,7 @@ class Host:
         self.groups: list[Group] = []
         self.nrg = SimpleNamespace(create_group=self._create_group, stop_group=lambda name: None)
 
-    def _create_group(self, name, peers, apply) -> Group:
+    def _create_group(self, name, peers, apply, **options) -> Group:
         group = Group(self.node_id, peers)
         self.groups.append(group)
         return group
@@ -348,3 +348,40 @@ def test_the_store_is_written_before_a_snapshot_compacts_the_log(tmp_path, monke
 
     run(main)
     assert at_compaction == [[b"m%d" % i for i in range(10)]]
+
+
+def test_purges_replayed_after_a_restart_keep_what_was_stored_after_them():
+    """A restart (kill -9: no snapshot) replays the log's committed entries on a store that
+    applied them already. A purge is applied as jetstream_cluster.go applyStreamEntries does:
+    without a sequence, below the leader's last sequence when it was proposed (so the messages
+    stored after it stay); one that keeps messages is not applied while replaying."""
+    async def main(nursery):
+        replica, stream, _, group = make("bbbbbbbb", System(), nursery)
+
+        def msgs(first: int, n: int, subject: bytes = b"r3.a") -> list[bytes]:
+            return [StreamMsg.proposal(subject, b"", b"", b"m%d" % (first + i), first + i - 1, 1000 + first + i).encode()
+                    for i in range(n)]
+
+        def purge(last_seq: int, request: dict | None = None) -> bytes:
+            body: dict = {"stream": "R3", "last_seq": last_seq}
+            if request:
+                body["request"] = request
+            return JsonOp(Op.PURGE_STREAM, body).encode()
+
+        log = [*msgs(1, 5), purge(5), *msgs(6, 3), *msgs(9, 2, b"r3.b"), purge(10, {"filter": "r3.b"}),
+               *msgs(11, 2, b"r3.b"), purge(12, {"filter": "r3.b", "keep": 1}), *msgs(13, 1, b"r3.b")]
+        commit(replica, group, log, 1)
+        before = [(seq, sm.subject, sm.data) for seq in range(1, 14) if (sm := stream.store.load_msg(seq))]
+        assert before == [(6, b"r3.a", b"m6"), (7, b"r3.a", b"m7"), (8, b"r3.a", b"m8"),
+                          (12, b"r3.b", b"m12"), (13, b"r3.b", b"m13")]
+        # The restart's replay: the same entries between the replay markers.
+        replica._apply([Committed.marker(Mark.REPLAY_START)])
+        commit(replica, group, log, 1)
+        replica._apply([Committed.marker(Mark.REPLAY_END)])
+        after = [(seq, sm.subject, sm.data) for seq in range(1, 14) if (sm := stream.store.load_msg(seq))]
+        assert after == before
+        # Live again: a purge that keeps messages is applied.
+        commit(replica, group, [purge(13, {"filter": "r3.b", "keep": 1})], len(log) + 1)
+        assert stream.store.load_msg(12) is None and stream.store.load_msg(13) is not None
+
+    run(main)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from natserver.raft.storage import LOG_FILE
-from tests.jetstream.cluster.test_cluster import connect
+from tests.jetstream.cluster.test_cluster import api, connect, until
 from tests.jetstream.cluster.test_r3_streams import create_r3, publish, same_everywhere, stream_on, wait_leader
 
 TEST_TIMEOUT = 120.0  # seconds of real time for a whole test
@@ -100,6 +100,42 @@ def test_a_follower_with_torn_files_recovers_and_catches_up(cluster, snapshot_at
         await same_everywhere(cluster, [0, 1, 2], "T")
         for i, nc in enumerate(ncs):
             if i != follower or not nc.is_closed:
+                await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+
+
+def test_a_purge_replayed_by_a_restarted_follower_keeps_the_later_messages(cluster, monkeypatch):
+    """A follower stopped as a kill -9 stops it (no snapshot: its log holds a purge and the
+    messages after it) replays them at the restart on a store that has them: it keeps the
+    messages stored after the purge (applyStreamEntries: a purge below the leader's last
+    sequence when it was proposed)."""
+    async def main():
+        ncs = [await connect(url) for url in cluster.urls]
+        await create_r3(ncs[0], STREAM)
+        for n in range(5):
+            await publish(ncs[n % 3], "t.a", b"before %d" % n)
+        answer = await api(ncs[1], "$JS.API.STREAM.PURGE.T")
+        assert answer["success"] is True and answer["purged"] == 5, answer
+        for n in range(3):
+            await publish(ncs[n % 3], "t.b", b"after %d" % n)
+        expected = [(6, b"t.b", b"after 0"), (7, b"t.b", b"after 1"), (8, b"t.b", b"after 2")]
+        assert await same_everywhere(cluster, [0, 1, 2], "T") == expected
+        lead = await wait_leader(cluster, "T")
+        follower = (lead + 2) % 3
+        monkeypatch.setattr(stream_on(cluster, follower, "T").replica, "snapshot", lambda: False)
+        await ncs[follower].close()
+        cluster.stop(follower)
+        cluster.restart(follower)
+
+        async def replayed():  # (the log's committed entries, its purge included)
+            stream = stream_on(cluster, follower, "T")
+            replica = stream.replica if stream is not None else None
+            return replica is not None and replica.applied >= 7 and not replica.recovering
+        await until(replayed, "the follower's log replayed")
+        assert await same_everywhere(cluster, [0, 1, 2], "T") == expected
+        for i, nc in enumerate(ncs):
+            if i != follower:
                 await nc.close()
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
