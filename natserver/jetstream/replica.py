@@ -108,6 +108,7 @@ class StreamReplica:
         self._ready_at = 0  # the index a new leader applies before it takes publishes
         self._since_snapshot = (0, 0)  # entries and bytes applied since the last snapshot
         self._snapshot_at = clock.monotonic()
+        self._snapshot_clfs = 0  # the failed proposals counted at the last snapshot
         self.snapshots = 0
         self.mismatches = 0  # proposals out of line with the store (logged, skipped)
         # A create (or update) to answer once this server leads: (reply, response builder).
@@ -405,7 +406,10 @@ class StreamReplica:
         entries, size = self._since_snapshot
         if not entries or self._catching_up:
             return
-        if entries < COMPACT_ENTRIES and size < COMPACT_BYTES and \
+        # monitorStream also snapshots once a proposal failed (clfs grew): a restart replays
+        # only what follows, as the failures are counted nowhere else (a replay that skipped
+        # the failed entry would store the next message twice).
+        if entries < COMPACT_ENTRIES and size < COMPACT_BYTES and self.applier.clfs <= self._snapshot_clfs and \
                 clock.monotonic() - self._snapshot_at < COMPACT_INTERVAL:
             return
         self.snapshot()
@@ -431,6 +435,7 @@ class StreamReplica:
             return False
         self._since_snapshot = (0, 0)
         self._snapshot_at = clock.monotonic()
+        self._snapshot_clfs = self.applier.clfs
         self.snapshots += 1
         return True
 

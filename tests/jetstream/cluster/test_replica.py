@@ -19,7 +19,7 @@ import trio.testing
 from natserver import clock
 from natserver.jetstream import replica as replica_module
 from natserver.jetstream.replica import StreamReplica
-from natserver.jetstream.replication.group_codec import JsonOp, Op, StreamMsg
+from natserver.jetstream.replication.group_codec import JsonOp, Op, StreamMsg, StreamState
 from natserver.jetstream.store import FileStore, MemoryStore
 from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
 from natserver.raft import Committed, Entry, EntryType, Mark
@@ -383,5 +383,28 @@ def test_purges_replayed_after_a_restart_keep_what_was_stored_after_them():
         # Live again: a purge that keeps messages is applied.
         commit(replica, group, [purge(13, {"filter": "r3.b", "keep": 1})], len(log) + 1)
         assert stream.store.load_msg(12) is None and stream.store.load_msg(13) is not None
+
+    run(main)
+
+
+def test_a_failed_proposal_is_followed_by_a_snapshot():
+    """A proposal that fails on apply (here a duplicate the leader did not see in flight) is
+    counted in clfs, which only a snapshot keeps: monitorStream snapshots once it grew, so that
+    a restart does not replay the entries around it (a replay skips the failed entry, by its
+    last sequence, and would store the next message again)."""
+    async def main(nursery):
+        replica, stream, _, group = make("bbbbbbbb", System(), nursery)
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n"
+        first = StreamMsg.proposal(b"r3.a", b"", hdr, b"one", 0, 1000).encode()
+        commit(replica, group, [first], 1)
+        assert group.node.snapshots == []
+        dup = StreamMsg.proposal(b"r3.a", b"", hdr, b"one again", 1, 2000).encode()
+        after = StreamMsg.proposal(b"r3.a", b"", b"", b"two", 2, 3000).encode()
+        commit(replica, group, [dup, after], 2)
+        assert replica.applier.clfs == 1 and stream.store.last_seq == 2
+        assert [index for _, index in group.node.snapshots] == [3]
+        assert StreamState.decode(group.node.snapshots[0][0]).failed == 1
+        commit(replica, group, [StreamMsg.proposal(b"r3.a", b"", b"", b"three", 3, 4000).encode()], 4)
+        assert len(group.node.snapshots) == 1  # (no failure since)
 
     run(main)
