@@ -44,8 +44,6 @@ from tests.jetstream.cluster.durability import (
 )
 from tests.reference import NATS_SERVER, needs_nats_server
 
-pytestmark = pytest.mark.slow
-
 TEST_TIMEOUT = 300.0  # seconds of real time for a whole test
 BATCH = 150  # acknowledged publishes between two steps
 STREAM = {"name": "D", "subjects": ["d.>"], "num_replicas": 3, "storage": "file"}

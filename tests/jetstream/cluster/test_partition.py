@@ -28,8 +28,6 @@ from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.test_cluster import STEP, cluster_options, connect, until
 from tests.jetstream.cluster.test_r3_streams import contents, create_r3, leader_index, publish, stream_on
 
-pytestmark = pytest.mark.slow
-
 TEST_TIMEOUT = 240.0  # seconds of real time for the whole test
 PUBLISH_TIMEOUT = 1.0  # a publish not acknowledged by then counts as not acknowledged
 ISOLATED_FOR = 14.0  # seconds the node stays cut off: past raft.go's lostQuorumInterval (10 s)
