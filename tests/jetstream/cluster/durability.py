@@ -38,6 +38,7 @@ accounts {
   APP { jetstream: enabled, users [{user: app, password: %(pw)s}] }
 }
 system_account: SYS
+%(extra)s
 jetstream { store_dir: "%(store)s" }
 cluster {
   name: DUR
@@ -77,6 +78,7 @@ class Procs:
     kinds: tuple[str, ...]
     binary: str = ""  # nats-server 2.15.1, for the "go" nodes
     compact_entries: int = 0  # the natservers' replica.COMPACT_ENTRIES (0: theirs)
+    extra: str = ""  # more configuration lines for every node
     nodes: list[Proc] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -97,7 +99,8 @@ class Procs:
         routes = [f"nats-route://127.0.0.1:{n.cluster_port}" for n in self.nodes if n is not node]
         conf = node.folder / "server.conf"
         conf.write_text(CONFIG % {"name": node.name, "port": node.port, "pw": PASSWORD, "store": node.store,
-                                  "cport": node.cluster_port, "routes": ", ".join(routes)})
+                                  "cport": node.cluster_port, "routes": ", ".join(routes),
+                                  "extra": self.extra})
         if node.kind == "py":
             argv = [sys.executable, "-m", "tests.jetstream.cluster.preview_node", "-c", str(conf)]
         else:

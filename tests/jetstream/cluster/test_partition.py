@@ -3,10 +3,10 @@
 cut off from the other two, publishing all along through a client of each node.
 
 - The isolated node acknowledges nothing. Its client sees what a nats-server 2.15.1 client
-  sees (raft.go, jetstream_cluster.go): while the isolated node still leads (until it notices
-  it lost its quorum, raft.go lostQuorumInterval, 10 s), a publish waits for a commit that does
-  not come and times out; once it follows, nobody in its reach listens on the stream's
-  subjects: no responders (nats-py's NoStreamResponseError).
+  sees (asked below, the test of three 2.15.1 processes): while the isolated node still leads
+  (until it notices it lost its quorum, raft.go lostQuorumInterval, 10 s), a publish waits for
+  a commit that does not come and times out; once it follows, nobody in its reach listens on
+  the stream's subjects: no responders (nats-py's NoStreamResponseError).
 - The majority elects a leader (if it lost it) and goes on acknowledging.
 - Healed, the isolated node catches up: every node stores the same messages, every
   acknowledged one among them, and none of those the isolated leader appended to its log
@@ -19,14 +19,18 @@ quorum's 10 s): marked ``slow``.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
+from pathlib import Path
 
 import nats
 import pytest
 
 from natserver.testing_cluster import NatsCluster
+from tests.jetstream.cluster import durability
 from tests.jetstream.cluster.test_cluster import STEP, cluster_options, connect, until
 from tests.jetstream.cluster.test_r3_streams import contents, create_r3, leader_index, publish, stream_on
+from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 240.0  # seconds of real time for the whole test
 PUBLISH_TIMEOUT = 1.0  # a publish not acknowledged by then counts as not acknowledged
@@ -115,3 +119,59 @@ def test_an_isolated_node_acks_nothing_and_catches_up_once_healed(cluster):
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
     print("partition:", report)
+
+
+# Routes of stopped peers go after ~3 s without an answer to their pings (nats-server's
+# ping_interval and ping_max): a partition as the isolated node sees it.
+QUICK_PINGS = 'ping_interval: "1s"\nping_max: 2'
+# 2.15.1's isolated leader gives up its leadership at its first lost-quorum check past 10 s
+# without its peers (raft.go lostQuorumCheck, every 10 s): 20 s here; natserver's after 10 s.
+REFERENCE_ISOLATED_FOR = 30.0
+
+
+@needs_nats_server
+def test_what_a_client_of_an_isolated_2_15_1_leader_sees(tmp_path):
+    """The reference for the outcomes above: three nats-server 2.15.1 processes, the other two
+    stopped (SIGSTOP) so that the stream leader is alone (its routes to them close as stale);
+    its client's publishes time out, then, its leadership given up, find no responders."""
+    assert NATS_SERVER
+    procs = durability.Procs(tmp_path, ("go", "go", "go"), NATS_SERVER, extra=QUICK_PINGS)
+
+    async def main():
+        for node in procs.nodes:
+            procs.start(node)
+        nc = await durability.connect(procs.urls)
+        await durability.created(nc, "$JS.API.STREAM.CREATE.P", STREAM)
+
+        async def acked():
+            return await nc.jetstream().publish("p.a", b"x", timeout=PUBLISH_TIMEOUT)
+        await durability.until(acked, "a publish acknowledged")
+        leader = procs.by_name(await durability.until(lambda: durability.stream_leader(nc, "P"), "a leader"))
+        await nc.close()
+        alone = await nats.connect(leader.url, user="app", password=durability.PASSWORD, allow_reconnect=False)
+        others = [n for n in procs.nodes if n is not leader]
+        for node in others:
+            node.process.send_signal(signal.SIGSTOP)
+
+        async def stopped():
+            return all(Path(f"/proc/{n.process.pid}/stat").read_text().split(") ")[1][0] == "T" for n in others)
+        await durability.until(stopped, "the other two stopped")
+        try:
+            cut_at = time.monotonic()
+            outcomes = []
+            while time.monotonic() - cut_at < REFERENCE_ISOLATED_FOR:
+                outcomes.append(await attempt(alone, "p.m", b"alone"))
+                await asyncio.sleep(0.2)
+        finally:
+            for node in others:
+                node.process.send_signal(signal.SIGCONT)
+        await alone.close()
+        return outcomes
+
+    try:
+        outcomes = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    finally:
+        procs.stop_all()
+    assert all(isinstance(o, str) for o in outcomes), outcomes
+    assert "TimeoutError" in outcomes and outcomes[-1] == "NoStreamResponseError", outcomes
+    print("2.15.1, isolated leader:", [o for i, o in enumerate(outcomes) if i == 0 or outcomes[i - 1] != o])
