@@ -30,6 +30,7 @@ from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster import durability
 from tests.jetstream.cluster.test_cluster import STEP, cluster_options, connect, until
 from tests.jetstream.cluster.test_r3_streams import contents, create_r3, leader_index, publish, stream_on
+from tests.jetstream.cluster.test_torn_tails import every_server_placeable
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 240.0  # seconds of real time for the whole test
@@ -57,6 +58,7 @@ def test_an_isolated_node_acks_nothing_and_catches_up_once_healed(cluster):
 
     async def main():
         ncs = [await connect(url) for url in cluster.urls]
+        await every_server_placeable(cluster)
         await create_r3(ncs[0], STREAM)
         acked: list[tuple[int, bytes]] = []
         for n in range(10):

@@ -23,13 +23,23 @@ from pathlib import Path
 import pytest
 
 from natserver.raft.storage import LOG_FILE
-from tests.jetstream.cluster.test_cluster import api, connect, until
+from tests.jetstream.cluster.test_cluster import api, connect, meta_leader, until
 from tests.jetstream.cluster.test_r3_streams import create_r3, publish, same_everywhere, stream_on, wait_leader
 
 TEST_TIMEOUT = 120.0  # seconds of real time for a whole test
 STREAM = {"name": "T", "subjects": ["t.>"], "num_replicas": 3}
 _FRAME = struct.Struct("<IB")  # store.py: a record's length (type + body) and type
 _MSG = 1  # store.py: a MSG record
+
+
+async def every_server_placeable(cluster) -> None:
+    """Once every server agrees on a meta leader and the group has all three (a create before
+    that may find no suitable peers: 10005)."""
+    sys_nc = await connect(cluster.urls[0], "sys")
+    try:
+        await until(lambda: meta_leader(sys_nc), "a meta leader every server agrees on")
+    finally:
+        await sys_nc.close()
 
 
 def last_msg_offset(segment: Path) -> int:
@@ -65,6 +75,7 @@ def tear_log(folder: str) -> None:
 def test_a_follower_with_torn_files_recovers_and_catches_up(cluster, snapshot_at_stop, monkeypatch):
     async def main():
         ncs = [await connect(url) for url in cluster.urls]
+        await every_server_placeable(cluster)
         await create_r3(ncs[0], STREAM)
         for n in range(30):
             ack = await publish(ncs[n % 3], "t.a", b"before %d" % n)
@@ -112,6 +123,7 @@ def test_a_purge_replayed_by_a_restarted_follower_keeps_the_later_messages(clust
     sequence when it was proposed)."""
     async def main():
         ncs = [await connect(url) for url in cluster.urls]
+        await every_server_placeable(cluster)
         await create_r3(ncs[0], STREAM)
         for n in range(5):
             await publish(ncs[n % 3], "t.a", b"before %d" % n)
