@@ -7,9 +7,11 @@ all along (every acknowledged sequence and payload recorded; a publish that time
 counted):
 
 - an R3 stream: the stream leader's node killed, publishing goes on through the survivors,
-  the node restarted; then a follower's node killed and restarted; once the leader counts every
-  replica current, every node stopped cleanly and each node's replica read from its own store
-  files: every acknowledged message at its sequence with its payload, on all three;
+  the node restarted; then a follower's node killed and restarted; both again, longer (past the
+  snapshots the natservers take every COMPACT_ENTRIES entries); a follower killed again as it
+  restarts; once the leader counts every replica current, every node stopped cleanly and each
+  node's replica read from its own store files: every acknowledged message at its sequence with
+  its payload, on all three; then all three killed at once, twice;
 - a KV bucket (R3, history): puts, the bucket leader's node killed, puts go on, restarted:
   every revision on every replica;
 - an R3 pull consumer: fetched and acked, its leader's node killed: the consumer carries on
@@ -56,6 +58,7 @@ def run(main) -> None:
 # Snapshots every this many entries in the natservers (65536 by default): killed nodes restart
 # from a snapshot and a log, and catch up from the leader's snapshot and $JSC.SYNC.
 COMPACT_ENTRIES = 500
+AGAIN_AFTER = 0.5  # seconds after a restart the last round kills the node again (not a timing assertion)
 
 
 @pytest.fixture
@@ -83,18 +86,22 @@ def test_kill_9_of_the_stream_leader_and_of_a_follower_loses_no_acked_message(pr
         task = asyncio.create_task(publisher.run())
         try:
             await publisher.more(BATCH, "before any kill")
-            for round_, role in enumerate(("leader", "follower", "leader", "follower")):
+            for round_, role in enumerate(("leader", "follower", "leader", "follower", "follower")):
                 leader = await until(lambda: stream_leader(nc, "D"), "a stream leader")
                 victim = procs.by_name(leader) if role == "leader" else \
                     next(n for n in procs.nodes if n.name != leader)
                 killed_at, before = time.monotonic(), len(publisher.acked)
                 procs.kill9(victim)
                 # (more than COMPACT_ENTRIES while down: the leader's log compacted past it)
-                await publisher.more(BATCH * (1 + 3 * (round_ // 2)), f"with the {role} killed")
+                await publisher.more(BATCH * (1 + 3 * min(round_ // 2, 1)), f"with the {role} killed")
                 key = f"{round_}:{role}"
                 report[f"{key} first ack after the kill"] = publisher.first_ack_after(killed_at)
                 report[f"{key} acked while down"] = len(publisher.acked) - before
                 procs.start(victim)
+                if round_ == 4:  # killed again as it restarts (before or during its catch-up)
+                    await asyncio.sleep(AGAIN_AFTER)
+                    procs.kill9(victim)
+                    procs.start(victim)
                 restarted_at = time.monotonic()
                 await until(lambda: all_current(nc, "D"), f"the {role} caught up")
                 report[f"{key} current after"] = time.monotonic() - restarted_at
