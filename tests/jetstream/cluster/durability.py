@@ -284,3 +284,66 @@ def check_acked(acked: list, replica: list[tuple[int, str, bytes]], where: str) 
     assert not missing, f"{where}: {len(missing)} acknowledged messages missing or different, first {missing[:3]}"
     payloads = [data for _, _, data in replica]
     assert len(set(payloads)) == len(payloads), f"{where}: a message stored twice"
+
+
+STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
+
+
+async def lead_with(nc: nats.NATS, stream: str, wanted: str) -> None:
+    """Step-downs (asking for ``wanted``) until ``wanted`` leads the stream."""
+    for _ in range(STEPDOWNS):
+        now = await until(lambda: stream_leader(nc, stream), f"a leader of {stream}")
+        if now == wanted:
+            return
+        try:
+            await api(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", {"placement": {"preferred": wanted}}, timeout=5.0)
+        except (nats.errors.Error, asyncio.TimeoutError):
+            pass
+
+        async def moved(now=now):
+            leader = await stream_leader(nc, stream)
+            return leader and leader != now
+        await until(moved, "another leader")
+    raise AssertionError(f"{wanted} does not lead {stream}")
+
+
+async def each_leads_with_all(nc: nats.NATS, stream: str, names: list[str], last_seq: int) -> None:
+    """The leadership stepped to each named node in turn, until it answers STREAM.INFO, from
+    its own store, with ``last_seq`` reached: the leader's view of a replica (``current``) is
+    its RAFT log's, not its store's, which a catch-up over $JSC.SYNC fills after (a replica
+    still catching up that is elected steps down, processSnapshot)."""
+    for name in names:
+        async def complete(name=name):
+            try:
+                await lead_with(nc, stream, name)
+            except AssertionError:  # (it stepped down again: still catching up)
+                return False
+            info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
+            return info.get("cluster", {}).get("leader") == name and info["state"]["last_seq"] >= last_seq
+        await until(complete, f"{name} leading with every message")
+
+
+async def read_replicas(procs: Procs, stream: str, last_seq: int) -> tuple[dict[str, list], list[str]]:
+    """Every node stopped cleanly, each natserver's replica of ``stream`` read from its files;
+    and the names of those found behind ``last_seq``. The leader counts a replica current by
+    its RAFT log, and a replica that installed the leader's snapshot fills its store over
+    $JSC.SYNC after that: one found behind gets the cluster started again until it logs its
+    catch-up complete (never: the test fails), and is read again."""
+    for node in procs.nodes:
+        procs.stop(node)
+    names = [n.name for n in procs.nodes if n.kind == "py"]
+    views = {name: stored(procs.by_name(name), stream) for name in names}
+    behind = [name for name, view in views.items() if not view or view[-1][0] < last_seq]
+    if behind:
+        marks = {name: len(procs.log(procs.by_name(name))) for name in behind}
+        for node in procs.nodes:
+            procs.start(node)
+
+        async def caught_up():
+            done = f"catch-up for stream {stream} complete"
+            return all(done in procs.log(procs.by_name(name))[marks[name]:] for name in behind)
+        await until(caught_up, f"{behind} caught up")
+        for node in procs.nodes:
+            procs.stop(node)
+        views = {name: stored(procs.by_name(name), stream) for name in names}
+    return views, behind

@@ -40,6 +40,9 @@ from tests.jetstream.cluster.durability import (
     connect,
     consumer_leader,
     created,
+    each_leads_with_all,
+    lead_with,
+    read_replicas,
     stored,
     stream_leader,
     until,
@@ -114,12 +117,10 @@ def test_kill_9_of_the_stream_leader_and_of_a_follower_loses_no_acked_message(pr
         await nc.close()
         report["acked"], report["failed"] = len(publisher.acked), publisher.failed
         report["last_seq"] = info["state"]["last_seq"]
-        return publisher.acked
+        replicas, report["behind when stopped"] = await read_replicas(procs, "D", report["last_seq"])
+        return publisher.acked, replicas
 
-    acked = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
-    for node in procs.nodes:
-        procs.stop(node)
-    replicas = {node.name: stored(node, "D") for node in procs.nodes}
+    acked, replicas = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
     for name, replica in replicas.items():
         check_acked(acked, replica, name)
     # Every replica holds the same messages (what was stored without an ack included).
@@ -166,14 +167,12 @@ def test_kill_9_keeps_a_kv_buckets_history_on_every_replica(procs):
             entry = await kv.get(subject.rsplit(".", 1)[1], revision=rev)
             assert (entry.revision, entry.value) == (rev, value)
         await nc.close()
-        return kept
+        replicas, _ = await read_replicas(procs, "KV_H", max(rev for rev, _, _ in puts))
+        return kept, replicas
 
-    kept = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
-    for node in procs.nodes:
-        procs.stop(node)
-    for node in procs.nodes:
-        replica = stored(node, "KV_H")
-        assert [m for m in replica if m[1].startswith("$KV.H.")] == sorted(kept), node.name
+    kept, replicas = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    for name, replica in replicas.items():
+        assert [m for m in replica if m[1].startswith("$KV.H.")] == sorted(kept), name
 
 
 def test_kill_9_of_a_consumer_leader_redelivers_nothing_acked(procs):
@@ -260,39 +259,16 @@ def test_kill_9_of_every_node_at_once_loses_no_acked_message(procs):
             await task
         await until(lambda: all_current(nc, "D"), "every replica current")
         await nc.close()
-        return publisher.acked
+        replicas, _ = await read_replicas(procs, "D", max(seq for seq, *_ in publisher.acked))
+        return publisher.acked, replicas
 
-    acked = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
-    for node in procs.nodes:
-        procs.stop(node)
-    replicas = [stored(node, "D") for node in procs.nodes]
-    for node, replica in zip(procs.nodes, replicas):
-        check_acked(acked, replica, node.name)
-    assert replicas[0] == replicas[1] == replicas[2]
+    acked, replicas = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    for name, replica in replicas.items():
+        check_acked(acked, replica, name)
+    assert replicas["n1"] == replicas["n2"] == replicas["n3"]
 
 
 # -- mixed kinds: one natserver, two nats-server 2.15.1 ------------------------------------------
-
-STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
-
-
-async def lead_with(nc: nats.NATS, stream: str, wanted: str) -> None:
-    """Step-downs (asking for ``wanted``) until ``wanted`` leads the stream."""
-    for _ in range(STEPDOWNS):
-        now = await until(lambda: stream_leader(nc, stream), f"a leader of {stream}")
-        if now == wanted:
-            return
-        try:
-            await api(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", {"placement": {"preferred": wanted}}, timeout=5.0)
-        except (nats.errors.Error, asyncio.TimeoutError):
-            pass
-
-        async def moved(now=now):
-            leader = await stream_leader(nc, stream)
-            return leader and leader != now
-        await until(moved, "another leader")
-    raise AssertionError(f"{wanted} does not lead {stream}")
-
 
 async def msg_gets(nc: nats.NATS, stream: str, seqs: list[int]) -> list[tuple[int, str, bytes]]:
     """The leader's MSG.GET answer for each sequence."""
@@ -346,6 +322,7 @@ def test_kill_9_in_a_mixed_cluster_loses_no_acked_message(tmp_path):
             await task
         await until(lambda: all_current(nc, "D"), "every replica current")
         seqs = [seq for seq, *_ in publisher.acked]
+        await each_leads_with_all(nc, "D", ["n3"], max(seqs))
         expected = sorted((seq, subject, data) for seq, subject, data, *_ in publisher.acked)
         for go in ("n1", "n2"):
             await lead_with(nc, "D", go)
