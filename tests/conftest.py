@@ -39,6 +39,8 @@ SLOW_FILES = {
     "tests/test_typing.py": "mypy over the public API's examples (13 s)",
     "tests/jetstream/test_mirror_sources_crash.py": "kill -9 while mirroring and sourcing (9 s)",
     "tests/stan/test_stan_crash.py": "kill -9 of a STAN server with subscribers (5 s)",
+    "tests/jetstream/cluster/test_durability.py": "kill -9 of cluster node processes, 2.15.1 among them (5 min)",
+    "tests/jetstream/cluster/test_partition.py": "a node cut off past raft.go's lost quorum, twice (55 s)",
 }
 
 

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import clock
-from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError
+from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .errors import ApiError
@@ -118,6 +118,7 @@ class StreamReplica:
         self._ready_at = 0  # the index a new leader applies before it takes publishes
         self._since_snapshot = (0, 0)  # entries and bytes applied since the last snapshot
         self._snapshot_at = clock.monotonic()
+        self._snapshot_clfs = 0  # the failed proposals counted at the last snapshot
         self.snapshots = 0
         self.mismatches = 0  # proposals out of line with the store (logged, skipped)
         # A create (or update) to answer once this server leads: (reply, response builder).
@@ -139,8 +140,9 @@ class StreamReplica:
         # raft.go's scale-up observer: a new member with an empty log does not campaign before
         # the leader's data reaches it.
         self._scale_up = scale_up
+        self.recovering = False  # replaying the log's committed entries at the start
         stream.replica = self
-        self.group = host.nrg.create_group(group, peers, self._apply)
+        self.group = host.nrg.create_group(group, peers, self._apply, marks=True)
         if scale_up:
             self.group.node.observer = True
         self.group.on_leader_change = self._leader_changed
@@ -344,7 +346,11 @@ class StreamReplica:
         self._after_apply()
 
     def _apply_one(self, c: Committed) -> None:
-        if c.mark is not None:
+        if c.mark is not None:  # (monitorStream's isRecovering: until the nil entry after the replay)
+            if c.mark is Mark.REPLAY_START:
+                self.recovering = True
+            elif c.mark is Mark.REPLAY_END:
+                self.recovering = False
             return
         if self._scale_up:  # (raft.go resetInitializing: the log has data, the observer goes)
             self._scale_up = False
@@ -397,16 +403,21 @@ class StreamReplica:
         reply = str(body.get("reply") or "").encode()
         answer = reply and self.leading
         if op.op == Op.PURGE_STREAM:
-            request = body.get("request") or {}
+            request = dict(body.get("request") or {})
+            if not int(request.get("seq") or 0):
+                # applyStreamEntries: without a sequence, below the leader's last sequence
+                # when it was proposed, so that a restart replaying it (a kill -9 leaves no
+                # snapshot) keeps what was stored after it; one keeping messages is skipped then.
+                purge_seq = int(body.get("last_seq") or 0) + 1
+                if not int(request.get("keep") or 0):
+                    request["seq"] = purge_seq
+                elif self.recovering:
+                    return
             subject = str(request.get("filter") or "").encode()
             rtype = _T + "stream_purge_response"
             try:
-                if not request:
-                    purged = store.purge()
-                    stream.purge_consumers(None, purged)
-                else:
-                    purged = store.purge_ex(subject, int(request.get("seq") or 0), int(request.get("keep") or 0))
-                    stream.purge_consumers(subject, purged)
+                purged = store.purge_ex(subject, int(request.get("seq") or 0), int(request.get("keep") or 0))
+                stream.purge_consumers(subject, purged)
                 self.engine.persist(stream)
             except (StoreError, OSError) as exc:
                 if answer:
@@ -530,7 +541,10 @@ class StreamReplica:
         entries, size = self._since_snapshot
         if not entries or self._catching_up:
             return
-        if entries < COMPACT_ENTRIES and size < COMPACT_BYTES and \
+        # monitorStream also snapshots once a proposal failed (clfs grew): a restart replays
+        # only what follows, as the failures are counted nowhere else (a replay that skipped
+        # the failed entry would store the next message twice).
+        if entries < COMPACT_ENTRIES and size < COMPACT_BYTES and self.applier.clfs <= self._snapshot_clfs and \
                 clock.monotonic() - self._snapshot_at < COMPACT_INTERVAL:
             return
         self.snapshot()
@@ -538,6 +552,14 @@ class StreamReplica:
     def snapshot(self) -> bool:
         """The stream's state to the node (its log compacted up to what was applied)."""
         if self.stopped or self._catching_up or not self.applied:
+            return False
+        try:
+            # monitorStream's flushPending: what the store buffered reaches the OS before the
+            # log entries that hold it go (else a kill -9 right after loses them here).
+            self.stream.store.flush()
+        except OSError as exc:
+            log.error("JetStream cluster: stream %s: no snapshot, the store could not be written: %s",
+                      self.stream.name, exc)
             return False
         try:
             self.group.node.install_snapshot(self.applier.snapshot().encode(), self.applied)
@@ -548,6 +570,7 @@ class StreamReplica:
             return False
         self._since_snapshot = (0, 0)
         self._snapshot_at = clock.monotonic()
+        self._snapshot_clfs = self.applier.clfs
         self.snapshots += 1
         return True
 

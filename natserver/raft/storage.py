@@ -49,6 +49,10 @@ MIN_SNAPSHOT_LEN = _SNAPSHOT.size + _CHECKSUM_LEN  # raft.go minSnapshotLen (28)
 # (raft.go stores each append entry with its commit, and replays a restart's log up to it), the
 # entry's data length, its type; the data.
 _RECORD = struct.Struct("<IQQQIB")
+# Set in a record's type byte when another record of the same index (the same append entry)
+# follows: an index whose last record a crash tore away is dropped whole at load, not kept
+# with some of its entries (raft.go writes an append entry as one WAL message).
+_MORE = 0x80
 _TERM = struct.Struct("<Q")
 
 
@@ -308,11 +312,14 @@ class FileStorage:
         buf = path.read_bytes()
         log: list[LogEntry] = []
         at = stale = 0
+        whole = True  # the last index read has all its records
+        commit_before = 0  # the commit read before the last index's records
         while at + _RECORD.size <= len(buf):
             crc, index, term, commit, size, kind = _RECORD.unpack_from(buf, at)
             end = at + _RECORD.size + size
             if end > len(buf) or zlib.crc32(buf[at + 4:end]) != crc:
                 break
+            more, kind = kind & _MORE, kind & ~_MORE
             if index <= self._base and not log:  # in the snapshot (a compaction cut short)
                 stale = end
                 at = end
@@ -321,14 +328,21 @@ class FileStorage:
                 prev = log[-1]
                 log[-1] = LogEntry(prev.index, prev.term, prev.entry, (*prev.more, Entry(kind, buf[at + _RECORD.size:end])))
                 self._commit = max(self._commit, commit)
+                whole = not more
                 at = end
                 continue
             if index != self._base + len(log) + 1:
                 break
+            commit_before = self._commit
             log.append(LogEntry(index, term, Entry(kind, buf[at + _RECORD.size:end])))
             self._commit = max(self._commit, commit)
             self._offsets.append(at)
+            whole = not more
             at = end
+        if not whole:  # a torn append entry: the index goes whole (it was never acknowledged)
+            at = self._offsets.pop()
+            log.pop()
+            self._commit = commit_before
         self._end = at
         if at != len(buf):  # a torn or corrupt tail: what follows the last good record goes
             self._truncate_file(at)
@@ -369,8 +383,10 @@ class FileStorage:
             if entry.index != self._base + len(self._offsets) + len(offsets) + 1:
                 raise StorageError(f"log gap at {entry.index}")
             offsets.append(at)
-            for item in entry.entries:  # (one record each, the same index: read back as one)
-                body = _RECORD.pack(0, entry.index, entry.term, commit, len(item.data), item.type)[4:]
+            last = len(entry.entries) - 1
+            for i, item in enumerate(entry.entries):  # (one record each, the same index: read back as one)
+                kind = item.type | (_MORE if i < last else 0)
+                body = _RECORD.pack(0, entry.index, entry.term, commit, len(item.data), kind)[4:]
                 body += item.data
                 record = struct.pack("<I", zlib.crc32(body)) + body
                 records.append(record)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from natserver.raft import Entry, EntryType, FileStorage, LogEntry, MemoryStorage, PeerState, StorageError
-from natserver.raft.storage import Snapshot
+from natserver.raft.storage import _RECORD, Snapshot
 
 
 @pytest.fixture(params=["file", "memory"])
@@ -158,3 +158,25 @@ def test_a_failed_write_or_sync_is_a_storage_error(tmp_path, monkeypatch):
         storage.sync()
     with pytest.raises(StorageError, match="No space left on device"):
         storage.save_term_vote(2, "abcdefgh")
+
+
+def test_an_append_entry_torn_between_its_records_is_dropped_whole(tmp_path):
+    """An append entry of several entries is one index of several records; a crash between
+    them (a kill -9 during a short write) leaves the index incomplete: it goes whole, as
+    raft.go's WAL holds an append entry as one message (a follower keeping part of it would
+    match the leader's index and term, and never get the rest)."""
+    storage = FileStorage(tmp_path)
+    storage.load()
+    storage.append(entries(1, 1))
+    many = LogEntry(2, 1, Entry(EntryType.NORMAL, b"a"), (Entry(EntryType.NORMAL, b"b"), Entry(EntryType.NORMAL, b"c")))
+    storage.append([many], 1)  # (committed up to 1 when written)
+    log = tmp_path / "log.wal"
+    whole = log.read_bytes()
+    assert FileStorage(tmp_path).load().log[-1] == many
+    last = len(whole) - (_RECORD.size + 1)  # (the last record: its header and 1 byte of data)
+    log.write_bytes(whole[:last])  # the third record never written
+    reopened = FileStorage(tmp_path)
+    state = reopened.load()
+    assert [e.index for e in state.log] == [1] and state.commit == 0
+    reopened.append([many])  # (the leader sends it again: appended after index 1)
+    assert FileStorage(tmp_path).load().log[-1] == many

@@ -19,10 +19,10 @@ import trio.testing
 from natserver import clock
 from natserver.jetstream import replica as replica_module
 from natserver.jetstream.replica import StreamReplica
-from natserver.jetstream.replication.group_codec import StreamMsg
-from natserver.jetstream.store import MemoryStore
+from natserver.jetstream.replication.group_codec import JsonOp, Op, StreamMsg, StreamState
+from natserver.jetstream.store import FileStore, MemoryStore
 from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
-from natserver.raft import Committed, Entry, EntryType
+from natserver.raft import Committed, Entry, EntryType, Mark
 
 TEST_TIMEOUT = 60  # virtual seconds (MockClock)
 _T = "io.nats.jetstream.api.v1."
@@ -134,7 +134,7 @@ class Host:
         self.groups: list[Group] = []
         self.nrg = SimpleNamespace(create_group=self._create_group, stop_group=lambda name: None)
 
-    def _create_group(self, name, peers, apply) -> Group:
+    def _create_group(self, name, peers, apply, **options) -> Group:
         group = Group(self.node_id, peers)
         self.groups.append(group)
         return group
@@ -331,5 +331,101 @@ def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_is_skipped():
         nxt = StreamMsg.proposal(b"r3.a", b"", b"", b"next", 41, 3000).encode()
         commit(replica, group, [nxt], 3)
         assert stream.store.last_seq == 42 and replica.applied == 3
+
+    run(main)
+
+
+def test_the_store_is_written_before_a_snapshot_compacts_the_log(tmp_path, monkeypatch):
+    """What a kill -9 at the moment the log is compacted leaves: every applied message in the
+    store's files (jetstream_cluster.go monitorStream flushes pending writes first)."""
+    monkeypatch.setattr(replica_module, "COMPACT_ENTRIES", 4)
+    cfg = check_stream_config(StreamConfig.from_json({"name": "R3", "subjects": ["r3.>"], "num_replicas": 3}), {})
+    at_compaction: list[list[bytes]] = []
+
+    def on_disk() -> list[bytes]:
+        store = FileStore(str(tmp_path), cfg)  # (another reader of the files, as a restart)
+        try:
+            return [sm.data for seq in range(store.first_seq, store.last_seq + 1) if (sm := store.load_msg(seq))]
+        finally:
+            store.stop()
+
+    async def main(nursery):
+        engine = Engine()
+        stream = Stream(engine, cfg, FileStore(str(tmp_path), cfg), 0)
+        stream.replicated = True
+        host = Host("bbbbbbbb", System(), nursery)
+        replica = StreamReplica(host, engine, stream, "S-R3F-test", ["aaaaaaaa", "bbbbbbbb", "cccccccc"], "$JSC.S")
+        group = host.groups[0]
+        compact = group.node.install_snapshot
+
+        def install_snapshot(data: bytes, index: int) -> None:
+            at_compaction.append(on_disk())
+            compact(data, index)
+        group.node.install_snapshot = install_snapshot
+        entries = [StreamMsg.proposal(b"r3.a", b"", b"", b"m%d" % i, i, 1000 + i).encode() for i in range(10)]
+        commit(replica, group, entries, 1)
+        assert replica.snapshots == 1
+        stream.store.stop()
+
+    run(main)
+    assert at_compaction == [[b"m%d" % i for i in range(10)]]
+
+
+def test_purges_replayed_after_a_restart_keep_what_was_stored_after_them():
+    """A restart (kill -9: no snapshot) replays the log's committed entries on a store that
+    applied them already. A purge is applied as jetstream_cluster.go applyStreamEntries does:
+    without a sequence, below the leader's last sequence when it was proposed (so the messages
+    stored after it stay); one that keeps messages is not applied while replaying."""
+    async def main(nursery):
+        replica, stream, _, group = make("bbbbbbbb", System(), nursery)
+
+        def msgs(first: int, n: int, subject: bytes = b"r3.a") -> list[bytes]:
+            return [StreamMsg.proposal(subject, b"", b"", b"m%d" % (first + i), first + i - 1, 1000 + first + i).encode()
+                    for i in range(n)]
+
+        def purge(last_seq: int, request: dict | None = None) -> bytes:
+            body: dict = {"stream": "R3", "last_seq": last_seq}
+            if request:
+                body["request"] = request
+            return JsonOp(Op.PURGE_STREAM, body).encode()
+
+        log = [*msgs(1, 5), purge(5), *msgs(6, 3), *msgs(9, 2, b"r3.b"), purge(10, {"filter": "r3.b"}),
+               *msgs(11, 2, b"r3.b"), purge(12, {"filter": "r3.b", "keep": 1}), *msgs(13, 1, b"r3.b")]
+        commit(replica, group, log, 1)
+        before = [(seq, sm.subject, sm.data) for seq in range(1, 14) if (sm := stream.store.load_msg(seq))]
+        assert before == [(6, b"r3.a", b"m6"), (7, b"r3.a", b"m7"), (8, b"r3.a", b"m8"),
+                          (12, b"r3.b", b"m12"), (13, b"r3.b", b"m13")]
+        # The restart's replay: the same entries between the replay markers.
+        replica._apply([Committed.marker(Mark.REPLAY_START)])
+        commit(replica, group, log, 1)
+        replica._apply([Committed.marker(Mark.REPLAY_END)])
+        after = [(seq, sm.subject, sm.data) for seq in range(1, 14) if (sm := stream.store.load_msg(seq))]
+        assert after == before
+        # Live again: a purge that keeps messages is applied.
+        commit(replica, group, [purge(13, {"filter": "r3.b", "keep": 1})], len(log) + 1)
+        assert stream.store.load_msg(12) is None and stream.store.load_msg(13) is not None
+
+    run(main)
+
+
+def test_a_failed_proposal_is_followed_by_a_snapshot():
+    """A proposal that fails on apply (here a duplicate the leader did not see in flight) is
+    counted in clfs, which only a snapshot keeps: monitorStream snapshots once it grew, so that
+    a restart does not replay the entries around it (a replay skips the failed entry, by its
+    last sequence, and would store the next message again)."""
+    async def main(nursery):
+        replica, stream, _, group = make("bbbbbbbb", System(), nursery)
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n"
+        first = StreamMsg.proposal(b"r3.a", b"", hdr, b"one", 0, 1000).encode()
+        commit(replica, group, [first], 1)
+        assert group.node.snapshots == []
+        dup = StreamMsg.proposal(b"r3.a", b"", hdr, b"one again", 1, 2000).encode()
+        after = StreamMsg.proposal(b"r3.a", b"", b"", b"two", 2, 3000).encode()
+        commit(replica, group, [dup, after], 2)
+        assert replica.applier.clfs == 1 and stream.store.last_seq == 2
+        assert [index for _, index in group.node.snapshots] == [3]
+        assert StreamState.decode(group.node.snapshots[0][0]).failed == 1
+        commit(replica, group, [StreamMsg.proposal(b"r3.a", b"", b"", b"three", 3, 4000).encode()], 4)
+        assert len(group.node.snapshots) == 1  # (no failure since)
 
     run(main)
