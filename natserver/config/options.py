@@ -70,9 +70,6 @@ class Options:
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
     jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
-    # No effect any more (JetStream in a cluster no longer needs it); accepted until the branches
-    # that still set it are merged.
-    jetstream_cluster_preview: bool = False
     # server_tags: this server's tags (placement { tags }, lower-cased as nats-server keeps them)
     server_tags: list = field(default_factory=list)
     jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"

@@ -1,6 +1,6 @@
 """Real server processes for the durability tests (test_durability.py): three cluster nodes,
-each a natserver process (``tests.jetstream.cluster.preview_node``: natserver's command line,
-JetStream in a cluster switched on) or a nats-server 2.15.1 process, started from a
+each a natserver process (``python -m natserver``, or ``tests.jetstream.cluster.compacting_node``:
+the same command with earlier snapshots) or a nats-server 2.15.1 process, started from a
 configuration file, killed with SIGKILL, restarted on their store; a publisher recording every
 acknowledged message; each natserver replica's store read from its files.
 """
@@ -101,8 +101,9 @@ class Procs:
         conf.write_text(CONFIG % {"name": node.name, "port": node.port, "pw": PASSWORD, "store": node.store,
                                   "cport": node.cluster_port, "routes": ", ".join(routes),
                                   "extra": self.extra})
-        if node.kind == "py":
-            argv = [sys.executable, "-m", "tests.jetstream.cluster.preview_node", "-c", str(conf)]
+        if node.kind == "py":  # (the real command, or it with earlier snapshots)
+            module = "tests.jetstream.cluster.compacting_node" if self.compact_entries else "natserver"
+            argv = [sys.executable, "-m", module, "-c", str(conf)]
         else:
             argv = [self.binary, "-c", str(conf)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

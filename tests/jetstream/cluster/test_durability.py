@@ -1,8 +1,8 @@
 """Durability of replicated streams (issue #32 item 5): real server processes killed with
 SIGKILL during acknowledged publishing, restarted from their stores.
 
-Three natserver processes (``tests.jetstream.cluster.preview_node -c <conf>``: natserver's
-command line, file storage, ``cluster { routes }``), a nats-py publisher publishing with acks
+Three natserver processes (``python -m natserver -c <conf>``, or ``compacting_node``: the same
+with earlier snapshots; file storage, ``cluster { routes }``), a nats-py publisher publishing with acks
 all along (every acknowledged sequence and payload recorded; a publish that timed out is not
 counted):
 

@@ -56,15 +56,22 @@ async def lead_with(port: int, info: str, stepdown: str, wanted: set[str]) -> st
     raise AssertionError(f"none of {wanted} leads ({info})")
 
 
-async def stream_state(port: int) -> tuple[int, int, int]:
-    with trio.fail_after(STEP):
-        while True:
+async def stream_state(port: int, want: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The stream's (messages, first, last) as the server at ``port`` reports it, once it is
+    ``want`` (or after STEP: the acks' removals are applied after the acks are answered, by
+    2.15.1 too)."""
+    state = (-1, -1, -1)
+    with trio.move_on_after(STEP):
+        while state != want:
             with trio.move_on_after(3):
                 info = await request(port, "$JS.API.STREAM.INFO.WQ")
                 if "state" in info:
-                    state = info["state"]
-                    return state["messages"], state["first_seq"], state["last_seq"]
+                    got = info["state"]
+                    state = got["messages"], got["first_seq"], got["last_seq"]
+                    if state == want:
+                        break
             await trio.sleep(POLL)
+    return state
 
 
 async def pull(port: int, count: int) -> list[int]:
@@ -113,7 +120,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             # 2.15.1 leads the stream: three pulled and acked, gone from the natserver's replica.
             await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
             assert await pull(go2.port, 3) == [1, 2, 3]
-            assert await stream_state(go1.port) == (3, 4, MESSAGES)
+            assert await stream_state(go1.port, (3, 4, MESSAGES)) == (3, 4, MESSAGES)
             await natserver_holds((3, 4, MESSAGES))
             report["2.15.1_removed"] = True
 
@@ -123,9 +130,9 @@ async def scenario(binary: str, folder: Path) -> dict:
                             {"n1", "n2"})
             assert await pull(py.port, 3) == [4, 5, 6]
             await natserver_holds((0, MESSAGES + 1, MESSAGES))
-            assert await stream_state(go2.port) == (0, MESSAGES + 1, MESSAGES)
+            assert await stream_state(go2.port, (0, MESSAGES + 1, MESSAGES)) == (0, MESSAGES + 1, MESSAGES)
             await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
-            assert await stream_state(go2.port) == (0, MESSAGES + 1, MESSAGES)
+            assert await stream_state(go2.port, (0, MESSAGES + 1, MESSAGES)) == (0, MESSAGES + 1, MESSAGES)
             report["natserver_removed"] = True
             nursery.cancel_scope.cancel()
     finally:
