@@ -418,7 +418,13 @@ class JetStream:
             self.streams[cfg.name] = stream
             self._usage_summed.clear()  # (over_limit sums again)
             stream.subscribe()
-            stream.consumers.update((c.name, c) for c in consumer_store.load_all(stream, path))
+            consumers = consumer_store.load_all(stream, path)
+            if stream.replicated:
+                # A replicated consumer's state is its group's (consumer_group_runner): a copy
+                # from disk must not answer pulls or push before the meta group's assignment
+                # (it would deliver again what was acked since it was saved). R1 ones run here.
+                consumers = [c for c in consumers if c.cfg.num_replicas == 1]
+            stream.consumers.update((c.name, c) for c in consumers)
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '%s > %s'%s", store.msgs, self.account_name, cfg.name, lost)
         for stream in self.streams.values():

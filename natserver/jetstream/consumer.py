@@ -520,6 +520,10 @@ class Consumer:
         self.nak_until: dict[int, int] = {}  # stream seq -> ns before which it is not redelivered
         self.retimed = 0  # naks with a delay and +WPIs taken (a replicated consumer proposes them)
         self.waiting: list = []  # pull requests (PullRequest), oldest first
+        # A replicated consumer's leader (consumer_group_runner) holds the replies of acks that
+        # ask for one (AckSync) until its group committed them (consumer.go addAckReply);
+        # None: answered at once.
+        self.held_ack_replies: list | None = None
         self.retry_at = 0  # ns: push delivery to try again then (no interest yet, or more to send)
         self.last_push = created  # ns: last push delivery or heartbeat (idle_heartbeat)
         self.active_at = created  # ns: last sign of a client (ephemerals' inactive_threshold)

@@ -112,6 +112,8 @@ class Replicated:
     outbox: list = field(default_factory=list)  # encoded ops of the round (the leader's)
     no_stream_logged: bool = False
     quorum_lost_at: float = float("-inf")  # the last quorum-lost advisory (monotonic)
+    # The leader's held ack replies: (the log index whose commit answers them, replies).
+    ack_replies: list = field(default_factory=list)
     match: Any = None  # its filters' predicate on subjects (bytes), None: every subject
 
     @property
@@ -287,6 +289,8 @@ class ConsumerGroups:
                 rc.unsnapshotted += 1
         if acked:
             self._retain(rc, acked)
+        if rc.ack_replies:
+            self._answer_acks(rc)
         if rc.starting and rc.applied >= rc.start_at:
             self._start_leading(rc)
         if rc.unsnapshotted >= COMPACT_NUM_MIN and clock.monotonic() - rc.snapshot_at >= MIN_SNAP_DELTA:
@@ -437,6 +441,7 @@ class ConsumerGroups:
             applier.load_into(consumer)
         consumer.num_pending()
         consumer.arm_pause(now)
+        consumer.held_ack_replies = []  # (answered once committed: _hold_ack_replies)
         consumer.active_at = now
         stream.consumers[rc.name] = consumer
         rc.consumer = consumer
@@ -455,11 +460,14 @@ class ConsumerGroups:
         engine.server.flush_touched()
 
     def _stop_leading(self, rc: Replicated) -> None:
-        """setLeader(false): the Consumer leaves the stream (nothing more is delivered)."""
+        """setLeader(false): the Consumer leaves the stream (nothing more is delivered); the
+        ack replies it held go unanswered (the acker's timeout: the ack may be lost)."""
         rc.starting = False
+        rc.ack_replies.clear()
         consumer, rc.consumer, rc.shadow = rc.consumer, None, None
         if consumer is None:
             return
+        consumer.held_ack_replies = None
         stream = consumer.stream
         if stream.consumers.get(rc.name) is consumer:
             del stream.consumers[rc.name]
@@ -484,6 +492,7 @@ class ConsumerGroups:
                         self._start_leading(rc)
                     if rc.consumer is not None:
                         self.replicate(rc)
+                        self._hold_ack_replies(rc)
                 except Exception:  # one consumer's failure must not stop the others'
                     log.exception("JetStream cluster: replicating consumer '%s > %s' failed",
                                   rc.stream_name, rc.name)
@@ -504,6 +513,26 @@ class ConsumerGroups:
             rc.group.propose_many(items)
         except NotLeader:
             pass  # (the leader change stops this Consumer)
+
+    def _hold_ack_replies(self, rc: Replicated) -> None:
+        """The replies of the acks this round took wait for the round's proposal (or the last
+        one, when the acks changed nothing) to commit: consumer.go addAckReply."""
+        consumer = rc.consumer
+        if consumer is None or not consumer.held_ack_replies:
+            return
+        replies, consumer.held_ack_replies = consumer.held_ack_replies, []
+        rc.ack_replies.append((rc.group.node.last_index, replies))
+        if rc.applied >= rc.group.node.last_index:  # (nothing proposed is left uncommitted)
+            self._answer_acks(rc)
+            rc.engine.server.flush_touched()
+
+    def _answer_acks(self, rc: Replicated) -> None:
+        """The held ack replies whose proposal this member (the leader) applied."""
+        held = rc.ack_replies
+        while held and held[0][0] <= rc.applied:
+            _, replies = held.pop(0)
+            for reply in replies:
+                rc.engine.send(reply, b"")
 
     def replicate(self, rc: Replicated) -> None:
         """What the leader's Consumer changed since the last proposals, proposed: deliveries

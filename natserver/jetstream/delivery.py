@@ -643,7 +643,11 @@ class Delivery:
         else:
             return
         if reply:
-            self.js.send(reply, b"")
+            held = consumer.held_ack_replies
+            if held is not None:
+                held.append(reply)  # (answered once its group committed the ack)
+            else:
+                self.js.send(reply, b"")
         self._deliver_later(consumer)
         self._queue_save(consumer)
 

@@ -540,3 +540,32 @@ async def test_a_server_leading_no_consumer_runs_no_replication_rounds(autojump_
         await trio.sleep(10)
         assert groups.rounds == rounds
         nursery.cancel_scope.cancel()
+
+
+def test_ack_replies_wait_for_their_commit():
+    """consumer.go addAckReply: an AckSync's reply from a replicated consumer's leader goes
+    once the group committed the round that carries the ack (a leader change before that
+    leaves it unanswered: the acker retries, nothing is promised and lost)."""
+    rc, leader, group = _leader("explicit")
+    group.node = SimpleNamespace(last_index=7)  # (this round's proposal)
+    sent: list[bytes] = []
+    rc.engine = SimpleNamespace(send=lambda reply, payload: sent.append(reply),
+                                server=SimpleNamespace(flush_touched=lambda: None))
+    groups = ConsumerGroups(SimpleNamespace())  # type: ignore[arg-type]
+    rc.applied = 6
+    leader.held_ack_replies = [b"_INBOX.a1"]
+    groups._hold_ack_replies(rc)
+    assert sent == [] and leader.held_ack_replies == []
+    rc.applied = 7
+    groups._answer_acks(rc)
+    assert sent == [b"_INBOX.a1"]
+    leader.held_ack_replies = [b"_INBOX.a2"]  # (nothing proposed is uncommitted: at once)
+    groups._hold_ack_replies(rc)
+    assert sent == [b"_INBOX.a1", b"_INBOX.a2"]
+    leader.held_ack_replies = [b"_INBOX.a3"]
+    group.node.last_index = 9
+    groups._hold_ack_replies(rc)
+    groups._stop_leading(rc)
+    rc.applied = 9
+    groups._answer_acks(rc)
+    assert sent == [b"_INBOX.a1", b"_INBOX.a2"] and leader.held_ack_replies is None
