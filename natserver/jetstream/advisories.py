@@ -79,6 +79,14 @@ def publish(js: AdvisoryHost, subject: str, make_fields) -> None:
     js.send(encoded, dumps(doc))
 
 
+def quorum_lost_due(node: Any, last: float, now: float) -> bool:
+    """A leader stepping down (``node``, its RAFT node) says it lost its quorum: without one,
+    its group past its first QUORUM_LOST_AFTER seconds, the last such advisory (``last``, on
+    the clock of ``now``) QUORUM_LOST_INTERVAL ago (shouldSendLostQuorum)."""
+    return (not node.has_quorum() and node.now() - node.created > QUORUM_LOST_AFTER
+            and now - last >= QUORUM_LOST_INTERVAL)
+
+
 def quorum_lost(js: AdvisoryHost, system: Any, stream: str, consumer: str | None, replicas: list[dict]) -> None:
     """sendStreamLostQuorumAdvisory / sendConsumerLostQuorumAdvisory: a leader that stepped down
     for want of a quorum, ``$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.<stream>``

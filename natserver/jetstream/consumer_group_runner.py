@@ -399,10 +399,7 @@ class ConsumerGroups:
             self._stop_leading(rc)
             node = rc.group.node
             now = clock.monotonic()
-            # consumer.go setLeader(false): stepping down without a quorum, in a group past its
-            # first seconds, says so (at most every QUORUM_LOST_INTERVAL)
-            if (not node.has_quorum() and node.now() - node.created > advisories.QUORUM_LOST_AFTER
-                    and now - rc.quorum_lost_at >= advisories.QUORUM_LOST_INTERVAL):
+            if advisories.quorum_lost_due(node, rc.quorum_lost_at, now):  # (consumer.go setLeader(false))
                 rc.quorum_lost_at = now
                 log.warning("JetStream cluster consumer '%s > %s > %s' has NO quorum, stalled",
                             rc.account, rc.stream_name, rc.name)

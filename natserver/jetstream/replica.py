@@ -475,9 +475,7 @@ class StreamReplica:
             self._follow()
             node = self.group.node
             now = clock.monotonic()
-            # monitorStream: stepping down without a quorum, in a group past its first seconds
-            if (not node.has_quorum() and node.now() - node.created > advisories.QUORUM_LOST_AFTER
-                    and now - self._quorum_lost_at >= advisories.QUORUM_LOST_INTERVAL):
+            if advisories.quorum_lost_due(node, self._quorum_lost_at, now):  # (monitorStream)
                 self._quorum_lost_at = now
                 log.warning("JetStream cluster stream '%s > %s' has NO quorum, stalled",
                             self.engine.account_name or "$G", self.stream.name)
