@@ -213,10 +213,11 @@ async def scenario(binary: str, folder: Path) -> dict:
 def test_r1_streams_in_a_cluster_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder))))
     assert report["py_host"] == "n3" and report["go_host"] in ("n1", "n2") and report["natserver_led"]
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
+async def bounded(coro, seconds: float = TEST_TIMEOUT):
+    """A mixed-cluster scenario under a hard timeout (each test file's own)."""
+    with trio.fail_after(seconds):
         return await coro

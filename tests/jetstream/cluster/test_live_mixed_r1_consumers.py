@@ -18,6 +18,7 @@ from tests.jetstream.cluster.test_live_mixed import (
     POLL,
     STEP,
     MixedCluster,
+    bounded,
     natserver_options,
     request,
     sys_request,
@@ -131,10 +132,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 def test_r1_consumers_of_an_r3_stream_placed_by_2_15_1_on_the_natserver():
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report == {"placed": True, "natserver_ran": True, "2.15.1_ran": True}
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
-        return await coro

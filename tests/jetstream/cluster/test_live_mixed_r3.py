@@ -24,6 +24,7 @@ from tests.jetstream.cluster.test_live_mixed import (
     POLL,
     STEP,
     MixedCluster,
+    bounded,
     natserver_options,
     request,
     until_created,
@@ -195,11 +196,8 @@ def test_an_r3_stream_of_one_natserver_and_two_2_15_1_servers(monkeypatch):
     assert NATS_SERVER
     monkeypatch.setattr(replica_module, "COMPACT_ENTRIES", replica_module.COMPACT_ENTRIES)
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report["go_leader"] in ("n1", "n2") and report["natserver_led"] and report["caught_up"]
     assert report["snapshot_catchups"] >= 1
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
-        return await coro

@@ -17,7 +17,15 @@ from pathlib import Path
 import trio
 
 import natserver
-from tests.jetstream.cluster.test_live_mixed import POLL, STEP, MixedCluster, natserver_options, request, until_created
+from tests.jetstream.cluster.test_live_mixed import (
+    POLL,
+    STEP,
+    MixedCluster,
+    bounded,
+    natserver_options,
+    request,
+    until_created,
+)
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
 from tests.raft.nrg_cluster import APP_USER, Client, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
@@ -142,10 +150,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 def test_an_r3_consumer_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report == {"followed": True, "natserver_led": True, "went_back": True}
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
-        return await coro

@@ -15,7 +15,15 @@ from pathlib import Path
 import trio
 
 import natserver
-from tests.jetstream.cluster.test_live_mixed import POLL, STEP, MixedCluster, natserver_options, request, until_created
+from tests.jetstream.cluster.test_live_mixed import (
+    POLL,
+    STEP,
+    MixedCluster,
+    bounded,
+    natserver_options,
+    request,
+    until_created,
+)
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
 from tests.raft.nrg_cluster import APP_USER, Client, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
@@ -144,10 +152,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 def test_an_r3_workqueue_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report == {"2.15.1_removed": True, "natserver_removed": True}
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
-        return await coro

@@ -21,6 +21,7 @@ from tests.jetstream.cluster.test_live_mixed import (
     POLL,
     STEP,
     MixedCluster,
+    bounded,
     natserver_options,
     request,
     sys_request,
@@ -183,10 +184,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 def test_replica_changes_in_a_cluster_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
-        report = trio.run(lambda: _bounded(scenario(NATS_SERVER, Path(folder))))
+        report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report == {"go_meta": True, "natserver_meta": True}
 
 
-async def _bounded(coro):
-    with trio.fail_after(TEST_TIMEOUT):
-        return await coro
