@@ -124,6 +124,16 @@ async def meta_leader(sys_nc) -> str | None:
     return None
 
 
+def meta_answers(nc):
+    """A predicate for ``until``: the meta group has a leader (in a cluster only the meta leader
+    answers ACCOUNT INFO). After a node's stop its election (4-9 s) is its own: a consumer's or
+    a stream's group may be led again first, and until then a meta request (a create, a delete,
+    a pause) goes unanswered, with 2.15.1 too; a client retries, the tests wait for this."""
+    async def answered():
+        return "error" not in await api(nc, "$JS.API.INFO", timeout=1.0)
+    return answered
+
+
 def run(main) -> None:
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
 

@@ -38,7 +38,17 @@ from natserver.raft import Committed, EntryType
 from natserver.raft.wire import Entry
 from natserver.testing_cluster import NatsCluster
 
-from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, connect, meta_leader, same_shape, until
+from .test_cluster import (
+    REQUEST_TIMEOUT,
+    STEP,
+    api,
+    cluster_options,
+    connect,
+    meta_answers,
+    meta_leader,
+    same_shape,
+    until,
+)
 
 DATA = Path(__file__).parents[1] / "replication" / "data" / "groups_nats_server_2.15.1.json"
 TEST_TIMEOUT = 180.0  # seconds of real time for a whole test (the hard timeout)
@@ -333,6 +343,11 @@ def test_r3_push_consumer_goes_on_after_its_leader_steps_down_and_stops(cluster)
 
             # The stream deleted: the consumer's group goes with it (its folder on the members up).
             group = final["cluster"]["raft_group"]
+            # The stopped node may have led the meta group too: its election (4-9 s, raft.go's
+            # timeouts) is its own, and the consumer's may have ended first. Until the meta
+            # group has a leader a delete goes unanswered, with 2.15.1 too: wait for it, as a
+            # client retrying would.
+            await until(meta_answers(nc), "the meta group led again")
             deleted = await api(nc, "$JS.API.STREAM.DELETE.S")
             assert deleted == {"type": _T + "stream_delete_response", "success": True}
 

@@ -28,7 +28,7 @@ from natserver.jetstream.replication.group_codec import Delivered, decode_consum
 from natserver.testing_cluster import NatsCluster
 
 from .clients import clients, retried
-from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, until
+from .test_cluster import REQUEST_TIMEOUT, STEP, api, cluster_options, meta_answers, until
 from .test_r3_consumers import _leader, _loaded
 
 TEST_TIMEOUT = 180.0  # seconds of real time for a whole test (the hard timeout)
@@ -282,6 +282,7 @@ def test_r3_interest_stream_keeps_a_message_until_every_consumer_acked_it(cluste
             a = await nc.jetstream().pull_subscribe_bind("A", stream="I")
             assert sorted(await pull_until(a, 2)) == [6, 7]
             await same_everywhere(cluster, "I", alive, (6, 7))
+            await until(meta_answers(nc), "the meta group led again")  # (the stop may have taken it)
             deleted = await api(nc, "$JS.API.CONSUMER.DELETE.I.B")
             assert deleted == {"type": _T + "consumer_delete_response", "success": True}
             await same_everywhere(cluster, "I", alive, ())
@@ -398,6 +399,7 @@ def test_a_pause_goes_through_the_meta_group_and_survives_a_failover(cluster):
                 await psub.fetch(1, timeout=1.0)
 
             # Resumed: it delivers.
+            await until(meta_answers(nc), "the meta group led again")  # (the stop may have taken it)
             resumed = await api(nc, "$JS.API.CONSUMER.PAUSE.S.P", {})
             assert resumed == {"type": _T + "consumer_pause_response", "paused": False,
                                "pause_until": "0001-01-01T00:00:00Z"}, resumed
