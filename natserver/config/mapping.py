@@ -510,8 +510,10 @@ class _Builder:
                 if name == "name":
                     c["cluster_name"] = _expect(item, str, member)
                 elif name == "listen":
+                    # (opts.go parseCluster: parseListen; -1 is a random port, as for clients:
+                    # test harnesses such as nats.js's write "127.0.0.1:-1")
                     host, _, port = str(item).rpartition(":")
-                    if not port.isdigit():
+                    if not port.lstrip("-").isdigit():
                         raise _Bad(f"could not parse address string {item!r}")
                     c["cluster_host"] = host or const.DEFAULT_HOST
                     c["cluster_port"] = int(port)

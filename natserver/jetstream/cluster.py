@@ -1348,6 +1348,8 @@ class JetStreamCluster:
             return
         peer = node_id(name)
         self.names[peer] = name
+        if peer not in self.peers and peer != self.node_id:
+            self._campaign_if_never_led()
         statsz = message.get("statsz") or {}
         jetstream = statsz.get("jetstream") or {}
         config, stats = jetstream.get("config"), jetstream.get("stats")
@@ -1362,6 +1364,20 @@ class JetStreamCluster:
             reserved_memory=int((stats or {}).get("reserved_memory") or 0),
             reserved_store=int((stats or {}).get("reserved_storage") or 0))
         self._refresh_peers()
+
+    def _campaign_if_never_led(self) -> None:
+        """A server heard of for the first time while the meta group, bootstrapped empty, has
+        never had a leader: stand for election within the campaign timeout (100-800 ms). The
+        bootstrap campaign (setupMetaGroup's) went to nobody when this server started before
+        its peers; nats-server's servers start within milliseconds of each other, a Python
+        server's start takes most of a second, and without this the first election waited for
+        the election timeout (4-9 s). Raft's safety does not depend on when a node campaigns."""
+        group = self.group
+        if group is None:
+            return
+        node = group.node
+        if not node.leader and node.last_index == 0 and not node.removed:
+            group.campaign()
 
     def _lame_duck(self, subject, reply, headers, body) -> None:
         """events.go remoteServerShutdown for a LAMEDUCK event: that server is offline for

@@ -25,6 +25,7 @@ from natserver.config.mapping import (
     unsupported_warnings,
 )
 from natserver.protocol import const
+from natserver.testing import NatsServer
 from tests import reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -473,3 +474,12 @@ def test_server_tags_are_this_servers_placement_tags(tmp_path):
     assert load(tmp_path, 'server_tags: ["az:1", "ssd"]\n').server_tags == ["az:1", "ssd"]
     assert load(tmp_path, "server_tags: ssd\n").server_tags == ["ssd"]
     assert unsupported_warnings(load(tmp_path, "server_tags: [a]\n")) == []
+
+
+def test_a_cluster_listen_address_with_port_minus_one_is_a_random_port(tmp_path):
+    """opts.go parseCluster takes ``listen`` through parseListen: ``"127.0.0.1:-1"`` (as the
+    nats.js test harness writes it) is a random route port."""
+    options = load(tmp_path, 'cluster { name: c, listen: "127.0.0.1:-1" }\n')
+    assert (options.cluster_host, options.cluster_port) == ("127.0.0.1", -1)
+    with NatsServer(options.copy(port=-1)) as server:
+        assert server._call(lambda: server.server.cluster.port) > 0

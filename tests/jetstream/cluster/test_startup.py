@@ -15,6 +15,7 @@ import natserver
 from natserver.config.mapping import options_from_file
 from natserver.jetstream.cluster import LEADERLESS_AFTER
 from natserver.testing import NatsServer
+from natserver.testing_cluster import NatsCluster
 
 TEST_TIMEOUT = 60.0  # seconds of real time for the test (the hard timeout)
 REQUEST_TIMEOUT = 2.0
@@ -72,3 +73,41 @@ def test_a_meta_group_without_a_leader_answers_10008_after_the_lost_quorum_inter
                 await nc.close()
 
         asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+
+
+def test_a_meta_group_never_led_campaigns_when_a_new_peer_is_heard_of():
+    """Three servers started one after the other, each later than the others' bootstrap
+    campaigns (a Python server takes most of a second to start; a test harness such as nats.js's
+    starts them in turn): every first campaign asks servers that are not there yet or that
+    voted for themselves in the same term. The meta group, bootstrapped and never led, stands
+    for election again as soon as it hears of a new peer (its STATSZ), not after the election
+    timeout (4-9 s). Manual clocks: no server's clock reaches its election timeout here, so
+    only that campaign can elect a leader."""
+    cluster = NatsCluster(3, jetstream=True, clock="manual")  # (its nodes started by hand)
+    first, second, third = cluster.servers
+    try:
+        first.start()
+        cluster._pin_ports(first)
+        first.advance(1.0)  # its bootstrap campaign (100-800 ms) asks nobody: term 1, its own vote
+        for node in (second, third):
+            node.options = node.options.copy(routes=[cluster.route_url(0)])
+        second.start()
+        cluster._pin_ports(second)
+        cluster.wait_for_routes()
+        for _ in range(10):  # the second's own campaign (term 1) is refused: the first voted
+            second.advance(0.1)
+            first.advance(0.1)
+        third.start()
+        cluster._pin_ports(third)
+        cluster.wait_for_routes()
+        leaders: set[str] = set()
+        for _ in range(20):
+            for node in cluster.servers:
+                node.advance(0.1)
+            leaders = {node._call(lambda n=node: n.server.jetstream.cluster.group.node.leader)
+                       for node in cluster.servers}
+            if len(leaders) == 1 and "" not in leaders:
+                break
+        assert len(leaders) == 1 and "" not in leaders, leaders
+    finally:
+        cluster.stop_all()
