@@ -50,6 +50,7 @@ from ..routing.accounts import GLOBAL_ACCOUNT, SYSTEM_ACCOUNT
 from . import consumer_store, errors, monitor, not_enabled
 from .api import Api
 from .cluster import REPLY_PREFIX, JetStreamCluster
+from .consumer_api import CLEANUP_LIMIT
 from .delivery import Delivery
 from .errors import ApiError
 from .snapshot import Snapshots
@@ -606,7 +607,29 @@ class JetStream:
             nxt = stream.store.expire(clock.now_ns())
             if nxt is not None:
                 self.schedule_expiry(nxt)
+        if cfg.retention == "interest" and old.retention != "interest" and not stream.replicated:
+            self._acked_away(stream)
         self.persist(stream)
+
+    def _acked_away(self, stream: Stream) -> None:
+        """A stream switched to interest retention (stream.go update: each consumer's
+        checkStateForInterestStream): what every consumer is done with, up to the highest ack
+        floor, goes (at most CLEANUP_LIMIT messages from the first: nats-server leaves a
+        longer range to its periodic interest check). Without consumers nothing goes: the
+        messages were stored while the stream kept them by its limits."""
+        consumers = list(stream.consumers.values())
+        store = stream.store
+        if not consumers or not store.msgs:
+            return
+        first = store.first_seq
+        last = min(store.last_seq, max(c.ack_floor_sseq for c in consumers), first + CLEANUP_LIMIT - 1)
+        removed = False
+        for seq in range(first, last + 1):
+            msg = store.load_msg(seq)
+            if msg is not None and all(c.is_done_with(seq, msg.subject) for c in consumers):
+                removed = store.remove_msg(seq) or removed
+        if removed:
+            self._store_dirty(store)
 
     def delete_stream(self, stream: Stream) -> None:
         stream.unsubscribe()

@@ -428,7 +428,12 @@ class JetStreamCluster:
             elif local.cfg != cfg:
                 if local.cfg.num_replicas != cfg.num_replicas:  # (a single server's check refuses replicas)
                     local.cfg = local.cfg.copy(num_replicas=cfg.num_replicas)
+                was = local.cfg.retention
                 engine.update_stream(local, cfg)
+                if was != cfg.retention and local.replicated:
+                    # (to interest: what the replicated consumers acked already goes, proposed
+                    # by the leader, as a new leader's checkInterestState proposes it)
+                    self.check_interest(engine, local)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
             replica = self._group_of(engine, local, sa, new=created)
         except ApiError as exc:

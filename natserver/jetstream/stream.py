@@ -757,12 +757,12 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
     # other change to it is refused.
     if cfg.mirror is not None and cfg.mirror != old.mirror:
         raise errors.mirror_not_updatable()
-    if cfg.max_consumers != old.max_consumers:
-        raise invalid("stream configuration update can not change MaxConsumers")
+    # (2.10+: max_consumers may change, and retention between limits and interest: 2.9's
+    # "can not change MaxConsumers" and "can not change retention policy" are gone)
     if cfg.storage != old.storage:
         raise invalid("stream configuration update can not change storage type")
-    if cfg.retention != old.retention:
-        raise invalid("stream configuration update can not change retention policy")
+    if cfg.retention != old.retention and "workqueue" in (cfg.retention, old.retention):
+        raise invalid("stream configuration update can not change retention policy to/from workqueue")
     if old.template_owner:
         raise invalid("stream configuration update not allowed on template owned stream")
     if cfg.template_owner:
