@@ -6,7 +6,9 @@ ports, ``server_tags``, ``ports_file_dir``) and start ``<binary> -c <file>``; th
 port from the ports file, start a cluster without JetStream, kill it (SIGKILL), write the
 route ports into the files with ``jetstream {}`` and a ``server_name`` added, start the three
 again and wait until every server's ``/jsz`` names the same meta leader. Then an R3 KV bucket
-and a stream's updates (nats.js "kv - replicas", "jsm - stream update properties").
+and a stream's updates, a stream placed by a server's tag, an R3 object store (nats.js "kv -
+replicas", "jsm - stream update properties", "streams - mirrors", "os - objm creates right
+number of replicas").
 
 The same steps run against natserver (``python -m natserver``) and, when tests.reference finds
 nats-server 2.15.1, against it: the test is the comparison. Processes, real time, a hard
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nats
+import nats.js.api
 import pytest
 
 from tests.reference import NATS_SERVER
@@ -211,6 +214,18 @@ async def scenarios(servers: list[Server]) -> None:
             if not refused:
                 assert answer["config"][key] == value, (change, answer)
                 config = answer["config"]
+        # nats.js "streams - mirrors" (its placement part): a stream placed by a server's own
+        # tag (the harness gives each an "id:<nuid>" tag) lands on that server.
+        target = servers[1].config
+        placed = await api(nc, "$JS.API.STREAM.CREATE.src", {"name": "src", "subjects": ["src.*"], "placement": {
+            "cluster": target["cluster"]["name"], "tags": target["server_tags"]}})
+        assert placed["cluster"]["leader"] == target["server_name"], placed
+
+        # nats.js "os - objm creates right number of replicas".
+        store = await js.create_object_store("test", config=nats.js.api.ObjectStoreConfig(replicas=3))
+        assert (await store.status()).stream_info.config.num_replicas == 3
+        await store.put("hello", b"world")
+        assert (await store.get("hello")).data == b"world"
     finally:
         await nc.close()
 
