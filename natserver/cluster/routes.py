@@ -1491,6 +1491,9 @@ class Cluster:
             if other is not route:
                 other.send(self.gossip_info(route))
         self.update_client_urls()
+        system = getattr(self.server, "system", None)
+        if system is not None:
+            system.route_up()  # (its STATSZ to the new server soon: natserver.system)
 
     def _negotiate_leaf(self, leaf: Route, info: dict) -> bool:
         """leafnode.go negotiateLeafCompression on the first INFO: the leaf that dials sends

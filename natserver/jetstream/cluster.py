@@ -1355,6 +1355,9 @@ class JetStreamCluster:
         self.names[peer] = name
         if peer not in self.peers and peer != self.node_id:
             self._campaign_if_never_led()
+            system = getattr(self.server, "system", None)
+            if system is not None:
+                system.announce()  # (the new peer learns of this one now)
         statsz = message.get("statsz") or {}
         jetstream = statsz.get("jetstream") or {}
         config, stats = jetstream.get("config"), jetstream.get("stats")

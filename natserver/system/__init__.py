@@ -62,6 +62,9 @@ LAME_DUCK_EVENT = "$SYS.SERVER.{id}.LAMEDUCK"
 # events.go: the first STATSZ heartbeat comes soon, then the interval doubles up to 30 s.
 STATSZ_FIRST_INTERVAL = 0.25
 STATSZ_INTERVAL = 30.0
+# natserver: how long after a new route registers its STATSZ goes out (the remote's interest in
+# it arrives right after the route's own registration).
+ROUTE_ANNOUNCE_DELAY = 0.05
 ACCOUNT_TRAFFIC_INTERVAL = 1.0  # seconds an account's summed message counts are reused
 CONNECT_TYPE = "io.nats.server.advisory.v1.client_connect"
 DISCONNECT_TYPE = "io.nats.server.advisory.v1.client_disconnect"
@@ -296,6 +299,30 @@ class SystemAccount:
             interval = min(interval * 2, STATSZ_INTERVAL)
             if self._listened(subject):
                 self.send(subject, self.statsz_message())
+
+    def route_up(self) -> None:
+        """A route to a server not connected before: this server's STATSZ goes to it a moment
+        later (ROUTE_ANNOUNCE_DELAY: once the route has brought the other side's interest), not
+        at the next heartbeat, so that a new server is known to the others, and they to it,
+        within milliseconds of its start (a meta leader places streams only on servers whose
+        STATSZ it has)."""
+        nursery = self.nursery
+        if nursery is None:
+            return
+
+        async def soon() -> None:
+            await trio.sleep(ROUTE_ANNOUNCE_DELAY)
+            self.announce()
+
+        nursery.start_soon(soon)
+
+    def announce(self) -> None:
+        """events.go processNewServer: a server heard of for the first time gets this server's
+        STATSZ at once ("Announce ourselves"), not at the next heartbeat (up to 30 s away):
+        a JetStream meta leader places streams only on servers whose STATSZ it has."""
+        subject = f"$SYS.SERVER.{self.server.server_id}.STATSZ"
+        if self._listened(subject):
+            self.send(subject, self.statsz_message())
 
     # -- requests -------------------------------------------------------------------------------
 

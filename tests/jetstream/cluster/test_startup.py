@@ -111,3 +111,24 @@ def test_a_meta_group_never_led_campaigns_when_a_new_peer_is_heard_of():
         assert len(leaders) == 1 and "" not in leaders, leaders
     finally:
         cluster.stop_all()
+
+
+def test_servers_learn_of_each_other_when_their_route_comes_up_not_at_the_next_heartbeat():
+    """events.go processNewServer ("Announce ourselves"): a server's STATSZ goes to a server it
+    has just been routed to, and that one answers with its own, so that a meta leader can place
+    on a new server at once. Manual clocks moved 0.1 s: before the first heartbeat (0.25 s), so
+    only the announcements carry the STATSZ."""
+    cluster = NatsCluster(2, jetstream=True, clock="manual")
+    try:
+        cluster.start()
+        for node in cluster.servers:
+            node.advance(0.1)
+
+        def heard(i: int) -> set[str]:
+            node = cluster.servers[i]
+            return node._call(lambda: {info.name for info in node.server.jetstream.cluster.peers.values()})
+
+        names = [node.options.server_name for node in cluster.servers]
+        assert names[1] in heard(0) and names[0] in heard(1), (heard(0), heard(1))
+    finally:
+        cluster.stop_all()
