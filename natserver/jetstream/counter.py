@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import decimal
 import re
+from collections.abc import Callable
 from typing import Protocol, Union
 
 import orjson
@@ -246,6 +247,37 @@ class Totals:
         if len(self.by_subject) >= self.MAX_TOTALS and subject not in self.by_subject:
             self.by_subject.clear()
         self.by_subject[subject] = (seq, total, sources)
+
+
+class InflightTotals(Totals):
+    """A replicated counter stream's leader (jetstream_cluster.go processClusteredInboundMsg's
+    clusteredCounterTotal): the total of a subject whose increment is proposed and not yet
+    applied is the proposal's, not the store's. ``next_seq()`` is the sequence the next
+    proposal takes and ``applied()`` the last one applied, both counted as the leader counts
+    its proposals (its clseq: failed proposals included); an entry whose proposal is applied,
+    or failed, gives way to the store's total."""
+
+    __slots__ = ("inflight", "next_seq", "applied")
+
+    def __init__(self, next_seq: Callable[[], int], applied: Callable[[], int]) -> None:
+        super().__init__()
+        self.inflight: dict[bytes, tuple[int, Number, bytes]] = {}
+        self.next_seq = next_seq
+        self.applied = applied
+
+    def last(self, store, subject: bytes) -> tuple[Number, bytes]:
+        entry = self.inflight.get(subject)
+        if entry is not None:
+            if entry[0] > self.applied():
+                return entry[1], entry[2]
+            del self.inflight[subject]
+        return super().last(store, subject)
+
+    def keep(self, subject: bytes, seq: int, total: Number, sources: bytes) -> None:
+        if len(self.inflight) >= self.MAX_TOTALS and subject not in self.inflight:
+            applied = self.applied()
+            self.inflight = {k: v for k, v in self.inflight.items() if v[0] > applied}
+        self.inflight[subject] = (self.next_seq(), total, sources)
 
 
 _INCR_ONLY = b"NATS/1.0\r\n" + INCR + b":"  # a header block whose first line is the increment

@@ -34,6 +34,7 @@ from .. import clock
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
+from .counter import InflightTotals, Totals
 from .errors import ApiError
 from .replication.desired import next_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
@@ -459,9 +460,16 @@ class StreamReplica:
             return
         applier = self.applier
         if applier.stored:
+            values = applier.values
             for reply, seq, _, _ in applier.stored:
-                self.engine.respond(reply, b"%s%d}" % (stream._ack_prefix, seq), stream)
+                body = values.pop(seq, None) if values else None
+                total = _counter_total(body) if body is not None else None
+                if total is None:
+                    self.engine.respond(reply, b"%s%d}" % (stream._ack_prefix, seq), stream)
+                else:  # (2.12+ PubAck.Value: a counter's total)
+                    self.engine.respond(reply, b'%s%d,"val":%s}' % (stream._ack_prefix, seq, total), stream)
             applier.stored.clear()
+            values.clear()
         for reply, payload in leader.take_acks():  # (duplicates: stream.go's "duplicate": true)
             self.engine.respond(reply, payload.replace(b'"duplicate":true', b'"duplicate": true'), stream)
 
@@ -489,8 +497,14 @@ class StreamReplica:
             return
         if self.applied < self._ready_at:
             return
-        self.leader = StreamLeader(self.stream.name, self.applier)
+        self.leader = leader = StreamLeader(self.stream.name, self.applier)
         self.leader_since = clock.now_ns()
+        applier = self.applier
+        applier.counter = self.stream.cfg.allow_msg_counter
+        if applier.counter:  # (its increments in flight count: counter.InflightTotals)
+            self.stream.counter_totals = InflightTotals(
+                lambda: max(leader.clseq, applier.store.last_seq + applier.clfs) + 1,
+                lambda: applier.store.last_seq + applier.clfs)
         self.stream.subscribe()
         if self.sync_subject and self._sync_sub is None:
             self._sync_sub = self.host.system.subscribe(self.sync_subject, self._sync_request)
@@ -519,6 +533,8 @@ class StreamReplica:
         self.leader = None
         self.applier.respond = False
         self.applier.stored.clear()
+        if isinstance(self.stream.counter_totals, InflightTotals):
+            self.stream.counter_totals = Totals()
         self.stream.unsubscribe()
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)
@@ -758,6 +774,15 @@ class StreamReplica:
         self.host.nrg.stop_group(self.group_name)
         if remove:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _counter_total(body: bytes) -> bytes | None:
+    """A counter message's total, as JSON text (its body is {"val":"<total>"})."""
+    try:
+        total = loads(body)["val"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return dumps(total) if isinstance(total, str) else None
 
 
 def _text(reply) -> str:

@@ -1038,7 +1038,7 @@ class Stream:
                 self.batches.process(batch_id, subject, reply, hdr, msg)
                 return
         if cfg.allow_msg_counter and hdr and not scheduled and self.input_transform is None \
-                and self._trace is None and not cfg.sealed:
+                and self._trace is None and not cfg.sealed and self.replica is None:
             # The usual increment (counter.simple_increment: a header of Nats-Incr alone, no
             # payload): none of the checks below can refuse it but the limits'.
             counted = counter.simple_increment(self.store, self.counter_totals, subject, hdr, msg)

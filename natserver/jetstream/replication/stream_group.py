@@ -84,6 +84,10 @@ class StreamApplier:
         # message stored with a reply while ``respond`` is set; StreamLeader takes them.
         self.respond = False
         self.stored: list[tuple[bytes, int, bytes, int]] = []  # reply, seq, batch id, batch size
+        # A counter stream's leader answers each increment with its total (PubAck.Value): the
+        # stored body, {"val":"<total>"}, of each answered sequence (taken by the caller).
+        self.counter = False
+        self.values: dict[int, bytes] = {}
         # What a snapshot entry applied asks of the leader (install_snapshot), for the caller.
         self.sync_request: SyncRequest | None = None
 
@@ -156,6 +160,8 @@ class StreamApplier:
             self._remember(msg_id, seq, msg.ts)
         if self.respond and msg.reply:
             self.stored.append((msg.reply, seq, b"", 0))
+            if self.counter:
+                self.values[seq] = msg.msg
         return True
 
     def _remember(self, msg_id: bytes, seq: int, ts: int) -> None:
