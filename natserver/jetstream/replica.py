@@ -99,6 +99,7 @@ class ReplicaEngine(AdvisoryHost, Protocol):
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
     def persist(self, stream: Stream) -> None: ...
+    def schedule_fire(self, deadline_ns: int) -> None: ...  # a message schedule comes due
 
 
 class StreamReplica:
@@ -524,6 +525,12 @@ class StreamReplica:
         self._removing.clear()
         if self.stream.cfg.retention != "limits":
             self.host.check_interest(self.engine, self.stream)
+        scheduler = self.stream.scheduler
+        if scheduler is not None:  # (followers keep the schedules; the leader fires them)
+            scheduler.rearm()
+            nxt = scheduler.next_due()
+            if nxt is not None:
+                self.engine.schedule_fire(nxt)
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
@@ -535,6 +542,8 @@ class StreamReplica:
         self.applier.stored.clear()
         if isinstance(self.stream.counter_totals, InflightTotals):
             self.stream.counter_totals = Totals()
+        if self.stream.scheduler is not None:
+            self.stream.scheduler.rearm()  # (what it fired and was not applied: the next leader's)
         self.stream.unsubscribe()
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)

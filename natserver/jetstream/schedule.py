@@ -566,6 +566,15 @@ class Scheduler:
         if subject is not None:
             self.remove_subject(subject)
 
+    def rearm(self) -> None:
+        """The schedules whose fired message is in flight (``due`` handed it out) due again:
+        a replicated stream's leader that lost the lead before its proposal was applied (the
+        next leader fires them, or this one, leading again)."""
+        for entry in self.schedules.values():
+            if entry[2] is None:
+                entry[2] = entry[1]
+                self._push(entry[1], entry[0])
+
     def clear(self) -> None:
         self.schedules.clear()
         self.by_seq.clear()

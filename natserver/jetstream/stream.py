@@ -911,6 +911,8 @@ class Stream:
         scheduler = self.scheduler
         if scheduler is None or self.store.closed:
             return None
+        if self.replica is not None and not self.replica.leading:
+            return None  # (a replicated stream's leader fires, through its group; see replica.py)
         fired, more = scheduler.due(now, self.store, schedule.FIRE_BATCH)
         for target, hdr, data in fired:
             self.process_msg(target, None, hdr, data, scheduled=True)
@@ -1266,6 +1268,10 @@ class Stream:
             self.purge_consumers(subject, store.purge_ex(subject, 0, 1))
         elif rollup == b"all":
             self.purge_consumers(b"", store.purge_ex(b"", 0, 1))
+        if hdr and _SCHEDULE_HEADERS in hdr:  # (every replica keeps the schedules: the proposal's time)
+            self._scheduled(seq, subject, hdr, ts)
+        elif self.scheduler is not None and subject in self.scheduler.schedules:
+            self.scheduler.remove_subject(subject)
         if self.consumers:
             self._stored(seq, subject)
         if self.followed:
