@@ -95,6 +95,8 @@ class BatchStream(Protocol):
     def store_checked(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int,
                       batch_ack: tuple[bytes, int] | None = None) -> bool: ...
 
+    def store_batch(self, batch_id: bytes, items: list, now: int) -> bool: ...
+
 
 class _Batch:
     """One batch in flight: its staged messages and when it is abandoned."""
@@ -269,12 +271,13 @@ class Batches:
                 return
             checked.append((subject, hdr, msg))
         count = len(checked)
+        items = []
         for i, (subject, hdr, msg) in enumerate(checked, 1):
             last = i == count
             if last and eob:
                 hdr = gen_header(hdr, BATCH_COMMIT, COMMIT_ONE)
-            if not stream.store_checked(subject, reply if last else None, hdr, msg, now, (batch_id, i) if last else None):
-                return  # the store failed (a full disk): the rest would too
+            items.append((subject, reply if last else None, hdr, msg, (batch_id, i) if last else None))
+        stream.store_batch(batch_id, items, now)
 
 
 class _Check:

@@ -1451,7 +1451,7 @@ def _check_replicated(cfg: StreamConfig) -> None:
     """What a replicated stream does not do yet in natserver (refused by name)."""
     if cfg.num_replicas <= 1:
         return
-    for name, value in (("allow_atomic", cfg.allow_atomic), ("allow_batched", cfg.allow_batched),
+    for name, value in (("allow_batched", cfg.allow_batched),
                         ("mirror", cfg.mirror), ("sources", cfg.sources)):
         if value:
             raise errors.stream_create(f"natserver does not support {name} on replicated streams yet")

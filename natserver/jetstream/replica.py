@@ -181,6 +181,19 @@ class StreamReplica:
             return False
         return True
 
+    def propose_batch(self, batch_id: bytes, msgs: list[tuple[bytes, bytes, bytes, bytes]], now: int) -> bool:
+        """An atomic batch the leader's stream checked: its messages proposed together (one
+        append entry; the applier stores them at the commit, StreamApplier._apply_batch)."""
+        leader = self.leader
+        if leader is None or self.stopped or not msgs:
+            return False
+        try:
+            for data in leader.propose_batch(batch_id, msgs, now):
+                self.group.propose_soon(data)
+        except (NotLeader, StorageError):
+            return False
+        return True
+
     def purge(self, request: dict | None, reply) -> None:
         """jsStreamPurgeRequest on the leader: proposed (purgeStreamOp), answered once applied."""
         if not self.leading:
@@ -462,10 +475,13 @@ class StreamReplica:
         applier = self.applier
         if applier.stored:
             values = applier.values
-            for reply, seq, _, _ in applier.stored:
+            for reply, seq, batch_id, size in applier.stored:
                 body = values.pop(seq, None) if values else None
                 total = _counter_total(body) if body is not None else None
-                if total is None:
+                if batch_id:  # an atomic batch's commit (2.12+ PubAck BatchId, BatchSize)
+                    self.engine.respond(reply, b'%s%d,"batch":%s,"count":%d}' % (
+                        stream._ack_prefix, seq, dumps(batch_id.decode("utf-8", "replace")), size), stream)
+                elif total is None:
                     self.engine.respond(reply, b"%s%d}" % (stream._ack_prefix, seq), stream)
                 else:  # (2.12+ PubAck.Value: a counter's total)
                     self.engine.respond(reply, b'%s%d,"val":%s}' % (stream._ack_prefix, seq, total), stream)

@@ -88,6 +88,7 @@ class StreamGroup(Protocol):
     @property
     def leading(self) -> bool: ...  # this server leads the group, ready to propose
     def propose(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int) -> bool: ...
+    def propose_batch(self, batch_id: bytes, msgs: list, now: int) -> bool: ...  # an atomic batch, together
     def proposed_last(self) -> int: ...  # the last sequence, proposals in flight included
     def cluster_json(self) -> dict: ...  # stream info's "cluster" (name, raft group, leader, replicas)
     def purge(self, request: dict | None, reply) -> None: ...
@@ -860,6 +861,7 @@ class Stream:
         self.ddq: collections.deque = collections.deque()  # (msg id, ts) in arrival order
         self.counter_totals = counter.Totals()  # allow_msg_counter's last totals
         self.batches = batch.Batches(self)  # allow_atomic's batches in flight
+        self._batch_items: list | None = None  # a replicated stream's batch being collected (store_batch)
         self.fast_batches: dict = {}  # 2.14+: batch id -> fastbatch.FastBatch (allow_batched)
         self.answer_sink: list | None = None  # (_answer)
         prefix = dumps({"stream": self.name})
@@ -1188,6 +1190,9 @@ class Stream:
         if self._trace is not None and self._traced_store(subject):
             return True  # (only traced: checked, neither stored nor refused)
         if self.replica is not None:  # a replicated stream: stored once its group commits it
+            if self._batch_items is not None:  # (an atomic batch's: proposed together, store_batch)
+                self._batch_items.append((subject, (reply if not cfg.no_ack else None) or b"", hdr, msg))
+                return True
             return self.replica.propose(subject, reply if not cfg.no_ack else None, hdr, msg, now)
         if cfg.retention == "interest" and not self.consumers:
             # No consumers, so no interest: the sequence is used, nothing is stored.
@@ -1235,6 +1240,27 @@ class Stream:
         if self.followed:
             self.engine.sourcing.wake()
         return True
+
+    def store_batch(self, batch_id: bytes, items: list, now: int) -> bool:
+        """An atomic batch, checked (batch.py): each message through store_checked, the last
+        acknowledged with the batch's id and size; on a replicated stream all of them proposed
+        together, in one append entry (jetstream_cluster.go's batchMsgOp entries, the last one
+        the commit), stored by every replica at the commit or not at all. False: the store
+        (or the group) refused."""
+        if self.replica is None:
+            for subject, reply, hdr, msg, ack in items:
+                if not self.store_checked(subject, reply, hdr, msg, now, ack):
+                    return False  # the store failed (a full disk): the rest would too
+            return True
+        collected: list = []
+        self._batch_items = collected
+        try:
+            for subject, reply, hdr, msg, ack in items:
+                if not self.store_checked(subject, reply, hdr, msg, now, ack):
+                    return False
+        finally:
+            self._batch_items = None
+        return self.replica.propose_batch(batch_id, collected, now)
 
     def apply_replicated(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
         """A message the stream's group committed (replica.py, on every replica, the leader's

@@ -79,8 +79,16 @@ def test_increments_in_flight_on_an_r3_counter_stream_from_every_server(cluster)
         async with clients(cluster) as (ncs, _sys_nc, _leader):
             info = await created(ncs[0])
             assert info["config"]["allow_msg_counter"] is True and len(info["cluster"]["replicas"]) == 2, info
+            for i, nc in enumerate(ncs):  # (the leader's interest on its way to every server)
+                async def warm(nc=nc):
+                    try:
+                        return "error" not in await incr(nc, "c.w", "0")
+                    except nats.errors.NoRespondersError:
+                        return False
+
+                await until(warm, f"an increment through server {i}")
             first = await incr(ncs[1], "c.a", "5")
-            assert first == {"stream": "C", "seq": 1, "val": "5"}, first  # (2.15.1's PubAck, field for field)
+            assert first == {"stream": "C", "seq": 4, "val": "5"}, first  # (2.15.1's PubAck, field for field)
             assert (await incr(ncs[2], "c.a", "-7"))["val"] == "-2"
             vals = await many(ncs[0], "c.b", IN_FLIGHT)
             assert vals == [str(n) for n in range(1, IN_FLIGHT + 1)], vals
@@ -106,8 +114,8 @@ def test_increments_in_flight_on_an_r3_counter_stream_from_every_server(cluster)
             vals = await many(ncs[2], "c.b", IN_FLIGHT)
             assert vals == [str(n) for n in range(IN_FLIGHT + 1, 2 * IN_FLIGHT + 1)], vals
 
-            want = {"c.a": "1", "c.b": str(2 * IN_FLIGHT)}
-            count = 2 * IN_FLIGHT + 3
+            want = {"c.w": "0", "c.a": "1", "c.b": str(2 * IN_FLIGHT)}
+            count = 2 * IN_FLIGHT + 6
 
             async def everywhere():
                 seen = [replica_messages(cluster, i) for i in range(3)]
@@ -163,16 +171,16 @@ def test_an_r3_counter_stream_of_one_natserver_and_two_2_15_1_servers():
             mixed.stop_all()
 
 
-async def lead_with(nc, wanted: str) -> None:
-    """Step-downs, asking for ``wanted``, until it leads C."""
+async def lead_with(nc, wanted: str, stream: str = "C") -> None:
+    """Step-downs, asking for ``wanted``, until it leads ``stream``."""
     async def leads():
-        info = await api(nc, "$JS.API.STREAM.INFO.C")
+        info = await api(nc, f"$JS.API.STREAM.INFO.{stream}")
         leader = info.get("cluster", {}).get("leader")
         if leader == wanted:
             return True
         if leader:
-            await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.C", {"placement": {"preferred": wanted}})
+            await api(nc, f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", {"placement": {"preferred": wanted}})
         return False
 
-    await until(leads, f"{wanted} leading C")
+    await until(leads, f"{wanted} leading {stream}")
 

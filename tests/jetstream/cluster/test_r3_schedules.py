@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 
-from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.clients import clients, retried
 from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, api, until
 from tests.jetstream.cluster.test_r3_consumers_more import cluster, on, run  # noqa: F401 (cluster: a fixture)
 
@@ -51,6 +51,9 @@ def test_schedules_of_an_r3_stream_fire_once_each_through_the_leader_and_after_a
                 return answer if "error" not in answer else None
 
             await until(created, "the R3 stream with schedules created")
+            for i, client in enumerate(ncs):  # (the leader's interest on its way to every server)
+                js = client.jetstream()
+                await retried(lambda js=js: js.publish("s.w", b"w", timeout=REQUEST_TIMEOUT), f"a publish through {i}")
             at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)).strftime(
                 "%Y-%m-%dT%H:%M:%SZ")
             for subject, target, pattern in (("s.sched.once", "s.out.once", f"@at {at}"),
