@@ -59,6 +59,9 @@ COMPACT_INTERVAL = 120.0
 CATCHUP_START = 5.0
 CATCHUP_ACTIVITY = 30.0
 CATCHUP_RETRIES = 3
+# natserver: how long a new stream's leader waits after subscribing before it answers the create
+# (its interest and the answer travel on different routes: _answer_create).
+CREATE_ANSWER_DELAY = 0.005
 # runCatchup sends up to 256k messages (64 MiB) before waiting for acknowledgements; natserver
 # serves every client on one thread, so a catch-up has at most this many unacknowledged.
 CATCHUP_WINDOW = 1024
@@ -533,11 +536,7 @@ class StreamReplica:
                                   advisories.peer_infos(self.group.node, host.names, clock.monotonic()))
         pending, self.pending_answer = self.pending_answer, None
         if pending is not None:
-            reply, build = pending
-            try:
-                self.host.system.publish(reply.encode(), None, None, dumps(build()))
-            except ApiError:
-                pass
+            self.host.spawn(self._answer_create, *pending)
         self._removing.clear()
         if self.stream.cfg.retention != "limits":
             self.host.check_interest(self.engine, self.stream)
@@ -547,6 +546,21 @@ class StreamReplica:
             nxt = scheduler.next_due()
             if nxt is not None:
                 self.engine.schedule_fire(nxt)
+
+    async def _answer_create(self, reply: str, build) -> None:
+        """The create's answer, a moment after this leader subscribed to the stream's subjects:
+        the answer goes over the system account's route and the interest over the stream
+        account's, two connections, and a client publishing as soon as it has the answer
+        must find the interest there before it (nats-server's answer usually loses that race
+        by a Go server's speed alone)."""
+        await trio.sleep(CREATE_ANSWER_DELAY)
+        if self.stopped:
+            return
+        try:
+            self.host.system.publish(reply.encode(), None, None, dumps(build()))
+        except ApiError:
+            return
+        self.host.flush()
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
