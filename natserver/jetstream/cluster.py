@@ -48,6 +48,7 @@ from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .consumer_api import pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
+from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
 from .replica import RECONCILE_SUBJECT, StreamReplica
 from .replication.desired import SCALE_UP, desired_of
@@ -116,6 +117,7 @@ CLIENT_INFO_HEADER = b"Nats-Request-Info"
 API_PREFIX = b"$JS.API."
 # What stays in the account: the servers running a consumer or a stream listen there.
 _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
+_DIRECT_GET = b"$JS.API.DIRECT.GET."
 REPLY_PREFIX_LEN = 6
 RESPONSE_THRESHOLD = 120.0
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -212,6 +214,7 @@ class JetStreamCluster:
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
+        self.direct = DirectSubscriptions()  # the direct gets this server answers (direct_subs.py)
         # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
         self._peer_remove_replies: dict[str, bytes] = {}
         self.disabled = False  # removed from the meta group (SERVER.REMOVE): JetStream serves nothing
@@ -226,6 +229,7 @@ class JetStreamCluster:
             nursery.start_soon(self._usage_sender)
             nursery.start_soon(self.consumer_groups.run)
             nursery.start_soon(self._migrator)
+            nursery.start_soon(self._direct_checker)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -266,6 +270,7 @@ class JetStreamCluster:
         for replica in list(self.replicas.values()):
             replica.stop()
         self.replicas.clear()
+        self.direct.clear()
         for account, sub in self._subs:
             account.unsubscribe(sub)
         self._subs.clear()
@@ -431,6 +436,7 @@ class JetStreamCluster:
                 engine.update_stream(local, cfg)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
             replica = self._group_of(engine, local, sa, new=created)
+            self.serve_direct(engine, local)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
@@ -528,6 +534,27 @@ class JetStreamCluster:
         if proposal is not None:
             self._propose(proposal)
 
+    def serve_direct(self, engine: ClusterEngine, stream: Stream) -> None:
+        """Whether this server answers ``stream``'s direct gets (direct_subs.py): an R1 stream's
+        server does, a replica once it leads or is current enough (and from then on)."""
+        account = engine.account_name or ""
+        replica = self.replicas.get((account, stream.name))
+        if stream.replicated:
+            serving = bool(self.direct.serving(account, stream.name))
+            serve = replica is not None and replica.direct_ready(serving)
+        else:
+            serve = True
+        self.direct.sync(engine, stream, serve)
+
+    async def _direct_checker(self) -> None:
+        """monitorStream's direct access ticker: followers join the direct gets once current."""
+        while True:
+            await trio.sleep(DIRECT_ACCESS_CHECK)
+            for (account, _), replica in list(self.replicas.items()):
+                engine = self.engines.get(account)
+                if engine is not None and not replica.stopped:
+                    self.serve_direct(engine, replica.stream)
+
     def has_group_consumers(self, account: str, stream: str) -> bool:
         return self.consumer_groups.has_consumers(account, stream)
 
@@ -539,6 +566,7 @@ class JetStreamCluster:
         self.consumer_groups.check_interest(engine, stream)
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.direct.drop(engine.account_name or "", stream.name)
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
         if replica is not None:
@@ -658,6 +686,10 @@ class JetStreamCluster:
         (the subscription's interest is local): into the system account, as nats-server's
         accounts import the API from it (a ``Nats-Request-Info`` header naming the account,
         the reply mapped to a ``_R_`` subject of the system account)."""
+        if subject.startswith(_DIRECT_GET):
+            # (a stream's servers answer in their queue group, direct_subs.py: when none took
+            # it here or across a route, the requester gets no responders, as from 2.15.1)
+            return False
         if subject.startswith(_IN_ACCOUNT):
             return True  # (in_account's)
         mapped = None

@@ -34,6 +34,7 @@ from .. import clock
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
+from .direct_subs import DIRECT_SYNC_THRESHOLD
 from .errors import ApiError
 from .replication.desired import next_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
@@ -88,6 +89,7 @@ class ReplicaHost(Protocol):
     def has_group_consumers(self, account: str, stream: str) -> bool: ...  # replicated consumers here
     def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
+    def serve_direct(self, engine: Any, stream: Stream) -> None: ...  # direct gets here or not (direct_subs.py)
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -492,6 +494,7 @@ class StreamReplica:
         self.leader = StreamLeader(self.stream.name, self.applier)
         self.leader_since = clock.now_ns()
         self.stream.subscribe()
+        self.host.serve_direct(self.engine, self.stream)
         if self.sync_subject and self._sync_sub is None:
             self._sync_sub = self.host.system.subscribe(self.sync_subject, self._sync_request)
         log.info("JetStream cluster new stream leader for '%s > %s'", self.engine.account_name or "$G",
@@ -523,6 +526,19 @@ class StreamReplica:
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)
             self._sync_sub = None
+
+    def direct_ready(self, serving: bool) -> bool:
+        """Whether this replica answers direct gets (monitorStream): the leader does; a follower
+        once current, or within DIRECT_SYNC_THRESHOLD percent of the commit (mset.isCurrent,
+        raft.go isCurrent: a leader known, no catch-up running), and from then on."""
+        if self.stopped:
+            return False
+        if self.leading or serving:
+            return True
+        node = self.group.node
+        if self._catching_up or self.recovering or node.catchup_inbox or not node.leader or not node.commit:
+            return False
+        return self.applied * 100.0 >= node.commit * DIRECT_SYNC_THRESHOLD
 
     @property
     def raft_node(self) -> Any:

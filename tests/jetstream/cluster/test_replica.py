@@ -154,6 +154,9 @@ class Host:
     def check_interest(self, engine, stream) -> None:
         pass
 
+    def serve_direct(self, engine, stream) -> None:
+        pass
+
 
 class Engine:
     """The engine as a Stream and a replica use it."""

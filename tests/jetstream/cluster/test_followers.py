@@ -1,0 +1,126 @@
+"""Followers of replicated streams in a cluster of three in-process natservers (issue #32,
+nats-server 2.15.1's behaviour): direct gets answered by every current replica in the ``_sys_``
+queue group (stream.go subscribeToDirect), so a KV get is answered by the client's own server's
+follower and goes on with the leader's server down; a mirror with mirror_direct joins its
+origin's group; a direct get no stream answers gets no responders.
+"""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from natserver.testing_cluster import NatsCluster
+from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, api, cluster_options, until
+from tests.jetstream.cluster.test_r3_streams import CREATE_TIMEOUT, run, same_everywhere, stream_on, wait_leader
+
+
+@pytest.fixture
+def cluster():
+    with NatsCluster(3, jetstream=True, **cluster_options()) as c:
+        yield c
+
+
+def direct_of(cluster: NatsCluster, i: int):
+    """Node i's direct-get subscriptions (direct_subs.DirectSubscriptions) and its account's name."""
+    js = cluster.servers[i].server.jetstream
+    return js.cluster.direct, js.account_name or ""
+
+
+def serving(cluster: NatsCluster, i: int, stream: str) -> tuple:
+    node = cluster.servers[i]
+    if not node.running or node.server is None or node.server.jetstream is None:
+        return ()
+    direct, account = direct_of(cluster, i)
+    return direct.serving(account, stream)
+
+
+async def bucket(nc, name: str, **options):
+    async def create():
+        try:
+            return await nc.jetstream(timeout=CREATE_TIMEOUT).create_key_value(bucket=name, **options)
+        except nats.errors.TimeoutError:
+            return None
+    return await until(create, f"the bucket {name} created")
+
+
+async def put(kv, key: str, value: bytes) -> int:
+    async def attempt():
+        try:
+            return await kv.put(key, value)
+        except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+            return None
+    return await until(attempt, f"{key} put")
+
+
+def test_every_current_replica_answers_direct_gets_and_the_leaders_loss_does_not_stop_them(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _sys_nc, _leader):
+            kv = await bucket(ncs[0], "B", history=2, replicas=3, direct=True)
+            lead = await wait_leader(cluster, "KV_B")
+            assert await put(kv, "k", b"v1") == 1
+            await same_everywhere(cluster, [0, 1, 2], "KV_B")
+
+            async def all_serving():
+                return all(serving(cluster, i, "KV_B") == ("KV_B",) for i in range(3))
+            await until(all_serving, "every replica in the direct gets' queue group")
+
+            # Each client's get is taken by its own server's replica (a local queue member
+            # first): the followers answer theirs.
+            kvs = [await nc.jetstream().key_value("B") for nc in ncs]
+            for i in range(3):
+                direct, account = direct_of(cluster, i)
+                before = direct.answered(account, "KV_B")
+                entry = await kvs[i].get("k")
+                assert entry.value == b"v1" and entry.revision == 1
+                assert direct.answered(account, "KV_B") == before + 1, f"node {i} did not answer its client's get"
+
+            # The leader's node down: the others answer at once, before and after an election.
+            cluster.stop(lead)
+            others = [i for i in range(3) if i != lead]
+            for i in others:
+                entry = await kvs[i].get("k")
+                assert entry.value == b"v1"
+            await wait_leader(cluster, "KV_B", other_than=lead)
+            assert await put(kvs[others[0]], "k", b"v2") == 2
+
+            async def latest():
+                entry = await kvs[others[1]].get("k")
+                return entry.revision == 2 and entry.value == b"v2"
+            await until(latest, "the new value read through the other follower")
+
+    run(main)
+
+
+def test_a_mirror_with_mirror_direct_answers_its_origins_direct_gets_and_none_gives_no_responders(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _sys_nc, _leader):
+            origin = {"name": "O", "subjects": ["o.>"], "num_replicas": 1, "allow_direct": True}
+            mirror = {"name": "M", "num_replicas": 1, "mirror": {"name": "O"}, "mirror_direct": True}
+            for config in (origin, mirror):
+                created = await api(ncs[0], f"$JS.API.STREAM.CREATE.{config['name']}", config, CREATE_TIMEOUT)
+                assert "error" not in created, created
+            await ncs[1].jetstream().publish("o.a", b"x", timeout=REQUEST_TIMEOUT)
+
+            async def both():
+                held = {serving(cluster, i, name): i for i in range(3) for name in ("O", "M")}
+                return ("O",) in held and ("O",) in held and len([1 for i in range(3) for n in ("O", "M")
+                                                                 if serving(cluster, i, n)]) == 2 and held
+            held = await until(both, "the origin's and the mirror's direct subscriptions")
+            assert any(serving(cluster, i, "M") == ("O",) for i in range(3)), held
+
+            async def mirrored():
+                return bool(stream_on(cluster, i_m, "M").store.msgs)
+            i_m = next(i for i in range(3) if serving(cluster, i, "M"))
+            await until(mirrored, "the mirror has the message")
+
+            # Origin and mirror answer in one group: every get is answered, by one of them.
+            for _ in range(6):
+                msg = await ncs[2].request("$JS.API.DIRECT.GET.O.o.a", b"", timeout=REQUEST_TIMEOUT)
+                assert msg.data == b"x" and msg.headers["Nats-Stream"] in ("O", "M"), msg.headers
+
+            with pytest.raises(nats.errors.NoRespondersError):
+                await ncs[2].request("$JS.API.DIRECT.GET.NONE.x", b"", timeout=REQUEST_TIMEOUT)
+
+    run(main)
