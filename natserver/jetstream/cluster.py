@@ -57,7 +57,7 @@ from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
-from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, subjects_collide
+from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -115,6 +115,16 @@ REPLY_PREFIX = b"_R_."
 # server.go ClientInfoHdr: the request's client (its account) on an API request in the system account.
 CLIENT_INFO_HEADER = b"Nats-Request-Info"
 API_PREFIX = b"$JS.API."
+# jetstream_cluster.go jsClusteredStreamListRequest / jsClusteredConsumerListRequest: a stream's
+# or consumer's info made from its assignment when its servers are all offline has Go's zero state.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+OFFLINE_STREAM_STATE = {"messages": 0, "bytes": 0, "first_seq": 0, "first_ts": _ZERO_TIME, "last_seq": 0,
+                        "last_ts": _ZERO_TIME, "consumer_count": 0}
+OFFLINE_CONSUMER_STATE = {"delivered": {"consumer_seq": 0, "stream_seq": 0}, "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
+                          "num_ack_pending": 0, "num_redelivered": 0, "num_waiting": 0, "num_pending": 0}
+# processClusterStreamInfoRequest: a member of a group without a leader answers $JSC.SI this much
+# later (a leader, if there is one, first).
+LEADERLESS_INFO_DELAY = 0.5
 # What stays in the account: the servers running a consumer or a stream listen there.
 _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
 _DIRECT_GET = b"$JS.API.DIRECT.GET."
@@ -590,12 +600,26 @@ class JetStreamCluster:
 
         def answer(subject, reply, headers, body, engine=engine, name=stream.name) -> None:
             local = engine.streams.get(name)
-            if reply and local is not None and (local.replica is None or local.replica.leading):
+            if not reply or local is None:
+                return
+            replica = self.replicas.get((account, name)) if local.replica is not None else None
+            if replica is None or replica.leading:
                 self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
+            elif not replica.group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER:
+                # (processClusterStreamInfoRequest: a group without a leader for a while, every
+                # member answers, a while later, so that a leader would come first)
+                self.spawn(self._late_info, engine, name, bytes(reply))
 
         key = (account, stream.name)
         if key not in self._stream_subs:
             self._stream_subs[key] = self.nrg.account.subscribe(subject, answer)
+
+    async def _late_info(self, engine: ClusterEngine, name: str, reply: bytes) -> None:
+        await trio.sleep(LEADERLESS_INFO_DELAY)
+        local = engine.streams.get(name)
+        if local is not None and not self.disabled:
+            self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
+            self.server.flush_touched()
 
     # -- consumers -----------------------------------------------------------------------------
 
@@ -766,9 +790,14 @@ class JetStreamCluster:
             except Exception:  # a bug must not take the publisher's connection down
                 log.exception("JetStream API request on %r failed", subject)
             return True
+        name = _stream_of(tokens)
+        if kind == b"CONSUMER" and op == b"INFO" and n == 6 and name and self.is_leader:
+            ca = self.state.consumer(engine.account_name or "", name, tokens[5].decode("utf-8", "replace"))
+            if ca is not None and self._all_offline(ca.group):  # (jsConsumerInfoRequest: the meta leader says so)
+                engine.api._fail(reply, _T + "consumer_info_response", errors.consumer_offline())
+                return True
         if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
             return True
-        name = _stream_of(tokens)
         local_stream = engine.streams.get(name) if name is not None else None
         if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
             here = self._r1_consumer(engine, tokens, local_stream)
@@ -817,6 +846,12 @@ class JetStreamCluster:
         if self.state.consumer(engine.account_name or "", stream.name, consumer) is not None:
             return False
         return None
+
+    def _offline_cluster_info(self, group) -> dict:
+        """offlineClusterInfo: the group's servers this one knows, all offline."""
+        replicas = [{"name": self.names[peer], "current": False, "offline": True, "active": 0, "peer": peer}
+                    for peer in group.peers if peer in self.names]
+        return {"name": self.name, "raft_group": group.name, **({"replicas": replicas} if replicas else {})}
 
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
@@ -1121,9 +1156,16 @@ class JetStreamCluster:
         names, offset = found
         page = names[offset:offset + LIST_LIMIT]
         account = engine.account_name or ""
-        subjects = [STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page]
+        offline = {}
+        for name in page:
+            sa = self.state.stream(account, name)
+            if sa is not None and self._all_offline(sa.group):
+                offline[name] = {"config": sa.config, "created": sa.created, "state": dict(OFFLINE_STREAM_STATE),
+                                 "cluster": self._offline_cluster_info(sa.group), "ts": rfc3339nano(clock.now_ns())}
+        subjects = {name: STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page
+                    if name not in offline}
         self._gather(engine, reply, rtype, "streams", page, subjects, len(names), offset,
-                     lambda info: info["config"]["name"])
+                     lambda info: info["config"]["name"], offline)
 
     def _consumer_names(self, engine: ClusterEngine, stream: str, reply, payload: bytes, *, full: bool) -> None:
         """jsConsumerNamesRequest / jsClusteredConsumerListRequest on the meta leader: the
@@ -1153,22 +1195,34 @@ class JetStreamCluster:
                                      "consumers": page or None})
             return
         page = names[offset:offset + LIST_LIMIT]
-        subjects = [CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name) for name in page]
-        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"])
+        offline = {}
+        for name in page:
+            ca = sa.consumers[name]
+            if self._all_offline(ca.group):
+                offline[name] = {"stream_name": "", "name": "", "created": ca.created, "config": ca.config,
+                                 **OFFLINE_CONSUMER_STATE, "cluster": self._offline_cluster_info(ca.group),
+                                 "ts": rfc3339nano(clock.now_ns())}
+        subjects = {name: CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name)
+                    for name in page if name not in offline}
+        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"],
+                     offline)
 
-    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: list[str],
-                total: int, offset: int, name_of) -> None:
+    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: dict[str, str],
+                total: int, offset: int, name_of, offline: dict[str, dict]) -> None:
+        """The infos of ``page`` asked on ``subjects`` (by name); ``offline``: the infos made
+        from the assignments of those whose servers are all offline (listed as missing)."""
         if self._nursery is not None:
             self._nursery.start_soon(self._gather_task, engine, reply, rtype, key, page, subjects, total, offset,
-                                     name_of)
+                                     name_of, offline)
 
     async def _gather_task(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str],
-                           subjects: list[str], total: int, offset: int, name_of) -> None:
+                           subjects: dict[str, str], total: int, offset: int, name_of,
+                           offline: dict[str, dict]) -> None:
         account = self.system
         inbox = "_INBOX.jsc." + "".join(self.rng.choice(_DIGITS) for _ in range(16))
-        infos: dict[str, dict] = {}
+        infos: dict[str, dict] = dict(offline)
         done = trio.Event()
-        awaited = set(page)
+        awaited = set(subjects)
 
         def collect(subject, reply_, headers, body) -> None:
             try:
@@ -1178,15 +1232,15 @@ class JetStreamCluster:
                 return
             if name in awaited:
                 infos[name] = info
-                if len(infos) == len(awaited):
+                if awaited <= infos.keys():
                     done.set()
 
         sub = account.subscribe(inbox + ".*", collect)
         try:
-            for i, subject in enumerate(subjects):
+            for i, subject in enumerate(subjects.values()):
                 account.publish(subject.encode(), f"{inbox}.{i}".encode(), None, b"")
             self.server.flush_touched()
-            if page:
+            if subjects:
                 with trio.move_on_after(LIST_TIMEOUT):
                     await done.wait()
         finally:
@@ -1194,7 +1248,7 @@ class JetStreamCluster:
         limit = LIST_LIMIT
         response: dict = {"type": rtype, "total": total, "offset": offset, "limit": limit,
                           key: [infos[name] for name in page if name in infos]}
-        missing = [name for name in page if name not in infos]
+        missing = [name for name in page if name in offline] + [name for name in page if name not in infos]
         if missing:
             response["missing"] = missing
         engine.api._send(reply, response)
