@@ -225,6 +225,7 @@ class JetStreamCluster:
         self._replies: deque[tuple[float, str]] = deque()
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
         self.direct = DirectSubscriptions()  # the direct gets this server answers (direct_subs.py)
+        self.replicas_reset = 0  # stream replicas reset after a sequence mismatch (resetClusteredState)
         # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
         self._peer_remove_replies: dict[str, bytes] = {}
         self.disabled = False  # removed from the meta group (SERVER.REMOVE): JetStream serves nothing
@@ -501,7 +502,8 @@ class JetStreamCluster:
         replica.migrate()
         return replica
 
-    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica:
+    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False,
+                   campaign: bool = True) -> StreamReplica:
         """A replicated stream's group on this server (processClusterCreateStream): started, or
         resumed from its files; the preferred peer campaigns at once (a group of one: its peer)."""
         key = (engine.account_name or "", stream.name)
@@ -516,9 +518,44 @@ class JetStreamCluster:
         replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync, scale_up=scale_up)
         self.replicas[key] = replica
         preferred = group.preferred or (group.peers[0] if len(group.peers) == 1 else "")
-        if preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
+        if campaign and preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
             replica.group.campaign()
         return replica
+
+    def reset_replica(self, replica: StreamReplica) -> None:
+        self.spawn(self._reset_replica, replica)
+
+    async def _reset_replica(self, replica: StreamReplica) -> None:
+        """resetClusteredState (a stream's replica out of line with its group's entries): it
+        steps down, its group's files go, and it starts again as a new member, the stream's
+        messages kept, caught up by the leader (its log, or its snapshot and $JSC.SYNC)."""
+        stream = replica.stream
+        engine = next((e for e in self.engines.values() if e is replica.engine), None)
+        if engine is None:
+            return
+        account = engine.account_name or ""
+        key = (account, stream.name)
+        if self.replicas.get(key) is not replica or replica.stopped:
+            return
+        if replica.leading:
+            try:
+                replica.group.step_down()
+            except (NotLeader, StorageError):
+                pass
+        self.replicas.pop(key, None)
+        self.direct.drop(account, stream.name)  # (mset.stop: a follower joins again once current)
+        replica.stop(remove=True)
+        sa = self.state.stream(account, stream.name)
+        if sa is None or sa.group is None or not sa.group.is_member(self.node_id) or \
+                engine.streams.get(stream.name) is not stream:
+            return
+        log.warning("Resetting stream cluster state for '%s > %s'", account or "$G", stream.name)
+        again = self._replicate(engine, stream, sa, campaign=False)
+        again.desired = desired_of(sa.group)
+        again.assigned = list(sa.group.peers or ())
+        again.mismatches = replica.mismatches
+        self.replicas_reset += 1
+        self.serve_direct(engine, stream)
 
     async def _migrator(self) -> None:
         """monitorStream's migration timer: each led group with a replica change in progress

@@ -90,6 +90,7 @@ class ReplicaHost(Protocol):
     def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
     def serve_direct(self, engine: Any, stream: Stream) -> None: ...  # direct gets here or not (direct_subs.py)
+    def reset_replica(self, replica: StreamReplica) -> None: ...  # resetClusteredState (a task of the host's)
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -122,7 +123,8 @@ class StreamReplica:
         self._snapshot_at = clock.monotonic()
         self._snapshot_clfs = 0  # the failed proposals counted at the last snapshot
         self.snapshots = 0
-        self.mismatches = 0  # proposals out of line with the store (logged, skipped)
+        self.mismatches = 0  # proposals out of line with the store (each resets the replica)
+        self.resetting = False  # a mismatch: the host replaces this replica, which applies nothing more
         # A create (or update) to answer once this server leads: (reply, response builder).
         self.pending_answer: tuple[str, Any] | None = None
         self._sync_sub: Any = None  # the leader's $JSC.SYNC subscription
@@ -338,9 +340,11 @@ class StreamReplica:
 
     def _apply(self, committed: list[Committed]) -> None:
         """applyStreamEntries, on every replica (the host's pass: synchronous)."""
-        if self.stopped:
+        if self.stopped or self.resetting:
             return
         for c in committed:
+            if self.resetting:
+                return
             if self._catching_up:
                 self._held.append(c)  # (processSnapshot pauses the apply queue)
                 continue
@@ -393,11 +397,13 @@ class StreamReplica:
                 store.compact(op.lseq - self.applier.clfs + 1)
                 self.applier.apply_op(op)
         except SequenceMismatch as exc:
-            # (nats-server resets the stream and catches up; natserver logs it and goes on)
+            # applyStreamEntries: errLastSeqMismatch is a cluster reset error (resetClusteredState):
+            # the group's state goes and the stream, its messages kept, catches up from the leader.
             self.mismatches += 1
-            log.warning("JetStream cluster: stream %s: %s", self.stream.name, exc)
-            if self.leader is not None:
-                self.leader.clseq = 0  # (the next proposal starts from the store again)
+            log.error("JetStream cluster: error applying stream entries to '%s > %s': %s",
+                      self.engine.account_name or "$G", self.stream.name, exc)
+            self.resetting = True
+            self.host.reset_replica(self)
 
     def _apply_json(self, op: JsonOp) -> None:
         stream, store, api = self.stream, self.stream.store, self.engine.api

@@ -2,7 +2,9 @@
 nats-server 2.15.1's behaviour): direct gets answered by every current replica in the ``_sys_``
 queue group (stream.go subscribeToDirect), so a KV get is answered by the client's own server's
 follower and goes on with the leader's server down; a mirror with mirror_direct joins its
-origin's group; a direct get no stream answers gets no responders.
+origin's group; a direct get no stream answers gets no responders. A follower whose store is
+out of line with the group's entries (a last sequence mismatch) is reset and caught up
+(jetstream_cluster.go resetClusteredState).
 """
 
 from __future__ import annotations
@@ -10,10 +12,20 @@ from __future__ import annotations
 import nats
 import pytest
 
+from natserver.jetstream.replication.group_codec import StreamMsg
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
 from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, api, cluster_options, until
-from tests.jetstream.cluster.test_r3_streams import CREATE_TIMEOUT, run, same_everywhere, stream_on, wait_leader
+from tests.jetstream.cluster.test_r3_streams import (
+    CREATE_TIMEOUT,
+    R3,
+    create_r3,
+    publish,
+    run,
+    same_everywhere,
+    stream_on,
+    wait_leader,
+)
 
 
 @pytest.fixture
@@ -122,5 +134,43 @@ def test_a_mirror_with_mirror_direct_answers_its_origins_direct_gets_and_none_gi
 
             with pytest.raises(nats.errors.NoRespondersError):
                 await ncs[2].request("$JS.API.DIRECT.GET.NONE.x", b"", timeout=REQUEST_TIMEOUT)
+
+    run(main)
+
+
+def test_a_follower_out_of_line_with_the_entries_is_reset_and_caught_up(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _sys_nc, _leader):
+            await create_r3(ncs[0], R3)
+            lead = await wait_leader(cluster)
+            for i in range(5):
+                await publish(ncs[0], f"r3.{i}", b"m%d" % i)
+            await same_everywhere(cluster, [0, 1, 2])
+            follower = (lead + 1) % 3
+            js_cluster = cluster.servers[follower].server.jetstream.cluster
+            old = stream_on(cluster, follower).replica
+            # The follower's store loses a message's write (as a torn write would): the next
+            # entry's last sequence is past its store's.
+            real, lost = old.applier.apply_op, []
+
+            def lose_one(op):
+                if not lost and isinstance(op, StreamMsg):
+                    lost.append(op)
+                    return
+                real(op)
+            old.applier.apply_op = lose_one
+            for i in range(5, 10):
+                await publish(ncs[0], f"r3.{i}", b"m%d" % i)
+
+            async def reset():
+                replica = stream_on(cluster, follower).replica
+                return js_cluster.replicas_reset == 1 and replica is not None and replica is not old
+            await until(reset, "the follower's replica reset")
+            assert old.mismatches == 1 and old.stopped and len(lost) == 1
+            found = await same_everywhere(cluster, [0, 1, 2])
+            assert [data for _, _, data in found] == [b"m%d" % i for i in range(10)]
+            await publish(ncs[0], "r3.x", b"after")
+            found = await same_everywhere(cluster, [0, 1, 2])
+            assert len(found) == 11 and js_cluster.replicas_reset == 1
 
     run(main)
