@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import clock
-from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
+from ..raft import Committed, EntryType, Mark, MemoryStorage, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .direct_subs import DIRECT_SYNC_THRESHOLD
@@ -55,10 +55,14 @@ COMPACT_BYTES = 8 * 1024 * 1024
 COMPACT_INTERVAL = 120.0
 # jetstream_cluster.go defaultStreamCatchupStartInterval / ActivityInterval: how long a
 # follower waits for the first answer of a catch-up, and for each next one, before asking
-# again (at most CATCHUP_RETRIES times: processSnapshot's maxRetries).
+# again; a catch-up that ended short asks again no sooner than CATCHUP_MIN_RETRY_WAIT after
+# its request (processSnapshot's minRetryWait). processSnapshot gives up after maxRetries
+# (CATCHUP_RETRIES) tries, and monitorStream replays the snapshot, which starts it again: it
+# never stops before the store has the snapshot's messages (natserver logs each round).
 CATCHUP_START = 5.0
 CATCHUP_ACTIVITY = 30.0
 CATCHUP_RETRIES = 3
+CATCHUP_MIN_RETRY_WAIT = 2.0
 # runCatchup sends up to 256k messages (64 MiB) before waiting for acknowledgements; natserver
 # serves every client on one thread, so a catch-up has at most this many unacknowledged.
 CATCHUP_WINDOW = 1024
@@ -133,6 +137,7 @@ class StreamReplica:
         self._removing: set[int] = set()  # acked messages whose removal the leader proposed
         self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
         self.catchups = 0  # catch-ups completed (as a follower)
+        self.catchup_retries = 0  # catch-up requests asked again (none answered, or ended short)
         self._quorum_lost_at = float("-inf")  # the last quorum-lost advisory (shouldSendLostQuorum)
         self.stopped = False
         # A replica change in progress (desired.py): the assignment's desired state and peers
@@ -146,7 +151,11 @@ class StreamReplica:
         self._scale_up = scale_up
         self.recovering = False  # replaying the log's committed entries at the start
         stream.replica = self
-        self.group = host.nrg.create_group(group, peers, self._apply, marks=True)
+        # jetstream_cluster.go createRaftGroup: a memory stream's group keeps its log in memory
+        # (a memory store for its WAL), so a restarted server's replica starts empty and is
+        # caught up; with every server restarted the stream starts again from sequence 1.
+        storage = {"storage": MemoryStorage()} if stream.cfg.storage == "memory" else {}
+        self.group = host.nrg.create_group(group, peers, self._apply, marks=True, **storage)
         if scale_up:
             self.group.node.observer = True
         self.group.on_leader_change = self._leader_changed
@@ -608,10 +617,15 @@ class StreamReplica:
         message; asked again from where the store is when it ends short or stalls."""
         system = self.host.system
         name = self.stream.name
+        tries = 0
         try:
-            for _ in range(CATCHUP_RETRIES):
+            while True:
                 if self.stopped:
                     return
+                if tries and tries % CATCHUP_RETRIES == 0:
+                    log.warning("JetStream cluster: catch-up for stream %s: %d tries, at %d of %d, trying again",
+                                name, tries, self.stream.store.last_seq, request.last_seq)
+                tries += 1
                 if self.group.leader:  # (processSnapshot: a leader cannot pause its apply, it steps down)
                     try:
                         self.group.step_down()
@@ -641,6 +655,7 @@ class StreamReplica:
                         system.publish(reply, None, None, b"")
 
                 sub = system.subscribe(inbox, received)
+                asked = clock.monotonic()
                 try:
                     ask = SyncRequest(request.peer, self.stream.store.last_seq + 1, last, request.min_applied,
                                       request.delete_ranges)
@@ -659,14 +674,8 @@ class StreamReplica:
                     log.info("JetStream cluster: catch-up for stream %s complete", name)
                     self.catchups += 1
                     break
-            else:
-                # Nobody could serve it (a memory stream whose servers all restarted: its
-                # messages are nowhere, as in 2.15.1): the store takes the snapshot's last
-                # sequence, so that the group's next proposals line up on every replica.
-                log.warning("JetStream cluster: catch-up for stream %s stopped short (%d of %d)", name,
-                            self.stream.store.last_seq, request.last_seq)
-                if not self.stopped and self.stream.store.last_seq < request.last_seq:
-                    self.stream.store.skip_to(request.last_seq, 0)
+                self.catchup_retries += 1
+                await trio.sleep(max(0.0, CATCHUP_MIN_RETRY_WAIT - (clock.monotonic() - asked)))
         finally:
             self._catching_up = False
             held, self._held = self._held, []
@@ -691,6 +700,16 @@ class StreamReplica:
             ranges = bool(request.get("delete_ranges", False))
         except (ValueError, KeyError, TypeError):
             return
+        if self.stream.store.last_seq < last:
+            # runCatchup: a leader without the messages asked for steps down (another replica
+            # may have them) and serves nothing: the follower asks again.
+            log.warning("JetStream cluster: catch-up for stream %s skipped, requested sequence %d is past "
+                        "the last one here (%d)", self.stream.name, last, self.stream.store.last_seq)
+            try:
+                self.group.step_down()
+            except (NotLeader, StorageError):
+                pass
+            return
         self.host.spawn(self._serve_catchup, bytes(reply), first, last, ranges)
 
     async def _serve_catchup(self, inbox: bytes, first: int, last: int, ranges: bool) -> None:
@@ -713,8 +732,7 @@ class StreamReplica:
         sub = system.subscribe(ack_prefix + ".*", acked)
         self.catchups_served += 1
         try:
-            if store.last_seq < last:
-                last = store.last_seq  # (nats-server steps down: the follower asks again)
+            last = min(last, store.last_seq)  # (a purge or a removal since the request)
             seq = first
             gap = 0  # the first of a run of missing sequences (0: none)
 

@@ -4,7 +4,8 @@ queue group (stream.go subscribeToDirect), so a KV get is answered by the client
 follower and goes on with the leader's server down; a mirror with mirror_direct joins its
 origin's group; a direct get no stream answers gets no responders. A follower whose store is
 out of line with the group's entries (a last sequence mismatch) is reset and caught up
-(jetstream_cluster.go resetClusteredState).
+(jetstream_cluster.go resetClusteredState). A catch-up whose first requests are lost asks again
+until it has every message (processSnapshot's retries, the snapshot replayed after each three).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import nats
 import pytest
 
+from natserver.jetstream import replica as replica_module
 from natserver.jetstream.replication.group_codec import StreamMsg
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
@@ -172,5 +174,39 @@ def test_a_follower_out_of_line_with_the_entries_is_reset_and_caught_up(cluster)
             await publish(ncs[0], "r3.x", b"after")
             found = await same_everywhere(cluster, [0, 1, 2])
             assert len(found) == 11 and js_cluster.replicas_reset == 1
+
+    run(main)
+
+
+CATCHUP_START = 0.5  # (replica.CATCHUP_START, 5 s, shortened: the lost requests' waits)
+LOST_REQUESTS = 4  # more than processSnapshot's maxRetries (3): natserver used to skip then
+
+
+def test_a_catch_up_whose_requests_are_lost_asks_again_and_skips_nothing(cluster, monkeypatch):
+    monkeypatch.setattr(replica_module, "COMPACT_ENTRIES", 8)  # (a snapshot every 8 entries)
+    monkeypatch.setattr(replica_module, "CATCHUP_START", CATCHUP_START)
+
+    async def main():
+        async with clients(cluster) as (ncs, _sys_nc, _leader):
+            await create_r3(ncs[0], R3)
+            lead = await wait_leader(cluster)
+            follower, client = (lead + 1) % 3, (lead + 2) % 3
+            await publish(ncs[client], "r3.a", b"before")
+            await same_everywhere(cluster, [0, 1, 2])
+            cluster.stop(follower)
+            lead = await wait_leader(cluster)
+            for n in range(30):
+                await publish(ncs[client], f"r3.{n % 3}", b"while down %d" % n)
+            assert stream_on(cluster, lead).replica.group.node.base_index > 2  # (compacted past the follower)
+            # The follower's first catch-up requests ($JSC.SYNC) are lost on its server.
+            lost = cluster.servers[follower].drop("$JSC.SYNC.>", count=LOST_REQUESTS)
+            cluster.restart(follower)
+            found = await same_everywhere(cluster, [0, 1, 2])
+            assert [data for _, _, data in found] == [b"before"] + [b"while down %d" % n for n in range(30)]
+            replica = stream_on(cluster, follower).replica
+            assert lost.hits == LOST_REQUESTS and replica.catchup_retries >= LOST_REQUESTS and replica.catchups == 1
+            ack = await publish(ncs[client], "r3.z", b"after")
+            assert ack.seq == 32
+            await same_everywhere(cluster, [0, 1, 2])
 
     run(main)
