@@ -57,26 +57,28 @@ async def answer(nc, subject: str, body, *, raw: bool = False) -> dict:
     return json.loads(msg.data)
 
 
+def launch(binary: str, folder: Path, ports: dict, name: str) -> subprocess.Popen:
+    """Server ``name`` of the cluster (ports: client, route, monitoring), its routes to the others."""
+    routes = ", ".join(f"nats-route://127.0.0.1:{ports[o][1]}" for o in NAMES if o != name)
+    conf = folder / f"{name}.conf"
+    conf.write_text(CONFIG % {"name": name, "port": ports[name][0], "store": folder / name, "cport": ports[name][1],
+                              "http": ports[name][2], "routes": routes, "tags": TAGS[name]})
+    return subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def record(binary: str) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="offrec-"))
     ports = {n: (free_port(), free_port(), free_port()) for n in NAMES}
-    procs = {}
-    for n in NAMES:
-        routes = ", ".join(f"nats-route://127.0.0.1:{ports[o][1]}" for o in NAMES if o != n)
-        conf = folder / f"{n}.conf"
-        conf.write_text(CONFIG % {"name": n, "port": ports[n][0], "store": folder / n, "cport": ports[n][1],
-                                  "http": ports[n][2], "routes": routes, "tags": TAGS[n]})
-        procs[n] = subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+    procs = {n: launch(binary, folder, ports, n) for n in NAMES}
     out: dict = {"requests": []}
     try:
         await asyncio.sleep(0.5)
         nc = await nats.connect(f"nats://127.0.0.1:{ports['n1'][0]}")
+
+        async def meta_ready() -> bool:  # (an account info answered: the meta group has a leader)
+            return not {"error", "timeout", "no_responders"} & (await answer(nc, "$JS.API.INFO", None)).keys()
         deadline = time.monotonic() + STEP_TIMEOUT
-        while time.monotonic() < deadline:
-            info = await answer(nc, "$JS.API.INFO", None)
-            if "error" not in info and "timeout" not in info and "no_responders" not in info:
-                break
+        while not await meta_ready() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         await asyncio.sleep(2)  # (every server's STATSZ: placement by tags)
 
@@ -125,20 +127,15 @@ async def record(binary: str) -> dict:
         await step(label, "$JS.API.INFO")
         await nc.close()
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
+        running = [p for p in procs.values() if p.poll() is None]
+        for p in running:
+            p.terminate()
             p.wait(10)
     return out
 
 
-def main() -> None:
-    started = time.monotonic()
-    data = asyncio.run(record(NATS_SERVER))
-    DATA.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"recorded {len(data['requests'])} requests in {time.monotonic() - started:.1f} s into {DATA}")
-
-
 if __name__ == "__main__":
-    main()
+    recording = asyncio.run(record(NATS_SERVER))
+    DATA.write_text(json.dumps(recording, indent=1) + "\n")
+    print(f"{len(recording['requests'])} answers recorded into {DATA}")
+
