@@ -890,6 +890,13 @@ class JetStreamCluster:
                     for peer in group.peers if peer in self.names]
         return {"name": self.name, "raft_group": group.name, **({"replicas": replicas} if replicas else {})}
 
+    def peer_offline(self, peer: str) -> bool:
+        """nodeInfo.offline as this server knows it: in lame duck mode, or no route to its
+        server (natserver sends no shutdown event, so a route lost is a server gone)."""
+        if peer == self.node_id:
+            return False
+        return peer in self._lame_ducks or peer not in {node_id(name) for name in self._route_peers()}
+
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
         if group is None or not group.peers:

@@ -95,6 +95,7 @@ class ReplicaHost(Protocol):
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
     def serve_direct(self, engine: Any, stream: Stream) -> None: ...  # direct gets here or not (direct_subs.py)
     def reset_replica(self, replica: StreamReplica) -> None: ...  # resetClusteredState (a task of the host's)
+    def peer_offline(self, peer: str) -> bool: ...  # the peer's server is offline (nodeInfo.offline)
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -250,7 +251,8 @@ class StreamReplica:
     def cluster_json(self) -> dict:
         """ClusterInfo (jetstream_cluster.go clusterInfo): name, raft group, leader (since
         when, on the leader), the group's system account, and the other replicas: current,
-        active (ns since last heard from, on the leader), lag (entries behind), peer id."""
+        offline (its server), active (ns since last heard from, on the leader), lag (entries
+        behind), peer id."""
         host, node = self.host, self.group.node
         out: dict = {"name": host.name, "raft_group": self.group_name}
         if node.leader:
@@ -272,11 +274,15 @@ class StreamReplica:
                 # (raft.go Peers: the entries the leader has a quorum on and the replica not)
                 lag = max(node.commit - node._match.get(peer, 0), 0)
                 entry["current"] = lag == 0
+                if host.peer_offline(peer):
+                    entry["offline"] = True
                 entry["active"] = int(active * 1e9) if active is not None else 0
                 if lag:
                     entry["lag"] = lag
             else:
                 entry["current"] = peer == node.leader
+                if host.peer_offline(peer):
+                    entry["offline"] = True
                 entry["active"] = 0
             entry["peer"] = peer
             replicas.append(entry)

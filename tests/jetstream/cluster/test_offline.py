@@ -126,6 +126,10 @@ def test_requests_about_streams_whose_servers_are_down_answer_as_2_15_1(cluster)
             assert stable(streams["streams"][1]) == stable(expected["streams"][1])
             r3 = streams["streams"][0]
             assert "leader" not in r3["cluster"] and r3["state"]["messages"] == 1, r3
+            # (leaderless: its own server among the replicas, the two stopped ones offline)
+            def offline_flags(info: dict) -> list:
+                return sorted(r.get("offline", False) for r in info["cluster"]["replicas"])
+            assert offline_flags(r3) == offline_flags(expected["streams"][0]) == [False, True, True]
 
             # The account info: the assignments' counts; no "tiers" (2.15.1 shows them only for
             # accounts with tiered limits, which config-file accounts can not have).

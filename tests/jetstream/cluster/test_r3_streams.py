@@ -47,7 +47,7 @@ def recorded(name: str) -> dict:
     return json.loads(DATA.read_text())[name]
 
 
-PEER_INFO = ["name", "current", "active", "lag", "peer"]  # stream.go PeerInfo (lag omitted when 0)
+PEER_INFO = ["name", "current", "offline", "active", "lag", "peer"]  # stream.go PeerInfo (offline, lag omitted)
 
 
 def same_info_shape(ours: dict, theirs: dict) -> None:
@@ -58,7 +58,7 @@ def same_info_shape(ours: dict, theirs: dict) -> None:
     same_shape(ours, theirs)
     assert len(replicas) == 2
     for replica in replicas:
-        assert list(replica) == [k for k in PEER_INFO if k in replica] and set(PEER_INFO) - {"lag"} <= set(replica)
+        assert list(replica) == [k for k in PEER_INFO if k in replica] and set(PEER_INFO) - {"lag", "offline"} <= set(replica)
 
 
 def run(main) -> None:

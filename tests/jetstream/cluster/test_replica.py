@@ -161,6 +161,9 @@ class Host:
     def reset_replica(self, replica) -> None:
         self.resets.append(replica)
 
+    def peer_offline(self, peer: str) -> bool:
+        return False
+
 
 class Engine:
     """The engine as a Stream and a replica use it."""
