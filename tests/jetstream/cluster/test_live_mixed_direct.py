@@ -15,8 +15,7 @@ from pathlib import Path
 import nats
 import trio
 
-import natserver
-from tests.jetstream.cluster.test_live_mixed import POLL, STEP, MixedCluster, bounded, natserver_options, until_created
+from tests.jetstream.cluster.test_live_mixed import POLL, STEP, bounded, running, until_created
 from tests.jetstream.cluster.test_live_mixed_r3 import lead_with, publish
 from tests.raft.nrg_cluster import APP_USER, PASSWORD, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
@@ -41,43 +40,35 @@ def direct_get(port: int, subject: str) -> tuple[dict, bytes]:
 
 
 async def scenario(binary: str, folder: Path) -> dict:
-    cluster = MixedCluster.create(binary, folder)
-    go1, go2, py = cluster.nodes
-    cluster.start(go1)
-    cluster.start(go2)
     report: dict = {}
-    try:
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, natserver_options(cluster, py))
-            await until_created(go1.port, "$JS.API.STREAM.CREATE.M3", STREAM)
-            report["leader"] = await lead_with(go1.port, {"n1", "n2"})
-            for n in range(3):
-                await publish(py.port, f"m3.{n}", n)
-            direct = server.jetstream.cluster.direct
-            with trio.fail_after(STEP):
-                while direct.serving("APP", "M3") != ("M3",):
-                    await trio.sleep(POLL)
+    async with running(binary, folder) as (cluster, server):
+        go1, go2, py = cluster.nodes
+        await until_created(go1.port, "$JS.API.STREAM.CREATE.M3", STREAM)
+        report["leader"] = await lead_with(go1.port, {"n1", "n2"})
+        for n in range(3):
+            await publish(py.port, f"m3.{n}", n)
+        direct = server.jetstream.cluster.direct
+        with trio.fail_after(STEP):
+            while direct.serving("APP", "M3") != ("M3",):
+                await trio.sleep(POLL)
 
-            # The natserver's clients: answered by the natserver's replica (2.15.1's headers).
-            for n in range(3):
-                before = direct.answered("APP", "M3")
-                headers, data = await trio.to_thread.run_sync(direct_get, py.port, f"$JS.API.DIRECT.GET.M3.m3.{n}")
-                assert data == b'{"n": %d}' % n and headers["Nats-Sequence"] == str(n + 1), (headers, data)
-                assert headers["Nats-Stream"] == "M3" and headers["Nats-Subject"] == f"m3.{n}", headers
-                assert direct.answered("APP", "M3") == before + 1
-            # A 2.15.1 server's clients: answered (by a 2.15.1 replica, its own first).
-            _, data = await trio.to_thread.run_sync(direct_get, go1.port, "$JS.API.DIRECT.GET.M3.m3.2")
-            assert data == b'{"n": 2}'
+        # The natserver's clients: answered by the natserver's replica (2.15.1's headers).
+        for n in range(3):
+            before = direct.answered("APP", "M3")
+            headers, data = await trio.to_thread.run_sync(direct_get, py.port, f"$JS.API.DIRECT.GET.M3.m3.{n}")
+            assert data == b'{"n": %d}' % n and headers["Nats-Sequence"] == str(n + 1), (headers, data)
+            assert headers["Nats-Stream"] == "M3" and headers["Nats-Subject"] == f"m3.{n}", headers
+            assert direct.answered("APP", "M3") == before + 1
+        # A 2.15.1 server's clients: answered (by a 2.15.1 replica, its own first).
+        _, data = await trio.to_thread.run_sync(direct_get, go1.port, "$JS.API.DIRECT.GET.M3.m3.2")
+        assert data == b'{"n": 2}'
 
-            # Both 2.15.1 servers down: no leader, the natserver follower still answers.
-            cluster.kill(go1)
-            cluster.kill(go2)
-            headers, data = await trio.to_thread.run_sync(direct_get, py.port, "$JS.API.DIRECT.GET.M3.m3.1")
-            assert data == b'{"n": 1}' and headers["Nats-Sequence"] == "2", (headers, data)
-            report["answered"] = direct.answered("APP", "M3")
-            nursery.cancel_scope.cancel()
-    finally:
-        cluster.stop_all()
+        # Both 2.15.1 servers down: no leader, the natserver follower still answers.
+        cluster.kill(go1)
+        cluster.kill(go2)
+        headers, data = await trio.to_thread.run_sync(direct_get, py.port, "$JS.API.DIRECT.GET.M3.m3.1")
+        assert data == b'{"n": 1}' and headers["Nats-Sequence"] == "2", (headers, data)
+        report["answered"] = direct.answered("APP", "M3")
     return report
 
 
@@ -86,4 +77,5 @@ def test_direct_gets_of_an_r3_stream_answered_by_a_natserver_follower_beside_2_1
     assert NATS_SERVER
     with tempdir() as folder:
         report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
-    assert report["leader"] in ("n1", "n2") and report["answered"] == 4
+    # (4 gets from its own clients; the 2.15.1 client's may come to it too, when n1 was not yet current)
+    assert report["leader"] in ("n1", "n2") and report["answered"] >= 4
