@@ -584,6 +584,8 @@ class JetStreamCluster:
     def serve_direct(self, engine: ClusterEngine, stream: Stream) -> None:
         """Whether this server answers ``stream``'s direct gets (direct_subs.py): an R1 stream's
         server does, a replica once it leads or is current enough (and from then on)."""
+        if self.disabled:
+            return
         account = engine.account_name or ""
         replica = self.replicas.get((account, stream.name))
         if stream.replicated:
@@ -1456,6 +1458,7 @@ class JetStreamCluster:
         for replica in list(self.replicas.values()):
             replica.stop()
         self.replicas.clear()
+        self.direct.clear()
         for engine in self.engines.values():
             for stream in engine.streams.values():
                 stream.unsubscribe()
