@@ -644,7 +644,7 @@ class JetStreamCluster:
             replica = self.replicas.get((account, name)) if local.replica is not None else None
             if replica is None or replica.leading:
                 self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
-            elif not replica.group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER:
+            elif self._group_leaderless(replica):
                 # (processClusterStreamInfoRequest: a group without a leader for a while, every
                 # member answers, a while later, so that a leader would come first)
                 self.spawn(self._late_info, engine, name, bytes(reply))
@@ -652,6 +652,11 @@ class JetStreamCluster:
         key = (account, stream.name)
         if key not in self._stream_subs:
             self._stream_subs[key] = self.nrg.account.subscribe(subject, answer)
+
+    def _group_leaderless(self, replica: StreamReplica) -> bool:
+        """isGroupLeaderless: a group of this server's without a leader, JetStream running for
+        longer than LEADERLESS_AFTER (its members answer what the leader would)."""
+        return not replica.group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER
 
     async def _late_info(self, engine: ClusterEngine, name: str, reply: bytes) -> None:
         await trio.sleep(LEADERLESS_INFO_DELAY)
@@ -854,6 +859,10 @@ class JetStreamCluster:
         local = engine.streams.get(name)
         if local is not None:
             if local.replicated and (local.replica is None or not local.replica.leading):
+                replica = self.replicas.get((engine.account_name or "", local.name))
+                if kind == b"STREAM" and op == b"INFO" and n == 5 and replica is not None and \
+                        self._group_leaderless(replica):
+                    return engine.api.handle(subject, reply, hdr, payload)  # (jsStreamInfoRequest: any member)
                 return True  # (a replicated stream's leader answers)
             return engine.api.handle(subject, reply, hdr, payload)
         if self.is_leader:

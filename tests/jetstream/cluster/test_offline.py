@@ -130,6 +130,10 @@ def test_requests_about_streams_whose_servers_are_down_answer_as_2_15_1(cluster)
             def offline_flags(info: dict) -> list:
                 return sorted(r.get("offline", False) for r in info["cluster"]["replicas"])
             assert offline_flags(r3) == offline_flags(expected["streams"][0]) == [False, True, True]
+            # Its info, from its member left (jsStreamInfoRequest: a leaderless group's members answer).
+            info = await api(nc, "$JS.API.STREAM.INFO.R3")
+            assert "leader" not in info["cluster"] and info["state"]["messages"] == 1, info
+            assert list(info) == list(theirs["$JS.API.STREAM.INFO.R3"]), info
 
             # The account info: the assignments' counts; no "tiers" (2.15.1 shows them only for
             # accounts with tiered limits, which config-file accounts can not have).
