@@ -195,12 +195,13 @@ class JetStream:
 
     # -- subscriptions ------------------------------------------------------------------------
 
-    def subscribe(self, subject: str, callback):
-        """An internal subscription in the JetStream account: a request whose only subscriber
-        is one of these is delivered (the core sends no no-responders status for it)."""
+    def subscribe(self, subject: str, callback, queue: str | None = None):
+        """An internal subscription in the JetStream account (in ``queue``'s group): a request
+        whose only subscriber is one of these is delivered (the core sends no no-responders
+        status for it)."""
         if self.account is not None:
-            return self.account.subscribe(subject, callback)
-        return self.server.subscribe_internal(subject, callback)
+            return self.account.subscribe(subject, callback, queue)
+        return self.server.subscribe_internal(subject, callback, queue)
 
     def unsubscribe(self, sub) -> None:
         if self.account is not None:
@@ -322,8 +323,8 @@ class JetStream:
     def _cluster_subscribe(self) -> None:
         """In a cluster, as nats-server's accounts import the API from the system account:
         ``$JS.API.>`` here is local (its interest not told to routes) and goes on into the
-        system account (cluster.py); pulls and direct gets stay in the account, where the
-        servers running the streams listen for them across the routes."""
+        system account (cluster.py); pulls stay in the account, where the servers running the
+        streams listen for them across the routes (direct gets: direct_subs.py)."""
         cluster = self.cluster
         assert cluster is not None
 
@@ -332,8 +333,8 @@ class JetStream:
 
         local.route_interest = False  # type: ignore[attr-defined]
         self._api_sub = self.subscribe("$JS.API.>", local)
-        for subject in ("$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.DIRECT.GET.>"):
-            self._other_subs.append((self.account, self.subscribe(subject, partial(cluster.in_account, self))))
+        self._other_subs.append((self.account, self.subscribe("$JS.API.CONSUMER.MSG.NEXT.>",
+                                                              partial(cluster.in_account, self))))
 
     def _domain_api(self, subject: bytes, reply, hdr, payload: bytes) -> bool:
         """``$JS.<domain>.API.X`` is ``$JS.API.X`` (nats-server maps the one to the other)."""

@@ -48,6 +48,7 @@ from .api import LIST_LIMIT, NAMES_LIMIT, Api
 from .consumer import ConsumerConfig
 from .consumer_api import pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
+from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
 from .replica import RECONCILE_SUBJECT, StreamReplica
 from .replication.desired import SCALE_UP, desired_of
@@ -56,7 +57,7 @@ from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
 from .stream import StreamConfig, stored_bytes
-from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, subjects_collide
+from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
     from .stream import Stream
@@ -114,8 +115,19 @@ REPLY_PREFIX = b"_R_."
 # server.go ClientInfoHdr: the request's client (its account) on an API request in the system account.
 CLIENT_INFO_HEADER = b"Nats-Request-Info"
 API_PREFIX = b"$JS.API."
+# jetstream_cluster.go jsClusteredStreamListRequest / jsClusteredConsumerListRequest: a stream's
+# or consumer's info made from its assignment when its servers are all offline has Go's zero state.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+OFFLINE_STREAM_STATE = {"messages": 0, "bytes": 0, "first_seq": 0, "first_ts": _ZERO_TIME, "last_seq": 0,
+                        "last_ts": _ZERO_TIME, "consumer_count": 0}
+OFFLINE_CONSUMER_STATE = {"delivered": {"consumer_seq": 0, "stream_seq": 0}, "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
+                          "num_ack_pending": 0, "num_redelivered": 0, "num_waiting": 0, "num_pending": 0}
+# processClusterStreamInfoRequest: a member of a group without a leader answers $JSC.SI this much
+# later (a leader, if there is one, first).
+LEADERLESS_INFO_DELAY = 0.5
 # What stays in the account: the servers running a consumer or a stream listen there.
 _IN_ACCOUNT = (b"$JS.API.CONSUMER.MSG.NEXT.", b"$JS.API.DIRECT.GET.")
+_DIRECT_GET = b"$JS.API.DIRECT.GET."
 REPLY_PREFIX_LEN = 6
 RESPONSE_THRESHOLD = 120.0
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -213,6 +225,8 @@ class JetStreamCluster:
         self._pending_replies: dict[str, tuple[ClusterEngine, bytes]] = {}
         self._replies: deque[tuple[float, str]] = deque()
         self.consumer_groups = ConsumerGroups(self)  # replicated consumers (consumer_group_runner.py)
+        self.direct = DirectSubscriptions()  # the direct gets this server answers (direct_subs.py)
+        self.replicas_reset = 0  # stream replicas reset after a sequence mismatch (resetClusteredState)
         # SERVER.REMOVE's requesters, answered once the peer's removal is applied (peerRemoveReply).
         self._peer_remove_replies: dict[str, bytes] = {}
         self.disabled = False  # removed from the meta group (SERVER.REMOVE): JetStream serves nothing
@@ -227,6 +241,7 @@ class JetStreamCluster:
             nursery.start_soon(self._usage_sender)
             nursery.start_soon(self.consumer_groups.run)
             nursery.start_soon(self._migrator)
+            nursery.start_soon(self._direct_checker)
             task_status.started(self)
             try:
                 await trio.sleep_forever()
@@ -267,6 +282,7 @@ class JetStreamCluster:
         for replica in list(self.replicas.values()):
             replica.stop()
         self.replicas.clear()
+        self.direct.clear()
         for account, sub in self._subs:
             account.unsubscribe(sub)
         self._subs.clear()
@@ -437,6 +453,7 @@ class JetStreamCluster:
                     self.check_interest(engine, local)
             self._serve_info(engine, local)  # (also a stream recovered from disk at startup)
             replica = self._group_of(engine, local, sa, new=created)
+            self.serve_direct(engine, local)
         except ApiError as exc:
             if reply:
                 self._answer(engine, reply, {"type": rtype, "error": exc.to_json()}, error=True)
@@ -491,7 +508,8 @@ class JetStreamCluster:
         replica.migrate()
         return replica
 
-    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False) -> StreamReplica:
+    def _replicate(self, engine: ClusterEngine, stream: Stream, sa, *, new: bool = False,
+                   campaign: bool = True) -> StreamReplica:
         """A replicated stream's group on this server (processClusterCreateStream): started, or
         resumed from its files; the preferred peer campaigns at once (a group of one: its peer)."""
         key = (engine.account_name or "", stream.name)
@@ -506,9 +524,44 @@ class JetStreamCluster:
         replica = StreamReplica(self, engine, stream, group.name, list(group.peers), sa.sync, scale_up=scale_up)
         self.replicas[key] = replica
         preferred = group.preferred or (group.peers[0] if len(group.peers) == 1 else "")
-        if preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
+        if campaign and preferred == self.node_id and replica.group.node.term == 0 and not scale_up:
             replica.group.campaign()
         return replica
+
+    def reset_replica(self, replica: StreamReplica) -> None:
+        self.spawn(self._reset_replica, replica)
+
+    async def _reset_replica(self, replica: StreamReplica) -> None:
+        """resetClusteredState (a stream's replica out of line with its group's entries): it
+        steps down, its group's files go, and it starts again as a new member, the stream's
+        messages kept, caught up by the leader (its log, or its snapshot and $JSC.SYNC)."""
+        stream = replica.stream
+        engine = next((e for e in self.engines.values() if e is replica.engine), None)
+        if engine is None:
+            return
+        account = engine.account_name or ""
+        key = (account, stream.name)
+        if self.replicas.get(key) is not replica or replica.stopped:
+            return
+        if replica.leading:
+            try:
+                replica.group.step_down()
+            except (NotLeader, StorageError):
+                pass
+        self.replicas.pop(key, None)
+        self.direct.drop(account, stream.name)  # (mset.stop: a follower joins again once current)
+        replica.stop(remove=True)
+        sa = self.state.stream(account, stream.name)
+        if sa is None or sa.group is None or not sa.group.is_member(self.node_id) or \
+                engine.streams.get(stream.name) is not stream:
+            return
+        log.warning("Resetting stream cluster state for '%s > %s'", account or "$G", stream.name)
+        again = self._replicate(engine, stream, sa, campaign=False)
+        again.desired = desired_of(sa.group)
+        again.assigned = list(sa.group.peers or ())
+        again.mismatches = replica.mismatches
+        self.replicas_reset += 1
+        self.serve_direct(engine, stream)
 
     async def _migrator(self) -> None:
         """monitorStream's migration timer: each led group with a replica change in progress
@@ -534,6 +587,29 @@ class JetStreamCluster:
         if proposal is not None:
             self._propose(proposal)
 
+    def serve_direct(self, engine: ClusterEngine, stream: Stream) -> None:
+        """Whether this server answers ``stream``'s direct gets (direct_subs.py): an R1 stream's
+        server does, a replica once it leads or is current enough (and from then on)."""
+        if self.disabled:
+            return
+        account = engine.account_name or ""
+        replica = self.replicas.get((account, stream.name))
+        if stream.replicated:
+            serving = bool(self.direct.serving(account, stream.name))
+            serve = replica is not None and replica.direct_ready(serving)
+        else:
+            serve = True
+        self.direct.sync(engine, stream, serve)
+
+    async def _direct_checker(self) -> None:
+        """monitorStream's direct access ticker: followers join the direct gets once current."""
+        while True:
+            await trio.sleep(DIRECT_ACCESS_CHECK)
+            for (account, _), replica in list(self.replicas.items()):
+                engine = self.engines.get(account)
+                if engine is not None and not replica.stopped:
+                    self.serve_direct(engine, replica.stream)
+
     def has_group_consumers(self, account: str, stream: str) -> bool:
         return self.consumer_groups.has_consumers(account, stream)
 
@@ -545,6 +621,7 @@ class JetStreamCluster:
         self.consumer_groups.check_interest(engine, stream)
 
     def _remove_stream(self, engine: ClusterEngine, stream: Stream) -> None:
+        self.direct.drop(engine.account_name or "", stream.name)
         self.consumer_groups.stream_removed(engine.account_name or "", stream.name)
         replica = self.replicas.pop((engine.account_name or "", stream.name), None)
         if replica is not None:
@@ -568,12 +645,31 @@ class JetStreamCluster:
 
         def answer(subject, reply, headers, body, engine=engine, name=stream.name) -> None:
             local = engine.streams.get(name)
-            if reply and local is not None and (local.replica is None or local.replica.leading):
+            if not reply or local is None:
+                return
+            replica = self.replicas.get((account, name)) if local.replica is not None else None
+            if replica is None or replica.leading:
                 self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
+            elif self._group_leaderless(replica):
+                # (processClusterStreamInfoRequest: a group without a leader for a while, every
+                # member answers, a while later, so that a leader would come first)
+                self.spawn(self._late_info, engine, name, bytes(reply))
 
         key = (account, stream.name)
         if key not in self._stream_subs:
             self._stream_subs[key] = self.nrg.account.subscribe(subject, answer)
+
+    def _group_leaderless(self, replica: StreamReplica) -> bool:
+        """isGroupLeaderless: a group of this server's without a leader, JetStream running for
+        longer than LEADERLESS_AFTER (its members answer what the leader would)."""
+        return not replica.group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER
+
+    async def _late_info(self, engine: ClusterEngine, name: str, reply: bytes) -> None:
+        await trio.sleep(LEADERLESS_INFO_DELAY)
+        local = engine.streams.get(name)
+        if local is not None and not self.disabled:
+            self.nrg.account.publish(reply, None, None, dumps(local.info_json(dynamic=False, cluster=True)))
+            self.server.flush_touched()
 
     # -- consumers -----------------------------------------------------------------------------
 
@@ -664,6 +760,10 @@ class JetStreamCluster:
         (the subscription's interest is local): into the system account, as nats-server's
         accounts import the API from it (a ``Nats-Request-Info`` header naming the account,
         the reply mapped to a ``_R_`` subject of the system account)."""
+        if subject.startswith(_DIRECT_GET):
+            # (a stream's servers answer in their queue group, direct_subs.py: when none took
+            # it here or across a route, the requester gets no responders, as from 2.15.1)
+            return False
         if subject.startswith(_IN_ACCOUNT):
             return True  # (in_account's)
         mapped = None
@@ -740,9 +840,14 @@ class JetStreamCluster:
             except Exception:  # a bug must not take the publisher's connection down
                 log.exception("JetStream API request on %r failed", subject)
             return True
+        name = _stream_of(tokens)
+        if kind == b"CONSUMER" and op == b"INFO" and n == 6 and name and self.is_leader:
+            ca = self.state.consumer(engine.account_name or "", name, tokens[5].decode("utf-8", "replace"))
+            if ca is not None and self._all_offline(ca.group):  # (jsConsumerInfoRequest: the meta leader says so)
+                engine.api._fail(reply, _T + "consumer_info_response", errors.consumer_offline())
+                return True
         if self.consumer_groups.route(engine, tokens, subject, reply, hdr, payload):
             return True
-        name = _stream_of(tokens)
         local_stream = engine.streams.get(name) if name is not None else None
         if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
             here = self._r1_consumer(engine, tokens, local_stream)
@@ -760,6 +865,10 @@ class JetStreamCluster:
         local = engine.streams.get(name)
         if local is not None:
             if local.replicated and (local.replica is None or not local.replica.leading):
+                replica = self.replicas.get((engine.account_name or "", local.name))
+                if kind == b"STREAM" and op == b"INFO" and n == 5 and replica is not None and \
+                        self._group_leaderless(replica):
+                    return engine.api.handle(subject, reply, hdr, payload)  # (jsStreamInfoRequest: any member)
                 return True  # (a replicated stream's leader answers)
             return engine.api.handle(subject, reply, hdr, payload)
         if self.is_leader:
@@ -791,6 +900,19 @@ class JetStreamCluster:
         if self.state.consumer(engine.account_name or "", stream.name, consumer) is not None:
             return False
         return None
+
+    def _offline_cluster_info(self, group) -> dict:
+        """offlineClusterInfo: the group's servers this one knows, all offline."""
+        replicas = [{"name": self.names[peer], "current": False, "offline": True, "active": 0, "peer": peer}
+                    for peer in group.peers if peer in self.names]
+        return {"name": self.name, "raft_group": group.name, **({"replicas": replicas} if replicas else {})}
+
+    def peer_offline(self, peer: str) -> bool:
+        """nodeInfo.offline as this server knows it: in lame duck mode, or no route to its
+        server (natserver sends no shutdown event, so a route lost is a server gone)."""
+        if peer == self.node_id:
+            return False
+        return peer in self._lame_ducks or peer not in {node_id(name) for name in self._route_peers()}
 
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""
@@ -1095,9 +1217,16 @@ class JetStreamCluster:
         names, offset = found
         page = names[offset:offset + LIST_LIMIT]
         account = engine.account_name or ""
-        subjects = [STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page]
+        offline = {}
+        for name in page:
+            sa = self.state.stream(account, name)
+            if sa is not None and self._all_offline(sa.group):
+                offline[name] = {"config": sa.config, "created": sa.created, "state": dict(OFFLINE_STREAM_STATE),
+                                 "cluster": self._offline_cluster_info(sa.group), "ts": rfc3339nano(clock.now_ns())}
+        subjects = {name: STREAM_INFO_SUBJECT.format(account=account, stream=name) for name in page
+                    if name not in offline}
         self._gather(engine, reply, rtype, "streams", page, subjects, len(names), offset,
-                     lambda info: info["config"]["name"])
+                     lambda info: info["config"]["name"], offline)
 
     def _consumer_names(self, engine: ClusterEngine, stream: str, reply, payload: bytes, *, full: bool) -> None:
         """jsConsumerNamesRequest / jsClusteredConsumerListRequest on the meta leader: the
@@ -1127,22 +1256,34 @@ class JetStreamCluster:
                                      "consumers": page or None})
             return
         page = names[offset:offset + LIST_LIMIT]
-        subjects = [CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name) for name in page]
-        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"])
+        offline = {}
+        for name in page:
+            ca = sa.consumers[name]
+            if self._all_offline(ca.group):
+                offline[name] = {"stream_name": "", "name": "", "created": ca.created, "config": ca.config,
+                                 **OFFLINE_CONSUMER_STATE, "cluster": self._offline_cluster_info(ca.group),
+                                 "ts": rfc3339nano(clock.now_ns())}
+        subjects = {name: CONSUMER_INFO_SUBJECT.format(account=account, stream=stream, consumer=name)
+                    for name in page if name not in offline}
+        self._gather(engine, reply, rtype, "consumers", page, subjects, len(names), offset, lambda info: info["name"],
+                     offline)
 
-    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: list[str],
-                total: int, offset: int, name_of) -> None:
+    def _gather(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str], subjects: dict[str, str],
+                total: int, offset: int, name_of, offline: dict[str, dict]) -> None:
+        """The infos of ``page`` asked on ``subjects`` (by name); ``offline``: the infos made
+        from the assignments of those whose servers are all offline (listed as missing)."""
         if self._nursery is not None:
             self._nursery.start_soon(self._gather_task, engine, reply, rtype, key, page, subjects, total, offset,
-                                     name_of)
+                                     name_of, offline)
 
     async def _gather_task(self, engine: ClusterEngine, reply, rtype: str, key: str, page: list[str],
-                           subjects: list[str], total: int, offset: int, name_of) -> None:
+                           subjects: dict[str, str], total: int, offset: int, name_of,
+                           offline: dict[str, dict]) -> None:
         account = self.system
         inbox = "_INBOX.jsc." + "".join(self.rng.choice(_DIGITS) for _ in range(16))
-        infos: dict[str, dict] = {}
+        infos: dict[str, dict] = dict(offline)
         done = trio.Event()
-        awaited = set(page)
+        awaited = set(subjects)
 
         def collect(subject, reply_, headers, body) -> None:
             try:
@@ -1152,15 +1293,15 @@ class JetStreamCluster:
                 return
             if name in awaited:
                 infos[name] = info
-                if len(infos) == len(awaited):
+                if awaited <= infos.keys():
                     done.set()
 
         sub = account.subscribe(inbox + ".*", collect)
         try:
-            for i, subject in enumerate(subjects):
+            for i, subject in enumerate(subjects.values()):
                 account.publish(subject.encode(), f"{inbox}.{i}".encode(), None, b"")
             self.server.flush_touched()
-            if page:
+            if subjects:
                 with trio.move_on_after(LIST_TIMEOUT):
                     await done.wait()
         finally:
@@ -1168,7 +1309,7 @@ class JetStreamCluster:
         limit = LIST_LIMIT
         response: dict = {"type": rtype, "total": total, "offset": offset, "limit": limit,
                           key: [infos[name] for name in page if name in infos]}
-        missing = [name for name in page if name not in infos]
+        missing = [name for name in page if name in offline] + [name for name in page if name not in infos]
         if missing:
             response["missing"] = missing
         engine.api._send(reply, response)
@@ -1332,6 +1473,7 @@ class JetStreamCluster:
         for replica in list(self.replicas.values()):
             replica.stop()
         self.replicas.clear()
+        self.direct.clear()
         for engine in self.engines.values():
             for stream in engine.streams.values():
                 stream.unsubscribe()

@@ -63,6 +63,8 @@ consumer_replicas_exceeds_stream = _fixed(400, 10126, "consumer config replica c
 consumer_replicas_should_match = _fixed(400, 10134, "consumer config replicas must match interest retention stream's replicas")
 # jsStreamInfoRequest: every server of the stream's group is offline (allPeersOffline).
 stream_offline = _fixed(500, 10118, "stream is offline")
+# jsConsumerInfoRequest (the meta leader): every server of the consumer's group is offline.
+consumer_offline = _fixed(500, 10119, "consumer is offline")
 # jetstream_cluster.go isLeaderless: the meta group has had no leader for a while.
 cluster_not_available = _fixed(503, 10008, "JetStream system temporarily unavailable")
 # 2.15.1 JSClusterPeerNotMemberErr (STREAM.PEER.REMOVE: the peer is not in the stream's group),

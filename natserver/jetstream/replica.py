@@ -31,10 +31,11 @@ from typing import Any, Protocol
 import trio
 
 from .. import clock
-from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError
+from ..raft import Committed, EntryType, Mark, MemoryStorage, NotLeader, SnapshotError, StorageError
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .counter import InflightTotals, Totals
+from .direct_subs import DIRECT_SYNC_THRESHOLD
 from .errors import ApiError
 from .replication.desired import next_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
@@ -55,10 +56,14 @@ COMPACT_BYTES = 8 * 1024 * 1024
 COMPACT_INTERVAL = 120.0
 # jetstream_cluster.go defaultStreamCatchupStartInterval / ActivityInterval: how long a
 # follower waits for the first answer of a catch-up, and for each next one, before asking
-# again (at most CATCHUP_RETRIES times: processSnapshot's maxRetries).
+# again; a catch-up that ended short asks again no sooner than CATCHUP_MIN_RETRY_WAIT after
+# its request (processSnapshot's minRetryWait). processSnapshot gives up after maxRetries
+# (CATCHUP_RETRIES) tries, and monitorStream replays the snapshot, which starts it again: it
+# never stops before the store has the snapshot's messages (natserver logs each round).
 CATCHUP_START = 5.0
 CATCHUP_ACTIVITY = 30.0
 CATCHUP_RETRIES = 3
+CATCHUP_MIN_RETRY_WAIT = 2.0
 # natserver: how long a new stream's leader waits after subscribing before it answers the create
 # (its interest and the answer travel on different routes: _answer_create).
 CREATE_ANSWER_DELAY = 0.005
@@ -92,6 +97,9 @@ class ReplicaHost(Protocol):
     def has_group_consumers(self, account: str, stream: str) -> bool: ...  # replicated consumers here
     def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
+    def serve_direct(self, engine: Any, stream: Stream) -> None: ...  # direct gets here or not (direct_subs.py)
+    def reset_replica(self, replica: StreamReplica) -> None: ...  # resetClusteredState (a task of the host's)
+    def peer_offline(self, peer: str) -> bool: ...  # the peer's server is offline (nodeInfo.offline)
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -125,7 +133,8 @@ class StreamReplica:
         self._snapshot_at = clock.monotonic()
         self._snapshot_clfs = 0  # the failed proposals counted at the last snapshot
         self.snapshots = 0
-        self.mismatches = 0  # proposals out of line with the store (logged, skipped)
+        self.mismatches = 0  # proposals out of line with the store (each resets the replica)
+        self.resetting = False  # a mismatch: the host replaces this replica, which applies nothing more
         # A create (or update) to answer once this server leads: (reply, response builder).
         self.pending_answer: tuple[str, Any] | None = None
         self._sync_sub: Any = None  # the leader's $JSC.SYNC subscription
@@ -134,6 +143,7 @@ class StreamReplica:
         self._removing: set[int] = set()  # acked messages whose removal the leader proposed
         self.catchups_served = 0  # $JSC.SYNC requests served (as the leader)
         self.catchups = 0  # catch-ups completed (as a follower)
+        self.catchup_retries = 0  # catch-up requests asked again (none answered, or ended short)
         self._quorum_lost_at = float("-inf")  # the last quorum-lost advisory (shouldSendLostQuorum)
         self.stopped = False
         # A replica change in progress (desired.py): the assignment's desired state and peers
@@ -147,7 +157,11 @@ class StreamReplica:
         self._scale_up = scale_up
         self.recovering = False  # replaying the log's committed entries at the start
         stream.replica = self
-        self.group = host.nrg.create_group(group, peers, self._apply, marks=True)
+        # jetstream_cluster.go createRaftGroup: a memory stream's group keeps its log in memory
+        # (a memory store for its WAL), so a restarted server's replica starts empty and is
+        # caught up; with every server restarted the stream starts again from sequence 1.
+        storage = {"storage": MemoryStorage()} if stream.cfg.storage == "memory" else {}
+        self.group = host.nrg.create_group(group, peers, self._apply, marks=True, **storage)
         if scale_up:
             self.group.node.observer = True
         self.group.on_leader_change = self._leader_changed
@@ -255,7 +269,8 @@ class StreamReplica:
     def cluster_json(self) -> dict:
         """ClusterInfo (jetstream_cluster.go clusterInfo): name, raft group, leader (since
         when, on the leader), the group's system account, and the other replicas: current,
-        active (ns since last heard from, on the leader), lag (entries behind), peer id."""
+        offline (its server), active (ns since last heard from, on the leader), lag (entries
+        behind), peer id."""
         host, node = self.host, self.group.node
         out: dict = {"name": host.name, "raft_group": self.group_name}
         if node.leader:
@@ -277,11 +292,15 @@ class StreamReplica:
                 # (raft.go Peers: the entries the leader has a quorum on and the replica not)
                 lag = max(node.commit - node._match.get(peer, 0), 0)
                 entry["current"] = lag == 0
+                if host.peer_offline(peer):
+                    entry["offline"] = True
                 entry["active"] = int(active * 1e9) if active is not None else 0
                 if lag:
                     entry["lag"] = lag
             else:
                 entry["current"] = peer == node.leader
+                if host.peer_offline(peer):
+                    entry["offline"] = True
                 entry["active"] = 0
             entry["peer"] = peer
             replicas.append(entry)
@@ -354,9 +373,11 @@ class StreamReplica:
 
     def _apply(self, committed: list[Committed]) -> None:
         """applyStreamEntries, on every replica (the host's pass: synchronous)."""
-        if self.stopped:
+        if self.stopped or self.resetting:
             return
         for c in committed:
+            if self.resetting:
+                return
             if self._catching_up:
                 self._held.append(c)  # (processSnapshot pauses the apply queue)
                 continue
@@ -409,11 +430,13 @@ class StreamReplica:
                 store.compact(op.lseq - self.applier.clfs + 1)
                 self.applier.apply_op(op)
         except SequenceMismatch as exc:
-            # (nats-server resets the stream and catches up; natserver logs it and goes on)
+            # applyStreamEntries: errLastSeqMismatch is a cluster reset error (resetClusteredState):
+            # the group's state goes and the stream, its messages kept, catches up from the leader.
             self.mismatches += 1
-            log.warning("JetStream cluster: stream %s: %s", self.stream.name, exc)
-            if self.leader is not None:
-                self.leader.clseq = 0  # (the next proposal starts from the store again)
+            log.error("JetStream cluster: error applying stream entries to '%s > %s': %s",
+                      self.engine.account_name or "$G", self.stream.name, exc)
+            self.resetting = True
+            self.host.reset_replica(self)
 
     def _apply_json(self, op: JsonOp) -> None:
         stream, store, api = self.stream, self.stream.store, self.engine.api
@@ -526,6 +549,7 @@ class StreamReplica:
                 lambda: max(leader.clseq, applier.store.last_seq + applier.clfs) + 1,
                 lambda: applier.store.last_seq + applier.clfs)
         self.stream.subscribe()
+        self.host.serve_direct(self.engine, self.stream)
         if self.sync_subject and self._sync_sub is None:
             self._sync_sub = self.host.system.subscribe(self.sync_subject, self._sync_request)
         log.info("JetStream cluster new stream leader for '%s > %s'", self.engine.account_name or "$G",
@@ -578,6 +602,19 @@ class StreamReplica:
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)
             self._sync_sub = None
+
+    def direct_ready(self, serving: bool) -> bool:
+        """Whether this replica answers direct gets (monitorStream): the leader does; a follower
+        once current, or within DIRECT_SYNC_THRESHOLD percent of the commit (mset.isCurrent,
+        raft.go isCurrent: a leader known, no catch-up running), and from then on."""
+        if self.stopped:
+            return False
+        if self.leading or serving:
+            return True
+        node = self.group.node
+        if self._catching_up or self.recovering or node.catchup_inbox or not node.leader or not node.commit:
+            return False
+        return self.applied * 100.0 >= node.commit * DIRECT_SYNC_THRESHOLD
 
     @property
     def raft_node(self) -> Any:
@@ -641,10 +678,15 @@ class StreamReplica:
         message; asked again from where the store is when it ends short or stalls."""
         system = self.host.system
         name = self.stream.name
+        tries = 0
         try:
-            for _ in range(CATCHUP_RETRIES):
+            while True:
                 if self.stopped:
                     return
+                if tries and tries % CATCHUP_RETRIES == 0:
+                    log.warning("JetStream cluster: catch-up for stream %s: %d tries, at %d of %d, trying again",
+                                name, tries, self.stream.store.last_seq, request.last_seq)
+                tries += 1
                 if self.group.leader:  # (processSnapshot: a leader cannot pause its apply, it steps down)
                     try:
                         self.group.step_down()
@@ -674,6 +716,7 @@ class StreamReplica:
                         system.publish(reply, None, None, b"")
 
                 sub = system.subscribe(inbox, received)
+                asked = clock.monotonic()
                 try:
                     ask = SyncRequest(request.peer, self.stream.store.last_seq + 1, last, request.min_applied,
                                       request.delete_ranges)
@@ -692,14 +735,8 @@ class StreamReplica:
                     log.info("JetStream cluster: catch-up for stream %s complete", name)
                     self.catchups += 1
                     break
-            else:
-                # Nobody could serve it (a memory stream whose servers all restarted: its
-                # messages are nowhere, as in 2.15.1): the store takes the snapshot's last
-                # sequence, so that the group's next proposals line up on every replica.
-                log.warning("JetStream cluster: catch-up for stream %s stopped short (%d of %d)", name,
-                            self.stream.store.last_seq, request.last_seq)
-                if not self.stopped and self.stream.store.last_seq < request.last_seq:
-                    self.stream.store.skip_to(request.last_seq, 0)
+                self.catchup_retries += 1
+                await trio.sleep(max(0.0, CATCHUP_MIN_RETRY_WAIT - (clock.monotonic() - asked)))
         finally:
             self._catching_up = False
             held, self._held = self._held, []
@@ -724,6 +761,16 @@ class StreamReplica:
             ranges = bool(request.get("delete_ranges", False))
         except (ValueError, KeyError, TypeError):
             return
+        if self.stream.store.last_seq < last:
+            # runCatchup: a leader without the messages asked for steps down (another replica
+            # may have them) and serves nothing: the follower asks again.
+            log.warning("JetStream cluster: catch-up for stream %s skipped, requested sequence %d is past "
+                        "the last one here (%d)", self.stream.name, last, self.stream.store.last_seq)
+            try:
+                self.group.step_down()
+            except (NotLeader, StorageError):
+                pass
+            return
         self.host.spawn(self._serve_catchup, bytes(reply), first, last, ranges)
 
     async def _serve_catchup(self, inbox: bytes, first: int, last: int, ranges: bool) -> None:
@@ -746,8 +793,7 @@ class StreamReplica:
         sub = system.subscribe(ack_prefix + ".*", acked)
         self.catchups_served += 1
         try:
-            if store.last_seq < last:
-                last = store.last_seq  # (nats-server steps down: the follower asks again)
+            last = min(last, store.last_seq)  # (a purge or a removal since the request)
             seq = first
             gap = 0  # the first of a run of missing sequences (0: none)
 

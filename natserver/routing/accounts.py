@@ -324,11 +324,12 @@ class Account:
             self._internal.account = self
         return self._internal
 
-    def subscribe(self, subject: str, callback):
-        """An internal subscription in this account's subject space."""
+    def subscribe(self, subject: str, callback, queue: str | None = None):
+        """An internal subscription in this account's subject space (in ``queue``'s group)."""
         server = self.server
         server._internal_sids += 1
-        return self.internal.subscribe_callback(subject.encode(), callback, b"i%d" % server._internal_sids)
+        return self.internal.subscribe_callback(subject.encode(), callback, b"i%d" % server._internal_sids,
+                                                queue.encode() if queue else None)
 
     def unsubscribe(self, sub) -> None:
         if self._internal is not None:

@@ -13,6 +13,7 @@ peer of the meta group as 2.15.1 finds it, announces its JetStream in its STATSZ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -64,6 +65,22 @@ class MixedCluster(Cluster):
         log = open(node.folder / "server.log", "ab")  # noqa: SIM115 (the child writes it)
         node.process = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=log)
         log.close()
+
+
+@contextlib.asynccontextmanager
+async def running(binary: str, folder: Path):
+    """A mixed cluster (n1, n2: 2.15.1 processes) with the natserver n3 serving: (the cluster,
+    the natserver); all stopped at the end."""
+    cluster = MixedCluster.create(binary, folder)
+    for node in cluster.nodes[:2]:
+        cluster.start(node)
+    try:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, natserver_options(cluster, cluster.nodes[2]))
+            yield cluster, server
+            nursery.cancel_scope.cancel()
+    finally:
+        cluster.stop_all()
 
 
 def natserver_options(cluster: Cluster, node: Node) -> natserver.Options:

@@ -132,6 +132,7 @@ class Host:
         self.rng = random.Random(me)
         self.nursery = nursery
         self.groups: list[Group] = []
+        self.resets: list = []  # the replicas that asked to be reset
         self.nrg = SimpleNamespace(create_group=self._create_group, stop_group=lambda name: None)
 
     def _create_group(self, name, peers, apply, **options) -> Group:
@@ -153,6 +154,15 @@ class Host:
 
     def check_interest(self, engine, stream) -> None:
         pass
+
+    def serve_direct(self, engine, stream) -> None:
+        pass
+
+    def reset_replica(self, replica) -> None:
+        self.resets.append(replica)
+
+    def peer_offline(self, peer: str) -> bool:
+        return False
 
 
 class Engine:
@@ -317,7 +327,7 @@ def test_a_follower_behind_a_snapshot_catches_up_over_jsc_sync(monkeypatch):
     run(main)
 
 
-def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_is_skipped():
+def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_resets_the_replica():
     async def main(nursery):
         replica, stream, _, group = make("bbbbbbbb", System(), nursery)
         stream.store.store_msg(b"r3.a", b"", b"old", 1)
@@ -326,11 +336,12 @@ def test_an_empty_store_behind_a_proposal_takes_its_position_a_gap_is_skipped():
         commit(replica, group, [ahead], 1)  # (no messages: takes the leader's position)
         assert stream.store.last_seq == 41 and stream.store.load_msg(41).data == b"ahead"
         gap = StreamMsg.proposal(b"r3.a", b"", b"", b"gap", 50, 2000).encode()
-        commit(replica, group, [gap], 2)  # (not empty: logged and skipped)
-        assert stream.store.last_seq == 41 and replica.mismatches == 1
+        commit(replica, group, [gap], 2)  # (not empty: the replica is reset, resetClusteredState)
+        assert stream.store.last_seq == 41 and replica.mismatches == 1 and replica.resetting
+        assert replica.host.resets == [replica]
         nxt = StreamMsg.proposal(b"r3.a", b"", b"", b"next", 41, 3000).encode()
-        commit(replica, group, [nxt], 3)
-        assert stream.store.last_seq == 42 and replica.applied == 3
+        commit(replica, group, [nxt], 3)  # (nothing more applied: its replacement catches up)
+        assert stream.store.last_seq == 41 and replica.applied == 2
 
     run(main)
 
