@@ -188,8 +188,8 @@ def test_r1_streams_placed_by_the_meta_leader_and_used_across_the_cluster(cluste
             assert overlap == recorded("$JS.API.STREAM.CREATE.S3")
             # (replicated streams: test_r3_streams.py; what they do not do yet is refused by name)
             r3 = await api(ncs[0], "$JS.API.STREAM.CREATE.R3", {"name": "R3", "subjects": ["r3.>"], "num_replicas": 3,
-                                                                "allow_atomic": True})
-            assert "allow_atomic on replicated streams" in r3["error"]["description"], r3
+                                                                "allow_batched": True})
+            assert "allow_batched on replicated streams" in r3["error"]["description"], r3
 
             # Published to from another node, acknowledged by the stream's server.
             for i in range(3):
