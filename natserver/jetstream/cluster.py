@@ -135,6 +135,7 @@ class ClusterEngine(Protocol):
     server: Any
     api_total: int
     api_errors: int
+    sourcing: Any  # sourcing.Sourcing (a replicated stream's leader runs its links)
 
     @property
     def streams(self) -> dict[str, Stream]: ...
@@ -1427,8 +1428,7 @@ def _check_replicated(cfg: StreamConfig) -> None:
     if cfg.num_replicas <= 1:
         return
     for name, value in (("allow_atomic", cfg.allow_atomic), ("allow_batched", cfg.allow_batched),
-                        ("allow_msg_counter", cfg.allow_msg_counter), ("allow_msg_schedules", cfg.allow_msg_schedules),
-                        ("mirror", cfg.mirror), ("sources", cfg.sources)):
+                        ("allow_msg_counter", cfg.allow_msg_counter), ("allow_msg_schedules", cfg.allow_msg_schedules)):
         if value:
             raise errors.stream_create(f"natserver does not support {name} on replicated streams yet")
 

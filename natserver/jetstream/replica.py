@@ -95,6 +95,7 @@ class ReplicaEngine(AdvisoryHost, Protocol):
 
     account_name: str | None
     api: Any
+    sourcing: Any  # sourcing.Sourcing: the links run on the leader only
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
     def persist(self, stream: Stream) -> None: ...
@@ -175,6 +176,27 @@ class StreamReplica:
             return True
         try:
             self.group.propose_soon(data)  # (with this pass's others: one append entry)
+        except (NotLeader, StorageError):
+            return False
+        return True
+
+    def propose_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int, mirror_seq: int = 0) -> bool:
+        """What the stream's mirror or sources brought in, proposed by the leader (only the
+        leader runs the links): a mirror's with its origin's sequence and time, the origin's
+        gaps before it as skips (processInboundMirrorMsg, skipMsgs; an empty ``subject``: only
+        the skips up to ``mirror_seq``); a source's as a publish (processInboundSourceMsg:
+        processClusteredInboundMsg, sourced). False: not the leader (any more)."""
+        leader = self.leader
+        if leader is None or self.stopped:
+            return False
+        try:
+            if mirror_seq:
+                for data in leader.propose_mirrored(mirror_seq, subject, hdr, msg, ts):
+                    self.group.propose_soon(data)
+                return True
+            proposal = leader.propose(subject, b"", hdr, msg, clock.now_ns(), sourced=True)
+            if proposal is not None:
+                self.group.propose_soon(proposal)
         except (NotLeader, StorageError):
             return False
         return True
@@ -510,6 +532,8 @@ class StreamReplica:
         self._removing.clear()
         if self.stream.cfg.retention != "limits":
             self.host.check_interest(self.engine, self.stream)
+        if self.stream.links:  # (setLeader: the leader runs the mirror and sources, from here)
+            self.engine.sourcing.lead_changed(self.stream, True)
 
     def _follow(self) -> None:
         """setLeader(false): the subscriptions go, the publishes in flight are not answered."""
@@ -523,6 +547,8 @@ class StreamReplica:
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)
             self._sync_sub = None
+        if self.stream.links:  # (a follower's links stop: the new leader's take over)
+            self.engine.sourcing.lead_changed(self.stream, False)
 
     @property
     def raft_node(self) -> Any:

@@ -268,6 +268,21 @@ class Sourcing:
         self.refresh_followed()
         self.wake()
 
+    def lead_changed(self, stream: "Stream", leading: bool) -> None:
+        """A replicated stream's lead came here (``leading``) or went (stream.go setLeader):
+        its links' consumers are dropped; on the leader they are set up again from where the
+        stream is, a mirror after its last sequence, each source after the last message its
+        header names (what an earlier leader's link took is in the stream, applied)."""
+        for link in stream.links:
+            if isinstance(link, ExternalLink):
+                link.restart()
+            if leading and not link.mirror:
+                link.next = link.sseq = 0
+                link.from_new = False
+        if leading:
+            recover_source_positions(stream, stream.links)
+        self.wake()
+
     def detach(self, stream: "Stream") -> None:
         for link in stream.links:
             if isinstance(link, ExternalLink):

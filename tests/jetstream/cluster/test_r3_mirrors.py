@@ -1,0 +1,145 @@
+"""Replicated mirrors and sources (issue #32 item 4) in a cluster of three in-process natservers:
+an R3 mirror and an R3 stream sourcing an R3 origin, as nats-server 2.15.1 runs them (stream.go
+processInboundMirrorMsg / processInboundSourceMsg): only the stream's leader runs the links and
+proposes what they bring through the stream's RAFT group, so every replica ends with the
+origin's messages in order (a mirror: the origin's sequences; a source: the
+``Nats-Stream-Source`` header); the links survive the leader's step-down and its node stopping,
+nothing lost and nothing twice (a new leader resumes a mirror after its last sequence, a source
+after the last origin sequence its headers name). STREAM.INFO's ``mirror`` / ``sources`` blocks
+come from the leader. Real clocks, bounded polls, a hard timeout on each test."""
+
+from __future__ import annotations
+
+import pytest
+
+from natserver.jetstream.external import SOURCE_HEADER
+from natserver.jetstream.util import get_header
+from natserver.testing_cluster import NatsCluster
+from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.test_cluster import api, cluster_options, until
+from tests.jetstream.cluster.test_r3_streams import (
+    create_r3,
+    publish,
+    run,
+    stream_on,
+    wait_leader,
+)
+
+ORIGIN = {"name": "ORIG", "subjects": ["orig.>"], "num_replicas": 3}
+MIRROR = {"name": "MIR", "mirror": {"name": "ORIG"}, "num_replicas": 3}
+SOURCE = {"name": "SRC", "subjects": ["src.>"], "num_replicas": 3, "sources": [{"name": "ORIG", "filter_subject": "orig.b.>"}]}
+BATCH = 30  # messages published between the leadership changes
+
+
+@pytest.fixture
+def cluster():
+    with NatsCluster(3, jetstream=True, **cluster_options()) as c:
+        yield c
+
+
+def stored(cluster: NatsCluster, i: int, name: str) -> list | None:
+    """Node i's messages of ``name``: (seq, subject, payload, the source header)."""
+    stream = stream_on(cluster, i, name)
+    if stream is None:
+        return None
+    store = stream.store
+    out = []
+    for seq in range(store.first_seq, store.last_seq + 1):
+        sm = store.load_msg(seq)
+        if sm is not None:
+            source = get_header(SOURCE_HEADER, sm.hdr) if sm.hdr else b""
+            out.append((seq, bytes(sm.subject), bytes(sm.data), bytes(source)))
+    return out
+
+
+async def everywhere(cluster: NatsCluster, nodes: list[int], name: str, count: int) -> list:
+    """The same ``count`` messages of ``name`` on every node of ``nodes``."""
+    async def check():
+        views = [stored(cluster, i, name) for i in nodes]
+        if all(v is not None and len(v) == count for v in views) and all(v == views[0] for v in views):
+            return views[0]
+        return None
+    return await until(check, f"{count} messages of {name} alike on nodes {nodes}")
+
+
+def expect_mirror(origin: list, mirror: list) -> None:
+    assert [(seq, subject, data) for seq, subject, data, _ in mirror] == \
+        [(seq, subject, data) for seq, subject, data, _ in origin]
+
+
+def expect_source(origin: list, source: list) -> None:
+    wanted = [(seq, subject, data) for seq, subject, data, _ in origin if subject.startswith(b"orig.b.")]
+    assert [(subject, data) for _, subject, data, _ in source] == [(s, d) for _, s, d in wanted]
+    assert [seq for seq, *_ in source] == list(range(1, len(wanted) + 1))  # new sequences, none twice
+    for (_, _, _, header), (oseq, osubject, _) in zip(source, wanted):
+        parts = header.split(b" ")
+        assert parts[:5] == [b"ORIG", b"%d" % oseq, b"orig.b.>", b">", osubject], header
+
+
+async def publish_batch(ncs, start: int, count: int) -> None:
+    for n in range(start, start + count):
+        kind = "b" if n % 2 else "a"
+        ack = await publish(ncs[n % 3], f"orig.{kind}.{n}", b"m%d" % n)
+        assert ack.seq == n + 1 and ack.stream == "ORIG"
+
+
+def test_r3_mirror_and_source_follow_an_r3_origin_through_leader_changes(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            await create_r3(ncs[0], ORIGIN)
+            mirror_created = await create_r3(ncs[1], MIRROR)
+            assert mirror_created["config"]["mirror"] == {"name": "ORIG"}
+            assert mirror_created["mirror"]["name"] == "ORIG"
+            await create_r3(ncs[2], SOURCE)
+            await publish_batch(ncs, 0, BATCH)
+            origin = await everywhere(cluster, [0, 1, 2], "ORIG", BATCH)
+            expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", BATCH))
+            expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", BATCH // 2))
+            for i in range(3):  # the links run on the leaders only
+                for name in ("MIR", "SRC"):
+                    stream = stream_on(cluster, i, name)
+                    assert bool(stream.links[0].cname) == stream.replica.leading, (i, name)
+
+            # STREAM.INFO from the leader: the mirror's and the source's blocks, caught up.
+            async def caught_up(name: str, key: str):
+                info = await api(ncs[0], f"$JS.API.STREAM.INFO.{name}")
+                block = info.get(key)
+                block = block[0] if isinstance(block, list) else block
+                return info if block and block["lag"] == 0 and 0 <= block["active"] and \
+                    "error" not in block else None
+            info = await until(lambda: caught_up("MIR", "mirror"), "the mirror's info caught up")
+            assert list(info["mirror"]) == ["name", "lag", "active"] and info["cluster"]["leader"]
+            info = await until(lambda: caught_up("SRC", "sources"), "the source's info caught up")
+            assert list(info["sources"][0]) == ["name", "lag", "seq", "active", "filter_subject"]
+            assert info["sources"][0]["seq"] == BATCH  # (the last orig.b. one's origin sequence)
+
+            # The leaders step down: the new ones go on, nothing lost, nothing twice.
+            for name in ("MIR", "SRC"):
+                old = await wait_leader(cluster, name)
+                answer = await api(ncs[0], f"$JS.API.STREAM.LEADER.STEPDOWN.{name}")
+                assert answer.get("success") is True, answer
+                await wait_leader(cluster, name, other_than=old)
+            await publish_batch(ncs, BATCH, BATCH)
+            origin = await everywhere(cluster, [0, 1, 2], "ORIG", 2 * BATCH)
+            expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", 2 * BATCH))
+            expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", BATCH))
+
+            # The mirror's leader's node stops (published meanwhile), then comes back.
+            down = await wait_leader(cluster, "MIR")
+            survivors = [i for i in range(3) if i != down]
+            cluster.stop(down)
+            await wait_leader(cluster, "MIR", other_than=down)
+            await wait_leader(cluster, "ORIG", other_than=down)
+            up = [nc for i, nc in enumerate(ncs) if i != down]
+            for n in range(2 * BATCH, 3 * BATCH):
+                kind = "b" if n % 2 else "a"
+                ack = await publish(up[n % 2], f"orig.{kind}.{n}", b"m%d" % n)
+                assert ack.seq == n + 1
+            origin = await everywhere(cluster, survivors, "ORIG", 3 * BATCH)
+            expect_mirror(origin, await everywhere(cluster, survivors, "MIR", 3 * BATCH))
+            expect_source(origin, await everywhere(cluster, survivors, "SRC", 3 * BATCH // 2))
+            cluster.restart(down)
+            expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", 3 * BATCH))
+            expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", 3 * BATCH // 2))
+
+    run(main)
