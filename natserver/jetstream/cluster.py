@@ -308,6 +308,22 @@ class JetStreamCluster:
             return True
         return not group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER
 
+    def stream_alternates(self, account: str, name: str, domain: str) -> list[dict]:
+        """jetstream_cluster.go streamAlternates: the stream and the mirrors of it in the meta
+        group's assignments (name, domain when there is one, the group's cluster); none when
+        the stream has no mirror. (2.15.1 orders them by the requester's cluster and its
+        gateways' ones, the assignments of equal weight in map order: here in the table's.)"""
+        out = []
+        for sa in self.state.streams.get(account, {}).values():
+            mirror = sa.config.get("mirror")
+            if sa.name == name or (isinstance(mirror, dict) and mirror.get("name") == name):
+                alternate = {"name": sa.name}
+                if domain:
+                    alternate["domain"] = domain
+                alternate["cluster"] = sa.group.cluster if sa.group is not None else ""
+                out.append(alternate)
+        return out if len(out) > 1 else []
+
     def _leader_changed(self, leader: bool) -> None:
         self.meta.leader_changed()
         self._peer_remove_replies.clear()  # (processLeaderChange: peerRemoveReply cleared)

@@ -10,13 +10,18 @@ come from the leader. Real clocks, bounded polls, a hard timeout on each test.""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import nats
 import pytest
 
 from natserver.jetstream.external import SOURCE_HEADER
 from natserver.jetstream.util import get_header
+from natserver.testing import NatsServer
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
-from tests.jetstream.cluster.test_cluster import api, cluster_options, until
+from tests.jetstream.cluster.test_cluster import api, cluster_options, same_shape, until
 from tests.jetstream.cluster.test_r3_streams import (
     create_r3,
     publish,
@@ -29,6 +34,8 @@ ORIGIN = {"name": "ORIG", "subjects": ["orig.>"], "num_replicas": 3}
 MIRROR = {"name": "MIR", "mirror": {"name": "ORIG"}, "num_replicas": 3}
 SOURCE = {"name": "SRC", "subjects": ["src.>"], "num_replicas": 3, "sources": [{"name": "ORIG", "filter_subject": "orig.b.>"}]}
 BATCH = 30  # messages published between the leadership changes
+# 2.15.1's answers (python -m tests.jetstream.cluster.record_mirrors): a 3-node cluster's, a single server's
+RECORDED = Path(__file__).parent / "data" / "mirrors_nats_server_2.15.1.json"
 
 
 @pytest.fixture
@@ -141,5 +148,75 @@ def test_r3_mirror_and_source_follow_an_r3_origin_through_leader_changes(cluster
             cluster.restart(down)
             expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", 3 * BATCH))
             expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", 3 * BATCH // 2))
+
+    run(main)
+
+
+def recorded(where: str) -> dict:
+    return json.loads(RECORDED.read_text())[where]
+
+
+async def mirror_alternates(nc, replicas: int) -> dict:
+    """The nats.js test "jetstream - mirror alternates": ``src`` (subjects A, B), a ``mirror`` of
+    it and a ``sourced`` stream, the stream found by subject A, and each one's STREAM.INFO."""
+    out: dict = {}
+    theirs = recorded("cluster")
+    for name in ("src", "mirror", "sourced"):
+        config = {k: v for k, v in theirs[f"create_{name}"]["config"].items()
+                  if k in ("name", "subjects", "mirror", "sources")}
+        config["num_replicas"] = replicas
+        out[f"create_{name}"] = await create_r3(nc, config)
+    for subject in ("A", "B", "A"):
+        ack = await publish(nc, subject, b"x")
+        assert ack.stream == "src"
+    out["names_A"] = await api(nc, "$JS.API.STREAM.NAMES", {"subject": "A"})
+
+    async def caught_up():
+        infos = {name: await api(nc, f"$JS.API.STREAM.INFO.{name}") for name in ("src", "mirror", "sourced")}
+        return infos if infos["mirror"]["state"]["messages"] == 3 and infos["sourced"]["state"]["messages"] == 2 \
+            else None
+    for name, info in (await until(caught_up, "the mirror and the source caught up")).items():
+        out[f"info_{name}"] = info
+    return out
+
+
+def same_infos(ours: dict, theirs: dict) -> None:
+    """The shapes of 2.15.1's infos, the values that do not depend on time or names equal."""
+    assert ours["names_A"] == theirs["names_A"] == {**theirs["names_A"], "streams": ["src"]}
+    for name in ("src", "mirror", "sourced"):
+        mine, recorded_info = json.loads(json.dumps(ours[f"info_{name}"])), theirs[f"info_{name}"]
+        assert list(mine) == list(recorded_info), name
+        for block in ("mirror", "sources"):
+            if block in recorded_info:
+                same_shape(mine[block], recorded_info[block], block)
+                first = (lambda b: b[0] if isinstance(b, list) else b)
+                for key in ("name", "lag", "seq", "filter_subject"):
+                    assert first(mine[block]).get(key) == first(recorded_info[block]).get(key), (name, key)
+    assert "alternates" not in ours["info_mirror"] and "alternates" not in ours["info_sourced"]
+
+
+def test_stream_info_alternates_in_a_cluster_and_none_on_a_single_server(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            ours = await mirror_alternates(ncs[0], 3)
+        theirs = recorded("cluster")
+        same_infos(ours, theirs)
+        # jsStreamInfoRequest: the stream and its mirror, each with its group's cluster.
+        alternates = ours["info_src"]["alternates"]
+        assert sorted(alternates, key=lambda a: a["name"]) == \
+            [{"name": "mirror", "cluster": cluster.name}, {"name": "src", "cluster": cluster.name}]
+        assert sorted(theirs["info_src"]["alternates"], key=lambda a: a["name"]) == \
+            [{"name": "mirror", "cluster": "C"}, {"name": "src", "cluster": "C"}]
+        assert all(list(a) == ["name", "cluster"] for a in alternates)
+
+        # A single server gives none (streamAlternates: no cluster), as 2.15.1's.
+        with NatsServer(jetstream=True) as single:
+            nc = await nats.connect(single.url)
+            try:
+                ours = await mirror_alternates(nc, 1)
+            finally:
+                await nc.close()
+        same_infos(ours, recorded("single"))
+        assert "alternates" not in ours["info_src"]
 
     run(main)
