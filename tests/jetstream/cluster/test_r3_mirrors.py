@@ -220,3 +220,73 @@ def test_stream_info_alternates_in_a_cluster_and_none_on_a_single_server(cluster
         assert "alternates" not in ours["info_src"]
 
     run(main)
+
+
+def kv_config(origin: dict, name: str, **changes) -> dict:
+    """A bucket's stream made as nats.go's CreateKeyValue makes a mirrored or sourced one: the
+    origin bucket's settings, its own name, and ``changes`` (mirror + mirror_direct, or sources
+    with a subject transform into its own ``$KV.<bucket>.>``)."""
+    config = {k: v for k, v in origin.items() if k not in ("name", "subjects", "metadata")}
+    return {**config, "name": name, **changes}
+
+
+def test_kv_buckets_with_replicas_mirrored_and_sourced(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            async def bucket():
+                try:
+                    return await ncs[0].jetstream(timeout=15).create_key_value(bucket="TEST", history=5, replicas=3,
+                                                                                direct=True)  # (as nats.go)
+                except nats.errors.TimeoutError:
+                    return None
+            kv = await until(bucket, "the bucket created")
+            origin = (await api(ncs[0], "$JS.API.STREAM.INFO.KV_TEST"))["config"]
+            await create_r3(ncs[1], kv_config(origin, "KV_MTEST", mirror={"name": "KV_TEST"}, mirror_direct=True))
+            await create_r3(ncs[2], kv_config(origin, "KV_AGG", subjects=["$KV.AGG.>"], sources=[{
+                "name": "KV_TEST", "subject_transforms": [{"src": "$KV.TEST.>", "dest": "$KV.AGG.>"}]}]))
+
+            async def put(key: str, value: bytes) -> int:
+                async def attempt():
+                    try:
+                        return await kv.put(key, value)
+                    except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+                        return None
+                return await until(attempt, f"{key} put")
+            assert await put("a", b"1") == 1
+            await put("b", b"2")
+            await put("a", b"3")
+            await kv.delete("b")
+            await everywhere(cluster, [0, 1, 2], "KV_MTEST", 4)
+            await everywhere(cluster, [0, 1, 2], "KV_AGG", 4)
+
+            # The sourced bucket through nats-py's KV API: its own keys, history and deletes.
+            agg = await ncs[1].jetstream().key_value("AGG")
+            assert (await agg.get("a")).value == b"3"
+            with pytest.raises(nats.js.errors.KeyNotFoundError):  # (nats-py: a deleted key)
+                await agg.get("b")
+            assert await agg.keys() == ["a"]
+            assert [e.value for e in await agg.history("a")] == [b"1", b"3"]
+            # The mirror as nats.go reads a mirrored bucket: direct gets of the origin's keys
+            # from the mirror's stream.
+            got = await ncs[2].request("$JS.API.DIRECT.GET.KV_MTEST.$KV.TEST.a", b"", timeout=5)
+            assert got.data == b"3" and got.headers["Nats-Stream"] == "KV_MTEST", got.headers
+
+            # The sourced bucket's leader steps down: the new one goes on from where it was.
+            old = await wait_leader(cluster, "KV_AGG")
+            assert (await api(ncs[0], "$JS.API.STREAM.LEADER.STEPDOWN.KV_AGG")).get("success") is True
+            await wait_leader(cluster, "KV_AGG", other_than=old)
+            await put("c", b"4")
+            await everywhere(cluster, [0, 1, 2], "KV_AGG", 5)
+
+            async def latest():
+                try:
+                    entry = await agg.get("c")
+                except nats.js.errors.KeyNotFoundError:
+                    return None
+                return entry
+            assert (await until(latest, "c in the sourced bucket")).value == b"4"
+            assert [e.value for e in await agg.history("a")] == [b"1", b"3"]  # (nothing twice)
+            mirrored = await everywhere(cluster, [0, 1, 2], "KV_MTEST", 5)
+            assert [(seq, subject) for seq, subject, _, _ in mirrored][-1] == (5, b"$KV.TEST.c")
+
+    run(main)
