@@ -16,6 +16,8 @@ but what a client sees is nats-server's:
   error ``stream not found``, and starts copying once the stream is created.
 * an origin in another account or domain (``external``) is another engine's or server's:
   ``external.ExternalLink`` reaches it by messages, with an internal consumer, as nats-server.
+* a replicated stream's links run on its group's leader only (``lead_changed``), which
+  proposes what they bring (``Stream.propose_sourced``); a new leader resumes them from its store.
 
 A pump task copies whatever is new whenever a followed stream stores a message, at most
 ``BATCH`` messages per link before it lets other tasks run, and refreshes ``active`` every
