@@ -418,6 +418,8 @@ class StreamReplica:
             log.warning("JetStream cluster: stream %s: %s", self.stream.name, exc)
             if self.leader is not None:
                 self.leader.clseq = 0  # (the next proposal starts from the store again)
+                if self.stream.links:  # (and the links ask again from where the store is)
+                    self.engine.sourcing.lead_changed(self.stream, True)
 
     def _apply_json(self, op: JsonOp) -> None:
         stream, store, api = self.stream, self.stream.store, self.engine.api

@@ -333,10 +333,13 @@ class StreamLeader:
         the entries to propose, first an empty message for each sequence before it not proposed
         yet (skipMsgs: the origin has none there), then the message itself with ``seq - 1`` as
         its last sequence and the origin's time; none when ``seq`` is proposed already. An
-        empty ``subject``: only the skips, up to ``seq`` included (the origin has lost them)."""
+        empty ``subject``: only the skips, up to ``seq`` included (the origin has lost them).
+        Into an empty mirror the first message goes without skips (an empty store takes the
+        proposal's position, as processJetStreamMsg's mirror check: no entry per missing one)."""
         self._floor()
         last = seq if not subject else seq - 1
-        entries = [StreamMsg(b"", b"", b"", b"", s - 1, 0).encode() for s in range(self.clseq + 1, last + 1)]
+        start = last + 1 if subject and self.clseq == 0 else self.clseq + 1
+        entries = [StreamMsg(b"", b"", b"", b"", s - 1, 0).encode() for s in range(start, last + 1)]
         self.clseq = max(self.clseq, last)
         if subject and seq > self.clseq:
             entries.append(StreamMsg.proposal(subject, b"", hdr, msg, seq - 1, ts, sourced=True).encode())

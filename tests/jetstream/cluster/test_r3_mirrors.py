@@ -32,6 +32,8 @@ from tests.jetstream.cluster.test_r3_streams import (
 
 ORIGIN = {"name": "ORIG", "subjects": ["orig.>"], "num_replicas": 3}
 MIRROR = {"name": "MIR", "mirror": {"name": "ORIG"}, "num_replicas": 3}
+# A filtered mirror: the origin's other messages are gaps, proposed as skips (stream.go skipMsgs).
+FILTERED = {"name": "MIRB", "mirror": {"name": "ORIG", "filter_subject": "orig.b.>"}, "num_replicas": 3}
 SOURCE = {"name": "SRC", "subjects": ["src.>"], "num_replicas": 3, "sources": [{"name": "ORIG", "filter_subject": "orig.b.>"}]}
 BATCH = 30  # messages published between the leadership changes
 # 2.15.1's answers (python -m tests.jetstream.cluster.record_mirrors): a 3-node cluster's, a single server's
@@ -74,6 +76,11 @@ def expect_mirror(origin: list, mirror: list) -> None:
         [(seq, subject, data) for seq, subject, data, _ in origin]
 
 
+def expect_filtered(origin: list, mirror: list) -> None:
+    assert [(seq, subject, data) for seq, subject, data, _ in mirror] == \
+        [(seq, subject, data) for seq, subject, data, _ in origin if subject.startswith(b"orig.b.")]
+
+
 def expect_source(origin: list, source: list) -> None:
     wanted = [(seq, subject, data) for seq, subject, data, _ in origin if subject.startswith(b"orig.b.")]
     assert [(subject, data) for _, subject, data, _ in source] == [(s, d) for _, s, d in wanted]
@@ -98,10 +105,12 @@ def test_r3_mirror_and_source_follow_an_r3_origin_through_leader_changes(cluster
             assert mirror_created["config"]["mirror"] == {"name": "ORIG"}
             assert mirror_created["mirror"]["name"] == "ORIG"
             await create_r3(ncs[2], SOURCE)
+            await create_r3(ncs[0], FILTERED)
             await publish_batch(ncs, 0, BATCH)
             origin = await everywhere(cluster, [0, 1, 2], "ORIG", BATCH)
             expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", BATCH))
             expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", BATCH // 2))
+            expect_filtered(origin, await everywhere(cluster, [0, 1, 2], "MIRB", BATCH // 2))
             for i in range(3):  # the links run on the leaders only
                 for name in ("MIR", "SRC"):
                     stream = stream_on(cluster, i, name)
@@ -148,6 +157,7 @@ def test_r3_mirror_and_source_follow_an_r3_origin_through_leader_changes(cluster
             cluster.restart(down)
             expect_mirror(origin, await everywhere(cluster, [0, 1, 2], "MIR", 3 * BATCH))
             expect_source(origin, await everywhere(cluster, [0, 1, 2], "SRC", 3 * BATCH // 2))
+            expect_filtered(origin, await everywhere(cluster, [0, 1, 2], "MIRB", 3 * BATCH // 2))
 
     run(main)
 
