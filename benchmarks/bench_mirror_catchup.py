@@ -13,14 +13,11 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import nats
 
-from benchmarks.bench_r3 import IN_FLIGHT, PAYLOAD, PUB_TIMEOUT, READY_TIMEOUT, REFERENCE, _quiet, start_cluster
+from benchmarks.bench_r3 import IN_FLIGHT, PAYLOAD, PUB_TIMEOUT, READY_TIMEOUT, REFERENCE, connect, on_each_cluster
 
 DEFAULT_MESSAGES = 10_000
 CATCHUP_TIMEOUT = 300.0  # seconds for a mirror to catch up (a failed run, not a slow one)
@@ -61,15 +58,7 @@ async def catch_up(nc, name: str, replicas: int, messages: int) -> float:
 
 async def measure(port: int, messages: int) -> tuple[float, float]:
     deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        try:
-            nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=2, allow_reconnect=False,
-                                    error_cb=_quiet)
-            break
-        except Exception:  # noqa: BLE001 - not listening yet
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
+    nc = await connect(port, deadline)
     js = nc.jetstream(timeout=PUB_TIMEOUT)
     while True:
         try:
@@ -99,21 +88,10 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
     parser.add_argument("--nats-server", default=os.environ.get("NATS_SERVER_REFERENCE") or REFERENCE)
     args = parser.parse_args()
-    kinds = ["natserver"] + (["nats-server"] if os.path.exists(args.nats_server) else [])
-    for kind in kinds:
-        folder = Path(tempfile.mkdtemp(prefix="bench-mirror-"))
-        procs, ports = start_cluster(kind, folder, args.nats_server)
-        try:
-            r1, r3 = asyncio.run(measure(ports[0], args.messages))
-            print(f"{kind:12s} a mirror catching up {args.messages} messages: R1 {r1:6.2f} s "
-                  f"({args.messages / r1:8.0f} msgs/s), R3 {r3:6.2f} s ({args.messages / r3:8.0f} msgs/s)")
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(10)
-            shutil.rmtree(folder, ignore_errors=True)
-
+    runs = on_each_cluster(args.nats_server, "bench-mirror-", lambda port: asyncio.run(measure(port, args.messages)))
+    for kind, (r1, r3) in runs:
+        print(f"{kind:12s} a mirror catching up {args.messages} messages: R1 {r1:6.2f} s "
+              f"({args.messages / r1:8.0f} msgs/s), R3 {r3:6.2f} s ({args.messages / r3:8.0f} msgs/s)")
 
 if __name__ == "__main__":
     main()

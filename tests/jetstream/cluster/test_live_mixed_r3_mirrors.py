@@ -29,11 +29,11 @@ from tests.jetstream.cluster.test_live_mixed import (
     request,
     until_created,
 )
+from tests.jetstream.cluster.test_live_mixed_r3 import lead_with, publish
 from tests.raft.nrg_cluster import tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 240  # seconds for the whole test (2.15.1 elections take 4-9 s, several of them)
-STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
 BATCH = 10  # messages published while one kind of server leads the mirror and the source
 ORIGIN = {"name": "ORIG", "subjects": ["orig.>"], "num_replicas": 3}
 MIRROR = {"name": "MIR", "mirror": {"name": "ORIG"}, "num_replicas": 3}
@@ -54,45 +54,6 @@ def stored(server, name: str) -> list[tuple[int, str, bytes, bytes]]:
             source = bytes(get_header(SOURCE_HEADER, sm.hdr)) if sm.hdr else b""
             out.append((seq, sm.subject.decode(), bytes(sm.data), source))
     return out
-
-
-async def leader(port: int, name: str) -> str:
-    with trio.fail_after(STEP):
-        while True:
-            with trio.move_on_after(3):
-                try:
-                    info = await request(port, f"$JS.API.STREAM.INFO.{name}")
-                except OSError:
-                    info = {}
-                lead = info.get("cluster", {}).get("leader", "")
-                if lead:
-                    return lead
-            await trio.sleep(POLL)
-
-
-async def lead_with(port: int, name: str, wanted: set[str]) -> str:
-    """Step-downs (asking for a preferred one) until one of ``wanted`` leads ``name``."""
-    for _ in range(STEPDOWNS):
-        now = await leader(port, name)
-        if now in wanted:
-            return now
-        with trio.move_on_after(5):
-            await request(port, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
-                          {"placement": {"preferred": sorted(wanted)[0]}})
-        with trio.move_on_after(STEP):
-            while (await leader(port, name)) == now:
-                await trio.sleep(POLL)
-    raise AssertionError(f"none of {wanted} leads {name}")
-
-
-async def publish(port: int, subject: str, n: int) -> dict:
-    with trio.fail_after(STEP):
-        while True:
-            with trio.move_on_after(5):
-                ack = await request(port, subject, {"n": n})
-                if "error" not in ack:
-                    return ack
-            await trio.sleep(POLL)
 
 
 async def publish_batch(port: int, start: int) -> None:
@@ -148,7 +109,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 
             # 2.15.1 leads the mirror and the source: the natserver follows their proposals.
             for name in ("MIR", "SRC"):
-                report[f"go_{name}"] = await lead_with(go1.port, name, {"n1", "n2"})
+                report[f"go_{name}"] = await lead_with(go1.port, {"n1", "n2"}, name)
             await publish_batch(py.port, 0)
             origin = await until_stored(server, "ORIG", BATCH)
             mirror = await until_stored(server, "MIR", BATCH)
@@ -158,7 +119,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 
             # The natserver leads both: its links propose, the 2.15.1 servers store.
             for name in ("MIR", "SRC"):
-                assert await lead_with(go1.port, name, {"n3"}) == "n3"
+                assert await lead_with(go1.port, {"n3"}, name) == "n3"
             info = await request(go2.port, "$JS.API.STREAM.INFO.MIR")  # (the natserver answers)
             assert info["cluster"]["leader"] == "n3" and info["mirror"]["name"] == "ORIG", info
             await publish_batch(go2.port, BATCH)
@@ -178,7 +139,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             # 2.15.1 leads again: its MSG.GET answers are the natserver's store, message for
             # message (what the natserver proposed reached the 2.15.1 replicas).
             for name, mine in (("MIR", mirror), ("SRC", source)):
-                await lead_with(go1.port, name, {"n1", "n2"})
+                await lead_with(go1.port, {"n1", "n2"}, name)
                 assert await msg_gets(go1.port, name, [m[0] for m in mine]) == mine, name
             # ... and their links go on after the natserver's.
             await publish_batch(py.port, 2 * BATCH)
