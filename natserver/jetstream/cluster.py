@@ -491,6 +491,8 @@ class JetStreamCluster:
                 stream.replica = None
                 stream.unsubscribe()
                 stream.subscribe()
+                if stream.links:  # (its links run here now, from where its store is)
+                    engine.sourcing.lead_changed(stream, True)
             return None
         if not stream.replicated:  # (an R1 stream being scaled up: its group's leader subscribes)
             stream.unsubscribe()

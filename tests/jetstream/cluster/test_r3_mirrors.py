@@ -300,3 +300,73 @@ def test_kv_buckets_with_replicas_mirrored_and_sourced(cluster):
             assert [(seq, subject) for seq, subject, _, _ in mirrored][-1] == (5, b"$KV.TEST.c")
 
     run(main)
+
+
+SCALE_SETTLE = 60.0  # seconds for a replica change to settle (desired.py: several steps, elections)
+
+
+def holding(cluster: NatsCluster, name: str) -> list[int]:
+    """The servers that hold ``name``."""
+    return [i for i in range(len(cluster.servers)) if stream_on(cluster, i, name) is not None]
+
+
+async def scaled(nc, cluster: NatsCluster, name: str, config: dict, replicas: int) -> None:
+    """``name`` updated to ``replicas`` and settled: held by that many servers, a leader
+    without desired state."""
+    answer = await api(nc, f"$JS.API.STREAM.UPDATE.{name}", {**config, "num_replicas": replicas})
+    assert "error" not in answer, answer
+
+    async def check():
+        info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+        block = info.get("cluster") or {}
+        return block.get("leader") and "desired" not in block and \
+            len(block.get("replicas") or []) == replicas - 1 and len(holding(cluster, name)) == replicas
+    await until(check, f"{name} settled at R{replicas}", SCALE_SETTLE)
+
+
+def test_a_replicated_mirror_and_source_scaled_down_and_up(cluster):
+    """A scale down leaves the links on the one server left, which goes on from its store
+    (not from the origin's start); a scale up hands them to the new group's leader."""
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            await create_r3(ncs[0], ORIGIN)
+            await create_r3(ncs[1], MIRROR)
+            await create_r3(ncs[2], SOURCE)
+            await publish_batch(ncs, 0, BATCH)
+            for replicas, start in ((1, BATCH), (3, 2 * BATCH)):
+                for config in (MIRROR, SOURCE):
+                    await scaled(ncs[0], cluster, config["name"], config, replicas)
+                await publish_batch(ncs, start, BATCH)
+                origin = await everywhere(cluster, [0, 1, 2], "ORIG", start + BATCH)
+                expect_mirror(origin, await everywhere(cluster, holding(cluster, "MIR"), "MIR", start + BATCH))
+                expect_source(origin, await everywhere(cluster, holding(cluster, "SRC"), "SRC", (start + BATCH) // 2))
+
+    run(main)
+
+
+def test_r5_mirror_and_source_on_five_servers():
+    async def main():
+        with NatsCluster(5, jetstream=True, **cluster_options()) as five:
+            ncs = [await nats.connect(url, user="app", password="pw") for url in five.urls]
+            try:
+                await create_r3(ncs[0], {**ORIGIN, "num_replicas": 1})
+                await create_r3(ncs[1], {**MIRROR, "num_replicas": 5})
+                await create_r3(ncs[2], {**SOURCE, "num_replicas": 5})
+                nodes = list(range(5))
+                await publish_batch(ncs, 0, BATCH)
+                origin = await everywhere(five, holding(five, "ORIG"), "ORIG", BATCH)
+                expect_mirror(origin, await everywhere(five, nodes, "MIR", BATCH))
+                expect_source(origin, await everywhere(five, nodes, "SRC", BATCH // 2))
+                for name in ("MIR", "SRC"):
+                    answer = await api(ncs[3], f"$JS.API.STREAM.LEADER.STEPDOWN.{name}")
+                    assert answer.get("success") is True, answer
+                await publish_batch(ncs, BATCH, BATCH)
+                origin = await everywhere(five, holding(five, "ORIG"), "ORIG", 2 * BATCH)
+                expect_mirror(origin, await everywhere(five, nodes, "MIR", 2 * BATCH))
+                expect_source(origin, await everywhere(five, nodes, "SRC", BATCH))
+            finally:
+                for nc in ncs:
+                    await nc.close()
+
+    run(main)
+
