@@ -4,8 +4,9 @@ mirror of it and an R3 stream sourcing part of it, all on the three servers:
 
 - with a 2.15.1 server leading the mirror and the source, the natserver a follower storing what
   2.15.1's links propose (a mirror's messages with the origin's sequences, a source's with the
-  ``Nats-Stream-Source`` header);
-- with the natserver leading both, its links proposing to the 2.15.1 followers;
+  ``Nats-Stream-Source`` header), and leading the origin (2.15.1's links consume from it);
+- with the natserver leading both, its links proposing to the 2.15.1 followers, a 2.15.1 server
+  leading the origin;
 - in both cases every replica ends with the same messages: the natserver's store equal to
   2.15.1's MSG.GET answers (a 2.15.1 leader again), and the mirror equal to the origin.
 """
@@ -107,9 +108,11 @@ async def scenario(binary: str, folder: Path) -> dict:
                 created = await until_created(go1.port, f"$JS.API.STREAM.CREATE.{config['name']}", config)
                 assert created["config"]["num_replicas"] == 3 and len(created["cluster"]["replicas"]) == 2, created
 
-            # 2.15.1 leads the mirror and the source: the natserver follows their proposals.
+            # 2.15.1 leads the mirror and the source: the natserver follows their proposals
+            # (and leads the origin: its direct consumers serve 2.15.1's links).
             for name in ("MIR", "SRC"):
                 report[f"go_{name}"] = await lead_with(go1.port, {"n1", "n2"}, name)
+            assert await lead_with(go1.port, {"n3"}, "ORIG") == "n3"
             await publish_batch(py.port, 0)
             origin = await until_stored(server, "ORIG", BATCH)
             mirror = await until_stored(server, "MIR", BATCH)
@@ -117,9 +120,11 @@ async def scenario(binary: str, folder: Path) -> dict:
             check_copies(origin, mirror, source)
             assert not server.jetstream.streams["MIR"].links[0].cname  # (the follower runs no link)
 
-            # The natserver leads both: its links propose, the 2.15.1 servers store.
+            # The natserver leads both: its links propose, the 2.15.1 servers store (a 2.15.1
+            # origin leader's direct consumers serving the natserver's links).
             for name in ("MIR", "SRC"):
                 assert await lead_with(go1.port, {"n3"}, name) == "n3"
+            report["go_ORIG"] = await lead_with(go1.port, {"n1", "n2"}, "ORIG")
             info = await request(go2.port, "$JS.API.STREAM.INFO.MIR")  # (the natserver answers)
             assert info["cluster"]["leader"] == "n3" and info["mirror"]["name"] == "ORIG", info
             await publish_batch(go2.port, BATCH)
@@ -158,4 +163,5 @@ def test_r3_mirror_and_source_of_one_natserver_and_two_2_15_1_servers():
     assert NATS_SERVER
     with tempdir() as folder:
         report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
-    assert report["go_MIR"] in ("n1", "n2") and report["natserver_led"] and report["same_everywhere"]
+    assert report["go_MIR"] in ("n1", "n2") and report["go_ORIG"] in ("n1", "n2")
+    assert report["natserver_led"] and report["same_everywhere"]
