@@ -8,7 +8,9 @@ mirror of it and an R3 stream sourcing part of it, all on the three servers:
 - with the natserver leading both, its links proposing to the 2.15.1 followers, a 2.15.1 server
   leading the origin;
 - in both cases every replica ends with the same messages: the natserver's store equal to
-  2.15.1's MSG.GET answers (a 2.15.1 leader again), and the mirror equal to the origin.
+  2.15.1's MSG.GET answers (a 2.15.1 leader again), and the mirror equal to the origin;
+- the natserver leading both and stopped: 2.15.1 takes the links over, nothing lost or twice,
+  and the natserver restarted catches up to the same messages.
 """
 
 from __future__ import annotations
@@ -107,12 +109,15 @@ async def scenario(binary: str, folder: Path) -> dict:
             for config in (ORIGIN, MIRROR, SOURCE):
                 created = await until_created(go1.port, f"$JS.API.STREAM.CREATE.{config['name']}", config)
                 assert created["config"]["num_replicas"] == 3 and len(created["cluster"]["replicas"]) == 2, created
+                if config is ORIGIN:
+                    # The natserver leads the origin from the start: its direct consumers serve
+                    # 2.15.1's links (a 2.15.1 link whose origin's lead moves waits for its
+                    # 10 s health check and backs off 10 s, 20 s... on a failed create).
+                    assert await lead_with(go1.port, {"n3"}, "ORIG") == "n3"
 
-            # 2.15.1 leads the mirror and the source: the natserver follows their proposals
-            # (and leads the origin: its direct consumers serve 2.15.1's links).
+            # 2.15.1 leads the mirror and the source: the natserver follows their proposals.
             for name in ("MIR", "SRC"):
                 report[f"go_{name}"] = await lead_with(go1.port, {"n1", "n2"}, name)
-            assert await lead_with(go1.port, {"n3"}, "ORIG") == "n3"
             await publish_batch(py.port, 0)
             origin = await until_stored(server, "ORIG", BATCH)
             mirror = await until_stored(server, "MIR", BATCH)
@@ -152,6 +157,32 @@ async def scenario(binary: str, folder: Path) -> dict:
             check_copies(origin, await until_stored(server, "MIR", 3 * BATCH),
                          await until_stored(server, "SRC", 3 * BATCH // 2))
             report["same_everywhere"] = True
+
+            # The natserver leads both again and its node stops: 2.15.1 takes the links over
+            # (from the stream's last sequence, the source's last header), nothing lost or twice.
+            for name in ("MIR", "SRC"):
+                assert await lead_with(go1.port, {"n3"}, name) == "n3"
+            nursery.cancel_scope.cancel()
+        await publish_batch(go1.port, 3 * BATCH)
+        for name, count in (("MIR", 4 * BATCH), ("SRC", 2 * BATCH)):
+            with trio.fail_after(STEP):
+                while True:
+                    with trio.move_on_after(3):
+                        info = await request(go2.port, f"$JS.API.STREAM.INFO.{name}")
+                        if info.get("state", {}).get("messages") == count:
+                            break
+                    await trio.sleep(POLL)
+        # Restarted: the natserver's copies equal to what the 2.15.1 leaders made meanwhile.
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, options)
+            origin = await until_stored(server, "ORIG", 4 * BATCH)
+            mirror = await until_stored(server, "MIR", 4 * BATCH)
+            source = await until_stored(server, "SRC", 2 * BATCH)
+            check_copies(origin, mirror, source)
+            for name, mine in (("MIR", mirror), ("SRC", source)):
+                await lead_with(go1.port, {"n1", "n2"}, name)
+                assert await msg_gets(go1.port, name, [m[0] for m in mine]) == mine, name
+            report["taken_over"] = True
             nursery.cancel_scope.cancel()
     finally:
         cluster.stop_all()
@@ -164,4 +195,4 @@ def test_r3_mirror_and_source_of_one_natserver_and_two_2_15_1_servers():
     with tempdir() as folder:
         report = trio.run(lambda: bounded(scenario(NATS_SERVER, Path(folder)), TEST_TIMEOUT))
     assert report["go_MIR"] in ("n1", "n2") and report["go_ORIG"] in ("n1", "n2")
-    assert report["natserver_led"] and report["same_everywhere"]
+    assert report["natserver_led"] and report["same_everywhere"] and report["taken_over"]
