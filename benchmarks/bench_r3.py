@@ -62,17 +62,38 @@ def start_cluster(kind: str, folder: Path, binary: str) -> tuple[list[subprocess
     return procs, [p for p, _ in ports]
 
 
-async def measure(port: int, messages: int) -> tuple[float, float, float]:
-    deadline = time.monotonic() + READY_TIMEOUT
+async def connect(port: int, deadline: float):
+    """A client of node 0, once it listens (before ``deadline``, time.monotonic())."""
     while True:
         try:
-            nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=2, allow_reconnect=False,
-                                    error_cb=_quiet)
-            break
+            return await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=2, allow_reconnect=False,
+                                      error_cb=_quiet)
         except Exception:  # noqa: BLE001 - not listening yet
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+def on_each_cluster(nats_server: str, prefix: str, run):
+    """(kind, ``run(node 0's port)``) for a natserver cluster and, when the binary is there, a
+    2.15.1 one; each cluster stopped and its stores removed after its run."""
+    kinds = ["natserver"] + (["nats-server"] if os.path.exists(nats_server) else [])
+    for kind in kinds:
+        folder = Path(tempfile.mkdtemp(prefix=prefix))
+        procs, ports = start_cluster(kind, folder, nats_server)
+        try:
+            yield kind, run(ports[0])
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(10)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+async def measure(port: int, messages: int) -> tuple[float, float, float]:
+    deadline = time.monotonic() + READY_TIMEOUT
+    nc = await connect(port, deadline)
     js = nc.jetstream(timeout=PUB_TIMEOUT)
     while True:
         try:
@@ -127,21 +148,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
     parser.add_argument("--nats-server", default=os.environ.get("NATS_SERVER_REFERENCE") or REFERENCE)
     args = parser.parse_args()
-    kinds = ["natserver"] + (["nats-server"] if os.path.exists(args.nats_server) else [])
-    for kind in kinds:
-        folder = Path(tempfile.mkdtemp(prefix="bench-r3-"))
-        procs, ports = start_cluster(kind, folder, args.nats_server)
-        try:
-            one, many, consumed = asyncio.run(measure(ports[0], args.messages))
-            print(f"{kind:12s} R3 file stream: {one:8.0f} acked msgs/s waiting for each, "
-                  f"{many:8.0f} msgs/s with {IN_FLIGHT} in flight, "
-                  f"{consumed:8.0f} msgs/s through an R3 pull consumer (fetch {FETCH_BATCH}, ack each)")
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(10)
-            shutil.rmtree(folder, ignore_errors=True)
+    runs = on_each_cluster(args.nats_server, "bench-r3-", lambda port: asyncio.run(measure(port, args.messages)))
+    for kind, (one, many, consumed) in runs:
+        print(f"{kind:12s} R3 file stream: {one:8.0f} acked msgs/s waiting for each, "
+              f"{many:8.0f} msgs/s with {IN_FLIGHT} in flight, "
+              f"{consumed:8.0f} msgs/s through an R3 pull consumer (fetch {FETCH_BATCH}, ack each)")
 
 
 if __name__ == "__main__":

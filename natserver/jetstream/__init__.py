@@ -504,6 +504,13 @@ class JetStream:
         """Mirrors and sources reach their origins by messages in a cluster (sourcing.new_link)."""
         return self.cluster is not None
 
+    def stream_alternates(self, name: str) -> list[dict]:
+        """STREAM.INFO's ``alternates``: in a cluster the stream and its mirrors, when it has
+        any (cluster.stream_alternates); none on a single server (2.15.1's too)."""
+        if self.cluster is None:
+            return []
+        return self.cluster.stream_alternates(self.account_name or "", name, self.domain)
+
     @property
     def cluster_block(self) -> dict | None:
         """Stream and consumer infos' ``cluster`` in a JetStream cluster (its name, this server

@@ -82,6 +82,7 @@ class ApiHost(ConsumerHost, DirectHost, Protocol):
     def update_stream(self, stream: Stream, new: StreamConfig) -> None: ...
     def delete_stream(self, stream: Stream) -> None: ...
     def persist(self, stream: Stream) -> None: ...
+    def stream_alternates(self, name: str) -> list[dict]: ...  # STREAM.INFO's (a cluster's)
 
 
 class Api:
@@ -359,6 +360,10 @@ class Api:
                 # (2.10+ answers the offset asked for, past the end too)
                 paged = {"total": len(counts), "offset": offset, "limit": MAX_SUBJECT_DETAILS}
         info = stream.info_json(cluster=True, details=details, subjects=subjects)
+        alternates = self.js.stream_alternates(name)
+        if alternates:  # (jsStreamInfoRequest: after mirror / sources, before ts)
+            ts = info.pop("ts")
+            info = {**info, "alternates": alternates, "ts": ts}
         self._send(reply, {"type": rtype, **paged, **info})
 
     def stream_delete(self, name: str, reply, payload: bytes) -> None:

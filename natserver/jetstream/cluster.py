@@ -147,6 +147,7 @@ class ClusterEngine(Protocol):
     server: Any
     api_total: int
     api_errors: int
+    sourcing: Any  # sourcing.Sourcing (a replicated stream's leader runs its links)
 
     @property
     def streams(self) -> dict[str, Stream]: ...
@@ -324,6 +325,22 @@ class JetStreamCluster:
             return True
         return not group.node.leader and clock.monotonic() - self.started > LEADERLESS_AFTER
 
+    def stream_alternates(self, account: str, name: str, domain: str) -> list[dict]:
+        """jetstream_cluster.go streamAlternates: the stream and the mirrors of it in the meta
+        group's assignments (name, domain when there is one, the group's cluster); none when
+        the stream has no mirror. (2.15.1 orders them by the requester's cluster and its
+        gateways' ones, the assignments of equal weight in map order: here in the table's.)"""
+        out = []
+        for sa in self.state.streams.get(account, {}).values():
+            mirror = sa.config.get("mirror")
+            if sa.name == name or (isinstance(mirror, dict) and mirror.get("name") == name):
+                alternate = {"name": sa.name}
+                if domain:
+                    alternate["domain"] = domain
+                alternate["cluster"] = sa.group.cluster if sa.group is not None else ""
+                out.append(alternate)
+        return out if len(out) > 1 else []
+
     def _leader_changed(self, leader: bool) -> None:
         self.meta.leader_changed()
         self._peer_remove_replies.clear()  # (processLeaderChange: peerRemoveReply cleared)
@@ -497,6 +514,8 @@ class JetStreamCluster:
                 stream.replica = None
                 stream.unsubscribe()
                 stream.subscribe()
+                if stream.links:  # (its links run here now, from where its store is)
+                    engine.sourcing.lead_changed(stream, True)
             return None
         if not stream.replicated:  # (an R1 stream being scaled up: its group's leader subscribes)
             stream.unsubscribe()
@@ -1593,10 +1612,8 @@ def _check_replicated(cfg: StreamConfig) -> None:
     """What a replicated stream does not do yet in natserver (refused by name)."""
     if cfg.num_replicas <= 1:
         return
-    for name, value in (("allow_batched", cfg.allow_batched),
-                        ("mirror", cfg.mirror), ("sources", cfg.sources)):
-        if value:
-            raise errors.stream_create(f"natserver does not support {name} on replicated streams yet")
+    if cfg.allow_batched:
+        raise errors.stream_create("natserver does not support allow_batched on replicated streams yet")
 
 
 def _consumer_config(ca: ConsumerAssignment) -> ConsumerConfig:

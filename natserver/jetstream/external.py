@@ -100,6 +100,10 @@ class LinkedStream(Protocol):
     @property
     def engine(self) -> LinkEngine: ...
     def store_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int: ...
+    # A replicated stream's leader proposes instead (None: not replicated, stored here).
+    def propose_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int, mirror_seq: int = 0) -> bool | None: ...
+    @property
+    def runs_links(self) -> bool: ...  # this server runs the links (not a replicated stream's follower)
 
 
 def get_hash(name: str) -> str:
@@ -264,25 +268,33 @@ class OriginLink:
         """Store origin message ``seq``: in a mirror with its sequence and time (a gap before
         it skipped, nothing when it is there already), in a source with a new sequence and the
         ``Nats-Stream-Source`` header naming this hop (a daisy chain's replaced, as
-        nats-server's). False when the stream's limits refuse it (logged once per reason):
-        the caller asks for it again later, as nats-server does."""
+        nats-server's). A replicated stream's leader proposes it instead (Stream.propose_sourced),
+        its followers store it once committed. False when the stream's limits refuse it
+        (logged once per reason), or a replicated stream's lead went: the caller asks for it
+        again later, as nats-server does."""
         target = self.stream
         taken = self.transformed(subject)
         if taken is None:
             return True  # not one of the transforms' (an origin that ignored filter_subjects)
         origin_subject, subject = subject, taken
+        if self.mirror:
+            stored_hdr = hdr or b""
+            proposed = target.propose_sourced(subject, stored_hdr, data, ts, seq)
+        else:
+            stored_hdr = gen_header(remove_header(hdr, SOURCE_HEADER) if hdr else None, SOURCE_HEADER,
+                                    source_header(self._iname, seq, self.spec, origin_subject, self.identity()))
+            proposed = target.propose_sourced(subject, stored_hdr, data, server_clock.now_ns())
+        if proposed is not None:
+            return proposed
         try:
             if self.mirror:
                 store = target.store
                 if seq > store.last_seq + 1:  # the origin has none in between
                     store.skip_to(seq - 1, ts)
                 if seq > store.last_seq:
-                    target.store_sourced(subject, hdr or b"", data, ts)
+                    target.store_sourced(subject, stored_hdr, data, ts)
             else:
-                hdr = remove_header(hdr, SOURCE_HEADER) if hdr else None
-                hdr = gen_header(hdr, SOURCE_HEADER,
-                                 source_header(self._iname, seq, self.spec, origin_subject, self.identity()))
-                target.store_sourced(subject, hdr, data, server_clock.now_ns())
+                target.store_sourced(subject, stored_hdr, data, server_clock.now_ns())
         except StoreError as exc:
             if self._blocked != str(exc):
                 self._blocked = str(exc)  # type: ignore[misc]  # (a subclass's slot)
@@ -352,6 +364,8 @@ class ExternalLink(OriginLink):
             self._cancel()
         if takes_nothing(self.spec, self.mirror):
             return False  # (its consumer could never be set up: see takes_nothing)
+        if not self.stream.runs_links:
+            return False  # (a replicated stream's follower: lead_changed stopped it)
         stalled = self.cname and self.active and now - self.active > STALLED_NS
         if (not self.cname or stalled) and clock - self._lreq >= RETRY_INTERVAL:
             self._setup(now, clock)
@@ -360,6 +374,14 @@ class ExternalLink(OriginLink):
     def close(self) -> None:
         self._cancel()
         self.cname = ""
+
+    def restart(self) -> None:
+        """A replicated stream's lead came here or went: the consumer dropped, set up again at
+        once by the next pump on the leader (from where its store is: ``_setup``)."""
+        self.close()
+        self._sip_until = 0.0
+        self._lreq = -RETRY_INTERVAL
+        self.dseq = self.lag = 0
 
     def _cancel(self) -> None:
         self._early = []
@@ -477,7 +499,8 @@ class ExternalLink(OriginLink):
             delivered = int((resp.get("delivered") or {}).get("stream_seq", 0))
             store = self.stream.store
             if delivered > store.last_seq:  # the origin has no longer what we would want next
-                store.skip_to(delivered, server_clock.now_ns())
+                if self.stream.propose_sourced(b"", b"", b"", 0, delivered) is None:
+                    store.skip_to(delivered, server_clock.now_ns())
             self.sseq = max(delivered, store.last_seq)
         early, self._early = self._early, []
         for message in early:

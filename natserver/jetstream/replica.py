@@ -107,6 +107,7 @@ class ReplicaEngine(AdvisoryHost, Protocol):
 
     account_name: str | None
     api: Any
+    sourcing: Any  # sourcing.Sourcing: the links run on the leader only
 
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None: ...
     def persist(self, stream: Stream) -> None: ...
@@ -207,6 +208,27 @@ class StreamReplica:
         try:
             for data in leader.propose_batch(batch_id, msgs, now):
                 self.group.propose_soon(data)
+        except (NotLeader, StorageError):
+            return False
+        return True
+
+    def propose_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int, mirror_seq: int = 0) -> bool:
+        """What the stream's mirror or sources brought in, proposed by the leader (only the
+        leader runs the links): a mirror's with its origin's sequence and time, the origin's
+        gaps before it as skips (processInboundMirrorMsg, skipMsgs; an empty ``subject``: only
+        the skips up to ``mirror_seq``); a source's as a publish (processInboundSourceMsg:
+        processClusteredInboundMsg, sourced). False: not the leader (any more)."""
+        leader = self.leader
+        if leader is None or self.stopped:
+            return False
+        try:
+            if mirror_seq:
+                for data in leader.propose_mirrored(mirror_seq, subject, hdr, msg, ts):
+                    self.group.propose_soon(data)
+                return True
+            proposal = leader.propose(subject, b"", hdr, msg, clock.now_ns(), sourced=True)
+            if proposal is not None:
+                self.group.propose_soon(proposal)
         except (NotLeader, StorageError):
             return False
         return True
@@ -435,6 +457,12 @@ class StreamReplica:
             self.mismatches += 1
             log.error("JetStream cluster: error applying stream entries to '%s > %s': %s",
                       self.engine.account_name or "$G", self.stream.name, exc)
+            if self.leader is not None and self.stream.cfg.mirror and self.stream.links:
+                # (a mirror's leader asks its origin again from where its store is: monitorStream's
+                # retryMirrorConsumer, no reset)
+                self.leader.clseq = 0
+                self.engine.sourcing.lead_changed(self.stream, True)
+                return
             self.resetting = True
             self.host.reset_replica(self)
 
@@ -570,6 +598,8 @@ class StreamReplica:
             nxt = scheduler.next_due()
             if nxt is not None:
                 self.engine.schedule_fire(nxt)
+        if self.stream.links:  # (setLeader: the leader runs the mirror and sources, from here)
+            self.engine.sourcing.lead_changed(self.stream, True)
 
     async def _answer_create(self, reply: str, build) -> None:
         """The create's answer, a moment after this leader subscribed to the stream's subjects:
@@ -602,6 +632,8 @@ class StreamReplica:
         if self._sync_sub is not None:
             self.host.system.unsubscribe(self._sync_sub)
             self._sync_sub = None
+        if self.stream.links:  # (a follower's links stop: the new leader's take over)
+            self.engine.sourcing.lead_changed(self.stream, False)
 
     def direct_ready(self, serving: bool) -> bool:
         """Whether this replica answers direct gets (monitorStream): the leader does; a follower

@@ -16,6 +16,8 @@ but what a client sees is nats-server's:
   error ``stream not found``, and starts copying once the stream is created.
 * an origin in another account or domain (``external``) is another engine's or server's:
   ``external.ExternalLink`` reaches it by messages, with an internal consumer, as nats-server.
+* a replicated stream's links run on its group's leader only (``lead_changed``), which
+  proposes what they bring (``Stream.propose_sourced``); a new leader resumes them from its store.
 
 A pump task copies whatever is new whenever a followed stream stores a message, at most
 ``BATCH`` messages per link before it lets other tasks run, and refreshes ``active`` every
@@ -266,6 +268,21 @@ class Sourcing:
         if recovering:
             recover_source_positions(stream, links)
         self.refresh_followed()
+        self.wake()
+
+    def lead_changed(self, stream: "Stream", leading: bool) -> None:
+        """A replicated stream's lead came here (``leading``) or went (stream.go setLeader):
+        its links' consumers are dropped; on the leader they are set up again from where the
+        stream is, a mirror after its last sequence, each source after the last message its
+        header names (what an earlier leader's link took is in the stream, applied)."""
+        for link in stream.links:
+            if isinstance(link, ExternalLink):
+                link.restart()
+            if leading and not link.mirror:
+                link.next = link.sseq = 0
+                link.from_new = False
+        if leading:
+            recover_source_positions(stream, stream.links)
         self.wake()
 
     def detach(self, stream: "Stream") -> None:

@@ -89,6 +89,8 @@ class StreamGroup(Protocol):
     def leading(self) -> bool: ...  # this server leads the group, ready to propose
     def propose(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int) -> bool: ...
     def propose_batch(self, batch_id: bytes, msgs: list, now: int) -> bool: ...  # an atomic batch, together
+    # (a mirror's or source's message: sourcing.py; mirror_seq: the origin's sequence, a mirror's)
+    def propose_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int, mirror_seq: int = 0) -> bool: ...
     def proposed_last(self) -> int: ...  # the last sequence, proposals in flight included
     def cluster_json(self) -> dict: ...  # stream info's "cluster" (name, raft group, leader, replicas)
     def purge(self, request: dict | None, reply) -> None: ...
@@ -1369,6 +1371,25 @@ class Stream:
             hdr = gen_header(hdr, b"Nats-Msg-Size", b"%d" % len(msg))
             msg = b""
         self.engine.send(dest, msg, hdr)
+
+    @property
+    def runs_links(self) -> bool:
+        """Whether this server runs the stream's mirror and sources: a replicated stream's
+        leader only (stream.go setLeader starts them, a follower has none running)."""
+        return not self.replicated or (self.replica is not None and self.replica.leading)
+
+    def propose_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int, mirror_seq: int = 0) -> bool | None:
+        """A replicated stream's leader proposes what its mirror or sources brought in
+        (``StreamGroup.propose_sourced``: True proposed, False not the leader any more); None
+        for a stream that is not replicated (the caller stores it: store_sourced)."""
+        replica = self.replica
+        if replica is None:
+            return None
+        if self.input_transform is not None:
+            subject = self.input_transform.apply_bytes(subject) or subject
+        if hdr and batch.BATCH_PREFIX in hdr:
+            hdr = batch.strip_batch_headers(hdr)
+        return replica.propose_sourced(subject, hdr, msg, ts, mirror_seq)
 
     def store_sourced(self, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> int:
         """Store a message a mirror or source brought in (sourcing.py): no publish checks and

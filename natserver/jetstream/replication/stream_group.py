@@ -308,12 +308,12 @@ class StreamLeader:
         self.inflight_ids: dict[bytes, int] = {}  # msg id -> the sequence it was proposed for
         self._answers: list[tuple[bytes, bytes]] = []
 
-    def propose(self, subject: bytes, reply: bytes, hdr: bytes, msg: bytes, ts: int) -> bytes | None:
-        """The entry's data to propose, or None (answered already: a duplicate)."""
+    def propose(self, subject: bytes, reply: bytes, hdr: bytes, msg: bytes, ts: int,
+                sourced: bool = False) -> bytes | None:
+        """The entry's data to propose, or None (answered already: a duplicate). ``sourced``:
+        a message a source brought in (processInboundSourceMsg's processClusteredInboundMsg)."""
         applier = self.applier
-        floor = applier.store.last_seq + applier.clfs
-        if self.clseq < floor:
-            self.clseq = floor
+        self._floor()
         msg_id = get_header(MSG_ID_HDR, hdr) if hdr else b""
         if msg_id:
             seen = applier.msg_ids.get(msg_id)
@@ -323,19 +323,41 @@ class StreamLeader:
                     self._answers.append((reply, dumps({"stream": self.name, "seq": seq, "duplicate": True})))
                 return None
             self.inflight_ids[msg_id] = self.clseq + 1
-        entry = StreamMsg.proposal(subject, reply, hdr, msg, self.clseq, ts).encode()
+        entry = StreamMsg.proposal(subject, reply, hdr, msg, self.clseq, ts, sourced).encode()
         self.clseq += 1
         return entry
+
+    def _floor(self) -> None:
+        """clseq never below the store's last sequence plus clfs (what is applied already)."""
+        applier = self.applier
+        floor = applier.store.last_seq + applier.clfs
+        if self.clseq < floor:
+            self.clseq = floor
+
+    def propose_mirrored(self, seq: int, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> list[bytes]:
+        """A mirror's copy of its origin's message ``seq`` (stream.go processInboundMirrorMsg):
+        the entries to propose, first an empty message for each sequence before it not proposed
+        yet (skipMsgs: the origin has none there), then the message itself with ``seq - 1`` as
+        its last sequence and the origin's time; none when ``seq`` is proposed already. An
+        empty ``subject``: only the skips, up to ``seq`` included (the origin has lost them).
+        Into an empty mirror the first message goes without skips (an empty store takes the
+        proposal's position, as processJetStreamMsg's mirror check: no entry per missing one)."""
+        self._floor()
+        last = seq if not subject else seq - 1
+        start = last + 1 if subject and self.clseq == 0 else self.clseq + 1
+        entries = [StreamMsg(b"", b"", b"", b"", s - 1, 0).encode() for s in range(start, last + 1)]
+        self.clseq = max(self.clseq, last)
+        if subject and seq > self.clseq:
+            entries.append(StreamMsg.proposal(subject, b"", hdr, msg, seq - 1, ts, sourced=True).encode())
+            self.clseq = seq
+        return entries
 
     def propose_batch(self, batch_id: bytes, msgs: list[tuple[bytes, bytes, bytes, bytes]], ts: int) -> list[bytes]:
         """An atomic batch, checked and complete (batch.py's rules run before): its messages
         (subject, reply, headers, payload) as the entries to propose together, in one append
         (encodeStreamMsgAllowCompressAndBatch: batchMsgOp, the last batchCommitMsgOp, one time
         for all, the last sequences consecutive)."""
-        applier = self.applier
-        floor = applier.store.last_seq + applier.clfs
-        if self.clseq < floor:
-            self.clseq = floor
+        self._floor()
         entries = []
         for i, (subject, reply, hdr, msg) in enumerate(msgs, 1):
             inner = StreamMsg.proposal(subject, reply, hdr, msg, self.clseq, ts)

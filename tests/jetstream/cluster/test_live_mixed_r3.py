@@ -50,32 +50,33 @@ def stored(server) -> list[tuple[int, str, bytes]]:
     return out
 
 
-async def leader(port: int) -> str:
+async def leader(port: int, name: str = "M3") -> str:
     with trio.fail_after(STEP):
         while True:
             with trio.move_on_after(3):
                 try:
-                    info = await request(port, "$JS.API.STREAM.INFO.M3")
+                    info = await request(port, f"$JS.API.STREAM.INFO.{name}")
                 except OSError:  # (a server restarting: not listening yet)
                     info = {}
-                name = info.get("cluster", {}).get("leader", "")
-                if name:
-                    return name
+                lead = info.get("cluster", {}).get("leader", "")
+                if lead:
+                    return lead
             await trio.sleep(POLL)
 
 
-async def lead_with(port: int, wanted: set[str]) -> str:
+async def lead_with(port: int, wanted: set[str], name: str = "M3") -> str:
     """Step-downs (asking for a preferred one) until one of ``wanted`` leads the stream."""
     for _ in range(STEPDOWNS):
-        now = await leader(port)
+        now = await leader(port, name)
         if now in wanted:
             return now
         with trio.move_on_after(5):
-            await request(port, "$JS.API.STREAM.LEADER.STEPDOWN.M3", {"placement": {"preferred": sorted(wanted)[0]}})
+            await request(port, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
+                          {"placement": {"preferred": sorted(wanted)[0]}})
         with trio.move_on_after(STEP):
-            while (await leader(port)) == now:
+            while (await leader(port, name)) == now:
                 await trio.sleep(POLL)
-    raise AssertionError(f"none of {wanted} leads M3")
+    raise AssertionError(f"none of {wanted} leads {name}")
 
 
 async def publish(port: int, subject: str, n: int) -> dict:

@@ -88,3 +88,29 @@ def test_an_atomic_batch_is_proposed_as_2_15_1_proposed_it(tmp_path: Path) -> No
     made = leader.propose_batch(b"batch-1", [(b.msg.subject, b.msg.reply, b.msg.hdr, b.msg.msg) for b in batch],
                                 batch[0].msg.ts)
     assert made == recorded
+
+
+def test_a_mirrors_proposals_carry_the_origins_sequences_and_skip_its_gaps() -> None:
+    """stream.go processInboundMirrorMsg: a mirror's message goes with its origin sequence - 1
+    as its last sequence and the origin's time; the origin's gaps before it as empty messages
+    (skipMsgs), none into an empty mirror (it takes the first one's position); a sequence
+    proposed already is not proposed again; applied, the store has the origin's sequences."""
+    applier = StreamApplier(MemoryStore(StreamConfig.from_json({"name": "M", "mirror": {"name": "O"}})))
+    leader = StreamLeader("M", applier)
+    first = leader.propose_mirrored(5, b"o.a", b"", b"five", 1000)
+    assert [(op.lseq, op.subject, op.ts, op.sourced) for op in map(decode_stream_op, first)] == \
+        [(4, b"o.a", 1000, True)]
+    gap = leader.propose_mirrored(8, b"o.b", b"", b"eight", 2000)
+    assert [(op.lseq, op.subject, op.ts) for op in map(decode_stream_op, gap)] == \
+        [(5, b"", 0), (6, b"", 0), (7, b"o.b", 2000)]
+    assert leader.propose_mirrored(8, b"o.b", b"", b"eight", 2000) == []  # (in flight already)
+    lost = leader.propose_mirrored(10, b"", b"", b"", 0)  # (the origin no longer has 9 and 10)
+    assert [decode_stream_op(d).lseq for d in lost] == [8, 9]
+    for data in first + gap + lost:
+        applier.apply(Entry(EntryType.NORMAL, data))
+    store = applier.store
+    assert (store.first_seq, store.last_seq, store.msgs) == (5, 10, 2)
+    assert [(sm.subject, sm.data, sm.ts) for sm in (store.load_msg(5), store.load_msg(8))] == \
+        [(b"o.a", b"five", 1000), (b"o.b", b"eight", 2000)]
+    after = leader.propose_mirrored(11, b"o.c", b"", b"eleven", 3000)
+    assert [decode_stream_op(d).lseq for d in after] == [10]
