@@ -180,6 +180,9 @@ def test_a_follower_out_of_line_with_the_entries_is_reset_and_caught_up(cluster)
 
 CATCHUP_START = 0.5  # (replica.CATCHUP_START, 5 s, shortened: the lost requests' waits)
 LOST_REQUESTS = 4  # more than processSnapshot's maxRetries (3): natserver used to skip then
+# seconds for that catch-up: the lost requests' waits (at least CATCHUP_MIN_RETRY_WAIT, 2 s, apart)
+# and a restart, on a loaded machine
+CATCH_UP_STEP = 90.0
 
 
 def test_a_catch_up_whose_requests_are_lost_asks_again_and_skips_nothing(cluster, monkeypatch):
@@ -201,7 +204,7 @@ def test_a_catch_up_whose_requests_are_lost_asks_again_and_skips_nothing(cluster
             # The follower's first catch-up requests ($JSC.SYNC) are lost on its server.
             lost = cluster.servers[follower].drop("$JSC.SYNC.>", count=LOST_REQUESTS)
             cluster.restart(follower)
-            found = await same_everywhere(cluster, [0, 1, 2])
+            found = await same_everywhere(cluster, [0, 1, 2], step=CATCH_UP_STEP)
             assert [data for _, _, data in found] == [b"before"] + [b"while down %d" % n for n in range(30)]
             replica = stream_on(cluster, follower).replica
             assert lost.hits == LOST_REQUESTS and replica.catchup_retries >= LOST_REQUESTS and replica.catchups == 1
