@@ -14,21 +14,14 @@ Real clocks, bounded polls, a hard timeout on each test."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from pathlib import Path
 
-import nats
-
-from natserver.testing import NatsServer
 from tests.jetstream.cluster.clients import clients, retried
 from tests.jetstream.cluster.test_cluster import REQUEST_TIMEOUT, api, until
-from tests.jetstream.cluster.test_live_mixed import MixedCluster, natserver_options
 from tests.jetstream.cluster.test_r3_consumers_more import cluster, on, run  # noqa: F401 (cluster: a fixture)
-from tests.jetstream.cluster.test_r3_counters import lead_with
-from tests.raft.nrg_cluster import APP_USER, PASSWORD, tempdir
-from tests.reference import NATS_SERVER, needs_nats_server
+from tests.jetstream.cluster.test_r3_counters import in_a_mixed_cluster, lead_with
+from tests.reference import needs_nats_server
 
 ACCOUNT = "APP"
 STREAM = {"name": "A", "subjects": ["a.>"], "num_replicas": 3, "allow_atomic": True}
@@ -96,44 +89,27 @@ def test_atomic_batches_of_an_r3_stream_are_stored_whole_on_every_replica(cluste
 
 @needs_nats_server
 def test_atomic_batches_of_an_r3_stream_of_one_natserver_and_two_2_15_1_servers():
-    assert NATS_SERVER
-    with tempdir() as folder:
-        mixed = MixedCluster.create(NATS_SERVER, Path(folder))
-        go1, go2, py = mixed.nodes
-        mixed.start(go1)
-        mixed.start(go2)
-        node = NatsServer(natserver_options(mixed, py))
-        try:
-            node.start()
+    async def scenario(nc, node):
+        await created(nc)
+        seq = 0
+        for n, wanted in enumerate(("n3", "n1")):
+            await lead_with(nc, wanted, "A")
+            ack = await batch(nc, f"m{n}", f"a.{wanted}", [b"%s-%d" % (wanted.encode(), k) for k in range(4)])
+            seq += 4
+            assert ack == {"stream": "A", "seq": seq, "batch": f"m{n}", "count": 4}, (wanted, ack)
+        theirs = []
+        for s in range(1, seq + 1):
+            got = await api(nc, "$JS.API.STREAM.MSG.GET.A", {"seq": s})
+            theirs.append((s, got["message"]["subject"], base64.b64decode(got["message"]["data"])))
 
-            async def main():
-                nc = await nats.connect(f"nats://127.0.0.1:{go1.port}", user=APP_USER, password=PASSWORD)
-                try:
-                    await created(nc)
-                    seq = 0
-                    for n, wanted in enumerate(("n3", "n1")):
-                        await lead_with(nc, wanted, "A")
-                        ack = await batch(nc, f"m{n}", f"a.{wanted}", [b"%s-%d" % (wanted.encode(), k) for k in range(4)])
-                        seq += 4
-                        assert ack == {"stream": "A", "seq": seq, "batch": f"m{n}", "count": 4}, (wanted, ack)
-                    theirs = []
-                    for s in range(1, seq + 1):
-                        got = await api(nc, "$JS.API.STREAM.MSG.GET.A", {"seq": s})
-                        theirs.append((s, got["message"]["subject"], base64.b64decode(got["message"]["data"])))
+        def natservers():
+            store = node.server.jetstream.streams["A"].store
+            return [(s, sm.subject.decode(), bytes(sm.data))
+                    for s in range(1, store.last_seq + 1) if (sm := store.load_msg(s)) is not None]
 
-                    def natservers():
-                        store = node.server.jetstream.streams["A"].store
-                        return [(s, sm.subject.decode(), bytes(sm.data))
-                                for s in range(1, store.last_seq + 1) if (sm := store.load_msg(s)) is not None]
+        async def same():
+            return node._call(natservers) == theirs
 
-                    async def same():
-                        return node._call(natservers) == theirs
+        await until(same, "the natserver's replica holding 2.15.1's messages")
 
-                    await until(same, "the natserver's replica holding 2.15.1's messages")
-                finally:
-                    await nc.close()
-
-            asyncio.run(asyncio.wait_for(main(), MIXED_TIMEOUT))
-        finally:
-            node.stop()
-            mixed.stop_all()
+    in_a_mixed_cluster(scenario)

@@ -126,10 +126,9 @@ def test_increments_in_flight_on_an_r3_counter_stream_from_every_server(cluster)
     run(main)
 
 
-@needs_nats_server
-def test_an_r3_counter_stream_of_one_natserver_and_two_2_15_1_servers():
-    """The natserver leads the increments (2.15.1 followers store its totals), then a 2.15.1
-    server leads them (the natserver stores 2.15.1's): the same acks and totals either way."""
+def in_a_mixed_cluster(scenario) -> None:
+    """``await scenario(nc, node)`` in a cluster of two nats-server 2.15.1 (n1, n2) and a
+    natserver (n3, ``node``: a testing.NatsServer), ``nc`` an APP client of n1; a hard timeout."""
     assert NATS_SERVER
     with tempdir() as folder:
         mixed = MixedCluster.create(NATS_SERVER, Path(folder))
@@ -143,25 +142,7 @@ def test_an_r3_counter_stream_of_one_natserver_and_two_2_15_1_servers():
             async def main():
                 nc = await nats.connect(f"nats://127.0.0.1:{go1.port}", user=APP_USER, password=PASSWORD)
                 try:
-                    await created(nc)
-                    total = 0
-                    for wanted in ("n3", "n1", "n3"):
-                        await lead_with(nc, wanted)
-                        vals = await many(nc, "c.x", IN_FLIGHT)
-                        assert vals == [str(n) for n in range(total + 1, total + IN_FLIGHT + 1)], (wanted, vals)
-                        total += IN_FLIGHT
-                    got = await api(nc, "$JS.API.STREAM.MSG.GET.C", {"last_by_subj": "c.x"})
-                    assert got["message"]["seq"] == total, got
-
-                    def natservers():
-                        stream = node.server.jetstream.streams["C"]
-                        sm = stream.store.load_msg(stream.store.last_seq)
-                        return (stream.store.last_seq, bytes(sm.data)) if sm is not None else None
-
-                    async def stored():
-                        return node._call(natservers) == (total, b'{"val":"%d"}' % total)
-
-                    await until(stored, "the natserver's replica holding the last total")
+                    await scenario(nc, node)
                 finally:
                     await nc.close()
 
@@ -169,6 +150,34 @@ def test_an_r3_counter_stream_of_one_natserver_and_two_2_15_1_servers():
         finally:
             node.stop()
             mixed.stop_all()
+
+
+@needs_nats_server
+def test_an_r3_counter_stream_of_one_natserver_and_two_2_15_1_servers():
+    """The natserver leads the increments (2.15.1 followers store its totals), then a 2.15.1
+    server leads them (the natserver stores 2.15.1's): the same acks and totals either way."""
+    async def scenario(nc, node):
+        await created(nc)
+        total = 0
+        for wanted in ("n3", "n1", "n3"):
+            await lead_with(nc, wanted)
+            vals = await many(nc, "c.x", IN_FLIGHT)
+            assert vals == [str(n) for n in range(total + 1, total + IN_FLIGHT + 1)], (wanted, vals)
+            total += IN_FLIGHT
+        got = await api(nc, "$JS.API.STREAM.MSG.GET.C", {"last_by_subj": "c.x"})
+        assert got["message"]["seq"] == total, got
+
+        def natservers():
+            stream = node.server.jetstream.streams["C"]
+            sm = stream.store.load_msg(stream.store.last_seq)
+            return (stream.store.last_seq, bytes(sm.data)) if sm is not None else None
+
+        async def stored():
+            return node._call(natservers) == (total, b'{"val":"%d"}' % total)
+
+        await until(stored, "the natserver's replica holding the last total")
+
+    in_a_mixed_cluster(scenario)
 
 
 async def lead_with(nc, wanted: str, stream: str = "C") -> None:
