@@ -35,7 +35,7 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .errors import ApiError
-from .replication.desired import next_step
+from .replication.desired import next_step, peer_view
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
 from .store import StoreError
@@ -88,6 +88,7 @@ class ReplicaHost(Protocol):
     def has_group_consumers(self, account: str, stream: str) -> bool: ...  # replicated consumers here
     def assigned_consumers(self, account: str, stream: str) -> int: ...  # the meta group's count
     def check_interest(self, engine: Any, stream: Stream) -> None: ...  # a new leader's acked removals
+    def moving_consumer(self, account: str, stream: str, wanted: list[str]) -> str: ...  # one still on other peers
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -306,15 +307,12 @@ class StreamReplica:
         if self.desired is None and sorted(actual) == sorted(self.assigned):
             self.migration = None
             return
-        now = clock.monotonic()
-        lags = {p: max(node.commit - node._match.get(p, 0), 0) for p in actual if p != node.id}
-        lags[node.id] = 0
-        heard = {p for p, seen in node._seen.items() if now - seen < HEARD_WITHIN}
-        current = {p for p, lag in lags.items() if lag == 0 and (p == node.id or p in heard)}
-        offline = {p for p in actual if p != node.id and p not in heard}
+        lags, current, offline, heard = peer_view(node, actual, clock.monotonic(), HEARD_WITHIN)
+        blocked_by = self.host.moving_consumer(self.engine.account_name or "", self.stream.name,
+                                               list((self.desired or {}).get("peers") or ()))
         step = next_step(node.id, node.term, self.desired, self.assigned, actual, lags, current, offline, heard,
                          self.replicas, membership_pending=node._membership_index > node.commit,
-                         needs_snapshot=node.snapshot is None)
+                         needs_snapshot=node.snapshot is None, blocked_by=blocked_by)
         self.migration = step.status
         try:
             if step.action == "report" and step.update is not None:

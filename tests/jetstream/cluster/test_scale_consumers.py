@@ -1,0 +1,181 @@
+"""A stream's replicas changed while it has consumers, as nats-server 2.15.1 changes them
+(jetstream_cluster.go remapConsumerAssignments, runConsumerMigration: consumers whose replicas
+follow the stream's are scaled with it through their groups' own desired state; the stream's
+leader removes none of its peers while a consumer is still on them), in clusters of three
+in-process natservers (real clocks, bounded polls, a hard timeout on each test): R3 -> R1 -> R3
+with a durable pull and a durable push consumer, each keeping its delivered sequences, ack
+floor and pending messages on every replica, the pull consumer fetching on without getting an
+acked message again; a consumer's own replica count changed by an update; STREAM.PEER.REMOVE
+of a stream with a consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+
+from tests.jetstream.cluster.clients import clients
+from tests.jetstream.cluster.test_cluster import api, until
+from tests.jetstream.cluster.test_r3_consumers import ACCOUNT, on
+from tests.jetstream.cluster.test_r3_streams import publish
+
+TEST_TIMEOUT = 240.0  # seconds of real time for a whole test (the hard timeout)
+SETTLE = 60.0  # seconds for a replica change to settle (elections, catch-ups, each consumer's turn)
+ACK_WAIT = 60_000_000_000  # ns: nothing delivered and not acked comes again during a test
+MESSAGES = 20
+PULL = {"durable_name": "P", "ack_policy": "explicit", "ack_wait": ACK_WAIT}
+PUSH = {"durable_name": "Q", "ack_policy": "explicit", "ack_wait": ACK_WAIT, "deliver_subject": "q.deliver"}
+_T = "io.nats.jetstream.api.v1."
+
+
+def run(main) -> None:
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+
+
+def progress(info: dict) -> dict:
+    """What a consumer keeps through a replica change: delivered, ack floor, acks pending."""
+    return {"delivered": [info["delivered"]["consumer_seq"], info["delivered"]["stream_seq"]],
+            "ack_floor": [info["ack_floor"]["consumer_seq"], info["ack_floor"]["stream_seq"]],
+            "num_ack_pending": info["num_ack_pending"]}
+
+
+def held(cluster, i: int, name: str) -> dict | None:
+    """Server i's state of consumer ``name``: its group's applied state, or the R1 consumer it runs."""
+    def read(c):
+        state = c.consumer_groups.state(ACCOUNT, "S", name)
+        if state is not None:
+            return {k: state[k] for k in ("delivered", "ack_floor", "num_ack_pending")} | {"group": True}
+        stream = c.engines[ACCOUNT].streams.get("S")
+        consumer = stream.consumers.get(name) if stream is not None else None
+        if consumer is None:
+            return None
+        return {"delivered": [consumer.delivered_cseq, consumer.state_sseq],
+                "ack_floor": [consumer.ack_floor_cseq, consumer.ack_floor_sseq],
+                "num_ack_pending": len(consumer.pending), "group": False}
+    return on(cluster, i, read)
+
+
+async def kept_on(cluster, name: str, want: dict, replicas: int) -> None:
+    """``want`` on exactly ``replicas`` servers (a group's members, or the one running an R1
+    consumer), no other server holding the consumer."""
+    states: list = []
+
+    async def check():
+        states[:] = [held(cluster, i, name) for i in range(3)]
+        holding = [s for s in states if s is not None]
+        return (len(holding) == replicas and all({k: s[k] for k in want} == want for s in holding)
+                and all(s["group"] == (replicas > 1) for s in holding))
+
+    try:
+        await until(check, f"{name}'s state on {replicas} servers", SETTLE)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {states} (want {want})") from None
+
+
+async def settled(nc, replicas: int) -> dict:
+    """The stream's info once its group has no desired state left and ``replicas`` current members."""
+    async def check():
+        info = await api(nc, "$JS.API.STREAM.INFO.S")
+        cluster = info.get("cluster") or {}
+        reps = cluster.get("replicas") or []
+        if (cluster.get("leader") and "desired" not in cluster and len(reps) == replicas - 1
+                and all(r.get("current") for r in reps)):
+            return info
+        return None
+    return await until(check, f"S settled at R{replicas}", SETTLE)
+
+
+async def consumer_info(nc, name: str, replicas: int) -> dict:
+    """CONSUMER.INFO once the consumer's group lists ``replicas`` members and no desired state."""
+    async def check():
+        try:
+            info = await api(nc, f"$JS.API.CONSUMER.INFO.S.{name}", timeout=1.0)
+        except nats.errors.TimeoutError:
+            return None
+        cluster = info.get("cluster") or {}
+        if "error" in info or not cluster.get("leader") or "desired" in cluster:
+            return None
+        return info if len(cluster.get("replicas") or ()) == replicas - 1 else None
+    return await until(check, f"{name} at R{replicas}", SETTLE)
+
+
+async def created(nc, subject: str, body: dict) -> dict:
+    async def attempt():
+        answer = await api(nc, subject, body)
+        return answer if "error" not in answer else None
+    return await until(attempt, f"{subject} answered")
+
+
+async def fetched(sub, count: int) -> list:
+    """``count`` messages of the pull subscription (fetched again until that many came)."""
+    out: list = []
+    deadline = time.monotonic() + SETTLE
+    while len(out) < count and time.monotonic() < deadline:
+        try:
+            out += await sub.fetch(count - len(out), timeout=2.0)
+        except nats.errors.TimeoutError:
+            pass
+    assert len(out) == count, f"{len(out)} of {count} fetched"
+    return out
+
+
+def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            created_s = await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"],
+                                                                              "num_replicas": 3})
+            for n in range(1, MESSAGES + 1):
+                assert (await publish(ncs[n % 3], f"s.{n}", b"m%d" % n)).seq == n
+            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": PULL})
+            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.Q", {"stream_name": "S", "config": PUSH})
+            js = ncs[2].jetstream()
+            pull = await js.pull_subscribe_bind("P", "S")
+            first = await fetched(pull, 10)
+            assert [m.metadata.sequence.stream for m in first] == list(range(1, 11))
+            for m in first[:6]:
+                await m.ack_sync(timeout=5)
+            pushed: asyncio.Queue = asyncio.Queue()
+            push_sub = await ncs[0].subscribe("q.deliver", cb=pushed.put)
+            got = [await asyncio.wait_for(pushed.get(), SETTLE) for _ in range(MESSAGES)]
+            for m in got[:15]:
+                await ncs[0].request(m.reply, b"+ACK", timeout=5)
+            await push_sub.unsubscribe()  # (nothing more is pushed while the group moves)
+            p_before = progress(await consumer_info(ncs[0], "P", 3))
+            q_before = progress(await consumer_info(ncs[0], "Q", 3))
+            assert p_before == {"delivered": [10, 10], "ack_floor": [6, 6], "num_ack_pending": 4}
+            assert q_before == {"delivered": [20, 20], "ack_floor": [15, 15], "num_ack_pending": 5}
+
+            down = await api(ncs[1], "$JS.API.STREAM.UPDATE.S", dict(created_s["config"], num_replicas=1))
+            assert down["type"] == _T + "stream_update_response" and "error" not in down, down
+            started = time.monotonic()
+            await settled(ncs[2], 1)
+            assert progress(await consumer_info(ncs[2], "P", 1)) == p_before
+            assert progress(await consumer_info(ncs[2], "Q", 1)) == q_before
+            await kept_on(cluster, "P", p_before, 1)
+            await kept_on(cluster, "Q", q_before, 1)
+            scaled_down = time.monotonic() - started
+
+            # The pull consumer goes on: the next ones, none acked before.
+            more = await fetched(pull, 10)
+            assert [m.metadata.sequence.stream for m in more] == list(range(11, 21))
+            for m in more:
+                await m.ack_sync(timeout=5)
+            p_r1 = progress(await consumer_info(ncs[0], "P", 1))
+            assert p_r1 == {"delivered": [20, 20], "ack_floor": [6, 6], "num_ack_pending": 4}
+
+            up = await api(ncs[0], "$JS.API.STREAM.UPDATE.S", dict(created_s["config"], num_replicas=3))
+            assert "error" not in up, up
+            await settled(ncs[1], 3)
+            assert progress(await consumer_info(ncs[1], "P", 3)) == p_r1
+            assert progress(await consumer_info(ncs[1], "Q", 3)) == q_before
+            await kept_on(cluster, "P", p_r1, 3)
+            await kept_on(cluster, "Q", q_before, 3)
+            for n in range(MESSAGES + 1, MESSAGES + 6):
+                assert (await publish(ncs[n % 3], f"s.{n}", b"m%d" % n)).seq == n
+            last = await fetched(pull, 5)
+            assert [m.metadata.sequence.stream for m in last] == list(range(21, 26))
+            print(f"R3 -> R1 with two consumers settled in {scaled_down:.1f} s")
+
+    run(main)
