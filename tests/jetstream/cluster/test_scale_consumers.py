@@ -15,11 +15,14 @@ import asyncio
 import time
 
 import nats
+import pytest
 
+from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
-from tests.jetstream.cluster.test_cluster import api, until
+from tests.jetstream.cluster.test_cluster import api, cluster_options, until
 from tests.jetstream.cluster.test_r3_consumers import ACCOUNT, on
 from tests.jetstream.cluster.test_r3_streams import publish
+from tests.jetstream.cluster.test_scale import meta_of_all
 
 TEST_TIMEOUT = 240.0  # seconds of real time for a whole test (the hard timeout)
 SETTLE = 60.0  # seconds for a replica change to settle (elections, catch-ups, each consumer's turn)
@@ -63,7 +66,7 @@ async def kept_on(cluster, name: str, want: dict, replicas: int) -> None:
     states: list = []
 
     async def check():
-        states[:] = [held(cluster, i, name) for i in range(3)]
+        states[:] = [held(cluster, i, name) for i in range(len(cluster.servers))]
         holding = [s for s in states if s is not None]
         return (len(holding) == replicas and all({k: s[k] for k in want} == want for s in holding)
                 and all(s["group"] == (replicas > 1) for s in holding))
@@ -177,5 +180,126 @@ def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
             last = await fetched(pull, 5)
             assert [m.metadata.sequence.stream for m in last] == list(range(21, 26))
             print(f"R3 -> R1 with two consumers settled in {scaled_down:.1f} s")
+
+    run(main)
+
+
+def test_a_consumers_own_replicas_changed_by_an_update(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
+            for n in range(1, 11):
+                assert (await publish(ncs[n % 3], f"s.{n}", b"m%d" % n)).seq == n
+            config = dict(PULL, num_replicas=1)
+            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": config})
+            pull = await ncs[2].jetstream().pull_subscribe_bind("P", "S")
+            got = await fetched(pull, 6)
+            for m in got[:4]:
+                await m.ack_sync(timeout=5)
+            want = {"delivered": [6, 6], "ack_floor": [4, 4], "num_ack_pending": 2}
+            assert progress(await consumer_info(ncs[0], "P", 1)) == want
+
+            # More replicas than the stream's: 2.15.1's 10126.
+            refused = await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.S.P",
+                                {"stream_name": "S", "config": dict(config, num_replicas=5)})
+            assert refused == {"type": _T + "consumer_create_response", "error": {
+                "code": 400, "err_code": 10126, "description": "consumer config replica count exceeds parent stream"}}
+
+            for replicas in (3, 1, 3):
+                answer = await api(ncs[replicas % 3], "$JS.API.CONSUMER.DURABLE.CREATE.S.P",
+                                   {"stream_name": "S", "config": dict(config, num_replicas=replicas)}, timeout=10)
+                assert answer["type"] == _T + "consumer_create_response" and "error" not in answer, answer
+                assert answer["config"]["num_replicas"] == replicas
+                info = await consumer_info(ncs[0], "P", replicas)
+                assert info["config"]["num_replicas"] == replicas and progress(info) == want
+                await kept_on(cluster, "P", want, replicas)
+            more = await fetched(pull, 4)
+            assert [m.metadata.sequence.stream for m in more] == [7, 8, 9, 10]
+
+    run(main)
+
+
+def test_a_kv_watcher_goes_on_through_its_buckets_replica_changes(cluster):
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            js = ncs[0].jetstream()
+
+            async def bucket():
+                try:
+                    return await js.create_key_value(bucket="B", replicas=3)
+                except nats.js.errors.APIError:
+                    return None
+
+            kv = await until(bucket, "the R3 bucket created")
+
+            async def put(n: int):
+                try:
+                    return await kv.put(f"k{n}", b"v%d" % n)
+                except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
+                    return None
+
+            await until(lambda: put(0), "k0 put")
+            watcher = await ncs[1].jetstream().key_value("B")
+            watch = await watcher.watchall()
+            first = await watch.updates(timeout=SETTLE)
+            assert (first.key, first.value) == ("k0", b"v0")
+            assert await watch.updates(timeout=SETTLE) is None  # (the end of the initial values)
+            config = (await api(ncs[0], "$JS.API.STREAM.INFO.KV_B"))["config"]
+            for n, replicas in enumerate((1, 3), start=1):
+                answer = await api(ncs[2], "$JS.API.STREAM.UPDATE.KV_B", dict(config, num_replicas=replicas))
+                assert "error" not in answer, answer
+
+                async def kv_settled(replicas=replicas):
+                    info = await api(ncs[2], "$JS.API.STREAM.INFO.KV_B")
+                    cluster_info = info.get("cluster") or {}
+                    return ("desired" not in cluster_info and cluster_info.get("leader")
+                            and len(cluster_info.get("replicas") or ()) == replicas - 1)
+
+                await until(kv_settled, f"KV_B at R{replicas}", SETTLE)
+                await until(lambda n=n: put(n), f"k{n} put")
+                update = await watch.updates(timeout=SETTLE)
+                assert (update.key, update.value) == (f"k{n}", b"v%d" % n)
+            await watch.stop()
+
+    run(main)
+
+
+@pytest.fixture
+def five():
+    with NatsCluster(5, jetstream=True, **cluster_options()) as c:
+        yield c
+
+
+def test_stream_peer_remove_moves_its_consumer_with_its_state(five):
+    async def main():
+        async with clients(five) as (ncs, sys_nc, _):
+            await until(lambda: meta_of_all(sys_nc, 5), "a meta leader of five servers")
+            await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
+            for n in range(1, 11):
+                assert (await publish(ncs[n % 5], f"s.{n}", b"m%d" % n)).seq == n
+            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": PULL})
+            pull = await ncs[2].jetstream().pull_subscribe_bind("P", "S")
+            got = await fetched(pull, 6)
+            for m in got[:4]:
+                await m.ack_sync(timeout=5)
+            want = {"delivered": [6, 6], "ack_floor": [4, 4], "num_ack_pending": 2}
+            info = await consumer_info(ncs[0], "P", 3)
+            assert progress(info) == want
+            victim = info["cluster"]["leader"]  # (the consumer's leader: its group elects another)
+            removed = await api(ncs[4], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": victim})
+            assert removed == {"type": _T + "stream_remove_peer_response", "success": True}
+
+            async def moved():
+                info = await consumer_info(ncs[3], "P", 3)
+                names = [info["cluster"]["leader"]] + [r["name"] for r in info["cluster"]["replicas"]]
+                return info if victim not in names else None
+
+            info = await until(moved, f"P moved off {victim}", SETTLE)
+            assert progress(info) == want
+            await kept_on(five, "P", want, 3)
+            stream = await settled(ncs[1], 3)
+            assert victim not in [stream["cluster"]["leader"]] + [r["name"] for r in stream["cluster"]["replicas"]]
+            more = await fetched(pull, 4)
+            assert [m.metadata.sequence.stream for m in more] == [7, 8, 9, 10]
 
     run(main)
