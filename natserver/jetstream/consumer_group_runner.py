@@ -48,7 +48,7 @@ from . import advisories, errors, gotime
 from .consumer import Consumer, ConsumerConfig
 from .replication.consumer_desired import CONSUMER_RECONCILE_SUBJECT
 from .replication.consumer_group import ConsumerApplier
-from .replication.desired import SCALE_UP, desired_of, next_step, peer_view
+from .replication.desired import SCALE_UP, desired_info, desired_of, next_step, peer_view
 from .replication.entries import ConsumerAssignment
 from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
 from .replication.placement import consumer_replicas
@@ -776,6 +776,9 @@ class ConsumerGroups:
             replicas.append(entry)
         if replicas:
             out["replicas"] = replicas
+        desired = desired_of(rc.ca.group)
+        if desired is not None or rc.migration is not None:
+            out["desired"] = desired_info(desired or {}, names, rc.migration)
         return out
 
     # -- tests and monitoring ---------------------------------------------------------------

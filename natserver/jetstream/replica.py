@@ -35,7 +35,7 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .errors import ApiError
-from .replication.desired import next_step, peer_view
+from .replication.desired import desired_info, next_step, peer_view
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
 from .store import StoreError
@@ -276,23 +276,7 @@ class StreamReplica:
         return out
 
     def _desired_json(self, desired: dict) -> dict:
-        """2.15.1's DesiredClusterInfo: the target's cluster and peers (not while a scale down's
-        are still to be chosen), what it changes from, and this leader's last step."""
-        names = self.host.names
-        out: dict = {}
-        if desired.get("created"):
-            out["created"] = desired["created"]
-        if desired.get("cluster"):
-            out["name"] = desired["cluster"]
-        if desired and not desired.get("scale_down"):
-            out["replicas"] = [{"name": names.get(p, p), "peer": p} for p in desired.get("peers") or ()]
-        origin = desired.get("origin")
-        if isinstance(origin, dict):
-            out["origin"] = {"replicas": origin.get("replicas", 0),
-                             **({"placement": origin["placement"]} if origin.get("placement") else {})}
-        if self.migration is not None and self.leading:
-            out["status"] = {"description": self.migration[0], "type": self.migration[1]}
-        return out
+        return desired_info(desired, self.host.names, self.migration if self.leading else None)
 
     # -- a replica change (desired.py) ------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from ...raft.wire import group_name
 from .entries import RaftGroup
 
 __all__ = [
-    "DESIRED", "MigrationStep", "copy_group", "desired_of", "next_step", "peer_view", "reconcile", "rename_single",
+    "DESIRED", "MigrationStep", "copy_group", "desired_info", "desired_of", "next_step", "peer_view", "reconcile", "rename_single",
     "set_desired", "with_desired",
 ]
 
@@ -224,6 +224,26 @@ def _sort_keep(leader: str, lags: dict[str, int], offline: set[str], candidates:
         return (2 if peer in offline else 1, lags[peer])
 
     return sorted(candidates, key=rank)
+
+
+def desired_info(desired: dict, names: dict[str, str], status: tuple[str, str] | None) -> dict:
+    """2.15.1's DesiredClusterInfo (a stream's or consumer's info, ``cluster.desired``): the
+    target's cluster and peers (not while a scale down's are still to be chosen), what it
+    changes from, and the group leader's last step (``status``, on the leader)."""
+    out: dict = {}
+    if desired.get("created"):
+        out["created"] = desired["created"]
+    if desired.get("cluster"):
+        out["name"] = desired["cluster"]
+    if desired and not desired.get("scale_down"):
+        out["replicas"] = [{"name": names.get(p, p), "peer": p} for p in desired.get("peers") or ()]
+    origin = desired.get("origin")
+    if isinstance(origin, dict):
+        out["origin"] = {"replicas": origin.get("replicas", 0),
+                         **({"placement": origin["placement"]} if origin.get("placement") else {})}
+    if status is not None:
+        out["status"] = {"description": status[0], "type": status[1]}
+    return out
 
 
 def peer_view(node, actual: list[str], now: float,

@@ -12,7 +12,9 @@ of a stream with a consumer.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 
 import nats
 import pytest
@@ -24,13 +26,20 @@ from tests.jetstream.cluster.test_r3_consumers import ACCOUNT, on
 from tests.jetstream.cluster.test_r3_streams import publish
 from tests.jetstream.cluster.test_scale import meta_of_all
 
+DATA = Path(__file__).parent / "data" / "scale_consumers_nats_server_2.15.1.json"
 TEST_TIMEOUT = 240.0  # seconds of real time for a whole test (the hard timeout)
 SETTLE = 60.0  # seconds for a replica change to settle (elections, catch-ups, each consumer's turn)
 ACK_WAIT = 60_000_000_000  # ns: nothing delivered and not acked comes again during a test
 MESSAGES = 20
 PULL = {"durable_name": "P", "ack_policy": "explicit", "ack_wait": ACK_WAIT}
 PUSH = {"durable_name": "Q", "ack_policy": "explicit", "ack_wait": ACK_WAIT, "deliver_subject": "q.deliver"}
+PENDING = 10_000  # messages pending a consumer's ack in the timed scale up (as recorded)
 _T = "io.nats.jetstream.api.v1."
+
+
+def recorded(name: str):
+    """2.15.1's answers (``python -m tests.jetstream.cluster.record_scale_consumers``)."""
+    return json.loads(DATA.read_text())[name]
 
 
 def run(main) -> None:
@@ -148,10 +157,17 @@ def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
             p_before = progress(await consumer_info(ncs[0], "P", 3))
             q_before = progress(await consumer_info(ncs[0], "Q", 3))
             assert p_before == {"delivered": [10, 10], "ack_floor": [6, 6], "num_ack_pending": 4}
+            for step in recorded("steps"):  # (2.15.1 kept the same through R1 and back)
+                assert progress(step["pull"]) == p_before
             assert q_before == {"delivered": [20, 20], "ack_floor": [15, 15], "num_ack_pending": 5}
 
             down = await api(ncs[1], "$JS.API.STREAM.UPDATE.S", dict(created_s["config"], num_replicas=1))
-            assert down["type"] == _T + "stream_update_response" and "error" not in down, down
+            theirs = recorded("steps")[0]["update"]
+            desired = {k: v for k, v in down["cluster"]["desired"].items() if k != "status"}
+            # (natserver's stream leader took its first step before answering: its status)
+            assert list(down) == list(theirs) and desired == {
+                "created": desired["created"], "name": cluster.name, "origin": {"replicas": 3}}
+            assert list(theirs["cluster"]["desired"]) == ["created", "name", "origin"]
             started = time.monotonic()
             await settled(ncs[2], 1)
             assert progress(await consumer_info(ncs[2], "P", 1)) == p_before
@@ -162,7 +178,7 @@ def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
 
             # The pull consumer goes on: the next ones, none acked before.
             more = await fetched(pull, 10)
-            assert [m.metadata.sequence.stream for m in more] == list(range(11, 21))
+            assert [m.metadata.sequence.stream for m in more] == list(range(11, 21)) == recorded("fetched_after")
             for m in more:
                 await m.ack_sync(timeout=5)
             p_r1 = progress(await consumer_info(ncs[0], "P", 1))
@@ -202,14 +218,22 @@ def test_a_consumers_own_replicas_changed_by_an_update(cluster):
             # More replicas than the stream's: 2.15.1's 10126.
             refused = await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.S.P",
                                 {"stream_name": "S", "config": dict(config, num_replicas=5)})
-            assert refused == {"type": _T + "consumer_create_response", "error": {
-                "code": 400, "err_code": 10126, "description": "consumer config replica count exceeds parent stream"}}
+            theirs = recorded("consumer_steps")
+            assert refused == theirs[2]["update"]
+            # An R3 stream on three servers: no replacement for a peer (its consumer or not).
+            assert await api(ncs[1], "$JS.API.STREAM.PEER.REMOVE.S", {"peer": cluster.servers[0].options.server_name}) \
+                == recorded("peer_remove_r3")
 
             for replicas in (3, 1, 3):
                 answer = await api(ncs[replicas % 3], "$JS.API.CONSUMER.DURABLE.CREATE.S.P",
                                    {"stream_name": "S", "config": dict(config, num_replicas=replicas)}, timeout=10)
                 assert answer["type"] == _T + "consumer_create_response" and "error" not in answer, answer
                 assert answer["config"]["num_replicas"] == replicas
+                recorded_answer = theirs[0 if replicas == 1 else 1]["update"]
+                assert list(answer) == list(recorded_answer)
+                if replicas == 1:  # (a scale down's answer: desired state, the peers still to be chosen)
+                    desired = answer["cluster"]["desired"]
+                    assert list(desired) == list(recorded_answer["cluster"]["desired"]) == ["created", "name"]
                 info = await consumer_info(ncs[0], "P", replicas)
                 assert info["config"]["num_replicas"] == replicas and progress(info) == want
                 await kept_on(cluster, "P", want, replicas)
@@ -301,5 +325,60 @@ def test_stream_peer_remove_moves_its_consumer_with_its_state(five):
             assert victim not in [stream["cluster"]["leader"]] + [r["name"] for r in stream["cluster"]["replicas"]]
             more = await fetched(pull, 4)
             assert [m.metadata.sequence.stream for m in more] == [7, 8, 9, 10]
+
+    run(main)
+
+
+def test_a_scale_up_with_10000_messages_pending_an_ack(cluster):
+    """R1 -> R3 of a stream whose consumer has PENDING messages delivered and not acked: every
+    member gets them all (the group's first snapshot), timed against 2.15.1's recording."""
+    async def main():
+        async with clients(cluster) as (ncs, _, _):
+            created_s = await created(ncs[0], "$JS.API.STREAM.CREATE.BIG", {"name": "BIG", "subjects": ["big.>"]})
+            for _ in range(PENDING - 1):
+                await ncs[1].publish("big.a", b"x")
+            await ncs[1].flush()
+            assert (await publish(ncs[1], "big.a", b"last")).seq == PENDING
+            await created(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.BIG.D", {"stream_name": "BIG", "config": dict(
+                PULL, durable_name="D", max_ack_pending=-1)})
+            pull = await ncs[2].jetstream().pull_subscribe_bind("D", "BIG")
+            got = 0
+            while got < PENDING:
+                got += len(await fetched(pull, min(1000, PENDING - got)))
+            want = {"delivered": [PENDING, PENDING], "ack_floor": [0, 0], "num_ack_pending": PENDING}
+
+            async def big_info(replicas: int) -> dict:
+                async def check():
+                    try:
+                        info = await api(ncs[0], "$JS.API.CONSUMER.INFO.BIG.D", timeout=2.0)
+                    except nats.errors.TimeoutError:
+                        return None
+                    c = info.get("cluster") or {}
+                    ok = c.get("leader") and "desired" not in c and len(c.get("replicas") or ()) == replicas - 1
+                    return info if ok else None
+                return await until(check, f"D at R{replicas}", SETTLE)
+
+            assert progress(await big_info(1)) == want
+            started = time.monotonic()
+            answer = await api(ncs[1], "$JS.API.STREAM.UPDATE.BIG", dict(created_s["config"], num_replicas=3))
+            assert "error" not in answer, answer
+            async def stream_at_r3():
+                info = await api(ncs[2], "$JS.API.STREAM.INFO.BIG")
+                c = info.get("cluster") or {}
+                return c.get("leader") and "desired" not in c and len(c.get("replicas") or ()) == 2
+            await until(stream_at_r3, "BIG at R3", SETTLE)
+            assert progress(await big_info(3)) == want
+            seconds = time.monotonic() - started
+            states: list = []
+
+            async def everywhere():
+                states[:] = [on(cluster, i, lambda c: c.consumer_groups.state(ACCOUNT, "BIG", "D")) for i in range(3)]
+                return all(s is not None and s["num_ack_pending"] == PENDING and s["delivered"] == [PENDING, PENDING]
+                           for s in states)
+
+            await until(everywhere, "the pending messages on every member", SETTLE)
+            theirs = recorded("big")
+            assert theirs["after"]["num_ack_pending"] == PENDING
+            print(f"R1 -> R3 with {PENDING} pending settled in {seconds:.2f} s (2.15.1: {theirs['seconds']} s)")
 
     run(main)
