@@ -48,7 +48,7 @@ from . import advisories, errors, gotime
 from .consumer import Consumer, ConsumerConfig
 from .replication.consumer_desired import CONSUMER_RECONCILE_SUBJECT
 from .replication.consumer_group import ConsumerApplier
-from .replication.desired import SCALE_UP, desired_info, desired_of, next_step, peer_view
+from .replication.desired import SCALE_UP, desired_info, desired_of, next_step, peer_view, take_step
 from .replication.entries import ConsumerAssignment
 from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
 from .replication.placement import consumer_replicas
@@ -542,18 +542,12 @@ class ConsumerGroups:
                          membership_pending=node._membership_index > node.commit,
                          needs_snapshot=node.snapshot is None, stream_peers=list(sa.group.peers or ()))
         rc.migration = step.status
+        def report(update: dict) -> None:
+            body = {"account": rc.account, "stream": rc.stream_name, "consumer": rc.name, **update}
+            self.host.system.publish(CONSUMER_RECONCILE_SUBJECT.encode(), None, None, dumps(body))
+
         try:
-            if step.action == "report" and step.update is not None:
-                body = {"account": rc.account, "stream": rc.stream_name, "consumer": rc.name, **step.update}
-                self.host.system.publish(CONSUMER_RECONCILE_SUBJECT.encode(), None, None, dumps(body))
-            elif step.action == "snapshot":
-                self._snapshot(rc)
-            elif step.action == "add":
-                rc.group.add_peer(step.peer)
-            elif step.action == "remove":
-                rc.group.remove_peer(step.peer)
-            elif step.action == "step_down":
-                rc.group.step_down(step.peer)
+            take_step(step, rc.group, report, partial(self._snapshot, rc))
         except (NotLeader, StorageError) as exc:
             log.debug("JetStream cluster: consumer '%s > %s': migration step %s: %s", rc.stream_name, rc.name,
                       step.action, exc)

@@ -35,7 +35,7 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import advisories, errors
 from .advisories import AdvisoryHost
 from .errors import ApiError
-from .replication.desired import desired_info, next_step, peer_view
+from .replication.desired import desired_info, next_step, peer_view, take_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
 from .store import StoreError
@@ -298,18 +298,12 @@ class StreamReplica:
                          self.replicas, membership_pending=node._membership_index > node.commit,
                          needs_snapshot=node.snapshot is None, blocked_by=blocked_by)
         self.migration = step.status
+        def report(update: dict) -> None:
+            body = {"account": self.engine.account_name or "", "stream": self.stream.name, **update}
+            self.host.system.publish(RECONCILE_SUBJECT.encode(), None, None, dumps(body))
+
         try:
-            if step.action == "report" and step.update is not None:
-                body = {"account": self.engine.account_name or "", "stream": self.stream.name, **step.update}
-                self.host.system.publish(RECONCILE_SUBJECT.encode(), None, None, dumps(body))
-            elif step.action == "snapshot":
-                self.snapshot()
-            elif step.action == "add":
-                self.group.add_peer(step.peer)
-            elif step.action == "remove":
-                self.group.remove_peer(step.peer)
-            elif step.action == "step_down":
-                self.group.step_down(step.peer)
+            take_step(step, self.group, report, self.snapshot)
         except (NotLeader, StorageError) as exc:
             log.debug("JetStream cluster: stream %s: migration step %s: %s", self.stream.name, step.action, exc)
         self.host.flush()

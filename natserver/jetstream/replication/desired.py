@@ -20,13 +20,15 @@ leader drops ``desired``. The functions here are the meta leader's side (``with_
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...raft.wire import group_name
 from .entries import RaftGroup
 
 __all__ = [
-    "DESIRED", "MigrationStep", "copy_group", "desired_info", "desired_of", "next_step", "peer_view", "reconcile", "rename_single",
+    "DESIRED", "MigrationStep", "copy_group", "desired_info", "desired_of", "next_step", "peer_view",
+    "take_step", "reconcile", "rename_single",
     "set_desired", "with_desired",
 ]
 
@@ -211,6 +213,21 @@ class MigrationStep:
     status: tuple[str, str]
     peer: str = ""
     update: dict | None = None
+
+
+def take_step(step: MigrationStep, group, report: Callable[[dict], None], snapshot: Callable[[], object]) -> None:
+    """A migration step taken on the leader's ``group`` (a natserver.nrg Group): a report
+    sent with ``report``, a snapshot with ``snapshot``, a peer added or removed, a hand-over."""
+    if step.action == "report" and step.update is not None:
+        report(step.update)
+    elif step.action == "snapshot":
+        snapshot()
+    elif step.action == "add":
+        group.add_peer(step.peer)
+    elif step.action == "remove":
+        group.remove_peer(step.peer)
+    elif step.action == "step_down":
+        group.step_down(step.peer)
 
 
 def _sort_keep(leader: str, lags: dict[str, int], offline: set[str], candidates: list[str]) -> list[str]:

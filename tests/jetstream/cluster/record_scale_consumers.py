@@ -15,27 +15,15 @@ answers with these (shapes, and the values that do not depend on time, names or 
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import nats
 
 from tests.jetstream.cluster.record_r1 import request
-from tests.raft.nrg_cluster import free_port
-from tests.reference import NATS_SERVER
+from tests.jetstream.cluster.record_scale import create_when_ready, start_servers, stop_servers, write_recording
 
 DATA = Path(__file__).parent / "data" / "scale_consumers_nats_server_2.15.1.json"
-CONFIG = """
-server_name: %(name)s
-listen: 127.0.0.1:%(port)d
-jetstream { store_dir: "%(store)s" }
-cluster { name: C, listen: 127.0.0.1:%(cport)d, routes [%(routes)s] }
-accounts { SYS { users [{user: sys, password: sys}] }, APP { jetstream: enabled, users [{user: app, password: app}] } }
-system_account: SYS
-"""
 STEP_TIMEOUT = 120.0
 SIZE = 3
 ACK_WAIT = 300_000_000_000  # ns: nothing comes again while recording
@@ -87,31 +75,13 @@ async def fetch_n(sub, count: int) -> list:
 
 
 async def record(binary: str) -> dict:
-    folder = Path(tempfile.mkdtemp(prefix="scalecrec-"))
-    names = [f"n{i + 1}" for i in range(SIZE)]
-    ports = {n: (free_port(), free_port()) for n in names}
-    procs = []
-    for n in names:
-        routes = ", ".join(f"nats-route://127.0.0.1:{ports[o][1]}" for o in names if o != n)
-        conf = folder / f"{n}.conf"
-        conf.write_text(CONFIG % {"name": n, "port": ports[n][0], "store": folder / n, "cport": ports[n][1],
-                                  "routes": routes})
-        procs.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+    ports, procs = start_servers(binary, SIZE, "scalecrec-")
     out: dict = {}
     try:
         await asyncio.sleep(0.5)
         nc = await nats.connect(f"nats://app:app@127.0.0.1:{ports['n1'][0]}")
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                out["create"] = await request(nc, "$JS.API.STREAM.CREATE.S", {
-                    "name": "S", "subjects": ["s.>"], "num_replicas": 3})
-                if "error" not in out["create"]:
-                    break
-            except Exception:  # noqa: BLE001 - not ready yet
-                pass
-            await asyncio.sleep(0.5)
+        out["create"] = await create_when_ready(nc, "$JS.API.STREAM.CREATE.S", {
+            "name": "S", "subjects": ["s.>"], "num_replicas": 3}, STEP_TIMEOUT)
         await settled_stream(nc, "S", 3)
         js = nc.jetstream()
         for n in range(1, 21):
@@ -193,18 +163,12 @@ async def record(binary: str) -> dict:
                       "seconds": round(time.monotonic() - started, 2)}
         await nc.close()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(10)
+        stop_servers(procs)
     return out
 
 
 def main() -> None:
-    started = time.monotonic()
-    data = asyncio.run(record(NATS_SERVER))
-    DATA.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"recorded in {time.monotonic() - started:.1f} s into {DATA}")
+    write_recording(record, DATA)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ from tests.jetstream.cluster.test_live_mixed import (
     until_created,
 )
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
+from tests.jetstream.cluster.test_live_mixed_r3_consumers import pull
 from tests.jetstream.cluster.test_live_mixed_scale import settled
-from tests.raft.nrg_cluster import APP_USER, Client, tempdir
+from tests.raft.nrg_cluster import tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 400  # seconds for the whole test (2.15.1 elections take 4-9 s, many of them)
@@ -52,30 +53,6 @@ async def consumer_at(port: int, stream: str, replicas: int) -> dict:
                     return last
             await trio.sleep(POLL)
     raise AssertionError(f"{stream}'s C not at R{replicas} within {SETTLE} s: {last}")
-
-
-async def pull(port: int, stream: str, count: int, ack: set[int]) -> list[int]:
-    """``count`` messages of C pulled through a client of the server at ``port``, those in
-    ``ack`` acked (each ack answered); their stream sequences."""
-    client = await Client.open(port, APP_USER)
-    seqs = []
-    try:
-        with trio.fail_after(STEP):
-            await client.sub("_INBOX.pull")
-            await client.pub(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.C", b'{"batch": %d}' % count, "_INBOX.pull")
-            replies = []
-            while len(replies) < count:
-                _, reply, _ = await client.next_msg()
-                assert reply.startswith(f"$JS.ACK.{stream}.C."), reply
-                replies.append(reply)
-            for reply in replies:
-                seq = int(reply.split(".")[-4])
-                seqs.append(seq)
-                if seq in ack:
-                    await client.request(reply, b"+ACK")
-    finally:
-        await client.stream.aclose()
-    return seqs
 
 
 def progress(info: dict) -> dict:
@@ -126,7 +103,7 @@ async def round_trip(server, ports: list[int], stream: str) -> None:
         await publish(py, f"{stream.lower()}.{n}", n)
     await until_created(go2, f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.C", {"stream_name": stream, "config": {
         "durable_name": "C", "ack_policy": "explicit", "ack_wait": ACK_WAIT}})
-    assert await pull(go1, stream, 5, {1, 2, 4}) == [1, 2, 3, 4, 5]
+    assert await pull(go1, 5, {1, 2, 4}, stream) == [1, 2, 3, 4, 5]
     want = {"delivered": [5, 5], "ack_floor": [2, 2], "num_ack_pending": 2}
     assert progress(await consumer_at(py, stream, 3)) == want
     await ours_is(server, stream, want)
@@ -135,14 +112,14 @@ async def round_trip(server, ports: list[int], stream: str) -> None:
     assert progress(await consumer_at(go1, stream, 1)) == want
     assert progress(await consumer_at(py, stream, 1)) == want
     await ours_is(server, stream, want if info["cluster"]["leader"] == "n3" else None)
-    assert await pull(py, stream, 5, {6, 7, 8, 9, 10}) == [6, 7, 8, 9, 10]
+    assert await pull(py, 5, {6, 7, 8, 9, 10}, stream) == [6, 7, 8, 9, 10]
     want = {"delivered": [10, 10], "ack_floor": [2, 2], "num_ack_pending": 2}
     assert progress(await consumer_at(go2, stream, 1)) == want
 
     await scale(py, stream, created["config"], 3)
     assert progress(await consumer_at(go1, stream, 3)) == want
     await ours_is(server, stream, want)
-    assert await pull(go2, stream, 5, set()) == [11, 12, 13, 14, 15]
+    assert await pull(go2, 5, set(), stream) == [11, 12, 13, 14, 15]
 
 
 async def scenario(binary: str, folder: Path) -> dict:

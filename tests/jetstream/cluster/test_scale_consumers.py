@@ -21,10 +21,10 @@ import pytest
 
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.clients import clients
-from tests.jetstream.cluster.test_cluster import api, cluster_options, until
+from tests.jetstream.cluster.test_cluster import api, cluster_options, connect, until
 from tests.jetstream.cluster.test_r3_consumers import ACCOUNT, on
 from tests.jetstream.cluster.test_r3_streams import publish
-from tests.jetstream.cluster.test_scale import meta_of_all
+from tests.jetstream.cluster.test_scale import meta_of_all, settled
 
 DATA = Path(__file__).parent / "data" / "scale_consumers_nats_server_2.15.1.json"
 TEST_TIMEOUT = 240.0  # seconds of real time for a whole test (the hard timeout)
@@ -86,19 +86,6 @@ async def kept_on(cluster, name: str, want: dict, replicas: int) -> None:
         raise AssertionError(f"{exc}: {states} (want {want})") from None
 
 
-async def settled(nc, replicas: int) -> dict:
-    """The stream's info once its group has no desired state left and ``replicas`` current members."""
-    async def check():
-        info = await api(nc, "$JS.API.STREAM.INFO.S")
-        cluster = info.get("cluster") or {}
-        reps = cluster.get("replicas") or []
-        if (cluster.get("leader") and "desired" not in cluster and len(reps) == replicas - 1
-                and all(r.get("current") for r in reps)):
-            return info
-        return None
-    return await until(check, f"S settled at R{replicas}", SETTLE)
-
-
 async def consumer_info(nc, name: str, replicas: int) -> dict:
     """CONSUMER.INFO once the consumer's group lists ``replicas`` members and no desired state."""
     async def check():
@@ -131,6 +118,23 @@ async def fetched(sub, count: int) -> list:
             pass
     assert len(out) == count, f"{len(out)} of {count} fetched"
     return out
+
+
+SIX_FOUR = {"delivered": [6, 6], "ack_floor": [4, 4], "num_ack_pending": 2}  # six_fetched_four_acked's state
+
+
+async def six_fetched_four_acked(ncs, config: dict):
+    """The R3 stream S with 10 messages, consumer P (``config``): 6 fetched, 4 acked; its pull
+    subscription."""
+    await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
+    for n in range(1, 11):
+        assert (await publish(ncs[n % len(ncs)], f"s.{n}", b"m%d" % n)).seq == n
+    await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": config})
+    pull = await ncs[2].jetstream().pull_subscribe_bind("P", "S")
+    got = await fetched(pull, 6)
+    for m in got[:4]:
+        await m.ack_sync(timeout=5)
+    return pull
 
 
 def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
@@ -203,16 +207,9 @@ def test_stream_scaled_down_and_up_with_a_pull_and_a_push_consumer(cluster):
 def test_a_consumers_own_replicas_changed_by_an_update(cluster):
     async def main():
         async with clients(cluster) as (ncs, _, _):
-            await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
-            for n in range(1, 11):
-                assert (await publish(ncs[n % 3], f"s.{n}", b"m%d" % n)).seq == n
             config = dict(PULL, num_replicas=1)
-            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": config})
-            pull = await ncs[2].jetstream().pull_subscribe_bind("P", "S")
-            got = await fetched(pull, 6)
-            for m in got[:4]:
-                await m.ack_sync(timeout=5)
-            want = {"delivered": [6, 6], "ack_floor": [4, 4], "num_ack_pending": 2}
+            pull = await six_fetched_four_acked(ncs, config)
+            want = SIX_FOUR
             assert progress(await consumer_info(ncs[0], "P", 1)) == want
 
             # More replicas than the stream's: 2.15.1's 10126.
@@ -296,17 +293,12 @@ def five():
 
 def test_stream_peer_remove_moves_its_consumer_with_its_state(five):
     async def main():
-        async with clients(five) as (ncs, sys_nc, _):
-            await until(lambda: meta_of_all(sys_nc, 5), "a meta leader of five servers")
-            await created(ncs[0], "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "num_replicas": 3})
-            for n in range(1, 11):
-                assert (await publish(ncs[n % 5], f"s.{n}", b"m%d" % n)).seq == n
-            await created(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.S.P", {"stream_name": "S", "config": PULL})
-            pull = await ncs[2].jetstream().pull_subscribe_bind("P", "S")
-            got = await fetched(pull, 6)
-            for m in got[:4]:
-                await m.ack_sync(timeout=5)
-            want = {"delivered": [6, 6], "ack_floor": [4, 4], "num_ack_pending": 2}
+        ncs = [await connect(url) for url in five.urls]
+        sys_nc = await connect(five.urls[0], "sys")
+        try:
+            await until(lambda: meta_of_all(sys_nc, 5), "a meta leader of five servers", SETTLE)
+            pull = await six_fetched_four_acked(ncs, PULL)
+            want = SIX_FOUR
             info = await consumer_info(ncs[0], "P", 3)
             assert progress(info) == want
             victim = info["cluster"]["leader"]  # (the consumer's leader: its group elects another)
@@ -325,6 +317,9 @@ def test_stream_peer_remove_moves_its_consumer_with_its_state(five):
             assert victim not in [stream["cluster"]["leader"]] + [r["name"] for r in stream["cluster"]["replicas"]]
             more = await fetched(pull, 4)
             assert [m.metadata.sequence.stream for m in more] == [7, 8, 9, 10]
+        finally:
+            for nc in [*ncs, sys_nc]:
+                await nc.close()
 
     run(main)
 
