@@ -72,6 +72,9 @@ LEADERSHIP_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
 # raft.go lostQuorumInterval: a peer not heard from this long is not current (clusterInfo).
 CURRENT_WITHIN = 10.0
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # jetstream_cluster.go clusterConsumerInfoT
+# jetstream_cluster.go migrateFastCheckInterval: a replica change's next step after one of its
+# membership changes committed (the others wait for the cluster's MIGRATE_INTERVAL).
+MIGRATE_FAST_INTERVAL = 0.05
 # natserver's own bound (one thread serves every client): the messages a new stream leader of
 # an interest or workqueue stream checks for acks it did not propose the removal of (2.15.1's
 # checkInterestState goes through them all).
@@ -90,6 +93,7 @@ class GroupsHost(Protocol):
     @property
     def system(self) -> Any: ...
     def _route_peers(self) -> list[str]: ...
+    def spawn(self, fn, *args) -> None: ...
     def _answer(self, engine: Any, reply: str, response: dict | bytes, *, error: bool = False) -> None: ...
     def stepdown_preferred(self, node: Any, payload: bytes) -> str: ...
 
@@ -316,6 +320,9 @@ class ConsumerGroups:
         for c in committed:
             entry = c.entry
             rc.applied = c.index
+            if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER) and rc.group.leader and \
+                    desired_of(rc.ca.group) is not None:  # (monitorConsumer: the next step soon)
+                self.host.spawn(self._migrate_soon, rc)
             if entry.type in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 try:
                     if entry.type == EntryType.NORMAL and retained:
@@ -520,6 +527,11 @@ class ConsumerGroups:
         for rc in list(self.consumers.values()):
             if rc.group.leader and (desired_of(rc.ca.group) is not None or rc.migration is not None):
                 self.migrate(rc)
+
+    async def _migrate_soon(self, rc: Replicated) -> None:
+        await trio.sleep(MIGRATE_FAST_INTERVAL)
+        if self.consumers.get((rc.account, rc.stream_name, rc.name)) is rc:
+            self.migrate(rc)
 
     def migrate(self, rc: Replicated) -> None:
         """runConsumerMigration on the group's leader: the next step taken (desired.next_step,

@@ -70,6 +70,9 @@ _TOKEN_LEN = 22  # (nuid-sized random tokens of the sync subjects)
 RECONCILE_SUBJECT = "$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE"
 # raft.go hbInterval * 3: a peer heard from this recently is live (selectPeerToAdd).
 HEARD_WITHIN = 3.0
+# jetstream_cluster.go migrateFastCheckInterval: a replica change's next step after one of its
+# membership changes committed (the others wait for the cluster's MIGRATE_INTERVAL).
+MIGRATE_FAST_INTERVAL = 0.05
 
 
 class ReplicaHost(Protocol):
@@ -280,6 +283,10 @@ class StreamReplica:
 
     # -- a replica change (desired.py) ------------------------------------------------------------
 
+    async def _migrate_soon(self) -> None:
+        await trio.sleep(MIGRATE_FAST_INTERVAL)
+        self.migrate()
+
     def migrate(self) -> None:
         """runStreamMigration, on the group's leader while the assignment has desired state (or
         more RAFT peers than assigned): the next step taken, reported to the meta leader when it
@@ -344,6 +351,10 @@ class StreamReplica:
             request = self.applier.install_snapshot(state, self.host.node_id, c.index)
             if request is not None:
                 self._start_catchup(request)
+            return
+        if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
+            if self.leading and self.desired is not None:  # (monitorStream: the next step soon)
+                self.host.spawn(self._migrate_soon)
             return
         if entry.type != EntryType.NORMAL:
             return
