@@ -51,6 +51,7 @@ from .consumer_group_runner import ConsumerGroups
 from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
 from .replica import RECONCILE_SUBJECT, StreamReplica
+from .replication.consumer_desired import CONSUMER_RECONCILE_SUBJECT, moving_consumer
 from .replication.desired import SCALE_UP, desired_of
 from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_entry
 from .replication.leader import MetaLeader, Proposal, delete_response
@@ -276,6 +277,7 @@ class JetStreamCluster:
         self._subs.append((account, account.subscribe(META_STEPDOWN, self._stepdown)))
         self._subs.append((account, account.subscribe(SERVER_REMOVE, self._server_remove)))
         self._subs.append((account, account.subscribe(RECONCILE_SUBJECT, self._reconcile)))
+        self._subs.append((account, account.subscribe(CONSUMER_RECONCILE_SUBJECT, self._reconcile)))
         self._subs.append((account, account.subscribe(LAME_DUCK_SUBJECT, self._lame_duck)))
 
     def stop(self) -> None:
@@ -590,21 +592,32 @@ class JetStreamCluster:
             for replica in list(self.replicas.values()):
                 if replica.leading and (replica.desired is not None or replica.migration is not None):
                     replica.migrate()
+            self.consumer_groups.migrate_all()  # (monitorConsumer's migration timer)
 
     def _reconcile(self, subject, reply, headers, body) -> None:
-        """reconcileDesiredStreamAssignment (the meta leader): a stream group leader's step."""
+        """reconcileDesiredStreamAssignment and reconcileDesiredConsumerAssignment (the meta
+        leader): a stream or consumer group leader's step."""
         if not self.is_leader:
             return
         try:
             update = loads(bytes(body))
             account, stream = str(update["account"]), str(update["stream"])
+            consumer = str(update["consumer"]) if "consumer" in update else None
         except (ValueError, KeyError, TypeError):
             return
         if not isinstance(update, dict):
             return
-        proposal = self.meta.stream_reconcile(account, stream, update)
-        if proposal is not None:
-            self._propose(proposal)
+        if consumer is None:
+            for proposal in self.meta.stream_reconcile(account, stream, update):
+                self._propose(proposal)
+            return
+        one = self.meta.consumer_reconcile(account, stream, consumer, update)
+        if one is not None:
+            self._propose(one)
+
+    def moving_consumer(self, account: str, stream: str, wanted: list[str]) -> str:
+        sa = self.state.stream(account, stream)
+        return moving_consumer(sa, wanted) if sa is not None else ""
 
     def serve_direct(self, engine: ClusterEngine, stream: Stream) -> None:
         """Whether this server answers ``stream``'s direct gets (direct_subs.py): an R1 stream's

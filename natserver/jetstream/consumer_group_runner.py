@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,9 +46,12 @@ from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, NotLeader, SnapshotError, StorageError, node_id
 from . import advisories, errors, gotime
 from .consumer import Consumer, ConsumerConfig
+from .replication.consumer_desired import CONSUMER_RECONCILE_SUBJECT
 from .replication.consumer_group import ConsumerApplier
+from .replication.desired import SCALE_UP, desired_info, desired_of, next_step, peer_view, take_step
 from .replication.entries import ConsumerAssignment
 from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
+from .replication.placement import consumer_replicas
 from .replication.state import ConsumerEvent
 from .util import dumps
 
@@ -68,6 +72,9 @@ LEADERSHIP_CHANGE = b"NATS/1.0 409 Leadership Change\r\n\r\n"
 # raft.go lostQuorumInterval: a peer not heard from this long is not current (clusterInfo).
 CURRENT_WITHIN = 10.0
 CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # jetstream_cluster.go clusterConsumerInfoT
+# jetstream_cluster.go migrateFastCheckInterval: a replica change's next step after one of its
+# membership changes committed (the others wait for the cluster's MIGRATE_INTERVAL).
+MIGRATE_FAST_INTERVAL = 0.05
 # natserver's own bound (one thread serves every client): the messages a new stream leader of
 # an interest or workqueue stream checks for acks it did not propose the removal of (2.15.1's
 # checkInterestState goes through them all).
@@ -78,6 +85,7 @@ class GroupsHost(Protocol):
     """What the consumer groups need of the meta layer (cluster.JetStreamCluster)."""
 
     nrg: NrgHost
+    state: Any  # the meta group's MetaState (a moving consumer's stream peers)
     name: str  # the cluster's name
     node_id: str
     names: dict[str, str]  # node id -> server name
@@ -85,6 +93,7 @@ class GroupsHost(Protocol):
     @property
     def system(self) -> Any: ...
     def _route_peers(self) -> list[str]: ...
+    def spawn(self, fn, *args) -> None: ...
     def _answer(self, engine: Any, reply: str, response: dict | bytes, *, error: bool = False) -> None: ...
     def stepdown_preferred(self, node: Any, payload: bytes) -> str: ...
 
@@ -115,6 +124,8 @@ class Replicated:
     # The leader's held ack replies: (the log index whose commit answers them, replies).
     ack_replies: list = field(default_factory=list)
     match: Any = None  # its filters' predicate on subjects (bytes), None: every subject
+    migration: tuple[str, str] | None = None  # the leader's last migration step (2.15.1's status)
+    scale_up: bool = False  # a member added by a replica change, an observer until data comes
 
     @property
     def stream_name(self) -> str:
@@ -150,8 +161,9 @@ def _applier(config: dict) -> ConsumerApplier:
 
 
 def replicated(ca: ConsumerAssignment) -> bool:
-    """A consumer of a group of more than one peer (an R1 consumer runs without one)."""
-    return ca.group is not None and len(ca.group.peers or ()) > 1
+    """A consumer of a group of more than one peer, or one moving (desired state: 2.15.1 runs
+    a group of one while an R1 consumer scales up); a settled R1 consumer runs without one."""
+    return ca.group is not None and (len(ca.group.peers or ()) > 1 or desired_of(ca.group) is not None)
 
 
 class ConsumerGroups:
@@ -176,7 +188,9 @@ class ConsumerGroups:
         key = (event.account, ca.stream, ca.name)
         rc = self.consumers.get(key)
         if event.kind == "removed" or not event.member or not replicated(ca):
-            if rc is not None:
+            if rc is not None and event.kind != "removed" and event.member:
+                self._hand_over(rc, ca)  # (scaled down to one: it runs here alone, its state kept)
+            elif rc is not None:
                 self._remove(rc, files=event.kind == "removed")
                 if event.kind == "removed":
                     self._cleanup_no_interest(rc)
@@ -200,6 +214,8 @@ class ConsumerGroups:
             cfg = ConsumerConfig.from_json(ca.config)
             rc.applier.ack_policy, rc.applier.max_deliver = cfg.ack_policy, cfg.max_deliver
             rc.match = cfg.matcher()
+        if rc.group.leader and (desired_of(ca.group) is not None or rc.migration is not None):
+            self.migrate(rc)  # (the assignment changed: the next step at once)
         return True
 
     def _start(self, engine: Any, account: str, ca: ConsumerAssignment, reply: str) -> None:
@@ -212,7 +228,11 @@ class ConsumerGroups:
             nrg.stop_group(ca.group.name)
         rc = Replicated(engine, account, ca, None, _applier(ca.config), reply)  # type: ignore[arg-type]
         rc.match = _matcher(ca.config)
-        group = nrg.create_group(ca.group.name, list(ca.group.peers or ()), partial(self._apply, rc), managed=True)
+        fresh = not os.path.exists(os.path.join(nrg.groups_dir, ca.group.name))
+        # (raft.go's scale-up observer: a member added with an empty log waits for the leader's data)
+        rc.scale_up = fresh and bool(ca.group.extra.get(SCALE_UP)) and ca.group.peers != [self.host.node_id]
+        group = nrg.create_group(ca.group.name, list(ca.group.peers or ()), partial(self._apply, rc), managed=True,
+                                 observer=rc.scale_up)
         rc.group = group
         rc.snapshot_at = clock.monotonic()
         group.on_leader_change = partial(self._leader_changed, rc)
@@ -223,6 +243,8 @@ class ConsumerGroups:
             local = stream.consumers.get(ca.name)
             if local is not None:
                 del stream.consumers[ca.name]
+                if fresh and ca.group.peers == [self.host.node_id]:  # (an R1 consumer scaling up)
+                    rc.applier.seed_from(local)
         subject = CONSUMER_INFO_SUBJECT.format(account=account, stream=ca.stream, consumer=ca.name)
         rc.info_sub = self.host.system.subscribe(subject, partial(self._info_request, rc))
         if ca.group.preferred == self.host.node_id and group.node.last_index == 0:
@@ -248,6 +270,28 @@ class ConsumerGroups:
         if files:
             shutil.rmtree(rc.group.folder, ignore_errors=True)
 
+    def _hand_over(self, rc: Replicated, ca: ConsumerAssignment) -> None:
+        """A group scaled down to this server alone (its assignment now R1, renamed): the
+        group goes and the consumer runs here as an R1 one, from the leader's Consumer or the
+        replicated state (the meta layer then finds it in its stream)."""
+        consumer, rc.consumer, rc.shadow = rc.consumer, None, None
+        stream = rc.engine.streams.get(rc.stream_name)
+        rc.starting = False
+        if consumer is None and stream is not None:
+            cfg = ConsumerConfig.from_json(ca.config)
+            consumer = Consumer(stream, rc.name, cfg, rc.ca.created_ns or clock.now_ns())
+            rc.applier.load_into(consumer)
+            consumer.num_pending()
+            stream.consumers[rc.name] = consumer
+        if consumer is not None:
+            consumer.held_ack_replies = None
+            consumer.dirty = True  # (an R1 durable's state is its own file's from now on)
+        for _, replies in rc.ack_replies:
+            for reply in replies:
+                rc.engine.send(reply, b"")
+        rc.ack_replies.clear()
+        self._remove(rc, files=True)
+
     def stream_removed(self, account: str, stream: str) -> None:
         """A stream gone (deleted, or no longer here): its consumers' groups and folders go
         (the meta layer drops the leaders' Consumers with the stream)."""
@@ -266,6 +310,9 @@ class ConsumerGroups:
 
     def _apply(self, rc: Replicated, committed: list[Committed]) -> None:
         """applyConsumerEntries on every member; a leader that waited for them starts."""
+        if rc.scale_up and committed:  # (raft.go resetInitializing: the log has data, the observer goes)
+            rc.scale_up = False
+            rc.group.node.observer = False
         acked: list[int] = []
         applier = rc.applier
         stream = rc.engine.streams.get(rc.stream_name)
@@ -273,6 +320,9 @@ class ConsumerGroups:
         for c in committed:
             entry = c.entry
             rc.applied = c.index
+            if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER) and rc.group.leader and \
+                    desired_of(rc.ca.group) is not None:  # (monitorConsumer: the next step soon)
+                self.host.spawn(self._migrate_soon, rc)
             if entry.type in (EntryType.NORMAL, EntryType.SNAPSHOT):
                 try:
                     if entry.type == EntryType.NORMAL and retained:
@@ -469,6 +519,50 @@ class ConsumerGroups:
         if stream.consumers.get(rc.name) is consumer:
             del stream.consumers[rc.name]
         consumer.waiting.clear()
+
+    # -- a replica change (desired.py, consumer_desired.py) -----------------------------------
+
+    def migrate_all(self) -> None:
+        """monitorConsumer's migration timer: each led group with a replica change in progress."""
+        for rc in list(self.consumers.values()):
+            if rc.group.leader and (desired_of(rc.ca.group) is not None or rc.migration is not None):
+                self.migrate(rc)
+
+    async def _migrate_soon(self, rc: Replicated) -> None:
+        await trio.sleep(MIGRATE_FAST_INTERVAL)
+        if self.consumers.get((rc.account, rc.stream_name, rc.name)) is rc:
+            self.migrate(rc)
+
+    def migrate(self, rc: Replicated) -> None:
+        """runConsumerMigration on the group's leader: the next step taken (desired.next_step,
+        onto peers that host the stream only), reported to the meta leader when it is its."""
+        node = rc.group.node
+        group = rc.ca.group
+        if group is None or not rc.group.leader:
+            return
+        desired = desired_of(group)
+        actual, assigned = list(node.peers), list(group.peers or ())
+        if desired is None and sorted(actual) == sorted(assigned):
+            rc.migration = None
+            return
+        sa = self.host.state.stream(rc.account, rc.stream_name)
+        if sa is None or sa.group is None:
+            return
+        lags, current, offline, heard = peer_view(node, actual, clock.monotonic(), CURRENT_WITHIN)
+        step = next_step(node.id, node.term, desired, assigned, actual, lags, current, offline, heard,
+                         consumer_replicas(rc.ca.config, sa.config),
+                         membership_pending=node._membership_index > node.commit,
+                         needs_snapshot=node.snapshot is None, stream_peers=list(sa.group.peers or ()))
+        rc.migration = step.status
+        def report(update: dict) -> None:
+            body = {"account": rc.account, "stream": rc.stream_name, "consumer": rc.name, **update}
+            self.host.system.publish(CONSUMER_RECONCILE_SUBJECT.encode(), None, None, dumps(body))
+
+        try:
+            take_step(step, rc.group, report, partial(self._snapshot, rc))
+        except (NotLeader, StorageError) as exc:
+            log.debug("JetStream cluster: consumer '%s > %s': migration step %s: %s", rc.stream_name, rc.name,
+                      step.action, exc)
 
     # -- the leader's proposals -------------------------------------------------------------
 
@@ -688,6 +782,9 @@ class ConsumerGroups:
             replicas.append(entry)
         if replicas:
             out["replicas"] = replicas
+        desired = desired_of(rc.ca.group)
+        if desired is not None or rc.migration is not None:
+            out["desired"] = desired_info(desired or {}, names, rc.migration)
         return out
 
     # -- tests and monitoring ---------------------------------------------------------------

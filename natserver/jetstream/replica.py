@@ -37,7 +37,7 @@ from .advisories import AdvisoryHost
 from .counter import InflightTotals, Totals
 from .direct_subs import DIRECT_SYNC_THRESHOLD
 from .errors import ApiError
-from .replication.desired import next_step
+from .replication.desired import desired_info, next_step, peer_view, take_step
 from .replication.group_codec import CodecError, JsonOp, Op, StreamMsg, StreamState, decode_stream_op
 from .replication.stream_group import SequenceMismatch, StreamApplier, StreamLeader, SyncRequest
 from .store import StoreError
@@ -79,6 +79,9 @@ _TOKEN_LEN = 22  # (nuid-sized random tokens of the sync subjects)
 RECONCILE_SUBJECT = "$SYS.JSC.STREAM.ASSIGNMENT.RECONCILE"
 # raft.go hbInterval * 3: a peer heard from this recently is live (selectPeerToAdd).
 HEARD_WITHIN = 3.0
+# jetstream_cluster.go migrateFastCheckInterval: a replica change's next step after one of its
+# membership changes committed (the others wait for the cluster's MIGRATE_INTERVAL).
+MIGRATE_FAST_INTERVAL = 0.05
 
 
 class ReplicaHost(Protocol):
@@ -100,6 +103,7 @@ class ReplicaHost(Protocol):
     def serve_direct(self, engine: Any, stream: Stream) -> None: ...  # direct gets here or not (direct_subs.py)
     def reset_replica(self, replica: StreamReplica) -> None: ...  # resetClusteredState (a task of the host's)
     def peer_offline(self, peer: str) -> bool: ...  # the peer's server is offline (nodeInfo.offline)
+    def moving_consumer(self, account: str, stream: str, wanted: list[str]) -> str: ...  # one still on other peers
 
 
 class ReplicaEngine(AdvisoryHost, Protocol):
@@ -334,25 +338,13 @@ class StreamReplica:
         return out
 
     def _desired_json(self, desired: dict) -> dict:
-        """2.15.1's DesiredClusterInfo: the target's cluster and peers (not while a scale down's
-        are still to be chosen), what it changes from, and this leader's last step."""
-        names = self.host.names
-        out: dict = {}
-        if desired.get("created"):
-            out["created"] = desired["created"]
-        if desired.get("cluster"):
-            out["name"] = desired["cluster"]
-        if desired and not desired.get("scale_down"):
-            out["replicas"] = [{"name": names.get(p, p), "peer": p} for p in desired.get("peers") or ()]
-        origin = desired.get("origin")
-        if isinstance(origin, dict):
-            out["origin"] = {"replicas": origin.get("replicas", 0),
-                             **({"placement": origin["placement"]} if origin.get("placement") else {})}
-        if self.migration is not None and self.leading:
-            out["status"] = {"description": self.migration[0], "type": self.migration[1]}
-        return out
+        return desired_info(desired, self.host.names, self.migration if self.leading else None)
 
     # -- a replica change (desired.py) ------------------------------------------------------------
+
+    async def _migrate_soon(self) -> None:
+        await trio.sleep(MIGRATE_FAST_INTERVAL)
+        self.migrate()
 
     def migrate(self) -> None:
         """runStreamMigration, on the group's leader while the assignment has desired state (or
@@ -365,28 +357,19 @@ class StreamReplica:
         if self.desired is None and sorted(actual) == sorted(self.assigned):
             self.migration = None
             return
-        now = clock.monotonic()
-        lags = {p: max(node.commit - node._match.get(p, 0), 0) for p in actual if p != node.id}
-        lags[node.id] = 0
-        heard = {p for p, seen in node._seen.items() if now - seen < HEARD_WITHIN}
-        current = {p for p, lag in lags.items() if lag == 0 and (p == node.id or p in heard)}
-        offline = {p for p in actual if p != node.id and p not in heard}
+        lags, current, offline, heard = peer_view(node, actual, clock.monotonic(), HEARD_WITHIN)
+        blocked_by = self.host.moving_consumer(self.engine.account_name or "", self.stream.name,
+                                               list((self.desired or {}).get("peers") or ()))
         step = next_step(node.id, node.term, self.desired, self.assigned, actual, lags, current, offline, heard,
                          self.replicas, membership_pending=node._membership_index > node.commit,
-                         needs_snapshot=node.snapshot is None)
+                         needs_snapshot=node.snapshot is None, blocked_by=blocked_by)
         self.migration = step.status
+        def report(update: dict) -> None:
+            body = {"account": self.engine.account_name or "", "stream": self.stream.name, **update}
+            self.host.system.publish(RECONCILE_SUBJECT.encode(), None, None, dumps(body))
+
         try:
-            if step.action == "report" and step.update is not None:
-                body = {"account": self.engine.account_name or "", "stream": self.stream.name, **step.update}
-                self.host.system.publish(RECONCILE_SUBJECT.encode(), None, None, dumps(body))
-            elif step.action == "snapshot":
-                self.snapshot()
-            elif step.action == "add":
-                self.group.add_peer(step.peer)
-            elif step.action == "remove":
-                self.group.remove_peer(step.peer)
-            elif step.action == "step_down":
-                self.group.step_down(step.peer)
+            take_step(step, self.group, report, self.snapshot)
         except (NotLeader, StorageError) as exc:
             log.debug("JetStream cluster: stream %s: migration step %s: %s", self.stream.name, step.action, exc)
         self.host.flush()
@@ -429,6 +412,10 @@ class StreamReplica:
             request = self.applier.install_snapshot(state, self.host.node_id, c.index)
             if request is not None:
                 self._start_catchup(request)
+            return
+        if entry.type in (EntryType.ADD_PEER, EntryType.REMOVE_PEER):
+            if self.leading and self.desired is not None:  # (monitorStream: the next step soon)
+                self.host.spawn(self._migrate_soon)
             return
         if entry.type != EntryType.NORMAL:
             return

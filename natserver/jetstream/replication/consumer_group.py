@@ -175,6 +175,14 @@ class ConsumerApplier:
 
     # -- natserver's consumer -----------------------------------------------------------------
 
+    def seed_from(self, consumer: Consumer) -> None:
+        """load_into's reverse: an R1 consumer's state taken into a group being created for it
+        (a scale up: the group's first snapshot carries it to the new peers)."""
+        self.delivered = [consumer.delivered_cseq, max(consumer.delivered_sseq, consumer.state_sseq)]
+        self.ack_floor = [consumer.ack_floor_cseq, consumer.ack_floor_sseq]
+        self.pending = {seq: [dseq, ts] for seq, (dseq, ts) in consumer.pending.items()}
+        self.redelivered = {seq: n - 1 for seq, n in consumer.rdc.items() if n > 1}
+
     def load_into(self, consumer: Consumer) -> None:
         """Write the state into natserver's Consumer, as consumer_store.load_all does with a
         durable's saved state (natserver counts deliveries, nats-server deliveries after the

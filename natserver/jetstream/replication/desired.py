@@ -20,13 +20,15 @@ leader drops ``desired``. The functions here are the meta leader's side (``with_
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...raft.wire import group_name
 from .entries import RaftGroup
 
 __all__ = [
-    "DESIRED", "MigrationStep", "copy_group", "desired_of", "next_step", "reconcile", "rename_single",
+    "DESIRED", "MigrationStep", "copy_group", "desired_info", "desired_of", "next_step", "peer_view",
+    "take_step", "reconcile", "rename_single",
     "set_desired", "with_desired",
 ]
 
@@ -149,10 +151,11 @@ def populate_origin(group: RaftGroup, old: RaftGroup, old_replicas: int, old_pla
     _set_extra(group, DESIRED, _rebuild(desired, origin=origin))
 
 
-def rename_single(group: RaftGroup, rng: random.Random, replicas: int = 1) -> None:
-    """groupNameForStream: a new name for a group of one, which has no RAFT group to keep
-    (2.15.1 renames it when it is scaled up, and when a scale down ends with one peer)."""
-    group.name = group_name("S", replicas, group.storage, _nuid(rng))
+def rename_single(group: RaftGroup, rng: random.Random, replicas: int = 1, prefix: str = "S") -> None:
+    """groupNameForStream (``prefix`` "C": groupNameForConsumer): a new name for a group of
+    one, which has no RAFT group to keep (2.15.1 renames it when it is scaled up, and when a
+    scale down ends with one peer)."""
+    group.name = group_name(prefix, replicas, group.storage, _nuid(rng))
 
 
 def reconcile(group: RaftGroup, update: dict, replicas: int, done: bool, rng: random.Random) -> RaftGroup | None:
@@ -212,6 +215,21 @@ class MigrationStep:
     update: dict | None = None
 
 
+def take_step(step: MigrationStep, group, report: Callable[[dict], None], snapshot: Callable[[], object]) -> None:
+    """A migration step taken on the leader's ``group`` (a natserver.nrg Group): a report
+    sent with ``report``, a snapshot with ``snapshot``, a peer added or removed, a hand-over."""
+    if step.action == "report" and step.update is not None:
+        report(step.update)
+    elif step.action == "snapshot":
+        snapshot()
+    elif step.action == "add":
+        group.add_peer(step.peer)
+    elif step.action == "remove":
+        group.remove_peer(step.peer)
+    elif step.action == "step_down":
+        group.step_down(step.peer)
+
+
 def _sort_keep(leader: str, lags: dict[str, int], offline: set[str], candidates: list[str]) -> list[str]:
     """sortScaleDownPeers: the leader, then online peers of the group by lag, then offline ones,
     then peers not in the group."""
@@ -225,13 +243,51 @@ def _sort_keep(leader: str, lags: dict[str, int], offline: set[str], candidates:
     return sorted(candidates, key=rank)
 
 
+def desired_info(desired: dict, names: dict[str, str], status: tuple[str, str] | None) -> dict:
+    """2.15.1's DesiredClusterInfo (a stream's or consumer's info, ``cluster.desired``): the
+    target's cluster and peers (not while a scale down's are still to be chosen), what it
+    changes from, and the group leader's last step (``status``, on the leader)."""
+    out: dict = {}
+    if desired.get("created"):
+        out["created"] = desired["created"]
+    if desired.get("cluster"):
+        out["name"] = desired["cluster"]
+    if desired and not desired.get("scale_down"):
+        out["replicas"] = [{"name": names.get(p, p), "peer": p} for p in desired.get("peers") or ()]
+    origin = desired.get("origin")
+    if isinstance(origin, dict):
+        out["origin"] = {"replicas": origin.get("replicas", 0),
+                         **({"placement": origin["placement"]} if origin.get("placement") else {})}
+    if status is not None:
+        out["status"] = {"description": status[0], "type": status[1]}
+    return out
+
+
+def peer_view(node, actual: list[str], now: float,
+              heard_within: float) -> tuple[dict[str, int], set[str], set[str], set[str]]:
+    """A group leader's view of its peers for a migration step (desired.next_step): each one's
+    lag, those caught up, those not heard from within ``heard_within`` seconds of ``now``
+    (offline), those heard from (``node``: a natserver.raft Node)."""
+    lags = {p: max(node.commit - node._match.get(p, 0), 0) for p in actual if p != node.id}
+    lags[node.id] = 0
+    heard = {p for p, seen in node._seen.items() if now - seen < heard_within}
+    current = {p for p, lag in lags.items() if lag == 0 and (p == node.id or p in heard)}
+    offline = {p for p in actual if p != node.id and p not in heard}
+    return lags, current, offline, heard
+
+
 def next_step(me: str, term: int, desired: dict | None, assigned: list[str], actual: list[str],
               lags: dict[str, int], current: set[str], offline: set[str], heard: set[str], replicas: int, *,
-              membership_pending: bool, needs_snapshot: bool) -> MigrationStep:
+              membership_pending: bool, needs_snapshot: bool, blocked_by: str = "",
+              stream_peers: list[str] | None = None) -> MigrationStep:
     """runStreamMigration's next step for the group leader ``me`` (RAFT term ``term``):
     ``desired`` the assignment's desired state, ``assigned`` its peers, ``actual`` the RAFT
     group's, ``lags`` each actual peer's lag, ``current`` the peers caught up, ``offline`` those
-    not heard from (placement's view), ``heard`` the peers this leader heard from lately."""
+    not heard from (placement's view), ``heard`` the peers this leader heard from lately;
+    ``blocked_by`` a consumer of the stream still on a peer the stream leaves (no peer removed
+    before it moved). A consumer group's leader (runConsumerMigration) passes its stream's
+    assigned peers as ``stream_peers``: it expands only onto peers hosting the stream, and
+    removes peers without waiting for catch-ups (a consumer's state is one snapshot)."""
     base: dict = {"id": (desired or {}).get("id", ""), "term": term}
     if desired is None or not desired.get("id") or int(desired.get("term") or 0) != term:
         return MigrationStep("report", ("requesting desired state from meta leader", "meta"), update=base)
@@ -259,11 +315,20 @@ def next_step(me: str, term: int, desired: dict | None, assigned: list[str], act
         return MigrationStep("report", ("selecting peers to scale down to", "meta"),
                              update={**base, "scale_down_peers": keep})
     if any(p not in assigned for p in wanted):
-        combined = assigned + [p for p in wanted if p not in assigned]
+        combined = assigned + [p for p in wanted if p not in assigned and (stream_peers is None or p in stream_peers)]
+        if len(combined) == len(assigned):
+            return MigrationStep("wait", ("waiting for stream to migrate first", "blocked"))
         return MigrationStep("report", ("expanding assignment with desired peers", "meta"),
                              update={**base, "meta_peers": combined, "members": list(actual)})
     exact = sorted(assigned) == sorted(actual)
     remaining = [p for p in actual if p not in wanted]
+    if remaining and exact and stream_peers is not None:  # (a consumer: selectPeerToRemove, no catch-up)
+        remove = _sort_keep(me, lags, offline, remaining)[-1]
+        if remove == me:
+            return MigrationStep("step_down", ("stepping down before removing ourselves", "membership"))
+        return MigrationStep("remove", ("removing peer", "membership"), peer=remove)
+    if remaining and exact and blocked_by:  # (the meta leader nudged: it remaps the consumers)
+        return MigrationStep("report", (f"waiting for consumer '{blocked_by}' to migrate", "blocked"), update=base)
     if remaining and exact:
         remove = _sort_keep(me, lags, offline, remaining)[-1]
         still = sum(1 for p in actual if p in current and p != remove)

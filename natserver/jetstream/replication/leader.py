@@ -32,7 +32,17 @@ from ..stream import StreamConfig, check_stream_config
 from ..stream import check_update as check_stream_update
 from ..util import subjects_collide
 from ..versioning import set_static_consumer_metadata, set_static_stream_metadata
-from .desired import SCALE_UP, desired_of, populate_origin, reconcile, rename_single, set_desired, with_desired
+from .consumer_desired import remap_consumers
+from .desired import (
+    SCALE_UP,
+    copy_group,
+    desired_of,
+    populate_origin,
+    reconcile,
+    rename_single,
+    set_desired,
+    with_desired,
+)
 from .entries import (
     ConsumerAssignment,
     EntryError,
@@ -53,7 +63,7 @@ from .placement import (
 )
 from .state import Event, MetaState, StreamEvent
 
-__all__ = ["SCALE_WITH_CONSUMERS", "MetaLeader", "Proposal", "delete_response"]
+__all__ = ["MetaLeader", "Proposal", "delete_response"]
 
 # jetstream_cluster.go syncSubjForStream: "$JSC.SYNC." and 8 base-62 digits.
 SYNC_PREFIX = "$JSC.SYNC."
@@ -64,11 +74,7 @@ EPHEMERAL_NAME_LEN = 8
 # ClientInfo.forProposal: what a proposal leaves out of the client's info.
 _NOT_PROPOSED = ("jwt", "issuer_key")
 _API_TYPE = "io.nats.jetstream.api.v1."
-# A replica change of a stream with consumers: 2.15.1 moves the consumers' groups with the
-# stream's (remapConsumerAssignments, their own desired state); natserver does not yet.
-SCALE_WITH_CONSUMERS = "natserver does not change the replicas of a clustered stream with consumers yet"
 MOVE_NOT_YET = "natserver does not support moving a clustered stream yet"
-PEER_REMOVE_WITH_CONSUMERS = "natserver does not remove a peer of a clustered stream with consumers yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,9 +284,9 @@ class MetaLeader:
                       limits: dict | None = None) -> Proposal:
         """jsClusteredStreamUpdateRequest: the group kept, its preferred leader cleared; a
         change of the replica count recorded as the group's desired state (desired.py: the
-        stream's leader drives it there), the peers added chosen as placement chooses them. A
-        change of placement (a move) is refused here: not built; so is a replica change of a
-        stream with consumers."""
+        stream's leader drives it there, its consumers following: consumer_desired.py), the
+        peers added chosen as placement chooses them. A change of placement (a move) is
+        refused here: not built."""
         old = self.stream(account, config.name)
         if old is None:
             raise errors.stream_not_found()
@@ -299,10 +305,6 @@ class MetaLeader:
         self._check_overlap(account, cfg, old)
         group = None
         if old.group is not None and scale:
-            applied = self.state.stream(account, cfg.name)
-            if (applied is not None and applied.consumers) or any(
-                    key[:2] == (account, cfg.name) and ca is not None for key, ca in self.inflight_consumers.items()):
-                raise errors.stream_update(SCALE_WITH_CONSUMERS)
             group = self._scaled_group(old, cfg, client, account, limits)
         elif old.group is not None:
             group = RaftGroup(old.group.name, list(old.group.peers or ()), old.group.storage, old.group.cluster,
@@ -352,13 +354,11 @@ class MetaLeader:
         group's desired state, the peer listed as removed; the group's leader takes it out of
         the RAFT group and adds the replacement (desired.py). Refused (10075) when no
         replacement keeps the replica count (``require_replicas``: STREAM.PEER.REMOVE's; a server's
-        removal shrinks the group instead); a stream with consumers is refused by name."""
+        removal shrinks the group instead); its consumers follow (remap_consumers: the
+        stream's next reconcile)."""
         osa = self.stream(account, name)
         if osa is None or osa.group is None:
             raise errors.stream_not_found()
-        applied = self.state.stream(account, name)
-        if applied is not None and applied.consumers:
-            raise errors.stream_general(PEER_REMOVE_WITH_CONSUMERS)
         og = osa.group
         current = desired_of(og)
         base = list(current.get("peers") or ()) if current else list(og.peers or ())
@@ -391,21 +391,50 @@ class MetaLeader:
         sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
         return self._propose(MetaOp.UPDATE_STREAM, sa)
 
-    def stream_reconcile(self, account: str, name: str, update: dict) -> Proposal | None:
+    def stream_reconcile(self, account: str, name: str, update: dict) -> list[Proposal]:
         """reconcileDesiredStreamAssignment: a stream group leader's reconcile request, the
-        assignment it changes proposed (None: nothing to change)."""
+        assignment it changes proposed, then its consumers moved onto the stream's target
+        peers (remap_consumers; not before a scale down chose its peers), the ephemerals that
+        lost every peer removed. The stream's desired state stays until no consumer moves."""
         osa = self.stream(account, name)
         if osa is None or osa.group is None or not int(update.get("term") or 0):
-            return None
-        applied = self.state.stream(account, name)
-        done = applied is None or not applied.consumers  # (remapConsumerAssignments: none to move)
+            return []
+        desired = desired_of(osa.group)
+        consumers: list[ConsumerAssignment] = []
+        deleted: list[ConsumerAssignment] = []
+        done = False
+        if desired is not None and not desired.get("scale_down"):
+            consumers, deleted, done = remap_consumers(osa, self._consumers_of(account, name), self.rng,
+                                                       self._created())
+        out = []
         ng = reconcile(osa.group, update, int(osa.config.get("num_replicas") or 1), done, self.rng)
+        if ng is not None:
+            if desired_of(ng) is None and len(ng.peers or ()) == 1:
+                rename_single(ng, self.rng)
+            sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
+            out.append(self._propose(MetaOp.UPDATE_STREAM, sa))
+        out.extend(self._propose(MetaOp.ASSIGN_CONSUMER, ca) for ca in consumers)
+        out.extend(self._propose(MetaOp.REMOVE_CONSUMER, ca) for ca in deleted)
+        return out
+
+    def consumer_reconcile(self, account: str, stream: str, name: str, update: dict) -> Proposal | None:
+        """reconcileDesiredConsumerAssignment: a consumer group leader's reconcile request (no
+        peer taken that does not host the stream yet), the assignment it changes proposed."""
+        osa = self.stream(account, stream)
+        oca = self.consumer(account, stream, name)
+        if osa is None or osa.group is None or oca is None or oca.group is None or not int(update.get("term") or 0):
+            return None
+        for peer in update.get("meta_peers") or ():
+            if peer not in (oca.group.peers or ()) and peer not in (osa.group.peers or ()):
+                return None
+        ng = reconcile(oca.group, update, consumer_replicas(oca.config, osa.config), True, self.rng)
         if ng is None:
             return None
         if desired_of(ng) is None and len(ng.peers or ()) == 1:
-            rename_single(ng, self.rng)
-        sa = StreamAssignment(osa.client, osa.created, osa.config, ng, osa.sync, osa.subject, "")
-        return self._propose(MetaOp.UPDATE_STREAM, sa)
+            rename_single(ng, self.rng, 1, "C")
+        ca = ConsumerAssignment(oca.client, oca.created, oca.name, oca.stream, oca.config, ng, oca.subject,
+                                oca.reply)
+        return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
 
     def stream_delete(self, client: dict, account: str, subject: str, reply: str, name: str) -> Proposal:
         """jsClusteredStreamDeleteRequest: the stream's config, group and creation time with this
@@ -485,23 +514,54 @@ class MetaLeader:
                          existing: ConsumerAssignment, config: ConsumerConfig, action: str) -> Proposal:
         """An existing consumer (jsClusteredConsumerRequest's else branch): its group (scale_up
         reset) and creation time kept, its pause_until kept, the new config, client, subject
-        and reply. A change of its replica count (2.15's scale through desired state) is
-        refused here: not built."""
+        and reply. A change of its replica count as the group's desired state: a scale up
+        takes peers of the stream's (10126 when it has too few), a scale down leaves the
+        choice to the group's leader."""
         old = ConsumerConfig.from_json(existing.config)
         config.pause_until = old.pause_until
         if action == "create" and old != config:
             raise errors.consumer_already_exists()
         check_update(old, config)
-        if consumer_replicas(config.to_json(), sa.config) != consumer_replicas(existing.config, sa.config):
-            raise errors.consumer_create("natserver does not support changing a clustered consumer's replicas yet")
         group = None
         if existing.group is not None:
-            group = RaftGroup(existing.group.name, list(existing.group.peers or ()), existing.group.storage,
-                              existing.group.cluster, existing.group.preferred,
-                              {k: v for k, v in existing.group.extra.items() if k != "scale_up"})
+            group = self._consumer_group(sa, existing, config)
         ca = ConsumerAssignment(_for_proposal(client), existing.created, existing.name, existing.stream,
                                 config.to_json(), group, subject, reply)
         return self._propose(MetaOp.ASSIGN_CONSUMER, ca)
+
+    def _consumer_group(self, sa: StreamAssignment, existing: ConsumerAssignment,
+                        config: ConsumerConfig) -> RaftGroup:
+        """jsClusteredConsumerRequest's group of an updated consumer (scale_up reset unless it
+        is moving), with desired state when its replica count changes."""
+        og = existing.group
+        assert og is not None
+        group = copy_group(og)
+        if desired_of(og) is None:
+            group.extra.pop(SCALE_UP, None)
+        before = consumer_replicas(existing.config, sa.config)
+        after = consumer_replicas(config.to_json(), sa.config)
+        if before < after:
+            stream_peers = list(sa.group.peers or ()) if sa.group is not None else []
+            if len(stream_peers) < after:
+                raise errors.consumer_replicas_exceeds_stream()
+            head = stream_peers[:after]  # (rand.Shuffle of the first ``after`` only)
+            self.rng.shuffle(head)
+            peers = list(group.peers or ())
+            for peer in head + stream_peers[after:]:
+                if len(peers) >= after:
+                    break
+                if peer not in peers:
+                    peers.append(peer)
+            name = group.name
+            if len(og.peers or ()) == 1 and desired_of(og) is None:
+                target = RaftGroup(name, peers, og.storage)
+                rename_single(target, self.rng, len(peers), "C")
+                name = target.name
+            return with_desired(og, name, peers, group.cluster, group.preferred, self.rng, self._created())
+        if before > after:
+            return with_desired(og, og.name, list(og.peers or ()), og.cluster, og.preferred, self.rng,
+                                self._created(), scale_down=True)
+        return group
 
     def consumer_pause(self, client: dict, account: str, subject: str, stream: str, name: str,
                        until: str | None) -> Proposal:

@@ -58,9 +58,11 @@ async def settled(nc, replicas: int, gone: str = "") -> dict:
     return info
 
 
-async def record(binary: str) -> dict:
-    folder = Path(tempfile.mkdtemp(prefix="scalerec-"))
-    names = [f"n{i + 1}" for i in range(SIZE)]
+def start_servers(binary: str, size: int, prefix: str) -> tuple[dict[str, tuple[int, int]], list]:
+    """``size`` 2.15.1 servers n1.. of one cluster (CONFIG), in a new temporary folder: their
+    (client, route) ports by name, and their processes."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    names = [f"n{i + 1}" for i in range(size)]
     ports = {n: (free_port(), free_port()) for n in names}
     procs = []
     for n in names:
@@ -70,21 +72,33 @@ async def record(binary: str) -> dict:
                                   "routes": routes})
         procs.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
+    return ports, procs
+
+
+async def create_when_ready(nc, subject: str, body: dict, timeout: float = STEP_TIMEOUT) -> dict:
+    """A create asked again while the cluster forms (no meta leader yet); its last answer."""
+    answer: dict = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            answer = await request(nc, subject, body)
+            if "error" not in answer:
+                break
+        except Exception:  # noqa: BLE001 - not ready yet
+            pass
+        await asyncio.sleep(0.5)
+    return answer
+
+
+async def record(binary: str) -> dict:
+    ports, procs = start_servers(binary, SIZE, "scalerec-")
     out: dict = {}
     try:
         await asyncio.sleep(0.5)
         nc = await nats.connect(f"nats://app:app@127.0.0.1:{ports['n1'][0]}")
         sys_nc = await nats.connect(f"nats://sys:sys@127.0.0.1:{ports['n1'][0]}")
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                out["create"] = await request(nc, "$JS.API.STREAM.CREATE.S", {
-                    "name": "S", "subjects": ["s.>"], "num_replicas": 1})
-                if "error" not in out["create"]:
-                    break
-            except Exception:  # noqa: BLE001 - not ready yet
-                pass
-            await asyncio.sleep(0.5)
+        out["create"] = await create_when_ready(nc, "$JS.API.STREAM.CREATE.S", {
+            "name": "S", "subjects": ["s.>"], "num_replicas": 1})
         for i in range(3):
             await nc.request("s.a", b"m%d" % i, timeout=5)
         out["consumer"] = await request(nc, "$JS.API.CONSUMER.DURABLE.CREATE.S.D", {
@@ -131,18 +145,27 @@ async def record(binary: str) -> dict:
         await nc.close()
         await sys_nc.close()
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(10)
+        stop_servers(procs)
     return out
 
 
-def main() -> None:
+def stop_servers(procs: list) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(10)
+
+
+def write_recording(record_fn, data: Path) -> None:
+    """``record_fn(binary)`` run against 2.15.1, its answers written into ``data``."""
     started = time.monotonic()
-    data = asyncio.run(record(NATS_SERVER))
-    DATA.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"recorded in {time.monotonic() - started:.1f} s into {DATA}")
+    out = asyncio.run(record_fn(NATS_SERVER))
+    data.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"recorded in {time.monotonic() - started:.1f} s into {data}")
+
+
+def main() -> None:
+    write_recording(record, DATA)
 
 
 if __name__ == "__main__":

@@ -63,19 +63,20 @@ async def lead_with(port: int, wanted: set[str]) -> dict:
     raise AssertionError(f"none of {wanted} leads C")
 
 
-async def pull(port: int, count: int, ack: set[int]) -> list[int]:
-    """``count`` messages pulled through a client of the server at ``port``; those whose
-    stream sequence is in ``ack`` acked (each ack answered by the leader). Their sequences."""
+async def pull(port: int, count: int, ack: set[int], stream: str = "M3") -> list[int]:
+    """``count`` messages of ``stream``'s consumer C pulled through a client of the server at
+    ``port``; those whose stream sequence is in ``ack`` acked (each ack answered by the
+    leader). Their sequences."""
     client = await Client.open(port, APP_USER)
     seqs = []
     try:
         with trio.fail_after(STEP):
             await client.sub("_INBOX.pull")
-            await client.pub("$JS.API.CONSUMER.MSG.NEXT.M3.C", b'{"batch": %d}' % count, "_INBOX.pull")
+            await client.pub(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.C", b'{"batch": %d}' % count, "_INBOX.pull")
             replies = []
             while len(replies) < count:
                 _, reply, _ = await client.next_msg()
-                assert reply.startswith("$JS.ACK.M3.C."), reply
+                assert reply.startswith(f"$JS.ACK.{stream}.C."), reply
                 replies.append(reply)
             for reply in replies:
                 seq = int(reply.split(".")[-4])

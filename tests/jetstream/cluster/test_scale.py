@@ -137,17 +137,13 @@ def test_scale_r1_to_r3_and_back(cluster):
     run(main)
 
 
-def test_a_stream_with_consumers_keeps_its_replicas(cluster):
+def test_a_move_is_refused(cluster):
     async def main():
         async with clients(cluster) as (ncs, _, _):
             created = await api(ncs[0], "$JS.API.STREAM.CREATE.S", CONFIG)
-            await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
-                      {"stream_name": "S", "config": {"durable_name": "D", "ack_policy": "explicit"}})
-            cfg = dict(created["config"], num_replicas=3)
-            refused = await api(ncs[1], "$JS.API.STREAM.UPDATE.S", cfg)
-            assert refused["error"] == {"code": 500, "err_code": 10069, "description":
-                                        "natserver does not change the replicas of a clustered stream with "
-                                        "consumers yet"}
+            moved = await api(ncs[1], "$JS.API.STREAM.UPDATE.S", dict(created["config"], placement={"tags": ["x"]}))
+            assert moved["error"] == {"code": 500, "err_code": 10069, "description":
+                                      "natserver does not support moving a clustered stream yet"}
             moved = await api(ncs[1], "$JS.API.STREAM.UPDATE.S", dict(created["config"], placement={"tags": ["x"]},
                                                                           num_replicas=3))
             assert moved["error"]["err_code"] == 10123

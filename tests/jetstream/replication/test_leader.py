@@ -16,6 +16,7 @@ import pytest
 from natserver.jetstream import gotime
 from natserver.jetstream.consumer import ConsumerConfig
 from natserver.jetstream.errors import ApiError
+from natserver.jetstream.replication.desired import desired_of
 from natserver.jetstream.replication.entries import MetaOp, decode_entry, encode_entry
 from natserver.jetstream.replication.leader import MetaLeader, delete_response
 from natserver.jetstream.replication.placement import PeerInfo
@@ -130,12 +131,13 @@ def test_stream_checks_against_the_table():
     with pytest.raises(ApiError, match="can not change storage type"):
         leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"], storage="memory",
                                                                    placement={"tags": ["ssd"]}))
-    # A replica change of a stream with consumers, a move, a move with a scale: refused.
+    # A replica change of a stream with consumers is placed as any (three ssd servers wanted
+    # here, two exist); a move, a move with a scale: refused.
     assert leader.state.stream("APP", "R1A").consumers
-    with pytest.raises(ApiError, match="replicas of a clustered stream with consumers") as info:
+    with pytest.raises(ApiError, match="no suitable peers for placement, tags not matched") as info:
         leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"], num_replicas=3,
                                                                    placement={"tags": ["ssd"]}))
-    assert info.value.err_code == 10069
+    assert info.value.err_code == 10005
     with pytest.raises(ApiError, match="moving a clustered stream") as info:
         leader.stream_update(CLIENT, "APP", "s", "r", stream_cfg(name="R1A", subjects=["r1a.>"],
                                                                    placement={"tags": ["hdd"]}))
@@ -205,9 +207,13 @@ def test_consumer_checks():
     with pytest.raises(ApiError, match="deliver policy can not be updated"):
         leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
                                ConsumerConfig.from_json(dict(d2.config, deliver_policy="new")), "D2")
-    with pytest.raises(ApiError, match="replicas"):
-        leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
-                               ConsumerConfig.from_json(dict(d2.config, num_replicas=1)), "D2")
+    # A replica change: the group's desired state (a scale down: its leader chooses the peers
+    # kept; jsClusteredConsumerRequest), the actual peers unchanged.
+    down = leader.consumer_create(CLIENT, "APP", "s", "r", "R3B",
+                                  ConsumerConfig.from_json(dict(d2.config, num_replicas=1)), "D2")
+    desired = desired_of(down.assignment.group)
+    assert desired is not None and desired["scale_down"] and desired["peers"] == d2.group.peers
+    assert down.assignment.group.peers == d2.group.peers and down.assignment.group.name == d2.group.name
     with pytest.raises(ApiError, match="consumer does not exist"):
         leader.consumer_create(CLIENT, "APP", "s", "r", "R3B", ConsumerConfig.from_json({"durable_name": "X"}), "X",
                                "update")
