@@ -29,7 +29,7 @@ from .gojson import (
     decode_strlist,
     decode_struct,
 )
-from .stream import MAX_METADATA_LEN
+from .stream import ASSET_NAME_FORBIDDEN, MAX_DESCRIPTION_LEN, MAX_METADATA_LEN
 from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano
 from .versioning import metadata_json, set_static_consumer_metadata
 
@@ -70,12 +70,27 @@ def _priority_policy(value):
     raise GoDecodeError(f"unknown priority policy: {dumps(value).decode()}")
 
 
+_start_time = gotime.decoder("CreateConsumerRequest.config.opt_start_time")
+
+
 def _time(value):
-    """opt_start_time: an RFC 3339 string, kept as given and as nanoseconds."""
-    if not isinstance(value, str):
-        raise DecodeError("opt_start_time: not a string")
+    """opt_start_time: an RFC 3339 string, kept as given (refused with Go's time.Time errors)."""
+    _start_time(value)
     return value
 
+
+# The Go types of ConsumerConfig's fields (consumer.go), named in Go's decoding errors.
+_GO_TYPES = {
+    **{key: "string" for key in ("durable_name", "name", "description", "filter_subject", "sample_freq",
+                                 "deliver_subject", "deliver_group")},
+    **{key: "time.Duration" for key in ("ack_wait", "idle_heartbeat", "max_expires", "inactive_threshold",
+                                        "priority_timeout")},
+    **{key: "int" for key in ("max_deliver", "max_waiting", "max_ack_pending", "max_batch", "max_bytes",
+                              "num_replicas")},
+    **{key: "bool" for key in ("flow_control", "headers_only", "mem_storage", "direct")},
+    "opt_start_seq": "uint64", "rate_limit_bps": "uint64", "backoff": "[]time.Duration",
+    "filter_subjects": "[]string", "priority_groups": "[]string", "metadata": "map[string]string",
+}
 
 _FIELDS = {
     "durable_name": decode_str,
@@ -113,6 +128,11 @@ _FIELDS = {
     "priority_policy": _priority_policy,
     "priority_timeout": _goint,  # ns (Go's PinnedTTL)
 }
+
+# jetstream_api.go CreateConsumerRequest: what a create may name (2.15.1, strict); sourcing is
+# 2.15's consumer of a source (not modelled: taken, not kept).
+REQUEST_SHAPE: dict = {"stream_name": None, "action": None, "pedantic": None,
+                       "config": {**{key: None for key in _FIELDS}, "sourcing": None}}
 
 # Go's zero values, in nats-server 2.15.1's field order (idle_heartbeat after deliver_group
 # since 2.10); which of them are omitted (omitempty) is in to_json.
@@ -177,7 +197,7 @@ class ConsumerConfig:
 
     @classmethod
     def from_json(cls, obj) -> ConsumerConfig:
-        return cls(**decode_struct(obj, _FIELDS, {}))
+        return cls(**decode_struct(obj, _FIELDS, {}, "CreateConsumerRequest.config", _GO_TYPES))
 
     def to_json(self, dynamic: bool = False) -> dict:
         """``dynamic``: the metadata with the server's version and level (versioning.py), as in
@@ -236,8 +256,6 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
         cfg.max_ack_pending = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
         cfg.max_waiting = DEFAULT_MAX_WAITING
-    if cfg.backoff:
-        cfg.ack_wait = cfg.backoff[0]
     if stream_limits:
         if cfg.max_ack_pending == 0:
             cfg.max_ack_pending = stream_limits.get("max_ack_pending", 0)
@@ -250,6 +268,8 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
             cfg.max_ack_pending = DEFAULT_MAX_ACK_PENDING
             if 0 < max_ack_pending_limit < DEFAULT_MAX_ACK_PENDING:
                 cfg.max_ack_pending = max_ack_pending_limit
+    if cfg.backoff:  # (after the default, as setConsumerConfigDefaults: a backoff of [0] is no ack wait)
+        cfg.ack_wait = cfg.backoff[0]
     if not cfg.durable_name and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
     if cfg.priority_timeout < 0:  # (nats-server's non-pedantic mode: a negative duration is none)
@@ -263,13 +283,19 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
     """nats-server's checkConsumerCfg for a standalone server, in its order (the names first,
     as the API handler checks them); ``max_ack_pending_limit``: the account's;
     ``stream_limits``: the stream's consumer_limits (2.10+), caps."""
-    for name in (cfg.durable_name, cfg.name):
-        if name and any(c in name for c in ".*> \t"):
-            raise errors.consumer_name_invalid(name)
+    for name, kind in ((cfg.name, "consumer name"), (cfg.durable_name, "consumer durable name")):
+        if name and any(c in name for c in ASSET_NAME_FORBIDDEN):
+            raise errors.stream_invalid_config(f"{kind} can not contain '.', '*', '>', '\\', '/'")
     if cfg.num_replicas < 0:
         raise errors.replicas_negative()
+    if any(delay < 0 for delay in cfg.backoff or ()):
+        raise errors.consumer_backoff_negative()
+    if cfg.ack_wait < 0:
+        raise errors.consumer_ack_wait_negative()
     if cfg.backoff and cfg.max_deliver != -1 and len(cfg.backoff) > cfg.max_deliver:  # (2.10+: -1 allowed)
         raise errors.consumer_max_deliver_backoff()
+    if len(cfg.description) > MAX_DESCRIPTION_LEN:
+        raise errors.consumer_description_too_long(MAX_DESCRIPTION_LEN)
     if cfg.deliver_subject:
         if any(token in ("*", ">") for token in cfg.deliver_subject.split(".")):
             raise errors.consumer_deliver_to_wildcards()
@@ -312,8 +338,7 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_direct_requires_push()
         if cfg.durable_name:
             raise errors.consumer_direct_requires_ephemeral()
-    if cfg.deliver_group and not cfg.deliver_subject:
-        raise errors.consumer_deliver_group_requires_push()
+    # (a pull consumer's deliver_group is taken and unused: 2.15.1 has no check, 2.9 refused it)
     # Only the filters' form is checked: nats-server (since 2.10) takes any filter, wider or
     # narrower than the stream's subjects or disjoint from them (it then matches nothing).
     if cfg.filter_subject and cfg.filter_subjects:

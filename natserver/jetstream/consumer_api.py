@@ -26,9 +26,12 @@ from .consumer import (
     ephemeral_name,
     set_defaults,
 )
+from .consumer import (
+    REQUEST_SHAPE as CONSUMER_REQUEST_SHAPE,
+)
 from .errors import ApiError
 from .external import STREAM_IDENTITY, stream_identity
-from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
+from .gojson import INT64, GoDecodeError, check_known_fields, decode_int, decode_object, decode_str, decode_struct
 from .util import dumps, gen_header, get_header, is_json_object_or_array, loads
 from .versioning import copy_metadata, set_static_consumer_metadata
 
@@ -141,6 +144,10 @@ class ConsumerApi:
         """A create request's configuration and action, with the checks made before the
         stream's (ApiError otherwise)."""
         req = _decode(payload, _CREATE_REQUEST)
+        try:  # (2.15.1 decodes strictly: an unknown field anywhere is refused)
+            check_known_fields(loads(payload), CONSUMER_REQUEST_SHAPE)
+        except GoDecodeError as exc:
+            raise errors.invalid_json(str(exc)) from None
         if req.get("stream_name", "") != stream_name:
             raise errors.stream_mismatch()
         try:
