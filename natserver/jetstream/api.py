@@ -21,10 +21,20 @@ from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi, ConsumerHost
 from .direct import DirectGets, DirectHost
 from .errors import ApiError
-from .gojson import INT64, UINT64, GoDecodeError, check_known_fields, decode_bool, decode_int, decode_str, decode_struct
+from .gojson import (
+    INT64,
+    UINT64,
+    GoDecodeError,
+    check_known_fields,
+    decode_bool,
+    decode_int,
+    decode_pedantic,
+    decode_str,
+    decode_struct,
+)
 from .store import StoreError
 from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
-from .stream import StreamConfig, check_stream_config
+from .stream import StreamConfig, check_pedantic, check_stream_config
 from .util import (
     dumps,
     is_empty_request,
@@ -293,10 +303,13 @@ class Api:
             request = loads(payload) if payload.strip() else {}
             check_known_fields(request, STREAM_REQUEST_SHAPE)
             cfg = StreamConfig.from_json(request)
+            pedantic = decode_pedantic(request, "StreamConfigRequest")
         except GoDecodeError as exc:  # (Go's Unmarshal error, after "invalid JSON: ")
             raise errors.invalid_json(str(exc)) from None
         except ValueError:
             raise errors.invalid_json() from None
+        if pedantic:
+            check_pedantic(cfg)
         unsupported.refuse_stream(request)
         set_static_stream_metadata(cfg)
         return cfg

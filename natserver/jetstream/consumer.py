@@ -30,7 +30,7 @@ from .gojson import (
     decode_struct,
 )
 from .stream import ASSET_NAME_FORBIDDEN, MAX_DESCRIPTION_LEN, MAX_METADATA_LEN
-from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano
+from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano, subjects_collide
 from .versioning import metadata_json, set_static_consumer_metadata
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
@@ -422,6 +422,37 @@ def _check_deliver_policy(cfg: ConsumerConfig) -> None:
             not_set("start time")
         if cfg.opt_start_seq != 0:
             bad_start("start sequence")
+
+
+def check_pedantic(cfg: ConsumerConfig) -> None:
+    """2.11+'s pedantic mode: what setConsumerConfigDefaults refuses rather than change, in
+    its order (10157); natserver checks the request alone, when it is decoded (not the
+    defaults from the stream's consumer_limits or the server's limits)."""
+    if cfg.max_deliver < -1:
+        raise errors.pedantic("max_deliver must be set to -1")
+    if cfg.max_waiting < 0:
+        raise errors.pedantic("max_waiting must not be negative")
+    if cfg.max_ack_pending < -1:
+        raise errors.pedantic("max_ack_pending must be set to -1")
+    for key in ("max_batch", "max_expires", "max_bytes", "idle_heartbeat", "inactive_threshold", "priority_timeout"):
+        if getattr(cfg, key) < 0:
+            raise errors.pedantic(f"{key} must not be negative")
+    ack_wait = cfg.ack_wait or (DEFAULT_ACK_WAIT if cfg.ack_policy in ("explicit", "all") else 0)
+    if cfg.backoff and ack_wait != cfg.backoff[0]:
+        raise errors.pedantic("first backoff value has to equal batch AckWait")
+
+
+def check_workqueue_update(cfg: ConsumerConfig, name: str, consumers: dict) -> None:
+    """consumer.go addConsumerWithAction, an existing consumer of a workqueue stream
+    (partitionUnique): its filters may not collide with another's (direct ones aside), nor
+    may another be unfiltered."""
+    for other_name, other in consumers.items():
+        if other_name == name or other.cfg.direct:
+            continue
+        theirs = other.cfg.filters
+        for mine in cfg.filters:
+            if not theirs or any(subjects_collide(mine, filter) for filter in theirs):
+                raise errors.consumer_wq_not_unique()
 
 
 def check_workqueue(cfg: ConsumerConfig, others) -> None:

@@ -21,8 +21,10 @@ from .consumer import (
     Consumer,
     ConsumerConfig,
     check_config,
+    check_pedantic,
     check_update,
     check_workqueue,
+    check_workqueue_update,
     ephemeral_name,
     set_defaults,
 )
@@ -31,7 +33,17 @@ from .consumer import (
 )
 from .errors import ApiError
 from .external import STREAM_IDENTITY, stream_identity
-from .gojson import INT64, GoDecodeError, check_known_fields, decode_int, decode_object, decode_str, decode_struct
+from .gojson import (
+    INT64,
+    GoDecodeError,
+    check_known_fields,
+    decode_int,
+    decode_object,
+    decode_pedantic,
+    decode_str,
+    decode_struct,
+    go_type_error,
+)
 from .util import dumps, gen_header, get_header, is_json_object_or_array, loads
 from .versioning import copy_metadata, set_static_consumer_metadata
 
@@ -145,7 +157,12 @@ class ConsumerApi:
         stream's (ApiError otherwise)."""
         req = _decode(payload, _CREATE_REQUEST)
         try:  # (2.15.1 decodes strictly: an unknown field anywhere is refused)
-            check_known_fields(loads(payload), CONSUMER_REQUEST_SHAPE)
+            request = loads(payload)
+            check_known_fields(request, CONSUMER_REQUEST_SHAPE)
+            pedantic = decode_pedantic(request, "CreateConsumerRequest")
+            sourcing = (request.get("config") or {}).get("sourcing")  # (2.15's, taken, not kept)
+            if sourcing is not None and not isinstance(sourcing, bool):
+                raise go_type_error(sourcing, "CreateConsumerRequest.config.sourcing", "bool")
         except GoDecodeError as exc:
             raise errors.invalid_json(str(exc)) from None
         if req.get("stream_name", "") != stream_name:
@@ -176,6 +193,8 @@ class ConsumerApi:
             if filter and cfg.filter_subject != filter:
                 raise errors.consumer_create_filter_mismatch()
             cfg.name = name  # (2.10+: the subject's name is the consumer's)
+        if pedantic:
+            check_pedantic(cfg)
         return cfg, req.get("action", "")
 
     def create(self, stream_name: str, reply, payload: bytes, *, name: str = "", durable: bool = False,
@@ -235,6 +254,8 @@ class ConsumerApi:
                 return existing
             if action == "create":
                 raise errors.consumer_already_exists()
+            if stream.cfg.retention == "workqueue":
+                check_workqueue_update(cfg, name, consumers)
             cfg.metadata = metadata  # (an update stores its own)
             check_update(existing.cfg, cfg)
             existing.reconfigure(cfg)

@@ -276,6 +276,10 @@ def consumer_invalid_policy(err: str) -> ApiError:
     return ApiError(400, 10094, err)
 
 
+def pedantic(err: str) -> ApiError:  # 2.11+: a pedantic request that a default would change
+    return ApiError(400, 10157, f"pedantic mode: {err}")
+
+
 consumer_ack_wait_negative = _fixed(400, 10183, "consumer ack wait needs to be positive")
 consumer_backoff_negative = _fixed(400, 10184, "consumer backoff needs to be positive")
 

@@ -130,6 +130,16 @@ def check_known_fields(obj, shape: dict) -> None:
                 check_known_fields(item, inner[0])
 
 
+def decode_pedantic(request, where: str) -> bool:
+    """A request's "pedantic" (2.11+: defaults refused rather than applied), a Go bool."""
+    value = request.get("pedantic") if isinstance(request, dict) else None
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise go_type_error(value, f"{where}.pedantic", "bool")
+    return value
+
+
 def go_quote_text(text: str) -> str:
     """Go's %q of a string (JSON's escapes are the same for what keys hold)."""
     return json.dumps(text, ensure_ascii=False)

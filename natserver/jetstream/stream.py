@@ -457,8 +457,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     configurations refused (ApiError). ``streams`` are the existing ones (for mirrors);
     ``limits`` the account's JetStream limits (max_bytes_required, the per-stream byte limits)."""
     invalid = errors.stream_invalid_config
-    if not config.name or any(c in config.name for c in " \t\r\n\f.*>"):
-        raise invalid("stream name is required and can not contain '.', '*', '>'")
+    if not _valid_asset_name(config.name):
+        raise invalid("stream name is required and can not contain '.', '*', '>', '\\', '/'")
     if len(config.name) > MAX_NAME_LEN:
         raise invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
     if len(config.description) > MAX_DESCRIPTION_LEN:
@@ -744,6 +744,34 @@ ASSET_NAME_FORBIDDEN = " \t\r\n\f.*>\\/"
 
 def _valid_asset_name(name: str) -> bool:
     return bool(name) and not any(c in name for c in ASSET_NAME_FORBIDDEN)
+
+
+def check_pedantic(cfg: StreamConfig) -> None:
+    """2.11+'s pedantic mode (a request's "pedantic": true): what checkStreamCfg refuses rather
+    than change, in its order; natserver checks the request alone, when it is decoded (not a
+    mirror's direct gets against its origin's, nor the server's duplicate window limit)."""
+    invalid = errors.stream_invalid_config
+    for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+        if getattr(cfg, key) < -1:
+            raise errors.pedantic(f"{key} must be set to -1")
+    if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources \
+            and 0 < cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
+        raise errors.pedantic("duplicate window cannot be bigger than max age")
+    if cfg.subject_delete_marker_ttl >= MIN_MARKER_TTL_NS:
+        if not cfg.allow_msg_ttl:
+            raise invalid("subject delete marker cannot be set if message TTLs are disabled")
+        if not cfg.allow_rollup_hdrs:
+            raise invalid("subject delete marker cannot be set if roll-ups are disabled")
+    if cfg.allow_msg_schedules and cfg.discard != "new" and not cfg.allow_rollup_hdrs:
+        raise invalid("message scheduling cannot be set if roll-ups are disabled")
+    if cfg.republish is not None:
+        republish = _republish(cfg.republish)
+        if not republish["src"]:
+            raise errors.pedantic("republish source can not be empty")
+        transform = cfg.subject_transform
+        if republish["src"] == republish["dest"] == ">" and transform is not None and len(cfg.subjects or ()) == 1 \
+                and transform["src"] == (cfg.subjects or [""])[0]:
+            raise errors.pedantic("implicit republish based on subject transform")
 
 
 def check_republish(value: dict, subjects: list, transform: dict | None = None) -> dict:

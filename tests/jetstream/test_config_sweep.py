@@ -24,6 +24,8 @@ JS_CONFIG = 'jetstream { store_dir: "%s" }\n'
 
 SECOND = 1_000_000_000  # ns
 DELETE_POLLS, DELETE_POLL_INTERVAL = 100, 0.02  # up to 2 s for a deleted stream to go
+STORE_RETRIES = 5  # a case is run again while 2.15.1 could not create a store (STORE_NOT_READY)
+STORE_NOT_READY = b'"description":"error creating store for stream"'
 HUGE = 2**63 - 1  # Go's max int64
 TOO_BIG = 2**64  # past int64: Go's json refuses it
 BASE = {"name": "S", "subjects": ["s.>"]}  # the stream most cases start from
@@ -83,6 +85,8 @@ def _stream_cases() -> list[tuple[str, list, tuple]]:
     for field in ("max_consumers", "max_msgs", "max_bytes", "max_age", "max_msgs_per_subject", "max_msg_size",
                   "duplicate_window", "num_replicas", "first_seq", "subject_delete_marker_ttl"):
         for value in NUMBERS:
+            if field == "first_seq" and value == HUGE:
+                continue  # (2.15.1 recreating S after such a stream sometimes starts at 2**62-1)
             create(f"{field}={value!r}", **{field: value})
         for value in (0, 5, -1, HUGE):
             update(f"{field} to {value!r}", **{field: value})
@@ -152,7 +156,7 @@ def _stream_cases() -> list[tuple[str, list, tuple]]:
     cases.append(("stream create: not JSON", [], ("$JS.API.STREAM.CREATE.S", b"nope")))
     cases.append(("stream create: twice the same", [_stream_create(BASE)], _stream_create(BASE)))
     cases.append(("stream create: twice, different", [_stream_create(BASE)], _stream_create({**BASE, "max_msgs": 5})))
-    cases.append(("stream create: overlapping subjects", [_stream_create({"name": "O", "subjects": ["s.a"]})],
+    cases.append(("stream create: overlapping subjects", [_stream_create({"name": "O", "subjects": ["s.a"]}, "O")],
                   _stream_create(BASE)))
     # conflicting combinations
     for name, fields in {
@@ -229,7 +233,7 @@ def _stream_cases() -> list[tuple[str, list, tuple]]:
         config = {**BASE, **fields}
         if config.get("subjects") is None:
             config.pop("subjects")
-        source = [_stream_create({"name": "O", "subjects": ["o.>"]}), _stream_create({"name": "P", "subjects": ["p.>"]})]
+        source = [_stream_create({"name": "O", "subjects": ["o.>"]}, "O"), _stream_create({"name": "P", "subjects": ["p.>"]}, "P")]
         cases.append((f"stream create: {name}", source, _stream_create(config)))
     return cases
 
@@ -434,7 +438,7 @@ def _consumer_cases() -> list[tuple[str, list, tuple]]:
     cases.append(("consumer create: max_consumers reached", [_stream_create({**BASE, "max_consumers": 1}),
                                                              _consumer_create(base)],
                   _consumer_create({**base, "durable_name": "D"})))
-    cases.append(("consumer create: on a mirror", [_stream_create(BASE), _stream_create({"name": "M", "mirror": {"name": "S"}})],
+    cases.append(("consumer create: on a mirror", [_stream_create(BASE), _stream_create({"name": "M", "mirror": {"name": "S"}}, "M")],
                   _consumer_create({**base, "filter_subject": "s.a"}, stream="M")))
     cases.append(("consumer create: filter not in the stream", stream,
                   _consumer_create({**base, "filter_subject": "x.y"})))
@@ -446,8 +450,102 @@ def _consumer_cases() -> list[tuple[str, list, tuple]]:
     return cases
 
 
+def _more_cases() -> list[tuple[str, list, tuple]]:
+    """Pedantic requests (2.11+: a default that would change the request is refused), and
+    updates and creates that depend on other streams or consumers."""
+    cases: list[tuple[str, list, tuple]] = []
+    stream = [_stream_create(BASE)]
+    base = {"durable_name": "C", "ack_policy": "explicit"}
+    for name, fields in {
+        "max_msgs -2": {"max_msgs": -2}, "max_bytes -2": {"max_bytes": -2}, "max_consumers -2": {"max_consumers": -2},
+        "max_msg_size -2": {"max_msg_size": -2}, "max_msgs_per_subject -2": {"max_msgs_per_subject": -2},
+        "max_age under the duplicate window": {"max_age": SECOND},
+        "republish without source": {"republish": {"dest": "r.>"}},
+        "implicit republish": {"subject_transform": {"src": "s.>", "dest": "t.>"}, "republish": {"src": ">", "dest": ">"}},
+        "marker ttl without allow_msg_ttl": {"subject_delete_marker_ttl": SECOND},
+        "marker ttl without rollups": {"subject_delete_marker_ttl": SECOND, "allow_msg_ttl": True},
+        "schedules without rollups": {"allow_msg_schedules": True},
+        "defaults only": {},
+        "pedantic false": {"pedantic": False},
+    }.items():
+        config = {**BASE, "pedantic": True, **fields}
+        cases.append((f"pedantic stream create: {name}", [], _stream_create(config)))
+        cases.append((f"pedantic stream update: {name}", stream, _stream_update(config)))
+    for name, fields in {
+        "max_deliver -2": {"max_deliver": -2}, "max_waiting -1": {"max_waiting": -1},
+        "max_ack_pending -2": {"max_ack_pending": -2}, "max_batch -1": {"max_batch": -1},
+        "max_expires -1": {"max_expires": -1}, "max_bytes -1": {"max_bytes": -1},
+        "idle_heartbeat -1": {"idle_heartbeat": -1}, "inactive_threshold -1": {"inactive_threshold": -1},
+        "priority_timeout -1": {"priority_timeout": -1, "priority_groups": ["g"], "priority_policy": "pinned_client"},
+        "backoff without its ack_wait": {"backoff": [SECOND], "max_deliver": 5},
+        "backoff with its ack_wait": {"backoff": [SECOND], "max_deliver": 5, "ack_wait": SECOND},
+        "defaults only": {},
+    }.items():
+        body = {"stream_name": "S", "config": {**base, **fields}, "pedantic": True}
+        cases.append((f"pedantic consumer create: {name}", stream, ("$JS.API.CONSUMER.CREATE.S.C", body)))
+    limits = [_stream_create({**BASE, "consumer_limits": {"max_ack_pending": 10, "inactive_threshold": SECOND}})]
+    cases.append(("pedantic consumer create: under stream limits, none set", limits,
+                  ("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": base, "pedantic": True})))
+    cases.append(("pedantic consumer create: stream limits set", limits,
+                  ("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "pedantic": True, "config": {
+                      **base, "max_ack_pending": 5, "inactive_threshold": SECOND // 2}})))
+    other = _stream_create({"name": "O", "subjects": ["o.>"]}, "O")
+    for name, (setup, request) in {
+        "update: subjects overlapping another stream": ([*stream, other], _stream_update({**BASE, "subjects": ["s.>", "o.a"]})),
+        "update: mirror removed": ([other, _stream_create({"name": "S", "mirror": {"name": "O"}})],
+                                   _stream_update({"name": "S"})),
+        "update: mirror changed": ([other, _stream_create({"name": "S", "mirror": {"name": "O"}})],
+                                   _stream_update({"name": "S", "mirror": {"name": "O", "filter_subject": "o.a"}})),
+        "update: mirror subjects added": ([other, _stream_create({"name": "S", "mirror": {"name": "O"}})],
+                                          _stream_update({"name": "S", "mirror": {"name": "O"}, "subjects": ["m"]})),
+        "update: sources changed": ([other, _stream_create({**BASE, "sources": [{"name": "O"}]})],
+                                    _stream_update({**BASE, "sources": [{"name": "O", "filter_subject": "o.a"}]})),
+        "update: sources removed": ([other, _stream_create({**BASE, "sources": [{"name": "O"}]})], _stream_update(BASE)),
+        "update: max_msgs_per_subject on workqueue": ([_stream_create({**BASE, "retention": "workqueue"})],
+                                                      _stream_update({**BASE, "retention": "workqueue",
+                                                                      "max_msgs_per_subject": 1})),
+        "update: discard_new_per_subject": ([*stream], _stream_update({**BASE, "discard": "new", "max_msgs_per_subject": 1,
+                                                                       "discard_new_per_subject": True})),
+        "update: max_age under the duplicate window": ([*stream], _stream_update({**BASE, "max_age": SECOND})),
+        "update: duplicate_window over max_age": ([_stream_create({**BASE, "max_age": 10 * SECOND})],
+                                                  _stream_update({**BASE, "max_age": 10 * SECOND,
+                                                                  "duplicate_window": 20 * SECOND})),
+        "update: no body": ([*stream], ("$JS.API.STREAM.UPDATE.S", b"")),
+        "update: first_seq changed": ([*stream], _stream_update({**BASE, "first_seq": 10})),
+        "update: consumer_limits under a consumer": ([*stream, _consumer_create({**base, "max_ack_pending": 50})],
+                                                     _stream_update({**BASE, "consumer_limits": {"max_ack_pending": 10}})),
+        "consumer on a sealed stream": ([*stream, _stream_update({**BASE, "sealed": True})], _consumer_create(base)),
+        "consumer on a mirror, no filter": ([other, _stream_create({"name": "M", "mirror": {"name": "O"}}, "M")],
+                                            _consumer_create(base, stream="M")),
+        "consumer: sourcing field": ([*stream], _consumer_create({**base, "sourcing": {}})),
+        "consumer: unknown field": ([*stream], _consumer_create({**base, "other": 1})),
+        "consumer: unknown request field": ([*stream], ("$JS.API.CONSUMER.CREATE.S.C",
+                                                         {"stream_name": "S", "config": base, "other": 1})),
+        "consumer: metadata over the limit": ([*stream], _consumer_create({**base, "metadata": {"k": "v" * 140_000}})),
+        "consumer: workqueue, update to overlap": (
+            [_stream_create({**BASE, "retention": "workqueue"}), _consumer_create({**base, "filter_subject": "s.a"}),
+             _consumer_create({**base, "durable_name": "D", "filter_subject": "s.b"})],
+            _consumer_create({**base, "durable_name": "D", "filter_subject": "s.>"})),
+        "consumer: interest stream, replicas 1": ([_stream_create({**BASE, "retention": "interest"})],
+                                                  _consumer_create({**base, "num_replicas": 1})),
+        "consumer: update a push to a group": ([*stream, _consumer_create({**base, "deliver_subject": "d.x"})],
+                                               _consumer_create({**base, "deliver_subject": "d.x", "deliver_group": "g"})),
+        "consumer: update the ack_wait under a backoff": (
+            [*stream, _consumer_create({**base, "backoff": [SECOND, 2 * SECOND], "max_deliver": 5})],
+            _consumer_create({**base, "backoff": [SECOND, 2 * SECOND], "max_deliver": 5, "ack_wait": 5 * SECOND})),
+        "consumer: ephemeral with inactive threshold update": (
+            [*stream], _consumer_create({"name": "E", "ack_policy": "explicit", "inactive_threshold": 10 * SECOND})),
+        "consumer: durable create of an existing name with another config": (
+            [*stream, _durable_create(base)], _durable_create({**base, "ack_policy": "all"})),
+        "consumer: ack_policy flow_control": ([*stream], _consumer_create({**base, "ack_policy": "flow_control",
+                                                                            "deliver_subject": "d.x"})),
+    }.items():
+        cases.append((name, setup, request))
+    return cases
+
+
 def cases() -> list[tuple[str, list, tuple]]:
-    return _stream_cases() + _consumer_cases()
+    return _stream_cases() + _consumer_cases() + _more_cases()
 
 
 def _payload(body) -> bytes:
@@ -481,11 +579,7 @@ def run_script(port: int) -> dict:
     def ask(subject: str, body) -> bytes:
         return client.batch([("req", subject, b"", _payload(body))])[0]
 
-    answers: dict[str, object] = {}
-    for name, setup, (subject, body) in cases():
-        for setup_subject, setup_body in setup:
-            ask(setup_subject, setup_body)
-        answers[name] = _answer(ask(subject, body), body)
+    def clear() -> None:
         for stream in json.loads(ask("$JS.API.STREAM.NAMES", b"")).get("streams") or []:
             ask(f"$JS.API.STREAM.DELETE.{stream}", b"")
         # (2.15.1 may answer a delete before the stream is gone: the next case's create of the
@@ -494,6 +588,18 @@ def run_script(port: int) -> dict:
             if not json.loads(ask("$JS.API.STREAM.NAMES", b"")).get("streams"):
                 break
             time.sleep(DELETE_POLL_INTERVAL)
+
+    answers: dict[str, object] = {}
+    for name, setup, (subject, body) in cases():
+        for _ in range(STORE_RETRIES):
+            raw = [ask(setup_subject, setup_body) for setup_subject, setup_body in setup]
+            raw.append(ask(subject, body))
+            clear()
+            # (2.15.1 on a loaded machine: a file store of the same name still being removed)
+            if not any(STORE_NOT_READY in answer for answer in raw):
+                break
+            time.sleep(DELETE_POLL_INTERVAL)
+        answers[name] = _answer(raw[-1], body)
     client.sock.close()
     return answers
 
@@ -508,6 +614,10 @@ KNOWN_DIFFERENCES = {
                                                        "(sourcing.py): two of one origin are refused by name",
     "stream update: sources added": "natserver reports a missing origin in the source's info at once; "
                                     "2.15.1 once its sourcing consumer's create failed",
+    "pedantic consumer create: under stream limits, none set": "natserver's pedantic checks see the request "
+                                                                "alone, not the stream's consumer_limits",
+    "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
+                                         "are not implemented: refused as an unknown ack policy",
     "stream create: placement={'cluster': '', 'tags': []}": "2.15.1 keeps a placement whose tags are an empty "
                                                             "list (not DeepEqual to none) and writes {}",
 }
