@@ -612,8 +612,6 @@ KNOWN_DIFFERENCES = {
     "consumer create: not JSON": "the same",
     "stream create: sources: the same twice, filters": "natserver knows a stream's sources by origin "
                                                        "(sourcing.py): two of one origin are refused by name",
-    "stream update: sources added": "natserver reports a missing origin in the source's info at once; "
-                                    "2.15.1 once its sourcing consumer's create failed",
     "pedantic consumer create: under stream limits, none set": "natserver's pedantic checks see the request "
                                                                 "alone, not the stream's consumer_limits",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
