@@ -544,8 +544,74 @@ def _more_cases() -> list[tuple[str, list, tuple]]:
     return cases
 
 
+# Push consumer updates: a start, and what changes (the update rules of a push consumer).
+_PUSH_UPDATES: dict[str, tuple[dict, dict]] = {
+    "to pull": ({}, {"deliver_subject": ""}),
+    "deliver_subject": ({}, {"deliver_subject": "d.y"}),
+    "deliver_group added": ({}, {"deliver_group": "g"}),
+    "deliver_group changed": ({"deliver_group": "g"}, {"deliver_group": "h"}),
+    "deliver_group removed": ({"deliver_group": "g"}, {"deliver_group": ""}),
+    "flow_control on": ({"idle_heartbeat": SECOND}, {"flow_control": True}),
+    "flow_control off": ({"idle_heartbeat": SECOND, "flow_control": True}, {"flow_control": False}),
+    "idle_heartbeat changed": ({"idle_heartbeat": SECOND}, {"idle_heartbeat": 2 * SECOND}),
+    "idle_heartbeat removed": ({"idle_heartbeat": SECOND}, {"idle_heartbeat": 0}),
+    "rate_limit_bps": ({}, {"rate_limit_bps": 1000}),
+    "max_waiting": ({}, {"max_waiting": 5}),
+    "headers_only": ({}, {"headers_only": True}),
+    "replay_policy": ({}, {"replay_policy": "original"}),
+    "ack_policy none to explicit": ({"ack_policy": "none"}, {"ack_policy": "explicit"}),
+    "max_ack_pending with ack none": ({"ack_policy": "none"}, {"max_ack_pending": 5}),
+    "inactive_threshold": ({}, {"inactive_threshold": 5 * SECOND}),
+    "pause_until": ({}, {"pause_until": "2030-01-01T00:00:00Z"}),
+    "sample_freq": ({}, {"sample_freq": "100%"}),
+}
+
+
+def _push_cases() -> list[tuple[str, list, tuple]]:
+    cases: list[tuple[str, list, tuple]] = []
+    stream = [_stream_create(BASE)]
+    for name, (before, change) in _PUSH_UPDATES.items():
+        start = {"durable_name": "C", "ack_policy": "explicit", "deliver_subject": "d.x", **before}
+        cases.append((f"push update: {name}", [*stream, _consumer_create(start)], _consumer_create({**start, **change})))
+    pull = {"durable_name": "C", "ack_policy": "explicit"}
+    for name, change in {"to push": {"deliver_subject": "d.x"}, "max_waiting lowered": {"max_waiting": 1},
+                         "max_waiting raised": {"max_waiting": 1000}, "max_batch": {"max_batch": 10},
+                         "ack_policy explicit to none": {"ack_policy": "none"},
+                         "ack_policy explicit to all": {"ack_policy": "all"},
+                         "filter added": {"filter_subject": "s.a"},
+                         "filters to one": {"filter_subjects": ["s.a"]},
+                         "replicas 0 to 1": {"num_replicas": 1}, "mem_storage": {"mem_storage": True},
+                         "priority groups added": {"priority_groups": ["g"], "priority_policy": "overflow"},
+                         "backoff added": {"backoff": [SECOND], "max_deliver": 3},
+                         "metadata removed": {"metadata": {}}}.items():
+        cases.append((f"pull update: {name}", [*stream, _consumer_create({**pull, "metadata": {"a": "b"}})],
+                      _consumer_create({**pull, "metadata": {"a": "b"}, **change})))
+    # durable create on an existing durable (DURABLE.CREATE is create-or-update)
+    cases.append(("durable create: the same again", [*stream, _durable_create(pull)], _durable_create(pull)))
+    cases.append(("durable create: an ephemeral's name", [*stream, _consumer_create({"name": "E", "ack_policy": "explicit",
+                                                                                       "inactive_threshold": SECOND})],
+                  _durable_create({**pull, "durable_name": "E"})))
+    cases.append(("consumer create: a durable's name as ephemeral", [*stream, _consumer_create(pull)],
+                  ("$JS.API.CONSUMER.CREATE.S", {"stream_name": "S", "config": {"name": "C", "ack_policy": "explicit"}})))
+    cases.append(("consumer create: ephemeral with durable_name", stream,
+                  ("$JS.API.CONSUMER.CREATE.S", {"stream_name": "S", "config": pull})))
+    cases.append(("consumer create: filter tokens in the subject", stream,
+                  ("$JS.API.CONSUMER.CREATE.S.C.s.*", {"stream_name": "S", "config": {**pull, "filter_subject": "s.*"}})))
+    cases.append(("consumer create: filter in the subject and filter_subjects", stream,
+                  ("$JS.API.CONSUMER.CREATE.S.C.s.a", {"stream_name": "S", "config": {**pull, "filter_subjects": ["s.a"]}})))
+    cases.append(("consumer create: stream info after two", [*stream, _consumer_create(pull),
+                                                               _consumer_create({**pull, "durable_name": "D"})],
+                  ("$JS.API.STREAM.INFO.S", b"")))
+    cases.append(("consumer info after an update", [*stream, _consumer_create(pull),
+                                                     _consumer_create({**pull, "description": "x", "max_deliver": 3})],
+                  ("$JS.API.CONSUMER.INFO.S.C", b"")))
+    cases.append(("stream info after an update", [*stream, _stream_update({**BASE, "max_msgs": 10, "description": "x"})],
+                  ("$JS.API.STREAM.INFO.S", b"")))
+    return cases
+
+
 def cases() -> list[tuple[str, list, tuple]]:
-    return _stream_cases() + _consumer_cases() + _more_cases()
+    return _stream_cases() + _consumer_cases() + _more_cases() + _push_cases()
 
 
 def _payload(body) -> bytes:
@@ -614,6 +680,10 @@ KNOWN_DIFFERENCES = {
                                                        "(sourcing.py): two of one origin are refused by name",
     "pedantic consumer create: under stream limits, none set": "natserver's pedantic checks see the request "
                                                                 "alone, not the stream's consumer_limits",
+    "durable create: an ephemeral's name": "2.15.1 gives an update the ephemerals' 5 s inactive threshold by the "
+                                           "existing consumer's durability (updateInactiveThreshold), natserver "
+                                           "by the request's",
+    "consumer create: a durable's name as ephemeral": "the same",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
                                          "are not implemented: refused as an unknown ack policy",
     "stream create: placement={'cluster': '', 'tags': []}": "2.15.1 keeps a placement whose tags are an empty "
