@@ -242,10 +242,13 @@ def nuid() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(NUID_LEN))
 
 
-def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_limits: dict | None = None) -> None:
+def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_limits: dict | None = None,
+                 durable: bool | None = None) -> None:
     """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's;
     ``stream_limits``: the stream's consumer_limits, 2.10+, whose values a consumer that
-    sets none takes, whatever its ack policy)."""
+    sets none takes, whatever its ack policy). ``durable``: whether the consumer is durable
+    for its inactive threshold's default (updateInactiveThreshold asks the consumer as it is:
+    an update's existing one), by default whether ``cfg`` names a durable."""
     if cfg.max_deliver == 0 or cfg.max_deliver < -1:
         cfg.max_deliver = -1
     # 2.10+ (not pedantic): negative limits are none, where 2.9 refused some of them.
@@ -270,7 +273,7 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
                 cfg.max_ack_pending = max_ack_pending_limit
     if cfg.backoff:  # (after the default, as setConsumerConfigDefaults: a backoff of [0] is no ack wait)
         cfg.ack_wait = cfg.backoff[0]
-    if not cfg.durable_name and cfg.inactive_threshold == 0:
+    if not (bool(cfg.durable_name) if durable is None else durable) and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
     if cfg.priority_timeout < 0:  # (nats-server's non-pedantic mode: a negative duration is none)
         cfg.priority_timeout = 0

@@ -680,10 +680,6 @@ KNOWN_DIFFERENCES = {
                                                        "(sourcing.py): two of one origin are refused by name",
     "pedantic consumer create: under stream limits, none set": "natserver's pedantic checks see the request "
                                                                 "alone, not the stream's consumer_limits",
-    "durable create: an ephemeral's name": "2.15.1 gives an update the ephemerals' 5 s inactive threshold by the "
-                                           "existing consumer's durability (updateInactiveThreshold), natserver "
-                                           "by the request's",
-    "consumer create: a durable's name as ephemeral": "the same",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
                                          "are not implemented: refused as an unknown ack policy",
     "stream create: placement={'cluster': '', 'tags': []}": "2.15.1 keeps a placement whose tags are an empty "
