@@ -207,8 +207,8 @@ class ConsumerApi:
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
             existing = stream.consumers.get(name or cfg.durable_name or cfg.name)
-            durable = bool(existing.cfg.durable_name) if existing is not None else None
-            set_defaults(cfg, ack_limit, stream.cfg.consumer_limits, durable)
+            existing_durable = bool(existing.cfg.durable_name) if existing is not None else None
+            set_defaults(cfg, ack_limit, stream.cfg.consumer_limits, existing_durable)
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
             check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit, stream.cfg.consumer_limits)
