@@ -445,6 +445,15 @@ def check_pedantic(cfg: ConsumerConfig) -> None:
         raise errors.pedantic("first backoff value has to equal batch AckWait")
 
 
+def check_pedantic_limits(cfg: ConsumerConfig, stream_limits: dict | None) -> None:
+    """Pedantic mode against the stream's consumer_limits (setConsumerConfigDefaults): a
+    consumer that would take the stream's max_ack_pending or inactive_threshold must set it."""
+    if cfg.max_ack_pending == 0 and (stream_limits or {}).get("max_ack_pending", 0) > 0:
+        raise errors.pedantic("max_ack_pending must be set if it's configured in stream limits")
+    if cfg.inactive_threshold == 0 and (stream_limits or {}).get("inactive_threshold", 0) > 0:
+        raise errors.pedantic("inactive_threshold must be set if it's configured in stream limits")
+
+
 def check_workqueue_update(cfg: ConsumerConfig, name: str, consumers: dict) -> None:
     """consumer.go addConsumerWithAction, an existing consumer of a workqueue stream
     (partitionUnique): its filters may not collide with another's (direct ones aside), nor

@@ -22,6 +22,7 @@ from .consumer import (
     ConsumerConfig,
     check_config,
     check_pedantic,
+    check_pedantic_limits,
     check_update,
     check_workqueue,
     check_workqueue_update,
@@ -206,6 +207,8 @@ class ConsumerApi:
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
+            if decode_pedantic(loads(payload), "CreateConsumerRequest"):  # (decoded: valid)
+                check_pedantic_limits(cfg, stream.cfg.consumer_limits)
             existing = stream.consumers.get(name or cfg.durable_name or cfg.name)
             existing_durable = bool(existing.cfg.durable_name) if existing is not None else None
             set_defaults(cfg, ack_limit, stream.cfg.consumer_limits, existing_durable)

@@ -678,8 +678,6 @@ KNOWN_DIFFERENCES = {
     "consumer create: not JSON": "the same",
     "stream create: sources: the same twice, filters": "natserver knows a stream's sources by origin "
                                                        "(sourcing.py): two of one origin are refused by name",
-    "pedantic consumer create: under stream limits, none set": "natserver's pedantic checks see the request "
-                                                                "alone, not the stream's consumer_limits",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
                                          "are not implemented: refused as an unknown ack policy",
     "stream create: placement={'cluster': '', 'tags': []}": "2.15.1 keeps a placement whose tags are an empty "
