@@ -116,9 +116,12 @@ _LATER_FIELDS = ("allow_atomic", "allow_msg_schedules", "persist_mode", "allow_b
 
 
 def _placement(value):
+    """A placement as Go holds it: empty values dropped, but tags given as a list, even an
+    empty one (a non-nil slice: such a placement is not the empty one checkStreamCfg removes,
+    and is written as {})."""
     out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist,
                                                "preferred": decode_str}, {})
-    return {k: v for k, v in out.items() if v}
+    return {k: v for k, v in out.items() if v or (k == "tags" and isinstance(v, list))}
 
 
 # 2.12's persist_mode (stream.go PersistModeType): "default" (or "") is Go's zero value,
@@ -409,7 +412,7 @@ class StreamConfig:
         if self.duplicate_window:
             out["duplicate_window"] = self.duplicate_window
         if self.placement:
-            out["placement"] = self.placement
+            out["placement"] = {k: v for k, v in self.placement.items() if v}
         if self.mirror is not None:
             out["mirror"] = self.mirror
         if self.sources:

@@ -680,8 +680,6 @@ KNOWN_DIFFERENCES = {
                                                        "(sourcing.py): two of one origin are refused by name",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
                                          "are not implemented: refused as an unknown ack policy",
-    "stream create: placement={'cluster': '', 'tags': []}": "2.15.1 keeps a placement whose tags are an empty "
-                                                            "list (not DeepEqual to none) and writes {}",
 }
 
 
