@@ -21,9 +21,20 @@ from .advisories import CREATE, DELETE, MODIFY
 from .consumer_api import ConsumerApi, ConsumerHost
 from .direct import DirectGets, DirectHost
 from .errors import ApiError
-from .gojson import INT64, UINT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct
+from .gojson import (
+    INT64,
+    UINT64,
+    GoDecodeError,
+    check_known_fields,
+    decode_bool,
+    decode_int,
+    decode_pedantic,
+    decode_str,
+    decode_struct,
+)
 from .store import StoreError
-from .stream import StreamConfig, check_stream_config
+from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
+from .stream import StreamConfig, check_pedantic, check_stream_config
 from .util import (
     dumps,
     is_empty_request,
@@ -268,15 +279,7 @@ class Api:
     @staticmethod
     def decode_stream_create(name: str, payload: bytes) -> StreamConfig:
         """A create request's configuration, with the checks made before the engine's."""
-        try:
-            request = loads(payload)
-            cfg = StreamConfig.from_json(request)
-        except GoDecodeError as exc:  # (first_seq: Go's Unmarshal error)
-            raise errors.invalid_json(str(exc)) from None
-        except ValueError:
-            raise errors.invalid_json() from None
-        unsupported.refuse_stream(request)
-        set_static_stream_metadata(cfg)
+        cfg = Api.decode_stream_request(payload)
         if cfg.name != name:
             raise errors.stream_mismatch()
         if "/" in name or "\\" in name:
@@ -290,16 +293,27 @@ class Api:
     @staticmethod
     def decode_stream_update(payload: bytes) -> StreamConfig:
         """An update request's configuration (decoded, the refusals of unsupported.py)."""
+        return Api.decode_stream_request(payload)
+
+    @staticmethod
+    def decode_stream_request(payload: bytes) -> StreamConfig:
+        """A create's or update's StreamConfigRequest, decoded as 2.15.1's unmarshalRequest does
+        (strict: an unknown field refused; no payload at all is an empty configuration), with the
+        refusals of unsupported.py."""
         try:
-            request = loads(payload)
-            ncfg = StreamConfig.from_json(request)
-        except GoDecodeError as exc:
+            request = loads(payload) if payload.strip() else {}
+            check_known_fields(request, STREAM_REQUEST_SHAPE)
+            cfg = StreamConfig.from_json(request)
+            pedantic = decode_pedantic(request, "StreamConfigRequest")
+        except GoDecodeError as exc:  # (Go's Unmarshal error, after "invalid JSON: ")
             raise errors.invalid_json(str(exc)) from None
         except ValueError:
             raise errors.invalid_json() from None
+        if pedantic:
+            check_pedantic(cfg)
         unsupported.refuse_stream(request)
-        set_static_stream_metadata(ncfg)
-        return ncfg
+        set_static_stream_metadata(cfg)
+        return cfg
 
     def stream_create(self, name: str, reply, payload: bytes) -> None:
         rtype = _T + "stream_create_response"

@@ -29,8 +29,8 @@ from .gojson import (
     decode_strlist,
     decode_struct,
 )
-from .stream import MAX_METADATA_LEN
-from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano
+from .stream import ASSET_NAME_FORBIDDEN, MAX_DESCRIPTION_LEN, MAX_METADATA_LEN
+from .util import compile_filters, dumps, is_subset_match, is_valid_subject, rfc3339nano, subjects_collide
 from .versioning import metadata_json, set_static_consumer_metadata
 
 DEFAULT_ACK_WAIT = 30_000_000_000  # ns; nats-server's JsAckWaitDefault (30s)
@@ -70,12 +70,27 @@ def _priority_policy(value):
     raise GoDecodeError(f"unknown priority policy: {dumps(value).decode()}")
 
 
+_start_time = gotime.decoder("CreateConsumerRequest.config.opt_start_time")
+
+
 def _time(value):
-    """opt_start_time: an RFC 3339 string, kept as given and as nanoseconds."""
-    if not isinstance(value, str):
-        raise DecodeError("opt_start_time: not a string")
+    """opt_start_time: an RFC 3339 string, kept as given (refused with Go's time.Time errors)."""
+    _start_time(value)
     return value
 
+
+# The Go types of ConsumerConfig's fields (consumer.go), named in Go's decoding errors.
+_GO_TYPES = {
+    **{key: "string" for key in ("durable_name", "name", "description", "filter_subject", "sample_freq",
+                                 "deliver_subject", "deliver_group")},
+    **{key: "time.Duration" for key in ("ack_wait", "idle_heartbeat", "max_expires", "inactive_threshold",
+                                        "priority_timeout")},
+    **{key: "int" for key in ("max_deliver", "max_waiting", "max_ack_pending", "max_batch", "max_bytes",
+                              "num_replicas")},
+    **{key: "bool" for key in ("flow_control", "headers_only", "mem_storage", "direct")},
+    "opt_start_seq": "uint64", "rate_limit_bps": "uint64", "backoff": "[]time.Duration",
+    "filter_subjects": "[]string", "priority_groups": "[]string", "metadata": "map[string]string",
+}
 
 _FIELDS = {
     "durable_name": decode_str,
@@ -113,6 +128,11 @@ _FIELDS = {
     "priority_policy": _priority_policy,
     "priority_timeout": _goint,  # ns (Go's PinnedTTL)
 }
+
+# jetstream_api.go CreateConsumerRequest: what a create may name (2.15.1, strict); sourcing is
+# 2.15's consumer of a source (not modelled: taken, not kept).
+REQUEST_SHAPE: dict = {"stream_name": None, "action": None, "pedantic": None,
+                       "config": {**{key: None for key in _FIELDS}, "sourcing": None}}
 
 # Go's zero values, in nats-server 2.15.1's field order (idle_heartbeat after deliver_group
 # since 2.10); which of them are omitted (omitempty) is in to_json.
@@ -177,7 +197,7 @@ class ConsumerConfig:
 
     @classmethod
     def from_json(cls, obj) -> ConsumerConfig:
-        return cls(**decode_struct(obj, _FIELDS, {}))
+        return cls(**decode_struct(obj, _FIELDS, {}, "CreateConsumerRequest.config", _GO_TYPES))
 
     def to_json(self, dynamic: bool = False) -> dict:
         """``dynamic``: the metadata with the server's version and level (versioning.py), as in
@@ -222,10 +242,13 @@ def nuid() -> str:
     return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(NUID_LEN))
 
 
-def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_limits: dict | None = None) -> None:
+def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_limits: dict | None = None,
+                 durable: bool | None = None) -> None:
     """nats-server's setConsumerConfigDefaults (``max_ack_pending_limit``: the account's;
     ``stream_limits``: the stream's consumer_limits, 2.10+, whose values a consumer that
-    sets none takes, whatever its ack policy)."""
+    sets none takes, whatever its ack policy). ``durable``: whether the consumer is durable
+    for its inactive threshold's default (updateInactiveThreshold asks the consumer as it is:
+    an update's existing one), by default whether ``cfg`` names a durable."""
     if cfg.max_deliver == 0 or cfg.max_deliver < -1:
         cfg.max_deliver = -1
     # 2.10+ (not pedantic): negative limits are none, where 2.9 refused some of them.
@@ -236,8 +259,6 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
         cfg.max_ack_pending = -1
     if not cfg.deliver_subject and cfg.max_waiting == 0:
         cfg.max_waiting = DEFAULT_MAX_WAITING
-    if cfg.backoff:
-        cfg.ack_wait = cfg.backoff[0]
     if stream_limits:
         if cfg.max_ack_pending == 0:
             cfg.max_ack_pending = stream_limits.get("max_ack_pending", 0)
@@ -250,7 +271,9 @@ def set_defaults(cfg: ConsumerConfig, max_ack_pending_limit: int = -1, stream_li
             cfg.max_ack_pending = DEFAULT_MAX_ACK_PENDING
             if 0 < max_ack_pending_limit < DEFAULT_MAX_ACK_PENDING:
                 cfg.max_ack_pending = max_ack_pending_limit
-    if not cfg.durable_name and cfg.inactive_threshold == 0:
+    if cfg.backoff:  # (after the default, as setConsumerConfigDefaults: a backoff of [0] is no ack wait)
+        cfg.ack_wait = cfg.backoff[0]
+    if not (bool(cfg.durable_name) if durable is None else durable) and cfg.inactive_threshold == 0:
         cfg.inactive_threshold = DEFAULT_INACTIVE_THRESHOLD
     if cfg.priority_timeout < 0:  # (nats-server's non-pedantic mode: a negative duration is none)
         cfg.priority_timeout = 0
@@ -263,13 +286,19 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
     """nats-server's checkConsumerCfg for a standalone server, in its order (the names first,
     as the API handler checks them); ``max_ack_pending_limit``: the account's;
     ``stream_limits``: the stream's consumer_limits (2.10+), caps."""
-    for name in (cfg.durable_name, cfg.name):
-        if name and any(c in name for c in ".*> \t"):
-            raise errors.consumer_name_invalid(name)
+    for name, kind in ((cfg.name, "consumer name"), (cfg.durable_name, "consumer durable name")):
+        if name and any(c in name for c in ASSET_NAME_FORBIDDEN):
+            raise errors.stream_invalid_config(f"{kind} can not contain '.', '*', '>', '\\', '/'")
     if cfg.num_replicas < 0:
         raise errors.replicas_negative()
+    if any(delay < 0 for delay in cfg.backoff or ()):
+        raise errors.consumer_backoff_negative()
+    if cfg.ack_wait < 0:
+        raise errors.consumer_ack_wait_negative()
     if cfg.backoff and cfg.max_deliver != -1 and len(cfg.backoff) > cfg.max_deliver:  # (2.10+: -1 allowed)
         raise errors.consumer_max_deliver_backoff()
+    if len(cfg.description) > MAX_DESCRIPTION_LEN:
+        raise errors.consumer_description_too_long(MAX_DESCRIPTION_LEN)
     if cfg.deliver_subject:
         if any(token in ("*", ">") for token in cfg.deliver_subject.split(".")):
             raise errors.consumer_deliver_to_wildcards()
@@ -312,8 +341,7 @@ def check_config(cfg: ConsumerConfig, stream_subjects: list, retention: str = "l
             raise errors.consumer_direct_requires_push()
         if cfg.durable_name:
             raise errors.consumer_direct_requires_ephemeral()
-    if cfg.deliver_group and not cfg.deliver_subject:
-        raise errors.consumer_deliver_group_requires_push()
+    # (a pull consumer's deliver_group is taken and unused: 2.15.1 has no check, 2.9 refused it)
     # Only the filters' form is checked: nats-server (since 2.10) takes any filter, wider or
     # narrower than the stream's subjects or disjoint from them (it then matches nothing).
     if cfg.filter_subject and cfg.filter_subjects:
@@ -397,6 +425,46 @@ def _check_deliver_policy(cfg: ConsumerConfig) -> None:
             not_set("start time")
         if cfg.opt_start_seq != 0:
             bad_start("start sequence")
+
+
+def check_pedantic(cfg: ConsumerConfig) -> None:
+    """2.11+'s pedantic mode: what setConsumerConfigDefaults refuses rather than change, in
+    its order (10157); natserver checks the request alone, when it is decoded (not the
+    defaults from the stream's consumer_limits or the server's limits)."""
+    if cfg.max_deliver < -1:
+        raise errors.pedantic("max_deliver must be set to -1")
+    if cfg.max_waiting < 0:
+        raise errors.pedantic("max_waiting must not be negative")
+    if cfg.max_ack_pending < -1:
+        raise errors.pedantic("max_ack_pending must be set to -1")
+    for key in ("max_batch", "max_expires", "max_bytes", "idle_heartbeat", "inactive_threshold", "priority_timeout"):
+        if getattr(cfg, key) < 0:
+            raise errors.pedantic(f"{key} must not be negative")
+    ack_wait = cfg.ack_wait or (DEFAULT_ACK_WAIT if cfg.ack_policy in ("explicit", "all") else 0)
+    if cfg.backoff and ack_wait != cfg.backoff[0]:
+        raise errors.pedantic("first backoff value has to equal batch AckWait")
+
+
+def check_pedantic_limits(cfg: ConsumerConfig, stream_limits: dict | None) -> None:
+    """Pedantic mode against the stream's consumer_limits (setConsumerConfigDefaults): a
+    consumer that would take the stream's max_ack_pending or inactive_threshold must set it."""
+    if cfg.max_ack_pending == 0 and (stream_limits or {}).get("max_ack_pending", 0) > 0:
+        raise errors.pedantic("max_ack_pending must be set if it's configured in stream limits")
+    if cfg.inactive_threshold == 0 and (stream_limits or {}).get("inactive_threshold", 0) > 0:
+        raise errors.pedantic("inactive_threshold must be set if it's configured in stream limits")
+
+
+def check_workqueue_update(cfg: ConsumerConfig, name: str, consumers: dict) -> None:
+    """consumer.go addConsumerWithAction, an existing consumer of a workqueue stream
+    (partitionUnique): its filters may not collide with another's (direct ones aside), nor
+    may another be unfiltered."""
+    for other_name, other in consumers.items():
+        if other_name == name or other.cfg.direct:
+            continue
+        theirs = other.cfg.filters
+        for mine in cfg.filters:
+            if not theirs or any(subjects_collide(mine, filter) for filter in theirs):
+                raise errors.consumer_wq_not_unique()
 
 
 def check_workqueue(cfg: ConsumerConfig, others) -> None:

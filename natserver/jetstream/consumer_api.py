@@ -21,14 +21,30 @@ from .consumer import (
     Consumer,
     ConsumerConfig,
     check_config,
+    check_pedantic,
+    check_pedantic_limits,
     check_update,
     check_workqueue,
+    check_workqueue_update,
     ephemeral_name,
     set_defaults,
 )
+from .consumer import (
+    REQUEST_SHAPE as CONSUMER_REQUEST_SHAPE,
+)
 from .errors import ApiError
 from .external import STREAM_IDENTITY, stream_identity
-from .gojson import INT64, GoDecodeError, decode_int, decode_object, decode_str, decode_struct
+from .gojson import (
+    INT64,
+    GoDecodeError,
+    check_known_fields,
+    decode_int,
+    decode_object,
+    decode_pedantic,
+    decode_str,
+    decode_struct,
+    go_type_error,
+)
 from .util import dumps, gen_header, get_header, is_json_object_or_array, loads
 from .versioning import copy_metadata, set_static_consumer_metadata
 
@@ -141,6 +157,15 @@ class ConsumerApi:
         """A create request's configuration and action, with the checks made before the
         stream's (ApiError otherwise)."""
         req = _decode(payload, _CREATE_REQUEST)
+        try:  # (2.15.1 decodes strictly: an unknown field anywhere is refused)
+            request = loads(payload)
+            check_known_fields(request, CONSUMER_REQUEST_SHAPE)
+            pedantic = decode_pedantic(request, "CreateConsumerRequest")
+            sourcing = (request.get("config") or {}).get("sourcing")  # (2.15's, taken, not kept)
+            if sourcing is not None and not isinstance(sourcing, bool):
+                raise go_type_error(sourcing, "CreateConsumerRequest.config.sourcing", "bool")
+        except GoDecodeError as exc:
+            raise errors.invalid_json(str(exc)) from None
         if req.get("stream_name", "") != stream_name:
             raise errors.stream_mismatch()
         try:
@@ -169,6 +194,8 @@ class ConsumerApi:
             if filter and cfg.filter_subject != filter:
                 raise errors.consumer_create_filter_mismatch()
             cfg.name = name  # (2.10+: the subject's name is the consumer's)
+        if pedantic:
+            check_pedantic(cfg)
         return cfg, req.get("action", "")
 
     def create(self, stream_name: str, reply, payload: bytes, *, name: str = "", durable: bool = False,
@@ -180,7 +207,11 @@ class ConsumerApi:
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
-            set_defaults(cfg, ack_limit, stream.cfg.consumer_limits)
+            if decode_pedantic(loads(payload), "CreateConsumerRequest"):  # (decoded: valid)
+                check_pedantic_limits(cfg, stream.cfg.consumer_limits)
+            existing = stream.consumers.get(name or cfg.durable_name or cfg.name)
+            existing_durable = bool(existing.cfg.durable_name) if existing is not None else None
+            set_defaults(cfg, ack_limit, stream.cfg.consumer_limits, existing_durable)
             # (the deliver subject's cycle check looks at the stream's own subjects only, as
             # nats-server's deliveryFormsCycle: not those of the streams it mirrors or sources)
             check_config(cfg, stream.cfg.subjects or [], stream.cfg.retention, ack_limit, stream.cfg.consumer_limits)
@@ -228,6 +259,8 @@ class ConsumerApi:
                 return existing
             if action == "create":
                 raise errors.consumer_already_exists()
+            if stream.cfg.retention == "workqueue":
+                check_workqueue_update(cfg, name, consumers)
             cfg.metadata = metadata  # (an update stores its own)
             check_update(existing.cfg, cfg)
             existing.reconfigure(cfg)

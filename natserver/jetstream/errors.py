@@ -175,7 +175,6 @@ consumer_ephemeral_with_durable = _fixed(
     400, 10020, "consumer expected to be ephemeral but a durable name was set in request")
 consumer_fc_requires_push = _fixed(400, 10089, "consumer flow control requires a push based consumer")
 consumer_hb_requires_push = _fixed(400, 10088, "consumer idle heartbeat requires a push based consumer")
-consumer_deliver_group_requires_push = _fixed(400, 10078, "consumer deliver group requires a push based consumer")
 consumer_invalid_deliver_subject = _fixed(400, 10112, "invalid push consumer deliver subject")
 consumer_max_waiting_negative = _fixed(400, 10087, "consumer max waiting needs to be positive")
 consumer_durable_name_mismatch = _fixed(
@@ -279,8 +278,16 @@ def consumer_invalid_policy(err: str) -> ApiError:
     return ApiError(400, 10094, err)
 
 
-def consumer_name_invalid(name: str) -> ApiError:
-    return ApiError(400, 10103, "Durable name can not contain '.', '*', '>'")
+def pedantic(err: str) -> ApiError:  # 2.11+: a pedantic request that a default would change
+    return ApiError(400, 10157, f"pedantic mode: {err}")
+
+
+consumer_ack_wait_negative = _fixed(400, 10183, "consumer ack wait needs to be positive")
+consumer_backoff_negative = _fixed(400, 10184, "consumer backoff needs to be positive")
+
+
+def consumer_description_too_long(limit: int) -> ApiError:
+    return ApiError(400, 10107, f"consumer description is too long, maximum allowed is {limit}")
 
 
 # Mirrors and sources (nats-server v2.9.10 server/errors.json).

@@ -262,8 +262,10 @@ class Sourcing:
             if link not in links and isinstance(link, ExternalLink):
                 link.close()  # its consumer is dropped (and left to the origin's inactive threshold)
         stream.links = links
-        for link in links:  # nats-server knows at once when the origin is missing
-            if isinstance(link, SourceLink) and link.origin not in self.engine.streams:
+        for link in links:  # nats-server knows at once when a kept link's origin is missing
+            # (a new link's error shows once its first try failed, as 2.15.1's once its
+            # consumer's create did: not in the answer to the create or update that added it)
+            if isinstance(link, SourceLink) and link in old.values() and link.origin not in self.engine.streams:
                 link.error, link.active = errors.stream_not_found(), 0
         if recovering:
             recover_source_positions(stream, links)

@@ -34,6 +34,7 @@ from .gojson import (
     decode_str,
     decode_strlist,
     decode_struct,
+    json_kind,
 )
 from .store import StoreError, StoreWriteError
 from .ttl import MIN_MARKER_TTL_NS, MSG_TTL, InvalidTTL, header_ttl, marker_header, parse_ttl
@@ -118,9 +119,12 @@ _LATER_FIELDS = ("allow_atomic", "allow_msg_schedules", "persist_mode", "allow_b
 
 
 def _placement(value):
+    """A placement as Go holds it: empty values dropped, but tags given as a list, even an
+    empty one (a non-nil slice: such a placement is not the empty one checkStreamCfg removes,
+    and is written as {})."""
     out = decode_struct(decode_object(value), {"cluster": decode_str, "tags": decode_strlist,
                                                "preferred": decode_str}, {})
-    return {k: v for k, v in out.items() if v}
+    return {k: v for k, v in out.items() if v or (k == "tags" and isinstance(v, list))}
 
 
 # 2.12's persist_mode (stream.go PersistModeType): "default" (or "") is Go's zero value,
@@ -150,13 +154,7 @@ def _sources(value):
 
 def _go_kind(value) -> str:
     """What Go's json error calls a JSON value ("number -1", "string", ...)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
+    return json_kind(value, "int64")
 
 
 # compression (2.10+): nats-server's StoreCompression names (filestore.go); "none" is also what
@@ -283,6 +281,32 @@ _CONFIG_FIELDS = {
     "metadata": decode_metadata,
 }
 
+# The Go types of StreamConfig's fields (stream.go), named in Go's decoding errors; the
+# fields with decoders of their own (compression, first_seq, consumer_limits...) name theirs.
+_GO_TYPES = {
+    "name": "string", "description": "string", "subjects": "[]string", "max_consumers": "int",
+    "max_msgs": "int64", "max_bytes": "int64", "max_age": "time.Duration", "max_msgs_per_subject": "int64",
+    "max_msg_size": "int32", "num_replicas": "int", "duplicate_window": "time.Duration",
+    "placement": "server.Placement", "mirror": "server.StreamSource", "sources": "[]*server.StreamSource",
+    "republish": "server.RePublish", "subject_delete_marker_ttl": "time.Duration", "metadata": "map[string]string",
+    **{flag: "bool" for flag in ("no_ack", "allow_direct", "mirror_direct", "discard_new_per_subject", "sealed",
+                                 "deny_delete", "deny_purge", "allow_rollup_hdrs", "allow_msg_ttl",
+                                 "allow_msg_counter", "allow_msg_schedules", "allow_atomic", "allow_batched")},
+}
+_SOURCE_SHAPE = {"name": None, "opt_start_seq": None, "opt_start_time": None, "filter_subject": None,
+                 "subject_transforms": [{"src": None, "dest": None}], "external": {"api": None, "deliver": None},
+                 "consumer": None}
+# jetstream_api.go StreamConfigRequest: the fields a create or update may name (2.15.1, strict);
+# template_owner is gone from 2.10's StreamConfig.
+REQUEST_SHAPE: dict = {
+    **{key: None for key in _CONFIG_FIELDS if key != "template_owner"}, "pedantic": None,
+    "placement": {"cluster": None, "tags": None, "preferred": None},
+    "mirror": _SOURCE_SHAPE, "sources": [_SOURCE_SHAPE],
+    "subject_transform": {"src": None, "dest": None},
+    "republish": {"src": None, "dest": None, "headers_only": None},
+    "consumer_limits": {"inactive_threshold": None, "max_ack_pending": None},
+}
+
 _DEFAULTS = {
     "name": "", "description": "", "subjects": None, "retention": "limits", "max_consumers": 0,
     "max_msgs": 0, "max_bytes": 0, "max_age": 0, "max_msgs_per_subject": 0, "max_msg_size": 0,
@@ -358,7 +382,7 @@ class StreamConfig:
     @classmethod
     def from_json(cls, obj) -> "StreamConfig":
         """Decode a request body (already parsed); raises DecodeError as Go's Unmarshal fails."""
-        return cls(**decode_struct(obj, _CONFIG_FIELDS, {}))
+        return cls(**decode_struct(obj, _CONFIG_FIELDS, {}, "StreamConfigRequest", _GO_TYPES))
 
     def copy(self, **changes) -> "StreamConfig":
         values = {k: getattr(self, k) for k in _DEFAULTS}
@@ -391,7 +415,7 @@ class StreamConfig:
         if self.duplicate_window:
             out["duplicate_window"] = self.duplicate_window
         if self.placement:
-            out["placement"] = self.placement
+            out["placement"] = {k: v for k, v in self.placement.items() if v}
         if self.mirror is not None:
             out["mirror"] = self.mirror
         if self.sources:
@@ -439,8 +463,8 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     configurations refused (ApiError). ``streams`` are the existing ones (for mirrors);
     ``limits`` the account's JetStream limits (max_bytes_required, the per-stream byte limits)."""
     invalid = errors.stream_invalid_config
-    if not config.name or any(c in config.name for c in " \t\r\n\f.*>"):
-        raise invalid("stream name is required and can not contain '.', '*', '>'")
+    if not _valid_asset_name(config.name):
+        raise invalid("stream name is required and can not contain '.', '*', '>', '\\', '/'")
     if len(config.name) > MAX_NAME_LEN:
         raise invalid(f"stream name is too long, maximum allowed is {MAX_NAME_LEN}")
     if len(config.description) > MAX_DESCRIPTION_LEN:
@@ -457,8 +481,10 @@ def check_stream_config(config: StreamConfig, streams: dict, limits: dict | None
     if cfg.num_replicas < 0:
         raise errors.replicas_negative()
     for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
-        if getattr(cfg, key) == 0:
+        if getattr(cfg, key) == 0 or getattr(cfg, key) < -1:  # (any negative is "unlimited": -1)
             setattr(cfg, key, -1)
+    if cfg.max_age < 0:
+        raise invalid("max age can not be negative")
     if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources:  # (2.10+: nor with sources)
         if cfg.max_age != 0 and cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
             cfg.duplicate_window = cfg.max_age
@@ -638,20 +664,20 @@ def _check_source_transforms(spec: dict, mirror: bool) -> None:
 
 
 def _check_same_origin(sources: list) -> None:
-    """Sources of one origin with subject_transforms: nats-server 2.10+ tells them apart by
-    their filters and transforms (composeIName), refusing the same one twice (10140);
-    natserver still knows its sources by origin, as 2.9.10 did (sourcing.py), so it refuses
-    two different ones by name rather than merge them."""
+    """Sources of one origin: nats-server 2.10+ tells them apart by their filters and
+    transforms (composeIName), refusing the same one twice (10140); natserver still knows its
+    sources by origin, as 2.9.10 did (sourcing.py), so it refuses two different ones by name
+    rather than merge them."""
     seen: dict = {}
     for src in sources:
         origin = index_name(src)
-        transforms = src.get("subject_transforms")
-        if origin in seen and (transforms or seen[origin].get("subject_transforms")):
-            if seen[origin].get("subject_transforms") == transforms:
+        if origin in seen:
+            if (seen[origin].get("subject_transforms"), seen[origin].get("filter_subject")) == (
+                    src.get("subject_transforms"), src.get("filter_subject")):
                 raise errors.source_duplicate()
             raise errors.stream_invalid_config(
-                "natserver does not support several sources of one stream with subject_transforms "
-                "(added in nats-server 2.10) yet")
+                "natserver does not support several sources of one stream with different filters or "
+                "subject_transforms (added in nats-server 2.10) yet")
         seen[origin] = src
 
 
@@ -717,9 +743,41 @@ _SOURCE_FIELDS = {
 }
 
 
+# jetstream.go isValidAssetName: what a mirror's or source's origin name and a consumer's name
+# may not contain (2.10+)
+ASSET_NAME_FORBIDDEN = " \t\r\n\f.*>\\/"
+
+
 def _valid_asset_name(name: str) -> bool:
-    """jetstream.go isValidAssetName: a mirror's or source's origin name (2.10+)."""
-    return bool(name) and not any(c in name for c in " \t\r\n\f.*>\\/")
+    return bool(name) and not any(c in name for c in ASSET_NAME_FORBIDDEN)
+
+
+def check_pedantic(cfg: StreamConfig) -> None:
+    """2.11+'s pedantic mode (a request's "pedantic": true): what checkStreamCfg refuses rather
+    than change, in its order; natserver checks the request alone, when it is decoded (not a
+    mirror's direct gets against its origin's, nor the server's duplicate window limit)."""
+    invalid = errors.stream_invalid_config
+    for key in ("max_msgs", "max_msgs_per_subject", "max_bytes", "max_msg_size", "max_consumers"):
+        if getattr(cfg, key) < -1:
+            raise errors.pedantic(f"{key} must be set to -1")
+    if cfg.duplicate_window == 0 and cfg.mirror is None and not cfg.sources \
+            and 0 < cfg.max_age < DEFAULT_DUPLICATE_WINDOW:
+        raise errors.pedantic("duplicate window cannot be bigger than max age")
+    if cfg.subject_delete_marker_ttl >= MIN_MARKER_TTL_NS:
+        if not cfg.allow_msg_ttl:
+            raise invalid("subject delete marker cannot be set if message TTLs are disabled")
+        if not cfg.allow_rollup_hdrs:
+            raise invalid("subject delete marker cannot be set if roll-ups are disabled")
+    if cfg.allow_msg_schedules and cfg.discard != "new" and not cfg.allow_rollup_hdrs:
+        raise invalid("message scheduling cannot be set if roll-ups are disabled")
+    if cfg.republish is not None:
+        republish = _republish(cfg.republish)
+        if not republish["src"]:
+            raise errors.pedantic("republish source can not be empty")
+        transform = cfg.subject_transform
+        if republish["src"] == republish["dest"] == ">" and transform is not None and len(cfg.subjects or ()) == 1 \
+                and transform["src"] == (cfg.subjects or [""])[0]:
+            raise errors.pedantic("implicit republish based on subject transform")
 
 
 def check_republish(value: dict, subjects: list, transform: dict | None = None) -> dict:
