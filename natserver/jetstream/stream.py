@@ -757,12 +757,12 @@ def check_update(old: StreamConfig, new: StreamConfig, streams: dict, limits: di
     # other change to it is refused.
     if cfg.mirror is not None and cfg.mirror != old.mirror:
         raise errors.mirror_not_updatable()
-    if cfg.max_consumers != old.max_consumers:
-        raise invalid("stream configuration update can not change MaxConsumers")
     if cfg.storage != old.storage:
         raise invalid("stream configuration update can not change storage type")
-    if cfg.retention != old.retention:
-        raise invalid("stream configuration update can not change retention policy")
+    # 2.15.1 takes a new max_consumers, and limits <-> interest (the retention is read at each
+    # ack and publish); nats.js' "jsm - stream update properties" in a cluster does both.
+    if cfg.retention != old.retention and "workqueue" in (cfg.retention, old.retention):
+        raise invalid("stream configuration update can not change retention policy to/from workqueue")
     if old.template_owner:
         raise invalid("stream configuration update not allowed on template owned stream")
     if cfg.template_owner:
