@@ -366,19 +366,12 @@ PULL_EXPIRY = 1.0  # nats.go PullExpiry(1*time.Second)
 
 
 @pytest.mark.parametrize("replicas", [1, 3])
-def test_pull_consumer_consume_recovers_after_server_restart(backend, replicas, request):
+def test_pull_consumer_consume_recovers_after_server_restart(backend, replicas):
     """nats-io/nats.go jetstream/test/pull_test.go TestPullConsumerConsume_WithCluster, "num
     replicas: N, recover consume after server restart": a client of every server consumes an
     ephemeral consumer (inactive threshold 10 s) with 1 s pulls, acking each message; two of
     the three servers are stopped and started again; once the stream answers again, five more
     messages are published and consumed: ten in all, in order."""
-    if backend.kind == NatserverBackend.kind and replicas > 1:
-        # Not strict: it passes when the restarts leave the consumer's group its state.
-        request.applymarker(pytest.mark.xfail(strict=False, reason=(
-            "natserver: an ephemeral consumer of an R3 stream comes back from the restart of two "
-            "of its three servers with its delivered and acked state lost (m1-m5 delivered again "
-            "from consumer sequence 1); 2.15.1 keeps it")))
-
     async def scenario():
         async with ready(backend) as (ncs, _):
             nc = await nats.connect(backend.urls, user="app", password="pw", max_reconnect_attempts=-1,
