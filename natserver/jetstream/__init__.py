@@ -53,6 +53,7 @@ from .cluster import REPLY_PREFIX, JetStreamCluster
 from .consumer_api import CLEANUP_LIMIT
 from .delivery import Delivery
 from .errors import ApiError
+from .replication.placement import consumer_replicas
 from .snapshot import Snapshots
 from .sourcing import Sourcing
 from .store import ADDED_BYTES, FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
@@ -424,8 +425,10 @@ class JetStream:
             if stream.replicated:
                 # A replicated consumer's state is its group's (consumer_group_runner): a copy
                 # from disk must not answer pulls or push before the meta group's assignment
-                # (it would deliver again what was acked since it was saved). R1 ones run here.
-                consumers = [c for c in consumers if c.cfg.num_replicas == 1]
+                # (it would deliver again what was acked since it was saved). R1 ones run here,
+                # an ephemeral that asked for no replicas among them (placement.consumer_replicas).
+                stream_json = cfg.to_json()
+                consumers = [c for c in consumers if consumer_replicas(c.cfg.to_json(), stream_json) == 1]
             stream.consumers.update((c.name, c) for c in consumers)
             lost = f" ({store.lost} corrupt records dropped)" if store.lost else ""
             log.info("  Restored %d messages for stream '%s > %s'%s", store.msgs, self.account_name, cfg.name, lost)

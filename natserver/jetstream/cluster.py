@@ -883,6 +883,9 @@ class JetStreamCluster:
         local_stream = engine.streams.get(name) if name is not None else None
         if kind == b"CONSUMER" and local_stream is not None and local_stream.replicated:
             here = self._r1_consumer(engine, tokens, local_stream)
+            if here is None and op == b"INFO" and n == 6:
+                self._unknown_consumer_info(engine, local_stream.name, tokens[5], reply)
+                return True
             if here is not None:
                 if here and op == b"LEADER":  # (a group of one: nothing to hand over)
                     engine.api._send(reply, {"type": _T + "consumer_leader_stepdown_response", "success": True})
@@ -945,6 +948,18 @@ class JetStreamCluster:
         if peer == self.node_id:
             return False
         return peer in self._lame_ducks or peer not in {node_id(name) for name in self._route_peers()}
+
+    def _unknown_consumer_info(self, engine: ClusterEngine, stream: str, name: bytes, reply) -> None:
+        """CONSUMER.INFO of a consumer this server neither runs nor has applied (2.15.1
+        jsConsumerInfoRequest, ``ca == nil``): only the meta leader answers, "not found" unless
+        it has the consumer's assignment applied or in flight; the others stay silent. (The
+        stream's leader answering from its own meta state raced a new consumer's create: the
+        create is answered by the server running the consumer once it applied the assignment,
+        before a follower of the meta group heard of the commit.)"""
+        if not self.is_leader or not reply:
+            return
+        if self.meta.consumer(engine.account_name or "", stream, name.decode("utf-8", "replace")) is None:
+            engine.api._fail(reply, _T + "consumer_info_response", errors.consumer_not_found())
 
     def _all_offline(self, group) -> bool:
         """allPeersOffline: no server of the group reachable (no route to it, not this one)."""

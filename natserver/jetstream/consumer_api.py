@@ -441,7 +441,7 @@ class ConsumerApi:
                 self.on_removed(consumer)
             if consumer.stream.cfg.retention == "interest" and not consumer.stream.replicated:
                 self._cleanup_no_interest(consumer)
-        if consumer.cfg.durable_name and consumer.stream.file_backed:
+        if consumer_store.kept_on_disk(consumer, self.js.cluster_block is not None):
             consumer_store.remove(self.js.stream_path(consumer.stream), consumer.name)
         for req in consumer.waiting:
             self.js.send(req.reply, b"", _HDR_DELETED)

@@ -24,6 +24,16 @@ SNAPSHOT_INTERVAL = 1_000_000_000  # ns; how stale a durable's saved state may g
 CONSUMERS_DIR = "obs"  # as nats-server names its consumer directory
 
 
+def kept_on_disk(consumer: Consumer, clustered: bool) -> bool:
+    """Whether the consumer's state is saved here: a durable's of a file stream; in a cluster
+    also an ephemeral's (not a memory-stored one), which the meta group's assignment brings
+    back at a restart: 2.15.1 recovers its delivered and acked state from its store (nats.go
+    TestPullConsumerConsume_WithCluster "recover consume after server restart")."""
+    if not consumer.stream.file_backed:
+        return False
+    return bool(consumer.cfg.durable_name) or (clustered and not consumer.cfg.mem_storage)
+
+
 def _dir(stream_path: str) -> str:
     return os.path.join(stream_path, CONSUMERS_DIR)
 

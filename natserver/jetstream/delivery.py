@@ -183,6 +183,8 @@ class DeliveryHost(AdvisoryHost, Protocol):
     def unsubscribe(self, sub) -> None: ...
     def stream_path(self, stream: Stream) -> str: ...
     def _store_dirty(self, store) -> None: ...
+    @property
+    def cluster_block(self) -> dict | None: ...  # None on a single server
 
 
 class Delivery:
@@ -762,12 +764,14 @@ class Delivery:
             self.save_durables(now)
 
     def save_durables(self, now: int, force: bool = False) -> None:
-        """Snapshot changed durables of file streams (at most every SNAPSHOT_INTERVAL)."""
+        """Snapshot changed durables of file streams (at most every SNAPSHOT_INTERVAL); in a
+        cluster the ephemerals too (consumer_store.kept_on_disk)."""
+        clustered = self.js.cluster_block is not None
         for stream in self.js.streams.values():
             if not stream.file_backed:
                 continue
             for consumer in stream.consumers.values():
-                if consumer.cfg.durable_name and consumer.dirty and (
+                if consumer_store.kept_on_disk(consumer, clustered) and consumer.dirty and (
                         force or now - consumer.saved_at >= consumer_store.SNAPSHOT_INTERVAL):
                     consumer.save_queued = False
                     try:
