@@ -250,15 +250,12 @@ async def api_ok(nc, subject: str, body: dict) -> dict:
 
 
 @pytest.mark.parametrize("through_other_server", [False, True], ids=["streams-mirrors", "mirror-alternates"])
-def test_streams_mirrors_and_mirror_alternates(backend, through_other_server, request):
+def test_streams_mirrors_and_mirror_alternates(backend, through_other_server):
     """nats-io/nats.js jetstream/tests/streams_test.ts "streams - mirrors" (a stream and its
     mirror placed in the cluster by name, the stream's info lists both as alternates, an
     unknown stream is "stream not found") and jetstream/tests (jetstream_test.ts) "jetstream -
     mirror alternates" (the mirror created through another server, the stream found by
     subject, its info with 2 alternates)."""
-    if backend.kind == NatserverBackend.kind:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="h-msrc: stream info's alternates"))
-
     async def scenario():
         async with ready(backend) as (ncs, _):
             nc, other = ncs[0], ncs[1] if through_other_server else ncs[0]
