@@ -68,9 +68,11 @@ _GO_JSON_ERROR = re.compile(r'"invalid JSON: [^"]*"')
 
 
 def go_json_error(answer: str) -> str:
-    """2.10+ adds Go's decoding error to "invalid JSON" (``invalid character 'o' in literal
-    null ...``, ``json: cannot unmarshal ...``); natserver's decoder says "invalid JSON" alone
-    (not the JSON's shape: left for later)."""
+    """2.10+ adds Go's decoding error to "invalid JSON": natserver gives Go's text for a
+    stream's or consumer's field (``json: cannot unmarshal ...``, ``json: unknown field ...``),
+    but for a syntax error (``invalid character 'o' in literal null ...``) or another request's
+    shape it says "invalid JSON" alone (left for later): an answer saying that much is
+    compared with this of the reference's."""
     return _GO_JSON_ERROR.sub('"invalid JSON"', answer)
 
 

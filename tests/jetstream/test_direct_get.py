@@ -451,8 +451,11 @@ async def test_a_long_batch_goes_on_a_chunk_at_a_time_and_others_are_answered_me
     c = [payload for reply, payload, _ in engine.sent if reply == b"C"]
     assert c == [b"989", b"990", b"991", b"992", b"993", b""]
     assert [reply for reply, _, _ in engine.sent].index(b"C") > len(a)  # after A's EOB
-    # The rest of A came in chunks, another task running between them.
-    assert len(set(turns)) >= (1000 - direct.CHUNK_MSGS) // direct.CHUNK_MSGS
+    # The rest of A came in chunks, another task running between them (trio runs each ready
+    # task once a round, in a random order: the other task saw a chunk count once or twice
+    # per chunk, and at least half of the counts in all).
+    chunks = (1000 - direct.CHUNK_MSGS) // direct.CHUNK_MSGS
+    assert len(turns) >= chunks and len(set(turns)) >= chunks // 2, turns
     assert engine.flushes >= 3
 
 

@@ -585,7 +585,9 @@ def test_raw_answers_match_nats_server(threaded_server, tmp_path):
         ref.stop()
     assert len(got) == len(expected)
     for (subject, ref_hdrs, ref_body), (_, our_hdrs, our_body) in zip(expected, got):
-        ref_body, our_body = claimed(go_json_error(ref_body)), claimed(our_body)
+        if '"invalid JSON"' in our_body:  # (natserver's text where it lacks Go's: recording.go_json_error)
+            ref_body = go_json_error(ref_body)
+        ref_body, our_body = claimed(ref_body), claimed(our_body)
         if "account_info_response" in ref_body:
             # nats-server keeps counting a deleted file stream's bytes in "storage" (an
             # accounting leftover); everything else must match.

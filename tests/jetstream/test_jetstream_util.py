@@ -89,7 +89,7 @@ def test_config_defaults_and_checks():
     }
     assert check_stream_config(StreamConfig(name="S", max_age=10**9), {}).duplicate_window == 10**9
     cases = [
-        (dict(name="a.b"), "stream name is required and can not contain '.', '*', '>'"),
+        (dict(name="a.b"), "stream name is required and can not contain '.', '*', '>', '\\', '/'"),
         (dict(name="S", subjects=["$JS.API.FOO"]), "subjects that overlap with jetstream api require no-ack to be true"),
         (dict(name="S", subjects=["a b"]), "invalid subject"),
         (dict(name="S", duplicate_window=5), "duplicates window needs to be >= 100ms"),
