@@ -23,9 +23,11 @@ The API in a cluster is nats-server's (jetstream_api.go): every server receives 
 A stream with num_replicas > 1 runs its own RAFT group on each of its servers (replica.py:
 the group's leader takes the publishes and answers the stream's requests, the followers apply
 what it commits and catch up). A consumer with more than one replica runs its own group
-(consumer_group_runner.py: its leader runs it, the followers apply its entries); R1 consumers of
-replicated streams are still refused. Users turn it on as with nats-server: ``server_name``,
-a ``cluster {}`` and ``jetstream {}`` (see the package README, "In a cluster").
+(consumer_group_runner.py: its leader runs it, the followers apply its entries); an R1
+consumer of a replicated stream is run by the server it is placed on. Users turn it on as with
+nats-server: ``server_name``, a ``cluster {}`` and ``jetstream {}`` (see the package README,
+"In a cluster", for what is left: fast batches on replicated streams and moves are refused by
+name).
 """
 
 from __future__ import annotations
