@@ -108,10 +108,6 @@ CONSUMER_INFO_SUBJECT = "$JSC.CI.{account}.{stream}.{consumer}"  # clusterConsum
 META_STEPDOWN = "$JS.API.META.LEADER.STEPDOWN"
 # jetstream_api.go JSApiRemoveServer (system account): the meta leader removes a server.
 SERVER_REMOVE = "$JS.API.SERVER.REMOVE"
-# What natserver does not do yet of SERVER.REMOVE (2.15.1 moves the server's streams and
-# consumers to other servers through their groups' desired state).
-SERVER_REMOVE_NOT_YET = ("natserver does not move a removed server's consumers yet: "
-                         "{name} holds {count} streams with consumers or consumers")
 # accounts.go: the replies of requests crossing a service import ("_R_.<prefix>.<n>"), and how
 # long such a mapping waits for its answer (DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD, 2 min).
 REPLY_PREFIX = b"_R_."
@@ -1424,8 +1420,8 @@ class JetStreamCluster:
     def _server_remove(self, subject, reply, headers, body) -> None:
         """jsLeaderServerRemoveRequest (system account, the meta leader): ``{"peer": <server
         name>}`` or ``{"peer_id": <id>}``; the meta group's EntryRemovePeer proposed, answered
-        once applied (_peer_removed: its streams are then moved). A server running consumers,
-        or streams with consumers, is refused (2.15.1 moves them too: not built)."""
+        once applied (_peer_removed: its streams are then moved, their consumers with them, as
+        STREAM.PEER.REMOVE moves them)."""
         group = self.group
         if group is None or not group.leader:
             return
@@ -1461,10 +1457,6 @@ class JetStreamCluster:
         if not found:
             fail(errors.cluster_server_not_member())
             return
-        held = self._assets_on(found)
-        if held:
-            fail(errors.raft_general(SERVER_REMOVE_NOT_YET.format(name=self.names.get(found, found), count=held)))
-            return
         try:
             group.remove_peer(found)
         except NotLeader as exc:
@@ -1477,15 +1469,6 @@ class JetStreamCluster:
             fail(errors.raft_general(str(exc)))
             return
         self._peer_remove_replies[found] = bytes(reply) if reply else b""
-
-    def _assets_on(self, peer: str) -> int:
-        """How many consumer assignments, and streams with consumers, have ``peer`` in their group."""
-        count = 0
-        for sa in self.state.all_streams():
-            if sa.consumers and sa.group is not None and sa.group.is_member(peer):
-                count += 1
-            count += sum(1 for ca in sa.consumers.values() if ca.group is not None and ca.group.is_member(peer))
-        return count
 
     def _peer_removed(self, peer: str) -> None:
         """A meta EntryRemovePeer applied (processRemovePeer): this server's own removal is

@@ -4,8 +4,7 @@ clocks, bounded polls, a hard timeout on each test), their answers compared with
 tests.jetstream.cluster.record_scale``): the meta leader answers both; PEER.REMOVE's errors
 (bad request, stream not found, peer not a member) as 2.15.1's, a member replaced (an R1
 stream's server by another; an R3 stream's on three servers refused: no replacement); SERVER.REMOVE's errors (bad request,
-invalid JSON, not a member) as 2.15.1's, a server running consumers refused by name, another
-removed from the meta group (answered once the removal is applied, gone from every /jsz,
+invalid JSON, not a member) as 2.15.1's, a server removed from the meta group (answered once the removal is applied, gone from every /jsz,
 nothing placed on it after, not taken back when it is heard from again), its R1 streams moved to
 other servers and an R3 stream it was in shrunk to the two others with every message.
 """
@@ -157,16 +156,6 @@ def test_server_remove_moves_its_streams_elsewhere(cluster):
                 assert made["cluster"]["leader"] in names and made["cluster"]["leader"] != victim, made
             info = await api(ncs[1], "$JS.API.INFO")
             assert info["streams"] == 1 + made_t + ASSETLESS_STREAMS
-            # A server running a stream with consumers is refused by name.
-            created = await api(ncs[0], "$JS.API.STREAM.CREATE.C", {"name": "C", "subjects": ["c.>"]})
-            host = created["cluster"]["leader"]
-            await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.C.D",
-                      {"stream_name": "C", "config": {"durable_name": "D", "ack_policy": "explicit"}})
-            refused = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": host})
-            assert refused["type"] == _T + "meta_server_remove_response"
-            assert refused["error"]["description"] == (
-                f"natserver does not move a removed server's consumers yet: {host} holds 2 streams with consumers "
-                "or consumers")
             # The removed server's usage is no longer the account's ($JSC.ARU: it sends none, and
             # what it sent before is dropped).
             assert node_id(victim) not in meta.usage.get("APP", {})
@@ -185,3 +174,44 @@ async def as_async(value):
 def members_of(info: dict) -> list[str]:
     cluster = info.get("cluster") or {}
     return sorted([cluster.get("leader", "")] + [r["name"] for r in cluster.get("replicas") or ()])
+
+
+def test_server_remove_of_a_member_of_an_r3_stream_with_a_consumer(cluster):
+    """SERVER.REMOVE of a server in an R3 stream's group and its R3 durable's (2.15.1 moves a
+    removed server's streams and their consumers, removePeerFromStreamLocked): on three servers
+    there is no replacement, both groups shrink to the two others; the consumer keeps its
+    state there (delivered, ack floor) and a pull goes on from the next message."""
+    async def main():
+        async with clients(cluster) as (ncs, sys_nc, leader):
+            names = [n.options.server_name for n in cluster.servers]
+            await until(lambda: created_r3(ncs[0]), "R3 created")
+            for n in range(6):
+                await publish(ncs[n % 3], "r3.a", b"m%d" % n)
+            made = await api(ncs[0], "$JS.API.CONSUMER.DURABLE.CREATE.R3.D",
+                             {"stream_name": "R3", "config": {"durable_name": "D", "ack_policy": "explicit"}})
+            assert "error" not in made and len(made["cluster"]["replicas"]) == 2, made
+            sub = await ncs[1].jetstream().pull_subscribe_bind("D", stream="R3")
+            first = await sub.fetch(3, timeout=5)
+            for m in first:
+                await m.ack_sync(timeout=5)
+            victim = next(n for n in names if n != leader)
+            removed = await api(sys_nc, "$JS.API.SERVER.REMOVE", {"peer": victim})
+            assert removed == recorded("server_remove"), removed
+            rest = sorted(n for n in names if n != victim)
+
+            async def shrunk():
+                info = await api(ncs[0], "$JS.API.STREAM.INFO.R3")
+                consumer = await api(ncs[0], "$JS.API.CONSUMER.INFO.R3.D")
+                done = all(members_of(x) == rest and "desired" not in (x.get("cluster") or {})
+                           for x in (info, consumer))
+                return consumer if done else None
+
+            consumer = await until(shrunk, "R3 and D on the two other servers", SETTLE)
+            assert consumer["delivered"]["stream_seq"] == 3 and consumer["ack_floor"]["stream_seq"] == 3, consumer
+            client = ncs[names.index(rest[0])]
+            sub = await client.jetstream().pull_subscribe_bind("D", stream="R3")
+            more = await sub.fetch(3, timeout=5)
+            assert [m.metadata.sequence.stream for m in more] == [4, 5, 6]
+            assert all(m.metadata.num_delivered == 1 for m in more)
+
+    run(main)
