@@ -258,9 +258,9 @@ REFUSED_KEYS = {
 _LEAF_SECURITY_KEYS = frozenset({"credentials", "nkey", "users", "ws_compression"})
 # jetstream {} members: natserver acts on store_dir, the limits, enabled, domain, cipher and key,
 # and (an extension: nats-server 2.10's name, 2.9.10 refuses it) sync_interval. These only warn:
-# clustered JetStream's settings natserver does not act on yet (placement without unique tags,
-# no bound on catch-ups in flight, no cluster-wide limits).
-UNSUPPORTED_JETSTREAM_KEYS = frozenset({"unique_tag", "max_outstanding_catchup", "limits"})
+# clustered JetStream's settings natserver does not act on yet (no bound on catch-ups in
+# flight, no cluster-wide limits).
+UNSUPPORTED_JETSTREAM_KEYS = frozenset({"max_outstanding_catchup", "limits"})
 # jetstream { cipher } spellings nats-server accepts (opts.go parseJetStream), to the cipher used.
 JETSTREAM_CIPHERS = {"chacha": "chacha", "chachapoly": "chacha", "aes": "aes"}
 
@@ -769,6 +769,8 @@ class _Builder:
                     c["jetstream_cipher"] = cipher
                 elif name in ("key", "ek", "jetstream_key"):
                     c["jetstream_key"] = _expect(item, str, member)
+                elif name == "unique_tag":
+                    c["jetstream_unique_tag"] = _expect(item, str, member).strip().lower()
                 elif name == "sync_interval" or name in UNSUPPORTED_JETSTREAM_KEYS:
                     self.extra.setdefault(key, {})[member] = item
                 elif not self.used_as_variable(value, member):

@@ -70,6 +70,9 @@ class Options:
     max_memory_store: int = -1  # -1: no limit (nats-server: 75 % of RAM)
     max_file_store: int = -1  # -1: no limit (nats-server: 1 TB or the disk)
     jetstream_domain: str = ""  # jetstream { domain }: $JS.<domain>.API.> is served too
+    # jetstream { unique_tag }: a clustered stream's replicas go to servers with different values
+    # of the server tag with this prefix (opts.go JetStreamUniqueTag, lower-cased, trimmed)
+    jetstream_unique_tag: str = ""
     # server_tags: this server's tags (placement { tags }, lower-cased as nats-server keeps them)
     server_tags: list = field(default_factory=list)
     jetstream_cipher: str = ""  # jetstream { cipher }: "chacha" (the default with a key) or "aes"

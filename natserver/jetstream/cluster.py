@@ -200,7 +200,8 @@ class JetStreamCluster:
         self.node_id = nrg.node_id
         self.rng = rng or random.Random()
         self.state = MetaState(self.node_id)
-        self.meta = MetaLeader(self.state, self.name, self.rng, clock.now_ns)
+        self.meta = MetaLeader(self.state, self.name, self.rng, clock.now_ns,
+                               unique_tag=self.options.jetstream_unique_tag)
         self.group: Group | None = None
         self.started = 0.0
         self.names: dict[str, str] = {self.node_id: server.server_name}  # node id -> server name

@@ -130,7 +130,7 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
         tmp_path,
         """
         port: 4333
-        jetstream { store_dir: /tmp/js, unique_tag: az, max_outstanding_catchup: 5 }
+        jetstream { store_dir: /tmp/js, unique_tag: " AZ: ", max_outstanding_catchup: 5 }
         connect_error_reports: 5
         syslog: true
         authorization { user: a, password: b, permissions { publish: "x" } }
@@ -138,13 +138,13 @@ def test_harmless_unsupported_keys_are_kept_with_a_warning(tmp_path):
     )
     assert options.port == 4333
     assert (options.jetstream, options.store_dir) == (True, "/tmp/js")
+    assert options.jetstream_unique_tag == "az:"  # (opts.go: lower-cased and trimmed, acted on)
     # As nats-server, permissions in authorization {} are the users array's defaults: a single
     # user gets none (tests/auth/test_auth.py checks the server against nats-server); a warning says so.
     assert (options.username, options.password, options.users) == ("a", "b", [])
     warnings = unsupported_warnings(options)
     assert sorted(warnings) == sorted([
         'Config option "syslog" is not supported by natserver and is ignored',
-        'JetStream option "unique_tag" is not supported by natserver and is ignored',
         'JetStream option "max_outstanding_catchup" is not supported by natserver and is ignored',
         "authorization permissions apply to the users array only: the single user has no permissions",
     ])  # connect_error_reports: nats-server does not act on it on one server either
