@@ -184,7 +184,7 @@ class StreamReplica:
         store, leader = self.stream.store, self.leader
         if leader is None:
             return store.last_seq
-        return max(leader.clseq, store.last_seq + self.applier.clfs) - self.applier.clfs
+        return leader.proposed_clseq() - self.applier.clfs
 
     def propose(self, subject: bytes, reply: bytes | None, hdr: bytes, msg: bytes, now: int) -> bool:
         """A publish the leader's stream checked: proposed (processClusteredInboundMsg); a
@@ -312,22 +312,21 @@ class StreamReplica:
             if peer == me:
                 continue
             entry: dict = {"name": host.names.get(peer, peer)}
+            lag = 0
+            active = 0
             if self.group.leader:
                 seen = node._seen.get(peer)
-                active = now - seen if seen is not None else None
+                active = int((now - seen) * 1e9) if seen is not None else 0
                 # (raft.go Peers: the entries the leader has a quorum on and the replica not)
                 lag = max(node.commit - node._match.get(peer, 0), 0)
                 entry["current"] = lag == 0
-                if host.peer_offline(peer):
-                    entry["offline"] = True
-                entry["active"] = int(active * 1e9) if active is not None else 0
-                if lag:
-                    entry["lag"] = lag
             else:
                 entry["current"] = peer == node.leader
-                if host.peer_offline(peer):
-                    entry["offline"] = True
-                entry["active"] = 0
+            if host.peer_offline(peer):
+                entry["offline"] = True
+            entry["active"] = active
+            if lag:
+                entry["lag"] = lag
             entry["peer"] = peer
             replicas.append(entry)
         if replicas:
@@ -561,7 +560,7 @@ class StreamReplica:
         applier.counter = self.stream.cfg.allow_msg_counter
         if applier.counter:  # (its increments in flight count: counter.InflightTotals)
             self.stream.counter_totals = InflightTotals(
-                lambda: max(leader.clseq, applier.store.last_seq + applier.clfs) + 1,
+                lambda: leader.proposed_clseq() + 1,
                 lambda: applier.store.last_seq + applier.clfs)
         self.stream.subscribe()
         self.host.serve_direct(self.engine, self.stream)

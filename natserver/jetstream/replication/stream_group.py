@@ -327,12 +327,14 @@ class StreamLeader:
         self.clseq += 1
         return entry
 
-    def _floor(self) -> None:
-        """clseq never below the store's last sequence plus clfs (what is applied already)."""
+    def proposed_clseq(self) -> int:
+        """The last sequence proposed so far: clseq, never below the store's last sequence plus
+        clfs (what is applied already)."""
         applier = self.applier
-        floor = applier.store.last_seq + applier.clfs
-        if self.clseq < floor:
-            self.clseq = floor
+        return max(self.clseq, applier.store.last_seq + applier.clfs)
+
+    def _floor(self) -> None:
+        self.clseq = self.proposed_clseq()
 
     def propose_mirrored(self, seq: int, subject: bytes, hdr: bytes, msg: bytes, ts: int) -> list[bytes]:
         """A mirror's copy of its origin's message ``seq`` (stream.go processInboundMirrorMsg):
