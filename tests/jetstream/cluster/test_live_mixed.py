@@ -31,6 +31,7 @@ from tests.reference import NATS_SERVER, needs_nats_server
 TEST_TIMEOUT = 120  # seconds for the whole test (2.15.1 elections take 4-9 s)
 STEP = 30  # seconds for one step
 POLL = 0.1  # seconds between two looks at another process (not a timing assertion)
+STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
 TAGS = {"n1": ["kind:go"], "n2": ["kind:go"], "n3": ["kind:py"]}
 
 CONFIG = """
@@ -113,6 +114,36 @@ async def until_created(port: int, subject: str, body: dict) -> dict:
                         return last
             await trio.sleep(POLL)
     raise AssertionError(f"{subject} not created within {STEP} s: {last}")
+
+
+async def leader_info(port: int, subject: str) -> dict:
+    """An INFO request's answer (STREAM.INFO or CONSUMER.INFO) once it names a leader."""
+    with trio.fail_after(STEP):
+        while True:
+            with trio.move_on_after(3):
+                try:
+                    info = await request(port, subject)
+                except OSError:  # (a server restarting: not listening yet)
+                    info = {}
+                if info.get("cluster", {}).get("leader"):
+                    return info
+            await trio.sleep(POLL)
+
+
+async def lead_with(port: int, info: str, stepdown: str, wanted: set[str]) -> dict:
+    """Step-downs (``stepdown``, asking for a preferred one) until one of ``wanted`` leads:
+    the answer to ``info`` that names it."""
+    for _ in range(STEPDOWNS):
+        answer = await leader_info(port, info)
+        now = answer["cluster"]["leader"]
+        if now in wanted:
+            return answer
+        with trio.move_on_after(5):
+            await request(port, stepdown, {"placement": {"preferred": sorted(wanted)[0]}})
+        with trio.move_on_after(STEP):
+            while (await leader_info(port, info))["cluster"]["leader"] == now:
+                await trio.sleep(POLL)
+    raise AssertionError(f"none of {wanted} leads ({info})")
 
 
 async def sys_request(port: int, subject: str, body=None) -> dict:

@@ -16,7 +16,7 @@ import nats
 import trio
 
 from tests.jetstream.cluster.test_live_mixed import POLL, STEP, bounded, running, until_created
-from tests.jetstream.cluster.test_live_mixed_r3 import lead_with, publish
+from tests.jetstream.cluster.test_live_mixed_r3 import lead_stream_with, publish
 from tests.raft.nrg_cluster import APP_USER, PASSWORD, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
@@ -44,7 +44,7 @@ async def scenario(binary: str, folder: Path) -> dict:
     async with running(binary, folder) as (cluster, server):
         go1, go2, py = cluster.nodes
         await until_created(go1.port, "$JS.API.STREAM.CREATE.M3", STREAM)
-        report["leader"] = await lead_with(go1.port, {"n1", "n2"})
+        report["leader"] = await lead_stream_with(go1.port, {"n1", "n2"})
         for n in range(3):
             await publish(py.port, f"m3.{n}", n)
         direct = server.jetstream.cluster.direct

@@ -25,6 +25,8 @@ from tests.jetstream.cluster.test_live_mixed import (
     STEP,
     MixedCluster,
     bounded,
+    lead_with,
+    leader_info,
     natserver_options,
     request,
     until_created,
@@ -33,7 +35,6 @@ from tests.raft.nrg_cluster import tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 180  # seconds for the whole test (2.15.1 elections take 4-9 s, a few of them)
-STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
 STREAM = {"name": "M3", "subjects": ["m3.>"], "num_replicas": 3}
 
 
@@ -51,32 +52,13 @@ def stored(server) -> list[tuple[int, str, bytes]]:
 
 
 async def leader(port: int, name: str = "M3") -> str:
-    with trio.fail_after(STEP):
-        while True:
-            with trio.move_on_after(3):
-                try:
-                    info = await request(port, f"$JS.API.STREAM.INFO.{name}")
-                except OSError:  # (a server restarting: not listening yet)
-                    info = {}
-                lead = info.get("cluster", {}).get("leader", "")
-                if lead:
-                    return lead
-            await trio.sleep(POLL)
+    return (await leader_info(port, f"$JS.API.STREAM.INFO.{name}"))["cluster"]["leader"]
 
 
-async def lead_with(port: int, wanted: set[str], name: str = "M3") -> str:
-    """Step-downs (asking for a preferred one) until one of ``wanted`` leads the stream."""
-    for _ in range(STEPDOWNS):
-        now = await leader(port, name)
-        if now in wanted:
-            return now
-        with trio.move_on_after(5):
-            await request(port, f"$JS.API.STREAM.LEADER.STEPDOWN.{name}",
-                          {"placement": {"preferred": sorted(wanted)[0]}})
-        with trio.move_on_after(STEP):
-            while (await leader(port, name)) == now:
-                await trio.sleep(POLL)
-    raise AssertionError(f"none of {wanted} leads {name}")
+async def lead_stream_with(port: int, wanted: set[str], name: str = "M3") -> str:
+    """Step-downs until one of ``wanted`` leads the stream ``name``: its name."""
+    answer = await lead_with(port, f"$JS.API.STREAM.INFO.{name}", f"$JS.API.STREAM.LEADER.STEPDOWN.{name}", wanted)
+    return answer["cluster"]["leader"]
 
 
 async def publish(port: int, subject: str, n: int) -> dict:
@@ -124,7 +106,7 @@ async def scenario(binary: str, folder: Path) -> dict:
                 assert len(created["cluster"]["replicas"]) == 2, created
 
                 # A 2.15.1 leader; published through the natserver's client.
-                first = await lead_with(go1.port, {"n1", "n2"})
+                first = await lead_stream_with(go1.port, {"n1", "n2"})
                 for n in range(10):
                     ack = await publish(py.port, f"m3.{n % 2}", n)
                     assert ack == {"stream": "M3", "seq": n + 1}, ack
@@ -133,7 +115,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 
                 # The natserver leads; published through a 2.15.1 client while the other 2.15.1
                 # server is down, the natserver snapshotting (its log compacted past it).
-                assert await lead_with(go1.port, {"n3"}) == "n3"
+                assert await lead_stream_with(go1.port, {"n3"}) == "n3"
                 info = await request(go2.port, "$JS.API.STREAM.INFO.M3")  # (the natserver answers)
                 assert info["cluster"]["leader"] == "n3" and info["state"]["messages"] == 10, info
                 assert sorted(r["name"] for r in info["cluster"]["replicas"]) == ["n1", "n2"], info
@@ -153,7 +135,7 @@ async def scenario(binary: str, folder: Path) -> dict:
                 with trio.fail_after(STEP):
                     while not replica.catchups_served:
                         await trio.sleep(POLL)
-                await lead_with(go1.port, {"n2"})
+                await lead_stream_with(go1.port, {"n2"})
                 mine = await until_stored(server, 19, 20)
                 theirs = await msg_gets(go1.port, [seq for seq, _, _ in mine])
                 assert theirs == mine

@@ -22,8 +22,9 @@ from tests.jetstream.cluster.test_live_mixed import (
     STEP,
     MixedCluster,
     bounded,
+    lead_with,
+    leader_info,
     natserver_options,
-    request,
     until_created,
 )
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
@@ -31,7 +32,6 @@ from tests.raft.nrg_cluster import APP_USER, Client, tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 180  # seconds for the whole test (2.15.1 elections take 4-9 s, a few of them)
-STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
 STREAM = {"name": "M3", "subjects": ["m3.>"], "num_replicas": 3}
 CONSUMER = {"stream_name": "M3", "config": {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}}
 INFO = "$JS.API.CONSUMER.INFO.M3.C"
@@ -39,34 +39,18 @@ INFO = "$JS.API.CONSUMER.INFO.M3.C"
 
 async def consumer_leader(port: int) -> dict:
     """CONSUMER.INFO once a leader answers it."""
-    with trio.fail_after(STEP):
-        while True:
-            with trio.move_on_after(3):
-                info = await request(port, INFO)
-                if info.get("cluster", {}).get("leader"):
-                    return info
-            await trio.sleep(POLL)
+    return await leader_info(port, INFO)
 
 
-async def lead_with(port: int, wanted: set[str]) -> dict:
-    """Step-downs (asking for a preferred one) until one of ``wanted`` leads the consumer."""
-    for _ in range(STEPDOWNS):
-        info = await consumer_leader(port)
-        now = info["cluster"]["leader"]
-        if now in wanted:
-            return info
-        with trio.move_on_after(5):
-            await request(port, "$JS.API.CONSUMER.LEADER.STEPDOWN.M3.C", {"placement": {"preferred": sorted(wanted)[0]}})
-        with trio.move_on_after(STEP):
-            while (await consumer_leader(port))["cluster"]["leader"] == now:
-                await trio.sleep(POLL)
-    raise AssertionError(f"none of {wanted} leads C")
+async def lead_consumer_with(port: int, wanted: set[str]) -> dict:
+    """Step-downs until one of ``wanted`` leads the consumer: its CONSUMER.INFO."""
+    return await lead_with(port, INFO, "$JS.API.CONSUMER.LEADER.STEPDOWN.M3.C", wanted)
 
 
-async def pull(port: int, count: int, ack: set[int], stream: str = "M3") -> list[int]:
+async def pull(port: int, count: int, ack: set[int] | None = None, stream: str = "M3") -> list[int]:
     """``count`` messages of ``stream``'s consumer C pulled through a client of the server at
-    ``port``; those whose stream sequence is in ``ack`` acked (each ack answered by the
-    leader). Their sequences."""
+    ``port``; those whose stream sequence is in ``ack`` (all, without it) acked, each ack
+    answered by the leader. Their sequences."""
     client = await Client.open(port, APP_USER)
     seqs = []
     try:
@@ -81,7 +65,7 @@ async def pull(port: int, count: int, ack: set[int], stream: str = "M3") -> list
             for reply in replies:
                 seq = int(reply.split(".")[-4])
                 seqs.append(seq)
-                if seq in ack:
+                if ack is None or seq in ack:
                     await client.request(reply, b"+ACK")
     finally:
         await client.stream.aclose()
@@ -111,7 +95,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 
             # 2.15.1 leads: five pulled, three acked (its proposals go as batches: several
             # entries at one log index); the natserver follows its entries.
-            await lead_with(go1.port, {"n1", "n2"})
+            await lead_consumer_with(go1.port, {"n1", "n2"})
             assert await pull(go2.port, 5, {1, 2, 4}) == [1, 2, 3, 4, 5]
             groups = server.jetstream.cluster.consumer_groups
             want = {"delivered": [5, 5], "ack_floor": [2, 2], "num_ack_pending": 2}
@@ -128,7 +112,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             report["followed"] = True
 
             # The natserver leads: 2.15.1's state, the same info's shape; it delivers the rest.
-            ours = await lead_with(go2.port, {"n3"})
+            ours = await lead_consumer_with(go2.port, {"n3"})
             assert progress(ours) == progress(theirs), (ours, theirs)
             assert list(ours) == list(theirs) and list(ours["cluster"]) == list(theirs["cluster"]), (ours, theirs)
             assert sorted(r["name"] for r in ours["cluster"]["replicas"]) == ["n1", "n2"], ours
@@ -138,7 +122,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             report["natserver_led"] = True
 
             # 2.15.1 leads again, from the natserver's entries.
-            theirs = await lead_with(go1.port, {"n1", "n2"})
+            theirs = await lead_consumer_with(go1.port, {"n1", "n2"})
             assert progress(theirs) == progress(ours), (theirs, ours)
             report["went_back"] = True
             nursery.cancel_scope.cancel()

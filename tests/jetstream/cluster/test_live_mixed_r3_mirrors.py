@@ -32,7 +32,7 @@ from tests.jetstream.cluster.test_live_mixed import (
     request,
     until_created,
 )
-from tests.jetstream.cluster.test_live_mixed_r3 import lead_with, publish
+from tests.jetstream.cluster.test_live_mixed_r3 import lead_stream_with, publish
 from tests.raft.nrg_cluster import tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
@@ -113,11 +113,11 @@ async def scenario(binary: str, folder: Path) -> dict:
                     # The natserver leads the origin from the start: its direct consumers serve
                     # 2.15.1's links (a 2.15.1 link whose origin's lead moves waits for its
                     # 10 s health check and backs off 10 s, 20 s... on a failed create).
-                    assert await lead_with(go1.port, {"n3"}, "ORIG") == "n3"
+                    assert await lead_stream_with(go1.port, {"n3"}, "ORIG") == "n3"
 
             # 2.15.1 leads the mirror and the source: the natserver follows their proposals.
             for name in ("MIR", "SRC"):
-                report[f"go_{name}"] = await lead_with(go1.port, {"n1", "n2"}, name)
+                report[f"go_{name}"] = await lead_stream_with(go1.port, {"n1", "n2"}, name)
             await publish_batch(py.port, 0)
             origin = await until_stored(server, "ORIG", BATCH)
             mirror = await until_stored(server, "MIR", BATCH)
@@ -128,8 +128,8 @@ async def scenario(binary: str, folder: Path) -> dict:
             # The natserver leads both: its links propose, the 2.15.1 servers store (a 2.15.1
             # origin leader's direct consumers serving the natserver's links).
             for name in ("MIR", "SRC"):
-                assert await lead_with(go1.port, {"n3"}, name) == "n3"
-            report["go_ORIG"] = await lead_with(go1.port, {"n1", "n2"}, "ORIG")
+                assert await lead_stream_with(go1.port, {"n3"}, name) == "n3"
+            report["go_ORIG"] = await lead_stream_with(go1.port, {"n1", "n2"}, "ORIG")
             info = await request(go2.port, "$JS.API.STREAM.INFO.MIR")  # (the natserver answers)
             assert info["cluster"]["leader"] == "n3" and info["mirror"]["name"] == "ORIG", info
             await publish_batch(go2.port, BATCH)
@@ -149,7 +149,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             # 2.15.1 leads again: its MSG.GET answers are the natserver's store, message for
             # message (what the natserver proposed reached the 2.15.1 replicas).
             for name, mine in (("MIR", mirror), ("SRC", source)):
-                await lead_with(go1.port, {"n1", "n2"}, name)
+                await lead_stream_with(go1.port, {"n1", "n2"}, name)
                 assert await msg_gets(go1.port, name, [m[0] for m in mine]) == mine, name
             # ... and their links go on after the natserver's.
             await publish_batch(py.port, 2 * BATCH)
@@ -161,7 +161,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             # The natserver leads both again and its node stops: 2.15.1 takes the links over
             # (from the stream's last sequence, the source's last header), nothing lost or twice.
             for name in ("MIR", "SRC"):
-                assert await lead_with(go1.port, {"n3"}, name) == "n3"
+                assert await lead_stream_with(go1.port, {"n3"}, name) == "n3"
             nursery.cancel_scope.cancel()
         await publish_batch(go1.port, 3 * BATCH)
         for name, count in (("MIR", 4 * BATCH), ("SRC", 2 * BATCH)):
@@ -180,7 +180,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             source = await until_stored(server, "SRC", 2 * BATCH)
             check_copies(origin, mirror, source)
             for name, mine in (("MIR", mirror), ("SRC", source)):
-                await lead_with(go1.port, {"n1", "n2"}, name)
+                await lead_stream_with(go1.port, {"n1", "n2"}, name)
                 assert await msg_gets(go1.port, name, [m[0] for m in mine]) == mine, name
             report["taken_over"] = True
             nursery.cancel_scope.cancel()

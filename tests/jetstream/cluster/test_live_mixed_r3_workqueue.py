@@ -20,48 +20,22 @@ from tests.jetstream.cluster.test_live_mixed import (
     STEP,
     MixedCluster,
     bounded,
+    lead_with,
     natserver_options,
     request,
     until_created,
 )
 from tests.jetstream.cluster.test_live_mixed_r3 import publish
-from tests.raft.nrg_cluster import APP_USER, Client, tempdir
+from tests.jetstream.cluster.test_live_mixed_r3_consumers import pull
+from tests.raft.nrg_cluster import tempdir
 from tests.reference import NATS_SERVER, needs_nats_server
 
 TEST_TIMEOUT = 240  # seconds for the whole test (2.15.1 elections take 4-9 s, a few of them)
-STEPDOWNS = 8  # step-downs asked at most until the wanted server leads
 MESSAGES = 6
 STREAM = {"name": "WQ", "subjects": ["wq.>"], "num_replicas": 3, "retention": "workqueue"}
 CONSUMER = {"stream_name": "WQ", "config": {"durable_name": "C", "ack_policy": "explicit", "num_replicas": 3}}
 
 
-async def leader_of(port: int, subject: str) -> str:
-    """The leader an INFO request's answer names, once one does."""
-    with trio.fail_after(STEP):
-        while True:
-            with trio.move_on_after(3):
-                try:
-                    info = await request(port, subject)
-                except OSError:
-                    info = {}
-                name = info.get("cluster", {}).get("leader", "")
-                if name:
-                    return name
-            await trio.sleep(POLL)
-
-
-async def lead_with(port: int, info: str, stepdown: str, wanted: set[str]) -> str:
-    """Step-downs (asking for a preferred one) until one of ``wanted`` leads."""
-    for _ in range(STEPDOWNS):
-        now = await leader_of(port, info)
-        if now in wanted:
-            return now
-        with trio.move_on_after(5):
-            await request(port, stepdown, {"placement": {"preferred": sorted(wanted)[0]}})
-        with trio.move_on_after(STEP):
-            while (await leader_of(port, info)) == now:
-                await trio.sleep(POLL)
-    raise AssertionError(f"none of {wanted} leads ({info})")
 
 
 async def stream_state(port: int, want: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -82,25 +56,6 @@ async def stream_state(port: int, want: tuple[int, int, int]) -> tuple[int, int,
     return state
 
 
-async def pull(port: int, count: int) -> list[int]:
-    """``count`` messages pulled through a client of the server at ``port``, each acked (the
-    ack answered by the consumer's leader): their stream sequences."""
-    client = await Client.open(port, APP_USER)
-    seqs = []
-    try:
-        with trio.fail_after(STEP):
-            await client.sub("_INBOX.pull")
-            await client.pub("$JS.API.CONSUMER.MSG.NEXT.WQ.C", b'{"batch": %d}' % count, "_INBOX.pull")
-            replies = []
-            while len(replies) < count:
-                _, reply, _ = await client.next_msg()
-                replies.append(reply)
-            for reply in replies:
-                seqs.append(int(reply.split(".")[-4]))
-                await client.request(reply, b"+ACK")
-    finally:
-        await client.stream.aclose()
-    return seqs
 
 
 async def scenario(binary: str, folder: Path) -> dict:
@@ -127,7 +82,7 @@ async def scenario(binary: str, folder: Path) -> dict:
 
             # 2.15.1 leads the stream: three pulled and acked, gone from the natserver's replica.
             await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
-            assert await pull(go2.port, 3) == [1, 2, 3]
+            assert await pull(go2.port, 3, stream="WQ") == [1, 2, 3]
             assert await stream_state(go1.port, (3, 4, MESSAGES)) == (3, 4, MESSAGES)
             await natserver_holds((3, 4, MESSAGES))
             report["2.15.1_removed"] = True
@@ -136,7 +91,7 @@ async def scenario(binary: str, folder: Path) -> dict:
             await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n3"})
             await lead_with(go1.port, "$JS.API.CONSUMER.INFO.WQ.C", "$JS.API.CONSUMER.LEADER.STEPDOWN.WQ.C",
                             {"n1", "n2"})
-            assert await pull(py.port, 3) == [4, 5, 6]
+            assert await pull(py.port, 3, stream="WQ") == [4, 5, 6]
             await natserver_holds((0, MESSAGES + 1, MESSAGES))
             assert await stream_state(go2.port, (0, MESSAGES + 1, MESSAGES)) == (0, MESSAGES + 1, MESSAGES)
             await lead_with(go1.port, "$JS.API.STREAM.INFO.WQ", "$JS.API.STREAM.LEADER.STEPDOWN.WQ", {"n1", "n2"})
