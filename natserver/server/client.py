@@ -134,11 +134,30 @@ class Subscription:
 _GO_FOLDS = str.maketrans({"\u017f": "s", "\u212a": "k"})  # long s, Kelvin sign
 
 
+# Each typed field's type, for the check of the fields a CONNECT sent (a few of the 16).
+_CONNECT_FIELD_TYPES = {**dict.fromkeys(_BOOL_FIELDS, bool), **dict.fromkeys(_INT_FIELDS, int),
+                        **dict.fromkeys(_STR_FIELDS, str)}
+
+
 def _check_connect_types(options: dict) -> dict:
     """Fold the keys as Go's json does and enforce the types nats-server's decoder enforces."""
     opts = {}
+    odd = False
+    types = _CONNECT_FIELD_TYPES
     for key, value in options.items():
-        opts[key.lower() if key.isascii() else key.translate(_GO_FOLDS).lower()] = value
+        key = key.lower() if key.isascii() else key.translate(_GO_FOLDS).lower()
+        opts[key] = value
+        # A look-up per field sent rather than one per typed field (16); a value not of its
+        # field's exact type sends the folded fields to the ordered checks, which say which
+        # field they find first (or accept them: an int subclass, which JSON never gives).
+        if value is not None and value.__class__ is not types.get(key, value.__class__):
+            odd = True
+    if odd:
+        _check_connect_field_types(opts)
+    return opts
+
+
+def _check_connect_field_types(opts: dict) -> None:
     for key in _BOOL_FIELDS:
         value = opts.get(key)
         if value is not None and not isinstance(value, bool):
@@ -151,7 +170,6 @@ def _check_connect_types(options: dict) -> dict:
         value = opts.get(key)
         if value is not None and not isinstance(value, str):
             raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not a string")
-    return opts
 
 
 
