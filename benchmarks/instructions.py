@@ -7,6 +7,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
     python -m benchmarks.instructions --only kvput,kvget    # KV puts and direct gets (issue 33)
     python -m benchmarks.instructions --only jstail,jspull,jspush,jsmixed  # JetStream consumers (issue 33)
+    python -m benchmarks.instructions --only connect  # a connect storm, the server's side (issue 33, scenario h)
 
 Runs an in-process server, a raw publisher and a raw subscriber on loopback under
 ``valgrind --tool=callgrind`` twice (N and N/5 messages) and reports the difference divided by
@@ -277,6 +278,67 @@ trio.run(main)
 """
 _JSC_KINDS = ("jspull", "jspush", "jsmixed")
 
+# A connect storm (scenario h, issue 33), the server's side only: the server runs in the traced
+# process, collecting garbage as the command line does (cli._tune_gc), and a connector in a
+# child process (not traced: valgrind follows no exec) opens N connections with 128 handshakes in
+# flight as benchmarks/wire.py idle_worker does (INFO, CONNECT + PING, PONG), answers each one's
+# first keep-alive PING (so that every connection gets exactly one, however slow the traced run),
+# PINGs each once and closes them all; the server stops once every one is gone.
+_CONNECT_WORKLOAD = r"""
+import subprocess, sys, trio, natserver
+from natserver.cli import _tune_gc
+
+N = int(sys.argv[1])
+CONNECTOR = '''
+import selectors, socket, sys
+port, count, sel, held, opened, busy = int(sys.argv[1]), int(sys.argv[2]), selectors.DefaultSelector(), [], 0, 0
+while len(held) < count:
+    while busy < 128 and opened < count:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        sel.register(s, selectors.EVENT_READ, [b"", False])
+        opened, busy = opened + 1, busy + 1
+    for key, _ in sel.select(60):
+        s, st = key.fileobj, key.data
+        data = s.recv(65536)
+        assert data, "closed by the server"
+        st[0] += data
+        if not st[1] and st[0].endswith(b"\\r\\n"):
+            assert st[0].startswith(b"INFO "), st[0]
+            st[:] = [b"", True]
+            s.send(b'CONNECT {"verbose":false,"pedantic":false}\\r\\nPING\\r\\n')
+        elif st[1] and b"PONG\\r\\n" in st[0]:
+            sel.unregister(s)
+            busy -= 1
+            held.append(s)
+for s in held:  # the server's first keep-alive PING (2-2.4 s after CONNECT), answered; ours
+    s.settimeout(60)
+    got = b""
+    while b"PING\\r\\n" not in got:
+        got += s.recv(64)
+    s.sendall(b"PONG\\r\\nPING\\r\\n")
+    while not got.endswith(b"PONG\\r\\n"):
+        got += s.recv(64)
+for s in held:
+    s.close()
+'''
+
+async def main():
+    _tune_gc()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+        connector = [sys.executable, "-c", CONNECTOR, str(server.port), str(N)]
+        await trio.to_thread.run_sync(lambda: subprocess.run(connector, check=True, timeout=1200))
+        while server.clients:
+            await trio.sleep(0.01)
+        await server.shutdown()
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+CONNECT_SCALE = 50  # a connect storm opens --n / 50 connections (each costs as much as ~500 messages)
+
 
 REQREP_SCALE = 20  # request/reply workloads run --n / 20 round trips
 JS_SCALE = 4  # JetStream workloads run --n / 4 publishes (each costs as much as ~5 messages)
@@ -288,7 +350,8 @@ def count(n: int, kind: str) -> int:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
             f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _JS_WORKLOAD if kind in _JS_KINDS
-                    else _JSC_WORKLOAD if kind in _JSC_KINDS else _WORKLOAD)
+                    else _JSC_WORKLOAD if kind in _JSC_KINDS else _CONNECT_WORKLOAD if kind == "connect"
+                    else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, str(n), kind],
@@ -304,7 +367,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -326,13 +389,15 @@ def main(argv=None) -> int:
              ("jstail", "JetStream publishes of 16 B, acked, with a push consumer delivering each (no acks)"),
              ("jspull", "JetStream pull consumer, batches of 256, explicit acks, 128 B, 16 subjects"),
              ("jspush", "JetStream push consumer, explicit acks, 128 B, 16 subjects"),
-             ("jsmixed", "JetStream pull consumer on c.>, batches of 256, 64 subjects, 32 B-4 KiB"))
+             ("jsmixed", "JetStream pull consumer on c.>, batches of 256, 64 subjects, 32 B-4 KiB"),
+             ("connect", "connect storm, the server alone: accept, INFO, CONNECT + PING, PONG, a keep-alive, a PING, the close"))
     for kind, label in kinds:
         if args.only and kind not in args.only.split(","):
             continue
         # A round trip costs as much as ~40 pub/sub messages: fewer of them, same run time.
         n = (args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n // JS_SCALE if kind in _JS_KINDS
-             else args.n // JSC_SCALE if kind in _JSC_KINDS else args.n)
+             else args.n // JSC_SCALE if kind in _JSC_KINDS else args.n // CONNECT_SCALE if kind == "connect"
+             else args.n)
         long, short = count(n, kind), count(n // 5, kind)
         # (a JetStream run sends whole windows of 512, a consumer run reads whole rounds of 2000)
         done = ((lambda m: m // 512 * 512) if kind in _JS_KINDS else (lambda m: m // 2000 * 2000)
@@ -340,7 +405,8 @@ def main(argv=None) -> int:
         per = (long - short) / (done(n) - done(n // 5))
         unit = ("round trip (server and both clients)" if kind in _REQREP_KINDS
                 else "publish (server and client)" if kind in _JS_KINDS
-                else "message consumed and acked (server and client)" if kind in _JSC_KINDS else "message")
+                else "message consumed and acked (server and client)" if kind in _JSC_KINDS
+                else "connection (the server alone)" if kind == "connect" else "message")
         print(f"{label}: {per:,.0f} instructions a {unit} ({long:,} and {short:,} in all)")
     return 0
 

@@ -665,7 +665,8 @@ class Server:
         self.closed_clients.append(ClosedRecord(connection_record(client)))
         for observer in self.connection_observers:
             observer.client_closed(client)
-        log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
+        if log.isEnabledFor(logging.DEBUG):  # (log_prefix is built before debug's own check)
+            log.debug("%s - Client connection closed: %s", log_prefix(client), client.close_reason)
 
     def _compact(self) -> None:
         """What the clients that have gone still hold, let go (the reclaimer, after many closes):

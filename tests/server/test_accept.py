@@ -198,3 +198,63 @@ def test_out_of_descriptors_backs_off_and_recovers(tmp_path):
             sock.close()
         proc.kill()
         proc.wait(timeout=10)
+
+
+# -- CONNECT's field types (client._check_connect_types): the check of the fields sent --------
+
+_TYPED_FIELDS = ("verbose", "pedantic", "tls_required", "echo", "headers", "no_responders", "protocol", "name",
+                 "lang", "version", "user", "pass", "auth_token", "jwt", "sig", "nkey")
+
+
+def _reference_check(options: dict) -> dict:
+    """The check as it was, one look-up per typed field in a fixed order (before issue #33's
+    per-field-sent loop): what the fast check must equal, error message included."""
+    from natserver.protocol import errors
+    from natserver.protocol.parser import ProtocolError
+    from natserver.server.client import _GO_FOLDS
+
+    opts = {}
+    for key, value in options.items():
+        opts[key.lower() if key.isascii() else key.translate(_GO_FOLDS).lower()] = value
+    for key in _TYPED_FIELDS[:6]:
+        value = opts.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not a boolean")
+    value = opts.get("protocol")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ProtocolError(errors.SILENT_CLOSE, "CONNECT protocol is not an integer")
+    for key in _TYPED_FIELDS[7:]:
+        value = opts.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ProtocolError(errors.SILENT_CLOSE, f"CONNECT {key} is not a string")
+    return opts
+
+
+def _outcome(check, options):
+    try:
+        return "ok", check(options)
+    except Exception as exc:  # noqa: BLE001 (the error itself is compared)
+        return type(exc).__name__, str(exc), getattr(exc, "error", None)
+
+
+def test_connect_field_types_are_checked_as_before():
+    """Any JSON object's keys (typed fields in any case, folded ones, others) and values of
+    every JSON type: the same options or the same error as the reference's, which field it
+    names included."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from natserver.server.client import _check_connect_types
+
+    names = st.sampled_from(_TYPED_FIELDS).flatmap(
+        lambda name: st.sampled_from([name, name.upper(), name.title(), name.replace("s", "\u017f")]))
+    keys = st.one_of(names, st.sampled_from(["account", "new_account", "Kelvin\u212a", "x"]), st.text(max_size=4))
+    values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3),
+                       st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.dictionaries(keys, values, max_size=8))
+    def check(options):
+        assert _outcome(_check_connect_types, options) == _outcome(_reference_check, options)
+
+    check()

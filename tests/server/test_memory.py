@@ -350,3 +350,22 @@ def test_rss_comes_back_after_a_connection_storm(tmp_path):
             sock.close()
         proc.kill()
         proc.wait(timeout=10)
+
+
+async def test_an_idle_connection_keeps_its_state_in_slots(start_server, raw_connect):
+    """A connected client's state is Client's slots, not an instance dict (scenario h, issue
+    33: a dict of its 67 attributes cost ~4 us of a connect and ~1 KiB a connection); an
+    attribute __init__ gains must be named in Client.__slots__ too. Other modules may still
+    attach their own (the __dict__ slot), and no writer task or parking lot is made for a
+    connection that never needed one."""
+    with trio.fail_after(TIMEOUT):
+        server = await start_server()
+        client = await raw_connect(server)
+        await client.read_info()
+        await client.send(b'CONNECT {"verbose":false}\r\n')
+        assert await client.ping() == b""
+        (connected,) = server.clients.values()
+        assert vars(connected) == {}, "attributes outside Client.__slots__"
+        assert connected._writer_lot is None and not connected._writer_started
+        connected.hb_sleep = None  # (as JetStream's heartbeats attach theirs)
+        assert vars(connected) == {"hb_sleep": None}
