@@ -1056,10 +1056,10 @@ class Client:
             return False
         sublist = self.sublist
         cache = sublist.cache
-        result = cache.get(subject) if cache is not None else None
-        missed = result is None
-        if missed:
-            result = sublist.match_uncached(subject)  # (counted below: once, as publish counts)
+        cached = cache.get(subject) if cache is not None else None
+        missed = cached is None
+        # (a miss counted below: once, as publish counts it)
+        result = sublist.match_uncached(subject) if cached is None else cached
         psubs = result.psubs
         size = len(payload)
         if len(psubs) != 1 or result.qsubs or psubs[0].limited or psubs[0].client is self or size >= BIG_PAYLOAD:
