@@ -702,9 +702,11 @@ class JetStream:
     def respond(self, reply: bytes, payload: bytes, stream: Stream) -> None:
         """Send a publish response: at once for memory streams and persist_mode async, after
         the write (and fsync) for file streams; in order either way."""
-        if not stream.ack_at_once or self._acks:
-            self._acks.append((stream, reply, payload))
-            if not self._wake.is_set():
+        acks = self._acks
+        if not stream.ack_at_once or acks:
+            acks.append((stream, reply, payload))
+            # (acks waiting: the flusher was woken by the first, and takes them all at once)
+            if len(acks) == 1 and not self._wake.is_set():
                 self._wake.set()
         else:
             self.send(reply, payload)
@@ -745,12 +747,16 @@ class JetStream:
                         store.sync_failed()
                         failed.add(store)
         send = self.send
+        # Most acks go to their publisher's inbox, its one subscriber: written there directly
+        # (Client.deliver_reply), else published. Not in a cluster (its system account's replies).
+        direct = self.client.deliver_reply if self.cluster is None else None
         try:
             for stream, reply, payload in acks:
                 store = stream.store
                 if store in failed or getattr(store, "werr", None) is not None:
                     continue  # not written: no ack (the publisher times out and retries)
-                send(reply, payload)
+                if direct is None or not direct(reply, payload):
+                    send(reply, payload)
         finally:
             self.server.flush_touched()
 

@@ -297,12 +297,24 @@ class MsgIndex:
         return self.live > 0
 
     def pop(self, seq: int, default=None):
-        entry = self.get(seq)
-        if entry is None:
-            return default
+        # (get and _release inline: a KV put removes the key's last value this way)
         i = seq - self.base
-        self._release(self.sid[i])
-        self.sid[i] = DEAD
+        sids = self.sid
+        if i < 0 or i >= len(sids):
+            return default
+        sid = sids[i]
+        if sid == DEAD:
+            return default
+        subj = self.subjects[sid]
+        entry = (subj, self.ts[i], self.size[i], self.seg[i], self.off[i])
+        refs = self.refs
+        left = refs[sid] - 1
+        refs[sid] = left
+        if not left:
+            del self.sid_of[subj]
+            self.subjects[sid] = b""
+            self.free.append(sid)
+        sids[i] = DEAD
         self.size[i] = 0  # (so that sum(size) is the live bytes)
         self.seg[i] = 0  # (and the segments count only live messages; real ids start at 1)
         self.live -= 1
@@ -391,8 +403,15 @@ class MsgIndex:
         return max(lo - base, self.head, 0), min(hi - base + 1, len(self.sid))
 
     def next_live(self, lo: int, hi: int) -> int:
-        i, j = self._range(lo, hi)
+        # (_range inline, without max/min: the store's first sequence after every removal of it)
+        base = self.base
         sid = self.sid
+        i = lo - base
+        if i < self.head:
+            i = self.head
+        j = hi - base + 1
+        if j > len(sid):
+            j = len(sid)
         while i < j:
             if sid[i] != DEAD:
                 return self.base + i

@@ -659,9 +659,17 @@ class Client:
                             n_misses += 1
                         else:
                             n_hits += 1
+                        psubs = result.psubs
                         if hooked:
                             self.publish(subject, reply, header_size, sizes, payload)
-                        elif (result.psubs or result.qsubs) and self._route(
+                        elif len(psubs) == 1 and psubs[0].callback is not None and not result.qsubs:
+                            # One server callback (a stream's subject, the JetStream API): what
+                            # _route would do for it alone, without its plan and MSG bytes.
+                            sub = psubs[0]
+                            self._may_deliver(sub, subject, reply, header_size, payload)
+                            if not sub.took and reply is not None and self.no_responders:
+                                self._no_responders(subject, reply, result)
+                        elif (psubs or result.qsubs) and self._route(
                             result, subject, reply, header_size, sizes, payload
                         ):
                             pass
@@ -1085,6 +1093,53 @@ class Client:
         server = self.server
         server.out_msgs += n * len(psubs)
         server.out_bytes += out_bytes
+        return True
+
+    def deliver_reply(self, subject: bytes, payload: bytes) -> bool:
+        """What ``Server.publish(subject, payload, flush=False)`` (or an account's publish) does
+        for a small message without headers or reply (a JetStream publish's ack), done here
+        without its layers when ``subject`` has one subscriber and it is a plain subscription
+        of another client (a publisher's own inbox): no queue group, auto-unsubscribe,
+        permission filter or callback, no publish hook or peer server. Otherwise nothing is
+        done and False returned: the caller publishes. Part of the core's interface."""
+        server = self.server
+        if server.publish_slow:
+            return False
+        sublist = self.sublist
+        cache = sublist.cache
+        cached = cache.get(subject) if cache is not None else None
+        missed = cached is None
+        # (a miss counted below: once, as publish counts it)
+        result = sublist.match_uncached(subject) if cached is None else cached
+        psubs = result.psubs
+        size = len(payload)
+        if len(psubs) != 1 or result.qsubs or psubs[0].limited or psubs[0].client is self or size >= BIG_PAYLOAD:
+            # publish matches it again, and finds it cached now: its miss is counted here.
+            if missed and cache is not None:
+                sublist.misses += 1
+            return False
+        sublist.matches += 1
+        sublist.misses += missed
+        sub = psubs[0]
+        client = sub.client
+        plan = result.plan
+        if plan is None:
+            plan = _make_plan(result, subject)
+        # (the bytes _route's simple loop makes: head, then size, CRLF, payload, CRLF)
+        data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
+        sub.delivered += 1
+        out = client.out
+        if not out:  # a non-empty list is already due to be flushed
+            server.touched.add(client)
+        out.append(data)
+        pending = client.pending + len(data)
+        client.pending = pending
+        client.out_msgs += 1
+        client.out_bytes += size
+        server.out_msgs += 1
+        server.out_bytes += size
+        if pending > client._stall_at:
+            self._over_stall_mark(client)
         return True
 
     def has_interest(self, subject: bytes) -> bool:

@@ -1,0 +1,192 @@
+"""The core's shortcuts for JetStream's acked publishes (issue 33) against the general path.
+
+* ``Client.deliver_reply`` (an ack written straight to its one subscriber) puts the same
+  bytes in every client's outbound list, with the same counters, stalls and auto-unsubscribes,
+  as ``Server.publish(..., flush=False)``, whatever subscribes to the subject;
+* a PUB whose one match is a server callback (``Client._process_ops``) reaches it, and gets
+  its no-responders status, as through ``Client.publish`` (the general path a publish hook
+  takes), whatever the callbacks answer and whoever else subscribes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from natserver.app import Server
+from natserver.protocol.ops import Sub, Unsub
+from natserver.server.client import BIG_PAYLOAD, DELIVER, Client
+from tests.protocol.test_parser import split_at
+
+REPLIES = [b"_INBOX.a.1", b"_INBOX.a.2", b"_R.a", b"x"]
+PATTERNS = [b"_INBOX.a.*", b"_INBOX.a.1", b"_INBOX.>", b"_R.a", b">", b"x"]
+
+
+def _clients(server: Server, n: int, stall_at: int) -> list[Client]:
+    clients = []
+    for i in range(n):
+        client = Client(server, None, i + 1, "127.0.0.1", 1000 + i)
+        client.verbose = client.pedantic = False
+        client.headers = i % 2 == 0
+        client.max_pending = 1 << 40
+        client._stall_at = stall_at
+        clients.append(client)
+    return clients
+
+
+def _outcome(server: Server, clients: list[Client], received: dict, subs: list) -> dict:
+    return {
+        "received": received,
+        "counts": [(c.out_msgs, c.out_bytes, c.pending) for c in clients],
+        "delivered": [(owner.subs[sid].delivered if sid in owner.subs else None) for owner, sid in subs],
+        "server": (server.out_msgs, server.out_bytes, server.internal_out_msgs),
+        "matches": (server.sublist.matches, server.sublist.misses),
+        "stalled": server.internal_client.stalled_on is not None and server.internal_client.stalled_on.cid,
+        "touched": sorted(c.cid for c in server.touched),
+    }
+
+
+@st.composite
+def reply_scenarios(draw):
+    return {
+        # (client index, pattern, queue, max): client 3 is the server's own (a callback)
+        "subs": draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(PATTERNS),
+                                        st.sampled_from([None, None, None, b"q"]), st.sampled_from([0, 0, 1, 2])),
+                              max_size=4)),
+        "acks": draw(st.lists(st.tuples(st.sampled_from(REPLIES),
+                                        st.one_of(st.binary(max_size=40),
+                                                  st.integers(-1, 0).map(lambda d: b"p" * (BIG_PAYLOAD + d)))),
+                              min_size=1, max_size=12)),
+        "stall_at": draw(st.sampled_from([1 << 40, 120])),
+        "hooked": draw(st.sampled_from([False, False, False, True])),
+    }
+
+
+def _run_replies(scenario, direct: bool) -> dict:
+    random.seed(20261129)  # (queue groups pick from random starts: the same for both runs)
+    server = Server(quiet=True)
+    clients = _clients(server, 3, scenario["stall_at"])
+    if scenario["hooked"]:
+        server.publish_hook = lambda *args: DELIVER
+    internal = server.internal_client
+    called: list = []
+    subs = []
+    for n, (index, pattern, queue, max_msgs) in enumerate(scenario["subs"]):
+        if index == 3:
+            sub = server.subscribe_internal(pattern, lambda *msg, n=n: called.append((n, *msg)), queue)
+            subs.append((internal, sub.sid))
+            continue
+        sid = b"%d" % n
+        clients[index]._process_sub(Sub(pattern, queue, sid))
+        if max_msgs:
+            clients[index]._process_unsub(Unsub(sid, max_msgs))
+        subs.append((clients[index], sid))
+    received: dict = {c.cid: [] for c in clients}
+    for reply, payload in scenario["acks"]:
+        if not direct or not internal.deliver_reply(reply, payload):
+            server.publish(reply, payload, flush=False)
+        for client in clients:
+            received[client.cid].extend(bytes(x) for x in client.out)
+        received.setdefault("called", []).append(list(called))
+    return _outcome(server, clients, received, subs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(reply_scenarios())
+def test_deliver_reply_delivers_what_publish_delivers(scenario):
+    assert _run_replies(scenario, True) == _run_replies(scenario, False)
+
+
+def test_deliver_reply_takes_the_common_case():
+    """It is used: an inbox with one plain subscriber, a wildcard one as nats.go's."""
+    server = Server(quiet=True)
+    (client,) = _clients(server, 1, 1 << 40)
+    client._process_sub(Sub(b"_INBOX.a.*", None, b"7"))
+    assert server.internal_client.deliver_reply(b"_INBOX.a.3", b'{"stream":"S","seq":1}')
+    assert client.out == [b'MSG _INBOX.a.3 7 22\r\n{"stream":"S","seq":1}\r\n']
+    client._process_sub(Sub(b">", None, b"8"))  # two subscribers: left to publish
+    assert not server.internal_client.deliver_reply(b"_INBOX.a.3", b"x")
+
+
+@st.composite
+def callback_scenarios(draw):
+    """Callback subscriptions (pattern, queue, what the callback answers), plain ones (client,
+    pattern, queue) and a publisher's byte stream."""
+    callbacks = draw(st.lists(st.tuples(st.sampled_from([b"s.*", b"s.a", b"s.>", b"t"]),
+                                        st.sampled_from([None, None, b"q"]),
+                                        st.sampled_from([None, False, True, "raise"])), max_size=3))
+    plain = draw(st.lists(st.tuples(st.integers(0, 1), st.sampled_from([b"s.a", b"t", b"s.>"]),
+                                    st.sampled_from([None, b"q"])), max_size=2))
+    parts = []
+    for _ in range(draw(st.integers(1, 20))):
+        subject = draw(st.sampled_from([b"s.a", b"s.b", b"t", b"u"]))
+        payload = draw(st.binary(max_size=20))
+        reply = draw(st.sampled_from([b"", b" _R.1", b" _R.2"]))
+        if draw(st.booleans()):
+            hdr = b"NATS/1.0\r\nK: v\r\n\r\n"
+            parts.append(b"HPUB %s%s %d %d\r\n%s%s\r\n" % (subject, reply, len(hdr), len(hdr) + len(payload), hdr,
+                                                          payload))
+        else:
+            parts.append(b"PUB %s%s %d\r\n%s\r\n" % (subject, reply, len(payload), payload))
+    data = b"".join(parts)
+    return {"callbacks": callbacks, "plain": plain, "no_responders": draw(st.booleans()),
+            "chunks": split_at(data, draw(st.lists(st.integers(0, len(data)), max_size=3)))}
+
+
+def _run_callbacks(scenario, hooked: bool) -> dict:
+    random.seed(20261129)
+    server = Server(quiet=True)
+    clients = _clients(server, 2, 1 << 40)
+    if hooked:  # the general path: every message through Client.publish (_route, _callback_took)
+        server.publish_hook = lambda *args: DELIVER
+    internal = server.internal_client
+    called: list = []
+
+    def callback_for(n: int, answer):
+        def callback(subject, reply, hdr, payload):
+            called.append((n, subject, reply, hdr, payload, server.callback_publisher.cid))
+            if answer == "raise":
+                raise ValueError("a failing callback")
+            return answer
+        return callback
+
+    subs = []
+    for n, (pattern, queue, answer) in enumerate(scenario["callbacks"]):
+        sub = server.subscribe_internal(pattern, callback_for(n, answer), queue)
+        subs.append((internal, sub.sid))
+    for n, (index, pattern, queue) in enumerate(scenario["plain"]):
+        clients[index]._process_sub(Sub(pattern, queue, b"p%d" % n))
+        subs.append((clients[index], b"p%d" % n))
+    pub = Client(server, None, 99, "127.0.0.1", 999)
+    pub.verbose = pub.pedantic = False
+    pub.max_pending = 1 << 40
+    pub.parser.auth_pending = False
+    pub.headers = pub.parser.headers = True
+    pub.no_responders = scenario["no_responders"]
+    pub._process_sub(Sub(b"_R.*", None, b"r"))
+    clients.append(pub)
+    received: dict = {c.cid: [] for c in clients}
+    for chunk in scenario["chunks"]:
+        pub.parser.feed(chunk)
+        pub._process_ops()
+        for client in clients:  # (as bytes: runs of PUBs are delivered as one piece unhooked)
+            received[client.cid].append(b"".join(client.out))
+            client.out = []
+    received["called"] = called
+    outcome = _outcome(server, clients, received, subs)
+    del outcome["matches"]  # (the hooked path matches each subject twice)
+    outcome["publisher"] = (pub.in_msgs, pub.in_bytes, server.in_msgs, server.in_bytes)
+    return outcome
+
+
+@settings(max_examples=400, deadline=None)
+@given(callback_scenarios())
+def test_a_publish_to_one_callback_reaches_it_as_publish_does(scenario):
+    assert trio.run(_run_callbacks_async, scenario, False) == trio.run(_run_callbacks_async, scenario, True)
+
+
+async def _run_callbacks_async(scenario, hooked: bool) -> dict:
+    return _run_callbacks(scenario, hooked)
