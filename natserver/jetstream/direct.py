@@ -44,6 +44,12 @@ class DirectHost(Protocol):
 
     @property
     def server(self) -> Any: ...
+    @property
+    def client(self) -> Any: ...  # the internal client the engine publishes from
+    @property
+    def account(self) -> Any: ...  # None for $G
+    @property
+    def cluster(self) -> Any: ...  # None on a single server
     def send(self, subject: bytes, payload: bytes, headers: bytes | None = None,
              reply: bytes | None = None) -> None: ...
 
@@ -434,11 +440,19 @@ class DirectGets:
         self._answer(stream, stream.store.load_last_msg(subject), reply, False)
 
     def _answer(self, stream, sm, reply, no_hdr: bool) -> None:
+        js = self.js
         if sm is None:
-            self.js.send(reply, b"", HDR_NOT_FOUND)
+            js.send(reply, b"", HDR_NOT_FOUND)
             return
         hdr = None if no_hdr else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
-        self.js.send(reply, sm.data, hdr)
+        # One message to the requester's inbox: built once, straight into its subscribers'
+        # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
+        # would deliver it), where js.send went through the server's whole publish; anything
+        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), an
+        # account's or the cluster's way of sending, or a publish hook: js.send.
+        if js.account is not None or js.cluster is not None or js.server.publish_slow \
+                or not js.client.deliver_batch(reply, [(reply, b"", hdr, sm.data)]):
+            js.send(reply, sm.data, hdr)
 
     def _multi(self, stream, req: dict, reply) -> None:
         """getDirectMulti: the last message of each subject matching multi_last, up to

@@ -147,7 +147,10 @@ _FWC = b">"
 
 
 def has_wildcard(subject: bytes) -> bool:
-    if b"*" not in subject and b">" not in subject:  # (most subjects: no split, no loop)
+    # (most subjects: no split, no loop) find, not `in`: CPython 3.11's bytes.__contains__
+    # tries the needle as an int first and raises and clears a TypeError (callgrind: ~1.8k
+    # instructions a test, two of them in every KV get)
+    if subject.find(b"*") < 0 and subject.find(b">") < 0:
         return False
     for token in subject.split(b"."):
         if token == _PWC or token == _FWC:
