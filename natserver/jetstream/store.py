@@ -1991,12 +1991,12 @@ class FileStore(Store):
                     at = p + _MSG_FIXED + sl
                     return StoredMsg(subject, seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts)
             # (corrupt: _record reads the same bytes, logs it and answers None)
-        rec = self._record(seq, seg, off, size)
-        if rec is None:
+        read = self._record(seq, seg, off, size)
+        if read is None:
             return None
-        _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
+        _, ts, sl, hl, ml = _MSG_BODY.unpack_from(read, 5)
         at = _MSG_FIXED + sl
-        return StoredMsg(subject, seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts)
+        return StoredMsg(subject, seq, read[at : at + hl], read[at + hl : at + hl + ml], ts)
 
     def load_next_msgs(self, filter: bytes, start: int, limit: int) -> list[StoredMsg]:
         # Store.load_next_msgs straight from the arrays: a message that is live and matches

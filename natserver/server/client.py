@@ -742,6 +742,14 @@ class Client:
         """
         plan = result.plan
         if plan is None:
+            psubs = result.psubs
+            if len(psubs) == 1 and not result.qsubs and psubs[0].callback is not None:
+                # One server callback on a subject not seen before (a JetStream ack: each one's
+                # subject is new): what the loops below do with it, without a plan to build.
+                sub = psubs[0]
+                if self.echo or sub.client is not self:
+                    self._may_deliver(sub, subject, reply, header_size, payload)  # (False: no MSG)
+                return 0
             plan = _make_plan(result, subject)
         targets = plan
         if result.qsubs:
