@@ -165,10 +165,15 @@ def seq_from_time(store, ts: int) -> int:
     return store.first_seq_at_time(ts) or store.last_seq + 1
 
 
+# A stored message's headers in a direct get's answer, when it has none of its own (without
+# the blank line that ends them: _batch_headers adds two more); _ONE_HDR: a single message's.
+_HDR = b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n"
+_ONE_HDR = _HDR + b"\r\n"
+
+
 def _headers(name: bytes, sm, ts: bytes) -> bytes:
     if not sm.hdr:
-        return b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
-            name, sm.subject, sm.seq, ts)
+        return _HDR % (name, sm.subject, sm.seq, ts)
     hdr = gen_header(sm.hdr, b"Nats-Stream", name)
     hdr = gen_header(hdr, b"Nats-Subject", sm.subject)
     hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % sm.seq)
@@ -444,7 +449,12 @@ class DirectGets:
         if sm is None:
             js.send(reply, b"", HDR_NOT_FOUND)
             return
-        hdr = None if no_hdr else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
+        if no_hdr:
+            hdr = None
+        elif not sm.hdr:  # (the usual KV value: one format)
+            hdr = _ONE_HDR % (stream.name.encode(), sm.subject, sm.seq, rfc3339nano(sm.ts).encode())
+        else:
+            hdr = _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
         # One message to the requester's inbox: built once, straight into its subscribers'
         # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
         # would deliver it), where js.send went through the server's whole publish; anything
