@@ -3,11 +3,14 @@ floor found by looking up from the last one (consumer.py, FLOOR_SCAN), next_seq'
 when the start sequence matches (store.py), and the file store's read-ahead block
 (FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
-sequence when a replaced message leaves one (Store._remove), and a publish without headers
-stored without the header checks (Stream.process_msg)."""
+sequence when a replaced message leaves one (Store._remove), a publish without headers
+stored without the header checks (Stream.process_msg), a message read in place from the
+read-ahead block (FileStore._load), and a direct get's answer written straight into the
+requester's buffer (DirectGets._answer, Client.deliver_batch)."""
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 from types import SimpleNamespace
@@ -132,6 +135,52 @@ def test_read_ahead_never_serves_what_changed(tmp_path):
         assert [store.load_msg(i).data for i in range(1190, 1301)] == [bodies[i] for i in range(1190, 1301)]
     finally:
         store.stop()
+
+
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3000), st.booleans()), min_size=1, max_size=80),
+       removed=st.sets(st.integers(1, 80), max_size=20), flush=st.integers(0, 80),
+       reads=st.lists(st.integers(1, 82), min_size=1, max_size=60), corrupt=st.one_of(st.none(), st.integers(1, 80)))
+def test_load_msg_in_place_reads_what_the_copy_reads(msgs, removed, flush, reads, corrupt):
+    """FileStore.load_msg cuts a message in place from the read-ahead block (FileStore._load):
+    for any sizes (records across the block's end, in the unflushed buffer), headers,
+    removals, a corrupt record and any order of reads, it answers what MemoryStore answers,
+    and None (logged) where _record's checked copy says the record is corrupt."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mem, store = MemoryStore(_cfg()), FileStore(tmp, _cfg(), segment_size=1 << 16)
+        try:
+            for i, (subj, size, with_hdr) in enumerate(msgs):
+                hdr = b"NATS/1.0\r\nI: %d\r\n\r\n" % i if with_hdr else b""
+                for s in (mem, store):
+                    s.store_msg(b"s.%d" % subj, hdr, b"%d:" % i + b"d" * size, 10 + i)
+                if i + 1 == flush:
+                    store.flush()
+            for seq in sorted(removed):
+                if seq <= len(msgs):
+                    mem.remove_msg(seq)
+                    store.remove_msg(seq)
+            bad = None
+            if corrupt is not None and corrupt <= len(msgs) and corrupt not in removed:
+                store.flush()
+                i = corrupt - store.idx.base
+                fd = os.open(store._seg_path(store.idx.seg[i]), os.O_RDWR)
+                try:
+                    os.pwrite(fd, b"X", store.idx.off[i] + store.idx.size[i] - 2)  # (in its payload)
+                finally:
+                    os.close(fd)
+                store._rblock, bad = None, corrupt
+            for seq in reads:
+                got, want = store.load_msg(seq), mem.load_msg(seq)
+                if seq == bad:
+                    assert got is None
+                    continue
+                assert (got is None) == (want is None), seq
+                if got is not None:
+                    assert (got.seq, got.subject, got.hdr, got.data, got.ts) == (
+                        want.seq, want.subject, want.hdr, want.data, want.ts)
+        finally:
+            mem.stop()
+            store.stop()
 
 
 # -- a KV get without a decoded request (api.Api.handle's fast path) -----------------------------
