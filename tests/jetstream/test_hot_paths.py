@@ -10,7 +10,6 @@ requester's buffer (DirectGets._answer, Client.deliver_batch)."""
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 from types import SimpleNamespace
@@ -162,12 +161,10 @@ def test_load_msg_in_place_reads_what_the_copy_reads(msgs, removed, flush, reads
             bad = None
             if corrupt is not None and corrupt <= len(msgs) and corrupt not in removed:
                 store.flush()
-                i = corrupt - store.idx.base
-                fd = os.open(store._seg_path(store.idx.seg[i]), os.O_RDWR)
-                try:
-                    os.pwrite(fd, b"X", store.idx.off[i] + store.idx.size[i] - 2)  # (in its payload)
-                finally:
-                    os.close(fd)
+                idx, i = store.idx, corrupt - store.idx.base
+                with open(store._seg_path(idx.seg[i]), "r+b") as f:  # a byte of its payload changed
+                    f.seek(idx.off[i] + idx.size[i] - 2)
+                    f.write(b"X")
                 store._rblock, bad = None, corrupt
             for seq in reads:
                 got, want = store.load_msg(seq), mem.load_msg(seq)
@@ -412,13 +409,12 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
         return b"\n--\n".join(out)
 
     async def main():
+        cfg = b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,"allow_direct":true}'
         with trio.fail_after(WIRE_TIMEOUT), tempfile.TemporaryDirectory() as store_dir:
             async with trio.open_nursery() as nursery:
-                options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir)
-                server = await nursery.start(natserver.serve, options)
+                server = await nursery.start(natserver.serve, natserver.Options(
+                    host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir))
                 s = await trio.open_tcp_stream("127.0.0.1", server.port)
-                cfg = (b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,'
-                       b'"allow_direct":true}')
                 await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _A.> 1\r\n'
                                  b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (len(cfg), cfg))
                 hdr = b"NATS/1.0\r\nX-K: v\r\n\r\n"
