@@ -996,8 +996,8 @@ class Client:
         every subscriber, as deliver_as would deliver it, with the same counts: plain
         subscriptions only (no queue groups, no auto-unsubscribe, permission filter, callback
         or no-echo to apply), no peer server to forward to, and room for the whole batch below
-        every subscriber's stall mark. Otherwise nothing is done and False returned: the caller delivers one by one.
-        Part of the core's interface to what is built on it."""
+        every subscriber's stall mark. Otherwise nothing is done and False returned: the caller
+        delivers one by one. Part of the core's interface to what is built on it."""
         result = self.sublist.match(match_subject)
         psubs = result.psubs
         if not psubs or result.qsubs or (self.server._forwarder is not None and self.forwards):
