@@ -44,6 +44,12 @@ class DirectHost(Protocol):
 
     @property
     def server(self) -> Any: ...
+    @property
+    def client(self) -> Any: ...  # the internal client the engine publishes from
+    @property
+    def account(self) -> Any: ...  # None for $G
+    @property
+    def cluster(self) -> Any: ...  # None on a single server
     def send(self, subject: bytes, payload: bytes, headers: bytes | None = None,
              reply: bytes | None = None) -> None: ...
 
@@ -159,10 +165,15 @@ def seq_from_time(store, ts: int) -> int:
     return store.first_seq_at_time(ts) or store.last_seq + 1
 
 
+# A stored message's headers in a direct get's answer, when it has none of its own (without
+# the blank line that ends them: _batch_headers adds two more); _ONE_HDR: a single message's.
+_HDR = b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n"
+_ONE_HDR = _HDR + b"\r\n"
+
+
 def _headers(name: bytes, sm, ts: bytes) -> bytes:
     if not sm.hdr:
-        return b"NATS/1.0\r\nNats-Stream: %s\r\nNats-Subject: %s\r\nNats-Sequence: %d\r\nNats-Time-Stamp: %s\r\n" % (
-            name, sm.subject, sm.seq, ts)
+        return _HDR % (name, sm.subject, sm.seq, ts)
     hdr = gen_header(sm.hdr, b"Nats-Stream", name)
     hdr = gen_header(hdr, b"Nats-Subject", sm.subject)
     hdr = gen_header(hdr, b"Nats-Sequence", b"%d" % sm.seq)
@@ -434,11 +445,24 @@ class DirectGets:
         self._answer(stream, stream.store.load_last_msg(subject), reply, False)
 
     def _answer(self, stream, sm, reply, no_hdr: bool) -> None:
+        js = self.js
         if sm is None:
-            self.js.send(reply, b"", HDR_NOT_FOUND)
+            js.send(reply, b"", HDR_NOT_FOUND)
             return
-        hdr = None if no_hdr else _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
-        self.js.send(reply, sm.data, hdr)
+        if no_hdr:
+            hdr = None
+        elif not sm.hdr:  # (the usual KV value: one format)
+            hdr = _ONE_HDR % (stream.name.encode(), sm.subject, sm.seq, rfc3339nano(sm.ts).encode())
+        else:
+            hdr = _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
+        # One message to the requester's inbox: built once, straight into its subscribers'
+        # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
+        # would deliver it), where js.send went through the server's whole publish; anything
+        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), an
+        # account's or the cluster's way of sending, or a publish hook: js.send.
+        if js.account is not None or js.cluster is not None or js.server.publish_slow \
+                or not js.client.deliver_batch(reply, [(reply, b"", hdr, sm.data)]):
+            js.send(reply, sm.data, hdr)
 
     def _multi(self, stream, req: dict, reply) -> None:
         """getDirectMulti: the last message of each subject matching multi_last, up to

@@ -1972,12 +1972,31 @@ class FileStore(Store):
         sid = idx.sid[i]
         if sid == DEAD:
             return None
-        rec = self._record(seq, idx.seg[i], idx.off[i], idx.size[i])
-        if rec is None:
+        return self._load(seq, idx.subjects[sid], idx.seg[i], idx.off[i], idx.size[i])
+
+    def _load(self, seq: int, subject: bytes, seg: int, off: int, size: int) -> StoredMsg | None:
+        """Message ``seq`` from its record, checked as _record checks it: cut in place from the
+        block read last when the record is in it (a KV get's key, a consumer's batch), where
+        _record copies it out first; else _record's (None: corrupt, logged there)."""
+        want = size + 5
+        block = self._rblock
+        if block is not None and block[0] == seg and 0 <= off - block[1] <= len(block[2]) - want \
+                and not (seg == self.active and off >= self.flushed) and seg not in self.zsegs:
+            rec, p = block[2], off - block[1]
+            total = _U32.unpack_from(rec, p)[0] + 8
+            if _OVERHEAD <= total <= want and rec[p + 4] == T_MSG \
+                    and zlib.crc32(memoryview(rec)[p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]:
+                mseq, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, p + 5)
+                if mseq == seq:
+                    at = p + _MSG_FIXED + sl
+                    return StoredMsg(subject, seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts)
+            # (corrupt: _record reads the same bytes, logs it and answers None)
+        read = self._record(seq, seg, off, size)
+        if read is None:
             return None
-        _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, 5)
-        start = _MSG_FIXED + sl
-        return StoredMsg(idx.subjects[sid], seq, rec[start : start + hl], rec[start + hl : start + hl + ml], ts)
+        _, ts, sl, hl, ml = _MSG_BODY.unpack_from(read, 5)
+        at = _MSG_FIXED + sl
+        return StoredMsg(subject, seq, read[at : at + hl], read[at + hl : at + hl + ml], ts)
 
     def load_next_msgs(self, filter: bytes, start: int, limit: int) -> list[StoredMsg]:
         # Store.load_next_msgs straight from the arrays: a message that is live and matches
@@ -1989,6 +2008,7 @@ class FileStore(Store):
         match = compile_filter(filter)
         idx = self.idx
         sids, segs, offs, sizes, subjects = idx.sid, idx.seg, idx.off, idx.size, idx.subjects
+        load = self._load
         seq = start
         while len(out) < limit and seq <= last:
             i = seq - idx.base
@@ -1999,26 +2019,10 @@ class FileStore(Store):
                     break
                 i = seq - idx.base
                 sid = sids[i]
-            seg, off, want = segs[i], offs[i], sizes[i] + 5
-            block = self._rblock
-            if block is not None and block[0] == seg and block[1] <= off and off + want <= block[1] + len(block[2]) \
-                    and not (seg == self.active and off >= self.flushed) and seg not in self.zsegs:
-                # In the block read last (_read_ahead's): checked and cut from it in place,
-                # as _record checks a copy.
-                rec, p = block[2], off - block[1]
-                total = _U32.unpack_from(rec, p)[0] + 8
-                if not (_OVERHEAD <= total <= want and rec[p + 4] == T_MSG
-                        and zlib.crc32(memoryview(rec)[p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]
-                        and _MSG_BODY.unpack_from(rec, p + 5)[0] == seq):
-                    break  # (load_msg logs it and answers None: the general path meets it)
-            else:
-                read = self._record(seq, seg, off, sizes[i])
-                if read is None:
-                    break
-                rec, p = read, 0
-            _, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, p + 5)
-            at = p + _MSG_FIXED + sl
-            out.append(StoredMsg(subjects[sid], seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts))
+            msg = load(seq, subjects[sid], segs[i], offs[i], sizes[i])
+            if msg is None:
+                break  # (a corrupt record: the general path meets it, load_msg answers None)
+            out.append(msg)
             seq += 1
         return out
 

@@ -801,6 +801,14 @@ class Client:
         """
         plan = result.plan
         if plan is None:
+            psubs = result.psubs
+            if len(psubs) == 1 and not result.qsubs and psubs[0].callback is not None:
+                # One server callback on a subject not seen before (a JetStream ack: each one's
+                # subject is new): what the loops below do with it, without a plan to build.
+                sub = psubs[0]
+                if self.echo or sub.client is not self:
+                    self._may_deliver(sub, subject, reply, header_size, payload)  # (False: no MSG)
+                return 0
             plan = _make_plan(result, subject)
         targets = plan
         if result.qsubs:
@@ -1041,14 +1049,14 @@ class Client:
         return routed + sum(1 for sub in subs if sub.callback is not None and sub.took) + forwarded
 
     def deliver_batch(self, match_subject: bytes, msgs: list) -> bool:
-        """deliver_as for a series of messages, each ``(subject, reply, hdr, data)``, to the
-        subscribers of one subject (a JetStream consumer's batch), in one piece per
-        subscriber: done when each message is sure to reach every subscriber, as deliver_as
-        would deliver it, with the same counts: plain subscriptions only (no queue groups,
-        no auto-unsubscribe, permission filter, callback or no-echo to apply), no peer
-        server to forward to, and room for the whole batch below every subscriber's stall
-        mark. Otherwise nothing is done and False returned: the caller delivers one by one.
-        Part of the core's interface to what is built on it."""
+        """deliver_as for a series of messages, each ``(subject, reply, hdr, data)`` (reply b""
+        for none), to the subscribers of one subject (a JetStream consumer's batch, a direct
+        get's answer), in one piece per subscriber: done when each message is sure to reach
+        every subscriber, as deliver_as would deliver it, with the same counts: plain
+        subscriptions only (no queue groups, no auto-unsubscribe, permission filter, callback
+        or no-echo to apply), no peer server to forward to, and room for the whole batch below
+        every subscriber's stall mark. Otherwise nothing is done and False returned: the caller
+        delivers one by one. Part of the core's interface to what is built on it."""
         result = self.sublist.match(match_subject)
         psubs = result.psubs
         if not psubs or result.qsubs or (self.server._forwarder is not None and self.forwards):
@@ -1072,6 +1080,15 @@ class Client:
             add = parts.append
             body_bytes = 0
             for subject, reply, hdr, data in msgs:
+                if not reply:  # (b"": no reply, the sid then the sizes)
+                    if hdr and client.headers:
+                        hl = len(hdr)
+                        add(b"%s%s %s%d %d\r\n%s%s\r\n" % (HMSG_, subject, head, hl, hl + len(data), hdr, data))
+                        body_bytes += hl + len(data)
+                    else:
+                        add(b"%s%s %s%d\r\n%s\r\n" % (MSG_, subject, head, len(data), data))
+                        body_bytes += len(data)
+                    continue
                 if hdr:
                     if client.headers:
                         hl = len(hdr)

@@ -392,13 +392,15 @@ if __name__ == "__main__":
 
 class _FakeEngine:
     """What DirectGets uses of an engine: send (recorded) and the server's flush and
-    max_pending."""
+    max_pending (a client that delivers nothing itself: every answer is sent)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[bytes, bytes, bytes | None]] = []
         self.flushes = 0
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 * 1024 * 1024),
-                                      flush_touched=self._flush)
+                                      flush_touched=self._flush, publish_slow=False)
+        self.client = SimpleNamespace(deliver_batch=lambda subject, msgs: False)
+        self.account = self.cluster = None
 
     def _flush(self) -> None:
         self.flushes += 1

@@ -3,8 +3,10 @@ floor found by looking up from the last one (consumer.py, FLOOR_SCAN), next_seq'
 when the start sequence matches (store.py), and the file store's read-ahead block
 (FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
-sequence when a replaced message leaves one (Store._remove), and a publish without headers
-stored without the header checks (Stream.process_msg)."""
+sequence when a replaced message leaves one (Store._remove), a publish without headers
+stored without the header checks (Stream.process_msg), a message read in place from the
+read-ahead block (FileStore._load), and a direct get's answer written straight into the
+requester's buffer (DirectGets._answer, Client.deliver_batch)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+import trio
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import natserver
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
 from natserver.jetstream.api import Api
@@ -132,6 +136,50 @@ def test_read_ahead_never_serves_what_changed(tmp_path):
         store.stop()
 
 
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3000), st.booleans()), min_size=1, max_size=80),
+       removed=st.sets(st.integers(1, 80), max_size=20), flush=st.integers(0, 80),
+       reads=st.lists(st.integers(1, 82), min_size=1, max_size=60), corrupt=st.one_of(st.none(), st.integers(1, 80)))
+def test_load_msg_in_place_reads_what_the_copy_reads(msgs, removed, flush, reads, corrupt):
+    """FileStore.load_msg cuts a message in place from the read-ahead block (FileStore._load):
+    for any sizes (records across the block's end, in the unflushed buffer), headers,
+    removals, a corrupt record and any order of reads, it answers what MemoryStore answers,
+    and None (logged) where _record's checked copy says the record is corrupt."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mem, store = MemoryStore(_cfg()), FileStore(tmp, _cfg(), segment_size=1 << 16)
+        try:
+            for i, (subj, size, with_hdr) in enumerate(msgs):
+                hdr = b"NATS/1.0\r\nI: %d\r\n\r\n" % i if with_hdr else b""
+                for s in (mem, store):
+                    s.store_msg(b"s.%d" % subj, hdr, b"%d:" % i + b"d" * size, 10 + i)
+                if i + 1 == flush:
+                    store.flush()
+            for seq in sorted(removed):
+                if seq <= len(msgs):
+                    mem.remove_msg(seq)
+                    store.remove_msg(seq)
+            bad = None
+            if corrupt is not None and corrupt <= len(msgs) and corrupt not in removed:
+                store.flush()
+                idx, i = store.idx, corrupt - store.idx.base
+                with open(store._seg_path(idx.seg[i]), "r+b") as f:  # a byte of its payload changed
+                    f.seek(idx.off[i] + idx.size[i] - 2)
+                    f.write(b"X")
+                store._rblock, bad = None, corrupt
+            for seq in reads:
+                got, want = store.load_msg(seq), mem.load_msg(seq)
+                if seq == bad:
+                    assert got is None
+                    continue
+                assert (got is None) == (want is None), seq
+                if got is not None:
+                    assert (got.seq, got.subject, got.hdr, got.data, got.ts) == (
+                        want.seq, want.subject, want.hdr, want.data, want.ts)
+        finally:
+            mem.stop()
+            store.stop()
+
+
 # -- a KV get without a decoded request (api.Api.handle's fast path) -----------------------------
 
 
@@ -141,7 +189,11 @@ class _Engine:
 
     def __init__(self, streams: dict) -> None:
         self.streams = streams
-        self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20))
+        self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20), publish_slow=False)
+        # (its client delivers nothing itself, so every answer goes through send: the direct
+        # delivery into the requester's buffer is compared on the wire below)
+        self.client = SimpleNamespace(deliver_batch=lambda subject, msgs: False)
+        self.account = self.cluster = None
         self.sent: list = []
 
     def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None:
@@ -310,3 +362,89 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
         stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
         results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
     assert results[0] == results[1]
+
+
+# -- a KV get's answer written straight into the requester's buffer (DirectGets._answer) -------
+
+WIRE_TIMEOUT = 20  # s, the wire test's bound
+
+
+def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch):
+    """DirectGets._answer delivers a found message through Client.deliver_batch, not the
+    server's publish: the same bytes reach every kind of requester (header-aware and not, a
+    wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
+    the last two refused there and published), for KV gets and JSON gets (no_hdr, a stored
+    header, a missing key), with the same message and byte counts, as when deliver_batch
+    refuses everything (every answer through js.send)."""
+    from natserver.server.client import Client
+
+    async def requesters(port: int) -> bytes:
+        async def connect(headers: bool, subs: bytes):
+            s = await trio.open_tcp_stream("127.0.0.1", port)
+            flag = b"true" if headers else b"false"
+            await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":%s}\r\n%sPING\r\n' % (flag, subs))
+            buf = bytearray()
+            while b"PONG\r\n" not in buf:
+                buf += await s.receive_some(1 << 16)
+            return s
+
+        clients = [await connect(True, b"SUB _R.> 1\r\n"), await connect(False, b"SUB _P.x 1\r\n"),
+                   await connect(True, b"SUB _Y.1 1\r\n"), await connect(True, b"SUB _Y.1 5\r\nSUB _U.1 6\r\nUNSUB 6 2\r\n"),
+                   await connect(True, b"SUB _Q.1 q 1\r\n")]
+        gets = [b"$JS.API.DIRECT.GET.KV_B.$KV.B.%s" % key for key in (b"k1", b"k2", b"h1", b"nope", b"k1")]
+        jsons = [b'{"last_by_subj":"$KV.B.k2"}', b'{"last_by_subj":"$KV.B.h1","no_hdr":true}', b'{"seq":3}',
+                 b'{"last_by_subj":"$KV.B.none"}']
+        out = []
+        for reply in (b"_R.1", b"_R.2.x", b"_P.x", b"_Y.1", b"_U.1", b"_Q.1"):
+            pubs = b"".join(b"PUB %s %s 0\r\n\r\n" % (g, reply) for g in gets)
+            pubs += b"".join(b"PUB $JS.API.DIRECT.GET.KV_B %s %d\r\n%s\r\n" % (reply, len(j), j) for j in jsons)
+            await clients[0].send_all(pubs + b"PING\r\n")
+        for c in clients:
+            await c.send_all(b"PING\r\n")
+            buf = bytearray()
+            while buf.count(b"PONG\r\n") < (7 if c is clients[0] else 1):
+                buf += await c.receive_some(1 << 16)
+            out.append(bytes(buf))
+            await c.aclose()
+        return b"\n--\n".join(out)
+
+    async def main():
+        cfg = b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,"allow_direct":true}'
+        with trio.fail_after(WIRE_TIMEOUT), tempfile.TemporaryDirectory() as store_dir:
+            async with trio.open_nursery() as nursery:
+                server = await nursery.start(natserver.serve, natserver.Options(
+                    host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir))
+                s = await trio.open_tcp_stream("127.0.0.1", server.port)
+                await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _A.> 1\r\n'
+                                 b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (len(cfg), cfg))
+                hdr = b"NATS/1.0\r\nX-K: v\r\n\r\n"
+                await s.send_all(b"PUB $KV.B.k1 _A.p 3\r\none\r\nPUB $KV.B.k2 _A.p 0\r\n\r\n"
+                                 b"HPUB $KV.B.h1 _A.p %d %d\r\n%shdr\r\nPUB $KV.B.k1 _A.p 3\r\nuno\r\n"
+                                 % (len(hdr), len(hdr) + 3, hdr))
+                buf = bytearray()
+                while buf.count(b'"seq":') < 4:
+                    buf += await s.receive_some(1 << 16)
+                real, calls = Client.deliver_batch, []
+
+                def refuse(self, match_subject, msgs):
+                    calls.append(False)
+                    return False
+
+                def counted(self, match_subject, msgs):
+                    calls.append(real(self, match_subject, msgs))
+                    return calls[-1]
+
+                answers, counts = [], []
+                for patch in (refuse, counted):
+                    monkeypatch.setattr(Client, "deliver_batch", patch)
+                    before = (server.out_msgs, server.out_bytes)
+                    answers.append(await requesters(server.port))
+                    counts.append((server.out_msgs - before[0], server.out_bytes - before[1]))
+                assert calls.count(True) == 4 * 7  # (found, to the 4 replies without a rule of their own)
+                assert answers[0] == answers[1] and counts[0] == counts[1]
+                assert b"HMSG _R.1 1 " in answers[1] and b"\r\nuno\r\n" in answers[1]
+                assert b"MSG _P.x 1 3\r\nuno\r\n" in answers[1] and b"HMSG _P.x" not in answers[1]
+                await s.aclose()
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
