@@ -78,10 +78,15 @@ REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 _MSG_GET_OTHER_FIELDS = ("batch", "max_bytes", "start_time", "multi_last", "up_to_seq", "up_to_time", "no_hdr")
 
 
+_SHAPES: dict[int, dict] = {}  # id(fields) -> the strict check's shape of its request
+
+
 def _decode(payload: bytes, fields: dict, go_type: str, other_fields: tuple = ()) -> dict:
     """A request decoded as 2.15.1's unmarshalRequest does (strict: a field of none of
     ``fields`` and ``other_fields`` refused), Go's error after "invalid JSON: "."""
-    shape = dict.fromkeys([*fields, *other_fields])
+    shape = _SHAPES.get(id(fields))
+    if shape is None:  # (fields are module constants, each always given with the same others)
+        shape = _SHAPES[id(fields)] = dict.fromkeys([*fields, *other_fields])
     try:
         request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
         return decode_struct(request, fields, {})

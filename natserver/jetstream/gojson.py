@@ -119,9 +119,14 @@ def check_known_fields(obj, shape: dict) -> None:
     shape) or a one-element list (each element's shape)."""
     if not isinstance(obj, dict):
         return
-    folded = {k.lower(): k for k in shape}
+    folded = None  # (made only for a key not matched exactly: rare)
     for key, value in obj.items():
-        name = key if key in shape else folded.get(key.lower())
+        if key in shape:
+            name = key
+        else:
+            if folded is None:
+                folded = {k.lower(): k for k in shape}
+            name = folded.get(key.lower())
         if name is None:
             raise GoDecodeError(f"json: unknown field {go_quote_text(key)}")
         inner = shape[name]
