@@ -31,6 +31,7 @@ from .gojson import (
     decode_pedantic,
     decode_str,
     decode_struct,
+    go_decode_request,
 )
 from .store import StoreError
 from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
@@ -40,7 +41,6 @@ from .util import (
     is_empty_request,
     is_json_object_or_array,
     level_supported,
-    loads,
     rfc3339nano,
     subjects_collide,
 )
@@ -73,9 +73,25 @@ REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 
 
 
-def _decode(payload: bytes, fields: dict) -> dict:
+# JSApiMsgGetRequest's fields natserver's message get does not read (direct gets do): a request
+# naming them is decoded, not refused as having an unknown field.
+_MSG_GET_OTHER_FIELDS = ("batch", "max_bytes", "start_time", "multi_last", "up_to_seq", "up_to_time", "no_hdr")
+
+
+_SHAPES: dict[int, dict] = {}  # id(fields) -> the strict check's shape of its request
+
+
+def _decode(payload: bytes, fields: dict, go_type: str, other_fields: tuple = ()) -> dict:
+    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field of none of
+    ``fields`` and ``other_fields`` refused), Go's error after "invalid JSON: "."""
+    shape = _SHAPES.get(id(fields))
+    if shape is None:  # (fields are module constants, each always given with the same others)
+        shape = _SHAPES[id(fields)] = dict.fromkeys([*fields, *other_fields])
     try:
-        return decode_struct(loads(payload), fields, {})
+        request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
+        return decode_struct(request, fields, {})
+    except GoDecodeError as exc:
+        raise errors.invalid_json(str(exc)) from None
     except ValueError as exc:  # DecodeError is a ValueError too
         raise errors.invalid_json() from exc
 
@@ -301,8 +317,8 @@ class Api:
         (strict: an unknown field refused; no payload at all is an empty configuration), with the
         refusals of unsupported.py."""
         try:
-            request = loads(payload) if payload.strip() else {}
-            check_known_fields(request, STREAM_REQUEST_SHAPE)
+            request = go_decode_request(payload, "server.StreamConfigRequest",
+                                        lambda value: check_known_fields(value, STREAM_REQUEST_SHAPE)) or {}
             cfg = StreamConfig.from_json(request)
             pedantic = decode_pedantic(request, "StreamConfigRequest")
         except GoDecodeError as exc:  # (Go's Unmarshal error, after "invalid JSON: ")
@@ -352,7 +368,7 @@ class Api:
         details, filter, offset = False, "", 0
         try:
             if is_json_object_or_array(payload) and not is_empty_request(payload):
-                req = _decode(payload, _INFO_REQUEST)
+                req = _decode(payload, _INFO_REQUEST, "server.JSApiStreamInfoRequest")
                 details = req.get("deleted_details", False)
                 filter = req.get("subjects_filter", "")
                 offset = req.get("offset", 0)
@@ -402,13 +418,14 @@ class Api:
         advisories.stream_action(self.js, name, DELETE)
         self._send(reply, {"type": rtype, "success": True})
 
-    def _matching_names(self, payload: bytes, rtype: str, reply) -> tuple[list, int] | None:
+    def _matching_names(self, payload: bytes, rtype: str, reply, go_type: str,
+                        no_streams: list | None) -> tuple[list, int] | None:
         offset, filter = 0, ""
         if is_json_object_or_array(payload) and not is_empty_request(payload):
             try:
-                req = _decode(payload, _NAMES_REQUEST)
+                req = _decode(payload, _NAMES_REQUEST, go_type)
             except ApiError as exc:
-                self._fail(reply, rtype, exc)
+                self._fail(reply, rtype, exc, total=0, offset=0, limit=0, streams=no_streams)
                 return None
             offset = req.get("offset", 0)
             filter = req.get("subject", "")
@@ -421,7 +438,7 @@ class Api:
 
     def stream_names(self, reply, payload: bytes) -> None:
         rtype = _T + "stream_names_response"
-        found = self._matching_names(payload, rtype, reply)
+        found = self._matching_names(payload, rtype, reply, "server.JSApiStreamNamesRequest", None)
         if found is None:
             return
         names, offset = found
@@ -431,7 +448,7 @@ class Api:
 
     def stream_list(self, reply, payload: bytes) -> None:
         rtype = _T + "stream_list_response"
-        found = self._matching_names(payload, rtype, reply)
+        found = self._matching_names(payload, rtype, reply, "server.JSApiStreamListRequest", [])
         if found is None:
             return
         names, offset = found
@@ -443,8 +460,8 @@ class Api:
         rtype = _T + "stream_purge_response"
         req = None
         try:
-            if not is_empty_request(payload):
-                req = _decode(payload, _PURGE_REQUEST)
+            if is_json_object_or_array(payload) and not is_empty_request(payload):  # (else: purge all)
+                req = _decode(payload, _PURGE_REQUEST, "server.JSApiStreamPurgeRequest")
                 if req.get("seq", 0) > 0 and req.get("keep", 0) > 0:
                     raise errors.bad_request()
             stream = self.js.streams.get(name)
@@ -481,7 +498,7 @@ class Api:
         try:
             if is_empty_request(payload):
                 raise errors.bad_request()
-            req = _decode(payload, _MSG_DELETE_REQUEST)
+            req = _decode(payload, _MSG_DELETE_REQUEST, "server.JSApiMsgDeleteRequest")
             stream = self.js.streams.get(name)
             if stream is None:
                 raise errors.stream_not_found()
@@ -512,7 +529,7 @@ class Api:
         try:
             if is_empty_request(payload):
                 raise errors.bad_request()
-            req = _decode(payload, _MSG_GET_REQUEST)
+            req = _decode(payload, _MSG_GET_REQUEST, "server.JSApiMsgGetRequest", _MSG_GET_OTHER_FIELDS)
             seq = req.get("seq", 0)
             last_for = req.get("last_by_subj", "")
             next_for = req.get("next_by_subj", "")

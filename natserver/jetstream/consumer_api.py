@@ -9,7 +9,6 @@ it is ``ApiRouter`` (its responses) and of the engine ``ConsumerHost``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,9 +42,11 @@ from .gojson import (
     decode_pedantic,
     decode_str,
     decode_struct,
+    go_decode_request,
     go_type_error,
+    go_unmarshal,
 )
-from .util import dumps, gen_header, get_header, is_json_object_or_array, loads
+from .util import dumps, gen_header, get_header, is_json_object_or_array
 from .versioning import copy_metadata, set_static_consumer_metadata
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def _action(value):
 
 
 _CREATE_REQUEST = {"stream_name": decode_str, "config": decode_object, "action": _action}
+_CREATE_GO_TYPE = "server.CreateConsumerRequest"  # (Go's name for it in its json errors)
 _PAGE_REQUEST = {"offset": lambda v: decode_int(v, INT64)}
 # jetstream_api.go JSApiConsumerPauseRequest; decoded strictly (unknown fields refused), as
 # nats-server 2.15.1 decodes API requests.
@@ -76,9 +78,13 @@ _PAUSE_GO_TYPE = "server.JSApiConsumerPauseRequest"
 _ZERO_NS = gotime.nanos(gotime.ZERO)
 
 
-def _decode(payload: bytes, fields: dict) -> dict:
+def _decode(payload: bytes, fields: dict, go_type: str, shape: dict | None = None) -> dict:
+    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field ``shape`` does not
+    name refused, ``fields`` when none is given), Go's error after "invalid JSON: "."""
+    shape = shape if shape is not None else dict.fromkeys(fields)
     try:
-        return decode_struct(loads(payload), fields, {})
+        request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
+        return decode_struct(request, fields, {})
     except GoDecodeError as exc:
         raise errors.invalid_json(str(exc)) from exc
     except ValueError as exc:
@@ -156,9 +162,14 @@ class ConsumerApi:
                       filter: str = "") -> tuple[ConsumerConfig, str]:
         """A create request's configuration and action, with the checks made before the
         stream's (ApiError otherwise)."""
-        req = _decode(payload, _CREATE_REQUEST)
+        try:
+            request = go_decode_request(payload, _CREATE_GO_TYPE) or {}
+            req = decode_struct(request, _CREATE_REQUEST, {})
+        except GoDecodeError as exc:
+            raise errors.invalid_json(str(exc)) from None
+        except ValueError as exc:
+            raise errors.invalid_json() from exc
         try:  # (2.15.1 decodes strictly: an unknown field anywhere is refused)
-            request = loads(payload)
             check_known_fields(request, CONSUMER_REQUEST_SHAPE)
             pedantic = decode_pedantic(request, "CreateConsumerRequest")
             sourcing = (request.get("config") or {}).get("sourcing")  # (2.15's, taken, not kept)
@@ -207,7 +218,7 @@ class ConsumerApi:
                 raise errors.replicas_not_supported()
             stream = self._stream(stream_name)
             ack_limit = self.js.limits.get("max_ack_pending", -1)
-            if decode_pedantic(loads(payload), "CreateConsumerRequest"):  # (decoded: valid)
+            if decode_pedantic(go_decode_request(payload, _CREATE_GO_TYPE), "CreateConsumerRequest"):  # (decoded: valid)
                 check_pedantic_limits(cfg, stream.cfg.consumer_limits)
             existing = stream.consumers.get(name or cfg.durable_name or cfg.name)
             existing_durable = bool(existing.cfg.durable_name) if existing is not None else None
@@ -452,7 +463,7 @@ class ConsumerApi:
         offset = 0
         try:
             if is_json_object_or_array(payload) and payload != b"{}":
-                offset = _decode(payload, _PAGE_REQUEST).get("offset", 0)
+                offset = _decode(payload, _PAGE_REQUEST, "server.JSApiConsumersRequest").get("offset", 0)
             stream = self._stream(stream_name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
@@ -472,17 +483,12 @@ class ConsumerApi:
 def _unpin_request(payload: bytes) -> str:
     """JSApiConsumerUnpinRequest's group, decoded as Go's json.Unmarshal does (unknown fields
     ignored; its errors for an empty body and for values of the wrong type)."""
-    if not payload.strip():
-        raise errors.invalid_json("unexpected end of JSON input")
     try:
-        value = loads(payload)
-    except ValueError:
-        raise errors.invalid_json() from None  # (Go's syntax error texts are not reproduced)
+        value = go_unmarshal(payload, "server.JSApiConsumerUnpinRequest")
+    except GoDecodeError as exc:
+        raise errors.invalid_json(str(exc)) from None
     if value is None:
         return ""
-    if not isinstance(value, dict):
-        raise errors.invalid_json(f"json: cannot unmarshal {_json_kind(value)} into Go value of type "
-                                  "server.JSApiConsumerUnpinRequest")
     group = ""
     for key, item in value.items():
         if key.lower() != "group" or item is None:
@@ -540,35 +546,20 @@ def _pause_request(payload: bytes) -> str | None:
     body = payload.lstrip(b" \t\r\n")
     if body[:1] not in (b"{", b"["):
         return None
-    try:
-        values = _json_values(body.decode("utf-8", "replace"))
-    except ValueError:
-        raise errors.invalid_json() from None  # (Go's syntax error texts are not reproduced)
-    until = None
-    for value in values:
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            kind = "array" if isinstance(value, list) else "string" if isinstance(value, str) else \
-                "bool" if isinstance(value, bool) else "number"
-            raise errors.invalid_json(f"json: cannot unmarshal {kind} into Go value of type {_PAUSE_GO_TYPE}")
+    found: list = []
+
+    def take(value: dict) -> None:  # (each value in turn: an error in one stops the decoding there)
         for key, item in value.items():
             if key.lower() != "pause_until":
-                raise errors.invalid_json(f"json: unknown field {_go_quote(key)}")
-            if item is None:
-                continue
-            try:
-                until = _PAUSE_REQUEST["pause_until"](item)
-            except GoDecodeError as exc:
-                raise errors.invalid_json(str(exc)) from None
-    return until
+                raise GoDecodeError(f"json: unknown field {_go_quote(key)}")
+            if item is not None:
+                found.append(_PAUSE_REQUEST["pause_until"](item))
 
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+    try:
+        go_decode_request(body, _PAUSE_GO_TYPE, take)
+    except GoDecodeError as exc:
+        raise errors.invalid_json(str(exc)) from None
+    return found[-1] if found else None
 
 
 def _go_quote(text: str) -> str:
@@ -576,15 +567,3 @@ def _go_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _json_values(text: str) -> list:
-    """Every JSON value of ``text``, one after another (Go's json.Decoder); ValueError when one
-    is not JSON."""
-    values: list = []
-    at, end = 0, len(text)
-    while True:
-        while at < end and text[at] in " \t\r\n":
-            at += 1
-        if at == end:
-            return values
-        value, at = _DECODER.raw_decode(text, at)
-        values.append(value)

@@ -9,6 +9,7 @@ engine (the package's ``JetStream``) is ``DeliveryHost``.
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -17,7 +18,7 @@ from .. import clock
 from ..protocol.gotext import go_duration
 from . import advisories, consumer_store
 from .advisories import AdvisoryHost
-from .gojson import INT64, decode_bool, decode_int, decode_str, decode_struct
+from .gojson import INT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct, go_unmarshal
 from .util import loads
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ _HDR_REQUESTS_PENDING = b"NATS/1.0 408 Requests Pending\r\n\r\n"
 _HDR_PUSH_BASED = b"NATS/1.0 409 Consumer is push based\r\n\r\n"
 _HDR_HEARTBEAT_TOO_LARGE = b"NATS/1.0 400 Bad Request - heartbeat value too large\r\n\r\n"
 _HDR_BAD_REQUEST = b"NATS/1.0 400 Bad Request\r\n\r\n"
+_PULL_GO_TYPE = "server.JSApiConsumerGetNextRequest"  # (named in no error: the body starts with "{")
+_ATOI = re.compile(rb"[+-]?[0-9]+")  # what Go's strconv.Atoi reads (within int64)
 _ADVISORY = b"$JS.EVENT.ADVISORY.CONSUMER."
 _PULL_REQUEST = {"batch": lambda v: decode_int(v, INT64), "expires": lambda v: decode_int(v, INT64),
                  "no_wait": decode_bool, "max_bytes": lambda v: decode_int(v, INT64),
@@ -242,14 +245,18 @@ class Delivery:
         if body:
             try:
                 if body[:1] == b"{":
-                    req = decode_struct(loads(body), _PULL_REQUEST, {})
+                    req = decode_struct(go_unmarshal(body, _PULL_GO_TYPE), _PULL_REQUEST, {})
                     batch = req.get("batch", 1)
                     expires = req.get("expires", 0)
                     no_wait = req.get("no_wait", False)
                     max_bytes = req.get("max_bytes", 0)
                     heartbeat = req.get("idle_heartbeat", 0)
-                else:
+                elif _ATOI.fullmatch(body) and INT64[0] <= int(body) <= INT64[1]:
                     batch = int(body)
+                # (else: consumer.go nextReqFromMsg takes what strconv.Atoi refuses as a batch of 1)
+            except GoDecodeError as exc:  # (a syntax error: Go's text)
+                self.js.send(reply, b"", _bad_request(str(exc)))
+                return
             except ValueError:
                 self.js.send(reply, b"", _HDR_BAD_REQUEST)
                 return

@@ -32,8 +32,18 @@ from typing import Any, Protocol
 
 import trio
 
-from .gojson import INT64, UINT64, DecodeError, decode_bool, decode_int, decode_str, decode_strlist, decode_struct
-from .util import compile_filter, gen_header, has_wildcard, loads, rfc3339nano
+from .gojson import (
+    INT64,
+    UINT64,
+    DecodeError,
+    decode_bool,
+    decode_int,
+    decode_str,
+    decode_strlist,
+    decode_struct,
+    go_unmarshal,
+)
+from .util import compile_filter, gen_header, has_wildcard, rfc3339nano
 
 log = logging.getLogger("natserver")
 
@@ -121,12 +131,15 @@ REQUEST = {
 }
 
 
+_GO_TYPE = "server.JSApiMsgGetRequest"  # (json.Unmarshal's: invalid UTF-8 in a string taken, as Go does)
+
+
 def parse_request(payload: bytes) -> dict | bytes:
     """``$JS.API.DIRECT.GET.<stream>``'s request, or the status that answers it."""
     if not payload:
         return HDR_EMPTY
     try:
-        req = decode_struct(loads(payload), REQUEST, {})
+        req = decode_struct(go_unmarshal(payload, _GO_TYPE), REQUEST, {})
     except ValueError:
         return HDR_MALFORMED
     seq, last_for, next_for = req.get("seq", 0), req.get("last_by_subj", ""), req.get("next_by_subj", "")
@@ -146,7 +159,7 @@ def parse_last_by_subject(key: bytes, payload: bytes) -> dict | bytes:
     req: dict = {}
     if payload:
         try:
-            req = decode_struct(loads(payload), REQUEST, {})
+            req = decode_struct(go_unmarshal(payload, _GO_TYPE), REQUEST, {})
         except ValueError:
             return HDR_MALFORMED
     if not key:

@@ -186,17 +186,27 @@ def source_info_json(link, lag: int, now: int, external: dict | None = None) -> 
     return out
 
 
+def source_key(spec: dict) -> str:
+    """stream.go composeIName: a source's index name with its filters and their destinations
+    (``>`` for none, several joined by form feeds), what tells apart sources of one origin
+    (2.10+): a stream refuses two with the same (10140), keeps each apart, and finds where each
+    was from its messages' ``Nats-Stream-Source`` (which carries these three)."""
+    return "%s %s %s" % (index_name(spec), *_filters_and_destinations(spec))
+
+
+def _filters_and_destinations(spec: dict) -> tuple[str, str]:
+    transforms = spec.get("subject_transforms")
+    if transforms:
+        return "\f".join(tr.get("src") or ">" for tr in transforms), "\f".join(tr.get("dest") or ">" for tr in transforms)
+    return spec.get("filter_subject") or ">", ">"
+
+
 def source_header(iname: bytes, seq: int, spec: dict, subject: bytes, ident: bytes = b"") -> bytes:
     """A sourced message's ``Nats-Stream-Source`` in 2.10+'s form (genSourceHeader): the
     origin's index name, its sequence, the filters and destinations of the source's index name
     (composeIName: ``>`` for none, several joined by form feeds), the origin subject and, when
     known, the origin's identity (2.12+: a hash of its creation time, ``stream_identity``)."""
-    transforms = spec.get("subject_transforms")
-    if transforms:
-        filters = "\f".join(tr.get("src") or ">" for tr in transforms)
-        dests = "\f".join(tr.get("dest") or ">" for tr in transforms)
-    else:
-        filters, dests = spec.get("filter_subject") or ">", ">"
+    filters, dests = _filters_and_destinations(spec)
     out = b"%s %d %s %s %s" % (iname, seq, filters.encode(), dests.encode(), subject)
     return out + b" " + ident if ident else out
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import orjson
+
 # The ranges of Go's int64, int32 and uint64 fields (decode_int's bounds)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -117,9 +119,14 @@ def check_known_fields(obj, shape: dict) -> None:
     shape) or a one-element list (each element's shape)."""
     if not isinstance(obj, dict):
         return
-    folded = {k.lower(): k for k in shape}
+    folded = None  # (made only for a key not matched exactly: rare)
     for key, value in obj.items():
-        name = key if key in shape else folded.get(key.lower())
+        if key in shape:
+            name = key
+        else:
+            if folded is None:
+                folded = {k.lower(): k for k in shape}
+            name = folded.get(key.lower())
         if name is None:
             raise GoDecodeError(f"json: unknown field {go_quote_text(key)}")
         inner = shape[name]
@@ -186,3 +193,234 @@ def decode_struct(obj, fields: dict, target: dict, where: str = "", go_types: di
                 raise go_type_error(value, f"{where}.{name}", go_types[name]) from None
             raise
     return target
+
+
+# -- Go's syntax errors ------------------------------------------------------------------------
+# The texts of the encoding/json nats-server 2.15.1 was built with (go1.27.2, as its binary
+# says; recorded in tests/jetstream/data/malformed_json_nats_server_2.15.1.json): found at the
+# byte where Go's scanner stops, as its scanner.go states do.
+
+_SPACE = b" \t\r\n"  # scanner.go isSpace
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESCAPES = frozenset(b'bfnrt\\/"')
+_GO_CHAR_ESCAPES = {7: "\\a", 8: "\\b", 12: "\\f", 10: "\\n", 13: "\\r", 9: "\\t", 11: "\\v", 0x5C: "\\\\",
+                    0x27: "\\'"}
+
+
+class _Syntax(Exception):
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.offset = offset
+
+
+class _End(Exception):
+    """The input ended inside a value."""
+
+
+def _go_char(data: bytes, at: int) -> tuple[str, int]:
+    """Go's quoteChar of the character at ``at`` (a rune; an invalid UTF-8 byte as ``\\xHH``)
+    and the offset just past it."""
+    for size in (1, 2, 3, 4):
+        try:
+            text = data[at:at + size].decode()
+        except UnicodeDecodeError:
+            continue
+        code = ord(text)
+        if code in _GO_CHAR_ESCAPES:
+            return f"'{_GO_CHAR_ESCAPES[code]}'", at + size
+        if code < 0x20 or code == 0x7F:
+            return f"'\\x{code:02x}'", at + size
+        if text == " " or text.isprintable():
+            return f"'{text}'", at + size
+        return (f"'\\u{code:04x}'" if code < 0x10000 else f"'\\U{code:08x}'"), at + size
+    return f"'\\x{data[at]:02x}'", at + 1
+
+
+def _invalid(data: bytes, at: int, context: str) -> _Syntax:
+    char, end = _go_char(data, at)
+    return _Syntax(f"invalid character {char} {context}", end)
+
+
+def _skip(data: bytes, at: int) -> int:
+    while at < len(data) and data[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _byte(data: bytes, at: int) -> int:
+    if at >= len(data):
+        raise _End
+    return data[at]
+
+
+def _scan_value(data: bytes, at: int) -> int:
+    """The end of the JSON value starting at ``at`` (spaces before it skipped)."""
+    at = _skip(data, at)
+    c = _byte(data, at)
+    if c == 0x7B:  # {
+        at = _skip(data, at + 1)
+        if _byte(data, at) == 0x7D:
+            return at + 1
+        while True:
+            if _byte(data, at) != 0x22:
+                raise _invalid(data, at, "looking for beginning of object key string")
+            at = _skip(data, _scan_string(data, at))
+            if _byte(data, at) != 0x3A:
+                raise _invalid(data, at, "after object key")
+            at = _skip(data, _scan_value(data, at + 1))
+            c = _byte(data, at)
+            if c == 0x7D:
+                return at + 1
+            if c != 0x2C:
+                raise _invalid(data, at, "after object key:value pair")
+            at = _skip(data, at + 1)
+    if c == 0x5B:  # [
+        at = _skip(data, at + 1)
+        if _byte(data, at) == 0x5D:
+            return at + 1
+        while True:
+            at = _skip(data, _scan_value(data, at))
+            c = _byte(data, at)
+            if c == 0x5D:
+                return at + 1
+            if c != 0x2C:
+                raise _invalid(data, at, "after array element")
+            at += 1
+    if c == 0x22:
+        return _scan_string(data, at)
+    if c == 0x2D or 0x30 <= c <= 0x39:
+        return _scan_number(data, at)
+    for literal in (b"true", b"false", b"null"):
+        if c == literal[0]:
+            for i, expected in enumerate(literal[1:], 1):
+                if _byte(data, at + i) != expected:
+                    raise _invalid(data, at + i, f"in literal {literal.decode()} (expecting '{chr(expected)}')")
+            return at + len(literal)
+    raise _invalid(data, at, "looking for beginning of value")
+
+
+def _scan_string(data: bytes, at: int) -> int:
+    at += 1
+    while True:
+        c = _byte(data, at)
+        if c == 0x22:
+            return at + 1
+        if c == 0x5C:
+            e = _byte(data, at + 1)
+            if e in _ESCAPES:
+                at += 2
+                continue
+            size = 6 if e == 0x75 else 2  # (\uXXXX: the whole escape is named)
+            if size == 6:
+                _byte(data, at + 5)
+                if all(h in _HEX for h in data[at + 2:at + 6]):
+                    at += 6
+                    continue
+            seq = data[at:at + size].decode("utf-8", "replace")
+            raise _Syntax(f"invalid escape sequence `{seq}` in string", at + size)
+        if c < 0x20:
+            raise _invalid(data, at, "in string")
+        at += 1
+
+
+def _digits(data: bytes, at: int) -> int:
+    if not 0x30 <= _byte(data, at) <= 0x39:
+        raise _invalid(data, at, "in numeric literal")
+    while at < len(data) and 0x30 <= data[at] <= 0x39:
+        at += 1
+    return at
+
+
+def _scan_number(data: bytes, at: int) -> int:
+    if data[at] == 0x2D:
+        at += 1
+    at = at + 1 if _byte(data, at) == 0x30 else _digits(data, at)
+    if at < len(data) and data[at] == 0x2E:
+        at = _digits(data, at + 1)
+    if at < len(data) and data[at] in b"eE":
+        at += 1
+        if _byte(data, at) in b"+-":
+            at += 1
+        at = _digits(data, at)
+    return at
+
+
+def _parse(data: bytes):
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:  # (Go takes invalid UTF-8 in strings as U+FFFD; big numbers)
+        return json.loads(data.decode("utf-8", "replace"), parse_int=_orjson_int)
+
+
+def _orjson_int(text: str):
+    """An integer as orjson gives it: past 64 bits (int64's low end, uint64's high end) a float."""
+    value = int(text)
+    return value if INT64[0] <= value <= UINT64[1] else float(text)
+
+
+def _top_level(value, go_type: str):
+    if value is not None and not isinstance(value, dict):
+        raise GoDecodeError(f"json: cannot unmarshal {json_kind(value, '')} into Go value of type {go_type}")
+    return value
+
+
+def go_unmarshal(data: bytes, go_type: str):
+    """``json.Unmarshal(data, &v)`` into a struct named ``go_type`` (``server.JSApiConsumerUnpinRequest``):
+    the JSON object (None: ``null``), or GoDecodeError with Go's text (the whole input is checked
+    first: a syntax error anywhere wins over the value's type)."""
+    try:  # (what orjson parses Go takes too: the scan below only for what it refuses)
+        return _top_level(orjson.loads(data), go_type)
+    except orjson.JSONDecodeError:
+        pass
+    error = go_syntax_error(data)
+    if error is not None:
+        raise GoDecodeError(error)
+    return _top_level(_parse(data), go_type)
+
+
+def go_syntax_error(data: bytes) -> str | None:
+    """json.Unmarshal's syntax error for ``data`` (its checkValid), None when it is one JSON
+    value (invalid UTF-8 in strings is taken, as Go takes it)."""
+    try:
+        end = _skip(data, _scan_value(data, 0))
+        if end < len(data):
+            raise _invalid(data, end, "after top-level value")
+    except _End:
+        return "unexpected end of JSON input"
+    except _Syntax as exc:
+        return exc.message
+    return None
+
+
+def go_decode_request(data: bytes, go_type: str, check=None):
+    """jetstream_api.go unmarshalRequest: a json.Decoder reading one value after another into
+    one struct named ``go_type`` until the input ends (none at all: no request, None). Each
+    object is passed to ``check`` (the strict decoder's field checks) before the next is read,
+    as Go decodes each before scanning on; a syntax error says where (``at offset N``: the byte
+    past the one refused), an input ending inside a value is "unexpected EOF". The objects'
+    fields are merged as Go's decoding into the same struct does at the top level."""
+    try:  # (one value orjson parses: the common case, without scanning it in Python)
+        value = _top_level(orjson.loads(data), go_type)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if value is not None and check is not None:
+            check(value)
+        return value
+    merged = None
+    at = _skip(data, 0)
+    while at < len(data):
+        try:
+            end = _scan_value(data, at)
+        except _End:
+            raise GoDecodeError("unexpected EOF") from None
+        except _Syntax as exc:
+            raise GoDecodeError(f"{exc.message} at offset {exc.offset}") from None
+        value = _top_level(_parse(data[at:end]), go_type)
+        if value is not None:
+            if check is not None:
+                check(value)
+            merged = value if merged is None else {**merged, **value}
+        at = _skip(data, end)
+    return merged

@@ -43,6 +43,7 @@ from .external import (
     OriginLink,
     index_name,
     source_info_json,
+    source_key,
     source_transforms,
     stream_identity,
     takes_nothing,
@@ -183,7 +184,10 @@ def new_link(stream: "Stream", spec: dict, mirror: bool):
 def recover_source_positions(stream: "Stream", links: list) -> None:
     """Each source's next origin sequence from the last ``Nats-Stream-Source`` header in the
     stream (scanning backwards until every source is found)."""
-    wanted = {link._iname: link for link in links if not link.mirror and not link.next}
+    wanted = {source_key(link.spec).encode(): link for link in links if not link.mirror and not link.next}
+    by_origin: dict = {}  # (a header without filters, as before 2.10: its origin's one source)
+    for link in wanted.values():
+        by_origin.setdefault(link._iname, []).append(link)
     store = stream.store
     if not store.msgs and store.last_seq and store.last_ts:
         # (a stream that never stored anything, its first_seq aside, has no last time: as
@@ -205,7 +209,11 @@ def recover_source_positions(stream: "Stream", links: list) -> None:
         parts = value.split()
         if len(parts) < 2 or not parts[1].isdigit():
             continue
-        link = wanted.pop(parts[0], None)
+        if len(parts) >= 4:
+            link = wanted.pop(b"%s %s %s" % (parts[0], parts[2], parts[3]), None)
+        else:
+            candidates = by_origin.get(parts[0], ())
+            link = wanted.pop(source_key(candidates[0].spec).encode(), None) if len(candidates) == 1 else None
         if link is not None:
             link.sseq = int(parts[1])
             link.next = link.sseq + 1
@@ -234,7 +242,9 @@ class Sourcing:
 
     def attach(self, stream: "Stream", recovering: bool = False) -> None:
         """(Re)build a stream's links from its configuration; a source that stays keeps its
-        position. nats-server indexes sources by origin name: a repeated one counts once."""
+        position. nats-server indexes sources by origin, filters and transforms (composeIName:
+        several of one origin are kept apart); one whose filter changed goes on from where it
+        was when it is its origin's only source before and after."""
         cfg = stream.cfg
         old = {link._iname: link for link in stream.links}
         links: list = []
@@ -242,10 +252,15 @@ class Sourcing:
             keep = stream.links[0] if stream.links and stream.links[0].mirror else None
             links.append(keep or new_link(stream, cfg.mirror, True))
         else:
+            old_keys = {source_key(link.spec): link for link in stream.links}
+            origins = [index_name(spec) for spec in cfg.sources or []]
             by_name: dict = {}
             for spec in cfg.sources or []:
                 iname = index_name(spec).encode()
-                link = old.get(iname)
+                link = old_keys.get(source_key(spec))
+                if link is None and origins.count(iname.decode()) == 1 and sum(
+                        1 for other in stream.links if other._iname == iname) == 1:
+                    link = old.get(iname)
                 if link is None or link.spec != spec:
                     fresh = new_link(stream, spec, False)
                     # A changed filter goes on from where it was; changed subject_transforms
@@ -256,7 +271,7 @@ class Sourcing:
                     if link is not None:
                         fresh.next, fresh.active, fresh.error = link.next, link.active, link.error
                     link = fresh
-                by_name[iname] = link
+                by_name[source_key(spec)] = link
             links = list(by_name.values())
         for link in stream.links:
             if link not in links and isinstance(link, ExternalLink):

@@ -19,7 +19,7 @@ from ..routing.transform import MappingError, SubjectTransform, validate_mapping
 from . import batch, counter, errors, fastbatch, schedule
 from .counter import check_counter_config
 from .errors import ApiError
-from .external import LinkEngine, check_external, index_name
+from .external import LinkEngine, check_external, source_key
 from .gojson import (
     INT32,
     INT64,
@@ -665,20 +665,13 @@ def _check_source_transforms(spec: dict, mirror: bool) -> None:
 
 def _check_same_origin(sources: list) -> None:
     """Sources of one origin: nats-server 2.10+ tells them apart by their filters and
-    transforms (composeIName), refusing the same one twice (10140); natserver still knows its
-    sources by origin, as 2.9.10 did (sourcing.py), so it refuses two different ones by name
-    rather than merge them."""
-    seen: dict = {}
+    transforms (composeIName), refusing the same one twice (10140)."""
+    seen: set = set()
     for src in sources:
-        origin = index_name(src)
-        if origin in seen:
-            if (seen[origin].get("subject_transforms"), seen[origin].get("filter_subject")) == (
-                    src.get("subject_transforms"), src.get("filter_subject")):
-                raise errors.source_duplicate()
-            raise errors.stream_invalid_config(
-                "natserver does not support several sources of one stream with different filters or "
-                "subject_transforms (added in nats-server 2.10) yet")
-        seen[origin] = src
+        key = source_key(src)
+        if key in seen:
+            raise errors.source_duplicate()
+        seen.add(key)
 
 
 def _check_source_filters(cfg: StreamConfig) -> None:

@@ -69,9 +69,9 @@ _GO_JSON_ERROR = re.compile(r'"invalid JSON: [^"]*"')
 
 def go_json_error(answer: str) -> str:
     """2.10+ adds Go's decoding error to "invalid JSON": natserver gives Go's text for a
-    stream's or consumer's field (``json: cannot unmarshal ...``, ``json: unknown field ...``),
-    but for a syntax error (``invalid character 'o' in literal null ...``) or another request's
-    shape it says "invalid JSON" alone (left for later): an answer saying that much is
+    stream's or consumer's field (``json: cannot unmarshal ...``, ``json: unknown field ...``)
+    and for syntax errors (gojson.go_decode_request: test_malformed_json.py), but for some other
+    request shapes it says "invalid JSON" alone (left for later): an answer saying that much is
     compared with this of the reference's."""
     return _GO_JSON_ERROR.sub('"invalid JSON"', answer)
 

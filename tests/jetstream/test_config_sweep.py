@@ -673,11 +673,6 @@ def run_script(port: int) -> dict:
 # Where natserver still answers otherwise, and why (each left out of the comparison below, and
 # checked to still differ, so a fix shows here).
 KNOWN_DIFFERENCES = {
-    "stream create: not JSON": "Go's syntax error text (invalid character ... at offset N): natserver's "
-                               "decoder says \"invalid JSON\" alone (recording.go_json_error)",
-    "consumer create: not JSON": "the same",
-    "stream create: sources: the same twice, filters": "natserver knows a stream's sources by origin "
-                                                       "(sourcing.py): two of one origin are refused by name",
     "consumer: ack_policy flow_control": "2.15's flow-control acks (the ack policy of its sourcing consumers) "
                                          "are not implemented: refused as an unknown ack policy",
 }
