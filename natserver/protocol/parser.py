@@ -406,6 +406,10 @@ class Parser:
         coalesce = self.coalesce
         try:
             while True:
+                if self._extra and self._pos >= len(self._buf):
+                    # The op that straddled two chunks is done: on in the next chunk itself, by
+                    # the fast path below (the general path took one more op a chunk).
+                    self._join_extra()
                 # Fast path for what nearly every message is: an upper-case "PUB subject
                 # [reply] size" with CRLF, a size of at most 1 KiB and the whole payload at hand.
                 # Anything else, or any doubt, goes to the exact general path below.
