@@ -876,11 +876,17 @@ class Client:
             plan = _make_plan(result, subject)
         echo = self.echo
         # Everything that could refuse the run is checked before anything is delivered.
+        # A run whose MSG bytes could take a subscriber past its stall mark goes message by
+        # message, so that the stall gate (or the slow-consumer cut) comes at the message it
+        # would come at there: a read of up to GROWN_READ_SIZE would otherwise land in one
+        # piece (a reading subscriber with max_pending 256 KiB was cut off as slow).
         receivers = []
         for sub, client, head in plan:
             if sub.limited:
                 return False
             if client is not self or echo:
+                if client.pending + len(data) + count * len(head) > client._stall_at:
+                    return False
                 receivers.append(client)
         groups = []
         for group in result.qsubs:
@@ -888,7 +894,10 @@ class Client:
             for member in members:
                 if member.limited:
                     return False
-                receivers.append(member.client)
+                client = member.client
+                if client.pending + len(data) + count * (len(subject) + len(member.sid_part) + 5) > client._stall_at:
+                    return False
+                receivers.append(client)
             groups.append(members)
         if len(set(receivers)) < len(receivers):
             # A client with two matching subscriptions gets each message on both before the

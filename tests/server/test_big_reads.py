@@ -52,13 +52,15 @@ def _traffic(seed: int, count: int, sizes: tuple[int, int], subjects: int) -> tu
     return b"".join(pubs), b"".join(msgs)
 
 
-async def _deliver(script: bytes, expect: int, read_after: int = 0) -> bytes:
+async def _deliver(script: bytes, expect: int, read_after: int = 0, **options) -> bytes:
     """Publish ``script`` in one send and return the ``expect`` bytes the subscriber gets; with
     ``read_after`` (where a message starts) the subscriber reads nothing until that many bytes
     were published and handled (its socket fills: partial writes)."""
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+            server = await nursery.start(
+                natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True, **options)
+            )
             sub = await trio.open_tcp_stream("127.0.0.1", server.port)
             pub = await trio.open_tcp_stream("127.0.0.1", server.port)
             await sub.send_all(b'CONNECT {"verbose":false}\r\nSUB bench.> 1\r\nPING\r\n')
@@ -80,6 +82,7 @@ async def _deliver(script: bytes, expect: int, read_after: int = 0) -> bytes:
                 data = await sub.receive_some(1 << 20)
                 parts.append(data)
                 received += len(data)
+            assert server.slow_consumers == 0
             await server.shutdown()
             return b"".join(parts)
 
@@ -114,6 +117,17 @@ async def test_a_subscriber_that_reads_late_gets_every_byte(monkeypatch):
     assert recorder.writevs
     # (partial_writevs: 2 of 35 on the machine this was written on; not asserted, the kernel's
     # buffer sizes decide it, and test_unsent_is_what_a_partial_write_left covers the rest)
+
+
+async def test_a_reading_subscriber_with_a_small_max_pending_is_not_cut_off():
+    # A grown read holds runs of 7 messages of 32 KiB: queued as one piece, 229 KiB would take
+    # the subscriber past max_pending at once; message by message the stall gate holds the
+    # publisher at the stall mark until the subscriber has read (as with 64 KiB reads).
+    payload = b"q" * 32 * 1024
+    script = b"PUB bench.big %d\r\n%s\r\n" % (len(payload), payload) * 128
+    expected = b"MSG bench.big 1 %d\r\n%s\r\n" % (len(payload), payload) * 128
+    got = await _deliver(script, len(expected), max_pending=256 * 1024, max_payload=64 * 1024)
+    assert got == expected
 
 
 def test_unsent_is_what_a_partial_write_left():
