@@ -88,9 +88,13 @@ SMALL_READ = 4096
 # What a read asks for after one that got at least READ_SIZE (64 KiB): the socket holds more,
 # so a producer outpacing us is read in chunks of up to this, back to READ_SIZE after a shorter
 # read. Each chunk costs a trio wake-up, a parse and a write per subscriber whatever its size
-# (about 60 us of Python): 1 -> 1 1 KiB, server CPU 2.1 -> 1.3 us a message. nats-server's
-# read buffer grows the same way (client.go readLoop, to 64 KiB; its cost per read is Go's).
-GROWN_READ_SIZE = 256 * 1024
+# (about 60 us of Python). nats-server's read buffer grows the same way (client.go readLoop, to
+# 64 KiB; its cost per read is Go's). Under glibc's 128 KiB mmap threshold: the read's buffer and
+# the chunk-sized copies made from it come from the heap; at 256 KiB they were fresh pages each
+# time (0.1-0.2 page faults a message, 1 -> 1 16-512 B slower than with 64 KiB reads). Server CPU
+# a message with 120 KiB, against 64 KiB (own raw driver, three runs, medians): 1 -> 1 1 KiB 1.81
+# -> 1.36 us, 16-512 B 0.86 -> 0.61 us.
+GROWN_READ_SIZE = 120 * 1024
 # Payloads at least this big are queued by reference instead of joined into the MSG bytes.
 BIG_PAYLOAD = 16 * 1024
 # deliver_batch's allowance per message for its MSG line's bytes besides subject, reply and sid

@@ -120,9 +120,9 @@ async def test_a_subscriber_that_reads_late_gets_every_byte(monkeypatch):
 
 
 async def test_a_reading_subscriber_with_a_small_max_pending_is_not_cut_off():
-    # A grown read holds runs of 7 messages of 32 KiB: queued as one piece, 229 KiB would take
-    # the subscriber past max_pending at once; message by message the stall gate holds the
-    # publisher at the stall mark until the subscriber has read (as with 64 KiB reads).
+    # A grown read holds runs of several 32 KiB messages: queued as one piece, a run could take
+    # the subscriber past max_pending at once (it did with 256 KiB reads); message by message the
+    # stall gate holds the publisher at the stall mark until the subscriber has read.
     payload = b"q" * 32 * 1024
     script = b"PUB bench.big %d\r\n%s\r\n" % (len(payload), payload) * 128
     expected = b"MSG bench.big 1 %d\r\n%s\r\n" % (len(payload), payload) * 128
