@@ -4,8 +4,8 @@
    sizes change every message: reading "PUB <subject> [reply] <size>\r\n<payload>\r\n" control
    lines one after another (callgrind: about 10.8k instructions a message in Python, see
    benchmarks/README.md). It accepts exactly what the Python fast path accepts and nothing else:
-   at the first byte it is not sure of (not a PUB, a size that is not canonical digits of at most
-   1024, a line without CR LF, an incomplete payload, \x0b or \x0c, a control line over the limit,
+   at the first byte it is not sure of (not a PUB, a size that is not canonical digits (five at
+   most), a line without CR LF, an incomplete payload, \x0b or \x0c, a control line over the limit,
    or the same subject twice in a row, which may open a run) it stops before that message and
    the Python code goes on from there, so the pure-Python path stays the reference and the ops
    are identical either way (tests/protocol/test_cscan.py feeds both).
@@ -17,19 +17,23 @@
 #include <Python.h>
 #include <string.h>
 
-/* The Python fast path's table holds canonical digits of 0..1024 (parser._SIZE_OF). */
+/* The Python fast path's table holds canonical digits of 0..1024 (parser._SIZE_OF), whose
+   bytes objects are shared here too; bigger sizes of at most MAX_FAST_DIGITS canonical digits
+   (parser._FAST_SIZE_DIGITS, _big_size) get bytes of their own. */
 #define MAX_FAST_SIZE 1024
+#define MAX_FAST_DIGITS 5
 /* parser.ZERO_COPY_MIN: payloads from this size on are memoryview slices, not copies. */
 #define ZERO_COPY_MIN 512
 
 static PyObject *size_digits[MAX_FAST_SIZE + 1]; /* b"0" .. b"1024", shared, never freed */
 static PyObject *minus_one;
 
-/* The size as canonical decimal digits (no sign, no leading zero), or -1. */
+/* The size as canonical decimal digits (no sign, no leading zero, at most MAX_FAST_DIGITS), or
+   -1. */
 static Py_ssize_t
 canonical_size(const char *p, Py_ssize_t n)
 {
-    if (n < 1 || n > 4 || (n > 1 && p[0] == '0'))
+    if (n < 1 || n > MAX_FAST_DIGITS || (n > 1 && p[0] == '0'))
         return -1;
     Py_ssize_t v = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -37,7 +41,14 @@ canonical_size(const char *p, Py_ssize_t n)
             return -1;
         v = v * 10 + (p[i] - '0');
     }
-    return v <= MAX_FAST_SIZE ? v : -1;
+    return v;
+}
+
+/* The Pub's size field: the shared digits of a table size, else new bytes of ``digits``. */
+static PyObject *
+size_object(Py_ssize_t size, const char *digits, Py_ssize_t n)
+{
+    return size <= MAX_FAST_SIZE ? Py_NewRef(size_digits[size]) : PyBytes_FromStringAndSize(digits, n);
 }
 
 static inline int
@@ -159,23 +170,21 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         PyObject *payload = size < ZERO_COPY_MIN ? PyBytes_FromStringAndSize(buf + start, size)
                                                  : PySequence_GetSlice(view, start, stop);
-        if (payload == NULL) {
-            Py_DECREF(subject);
-            Py_DECREF(reply);
-            return NULL;
-        }
+        PyObject *digits = payload == NULL ? NULL
+            : size_object(size, buf + tok_start[last_tok], tok_end[last_tok] - tok_start[last_tok]);
         /* A NamedTuple subclass of tuple: allocated as one, its five items set in place. */
-        PyObject *op = pub_type->tp_alloc(pub_type, 5);
+        PyObject *op = digits == NULL ? NULL : pub_type->tp_alloc(pub_type, 5);
         if (op == NULL) {
             Py_DECREF(subject);
             Py_DECREF(reply);
-            Py_DECREF(payload);
+            Py_XDECREF(payload);
+            Py_XDECREF(digits);
             return NULL;
         }
         PyTuple_SET_ITEM(op, 0, subject);
         PyTuple_SET_ITEM(op, 1, reply);
         PyTuple_SET_ITEM(op, 2, Py_NewRef(minus_one));
-        PyTuple_SET_ITEM(op, 3, Py_NewRef(size_digits[size]));
+        PyTuple_SET_ITEM(op, 3, digits);
         PyTuple_SET_ITEM(op, 4, payload);
         int failed = PyList_Append(ops, op);
         Py_DECREF(op);
@@ -194,7 +203,7 @@ scan_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
    The twin of Parser._hpubs: appends a pub_type(subject, reply, header size, "hdr total"
    digits (or the total's alone when the header size is 0), payload) to ``ops`` for each
    upper-case "HPUB subject [reply] hdr_size size" line from ``pos`` on whose tokens are
-   separated by blanks, whose sizes are canonical digits of at most 1024 (the header's no
+   separated by blanks, whose sizes are canonical digits, five at most (the header's no
    larger than the total, the total within max_payload), whose arguments fit
    max_control_line, with its payload and CR LF at hand; stops before the first it is not sure
    of, where _hpubs (then the exact path) goes on. Returns the position reached. */
@@ -235,7 +244,7 @@ scan_hpubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                                      : Py_NewRef(Py_None);
         PyObject *hsize = PyLong_FromSsize_t(header_size);
         PyObject *digits = header_size > 0 ? PyBytes_FromFormat("%zd %zd", header_size, size)
-                                           : Py_NewRef(size_digits[size]);
+                                           : size_object(size, buf + tok_start[n_tok - 1], tok_end[n_tok - 1] - tok_start[n_tok - 1]);
         PyObject *payload = size < ZERO_COPY_MIN ? PyBytes_FromStringAndSize(buf + start, size)
                                                  : PySequence_GetSlice(view, start, stop);
         PyObject *op = NULL;
@@ -267,7 +276,7 @@ scan_hpubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
    -> (pos, messages, payload bytes, all of size run_size)
 
    The rest of an open run: the messages from ``pos`` on that are exactly
-   "<prefix><size>\r\n<payload>\r\n" (canonical size digits of at most 1024, within the
+   "<prefix><size>\r\n<payload>\r\n" (canonical size digits, five at most, within the
    limits), as the Python run loop reads them; it stops where that loop would. */
 static PyObject *
 scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -289,8 +298,9 @@ scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t count = 0, bytes = 0;
     int uniform = 1;
     while (pos >= 0 && len - pos >= skip && memcmp(buf + pos, prefix, (size_t)skip) == 0) {
-        /* The digits end at the first CR LF of the next 6 bytes (the Python loop's window). */
-        Py_ssize_t d = pos + skip, window = len - d < 6 ? len - d : 6, n = -1;
+        /* The digits end at the first CR LF of the next MAX_FAST_DIGITS + 2 bytes (the Python
+           loop's window, parser._SIZE_WINDOW). */
+        Py_ssize_t d = pos + skip, window = len - d < MAX_FAST_DIGITS + 2 ? len - d : MAX_FAST_DIGITS + 2, n = -1;
         for (Py_ssize_t i = 0; i + 1 < window; i++) {
             if (buf[d + i] == '\r' && buf[d + i + 1] == '\n') {
                 n = i;

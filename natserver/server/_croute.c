@@ -9,7 +9,7 @@
    by the sublist's own Python match_uncached, and a result without its delivery plan gets the
    one Client._route would build. It stops before anything it is not sure of, and the Python
    code handles that op: an op that is not a Pub, headers, a payload of BIG_PAYLOAD or more or
-   not bytes, a result without subscribers, a subscription with a limit, permission filter or
+   neither bytes nor a memoryview of bytes, a result without subscribers, a subscription with a limit, permission filter or
    callback (sub.limited), a client's own message without echo to a plain subscription of its
    own. Queue groups get one member each, from a random start, as Client._queue_targets picks it. A
    subscriber pushed over its stall mark gets the publisher's _over_stall_mark, as in Python,
@@ -216,6 +216,36 @@ done:
     return targets;
 }
 
+/* A payload's bytes: a bytes object, or a memoryview of one (the parser's zero-copy slice of
+   its chunk, parser.ZERO_COPY_MIN and up: 1 KiB messages whose subject changes came here only
+   as bytes before, and went to Python); 0 when it is neither or the view is not a plain byte
+   run. */
+static const char *
+payload_bytes(PyObject *payload)
+{
+    if (PyBytes_CheckExact(payload))
+        return PyBytes_AS_STRING(payload);
+    if (!PyMemoryView_Check(payload))
+        return NULL;
+    /* (a released view: Python's own path raises for it) */
+    if (((PyMemoryViewObject *)payload)->flags & _Py_MEMORYVIEW_RELEASED)
+        return NULL;
+    Py_buffer *view = PyMemoryView_GET_BUFFER(payload);
+    if (view->obj == NULL || !PyBytes_CheckExact(view->obj) || view->ndim != 1 || view->itemsize != 1
+        || (view->strides != NULL && view->strides[0] != 1))
+        return NULL;
+    return (const char *)view->buf;
+}
+
+/* The payload's length, or PY_SSIZE_T_MAX when payload_bytes would refuse it. */
+static Py_ssize_t
+payload_size(PyObject *payload)
+{
+    if (PyBytes_CheckExact(payload))
+        return PyBytes_GET_SIZE(payload);
+    return payload_bytes(payload) == NULL ? PY_SSIZE_T_MAX : PyMemoryView_GET_BUFFER(payload)->len;
+}
+
 /* Whether this Pub can be delivered here; 0: leave it to Python, -1: error. On 1, *plan_out is a
    new reference to a tuple of its (sub, client, head) targets: the cached result's plan, and with
    queue groups one member of each too. A subject not in the cache is matched here with
@@ -232,9 +262,8 @@ eligible(PyObject *op, PyObject *cache, PyObject *match, PyObject *publisher, in
     PyObject *sizes = PyTuple_GET_ITEM(op, 3);
     PyObject *payload = PyTuple_GET_ITEM(op, 4);
     *missed = 0;
-    if (!PyLong_CheckExact(header_size) || !PyBytes_CheckExact(sizes) || !PyBytes_CheckExact(payload)
-        || PyBytes_GET_SIZE(payload) >= big || (reply != Py_None && !PyBytes_CheckExact(reply))
-        || !PyBytes_CheckExact(subject))
+    if (!PyLong_CheckExact(header_size) || !PyBytes_CheckExact(sizes) || payload_size(payload) >= big
+        || (reply != Py_None && !PyBytes_CheckExact(reply)) || !PyBytes_CheckExact(subject))
         return 0;
     long hs = PyLong_AsLong(header_size);
     if (hs == -1 && PyErr_Occurred())
@@ -427,18 +456,17 @@ route_pubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *sizes = PyTuple_GET_ITEM(op, 3);
         PyObject *payload = PyTuple_GET_ITEM(op, 4);
         int has_reply = reply != Py_None;
+        Py_ssize_t size = payload_size(payload); /* (eligible checked it: bytes or a plain view) */
         const char *parts[TAIL_PARTS] = {
             has_reply ? PyBytes_AS_STRING(reply) : "", " ", PyBytes_AS_STRING(sizes), "\r\n",
-            PyBytes_AS_STRING(payload), "\r\n",
+            payload_bytes(payload), "\r\n",
         };
         Py_ssize_t lens[TAIL_PARTS] = {
-            has_reply ? PyBytes_GET_SIZE(reply) : 0, has_reply, PyBytes_GET_SIZE(sizes), 2,
-            PyBytes_GET_SIZE(payload), 2,
+            has_reply ? PyBytes_GET_SIZE(reply) : 0, has_reply, PyBytes_GET_SIZE(sizes), 2, size, 2,
         };
         Py_ssize_t tail_len = 0;
         for (int k = 0; k < TAIL_PARTS; k++)
             tail_len += lens[k];
-        Py_ssize_t size = PyBytes_GET_SIZE(payload);
         PyObject *size_obj = PyLong_FromSsize_t(size);
         int rc = size_obj == NULL ? -1 : 0;
         Py_ssize_t t = 0;

@@ -45,8 +45,10 @@ def scenarios(draw):
     parts = []
     for _ in range(draw(st.integers(1, 40))):
         subject = draw(st.sampled_from(SUBJECTS))
-        kind = draw(st.sampled_from(["pub"] * 6 + ["reply", "hpub", "big", "sub"]))
+        kind = draw(st.sampled_from(["pub"] * 6 + ["reply", "hpub", "big", "kib", "sub"]))
         payload = draw(st.binary(max_size=30))
+        if kind == "kib":  # the parser's memoryview payloads (ZERO_COPY_MIN and up)
+            payload = payload * 40 + b"k" * draw(st.sampled_from([511, 512, 1024, 1500]))
         if kind == "sub":
             parts.append(b"SUB %s 9%d\r\n" % (draw(st.sampled_from(PATTERNS)), len(parts)))
         elif kind == "hpub":
@@ -140,7 +142,7 @@ def test_compiled_delivery_equals_python(scenario):
     assert run(scenario, COMPILED) == run(scenario, None)
 
 
-def run_counting(subs) -> tuple[dict, int]:
+def run_counting(subs, chunk: bytes = b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25) -> tuple[dict, int]:
     """Alternating subjects a.b and a.c (no runs) to ``subs`` through the compiled loop: what
     everyone got (checked against Python) and how many messages the compiled loop took."""
     taken = []
@@ -152,7 +154,7 @@ def run_counting(subs) -> tuple[dict, int]:
 
     scenario = {
         "subs": subs,
-        "chunks": [b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25],
+        "chunks": [chunk],
         "echo": True,
         "publisher_subscribes": False,
         "stall_at": 1 << 40,
@@ -178,3 +180,11 @@ def test_compiled_loop_takes_queue_groups():
     assert sum(shares) == 25 and min(shares) > 0
     assert len(got["received"][4]) == 50  # the only member of "w" gets everything
     assert len(got["received"][1]) == 25  # and the plain subscriber of a.b
+
+
+def test_compiled_loop_takes_payloads_the_parser_gives_as_memoryviews():
+    """1 KiB messages whose subject changes: the parser's zero-copy slices go through it too."""
+    chunk = b"".join(b"PUB a.%s %d\r\n%s\r\n" % (s, n, b"p" * n) for s, n in [(b"b", 1024), (b"c", 600)] * 25)
+    got, taken = run_counting([(1, b"a.*", None, 0)], chunk)
+    assert taken > 40
+    assert got["received"][2] == [b"MSG a.b 0 1024\r\n" + b"p" * 1024 + b"\r\n", b"MSG a.c 0 600\r\n" + b"p" * 600 + b"\r\n"] * 25
