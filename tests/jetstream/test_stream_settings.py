@@ -316,7 +316,7 @@ def test_first_seq_sources_restarted_before_anything_came():
     one that was emptied by a purge takes only what comes next."""
     def recovered(last_ts: int) -> bool:
         store = SimpleNamespace(msgs=0, first_seq=10, last_seq=9, last_ts=last_ts)
-        link = SimpleNamespace(mirror=False, next=0, _iname=b"O", from_new=False)
+        link = SimpleNamespace(mirror=False, next=0, spec={"name": "O"}, _iname=b"O", from_new=False)
         recover_source_positions(SimpleNamespace(store=store), [link])
         return link.from_new
 
