@@ -1085,10 +1085,14 @@ class Client:
         subscriptions only (no queue groups, no auto-unsubscribe, permission filter, callback
         or no-echo to apply), no peer server to forward to, and room for the whole batch below
         every subscriber's stall mark. Otherwise nothing is done and False returned: the caller
-        delivers one by one. Part of the core's interface to what is built on it."""
-        result = self.sublist.match(match_subject)
+        delivers one by one (or publishes), and that delivery counts the subject's lookup (a
+        miss is counted here: the subject is in the cache now). Part of the core's interface
+        to what is built on it."""
+        sublist = self.sublist
+        result = sublist.match(match_subject)
         psubs = result.psubs
         if not psubs or result.qsubs or (self.server._forwarder is not None and self.forwards):
+            sublist.matches -= 1
             return False
         # (an upper bound of what the batch adds to a subscriber's pending bytes)
         total = 0
@@ -1099,6 +1103,7 @@ class Client:
             client = sub.client
             if sub.limited or (client is self and not self.echo) \
                     or client.pending + total + n * (BATCH_LINE_SLACK + len(sub.sid_part)) > client._stall_at:
+                sublist.matches -= 1
                 return False
         touched = self.server.touched
         out_bytes = 0

@@ -374,8 +374,9 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
     server's publish: the same bytes reach every kind of requester (header-aware and not, a
     wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
     the last two refused there and published), for KV gets and JSON gets (no_hdr, a stored
-    header, a missing key), with the same message and byte counts, as when deliver_batch
-    refuses everything (every answer through js.send)."""
+    header, a missing key), with the same message and byte counts and the same number of
+    subject lookups (a refused answer's lookup counted once, by its publish), as when
+    deliver_batch refuses everything (every answer through js.send)."""
     from natserver.server.client import Client
 
     async def requesters(port: int) -> bytes:
@@ -437,9 +438,10 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                 answers, counts = [], []
                 for patch in (refuse, counted):
                     monkeypatch.setattr(Client, "deliver_batch", patch)
-                    before = (server.out_msgs, server.out_bytes)
+                    before = (server.out_msgs, server.out_bytes, server.sublist.matches)
                     answers.append(await requesters(server.port))
-                    counts.append((server.out_msgs - before[0], server.out_bytes - before[1]))
+                    counts.append((server.out_msgs - before[0], server.out_bytes - before[1],
+                                   server.sublist.matches - before[2]))
                 assert calls.count(True) == 4 * 7  # (found, to the 4 replies without a rule of their own)
                 assert answers[0] == answers[1] and counts[0] == counts[1]
                 assert b"HMSG _R.1 1 " in answers[1] and b"\r\nuno\r\n" in answers[1]
