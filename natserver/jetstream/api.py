@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..protocol.const import JS_API_LEVEL
 from . import advisories, errors, not_enabled, unsupported
 from .advisories import CREATE, DELETE, MODIFY
-from .consumer_api import ConsumerApi, ConsumerHost
+from .consumer_api import ConsumerApi, ConsumerHost, decode_request
 from .direct import DirectGets, DirectHost
 from .errors import ApiError
 from .gojson import (
@@ -30,7 +30,6 @@ from .gojson import (
     decode_int,
     decode_pedantic,
     decode_str,
-    decode_struct,
     go_decode_request,
 )
 from .store import StoreError
@@ -71,29 +70,9 @@ _DIRECT_GET = b"$JS.API.DIRECT.GET."  # the direct gets' prefix (handle's fast p
 REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 
 
-
-
 # JSApiMsgGetRequest's fields natserver's message get does not read (direct gets do): a request
 # naming them is decoded, not refused as having an unknown field.
 _MSG_GET_OTHER_FIELDS = ("batch", "max_bytes", "start_time", "multi_last", "up_to_seq", "up_to_time", "no_hdr")
-
-
-_SHAPES: dict[int, dict] = {}  # id(fields) -> the strict check's shape of its request
-
-
-def _decode(payload: bytes, fields: dict, go_type: str, other_fields: tuple = ()) -> dict:
-    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field of none of
-    ``fields`` and ``other_fields`` refused), Go's error after "invalid JSON: "."""
-    shape = _SHAPES.get(id(fields))
-    if shape is None:  # (fields are module constants, each always given with the same others)
-        shape = _SHAPES[id(fields)] = dict.fromkeys([*fields, *other_fields])
-    try:
-        request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
-        return decode_struct(request, fields, {})
-    except GoDecodeError as exc:
-        raise errors.invalid_json(str(exc)) from None
-    except ValueError as exc:  # DecodeError is a ValueError too
-        raise errors.invalid_json() from exc
 
 
 class ApiHost(ConsumerHost, DirectHost, Protocol):
@@ -368,7 +347,7 @@ class Api:
         details, filter, offset = False, "", 0
         try:
             if is_json_object_or_array(payload) and not is_empty_request(payload):
-                req = _decode(payload, _INFO_REQUEST, "server.JSApiStreamInfoRequest")
+                req = decode_request(payload, _INFO_REQUEST, "server.JSApiStreamInfoRequest")
                 details = req.get("deleted_details", False)
                 filter = req.get("subjects_filter", "")
                 offset = req.get("offset", 0)
@@ -423,7 +402,7 @@ class Api:
         offset, filter = 0, ""
         if is_json_object_or_array(payload) and not is_empty_request(payload):
             try:
-                req = _decode(payload, _NAMES_REQUEST, go_type)
+                req = decode_request(payload, _NAMES_REQUEST, go_type)
             except ApiError as exc:
                 self._fail(reply, rtype, exc, total=0, offset=0, limit=0, streams=no_streams)
                 return None
@@ -461,7 +440,7 @@ class Api:
         req = None
         try:
             if is_json_object_or_array(payload) and not is_empty_request(payload):  # (else: purge all)
-                req = _decode(payload, _PURGE_REQUEST, "server.JSApiStreamPurgeRequest")
+                req = decode_request(payload, _PURGE_REQUEST, "server.JSApiStreamPurgeRequest")
                 if req.get("seq", 0) > 0 and req.get("keep", 0) > 0:
                     raise errors.bad_request()
             stream = self.js.streams.get(name)
@@ -498,7 +477,7 @@ class Api:
         try:
             if is_empty_request(payload):
                 raise errors.bad_request()
-            req = _decode(payload, _MSG_DELETE_REQUEST, "server.JSApiMsgDeleteRequest")
+            req = decode_request(payload, _MSG_DELETE_REQUEST, "server.JSApiMsgDeleteRequest")
             stream = self.js.streams.get(name)
             if stream is None:
                 raise errors.stream_not_found()
@@ -529,7 +508,7 @@ class Api:
         try:
             if is_empty_request(payload):
                 raise errors.bad_request()
-            req = _decode(payload, _MSG_GET_REQUEST, "server.JSApiMsgGetRequest", _MSG_GET_OTHER_FIELDS)
+            req = decode_request(payload, _MSG_GET_REQUEST, "server.JSApiMsgGetRequest", _MSG_GET_OTHER_FIELDS)
             seq = req.get("seq", 0)
             last_for = req.get("last_by_subj", "")
             next_for = req.get("next_by_subj", "")

@@ -78,16 +78,22 @@ _PAUSE_GO_TYPE = "server.JSApiConsumerPauseRequest"
 _ZERO_NS = gotime.nanos(gotime.ZERO)
 
 
-def _decode(payload: bytes, fields: dict, go_type: str, shape: dict | None = None) -> dict:
-    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field ``shape`` does not
-    name refused, ``fields`` when none is given), Go's error after "invalid JSON: "."""
-    shape = shape if shape is not None else dict.fromkeys(fields)
+_SHAPES: dict[int, dict] = {}  # id(fields) -> the strict check's shape of its request
+
+
+def decode_request(payload: bytes, fields: dict, go_type: str, other_fields: tuple = ()) -> dict:
+    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field of none of
+    ``fields`` and ``other_fields`` refused), Go's error after "invalid JSON: " (the stream and
+    the consumer API's requests)."""
+    shape = _SHAPES.get(id(fields))
+    if shape is None:  # (fields are module constants, each always given with the same others)
+        shape = _SHAPES[id(fields)] = dict.fromkeys([*fields, *other_fields])
     try:
         request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
         return decode_struct(request, fields, {})
     except GoDecodeError as exc:
-        raise errors.invalid_json(str(exc)) from exc
-    except ValueError as exc:
+        raise errors.invalid_json(str(exc)) from None
+    except ValueError as exc:  # DecodeError is a ValueError too
         raise errors.invalid_json() from exc
 
 
@@ -463,7 +469,7 @@ class ConsumerApi:
         offset = 0
         try:
             if is_json_object_or_array(payload) and payload != b"{}":
-                offset = _decode(payload, _PAGE_REQUEST, "server.JSApiConsumersRequest").get("offset", 0)
+                offset = decode_request(payload, _PAGE_REQUEST, "server.JSApiConsumersRequest").get("offset", 0)
             stream = self._stream(stream_name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
