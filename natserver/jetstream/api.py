@@ -75,6 +75,20 @@ REQUIRED_API_LEVEL_STATUS = b"NATS/1.0 412 Required Api Level\r\n\r\n"
 _MSG_GET_OTHER_FIELDS = ("batch", "max_bytes", "start_time", "multi_last", "up_to_seq", "up_to_time", "no_hdr")
 
 
+STREAM_NAMES_GO_TYPE = "server.JSApiStreamNamesRequest"
+STREAM_LIST_GO_TYPE = "server.JSApiStreamListRequest"
+
+
+def decode_names_request(payload: bytes, go_type: str) -> tuple[int, str]:
+    """A STREAM.NAMES or STREAM.LIST request's offset and subject filter (0, "" for a body
+    that is no JSON object or array, or empty), decoded as 2.15.1 decodes it, a standalone
+    server and a cluster's meta leader alike (ApiError 10025 with Go's text)."""
+    if not is_json_object_or_array(payload) or is_empty_request(payload):
+        return 0, ""
+    request = decode_request(payload, _NAMES_REQUEST, go_type)
+    return request.get("offset", 0), request.get("subject", "")
+
+
 class ApiHost(ConsumerHost, DirectHost, Protocol):
     """What the API needs of the engine (``JetStream``): its streams and their lifecycle,
     and the API counters it keeps."""
@@ -399,15 +413,11 @@ class Api:
 
     def _matching_names(self, payload: bytes, rtype: str, reply, go_type: str,
                         no_streams: list | None) -> tuple[list, int] | None:
-        offset, filter = 0, ""
-        if is_json_object_or_array(payload) and not is_empty_request(payload):
-            try:
-                req = decode_request(payload, _NAMES_REQUEST, go_type)
-            except ApiError as exc:
-                self._fail(reply, rtype, exc, total=0, offset=0, limit=0, streams=no_streams)
-                return None
-            offset = req.get("offset", 0)
-            filter = req.get("subject", "")
+        try:
+            offset, filter = decode_names_request(payload, go_type)
+        except ApiError as exc:
+            self._fail(reply, rtype, exc, total=0, offset=0, limit=0, streams=no_streams)
+            return None
         names = []
         for name, stream in self.js.streams.items():
             if not filter or any(subjects_collide(filter, s) for s in stream.cfg.subjects or ()):
@@ -417,7 +427,7 @@ class Api:
 
     def stream_names(self, reply, payload: bytes) -> None:
         rtype = _T + "stream_names_response"
-        found = self._matching_names(payload, rtype, reply, "server.JSApiStreamNamesRequest", None)
+        found = self._matching_names(payload, rtype, reply, STREAM_NAMES_GO_TYPE, None)
         if found is None:
             return
         names, offset = found
@@ -427,7 +437,7 @@ class Api:
 
     def stream_list(self, reply, payload: bytes) -> None:
         rtype = _T + "stream_list_response"
-        found = self._matching_names(payload, rtype, reply, "server.JSApiStreamListRequest", [])
+        found = self._matching_names(payload, rtype, reply, STREAM_LIST_GO_TYPE, [])
         if found is None:
             return
         names, offset = found

@@ -46,9 +46,9 @@ from .. import clock
 from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
 from . import advisories, errors, gotime
-from .api import LIST_LIMIT, NAMES_LIMIT, Api
+from .api import LIST_LIMIT, NAMES_LIMIT, STREAM_LIST_GO_TYPE, STREAM_NAMES_GO_TYPE, Api, decode_names_request
 from .consumer import ConsumerConfig
-from .consumer_api import pause_request, pause_response
+from .consumer_api import decode_page_request, pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
 from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
@@ -59,7 +59,7 @@ from .replication.entries import ConsumerAssignment, EntryError, MetaOp, encode_
 from .replication.leader import MetaLeader, Proposal, delete_response
 from .replication.placement import PeerInfo
 from .replication.state import ConsumerEvent, Event, MetaState, StreamEvent
-from .stream import StreamConfig, stored_bytes
+from .stream import StreamConfig, check_stream_config, stored_bytes
 from .util import dumps, go_quote, is_empty_request, is_json_object_or_array, loads, rfc3339nano, subjects_collide
 
 if TYPE_CHECKING:
@@ -1102,6 +1102,7 @@ class JetStreamCluster:
                     proposal = self.meta.stream_create(client, account, subj, reply_text, cfg, engine.limits)
                 elif op == b"UPDATE":
                     cfg = api.decode_stream_update(payload)
+                    check_stream_config(cfg, {}, engine.limits)  # (its refusals come first, as 2.15.1's)
                     if cfg.name != name:
                         raise errors.stream_mismatch()
                     _check_replicated(cfg)
@@ -1223,18 +1224,13 @@ class JetStreamCluster:
             offset += USAGE_RECORD.size + length
         self.usage.setdefault(account, {})[node] = (memory, storage, api_total, api_errors)
 
-    def _names(self, engine: ClusterEngine, payload: bytes, rtype: str, reply) -> tuple[list[str], int] | None:
-        offset, filter = 0, ""
-        if is_json_object_or_array(payload) and not is_empty_request(payload):
-            try:
-                request = loads(payload)
-                if not isinstance(request, dict):
-                    raise ValueError("not an object")
-                offset = int(request.get("offset") or 0)
-                filter = str(request.get("subject") or "")
-            except (ValueError, TypeError):
-                engine.api._fail(reply, rtype, errors.invalid_json())
-                return None
+    def _names(self, engine: ClusterEngine, payload: bytes, rtype: str, reply, go_type: str,
+               no_streams: list | None) -> tuple[list[str], int] | None:
+        try:
+            offset, filter = decode_names_request(payload, go_type)
+        except ApiError as exc:
+            engine.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, streams=no_streams)
+            return None
         names = []
         for name, sa in self.state.streams.get(engine.account_name or "", {}).items():
             if not filter or any(subjects_collide(filter, s) for s in sa.config.get("subjects") or ()):
@@ -1244,7 +1240,7 @@ class JetStreamCluster:
 
     def _stream_names(self, engine: ClusterEngine, reply, payload: bytes) -> None:
         rtype = _T + "stream_names_response"
-        found = self._names(engine, payload, rtype, reply)
+        found = self._names(engine, payload, rtype, reply, STREAM_NAMES_GO_TYPE, None)
         if found is None:
             return
         names, offset = found
@@ -1257,7 +1253,7 @@ class JetStreamCluster:
         ($JSC.SI), gathered for up to LIST_TIMEOUT; the streams that did not answer are
         listed as ``missing``."""
         rtype = _T + "stream_list_response"
-        found = self._names(engine, payload, rtype, reply)
+        found = self._names(engine, payload, rtype, reply, STREAM_LIST_GO_TYPE, [])
         if found is None:
             return
         names, offset = found
@@ -1279,23 +1275,17 @@ class JetStreamCluster:
         stream's consumers from the assignments; their infos asked of the servers running
         them ($JSC.CI), the silent ones listed as ``missing``."""
         rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
-        offset = 0
-        if is_json_object_or_array(payload) and not is_empty_request(payload):
-            try:
-                request = loads(payload)
-                if not isinstance(request, dict):
-                    raise ValueError("not an object")
-                offset = max(int(request.get("offset") or 0), 0)
-            except (ValueError, TypeError):
-                engine.api._fail(reply, rtype, errors.invalid_json())
-                return
-        account = engine.account_name or ""
-        sa = self.state.stream(account, stream)
-        if sa is None:
-            engine.api._fail(reply, rtype, errors.stream_not_found())
+        try:
+            offset = decode_page_request(payload)
+            sa = self.state.stream(engine.account_name or "", stream)
+            if sa is None:
+                raise errors.stream_not_found()
+        except ApiError as exc:
+            engine.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
             return
+        account = engine.account_name or ""
         names = sorted(sa.consumers)
-        offset = min(offset, len(names))
+        offset = min(max(offset, 0), len(names))
         if not full:
             page = names[offset:offset + NAMES_LIMIT]
             engine.api._send(reply, {"type": rtype, "total": len(names), "offset": offset, "limit": NAMES_LIMIT,

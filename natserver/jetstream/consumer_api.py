@@ -124,6 +124,15 @@ class ApiRouter(Protocol):
     def _fail(self, reply, rtype: str, exc: ApiError, **extra: Any) -> None: ...
 
 
+def decode_page_request(payload: bytes) -> int:
+    """A CONSUMER.NAMES or CONSUMER.LIST request's offset (0 for a body that is no JSON
+    object or array, or ``{}``), decoded as 2.15.1 decodes it, a standalone server and a
+    cluster's meta leader alike (ApiError 10025 with Go's text)."""
+    if not is_json_object_or_array(payload) or payload == b"{}":
+        return 0
+    return decode_request(payload, _PAGE_REQUEST, "server.JSApiConsumersRequest").get("offset", 0)
+
+
 class ConsumerApi:
     def __init__(self, api: ApiRouter) -> None:
         self.api = api
@@ -468,8 +477,7 @@ class ConsumerApi:
         rtype = _T + ("consumer_list_response" if full else "consumer_names_response")
         offset = 0
         try:
-            if is_json_object_or_array(payload) and payload != b"{}":
-                offset = decode_request(payload, _PAGE_REQUEST, "server.JSApiConsumersRequest").get("offset", 0)
+            offset = decode_page_request(payload)
             stream = self._stream(stream_name)
         except ApiError as exc:
             self.api._fail(reply, rtype, exc, total=0, offset=0, limit=0, consumers=[])
