@@ -48,10 +48,11 @@ from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, Storage
 from . import advisories, errors, gotime
 from .api import LIST_LIMIT, NAMES_LIMIT, STREAM_LIST_GO_TYPE, STREAM_NAMES_GO_TYPE, Api, decode_names_request
 from .consumer import ConsumerConfig
-from .consumer_api import decode_page_request, pause_request, pause_response
+from .consumer_api import decode_page_request, decode_request, pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
 from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
+from .gojson import decode_str
 from .replica import RECONCILE_SUBJECT, StreamReplica
 from .replication.consumer_desired import CONSUMER_RECONCILE_SUBJECT, moving_consumer
 from .replication.desired import SCALE_UP, desired_of
@@ -69,6 +70,10 @@ __all__ = ["META_GROUP", "JetStreamCluster"]
 
 log = logging.getLogger("natserver")
 
+# jetstream_api.go JSApiStreamRemovePeerRequest and JSApiMetaServerRemoveRequest, decoded
+# strictly (unknown fields refused) as 2.15.1's unmarshalRequest decodes them.
+_PEER_REMOVE_REQUEST = {"peer": decode_str}
+_SERVER_REMOVE_REQUEST = {"peer": decode_str, "peer_id": decode_str}
 _T = "io.nats.jetstream.api.v1."
 # jetstream_cluster.go defaultMetaGroupName
 META_GROUP = "_meta_"
@@ -1378,12 +1383,9 @@ class JetStreamCluster:
             api._fail(reply, rtype, errors.bad_request())
             return
         try:
-            request = loads(payload)
-            if not isinstance(request, dict):
-                raise ValueError("not an object")
-            peer = str(request.get("peer") or "")
-        except (ValueError, TypeError):
-            api._fail(reply, rtype, errors.invalid_json())
+            peer = decode_request(payload, _PEER_REMOVE_REQUEST, "server.JSApiStreamRemovePeerRequest").get("peer", "")
+        except ApiError as exc:
+            api._fail(reply, rtype, exc)
             return
         if not peer:
             api._fail(reply, rtype, errors.bad_request())
@@ -1430,13 +1432,11 @@ class JetStreamCluster:
             fail(errors.bad_request())
             return
         try:
-            request = loads(payload)
-            if not isinstance(request, dict):
-                raise ValueError("not an object")
-            name, wanted = str(request.get("peer") or ""), str(request.get("peer_id") or "")
-        except (ValueError, TypeError):
-            fail(errors.invalid_json())
+            request = decode_request(payload, _SERVER_REMOVE_REQUEST, "server.JSApiMetaServerRemoveRequest")
+        except ApiError as exc:
+            fail(exc)
             return
+        name, wanted = request.get("peer", ""), request.get("peer_id", "")
         if self._peer_remove_replies:
             fail(errors.cluster_member_change_inflight())
             return

@@ -37,6 +37,13 @@ META_SUBJECTS = [
     "$JS.API.CONSUMER.PAUSE.E.C",
     "$JS.API.INFO",
 ]
+# Requests only a cluster answers (a standalone server says "JetStream not in clustered mode"):
+# recorded from a 2.15.1 cluster into data/malformed_json_cluster_nats_server_2.15.1.json
+# (``python -m tests.jetstream.cluster.test_malformed_json_cluster`` records it again).
+CLUSTER_SUBJECTS = [
+    "$JS.API.STREAM.PEER.REMOVE.S",
+]
+CLUSTER_RECORDED = Path(__file__).parent / "data" / "malformed_json_cluster_nats_server_2.15.1.json"
 SETUP = [
     ("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"], "allow_direct": True}),
     ("$JS.API.STREAM.CREATE.E", {"name": "E", "subjects": ["e.>"]}),
@@ -117,7 +124,7 @@ def run_script(port: int) -> dict:
             assert time.monotonic() < deadline, f"{subject}: {client.answers.get(reply)}"
             time.sleep(READY_POLL)
     asked = {}
-    for subject in META_SUBJECTS:
+    for subject in META_SUBJECTS + CLUSTER_SUBJECTS:
         for name, body in BODIES:
             asked[f"{subject[8:]} {name}"] = client.send(subject, body)
     missing = [] if client.gather(list(asked.values())) else [k for k, r in asked.items() if r not in client.answers]
@@ -126,13 +133,13 @@ def run_script(port: int) -> dict:
 
 
 def assert_as_recorded(got: dict, *, repeats: bool = False) -> None:
-    """``got`` is the recording's; with ``repeats``, an answer given twice counts once."""
-    recorded = json.loads(RECORDED.read_text())
-    assert len(got) == len(META_SUBJECTS) * len(BODIES)
+    """``got`` is the recordings' (the standalone one's, the cluster's); with ``repeats``, an
+    answer given twice counts once."""
+    recorded = {**json.loads(RECORDED.read_text()), **json.loads(CLUSTER_RECORDED.read_text())}
+    assert len(got) == len(META_SUBJECTS + CLUSTER_SUBJECTS) * len(BODIES)
     for key, answers in got.items():
         if repeats:
-            answers = list(dict.fromkeys(json.dumps(a) for a in answers))
-            answers = [json.loads(a) for a in answers]
+            answers = [json.loads(a) for a in dict.fromkeys(json.dumps(a) for a in answers)]
         assert answers == recorded[key], key
 
 
@@ -178,3 +185,18 @@ def test_a_2_15_1_cluster_answers_as_a_standalone_2_15_1():
         # (2.15.1 now and then answers a consumer request's error from two servers, in one run
         # of four here: the same text twice; natserver answers once)
         assert_as_recorded(run_script(port), repeats=True)
+
+
+def record() -> None:
+    """Write the cluster-only requests' answers of a 2.15.1 cluster (CLUSTER_RECORDED)."""
+    assert NATS_SERVER, "nats-server 2.15.1 is not installed"
+    with reference_cluster(NATS_SERVER) as port:
+        got = run_script(port)
+    cluster_only = tuple(subject[8:] + " " for subject in CLUSTER_SUBJECTS)
+    CLUSTER_RECORDED.write_text(json.dumps({k: v for k, v in got.items() if k.startswith(cluster_only)}, indent=1)
+                                + "\n")
+    print(f"wrote {CLUSTER_RECORDED}")
+
+
+if __name__ == "__main__":
+    record()
