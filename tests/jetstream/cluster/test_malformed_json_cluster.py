@@ -40,8 +40,12 @@ META_SUBJECTS = [
 # Requests only a cluster answers (a standalone server says "JetStream not in clustered mode"):
 # recorded from a 2.15.1 cluster into data/malformed_json_cluster_nats_server_2.15.1.json
 # (``python -m tests.jetstream.cluster.test_malformed_json_cluster`` records it again).
+# (The setup's streams are R1: 2.15.1 answers an R1 stream's or consumer's step-down with
+# success before it reads the body, whatever the body.)
 CLUSTER_SUBJECTS = [
     "$JS.API.STREAM.PEER.REMOVE.S",
+    "$JS.API.STREAM.LEADER.STEPDOWN.S",
+    "$JS.API.CONSUMER.LEADER.STEPDOWN.E.C",
 ]
 CLUSTER_RECORDED = Path(__file__).parent / "data" / "malformed_json_cluster_nats_server_2.15.1.json"
 SETUP = [
