@@ -31,6 +31,7 @@ from .gojson import (
     decode_pedantic,
     decode_str,
     go_decode_request,
+    with_literals,
 )
 from .store import StoreError
 from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
@@ -315,7 +316,7 @@ class Api:
             cfg = StreamConfig.from_json(request)
             pedantic = decode_pedantic(request, "StreamConfigRequest")
         except GoDecodeError as exc:  # (Go's Unmarshal error, after "invalid JSON: ")
-            raise errors.invalid_json(str(exc)) from None
+            raise errors.invalid_json(str(with_literals(StreamConfig.from_json, payload, exc))) from None
         except ValueError:
             raise errors.invalid_json() from None
         if pedantic:

@@ -18,7 +18,16 @@ from .. import clock
 from ..protocol.gotext import go_duration
 from . import advisories, consumer_store
 from .advisories import AdvisoryHost
-from .gojson import INT64, GoDecodeError, decode_bool, decode_int, decode_str, decode_struct, go_unmarshal
+from .gojson import (
+    INT64,
+    GoDecodeError,
+    decode_bool,
+    decode_int,
+    decode_str,
+    decode_struct,
+    go_unmarshal,
+    with_literals,
+)
 from .util import loads
 
 if TYPE_CHECKING:
@@ -44,6 +53,17 @@ _PULL_REQUEST = {"batch": lambda v: decode_int(v, INT64), "expires": lambda v: d
                  "group": decode_str, "min_pending": lambda v: decode_int(v, INT64),
                  "min_ack_pending": lambda v: decode_int(v, INT64), "id": decode_str,
                  "priority": lambda v: decode_int(v, INT64)}
+# Their Go types, named in Go's error for a value of another type ("json: cannot unmarshal string
+# into Go struct field .batch of type int": consumer.go nextReqFromMsg's anonymous struct path).
+_PULL_GO_TYPES = {"batch": "int", "expires": "time.Duration", "no_wait": "bool", "max_bytes": "int",
+                  "idle_heartbeat": "time.Duration", "group": "string", "min_pending": "int64",
+                  "min_ack_pending": "int64", "id": "string", "priority": "int"}
+
+
+def _decode_pull(request) -> dict:
+    return decode_struct(request, _PULL_REQUEST, {}, "", _PULL_GO_TYPES)
+
+
 MAX_REQUEST_PRIORITY = 9  # processNextMsgRequest: a request's priority is 0..9
 NO_PRIORITY = 2**31 - 1  # insertAtPosition: a request naming no group comes last (math.MaxInt32)
 _PIN_HEADER = b"Nats-Pin-Id"  # JSPullRequestNatsPinId
@@ -245,7 +265,10 @@ class Delivery:
         if body:
             try:
                 if body[:1] == b"{":
-                    req = decode_struct(go_unmarshal(body, _PULL_GO_TYPE), _PULL_REQUEST, {})
+                    try:
+                        req = _decode_pull(go_unmarshal(body, _PULL_GO_TYPE))
+                    except GoDecodeError as exc:
+                        raise with_literals(_decode_pull, body, exc) from None
                     batch = req.get("batch", 1)
                     expires = req.get("expires", 0)
                     no_wait = req.get("no_wait", False)

@@ -81,16 +81,61 @@ _GO_NUMBERS = ("int", "int32", "int64", "uint64", "time.Duration")
 
 
 def json_kind(value, go_type: str) -> str:
-    """What Go's UnmarshalTypeError calls a JSON value unmarshalled into ``go_type``."""
+    """What Go's UnmarshalTypeError calls a JSON value unmarshalled into ``go_type`` (a number
+    by its text as sent when loads_keeping_literals read it: "number 1e3")."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
-        if isinstance(value, float) and value.is_integer():  # (past 64 bits the parser gave a float)
+        literal = getattr(value, "literal", None)
+        if literal is not None:
+            value = literal
+        elif isinstance(value, float) and value.is_integer():  # (past 64 bits the parser gave a float)
             value = int(value)
         return f"number {value}" if go_type in _GO_NUMBERS else "number"
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else "object"
+
+
+class _IntLiteral(int):
+    literal: str
+
+
+class _FloatLiteral(float):
+    literal: str
+
+
+def _int_literal(text: str) -> int:
+    value = _IntLiteral(text)
+    value.literal = text
+    return value
+
+
+def _float_literal(text: str) -> float:
+    value = _FloatLiteral(text)
+    value.literal = text
+    return value
+
+
+def loads_keeping_literals(data: bytes):
+    """``data`` (valid JSON) parsed with each number remembering its text, for the error of a
+    value of the wrong type, where Go names a number as it was written ("number 1e3"): the slow
+    parse of a request already refused."""
+    return json.loads(data, parse_int=_int_literal, parse_float=_float_literal)
+
+
+def with_literals(decode, data: bytes, error: GoDecodeError) -> GoDecodeError:
+    """The type error ``decode`` gives for ``data`` read by loads_keeping_literals (a number
+    named as it was written, as Go names it), else ``error`` (the fast parse's)."""
+    if not str(error).startswith("json: cannot unmarshal number "):
+        return error  # (no number named in it: nothing to write again)
+    try:
+        decode(loads_keeping_literals(data))
+    except GoDecodeError as exc:
+        return exc
+    except ValueError:  # (text Python's json refuses: keep the first error)
+        pass
+    return error
 
 
 def go_type_error(value, path: str, go_type: str) -> GoDecodeError:
@@ -190,7 +235,7 @@ def decode_struct(obj, fields: dict, target: dict, where: str = "", go_types: di
             if getattr(convert, "enum", False):  # (the enum's UnmarshalJSON: %q of the JSON)
                 raise GoDecodeError(f"can not unmarshal {go_quote_text(json.dumps(value, separators=(',', ':')))}") from None
             if go_types and name in go_types:
-                raise go_type_error(value, f"{where}.{name}", go_types[name]) from None
+                raise go_type_error(value, f"{where}.{key}", go_types[name]) from None  # (Go names the key as sent)
             raise
     return target
 
