@@ -114,3 +114,44 @@ def test_nats_server_does_the_same(tmp_path):
 def test_nats_server_goes_on_so_too_after_a_restart(tmp_path):
     assert _run("nats-server", tmp_path / "ref", binary=reference.NATS_SERVER, restart=True) == \
         _run("natserver", tmp_path, restart=True)
+
+
+# -- overlapping filters: [{O, a.>}, {O}] ---------------------------------------------------------
+# Each source copies what its filter takes, so a message both take is stored twice, once with
+# each source's Nats-Stream-Source (the filter in it tells them apart), before and after a
+# restart: as 2.15.1 does (checked against it below).
+OVERLAPPING = {"name": "T", "sources": [{"name": "O", "filter_subject": "a.>"}, {"name": "O"}]}
+OVERLAPPING_EXPECTED = {
+    "first": ["a.1", "a.1", "a.2", "a.2", "b.1"],
+    "after a restart": ["a.1", "a.1", "a.2", "a.2", "a.3", "a.3", "b.1", "b.2"],
+    "count": 8,
+}
+
+
+def _overlapping(kind: str, tmp_path, binary: str | None = None) -> dict:
+    tmp_path.mkdir(exist_ok=True)
+    config = JS_CONFIG % (tmp_path / "store")
+    options = {"binary": binary} if binary else {}
+    out: dict = {}
+    with running(kind, config, tmp_path, **options) as port:
+        client = RawClient(port)
+        _request(client, "$JS.API.STREAM.CREATE.O", {"name": "O", "subjects": ["a.>", "b.>"]})
+        _publish(client, "a.1", "b.1", "a.2")
+        _request(client, "$JS.API.STREAM.CREATE.T", OVERLAPPING)
+        out["first"] = _subjects(client, _settled(client, 5))
+    with running(kind, config, tmp_path, **options) as port:
+        client = RawClient(port)
+        _publish(client, "a.3", "b.2")
+        out["after a restart"] = _subjects(client, _settled(client, 8))
+        time.sleep(SETTLE_INTERVAL * 4)  # (nothing more comes)
+        out["count"] = _request(client, "$JS.API.STREAM.INFO.T", b"")["state"]["messages"]
+    return out
+
+
+def test_overlapping_filters_of_one_origin_copy_a_message_once_each(tmp_path):
+    assert _overlapping("natserver", tmp_path) == OVERLAPPING_EXPECTED
+
+
+@reference.needs_nats_server
+def test_nats_server_copies_overlapping_filters_so_too(tmp_path):
+    assert _overlapping("nats-server", tmp_path / "ref", binary=reference.NATS_SERVER) == OVERLAPPING_EXPECTED
