@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..protocol.const import JS_API_LEVEL
 from . import advisories, errors, not_enabled, unsupported
 from .advisories import CREATE, DELETE, MODIFY
-from .consumer_api import ConsumerApi, ConsumerHost, decode_request
+from .apijson import decode_request
+from .consumer_api import ConsumerApi, ConsumerHost
 from .direct import DirectGets, DirectHost
 from .errors import ApiError
 from .gojson import (

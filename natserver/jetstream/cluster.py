@@ -47,8 +47,9 @@ from ..nrg import Group, NrgHost
 from ..raft import Committed, EntryType, Mark, NotLeader, SnapshotError, StorageError, node_id
 from . import advisories, errors, gotime
 from .api import LIST_LIMIT, NAMES_LIMIT, STREAM_LIST_GO_TYPE, STREAM_NAMES_GO_TYPE, Api, decode_names_request
+from .apijson import decode_request
 from .consumer import ConsumerConfig
-from .consumer_api import decode_page_request, decode_request, pause_request, pause_response
+from .consumer_api import decode_page_request, pause_request, pause_response
 from .consumer_group_runner import ConsumerGroups
 from .direct_subs import DIRECT_ACCESS_CHECK, DirectSubscriptions
 from .errors import ApiError
@@ -1127,6 +1128,8 @@ class JetStreamCluster:
                     api._send(reply, pause_response(until, clock.now_ns()))
                     return
                 if op == b"DELETE":
+                    if not is_empty_request(payload):
+                        raise errors.not_empty_request()
                     proposal = self.meta.consumer_delete(client, account, subj, reply_text, stream, text[5])
                 else:
                     if op == b"DURABLE":

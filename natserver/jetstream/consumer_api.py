@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import clock
 from . import advisories, consumer_store, errors, gotime, unsupported
 from .advisories import AdvisoryHost
+from .apijson import decode_request
 from .consumer import (
     GROUP_NAME,
     Consumer,
@@ -46,7 +47,7 @@ from .gojson import (
     go_type_error,
     go_unmarshal,
 )
-from .util import dumps, gen_header, get_header, is_json_object_or_array
+from .util import dumps, gen_header, get_header, is_empty_request, is_json_object_or_array
 from .versioning import copy_metadata, set_static_consumer_metadata
 
 if TYPE_CHECKING:
@@ -76,25 +77,6 @@ _PAGE_REQUEST = {"offset": lambda v: decode_int(v, INT64)}
 _PAUSE_REQUEST = {"pause_until": gotime.decoder("JSApiConsumerPauseRequest.pause_until")}
 _PAUSE_GO_TYPE = "server.JSApiConsumerPauseRequest"
 _ZERO_NS = gotime.nanos(gotime.ZERO)
-
-
-_SHAPES: dict[int, dict] = {}  # id(fields) -> the strict check's shape of its request
-
-
-def decode_request(payload: bytes, fields: dict, go_type: str, other_fields: tuple = ()) -> dict:
-    """A request decoded as 2.15.1's unmarshalRequest does (strict: a field of none of
-    ``fields`` and ``other_fields`` refused), Go's error after "invalid JSON: " (the stream and
-    the consumer API's requests)."""
-    shape = _SHAPES.get(id(fields))
-    if shape is None:  # (fields are module constants, each always given with the same others)
-        shape = _SHAPES[id(fields)] = dict.fromkeys([*fields, *other_fields])
-    try:
-        request = go_decode_request(payload, go_type, lambda value: check_known_fields(value, shape))
-        return decode_struct(request, fields, {})
-    except GoDecodeError as exc:
-        raise errors.invalid_json(str(exc)) from None
-    except ValueError as exc:  # DecodeError is a ValueError too
-        raise errors.invalid_json() from exc
 
 
 class ConsumerHost(AdvisoryHost, Protocol):
@@ -151,9 +133,9 @@ class ConsumerApi:
         elif op == b"CREATE" and n >= 6:
             self.create(text[4], reply, payload, name=text[5], filter=".".join(text[6:]))
         elif op == b"INFO" and n == 6:
-            self.info(text[4], text[5], reply)
+            self.info(text[4], text[5], reply, payload)
         elif op == b"DELETE" and n == 6:
-            self.delete(text[4], text[5], reply)
+            self.delete(text[4], text[5], reply, payload)
         elif op == b"MSG" and n == 7 and tokens[4] == b"NEXT":
             stream = self.js.streams.get(text[5])
             consumer = stream.consumers.get(text[6]) if stream is not None else None
@@ -318,9 +300,11 @@ class ConsumerApi:
         self.js.delivery.poke()  # the timer task learns of its deadlines (inactive_threshold)
         return consumer
 
-    def info(self, stream_name: str, name: str, reply) -> None:
+    def info(self, stream_name: str, name: str, reply, payload: bytes = b"") -> None:
         rtype = _T + "consumer_info_response"
         try:
+            if not is_empty_request(payload):  # (jsConsumerInfoRequest: before anything else)
+                raise errors.not_empty_request()
             consumer = self._stream(stream_name).consumers.get(name)
             if consumer is None:
                 raise errors.consumer_not_found()
@@ -345,9 +329,11 @@ class ConsumerApi:
         self.js.delivery.process_waiting(consumer, now, False)
         return consumer.info_json(now=now, dynamic=dynamic, cluster=cluster)
 
-    def delete(self, stream_name: str, name: str, reply) -> None:
+    def delete(self, stream_name: str, name: str, reply, payload: bytes = b"") -> None:
         rtype = _T + "consumer_delete_response"
         try:
+            if not is_empty_request(payload):  # (jsConsumerDeleteRequest: before the lookups)
+                raise errors.not_empty_request()
             stream = self._stream(stream_name)
             consumer = stream.consumers.get(name)
             if consumer is None:

@@ -53,7 +53,7 @@ from .replication.entries import ConsumerAssignment
 from .replication.group_codec import Acked, CodecError, Delivered, PendingRequest, Skipped, decode_consumer_op
 from .replication.placement import consumer_replicas
 from .replication.state import ConsumerEvent
-from .util import dumps
+from .util import dumps, is_empty_request
 
 __all__ = ["ConsumerGroups"]
 
@@ -714,7 +714,9 @@ class ConsumerGroups:
             return False
         if rc.consumer is None or not rc.group.leader:
             return True
-        if op == b"INFO":
+        if op == b"INFO" and not is_empty_request(payload):  # (jsConsumerInfoRequest's first check)
+            engine.api._fail(reply, _T + "consumer_info_response", errors.not_empty_request())
+        elif op == b"INFO":
             engine.api._send(reply, {"type": _T + "consumer_info_response", **self.info(rc)})
         elif op == b"LEADER":
             self._stepdown(rc, reply, payload)

@@ -53,10 +53,22 @@ from .. import clock
 from ..protocol import s2
 from ..protocol.varint import uvarint
 from . import advisories, errors, unsupported
+from .apijson import decode_request
 from .consumer import ConsumerConfig, check_config, parse_time, set_defaults
 from .errors import ApiError
-from .gojson import INT64, GoDecodeError, decode_bool, decode_int, decode_object, decode_str, decode_struct
+from .gojson import (
+    INT64,
+    GoDecodeError,
+    check_known_fields,
+    decode_bool,
+    decode_int,
+    decode_object,
+    decode_str,
+    decode_struct,
+    go_decode_request,
+)
 from .store import StoreError
+from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
 from .stream import StreamConfig, check_stream_config
 from .ttl import header_ttl
 from .util import dumps, get_header, is_empty_request, loads, rfc3339nano
@@ -335,6 +347,9 @@ _SNAPSHOT_REQUEST = {"deliver_subject": decode_str, "no_consumers": decode_bool,
                      "chunk_size": lambda v: decode_int(v, INT64), "window_size": lambda v: decode_int(v, INT64),
                      "jsck": decode_bool}
 _RESTORE_REQUEST = {"config": decode_object, "state": decode_object}  # JSApiStreamRestoreRequest
+# Its fields as 2.15.1's strict decoding takes them: the config's as a create's (no pedantic: a
+# StreamConfig, not a StreamConfigRequest); the state's are not checked (natserver reads none).
+_RESTORE_SHAPE = {"config": {k: v for k, v in STREAM_REQUEST_SHAPE.items() if k != "pedantic"}, "state": None}
 
 
 def _clamp(value: int, lo: int, hi: int) -> int:
@@ -370,10 +385,7 @@ class Snapshots:
             stream = self.js.streams.get(name)
             if stream is None:
                 raise errors.stream_not_found()
-            try:
-                req = decode_struct(loads(payload), _SNAPSHOT_REQUEST, {})
-            except ValueError:  # (DecodeError is one)
-                raise errors.invalid_json() from None
+            req = decode_request(payload, _SNAPSHOT_REQUEST, "server.JSApiStreamSnapshotRequest")
             deliver = req.get("deliver_subject", "")
             no_consumers = req.get("no_consumers", False)
             chunk_size = req.get("chunk_size", 0)
@@ -401,7 +413,9 @@ class Snapshots:
             if is_empty_request(payload):
                 raise errors.bad_request()
             try:
-                req = decode_struct(loads(payload), _RESTORE_REQUEST, {})
+                req = decode_struct(go_decode_request(payload, "server.JSApiStreamRestoreRequest",
+                                                      lambda value: check_known_fields(value, _RESTORE_SHAPE)),
+                                    _RESTORE_REQUEST, {})
                 config = req.get("config") or {}
                 if not config.get("name"):
                     config = {**config, "name": name}

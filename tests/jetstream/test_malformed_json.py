@@ -79,6 +79,10 @@ SUBJECTS = [
     "$JS.API.CONSUMER.UNPIN.E.C",
     "$JS.API.INFO",
     "$JS.API.STREAM.PURGE.S",
+    "$JS.API.STREAM.SNAPSHOT.S",
+    "$JS.API.STREAM.RESTORE.R",
+    "$JS.API.CONSUMER.INFO.E.C",  # (no body expected: 10038 for any)
+    "$JS.API.CONSUMER.DELETE.E.X",
 ]
 
 
