@@ -58,9 +58,9 @@ async def settled(nc, replicas: int, gone: str = "") -> dict:
     return info
 
 
-def start_servers(binary: str, size: int, prefix: str) -> tuple[dict[str, tuple[int, int]], list]:
-    """``size`` 2.15.1 servers n1.. of one cluster (CONFIG), in a new temporary folder: their
-    (client, route) ports by name, and their processes."""
+def start_servers(binary: str, size: int, prefix: str, config: str = CONFIG) -> tuple[dict[str, tuple[int, int]], list]:
+    """``size`` 2.15.1 servers n1.. of one cluster (``config``: CONFIG's fields), in a new
+    temporary folder: their (client, route) ports by name, and their processes."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     names = [f"n{i + 1}" for i in range(size)]
     ports = {n: (free_port(), free_port()) for n in names}
@@ -68,7 +68,7 @@ def start_servers(binary: str, size: int, prefix: str) -> tuple[dict[str, tuple[
     for n in names:
         routes = ", ".join(f"nats-route://127.0.0.1:{ports[o][1]}" for o in names if o != n)
         conf = folder / f"{n}.conf"
-        conf.write_text(CONFIG % {"name": n, "port": ports[n][0], "store": folder / n, "cport": ports[n][1],
+        conf.write_text(config % {"name": n, "port": ports[n][0], "store": folder / n, "cport": ports[n][1],
                                   "routes": routes})
         procs.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from natserver.testing_cluster import NatsCluster
 from tests.jetstream.cluster.record_r1 import CONFIG
+from tests.jetstream.cluster.record_scale import start_servers
 from tests.jetstream.test_malformed_json import BODIES, RECORDED, _normal
-from tests.raft.nrg_cluster import free_port
 from tests.reference import NATS_SERVER, needs_nats_server
 
 # The subjects whose requests the meta leader answers in a cluster (a stream's or consumer's
@@ -165,18 +163,8 @@ def test_a_natserver_cluster_answers_as_a_standalone_2_15_1():
 
 @contextmanager
 def reference_cluster(binary: str):
-    folder = Path(tempfile.mkdtemp(prefix="malformed-cluster-"))
-    names = ["n1", "n2", "n3"]
-    ports = {n: (free_port(), free_port()) for n in names}
-    processes = []
+    ports, processes = start_servers(binary, 3, "malformed-cluster-", CONFIG)  # (no accounts: $G)
     try:
-        for n in names:
-            routes = ", ".join(f"nats-route://127.0.0.1:{ports[o][1]}" for o in names if o != n)
-            conf = folder / f"{n}.conf"
-            conf.write_text(CONFIG % {"name": n, "port": ports[n][0], "store": folder / n, "cport": ports[n][1],
-                                      "routes": routes})
-            processes.append(subprocess.Popen([binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + START_WAIT
         while True:
             try:
