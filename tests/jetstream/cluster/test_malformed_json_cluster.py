@@ -56,6 +56,9 @@ SETUP = [
     # (an R3 consumer's requests are its group leader's)
     ("$JS.API.STREAM.CREATE.R", {"name": "R", "subjects": ["r.>"], "num_replicas": 3}),
     ("$JS.API.CONSUMER.CREATE.R.RC", {"stream_name": "R", "config": {"durable_name": "RC", "ack_policy": "explicit"}}),
+    # (and the consumers answer: their groups have leaders)
+    ("$JS.API.CONSUMER.INFO.E.C", b""),
+    ("$JS.API.CONSUMER.INFO.R.RC", b""),
 ]
 RUN_TIMEOUT = 120.0  # seconds of real time for a run, the cluster's first election included
 READY_POLL = 0.25  # seconds between two tries of the setup while the meta group elects
