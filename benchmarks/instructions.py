@@ -4,6 +4,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects; 1 -> 1 1 KiB
     python -m benchmarks.instructions --n 50000 --only traffic
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
+    python -m benchmarks.instructions --only goinbox,goreqrep  # the same as nats.go CONNECTs, the server alone
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
     python -m benchmarks.instructions --only kvput,kvget    # KV puts and direct gets (issue 33)
     python -m benchmarks.instructions --only jstail,jspull,jspush,jsmixed  # JetStream consumers (issue 33)
@@ -111,6 +112,49 @@ async def main():
 trio.run(main)
 """
 _REQREP_KINDS = ("inbox", "reqrep")
+
+# The same round trips with the server alone traced: the requester and the responder are
+# blocking sockets in a child process (valgrind follows no exec), CONNECTing as nats.go does
+# ("pedantic":false, so the server takes its compiled path; the workloads above are pedantic),
+# and the server collects garbage as the binary does (cli._tune_gc). "goinbox": a new
+# _INBOX.<id>.<n> reply subject each request, as nats.go's Request(); "goreqrep": one.
+_GO_REQREP_WORKLOAD = r"""
+import subprocess, sys, trio, natserver
+from natserver.cli import _tune_gc
+
+N, KIND = int(sys.argv[1]), sys.argv[2]
+CLIENTS = '''
+import socket, sys
+port, n, inbox = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "goinbox"
+def connect(sub):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\\r\\n' + sub + b"PING\\r\\n")
+    got = b""
+    while b"PONG\\r\\n" not in got:
+        got += s.recv(65536)
+    return s
+INBOX = b"_INBOX.abcdefghijklmnopqrstuv"
+responder = connect(b"SUB bench.req 1\\r\\n")
+requester = connect(b"SUB " + INBOX + (b".*" if inbox else b"") + b" 1\\r\\n")
+for i in range(n):
+    reply = b"%s.%d" % (INBOX, i) if inbox else INBOX
+    requester.sendall(b"PUB bench.req %s 16\\r\\nxxxxxxxxxxxxxxxx\\r\\n" % reply)
+    responder.recv(4096)
+    responder.sendall(b"PUB %s 16\\r\\nxxxxxxxxxxxxxxxx\\r\\n" % reply)
+    requester.recv(4096)
+'''
+
+async def main():
+    _tune_gc()
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(natserver.serve, natserver.Options(host="127.0.0.1", port=-1, quiet=True))
+        await trio.run_process([sys.executable, "-c", CLIENTS, str(server.port), str(N), KIND])
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
+_GO_REQREP_KINDS = ("goinbox", "goreqrep")
 
 # Acknowledged JetStream publishes into a file stream, a window of 512 in flight as
 # bench_jetstream's workloads send them: "counter" increments a counter stream (Nats-Incr, 100
@@ -349,7 +393,8 @@ def count(n: int, kind: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
-            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _JS_WORKLOAD if kind in _JS_KINDS
+            f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _GO_REQREP_WORKLOAD if kind in _GO_REQREP_KINDS
+                    else _JS_WORKLOAD if kind in _JS_KINDS
                     else _JSC_WORKLOAD if kind in _JSC_KINDS else _CONNECT_WORKLOAD if kind == "connect"
                     else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
@@ -367,7 +412,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, goinbox, goreqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -382,6 +427,8 @@ def main(argv=None) -> int:
              ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"),
              ("inbox", "request/reply, nats.go-style reply subjects (_INBOX.<id>.<n>, one wildcard sub)"),
              ("reqrep", "request/reply, one fixed reply subject"),
+             ("goinbox", "request/reply as nats.go CONNECTs, the server alone, _INBOX.<id>.<n> replies"),
+             ("goreqrep", "request/reply as nats.go CONNECTs, the server alone, one reply subject"),
              ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
              ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"),
              ("kvput", "KV puts of 16 B, acked, 512 in flight, 100 keys"),
@@ -395,7 +442,7 @@ def main(argv=None) -> int:
         if args.only and kind not in args.only.split(","):
             continue
         # A round trip costs as much as ~40 pub/sub messages: fewer of them, same run time.
-        n = (args.n // REQREP_SCALE if kind in _REQREP_KINDS else args.n // JS_SCALE if kind in _JS_KINDS
+        n = (args.n // REQREP_SCALE if kind in (*_REQREP_KINDS, *_GO_REQREP_KINDS) else args.n // JS_SCALE if kind in _JS_KINDS
              else args.n // JSC_SCALE if kind in _JSC_KINDS else args.n // CONNECT_SCALE if kind == "connect"
              else args.n)
         long, short = count(n, kind), count(n // 5, kind)
@@ -404,6 +451,7 @@ def main(argv=None) -> int:
                 if kind in _JSC_KINDS else (lambda m: m))
         per = (long - short) / (done(n) - done(n // 5))
         unit = ("round trip (server and both clients)" if kind in _REQREP_KINDS
+                else "round trip (the server alone)" if kind in _GO_REQREP_KINDS
                 else "publish (server and client)" if kind in _JS_KINDS
                 else "message consumed and acked (server and client)" if kind in _JSC_KINDS
                 else "connection (the server alone)" if kind == "connect" else "message")
