@@ -223,7 +223,7 @@ class Client:
         "tls_stream", "max_subs", "_nursery", "perms", "_publish_allowed", "deliver_filter", "sublist", "subs",
         "out", "pending", "max_pending", "_stall_at", "_drained", "stalled_on", "_writer_lot", "_writer_started",
         "announced", "_sending", "_read_small", "close_reason", "_flush_before_close", "_scope", "in_msgs",
-        "in_bytes", "out_msgs", "out_bytes", "start", "stop", "last_activity", "_active_at", "_ping_sent_at",
+        "in_bytes", "out_msgs", "out_bytes", "start", "stop", "last_activity", "_seen_out_msgs", "_active_at", "_ping_sent_at",
         "pings_out", "rtt", "_rtt_start", "ping_due", "auth_due", "_first_ping", "trace_payload_due",
         "read_gate", "write_gate", "__dict__", "__weakref__",
     )
@@ -322,6 +322,7 @@ class Client:
         self.start = clock.now()
         self.stop: float | None = None
         self.last_activity = self.start  # wall clock, for monitoring
+        self._seen_out_msgs = 0  # out_msgs when a flush last found messages delivered (Server.flush_touched)
         # The keepalive timer's view of the client, on trio's clock (so MockClock tests work):
         # when it last sent a message, a SUB or UNSUB, or a PING (client.go lastIn: bytes of
         # anything else, PONGs included, are not activity), and when the server last sent it a
@@ -544,7 +545,7 @@ class Client:
             if self.read_gate is not None:
                 # Paused while this chunk was on its way (natserver.testing.stop_reading): hold it.
                 await self.read_gate.wait()
-            self.last_activity = clock.now()
+            read_at = clock.now()  # (monitoring's last_activity, if the read carries messages)
             in_msgs = self.in_msgs
             feed(data)
             while True:
@@ -580,8 +581,9 @@ class Client:
                 # drain it before handling the rest of the chunk (nats-server's stall gate).
                 self.stalled_on = None
                 await stalled_on.wait_drained()
-            if self.in_msgs != in_msgs:  # messages are activity (client.go readLoop's lastIn)
+            if self.in_msgs != in_msgs:  # messages are activity (client.go readLoop's last, lastIn)
                 self._active_at = clock_now()
+                self.last_activity = read_at
 
     def _process_ops(self, parse=None) -> None:
         """Handle every complete op that has been fed. Synchronous: one chunk, no checkpoint.
@@ -715,9 +717,11 @@ class Client:
                     elif op.__class__ is Sub:
                         self._process_sub(op)
                         self._active_at = trio.current_time()
+                        self.last_activity = clock.now()  # (interest changes are activity)
                     elif op.__class__ is Unsub:
                         self._process_unsub(op)
                         self._active_at = trio.current_time()
+                        self.last_activity = clock.now()
                     elif op.__class__ is Ping:
                         self._active_at = trio.current_time()
                         if self.server.connection_hook is not None and self.server.connection_hook(self, "ping"):

@@ -646,7 +646,13 @@ class Server:
             hooks, self.before_flush = self.before_flush, []
             for hook in hooks:
                 hook()
+        delivered_at = 0.0
         for client in self.touched:
+            if client.out_msgs != client._seen_out_msgs:
+                # Messages delivered are activity (client.go flushClients sets the receivers'
+                # last); protocol replies (PONG, +OK) are not.
+                client._seen_out_msgs = client.out_msgs
+                client.last_activity = delivered_at = delivered_at or clock.now()
             client.flush()
         self.touched.clear()
         if self.touched_routes:
