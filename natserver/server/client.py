@@ -978,24 +978,27 @@ class Client:
         # One size and no replies: every message has one length, so the compiled restride
         # rewrites them by stride, exactly, without replace's search (see _cscan.c).
         by_stride = restride is not None and uniform and not replies
+        # A long run is a view of the read (see PubRun): restride takes it as it is, replace and
+        # split want bytes (bytes() of a bytes object is that object).
+        whole = bytes(data) if groups or not by_stride else b""
         for sub, client, head in plan:
             if client is not self or echo:
                 if by_stride:
                     shares.append((sub, client, restride(data, count, len(pattern), head), count))
                     continue
-                out = data.replace(pattern, head)
+                out = whole.replace(pattern, head)
                 # The rewrite is exact only if the prefix occurs once per message, not also
                 # inside a payload: the first replace's length tells (or, when the head is no
                 # longer than the prefix, a count).
                 if not shares and (
-                    len(out) - len(data) != count * (len(head) - len(pattern))
+                    len(out) - len(whole) != count * (len(head) - len(pattern))
                     if len(head) != len(pattern)
-                    else data.count(pattern) != count
+                    else whole.count(pattern) != count
                 ):
                     return False
                 shares.append((sub, client, out, count))
         if groups:
-            pieces = data.split(pattern)[1:]  # each message after its prefix
+            pieces = whole.split(pattern)[1:]  # each message after its prefix
             if len(pieces) != count:
                 return False  # the prefix is inside a payload too
             for index, members in enumerate(groups):
