@@ -1478,7 +1478,7 @@ class Client:
                     self._sent(written)
                     return
                 self._sent(written)
-                data = data[written:]
+                data = memoryview(data)[written:]  # (a slice of bytes copied the rest: up to a grown read's MSGs)
             self.out = [data]
         self.wake_writer()
 
@@ -1507,7 +1507,8 @@ class Client:
                     continue
                 out = self.out
                 self.out = []
-                data = b"".join(out)
+                # One piece goes as it is (join copies a memoryview, flush's unsent rest).
+                data = out[0] if len(out) == 1 else b"".join(out)
                 # Read live: a config reload changes it for existing clients, as in nats-server.
                 self._sending = True
                 try:
@@ -1664,7 +1665,7 @@ def _unsent(out: list, written: int) -> list:
         if written < len(piece):
             rest = out[i:]
             if written:
-                rest[0] = piece[written:]
+                rest[0] = memoryview(piece)[written:]  # (not a copy of the rest)
             return rest
         written -= len(piece)
     return []
