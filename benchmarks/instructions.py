@@ -2,7 +2,7 @@
 where seconds are not: see the README's note on this machine's noise).
 
     python -m benchmarks.instructions             # 1 -> 1, 16 B; 1 -> 1 sizes 16-512 B; 1 -> 4 wildcards, 64 subjects; 1 -> 1 1 KiB
-    python -m benchmarks.instructions --n 50000 --only traffic
+    python -m benchmarks.instructions --n 50000 --only traffic,queue  # scenarios (n) and (o)
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
     python -m benchmarks.instructions --only goinbox,goreqrep  # the same as nats.go CONNECTs, the server alone
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
@@ -31,12 +31,17 @@ import sys, random, trio, natserver
 
 N, KIND = int(sys.argv[1]), sys.argv[2]
 BATCH = 2000
-SUBS = ["bench.s"] if KIND != "traffic" else ["bench.*", "bench.>", "bench.*", "bench.>"]
+SUBS = ["bench.s"] if KIND not in ("traffic", "queue") else ["bench.*", "bench.>", "bench.*", "bench.>"]
+QUEUE = b"grp " if KIND == "queue" else b""  # scenario (o): the four in one queue group
+# "queue" publishes as the scenarios' wire driver does (benchmarks/wire.py), pedantic off, which
+# lets the compiled delivery loop take the messages; the older workloads keep CONNECT's default
+# (pedantic on: each PUB's subject checked in Python), so their counts compare with earlier ones.
+PUB_CONNECT = b'CONNECT {"verbose":false,"pedantic":false}\r\n' if QUEUE else b'CONNECT {"verbose":false}\r\n'
 
 async def main():
     # One batch, sent N // BATCH times: building it costs the same in both runs, so it cancels.
     rng = random.Random(7)
-    if KIND == "traffic":  # benchmarks scenario (n): 64 subjects, 32-256 B, 4 wildcard subscribers
+    if KIND in ("traffic", "queue"):  # benchmarks scenario (n): 64 subjects, 32-256 B, 4 wildcard subscribers
         msgs = [(b"bench.%d" % rng.randrange(64), rng.randint(32, 256)) for _ in range(BATCH)]
     else:
         size = {"uniform": 16, "kib": 1024}.get(KIND)
@@ -49,13 +54,13 @@ async def main():
         subs = []
         for subject in SUBS:
             sub = await trio.open_tcp_stream("127.0.0.1", server.port)
-            await sub.send_all(b'CONNECT {"verbose":false}\r\nSUB %s 1\r\nPING\r\n' % subject.encode())
+            await sub.send_all(b'CONNECT {"verbose":false}\r\nSUB %s %s1\r\nPING\r\n' % (subject.encode(), QUEUE))
             got = b""
             while b"PONG\r\n" not in got:
                 got += await sub.receive_some(65536)
             subs.append(sub)
         pub = await trio.open_tcp_stream("127.0.0.1", server.port)
-        await pub.send_all(b'CONNECT {"verbose":false}\r\n')
+        await pub.send_all(PUB_CONNECT)
 
         async def send():
             for i in range(0, len(data), 65536):
@@ -67,9 +72,17 @@ async def main():
                 received += len(await sub.receive_some(1 << 20))
             assert received >= expected, (received, expected)  # (+ the server's PINGs under valgrind)
 
+        queued = [0]  # a queue group's members share the messages: counted together
+
+        async def receive_shared(sub):
+            while queued[0] < expected:
+                got = len(await sub.receive_some(1 << 20))  # (before the +=, which reads first)
+                queued[0] += got
+            receivers.cancel_scope.cancel()
+
         async with trio.open_nursery() as receivers:
             for sub in subs:
-                receivers.start_soon(receive, sub)
+                receivers.start_soon(receive_shared if QUEUE else receive, sub)
             nursery.start_soon(send)
         await server.shutdown()
         nursery.cancel_scope.cancel()
@@ -412,7 +425,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, kib, inbox, reqrep, goinbox, goreqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, queue, kib, inbox, reqrep, goinbox, goreqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -424,7 +437,8 @@ def main(argv=None) -> int:
         return 2
     random.seed(0)
     kinds = (("uniform", "1 -> 1, 16 B"), ("mixed", "1 -> 1, 16-512 B"),
-             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"),
+             ("traffic", "1 -> 4 wildcard subscribers, 64 subjects, 32-256 B"),
+             ("queue", "1 -> wildcard queue group of 4, 64 subjects, 32-256 B"), ("kib", "1 -> 1, 1 KiB"),
              ("inbox", "request/reply, nats.go-style reply subjects (_INBOX.<id>.<n>, one wildcard sub)"),
              ("reqrep", "request/reply, one fixed reply subject"),
              ("goinbox", "request/reply as nats.go CONNECTs, the server alone, _INBOX.<id>.<n> replies"),

@@ -59,7 +59,8 @@ class PubRun(NamedTuple):
     run with ``data.replace(prefix, b"MSG <subject> <sid> ")``, which is exact when the prefix
     occurs exactly ``count`` times, once per message: a payload may hold it too, and then the
     router must deliver the messages one by one. ``Parser.expand(data)`` gives the individual
-    ``Pub`` ops back.
+    ``Pub`` ops back. Like a Pub's payload, ``data`` is bytes-like: a memoryview slice of the
+    received chunk for long runs (no copy), ``bytes`` for short ones.
     """
 
     subject: bytes
@@ -67,7 +68,7 @@ class PubRun(NamedTuple):
     size: int
     uniform: bool
     replies: bool
-    data: bytes
+    data: bytes | memoryview
     prefix: bytes
 
 

@@ -280,7 +280,7 @@ class Parser:
         "_extra_skip",
         "_need",
         "_op_size",
-        "_odd_space",
+        "_exact",
         "_ready",
         "_error",
         "coalesce",
@@ -313,9 +313,8 @@ class Parser:
         self._extra_skip = 0
         self._need = 0
         self._op_size = 0  # the incomplete op's whole size from _pos, when known (a PUB's payload)
-        # True when the buffer holds a vertical tab or form feed: bytes.split() treats those
-        # as spaces and nats-server does not, so such buffers use the exact (slower) split.
-        self._odd_space = False
+        # True: every op takes the exact general path (the fast paths' tests compare the two).
+        self._exact = False
         self._ready: collections.deque = collections.deque()  # parsed, not yet taken by next_op()
         # parse() may return PubRun ops for consecutive same-subject PUBs (the server asks for
         # this; next_op() users and the default see one Pub per message).
@@ -337,7 +336,6 @@ class Parser:
         self._buf = data
         self._view = memoryview(data)
         self._pos = 0
-        self._odd_space = 11 in data or 12 in data  # \x0b \x0c
 
     @property
     def buffered(self) -> int:
@@ -360,8 +358,11 @@ class Parser:
         with ``prefix``, the first being the Pub ``first``, as a PubRun. Whether the prefix
         also occurs inside a payload is the router's to check (see PubRun): it finds out from
         its own ``replace`` for free, where counting here cost a scan of the run (a tenth of
-        the time with 1 KiB messages)."""
-        append(_new(PubRun, (first.subject, count, size, *flags, buf[start:end], prefix)))
+        the time with 1 KiB messages). A run of ZERO_COPY_MIN bytes or more is a memoryview of
+        the read, as a big payload is: the router's restride copies it once into the MSGs, and
+        a slice was one more copy of every byte (callgrind, 1 -> 1 1 KiB: see benchmarks/README.md)."""
+        data = buf[start:end] if end - start < ZERO_COPY_MIN else self._view[start:end]
+        append(_new(PubRun, (first.subject, count, size, *flags, data, prefix)))
 
 
     def _uniform_run_end(self, buf: bytes, pos: int, prefix: bytes, size: int) -> int:
@@ -427,7 +428,7 @@ class Parser:
                 # Anything else, or any doubt, goes to the exact general path below.
                 buf = self._buf
                 pos = self._pos
-                if not (self._odd_space or self.auth_pending or self._extra):
+                if not (self._exact or self.auth_pending or self._extra):
                     find = buf.find
                     max_payload = self.max_payload
                     max_control_line = self.max_control_line
@@ -545,9 +546,15 @@ class Parser:
                         size = _SIZE_OF.get(size_digits)
                         if size is None:
                             size = _big_size(size_digits)
-                        # (13 in arg: int membership is a memchr, 7x cheaper than b"\r" in arg; a
-                        # CR or LF inside the arguments goes to the exact path)
-                        if size is None or size > max_payload or len(arg) > max_control_line or 13 in arg or 10 in arg:
+                        # (13 in arg: int membership is a memchr, 7x cheaper than b"\r" in arg.) A
+                        # CR or LF inside the arguments goes to the exact path, and so does a
+                        # vertical tab or form feed: split() takes those for blanks, nats-server
+                        # does not. Checked here, on the line, not once per read on all of it:
+                        # payloads may hold them (binary ones mostly do), and a read holding
+                        # one went to the exact path whole (a 120 KiB read of 1 KiB binary
+                        # payloads: 6.4 us a message against 0.09).
+                        if size is None or size > max_payload or len(arg) > max_control_line or 13 in arg or 10 in arg \
+                                or 11 in arg or 12 in arg:
                             break
                         start = nl + 1
                         stop = start + size
@@ -653,7 +660,7 @@ class Parser:
             if size is None:
                 size = _big_size(size_digits)
             if header_size is None or size is None or header_size > size or size > max_payload \
-                    or len(arg) > max_control_line or 13 in arg or 10 in arg:
+                    or len(arg) > max_control_line or 13 in arg or 10 in arg or 11 in arg or 12 in arg:
                 break
             start = pos + 7 + len(arg)  # after "HPUB " + arg + CR LF
             stop = start + size
@@ -745,7 +752,9 @@ class Parser:
             # once it has seen any CR, and keeps inner CRs: the slow path below reproduces that.
             end = nl - 1 if buf[nl - 1] == 13 else nl
             arg = buf[arg_start:end]
-            exact = self._odd_space
+            # A vertical tab or form feed: bytes.split() takes them for blanks, nats-server does
+            # not (nor a CR inside the arguments), so such lines are split exactly.
+            exact = self._exact or 11 in arg or 12 in arg
             if 13 in arg:
                 arg = buf[arg_start : nl - 1]
                 exact = True

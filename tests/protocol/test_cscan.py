@@ -180,6 +180,8 @@ def test_restride_is_replace_where_replace_is_exact(count, size, subject, head, 
     out = _cscan.restride(data, count, len(prefix), head)
     expected = b"".join(head + message[len(prefix) :] for _ in range(count))
     assert out == expected
+    # a long run comes as a memoryview of the parser's read: the same bytes out
+    assert _cscan.restride(memoryview(b"~" + data)[1:], count, len(prefix), head) == expected
     if data.count(prefix) == count:  # the prefix is in no payload: what the router's replace gives
         assert out == data.replace(prefix, head)
 

@@ -1,6 +1,7 @@
 """The parser's fast path for PUB (slice compares, partition at CR LF, runs) must read
 exactly what the exact path reads: same ops, same error, for any bytes. The exact path is
-forced by flagging every buffer as holding an odd space (the inputs here have none)."""
+forced with the parser's _exact flag. Vertical tabs and form feeds (blanks to bytes.split(), not
+to nats-server) come in control lines and in payloads: the fast path checks each line it takes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from natserver.protocol.parser import Parser
 
 SUBJECTS = st.sampled_from([b"a", b"foo.bar", b"x" * 70, b"s.\xc3\xa9", b"_INBOX.abc.1"])
 BLANKS = st.sampled_from([b" ", b"  ", b"\t", b" \t"])
-NOISE = st.sampled_from([b"", b"", b"", b"\r", b"\n", b" ", b"PUB ", b"\r\n", b"x"])
+NOISE = st.sampled_from([b"", b"", b"", b"\r", b"\n", b" ", b"PUB ", b"\r\n", b"x", b"\x0b", b"\x0c"])
 
 
 @st.composite
@@ -26,7 +27,7 @@ def pub_frames(draw) -> bytes:
     # Now and then a stray byte where the protocol does not allow one.
     at = draw(st.integers(0, len(line)))
     line = line[:at] + draw(NOISE) + line[at:]
-    payload = draw(st.sampled_from([b"x", b"\r\nPUB a 1\r\n", b"y"])) * size
+    payload = draw(st.sampled_from([b"x", b"\r\nPUB a 1\r\n", b"y", b"\x0b\x0c"])) * size
     payload = payload[:size]
     return line + b"\r\n" + payload + draw(st.sampled_from([b"\r\n", b"\r\n", b"\r\n", b"\rx", b"xx"]))
 
@@ -56,7 +57,7 @@ class ExactParser(Parser):
 
     def _set_buffer(self, data: bytes) -> None:
         super()._set_buffer(data)
-        self._odd_space = True
+        self._exact = True
 
 
 def parse(data: bytes, exact: bool, coalesce: bool, cut: int):
@@ -94,6 +95,21 @@ def test_fast_path_reads_hpubs_as_the_exact_path_does(frames, coalesce, data):
     stream = b"".join(frames)
     cut = data.draw(st.integers(0, len(stream)))
     assert parse(stream, False, coalesce, cut) == parse(stream, True, coalesce, cut)
+
+
+def test_odd_spaces_in_payloads_keep_the_fast_path():
+    """A vertical tab or form feed in a payload (binary payloads mostly hold one) leaves the
+    PUBs to the fast path, runs and all; in a control line it is part of the token, as in
+    nats-server, and only that line takes the exact path."""
+    payload = bytes(range(256)) * 4
+    frame = b"PUB bin.s 1024\r\n" + payload + b"\r\n"
+    parser = Parser()
+    parser.coalesce = True
+    parser.feed(frame * 40 + b"PUB a\x0bb 1\r\nx\r\n" + frame * 2)
+    ops = parser.parse()
+    assert [(type(op).__name__, op.count if type(op).__name__ == "PubRun" else op.subject) for op in ops] == [
+        ("PubRun", 40), ("Pub", b"a\x0bb"), ("PubRun", 2)]
+    assert bytes(ops[0].data) == frame * 40
 
 
 def test_hpubs_take_the_fast_path():

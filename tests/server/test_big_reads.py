@@ -135,3 +135,6 @@ def test_unsent_is_what_a_partial_write_left():
     joined = b"abcdefghij"
     for written in range(len(joined) + 1):
         assert b"".join(_unsent(list(pieces), written)) == joined[written:]
+    # The rest of a partly written piece is a view of it, not a copy (up to a grown read's MSGs).
+    rest = _unsent([b"abcdef"], 2)[0]
+    assert isinstance(rest, memoryview) and bytes(rest) == b"cdef" and rest.obj == b"abcdef"

@@ -69,7 +69,7 @@ def scenarios(draw):
     }
 
 
-def run(scenario, route_pubs) -> dict:
+def run(scenario, route_pubs, client_class=Client) -> dict:
     """Feed the scenario to a publisher with the given delivery loop; what everyone got."""
     saved = client_module._route_pubs
     client_module._route_pubs = route_pubs
@@ -77,16 +77,16 @@ def run(scenario, route_pubs) -> dict:
     # loops, so that they must pick the same members.
     random.seed(20261128)
     try:
-        return trio.run(_run, scenario)
+        return trio.run(_run, scenario, client_class)
     finally:
         client_module._route_pubs = saved
 
 
-async def _run(scenario) -> dict:
+async def _run(scenario, client_class) -> dict:
     server = Server(quiet=True)
     clients = []
     for i in range(4):
-        client = Client(server, None, i + 1, "127.0.0.1", 1000 + i)
+        client = client_class(server, None, i + 1, "127.0.0.1", 1000 + i)
         client.verbose = client.pedantic = False
         client.headers = i % 2 == 0  # HMSG for some, the MSG without headers for the others
         client.max_pending = 1 << 40
@@ -142,7 +142,7 @@ def test_compiled_delivery_equals_python(scenario):
     assert run(scenario, COMPILED) == run(scenario, None)
 
 
-def run_counting(subs, chunk: bytes = b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25) -> tuple[dict, int]:
+def run_counting(subs, chunk: bytes = b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" * 25, client_class=Client) -> tuple[dict, int]:
     """Alternating subjects a.b and a.c (no runs) to ``subs`` through the compiled loop: what
     everyone got (checked against Python) and how many messages the compiled loop took."""
     taken = []
@@ -159,7 +159,7 @@ def run_counting(subs, chunk: bytes = b"PUB a.b 2\r\nhi\r\nPUB a.c 1\r\nx\r\n" *
         "publisher_subscribes": False,
         "stall_at": 1 << 40,
     }
-    got = run(scenario, counting)
+    got = run(scenario, counting, client_class)
     assert got == run(scenario, None)
     return got, sum(taken)
 
@@ -188,3 +188,27 @@ def test_compiled_loop_takes_payloads_the_parser_gives_as_memoryviews():
     got, taken = run_counting([(1, b"a.*", None, 0)], chunk)
     assert taken > 40
     assert got["received"][2] == [b"MSG a.b 0 1024\r\n" + b"p" * 1024 + b"\r\n", b"MSG a.c 0 600\r\n" + b"p" * 600 + b"\r\n"] * 25
+
+
+class PropertyClient(Client):
+    """out_msgs a property, pending in a slot of the subclass's own: not Client's slots."""
+
+    __slots__ = ("counted", "pending")
+
+    @property
+    def out_msgs(self) -> int:
+        return self.counted
+
+    @out_msgs.setter
+    def out_msgs(self, value: int) -> None:
+        self.counted = value
+
+
+def test_compiled_loop_reads_slots_in_place_and_everything_else_as_python_does():
+    """The compiled loop reads and writes plain __slots__ attributes in place (route_pubs'
+    slot_of); a subclass's property goes through Python's attribute access, and a slot a
+    subclass declares again is found where the subclass keeps it: the same bytes and counts."""
+    subs = [(1, b"a.*", b"q", 0), (2, b"a.>", b"q", 0), (3, b">", None, 0)]
+    got, taken = run_counting(subs, client_class=PropertyClient)
+    assert taken > 40
+    assert got["counts"] == run_counting(subs)[0]["counts"]
