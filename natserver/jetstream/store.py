@@ -62,6 +62,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from ..server.reclaim import load_malloc_trim
 from . import compressed
@@ -158,6 +159,8 @@ class Store:
         # purge was so reported (its consumers need not count again).
         self.on_remove = None
         self.purge_reported = False
+        # Direct gets' answers by sequence (direct.Answers), made by the first such get.
+        self.direct_answers: Any = None
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -336,6 +339,8 @@ class Store:
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
+        if erase and self.direct_answers is not None:
+            self.direct_answers.drop(seq)  # (an erased message's bytes are not kept anywhere)
         return self._remove(seq, erase)
 
     def _remove(self, seq: int, erase: bool = False, report: bool = True) -> bool:

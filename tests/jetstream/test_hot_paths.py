@@ -5,8 +5,9 @@ when the start sequence matches (store.py), and the file store's read-ahead bloc
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
 sequence when a replaced message leaves one (Store._remove), a publish without headers
 stored without the header checks (Stream.process_msg), a message read in place from the
-read-ahead block (FileStore._load), and a direct get's answer written straight into the
-requester's buffer (DirectGets._answer, Client.deliver_batch)."""
+read-ahead block (FileStore._load), a direct get's answer written straight into the
+requester's buffer (DirectGets._answer, Client.deliver_batch), and a KV get answered again
+from the answers kept (direct.Answers)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 import natserver
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
+from natserver.jetstream import direct as direct_mod
 from natserver.jetstream.api import Api
 from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
 from natserver.jetstream.errors import ApiError
@@ -252,6 +254,53 @@ def test_a_kv_get_answers_as_the_decoded_request(file, puts, removals, gets):
         finally:
             for stream in streams.values():
                 stream.store.stop()
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from([b"k1", b"k2", b"a.b.c", b"k*"]), st.binary(max_size=60),
+              st.sampled_from([b"", b"NATS/1.0\r\nA: b\r\n\r\n"])),
+    st.tuples(st.sampled_from(["remove", "erase", "compact"]), st.integers(1, 40)),
+    st.tuples(st.just("purge"), st.sampled_from([b"", b"$KV.B.k1", b"$KV.B.>"])),
+)
+_GETS = [b"k1", b"k2", b"a.b.c", b"k*", b"*", b">", b"nope"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(file=st.booleans(), budget=st.sampled_from([400, 1000, direct_mod.ANSWERS_BYTES]),
+       ops=st.lists(_OPS, min_size=1, max_size=40))
+def test_a_kv_get_answered_again_is_the_read_of_it(file, budget, ops):
+    """DirectGets.last answers a key read before from the store's Answers: whatever came
+    between (new values, removals, erases, purges, compactions, answers dropped for room), it
+    sends what the general path (the request decoded, the message read and its headers built)
+    sends; an erased message's answer is not kept, the kept bytes are counted right. After
+    each change every key is read twice each way (the second fast read: from Answers)."""
+    with mock.patch.object(direct_mod, "ANSWERS_BYTES", budget), tempfile.TemporaryDirectory() as tmp:
+        stream = _kv_stream("B", tmp if file else None, allow_direct=True, max_msgs_per_subject=3)
+        store = stream.store
+        fast, general = _Engine({"B": stream}), _Engine({"B": stream})
+        fast_gets, general_gets = Api(fast).direct, Api(general).direct
+        try:
+            for n, op in enumerate(ops):
+                if op[0] == "put":
+                    store.store_msg(b"$KV.B.%s" % op[1], op[3], op[2], n + 1)
+                elif op[0] == "purge":
+                    store.purge_ex(op[1], 0, 0)
+                elif op[0] == "compact":
+                    store.compact(op[1])
+                elif store.first_seq <= op[1] <= store.last_seq:  # (the file store refuses others)
+                    store.remove_msg(op[1], erase=op[0] == "erase")
+                    if op[0] == "erase" and store.direct_answers is not None:
+                        assert op[1] not in store.direct_answers.msgs
+                for key in _GETS * 2:
+                    fast_gets.last(stream, b"$KV.B.%s" % key, b"_R.1")
+                    general_gets.request(stream, b"$KV.B.%s" % key, b"_R.1", b"")
+                assert fast.sent == general.sent
+                answers = store.direct_answers
+                if answers is not None:
+                    assert answers.size == sum(len(h) + len(d) + direct_mod.ANSWER_OVERHEAD
+                                               for h, d in answers.msgs.values()) <= budget
+        finally:
+            store.stop()
 
 
 def test_a_kv_get_takes_the_fast_path():
