@@ -530,10 +530,13 @@ class DirectGets:
         # One message to the requester's inbox: built once, straight into its subscribers'
         # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
         # would deliver it), where js.send went through the server's whole publish; anything
-        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), an
-        # account's or the cluster's way of sending, or a publish hook: js.send.
+        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), the
+        # cluster's way of sending, or a publish hook: js.send. An account's publish is its
+        # internal client's (js.client) as $G's is the server's, but for its guard against
+        # import cycles: inside an import (a depth), js.send.
         js = self.js
-        if js.account is not None or js.cluster is not None or js.server.publish_slow \
+        server = js.server
+        if js.cluster is not None or server.publish_slow or (js.account is not None and server._import_depth) \
                 or not js.client.deliver_batch(reply, [(reply, b"", hdr, data)]):
             js.send(reply, data, hdr)
 

@@ -418,21 +418,27 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
 WIRE_TIMEOUT = 20  # s, the wire test's bound
 
 
-def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch):
+@pytest.mark.parametrize("account", [False, True])
+def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch, account):
     """DirectGets._answer delivers a found message through Client.deliver_batch, not the
     server's publish: the same bytes reach every kind of requester (header-aware and not, a
     wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
     the last two refused there and published), for KV gets and JSON gets (no_hdr, a stored
     header, a missing key), with the same message and byte counts and the same number of
     subject lookups (a refused answer's lookup counted once, by its publish), as when
-    deliver_batch refuses everything (every answer through js.send)."""
+    deliver_batch refuses everything (every answer through js.send); in $G and in an account
+    of its own (whose publish is its internal client's)."""
+    from natserver.config.mapping import options_from_dict
     from natserver.server.client import Client
+
+    creds = b',"user":"b","pass":"b"' if account else b""
 
     async def requesters(port: int) -> bytes:
         async def connect(headers: bool, subs: bytes):
             s = await trio.open_tcp_stream("127.0.0.1", port)
             flag = b"true" if headers else b"false"
-            await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":%s}\r\n%sPING\r\n' % (flag, subs))
+            await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":%s%s}\r\n%sPING\r\n'
+                             % (flag, creds, subs))
             buf = bytearray()
             while b"PONG\r\n" not in buf:
                 buf += await s.receive_some(1 << 16)
@@ -462,11 +468,18 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
         cfg = b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,"allow_direct":true}'
         with trio.fail_after(WIRE_TIMEOUT), tempfile.TemporaryDirectory() as store_dir:
             async with trio.open_nursery() as nursery:
-                server = await nursery.start(natserver.serve, natserver.Options(
-                    host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir))
+                if account:
+                    options = options_from_dict({"host": "127.0.0.1", "port": -1, "jetstream": {"store_dir": store_dir},
+                                                 "accounts": {"B": {"users": [{"user": "b", "password": "b"}],
+                                                                    "jetstream": "enabled"}}},
+                                                natserver.Options(quiet=True))
+                else:
+                    options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True,
+                                                store_dir=store_dir)
+                server = await nursery.start(natserver.serve, options)
                 s = await trio.open_tcp_stream("127.0.0.1", server.port)
-                await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _A.> 1\r\n'
-                                 b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (len(cfg), cfg))
+                await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true%s}\r\nSUB _A.> 1\r\n'
+                                 b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (creds, len(cfg), cfg))
                 hdr = b"NATS/1.0\r\nX-K: v\r\n\r\n"
                 await s.send_all(b"PUB $KV.B.k1 _A.p 3\r\none\r\nPUB $KV.B.k2 _A.p 0\r\n\r\n"
                                  b"HPUB $KV.B.h1 _A.p %d %d\r\n%shdr\r\nPUB $KV.B.k1 _A.p 3\r\nuno\r\n"
@@ -474,6 +487,8 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                 buf = bytearray()
                 while buf.count(b'"seq":') < 4:
                     buf += await s.receive_some(1 << 16)
+                sublist = next(iter(server.clients.values())).sublist  # (the account's)
+                assert (sublist is server.sublist) is not account
                 real, calls = Client.deliver_batch, []
 
                 def refuse(self, match_subject, msgs):
@@ -487,10 +502,10 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                 answers, counts = [], []
                 for patch in (refuse, counted):
                     monkeypatch.setattr(Client, "deliver_batch", patch)
-                    before = (server.out_msgs, server.out_bytes, server.sublist.matches)
+                    before = (server.out_msgs, server.out_bytes, sublist.matches)
                     answers.append(await requesters(server.port))
                     counts.append((server.out_msgs - before[0], server.out_bytes - before[1],
-                                   server.sublist.matches - before[2]))
+                                   sublist.matches - before[2]))
                 assert calls.count(True) == 4 * 7  # (found, to the 4 replies without a rule of their own)
                 assert answers[0] == answers[1] and counts[0] == counts[1]
                 assert b"HMSG _R.1 1 " in answers[1] and b"\r\nuno\r\n" in answers[1]
