@@ -527,17 +527,16 @@ class DirectGets:
         return hdr
 
     def _send_one(self, reply, hdr: bytes | None, data: bytes) -> None:
-        # One message to the requester's inbox: built once, straight into its subscribers'
-        # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
-        # would deliver it), where js.send went through the server's whole publish; anything
-        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), the
-        # cluster's way of sending, or a publish hook: js.send. An account's publish is its
-        # internal client's (js.client) as $G's is the server's, but for its guard against
-        # import cycles: inside an import (a depth), js.send.
+        # One message to the requester's inbox: straight into its buffer (Client.deliver_reply:
+        # one plain subscription of a client, as the publish would deliver it), where js.send
+        # went through the server's whole publish; anything deliver_reply does not take
+        # (several subscribers, queue groups, callbacks, auto-unsubscribe, routes, a big
+        # message, a publish hook) and the cluster's way of sending: js.send. An account's
+        # publish is its internal client's (js.client) as $G's is the server's, but for its
+        # guard against import cycles: inside an import (a depth), js.send.
         js = self.js
-        server = js.server
-        if js.cluster is not None or server.publish_slow or (js.account is not None and server._import_depth) \
-                or not js.client.deliver_batch(reply, [(reply, b"", hdr, data)]):
+        if js.cluster is not None or (js.account is not None and js.server._import_depth) \
+                or not js.client.deliver_reply(reply, data, hdr):
             js.send(reply, data, hdr)
 
     def _multi(self, stream, req: dict, reply) -> None:

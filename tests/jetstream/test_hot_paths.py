@@ -6,7 +6,7 @@ decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first a
 sequence when a replaced message leaves one (Store._remove), a publish without headers
 stored without the header checks (Stream.process_msg), a message read in place from the
 read-ahead block (FileStore._load), a direct get's answer written straight into the
-requester's buffer (DirectGets._answer, Client.deliver_batch), and a KV get answered again
+requester's buffer (DirectGets._answer, Client.deliver_reply), and a KV get answered again
 from the answers kept (direct.Answers)."""
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class _Engine:
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20), publish_slow=False)
         # (its client delivers nothing itself, so every answer goes through send: the direct
         # delivery into the requester's buffer is compared on the wire below)
-        self.client = SimpleNamespace(deliver_batch=lambda subject, msgs: False)
+        self.client = SimpleNamespace(deliver_reply=lambda subject, payload, hdr=None: False)
         self.account = self.cluster = None
         self.sent: list = []
 
@@ -420,13 +420,13 @@ WIRE_TIMEOUT = 20  # s, the wire test's bound
 
 @pytest.mark.parametrize("account", [False, True])
 def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch, account):
-    """DirectGets._answer delivers a found message through Client.deliver_batch, not the
+    """DirectGets._answer delivers a found message through Client.deliver_reply, not the
     server's publish: the same bytes reach every kind of requester (header-aware and not, a
     wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
-    the last two refused there and published), for KV gets and JSON gets (no_hdr, a stored
+    the last three refused there and published), for KV gets and JSON gets (no_hdr, a stored
     header, a missing key), with the same message and byte counts and the same number of
     subject lookups (a refused answer's lookup counted once, by its publish), as when
-    deliver_batch refuses everything (every answer through js.send); in $G and in an account
+    deliver_reply refuses everything (every answer through js.send); in $G and in an account
     of its own (whose publish is its internal client's)."""
     from natserver.config.mapping import options_from_dict
     from natserver.server.client import Client
@@ -489,24 +489,24 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                     buf += await s.receive_some(1 << 16)
                 sublist = next(iter(server.clients.values())).sublist  # (the account's)
                 assert (sublist is server.sublist) is not account
-                real, calls = Client.deliver_batch, []
+                real, calls = Client.deliver_reply, []
 
-                def refuse(self, match_subject, msgs):
+                def refuse(self, subject, payload, hdr=None):
                     calls.append(False)
                     return False
 
-                def counted(self, match_subject, msgs):
-                    calls.append(real(self, match_subject, msgs))
+                def counted(self, subject, payload, hdr=None):
+                    calls.append(real(self, subject, payload, hdr))
                     return calls[-1]
 
                 answers, counts = [], []
                 for patch in (refuse, counted):
-                    monkeypatch.setattr(Client, "deliver_batch", patch)
+                    monkeypatch.setattr(Client, "deliver_reply", patch)
                     before = (server.out_msgs, server.out_bytes, sublist.matches)
                     answers.append(await requesters(server.port))
                     counts.append((server.out_msgs - before[0], server.out_bytes - before[1],
                                    sublist.matches - before[2]))
-                assert calls.count(True) == 4 * 7  # (found, to the 4 replies without a rule of their own)
+                assert calls.count(True) == 3 * 7  # (found, to the 3 replies with one plain subscriber)
                 assert answers[0] == answers[1] and counts[0] == counts[1]
                 assert b"HMSG _R.1 1 " in answers[1] and b"\r\nuno\r\n" in answers[1]
                 assert b"MSG _P.x 1 3\r\nuno\r\n" in answers[1] and b"HMSG _P.x" not in answers[1]
