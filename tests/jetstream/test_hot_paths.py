@@ -6,8 +6,9 @@ decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first a
 sequence when a replaced message leaves one (Store._remove), a publish without headers
 stored without the header checks (Stream.process_msg), a message read in place from the
 read-ahead block (FileStore._load), a direct get's answer written straight into the
-requester's buffer (DirectGets._answer, Client.deliver_reply), and a KV get answered again
-from the answers kept (direct.Answers)."""
+requester's buffer (DirectGets._answer, Client.deliver_reply), a KV get answered again
+from the answers kept (direct.Answers), and the expired acks found without a copy of all of
+pending (Consumer.expire_acks)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,51 @@ def test_ack_floor_with_gaps_out_of_order_acks_and_a_replaced_pending():
             assert c.pending == {}
             acks += 1
     assert acks > 500 and c.ack_floor_sseq == c.state_sseq
+
+
+def _expire_acks_copying(c: Consumer, now: int) -> list[int]:
+    """Consumer.expire_acks as it was: a copy of all of pending every call."""
+    exhausted = []
+    max_deliver = c.cfg.max_deliver
+    for seq, (cseq, at) in list(c.pending.items()):
+        if at + c.ack_wait_for(seq) > now:
+            if not c.cfg.backoff:
+                break  # in delivery order: the rest are younger
+            continue
+        if seq in c.rdq:
+            continue
+        if 0 < max_deliver <= c.rdc.get(seq, 1):
+            c._forget(seq)
+            exhausted.append(seq)
+            continue
+        c.rdq.append(seq)
+    if exhausted:
+        c._update_floor()
+    c.rdq.sort()
+    return exhausted
+
+
+@settings(max_examples=200, deadline=None)
+@given(pending=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 100)), max_size=40, unique_by=lambda t: t[0]),
+       redelivered=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 4)), max_size=10),
+       queued=st.lists(st.integers(1, 60), max_size=5), max_deliver=st.sampled_from([-1, 2, 3]),
+       backoff=st.sampled_from([None, [10, 30]]), now=st.integers(0, 150))
+def test_expiring_acks_looks_at_what_a_copy_of_pending_gave(pending, redelivered, queued, max_deliver, backoff, now):
+    """Consumer.expire_acks takes only pending's expired head (no backoff) where it copied all
+    of pending every tick: the same redeliveries queued, the same exhausted dropped, the same
+    floor, for any pending (any order of delivery times), redelivery counts and queue."""
+    outcomes = []
+    for expire in (Consumer.expire_acks, _expire_acks_copying):
+        cfg = ConsumerConfig(durable_name="d", ack_policy="explicit", ack_wait=20, max_deliver=max_deliver,
+                             backoff=backoff)
+        c = Consumer(_Stream(), "d", cfg, 1)
+        for seq, at in pending:
+            c.pending[seq] = [seq, at]
+        c.rdc.update((seq, n) for seq, n in redelivered if seq in c.pending)
+        c.rdq.extend(seq for seq in queued if seq in c.pending and seq not in c.rdq)
+        got = expire(c, now)
+        outcomes.append((got, list(c.pending.items()), c.rdq, dict(c.rdc), c.ack_floor_sseq, c.ack_floor_cseq))
+    assert outcomes[0] == outcomes[1]
 
 
 @pytest.mark.parametrize("kind", ["memory", "file"])
