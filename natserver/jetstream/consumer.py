@@ -1056,11 +1056,21 @@ class Consumer:
         max_deliver deliveries, dropped from pending and returned (for the advisory)."""
         exhausted = []
         max_deliver = self.cfg.max_deliver
-        for seq, (cseq, at) in list(self.pending.items()):
+        if self.cfg.backoff:
+            due = list(self.pending.items())
+        else:
+            # In delivery order: those before the first whose ack_wait has not passed (the rest
+            # are younger), taken before any changes; a copy of all of pending (max_ack_pending
+            # entries: 1000 by default) was made every tick.
+            due = []
+            oldest = now - self.cfg.ack_wait
+            for item in self.pending.items():
+                if item[1][1] > oldest:
+                    break
+                due.append(item)
+        for seq, (cseq, at) in due:
             if at + self.ack_wait_for(seq) > now:
-                if not self.cfg.backoff:
-                    break  # in delivery order: the rest are younger
-                continue
+                continue  # (a backoff's: not yet)
             if seq in self.rdq:
                 continue
             if 0 < max_deliver <= self.rdc.get(seq, 1):

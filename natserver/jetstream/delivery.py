@@ -621,67 +621,77 @@ class Delivery:
     # -- acks ---------------------------------------------------------------------------------
 
     def on_ack(self, subject: bytes, reply, hdr, payload: bytes) -> None:
+        # One frame for the whole of an ack (every delivered message's comes here): the
+        # plain +ACK's steps after the consumer's are _deliver_later's and _queue_save's,
+        # written out.
         try:
-            self._on_ack(subject, reply, payload)
+            tokens = subject.split(b".")
+            if len(tokens) < 9:
+                return
+            stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+            if stream is None:
+                return
+            consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace"))
+            if consumer is None:
+                return
+            try:
+                count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
+            except ValueError:
+                return
+            now = clock.now_ns()
+            kind = payload[:4]
+            if not payload or kind == b"+ACK":
+                acked = consumer.ack(sseq, cseq, now)
+                if acked and stream.cfg.retention != "limits":
+                    self._retain(consumer, acked)
+                if not reply:
+                    due = self._due
+                    if not due:
+                        self.server.before_flush.append(self._deliver_due)
+                    due[consumer] = None
+                    if consumer.dirty and not consumer.save_queued and consumer.cfg.durable_name \
+                            and consumer.stream.file_backed:
+                        consumer.save_queued = True
+                        self.poke()
+                    return
+            elif kind == b"-NAK":
+                delay = 0
+                rest = payload[4:].strip()
+                if rest:
+                    try:
+                        delay = int(loads(rest).get("delay", 0))
+                    except (ValueError, AttributeError, TypeError):
+                        delay = 0
+                consumer.nak(sseq, delay, now)
+                if delay:
+                    self.poke()
+            elif kind == b"+WPI":
+                consumer.progress(sseq, now)
+                self.poke()
+                return  # nats-server answers no progress ack
+            elif kind == b"+NXT":
+                self._retain(consumer, consumer.ack(sseq, cseq, now))
+                if reply:
+                    self.pull(consumer, reply, payload[4:].strip())
+                    reply = None
+            elif payload[:5] == b"+TERM":
+                if consumer.term(sseq, now):
+                    self._retain(consumer, [sseq])
+                    self._advisory(b"MSG_TERMINATED", consumer, {
+                        "type": "io.nats.jetstream.advisory.v1.terminated",
+                        "consumer_seq": cseq, "stream_seq": sseq, "deliveries": count})
+            else:
+                return
+            if reply:
+                held = consumer.held_ack_replies
+                if held is not None:
+                    held.append(reply)  # (answered once its group committed the ack)
+                else:
+                    self.js.send(reply, b"")
+            self._deliver_later(consumer)
+            self._queue_save(consumer)
         except Exception:  # a bug must not take the acker's connection down
             log.exception("ack on %r failed", subject)
-
-    def _on_ack(self, subject: bytes, reply, payload: bytes) -> None:
-        tokens = subject.split(b".")
-        if len(tokens) < 9:
-            return
-        stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
-        if stream is None:
-            return
-        consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace"))
-        if consumer is None:
-            return
-        try:
-            count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
-        except ValueError:
-            return
-        now = clock.now_ns()
-        kind = payload[:4]
-        if not payload or kind == b"+ACK":
-            acked = consumer.ack(sseq, cseq, now)
-            if acked and stream.cfg.retention != "limits":
-                self._retain(consumer, acked)
-        elif kind == b"-NAK":
-            delay = 0
-            rest = payload[4:].strip()
-            if rest:
-                try:
-                    delay = int(loads(rest).get("delay", 0))
-                except (ValueError, AttributeError, TypeError):
-                    delay = 0
-            consumer.nak(sseq, delay, now)
-            if delay:
-                self.poke()
-        elif kind == b"+WPI":
-            consumer.progress(sseq, now)
-            self.poke()
-            return  # nats-server answers no progress ack
-        elif kind == b"+NXT":
-            self._retain(consumer, consumer.ack(sseq, cseq, now))
-            if reply:
-                self.pull(consumer, reply, payload[4:].strip())
-                reply = None
-        elif payload[:5] == b"+TERM":
-            if consumer.term(sseq, now):
-                self._retain(consumer, [sseq])
-                self._advisory(b"MSG_TERMINATED", consumer, {
-                    "type": "io.nats.jetstream.advisory.v1.terminated",
-                    "consumer_seq": cseq, "stream_seq": sseq, "deliveries": count})
-        else:
-            return
-        if reply:
-            held = consumer.held_ack_replies
-            if held is not None:
-                held.append(reply)  # (answered once its group committed the ack)
-            else:
-                self.js.send(reply, b"")
-        self._deliver_later(consumer)
-        self._queue_save(consumer)
 
     def _deliver_later(self, consumer: Consumer) -> None:
         """Deliver what an ack made room for once the chunk being handled is done (the

@@ -77,6 +77,11 @@ COUNT_SEQS = 65536
 # (about 10 ms of matching).
 SELECT_SUBJECTS = 16384
 
+# natserver's own: the bytes of last-by-subject answers kept per store (Answers), and what an
+# entry costs beyond its bytes (a dict slot, a tuple, two bytes objects' heads: ~150 B).
+ANSWERS_BYTES = 1 << 20
+ANSWER_OVERHEAD = 150
+
 HDR_EMPTY = b"NATS/1.0 408 Empty Request\r\n\r\n"
 HDR_MALFORMED = b"NATS/1.0 408 Malformed Request\r\n\r\n"
 HDR_BAD = b"NATS/1.0 408 Bad Request\r\n\r\n"
@@ -406,6 +411,38 @@ class _Multi:
         return True
 
 
+class Answers:
+    """A store's last-by-subject answers (:meth:`DirectGets.last`), by sequence: the headers
+    and the data sent, kept while they fit in :data:`ANSWERS_BYTES`, the oldest dropped first.
+    A sequence's message never changes in a store (sequences are never used twice; a removed
+    message's sequence is no longer any subject's last, so its entry is never read again): as
+    nats-server's block cache marks a record whose checksum it checked once, a message is read
+    and checked once, then answered from here."""
+
+    __slots__ = ("msgs", "size")
+
+    def __init__(self) -> None:
+        self.msgs: dict[int, tuple[bytes, bytes]] = {}
+        self.size = 0
+
+    def add(self, seq: int, hdr: bytes, data: bytes) -> None:
+        n = len(hdr) + len(data) + ANSWER_OVERHEAD
+        if n > ANSWERS_BYTES:
+            return
+        msgs = self.msgs
+        while msgs and self.size + n > ANSWERS_BYTES:
+            old = msgs.pop(next(iter(msgs)))
+            self.size -= len(old[0]) + len(old[1]) + ANSWER_OVERHEAD
+        msgs[seq] = (hdr, data)
+        self.size += n
+
+    def drop(self, seq: int) -> None:
+        """Forget ``seq`` (erased: its bytes are not to stay in memory)."""
+        old = self.msgs.pop(seq, None)
+        if old is not None:
+            self.size -= len(old[0]) + len(old[1]) + ANSWER_OVERHEAD
+
+
 class DirectGets:
     """Answers direct gets for one JetStream engine; batches too long for one turn go on from
     :meth:`run` (the engine's task)."""
@@ -454,28 +491,53 @@ class DirectGets:
     def last(self, stream, subject: bytes, reply: bytes) -> None:
         """``$JS.API.DIRECT.GET.<stream>.<subject>`` with no body, from a ``reply``, for a
         ``subject`` of ASCII: what :meth:`request` answers it with (a KV get, nats-py's
-        ``kv.get`` and nats.go's), without decoding a request (api.Api.handle's fast path)."""
-        self._answer(stream, stream.store.load_last_msg(subject), reply, False)
-
-    def _answer(self, stream, sm, reply, no_hdr: bool) -> None:
-        js = self.js
-        if sm is None:
-            js.send(reply, b"", HDR_NOT_FOUND)
+        ``kv.get`` and nats.go's), without decoding a request (api.Api.handle's fast path).
+        A key read again while its last message is the same is answered from the store's
+        :class:`Answers` (no read, no check of its record, no headers built)."""
+        store = stream.store
+        if subject.find(b"*") < 0 and subject.find(b">") < 0:  # (Store.last_seq_for's literal case)
+            ss = store.fss.get(subject)
+            seq = ss[2] if ss is not None else 0
+        else:
+            seq = store.last_seq_for(subject)
+        answers = store.direct_answers
+        if answers is None:
+            answers = store.direct_answers = Answers()
+        known = answers.msgs.get(seq)
+        if known is not None:
+            self._send_one(reply, known[0], known[1])
             return
+        sm = store.load_msg(seq) if seq else None
+        hdr = self._answer(stream, sm, reply, False)
+        if sm is not None and hdr is not None:
+            answers.add(seq, hdr, sm.data)
+
+    def _answer(self, stream, sm, reply, no_hdr: bool) -> bytes | None:
+        """Send ``sm`` (None: not found) to ``reply``; the headers it was sent with."""
+        if sm is None:
+            self.js.send(reply, b"", HDR_NOT_FOUND)
+            return None
         if no_hdr:
             hdr = None
         elif not sm.hdr:  # (the usual KV value: one format)
             hdr = _ONE_HDR % (stream.name.encode(), sm.subject, sm.seq, rfc3339nano(sm.ts).encode())
         else:
             hdr = _headers(stream.name.encode(), sm, rfc3339nano(sm.ts).encode()) + b"\r\n"
-        # One message to the requester's inbox: built once, straight into its subscribers'
-        # buffers (Client.deliver_batch: the plain subscriptions of one subject, as a publish
-        # would deliver it), where js.send went through the server's whole publish; anything
-        # deliver_batch does not take (queue groups, callbacks, routes, a full subscriber), an
-        # account's or the cluster's way of sending, or a publish hook: js.send.
-        if js.account is not None or js.cluster is not None or js.server.publish_slow \
-                or not js.client.deliver_batch(reply, [(reply, b"", hdr, sm.data)]):
-            js.send(reply, sm.data, hdr)
+        self._send_one(reply, hdr, sm.data)
+        return hdr
+
+    def _send_one(self, reply, hdr: bytes | None, data: bytes) -> None:
+        # One message to the requester's inbox: straight into its buffer (Client.deliver_reply:
+        # one plain subscription of a client, as the publish would deliver it), where js.send
+        # went through the server's whole publish; anything deliver_reply does not take
+        # (several subscribers, queue groups, callbacks, auto-unsubscribe, routes, a big
+        # message, a publish hook) and the cluster's way of sending: js.send. An account's
+        # publish is its internal client's (js.client) as $G's is the server's, but for its
+        # guard against import cycles: inside an import (a depth), js.send.
+        js = self.js
+        if js.cluster is not None or (js.account is not None and js.server._import_depth) \
+                or not js.client.deliver_reply(reply, data, hdr):
+            js.send(reply, data, hdr)
 
     def _multi(self, stream, req: dict, reply) -> None:
         """getDirectMulti: the last message of each subject matching multi_last, up to

@@ -62,6 +62,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from ..server.reclaim import load_malloc_trim
 from . import compressed
@@ -158,6 +159,8 @@ class Store:
         # purge was so reported (its consumers need not count again).
         self.on_remove = None
         self.purge_reported = False
+        # Direct gets' answers by sequence (direct.Answers), made by the first such get.
+        self.direct_answers: Any = None
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -336,6 +339,8 @@ class Store:
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         if self.closed:
             raise StoreError(ERR_STORE_CLOSED)
+        if erase and self.direct_answers is not None:
+            self.direct_answers.drop(seq)  # (an erased message's bytes are not kept anywhere)
         return self._remove(seq, erase)
 
     def _remove(self, seq: int, erase: bool = False, report: bool = True) -> bool:
@@ -847,7 +852,7 @@ class FileStore(Store):
         self._zcache: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # (segment, chunk) -> plain bytes
         # The last READ_AHEAD bytes read from a plain segment: (segment, offset, plain bytes),
         # so that a consumer reading on takes a read a block, not one per message.
-        self._rblock: tuple[int, int, bytes] | None = None
+        self._rblock: tuple[int, int, bytes, memoryview] | None = None
         # Where the active segment's chunks may be cut (its MSG records' offsets, one per
         # CHUNK_SIZE); None when not known (the segment written to at the start): found by
         # walking its records when it is compressed.
@@ -1952,7 +1957,7 @@ class FileStore(Store):
         if seg == self.active and offset + len(data) > self.flushed:
             data = data[: max(self.flushed - offset, want)]  # (past it: a torn write, not kept)
         data = self._disk(seg, data, offset)
-        self._rblock = (seg, offset, data)
+        self._rblock = (seg, offset, data, memoryview(data))  # (the view: _load's checksums)
         return data[:want]
 
     def _read(self, seq, entry):
@@ -1983,13 +1988,13 @@ class FileStore(Store):
         if block is not None and block[0] == seg and 0 <= off - block[1] <= len(block[2]) - want \
                 and not (seg == self.active and off >= self.flushed) and seg not in self.zsegs:
             rec, p = block[2], off - block[1]
-            total = _U32.unpack_from(rec, p)[0] + 8
-            if _OVERHEAD <= total <= want and rec[p + 4] == T_MSG \
-                    and zlib.crc32(memoryview(rec)[p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]:
-                mseq, ts, sl, hl, ml = _MSG_BODY.unpack_from(rec, p + 5)
-                if mseq == seq:
-                    at = p + _MSG_FIXED + sl
-                    return StoredMsg(subject, seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts)
+            # (the record's head in one unpack; its checksum over the block's view, no copy)
+            n, kind, mseq, ts, sl, hl, ml = _MSG_HEAD.unpack_from(rec, p)
+            total = n + 8
+            if _OVERHEAD <= total <= want and kind == T_MSG and mseq == seq \
+                    and zlib.crc32(block[3][p : p + total - 4]) == _U32.unpack_from(rec, p + total - 4)[0]:
+                at = p + _MSG_FIXED + sl
+                return StoredMsg(subject, seq, rec[at : at + hl], rec[at + hl : at + hl + ml], ts)
             # (corrupt: _record reads the same bytes, logs it and answers None)
         read = self._record(seq, seg, off, size)
         if read is None:

@@ -1161,9 +1161,10 @@ class Client:
         server.out_bytes += out_bytes
         return True
 
-    def deliver_reply(self, subject: bytes, payload: bytes) -> bool:
-        """What ``Server.publish(subject, payload, flush=False)`` (or an account's publish) does
-        for a small message without headers or reply (a JetStream publish's ack), done here
+    def deliver_reply(self, subject: bytes, payload: bytes, hdr: bytes | None = None) -> bool:
+        """What ``Server.publish(subject, payload, flush=False, headers=hdr)`` (or an account's
+        publish) does for a small message without reply (a JetStream publish's ack, a direct
+        get's answer with its headers), done here
         without its layers when ``subject`` has one subscriber and it is a plain subscription
         of another client (a publisher's own inbox): no queue group, auto-unsubscribe,
         permission filter or callback, no publish hook or peer server. Otherwise nothing is
@@ -1179,7 +1180,9 @@ class Client:
         result = sublist.match_uncached(subject) if cached is None else cached
         psubs = result.psubs
         size = len(payload)
-        if len(psubs) != 1 or result.qsubs or psubs[0].limited or psubs[0].client is self or size >= BIG_PAYLOAD:
+        hl = len(hdr) if hdr else 0
+        if len(psubs) != 1 or result.qsubs or psubs[0].limited or psubs[0].client is self \
+                or size + hl >= BIG_PAYLOAD:
             # publish matches it again, and finds it cached now: its miss is counted here.
             if missed and cache is not None:
                 sublist.misses += 1
@@ -1191,8 +1194,11 @@ class Client:
         plan = result.plan
         if plan is None:
             plan = _make_plan(result, subject)
-        # (the bytes _route's simple loop makes: head, then size, CRLF, payload, CRLF)
-        data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
+        if hl and client.headers:  # (as _route: an HMSG, the sizes counting the headers)
+            size += hl
+            data = b"H%s%d %d\r\n%s%s\r\n" % (plan[0][2], hl, size, hdr, payload)
+        else:  # (the bytes _route's simple loop makes, and a client without headers gets)
+            data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
         sub.delivered += 1
         out = client.out
         if not out:  # a non-empty list is already due to be flushed

@@ -399,7 +399,7 @@ class _FakeEngine:
         self.flushes = 0
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 * 1024 * 1024),
                                       flush_touched=self._flush, publish_slow=False)
-        self.client = SimpleNamespace(deliver_batch=lambda subject, msgs: False)
+        self.client = SimpleNamespace(deliver_reply=lambda subject, payload, hdr=None: False)
         self.account = self.cluster = None
 
     def _flush(self) -> None:

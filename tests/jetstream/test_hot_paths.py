@@ -5,8 +5,10 @@ when the start sequence matches (store.py), and the file store's read-ahead bloc
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
 sequence when a replaced message leaves one (Store._remove), a publish without headers
 stored without the header checks (Stream.process_msg), a message read in place from the
-read-ahead block (FileStore._load), and a direct get's answer written straight into the
-requester's buffer (DirectGets._answer, Client.deliver_batch)."""
+read-ahead block (FileStore._load), a direct get's answer written straight into the
+requester's buffer (DirectGets._answer, Client.deliver_reply), a KV get answered again
+from the answers kept (direct.Answers), and the expired acks found without a copy of all of
+pending (Consumer.expire_acks)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 import natserver
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
+from natserver.jetstream import direct as direct_mod
 from natserver.jetstream.api import Api
 from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
 from natserver.jetstream.errors import ApiError
@@ -80,6 +83,47 @@ def test_ack_floor_with_gaps_out_of_order_acks_and_a_replaced_pending():
             assert c.pending == {}
             acks += 1
     assert acks > 500 and c.ack_floor_sseq == c.state_sseq
+
+
+def _expire_acks_copying(c: Consumer, now: int) -> list[int]:
+    """Consumer.expire_acks as it was: a copy of all of pending each call, looked at up to its
+    first entry not expired (without backoff), every entry with one."""
+    snapshot = list(c.pending.items())
+    if not c.cfg.backoff:
+        young = [i for i, (seq, (_, at)) in enumerate(snapshot) if at + c.ack_wait_for(seq) > now]
+        snapshot = snapshot[: young[0]] if young else snapshot
+    expired = [seq for seq, (_, at) in snapshot if at + c.ack_wait_for(seq) <= now and seq not in c.rdq]
+    exhausted = [seq for seq in expired if 0 < c.cfg.max_deliver <= c.rdc.get(seq, 1)]
+    for seq in exhausted:
+        c._forget(seq)
+    c.rdq.extend(seq for seq in expired if seq not in exhausted)
+    if exhausted:
+        c._update_floor()
+    c.rdq.sort()
+    return exhausted
+
+
+@settings(max_examples=200, deadline=None)
+@given(pending=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 12)), max_size=40, unique_by=lambda t: t[0]),
+       redelivered=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 4)), max_size=10),
+       queued=st.lists(st.integers(1, 60), max_size=5), max_deliver=st.sampled_from([-1, 2, 3]),
+       backoff=st.sampled_from([None, [10, 30]]), now=st.integers(8, 45))
+def test_expiring_acks_looks_at_what_a_copy_of_pending_gave(pending, redelivered, queued, max_deliver, backoff, now):
+    """Consumer.expire_acks takes only pending's expired head (no backoff) where it copied all
+    of pending every tick: the same redeliveries queued, the same exhausted dropped, the same
+    floor, for any pending (any order of delivery times), redelivery counts and queue."""
+    outcomes = []
+    for expire in (Consumer.expire_acks, _expire_acks_copying):
+        cfg = ConsumerConfig(durable_name="d", ack_policy="explicit", ack_wait=20, max_deliver=max_deliver,
+                             backoff=backoff)
+        c = Consumer(_Stream(), "d", cfg, 1)
+        for seq, at in pending:
+            c.pending[seq] = [seq, at]
+        c.rdc.update((seq, n) for seq, n in redelivered if seq in c.pending)
+        c.rdq.extend(seq for seq in queued if seq in c.pending and seq not in c.rdq)
+        got = expire(c, now)
+        outcomes.append((got, list(c.pending.items()), c.rdq, dict(c.rdc), c.ack_floor_sseq, c.ack_floor_cseq))
+    assert outcomes[0] == outcomes[1]
 
 
 @pytest.mark.parametrize("kind", ["memory", "file"])
@@ -192,7 +236,7 @@ class _Engine:
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20), publish_slow=False)
         # (its client delivers nothing itself, so every answer goes through send: the direct
         # delivery into the requester's buffer is compared on the wire below)
-        self.client = SimpleNamespace(deliver_batch=lambda subject, msgs: False)
+        self.client = SimpleNamespace(deliver_reply=lambda subject, payload, hdr=None: False)
         self.account = self.cluster = None
         self.sent: list = []
 
@@ -252,6 +296,53 @@ def test_a_kv_get_answers_as_the_decoded_request(file, puts, removals, gets):
         finally:
             for stream in streams.values():
                 stream.store.stop()
+
+
+_OPS = st.one_of(
+    st.tuples(st.just("put"), st.sampled_from([b"k1", b"k2", b"a.b.c", b"k*"]), st.binary(max_size=60),
+              st.sampled_from([b"", b"NATS/1.0\r\nA: b\r\n\r\n"])),
+    st.tuples(st.sampled_from(["remove", "erase", "compact"]), st.integers(1, 40)),
+    st.tuples(st.just("purge"), st.sampled_from([b"", b"$KV.B.k1", b"$KV.B.>"])),
+)
+_GETS = [b"k1", b"k2", b"a.b.c", b"k*", b"*", b">", b"nope"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(file=st.booleans(), budget=st.sampled_from([400, 1000, direct_mod.ANSWERS_BYTES]),
+       ops=st.lists(_OPS, min_size=1, max_size=40))
+def test_a_kv_get_answered_again_is_the_read_of_it(file, budget, ops):
+    """DirectGets.last answers a key read before from the store's Answers: whatever came
+    between (new values, removals, erases, purges, compactions, answers dropped for room), it
+    sends what the general path (the request decoded, the message read and its headers built)
+    sends; an erased message's answer is not kept, the kept bytes are counted right. After
+    each change every key is read twice each way (the second fast read: from Answers)."""
+    with mock.patch.object(direct_mod, "ANSWERS_BYTES", budget), tempfile.TemporaryDirectory() as tmp:
+        stream = _kv_stream("B", tmp if file else None, allow_direct=True, max_msgs_per_subject=3)
+        store = stream.store
+        fast, general = _Engine({"B": stream}), _Engine({"B": stream})
+        fast_gets, general_gets = Api(fast).direct, Api(general).direct
+        try:
+            for n, op in enumerate(ops):
+                if op[0] == "put":
+                    store.store_msg(b"$KV.B.%s" % op[1], op[3], op[2], n + 1)
+                elif op[0] == "purge":
+                    store.purge_ex(op[1], 0, 0)
+                elif op[0] == "compact":
+                    store.compact(op[1])
+                elif store.first_seq <= op[1] <= store.last_seq:  # (the file store refuses others)
+                    store.remove_msg(op[1], erase=op[0] == "erase")
+                    if op[0] == "erase" and store.direct_answers is not None:
+                        assert op[1] not in store.direct_answers.msgs
+                for key in _GETS * 2:
+                    fast_gets.last(stream, b"$KV.B.%s" % key, b"_R.1")
+                    general_gets.request(stream, b"$KV.B.%s" % key, b"_R.1", b"")
+                assert fast.sent == general.sent
+                answers = store.direct_answers
+                if answers is not None:
+                    assert answers.size == sum(len(h) + len(d) + direct_mod.ANSWER_OVERHEAD
+                                               for h, d in answers.msgs.values()) <= budget
+        finally:
+            store.stop()
 
 
 def test_a_kv_get_takes_the_fast_path():
@@ -369,21 +460,27 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
 WIRE_TIMEOUT = 20  # s, the wire test's bound
 
 
-def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch):
-    """DirectGets._answer delivers a found message through Client.deliver_batch, not the
+@pytest.mark.parametrize("account", [False, True])
+def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch, account):
+    """DirectGets._answer delivers a found message through Client.deliver_reply, not the
     server's publish: the same bytes reach every kind of requester (header-aware and not, a
     wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
-    the last two refused there and published), for KV gets and JSON gets (no_hdr, a stored
+    the last three refused there and published), for KV gets and JSON gets (no_hdr, a stored
     header, a missing key), with the same message and byte counts and the same number of
     subject lookups (a refused answer's lookup counted once, by its publish), as when
-    deliver_batch refuses everything (every answer through js.send)."""
+    deliver_reply refuses everything (every answer through js.send); in $G and in an account
+    of its own (whose publish is its internal client's)."""
+    from natserver.config.mapping import options_from_dict
     from natserver.server.client import Client
+
+    creds = b',"user":"b","pass":"b"' if account else b""
 
     async def requesters(port: int) -> bytes:
         async def connect(headers: bool, subs: bytes):
             s = await trio.open_tcp_stream("127.0.0.1", port)
             flag = b"true" if headers else b"false"
-            await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":%s}\r\n%sPING\r\n' % (flag, subs))
+            await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":%s%s}\r\n%sPING\r\n'
+                             % (flag, creds, subs))
             buf = bytearray()
             while b"PONG\r\n" not in buf:
                 buf += await s.receive_some(1 << 16)
@@ -413,11 +510,18 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
         cfg = b'{"name":"KV_B","subjects":["$KV.B.>"],"storage":"file","max_msgs_per_subject":1,"allow_direct":true}'
         with trio.fail_after(WIRE_TIMEOUT), tempfile.TemporaryDirectory() as store_dir:
             async with trio.open_nursery() as nursery:
-                server = await nursery.start(natserver.serve, natserver.Options(
-                    host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir))
+                if account:
+                    options = options_from_dict({"host": "127.0.0.1", "port": -1, "jetstream": {"store_dir": store_dir},
+                                                 "accounts": {"B": {"users": [{"user": "b", "password": "b"}],
+                                                                    "jetstream": "enabled"}}},
+                                                natserver.Options(quiet=True))
+                else:
+                    options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True,
+                                                store_dir=store_dir)
+                server = await nursery.start(natserver.serve, options)
                 s = await trio.open_tcp_stream("127.0.0.1", server.port)
-                await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nSUB _A.> 1\r\n'
-                                 b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (len(cfg), cfg))
+                await s.send_all(b'CONNECT {"verbose":false,"pedantic":false,"headers":true%s}\r\nSUB _A.> 1\r\n'
+                                 b"PUB $JS.API.STREAM.CREATE.KV_B _A.c %d\r\n%s\r\n" % (creds, len(cfg), cfg))
                 hdr = b"NATS/1.0\r\nX-K: v\r\n\r\n"
                 await s.send_all(b"PUB $KV.B.k1 _A.p 3\r\none\r\nPUB $KV.B.k2 _A.p 0\r\n\r\n"
                                  b"HPUB $KV.B.h1 _A.p %d %d\r\n%shdr\r\nPUB $KV.B.k1 _A.p 3\r\nuno\r\n"
@@ -425,24 +529,26 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                 buf = bytearray()
                 while buf.count(b'"seq":') < 4:
                     buf += await s.receive_some(1 << 16)
-                real, calls = Client.deliver_batch, []
+                sublist = next(iter(server.clients.values())).sublist  # (the account's)
+                assert (sublist is server.sublist) is not account
+                real, calls = Client.deliver_reply, []
 
-                def refuse(self, match_subject, msgs):
+                def refuse(self, subject, payload, hdr=None):
                     calls.append(False)
                     return False
 
-                def counted(self, match_subject, msgs):
-                    calls.append(real(self, match_subject, msgs))
+                def counted(self, subject, payload, hdr=None):
+                    calls.append(real(self, subject, payload, hdr))
                     return calls[-1]
 
                 answers, counts = [], []
                 for patch in (refuse, counted):
-                    monkeypatch.setattr(Client, "deliver_batch", patch)
-                    before = (server.out_msgs, server.out_bytes, server.sublist.matches)
+                    monkeypatch.setattr(Client, "deliver_reply", patch)
+                    before = (server.out_msgs, server.out_bytes, sublist.matches)
                     answers.append(await requesters(server.port))
                     counts.append((server.out_msgs - before[0], server.out_bytes - before[1],
-                                   server.sublist.matches - before[2]))
-                assert calls.count(True) == 4 * 7  # (found, to the 4 replies without a rule of their own)
+                                   sublist.matches - before[2]))
+                assert calls.count(True) == 3 * 7  # (found, to the 3 replies with one plain subscriber)
                 assert answers[0] == answers[1] and counts[0] == counts[1]
                 assert b"HMSG _R.1 1 " in answers[1] and b"\r\nuno\r\n" in answers[1]
                 assert b"MSG _P.x 1 3\r\nuno\r\n" in answers[1] and b"HMSG _P.x" not in answers[1]

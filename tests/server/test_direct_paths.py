@@ -1,8 +1,9 @@
 """The core's shortcuts for JetStream's acked publishes (issue 33) against the general path.
 
-* ``Client.deliver_reply`` (an ack written straight to its one subscriber) puts the same
-  bytes in every client's outbound list, with the same counters, stalls and auto-unsubscribes,
-  as ``Server.publish(..., flush=False)``, whatever subscribes to the subject;
+* ``Client.deliver_reply`` (an ack, or a direct get's answer with its headers, written straight
+  to its one subscriber) puts the same bytes in every client's outbound list, with the same
+  counters, stalls and auto-unsubscribes, as ``Server.publish(..., flush=False)``, whatever
+  subscribes to the subject (clients with and without headers);
 * a PUB whose one match is a server callback (``Client._process_ops``) reaches it, and gets
   its no-responders status, as through ``Client.publish`` (the general path a publish hook
   takes), whatever the callbacks answer and whoever else subscribes.
@@ -56,9 +57,11 @@ def reply_scenarios(draw):
         "subs": draw(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(PATTERNS),
                                         st.sampled_from([None, None, None, b"q"]), st.sampled_from([0, 0, 1, 2])),
                               max_size=4)),
+        # (with headers or not: a direct get's answer has some; -30..0: a big one with them)
         "acks": draw(st.lists(st.tuples(st.sampled_from(REPLIES),
                                         st.one_of(st.binary(max_size=40),
-                                                  st.integers(-1, 0).map(lambda d: b"p" * (BIG_PAYLOAD + d)))),
+                                                  st.integers(-30, 0).map(lambda d: b"p" * (BIG_PAYLOAD + d))),
+                                        st.sampled_from([None, None, b"NATS/1.0\r\nA: b\r\n\r\n"])),
                               min_size=1, max_size=12)),
         "stall_at": draw(st.sampled_from([1 << 40, 120])),
         "hooked": draw(st.sampled_from([False, False, False, True])),
@@ -85,9 +88,9 @@ def _run_replies(scenario, direct: bool) -> dict:
             clients[index]._process_unsub(Unsub(sid, max_msgs))
         subs.append((clients[index], sid))
     received: dict = {c.cid: [] for c in clients}
-    for reply, payload in scenario["acks"]:
-        if not direct or not internal.deliver_reply(reply, payload):
-            server.publish(reply, payload, flush=False)
+    for reply, payload, hdr in scenario["acks"]:
+        if not direct or not internal.deliver_reply(reply, payload, hdr):
+            server.publish(reply, payload, flush=False, headers=hdr)
         for client in clients:
             received[client.cid].extend(bytes(x) for x in client.out)
         received.setdefault("called", []).append(list(called))
