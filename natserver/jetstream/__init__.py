@@ -704,10 +704,12 @@ class JetStream:
         the write (and fsync) for file streams; in order either way."""
         acks = self._acks
         if not stream.ack_at_once or acks:
-            acks.append((stream, reply, payload))
+            acks.append((reply, payload, stream))
             # (acks waiting: the flusher was woken by the first, and takes them all at once)
             if len(acks) == 1 and not self._wake.is_set():
                 self._wake.set()
+        elif self.cluster is None:  # (as the flusher sends them: see _flush_round)
+            self.client.deliver_replies([(reply, payload, stream)], self.send)
         else:
             self.send(reply, payload)
 
@@ -746,16 +748,19 @@ class JetStream:
                     if not ok:
                         store.sync_failed()
                         failed.add(store)
+        # Not written: no ack (the publisher times out and retries). Looked at once a store.
+        unwritten = [store for store in {stream.store for _, _, stream in acks}
+                     if store in failed or store.werr is not None]
+        if unwritten:
+            acks = [ack for ack in acks if ack[2].store not in unwritten]
         send = self.send
-        # Most acks go to their publisher's inbox, its one subscriber: written there directly
-        # (Client.deliver_reply), else published. Not in a cluster (its system account's replies).
-        direct = self.client.deliver_reply if self.cluster is None else None
         try:
-            for stream, reply, payload in acks:
-                store = stream.store
-                if store in failed or getattr(store, "werr", None) is not None:
-                    continue  # not written: no ack (the publisher times out and retries)
-                if direct is None or not direct(reply, payload):
+            if self.cluster is None:
+                # Most acks go to their publisher's inbox, its one subscriber: written there
+                # directly (Client.deliver_replies), the others published.
+                self.client.deliver_replies(acks, send)
+            else:  # (a cluster's: its system account's replies)
+                for reply, payload, _ in acks:
                     send(reply, payload)
         finally:
             self.server.flush_touched()

@@ -4,7 +4,7 @@ when the start sequence matches (store.py), and the file store's read-ahead bloc
 (FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
 sequence when a replaced message leaves one (Store._remove), a publish without headers
-stored without the header checks (Stream.process_msg), a message read in place from the
+stored without the header checks (Stream.inbound), a message read in place from the
 read-ahead block (FileStore._load), and a direct get's answer written straight into the
 requester's buffer (DirectGets._answer, Client.deliver_batch)."""
 
@@ -298,7 +298,7 @@ def test_first_and_last_per_subject_after_replacements(kind, tmp_path):
             store.stop()
 
 
-# -- a publish without headers (Stream.process_msg's first branch) ---------------------------------
+# -- a publish without headers (Stream.inbound's short way) ------------------------------------
 
 
 class _StreamEngine:
@@ -357,7 +357,7 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
             stream.input_transform = _Identity()
         for turn, (subject, msg, reply, hdr) in enumerate(publishes):
             engine.turn = turn
-            stream.process_msg(subject, reply, hdr, msg)
+            (stream.process_msg if general else stream.inbound)(subject, reply, hdr, msg)
         store = stream.store
         stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
         results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
