@@ -154,8 +154,8 @@ class JetStream:
         self.streams_dir = os.path.join(self.store_dir, self.account_name or GLOBAL_ACCOUNT, "streams")
         self.max_memory = options.max_memory_store
         self.max_store = options.max_file_store
-        # over_limit's last sum, by kind: (usage, ADDED_BYTES then, when); dropped whenever
-        # self.streams changes
+        # over_limit's last sum, by kind: (the ADDED_BYTES up to which the usage is within the
+        # limit, that limit, when to sum again); dropped whenever self.streams changes
         self._usage_summed: dict[str, tuple[int, int, float]] = {}
         extra = _jetstream_extra(options)
         sync = None
@@ -668,21 +668,21 @@ class JetStream:
         lower the usage) is an upper bound until a stream is added or removed (which drops the
         sum), re-summed at least every USAGE_RESUM seconds all the same."""
         limit = self.max_memory if kind == "memory" else self.max_store
+        summed = self._usage_summed.get(kind)
+        # (the last sum plus what the stores added since is within the limit while ADDED_BYTES
+        # stays at most the sum's ceiling: limit - used + ADDED_BYTES then)
+        if summed is not None and ADDED_BYTES[kind] <= summed[0] and summed[1] == limit \
+                and clock.monotonic() < summed[2]:
+            return False
         if limit < 0:
             return False
         added = ADDED_BYTES[kind]
-        now = clock.monotonic()
-        summed = self._usage_summed.get(kind)
-        if summed is not None:
-            used, added_then, at = summed
-            if used + added - added_then <= limit and now - at < USAGE_RESUM:
-                return False
         used = 0
         for stream in self.streams.values():  # (a loop: no generator frame per message)
             store = stream.store
             if store.kind == kind:
                 used += store.bytes
-        self._usage_summed[kind] = (used, added, now)
+        self._usage_summed[kind] = (limit - used + added, limit, clock.monotonic() + USAGE_RESUM)
         return used > limit
 
     # -- acks and writes ----------------------------------------------------------------------
