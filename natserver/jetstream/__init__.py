@@ -154,8 +154,8 @@ class JetStream:
         self.streams_dir = os.path.join(self.store_dir, self.account_name or GLOBAL_ACCOUNT, "streams")
         self.max_memory = options.max_memory_store
         self.max_store = options.max_file_store
-        # over_limit's last sum, by kind: (usage, ADDED_BYTES then, when); dropped whenever
-        # self.streams changes
+        # over_limit's last sum, by kind: (the ADDED_BYTES up to which the usage is within the
+        # limit, that limit, when to sum again); dropped whenever self.streams changes
         self._usage_summed: dict[str, tuple[int, int, float]] = {}
         extra = _jetstream_extra(options)
         sync = None
@@ -668,21 +668,21 @@ class JetStream:
         lower the usage) is an upper bound until a stream is added or removed (which drops the
         sum), re-summed at least every USAGE_RESUM seconds all the same."""
         limit = self.max_memory if kind == "memory" else self.max_store
+        summed = self._usage_summed.get(kind)
+        # (the last sum plus what the stores added since is within the limit while ADDED_BYTES
+        # stays at most the sum's ceiling: limit - used + ADDED_BYTES then)
+        if summed is not None and ADDED_BYTES[kind] <= summed[0] and summed[1] == limit \
+                and clock.monotonic() < summed[2]:
+            return False
         if limit < 0:
             return False
         added = ADDED_BYTES[kind]
-        now = clock.monotonic()
-        summed = self._usage_summed.get(kind)
-        if summed is not None:
-            used, added_then, at = summed
-            if used + added - added_then <= limit and now - at < USAGE_RESUM:
-                return False
         used = 0
         for stream in self.streams.values():  # (a loop: no generator frame per message)
             store = stream.store
             if store.kind == kind:
                 used += store.bytes
-        self._usage_summed[kind] = (used, added, now)
+        self._usage_summed[kind] = (limit - used + added, limit, clock.monotonic() + USAGE_RESUM)
         return used > limit
 
     # -- acks and writes ----------------------------------------------------------------------
@@ -704,10 +704,12 @@ class JetStream:
         the write (and fsync) for file streams; in order either way."""
         acks = self._acks
         if not stream.ack_at_once or acks:
-            acks.append((stream, reply, payload))
+            acks.append((reply, payload, None, stream))  # (deliver_replies: no headers)
             # (acks waiting: the flusher was woken by the first, and takes them all at once)
             if len(acks) == 1 and not self._wake.is_set():
                 self._wake.set()
+        elif self.cluster is None:  # (as the flusher sends them: see _flush_round)
+            self.client.deliver_replies([(reply, payload, None, stream)], self.send)
         else:
             self.send(reply, payload)
 
@@ -746,16 +748,19 @@ class JetStream:
                     if not ok:
                         store.sync_failed()
                         failed.add(store)
+        # Not written: no ack (the publisher times out and retries). Looked at once a store.
+        unwritten = [store for store in {stream.store for _, _, _, stream in acks}
+                     if store in failed or store.werr is not None]
+        if unwritten:
+            acks = [ack for ack in acks if ack[3].store not in unwritten]
         send = self.send
-        # Most acks go to their publisher's inbox, its one subscriber: written there directly
-        # (Client.deliver_reply), else published. Not in a cluster (its system account's replies).
-        direct = self.client.deliver_reply if self.cluster is None else None
         try:
-            for stream, reply, payload in acks:
-                store = stream.store
-                if store in failed or getattr(store, "werr", None) is not None:
-                    continue  # not written: no ack (the publisher times out and retries)
-                if direct is None or not direct(reply, payload):
+            if self.cluster is None:
+                # Most acks go to their publisher's inbox, its one subscriber: written there
+                # directly (Client.deliver_replies), the others published.
+                self.client.deliver_replies(acks, send)
+            else:  # (a cluster's: its system account's replies)
+                for reply, payload, _, _ in acks:
                     send(reply, payload)
         finally:
             self.server.flush_touched()

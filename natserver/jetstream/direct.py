@@ -527,17 +527,18 @@ class DirectGets:
         return hdr
 
     def _send_one(self, reply, hdr: bytes | None, data: bytes) -> None:
-        # One message to the requester's inbox: straight into its buffer (Client.deliver_reply:
+        # One message to the requester's inbox: straight into its buffer (Client.deliver_replies:
         # one plain subscription of a client, as the publish would deliver it), where js.send
-        # went through the server's whole publish; anything deliver_reply does not take
+        # went through the server's whole publish; anything deliver_replies does not take
         # (several subscribers, queue groups, callbacks, auto-unsubscribe, routes, a big
         # message, a publish hook) and the cluster's way of sending: js.send. An account's
         # publish is its internal client's (js.client) as $G's is the server's, but for its
         # guard against import cycles: inside an import (a depth), js.send.
         js = self.js
-        if js.cluster is not None or (js.account is not None and js.server._import_depth) \
-                or not js.client.deliver_reply(reply, data, hdr):
+        if js.cluster is not None or (js.account is not None and js.server._import_depth):
             js.send(reply, data, hdr)
+        else:
+            js.client.deliver_replies([(reply, data, hdr, None)], js.send)
 
     def _multi(self, stream, req: dict, reply) -> None:
         """getDirectMulti: the last message of each subject matching multi_last, up to

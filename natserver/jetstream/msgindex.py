@@ -234,16 +234,17 @@ class MsgIndex:
     def add(self, seq: int, subj: bytes, ts: int, seg: int, off: int, size: int) -> None:
         """Index a message; sequences only grow (a gap is filled with DEAD positions)."""
         n = len(self.sid)
-        if not self.live:
-            if n:
-                self._clear_arrays()
-                n = 0
-            self.base = seq
-        i = seq - self.base
-        if i < n:
-            raise ValueError(f"sequence {seq} is not after the last one indexed")
-        if i > n:
-            self._pad(i - n)
+        if seq - self.base != n or not self.live:  # (most often: the next position, indexed)
+            if not self.live:
+                if n:
+                    self._clear_arrays()
+                    n = 0
+                self.base = seq
+            i = seq - self.base
+            if i < n:
+                raise ValueError(f"sequence {seq} is not after the last one indexed")
+            if i > n:
+                self._pad(i - n)
         sid = self.sid_of.get(subj)
         if sid is None:
             sid = self.intern(subj)

@@ -130,6 +130,9 @@ class Store:
     # memory store refuses when the replaced message is smaller, the file store when it is
     # smaller or equal.
     _replace_equal_refused = False
+    # The error of the last failed write (the file store's; a memory store never has one): a
+    # class attribute, so that the flusher reads it of any store without getattr.
+    werr: OSError | None = None
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
@@ -193,20 +196,19 @@ class Store:
         if ss is not None:
             subj = ss[3]
         # First the bytes (a file store that can not write raises StoreWriteError here,
-        # before anything changed), then the index.
-        entry = self._append(seq, ts, subj, hdr, msg)
+        # before anything changed), then the index (both in _append: one call), then the rest.
+        size = self._append(seq, ts, subj, hdr, msg)
         if ss is None:
             ss = fss[subj] = [1, seq, seq, subj]
         else:
             ss[0] += 1
             ss[2] = seq
-        self.idx[seq] = entry
         if not self.msgs:
             self.first_seq = seq
             self.first_ts = ts
         self.msgs += 1
-        self.bytes += entry[2]
-        ADDED_BYTES[self.kind] += entry[2]
+        self.bytes += size
+        ADDED_BYTES[self.kind] += size
         self.last_seq = seq
         self.last_ts = ts
         if ttl:
@@ -635,7 +637,9 @@ class Store:
     def _new_index(self):
         return DictIndex()
 
-    def _append(self, seq: int, ts: int, subj: bytes, hdr: bytes, msg: bytes) -> tuple:
+    def _append(self, seq: int, ts: int, subj: bytes, hdr: bytes, msg: bytes) -> int:
+        """Write a message (or raise StoreWriteError, nothing changed) and index it under
+        ``seq``; returns its size (what it counts in ``bytes``)."""
         raise NotImplementedError
 
     def _read(self, seq: int, entry: tuple) -> tuple[bytes, bytes] | None:
@@ -657,7 +661,9 @@ class MemoryStore(Store):
     kind = "memory"
 
     def _append(self, seq, ts, subj, hdr, msg):
-        return (subj, ts, self.msg_size(subj, hdr, msg), hdr, msg)
+        size = self.msg_size(subj, hdr, msg)
+        self.idx[seq] = (subj, ts, size, hdr, msg)
+        return size
 
     @staticmethod
     def msg_size(subj: bytes, hdr: bytes, msg: bytes) -> int:
@@ -1909,7 +1915,10 @@ class FileStore(Store):
         self.live[seg] += 1
         if hl:
             self.active_hdrs.append(seq)
-        return (subj, ts, 30 + sl + ml + (4 + hl if hl else 0), seg, offset)  # (_msg_size, inline)
+        size = total - 1 if hl else total - 5  # (_msg_size: see _record)
+        # (the index's own method: its __setitem__ would cost a slot call and an entry tuple)
+        self.idx.add(seq, subj, ts, seg, offset, size)
+        return size
 
     def remove_msg(self, seq: int, erase: bool = False) -> bool:
         # nats-server's file store: errors outside [first, last] (false for a gap inside).

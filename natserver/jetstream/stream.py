@@ -1003,9 +1003,17 @@ class Stream:
 
     def inbound(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message published on one of the stream's subjects: a fast batch's (its reply
-        ends in ``.$FI``, fastbatch.py) or a plain one."""
+        ends in ``.$FI``, fastbatch.py) or a plain one (process_msg)."""
         if reply and reply.endswith(fastbatch.SUFFIX):
             fastbatch.publish(self, subject, reply, hdr, msg)
+            return
+        cfg = self.cfg
+        if not hdr and self.input_transform is None and not cfg.sealed and not cfg.allow_msg_counter \
+                and not 0 <= cfg.max_msg_size < len(msg) and not self.engine.over_limit(self.store.kind):
+            # A message without headers on a plain stream: of process_msg's checks only the
+            # size and the account's limits apply (a refusal: process_msg answers it). Here,
+            # not in process_msg: one call less a publish.
+            self.store_checked(subject, reply, b"", msg, clock.now_ns(), None, b"", b"", None)
         else:
             self.process_msg(subject, reply, hdr, msg)
 
@@ -1083,12 +1091,6 @@ class Stream:
         """A message on one of the stream's subjects (called synchronously by the server);
         ``scheduled``: one a schedule fired (schedule.py), its headers the server's own."""
         cfg = self.cfg
-        if not hdr and self.input_transform is None and not cfg.sealed and not cfg.allow_msg_counter:
-            # A message without headers on a plain stream: of the checks below only the size
-            # and the account's limits apply (a refusal: the general path answers it).
-            if not 0 <= cfg.max_msg_size < len(msg) and not self.engine.over_limit(self.store.kind):
-                self.store_checked(subject, reply, b"", msg, clock.now_ns(), None, b"", b"", None)
-                return
         if hdr and not scheduled and batch.BATCH_ID in hdr:
             batch_id = get_header(batch.BATCH_ID, hdr)
             if batch_id:  # an atomic batch's message (batch.py): staged, or the commit
@@ -1272,10 +1274,11 @@ class Stream:
         self.lmsgid = msg_id
         if msg_id:
             self._store_msg_id(msg_id, seq, now)
-        if rollup == b"sub":
-            self.purge_consumers(subject, store.purge_ex(subject, 0, 1))
-        elif rollup == b"all":
-            self.purge_consumers(b"", store.purge_ex(b"", 0, 1))
+        if rollup:  # (most messages have none: no comparisons)
+            if rollup == b"sub":
+                self.purge_consumers(subject, store.purge_ex(subject, 0, 1))
+            elif rollup == b"all":
+                self.purge_consumers(b"", store.purge_ex(b"", 0, 1))
         if hdr and _SCHEDULE_HEADERS in hdr:
             self._scheduled(seq, subject, hdr, now)
         elif self.scheduler is not None and subject in self.scheduler.schedules:

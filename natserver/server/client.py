@@ -1161,58 +1161,95 @@ class Client:
         server.out_bytes += out_bytes
         return True
 
-    def deliver_reply(self, subject: bytes, payload: bytes, hdr: bytes | None = None) -> bool:
-        """What ``Server.publish(subject, payload, flush=False, headers=hdr)`` (or an account's
-        publish) does for a small message without reply (a JetStream publish's ack, a direct
-        get's answer with its headers), done here
-        without its layers when ``subject`` has one subscriber and it is a plain subscription
-        of another client (a publisher's own inbox): no queue group, auto-unsubscribe,
-        permission filter or callback, no publish hook or peer server. Otherwise nothing is
-        done and False returned: the caller publishes. Part of the core's interface."""
+    def deliver_replies(self, replies: list, publish: Callable[..., object]) -> None:
+        """For each ``(subject, payload, hdr, tag)`` of ``replies`` in turn (``hdr``: headers or
+        None; the tag is the caller's, not looked at: a JetStream ack's stream), what
+        ``Server.publish(subject, payload, flush=False, headers=hdr)`` (or an account's
+        publish) does for a small message without reply (a JetStream ack, a direct get's
+        answer): done here without its layers when ``subject`` has one subscriber and it is a
+        plain subscription of another client (a publisher's own inbox): no queue group,
+        auto-unsubscribe, permission filter or callback, no publish hook or peer server;
+        anything else is given to ``publish(subject, payload, hdr)`` at its turn. One call a
+        round of acks: the lookups and the server's counts are added up once, and a run of
+        replies to one client (a publisher's window of acks, whatever their subjects) goes to
+        its outbound list as one piece with its counts when the run ends (another client, a
+        reply published, a stall mark passed, the last reply). Part of the core's interface."""
         server = self.server
-        if server.publish_slow:
-            return False
         sublist = self.sublist
-        cache = sublist.cache
-        cached = cache.get(subject) if cache is not None else None
-        missed = cached is None
-        # (a miss counted below: once, as publish counts it)
-        result = sublist.match_uncached(subject) if cached is None else cached
-        psubs = result.psubs
-        size = len(payload)
-        hl = len(hdr) if hdr else 0
-        if len(psubs) != 1 or result.qsubs or psubs[0].limited or psubs[0].client is self \
-                or size + hl >= BIG_PAYLOAD:
-            # publish matches it again, and finds it cached now: its miss is counted here.
-            if missed and cache is not None:
-                sublist.misses += 1
-            return False
-        sublist.matches += 1
-        sublist.misses += missed
-        sub = psubs[0]
-        client = sub.client
-        plan = result.plan
-        if plan is None:
-            plan = _make_plan(result, subject)
-        if hl and client.headers:  # (as _route: an HMSG, the sizes counting the headers)
-            size += hl
-            data = b"H%s%d %d\r\n%s%s\r\n" % (plan[0][2], hl, size, hdr, payload)
-        else:  # (the bytes _route's simple loop makes, and a client without headers gets)
-            data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
-        sub.delivered += 1
-        out = client.out
-        if not out:  # a non-empty list is already due to be flushed
-            server.touched.add(client)
-        out.append(data)
-        pending = client.pending + len(data)
-        client.pending = pending
-        client.out_msgs += 1
-        client.out_bytes += size
-        server.out_msgs += 1
-        server.out_bytes += size
-        if pending > client._stall_at:
-            self._over_stall_mark(client)
-        return True
+        matches = misses = n_out = out_bytes = 0
+        run: Client | None = None  # the client of the run, its MSG bytes, its payloads' bytes
+        pieces: list[bytes] = []
+        run_bytes = pending = 0
+        try:
+            for subject, payload, hdr, _ in replies:
+                if server.publish_slow:  # (a publish hook or a peer server: publish's own way)
+                    pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    publish(subject, payload, hdr)
+                    continue
+                cache = sublist.cache
+                cached = cache.get(subject) if cache is not None else None
+                missed = cached is None
+                # (a miss counted below: once, as publish counts it)
+                result = sublist.match_uncached(subject) if cached is None else cached
+                psubs = result.psubs
+                size = len(payload)
+                hl = len(hdr) if hdr else 0
+                if len(psubs) != 1 or result.qsubs or psubs[0].limited \
+                        or psubs[0].client is self or size + hl >= BIG_PAYLOAD:
+                    # publish matches it again, and finds it cached now: its miss is counted here.
+                    if missed and cache is not None:
+                        misses += 1
+                    pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    publish(subject, payload, hdr)
+                    continue
+                matches += 1
+                misses += missed
+                sub = psubs[0]
+                client = sub.client
+                if client is not run:
+                    pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    run = client
+                    pending = client.pending
+                plan = result.plan
+                if plan is None:
+                    plan = _make_plan(result, subject)
+                if hl and client.headers:  # (as _route: an HMSG, the sizes counting the headers)
+                    size += hl
+                    data = b"H%s%d %d\r\n%s%s\r\n" % (plan[0][2], hl, size, hdr, payload)
+                else:  # (the bytes _route's simple loop makes, and a client without headers gets)
+                    data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
+                sub.delivered += 1
+                pieces.append(data)
+                run_bytes += size
+                n_out += 1
+                out_bytes += size
+                pending += len(data)
+                if pending > client._stall_at:
+                    pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    self._over_stall_mark(client)
+                    pending = client.pending
+        finally:
+            self._end_run(run, pieces, run_bytes)
+            sublist.matches += matches
+            sublist.misses += misses
+            server.out_msgs += n_out
+            server.out_bytes += out_bytes
+
+    def _end_run(self, client: Client | None, pieces: list[bytes], size: int) -> tuple[list[bytes], int]:
+        """A run of deliver_replies' MSGs for ``client`` queued in one piece, counted as that
+        many messages of ``size`` payload bytes; returns a new run's (no pieces, no bytes)."""
+        if pieces:
+            assert client is not None
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            out = client.out
+            if not out:  # a non-empty list is already due to be flushed
+                self.server.touched.add(client)
+            out.append(data)
+            client.pending += len(data)
+            client.out_msgs += len(pieces)
+            client.out_bytes += size
+            return [], 0
+        return pieces, 0
 
     def has_interest(self, subject: bytes) -> bool:
         """Whether anyone, here or (through the forwarder) on a peer server, listens on

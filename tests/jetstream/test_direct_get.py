@@ -399,7 +399,8 @@ class _FakeEngine:
         self.flushes = 0
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 * 1024 * 1024),
                                       flush_touched=self._flush, publish_slow=False)
-        self.client = SimpleNamespace(deliver_reply=lambda subject, payload, hdr=None: False)
+        self.client = SimpleNamespace(
+            deliver_replies=lambda replies, publish: [publish(s, p, h) for s, p, h, _ in replies])
         self.account = self.cluster = None
 
     def _flush(self) -> None:

@@ -4,9 +4,9 @@ when the start sequence matches (store.py), and the file store's read-ahead bloc
 (FileStore._read_ahead) after erases, removals and new segments, a KV get's answer without
 decoding a request (api.Api.handle, direct.DirectGets.last), a subject's first and last
 sequence when a replaced message leaves one (Store._remove), a publish without headers
-stored without the header checks (Stream.process_msg), a message read in place from the
+stored without the header checks (Stream.inbound), a message read in place from the
 read-ahead block (FileStore._load), a direct get's answer written straight into the
-requester's buffer (DirectGets._answer, Client.deliver_reply), a KV get answered again
+requester's buffer (DirectGets._answer, Client.deliver_replies), a KV get answered again
 from the answers kept (direct.Answers), and the expired acks found without a copy of all of
 pending (Consumer.expire_acks)."""
 
@@ -236,7 +236,8 @@ class _Engine:
         self.server = SimpleNamespace(options=SimpleNamespace(max_pending=64 << 20), publish_slow=False)
         # (its client delivers nothing itself, so every answer goes through send: the direct
         # delivery into the requester's buffer is compared on the wire below)
-        self.client = SimpleNamespace(deliver_reply=lambda subject, payload, hdr=None: False)
+        self.client = SimpleNamespace(
+            deliver_replies=lambda replies, publish: [publish(s, p, h) for s, p, h, _ in replies])
         self.account = self.cluster = None
         self.sent: list = []
 
@@ -389,7 +390,7 @@ def test_first_and_last_per_subject_after_replacements(kind, tmp_path):
             store.stop()
 
 
-# -- a publish without headers (Stream.process_msg's first branch) ---------------------------------
+# -- a publish without headers (Stream.inbound's short way) ------------------------------------
 
 
 class _StreamEngine:
@@ -448,7 +449,7 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
             stream.input_transform = _Identity()
         for turn, (subject, msg, reply, hdr) in enumerate(publishes):
             engine.turn = turn
-            stream.process_msg(subject, reply, hdr, msg)
+            (stream.process_msg if general else stream.inbound)(subject, reply, hdr, msg)
         store = stream.store
         stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
         results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
@@ -462,13 +463,13 @@ WIRE_TIMEOUT = 20  # s, the wire test's bound
 
 @pytest.mark.parametrize("account", [False, True])
 def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch, account):
-    """DirectGets._answer delivers a found message through Client.deliver_reply, not the
+    """DirectGets._answer delivers a found message through Client.deliver_replies, not the
     server's publish: the same bytes reach every kind of requester (header-aware and not, a
     wildcard inbox, two subscribers on one inbox, one with auto-unsubscribe, a queue group:
     the last three refused there and published), for KV gets and JSON gets (no_hdr, a stored
     header, a missing key), with the same message and byte counts and the same number of
     subject lookups (a refused answer's lookup counted once, by its publish), as when
-    deliver_reply refuses everything (every answer through js.send); in $G and in an account
+    deliver_replies refuses everything (every answer through js.send); in $G and in an account
     of its own (whose publish is its internal client's)."""
     from natserver.config.mapping import options_from_dict
     from natserver.server.client import Client
@@ -531,19 +532,21 @@ def test_a_direct_get_answer_delivered_directly_is_the_publish_of_it(monkeypatch
                     buf += await s.receive_some(1 << 16)
                 sublist = next(iter(server.clients.values())).sublist  # (the account's)
                 assert (sublist is server.sublist) is not account
-                real, calls = Client.deliver_reply, []
+                real, calls = Client.deliver_replies, []
 
-                def refuse(self, subject, payload, hdr=None):
-                    calls.append(False)
-                    return False
+                def refuse(self, replies, publish):
+                    for subject, payload, hdr, _ in replies:
+                        calls.append(False)
+                        publish(subject, payload, hdr)
 
-                def counted(self, subject, payload, hdr=None):
-                    calls.append(real(self, subject, payload, hdr))
-                    return calls[-1]
+                def counted(self, replies, publish):
+                    published: list = []
+                    real(self, replies, lambda *msg: (published.append(msg), publish(*msg)))
+                    calls.extend([True] * (len(replies) - len(published)) + [False] * len(published))
 
                 answers, counts = [], []
                 for patch in (refuse, counted):
-                    monkeypatch.setattr(Client, "deliver_reply", patch)
+                    monkeypatch.setattr(Client, "deliver_replies", patch)
                     before = (server.out_msgs, server.out_bytes, sublist.matches)
                     answers.append(await requesters(server.port))
                     counts.append((server.out_msgs - before[0], server.out_bytes - before[1],

@@ -1,9 +1,10 @@
 """The core's shortcuts for JetStream's acked publishes (issue 33) against the general path.
 
-* ``Client.deliver_reply`` (an ack, or a direct get's answer with its headers, written straight
-  to its one subscriber) puts the same bytes in every client's outbound list, with the same
-  counters, stalls and auto-unsubscribes, as ``Server.publish(..., flush=False)``, whatever
-  subscribes to the subject (clients with and without headers);
+* ``Client.deliver_replies`` (a round of acks, or a direct get's answer with its headers, each
+  written straight to its one subscriber when it can) puts the same bytes in every client's
+  outbound list, with the same counters, stalls and auto-unsubscribes, as
+  ``Server.publish(..., flush=False)`` of each, whatever subscribes to the subjects (clients
+  with and without headers);
 * a PUB whose one match is a server callback (``Client._process_ops``) reaches it, and gets
   its no-responders status, as through ``Client.publish`` (the general path a publish hook
   takes), whatever the callbacks answer and whoever else subscribes.
@@ -65,6 +66,7 @@ def reply_scenarios(draw):
                               min_size=1, max_size=12)),
         "stall_at": draw(st.sampled_from([1 << 40, 120])),
         "hooked": draw(st.sampled_from([False, False, False, True])),
+        "rounds": draw(st.integers(1, 3)),  # (the acks in this many calls of deliver_replies)
     }
 
 
@@ -88,30 +90,44 @@ def _run_replies(scenario, direct: bool) -> dict:
             clients[index]._process_unsub(Unsub(sid, max_msgs))
         subs.append((clients[index], sid))
     received: dict = {c.cid: [] for c in clients}
-    for reply, payload, hdr in scenario["acks"]:
-        if not direct or not internal.deliver_reply(reply, payload, hdr):
-            server.publish(reply, payload, flush=False, headers=hdr)
-        for client in clients:
-            received[client.cid].extend(bytes(x) for x in client.out)
+    acks = scenario["acks"]
+    step = -(-len(acks) // scenario["rounds"])
+    for start in range(0, len(acks), step):
+        acks_round = acks[start:start + step]
+        if direct:
+            internal.deliver_replies([(reply, payload, hdr, None) for reply, payload, hdr in acks_round],
+                                     lambda reply, payload, hdr: server.publish(reply, payload, flush=False,
+                                                                                headers=hdr))
+        else:
+            for reply, payload, hdr in acks_round:
+                server.publish(reply, payload, flush=False, headers=hdr)
+        for client in clients:  # (the bytes on the wire: how they are cut into pieces may differ)
+            received[client.cid].append(b"".join(bytes(x) for x in client.out))
         received.setdefault("called", []).append(list(called))
     return _outcome(server, clients, received, subs)
 
 
 @settings(max_examples=400, deadline=None)
 @given(reply_scenarios())
-def test_deliver_reply_delivers_what_publish_delivers(scenario):
+def test_deliver_replies_delivers_what_publish_delivers(scenario):
     assert _run_replies(scenario, True) == _run_replies(scenario, False)
 
 
-def test_deliver_reply_takes_the_common_case():
+def test_deliver_replies_takes_the_common_case():
     """It is used: an inbox with one plain subscriber, a wildcard one as nats.go's."""
     server = Server(quiet=True)
     (client,) = _clients(server, 1, 1 << 40)
     client._process_sub(Sub(b"_INBOX.a.*", None, b"7"))
-    assert server.internal_client.deliver_reply(b"_INBOX.a.3", b'{"stream":"S","seq":1}')
-    assert client.out == [b'MSG _INBOX.a.3 7 22\r\n{"stream":"S","seq":1}\r\n']
+    published: list = []
+    acks = [(b"_INBOX.a.3", b'{"stream":"S","seq":1}', None, None),
+            (b"_INBOX.a.4", b'{"stream":"S","seq":2}', None, None)]
+    server.internal_client.deliver_replies(acks, lambda *msg: published.append(msg))
+    assert client.out == [b'MSG _INBOX.a.3 7 22\r\n{"stream":"S","seq":1}\r\n'  # (one piece)
+                          b'MSG _INBOX.a.4 7 22\r\n{"stream":"S","seq":2}\r\n'] and not published
+    assert (client.out_msgs, client.out_bytes, client.pending) == (2, 44, len(client.out[0]))
     client._process_sub(Sub(b">", None, b"8"))  # two subscribers: left to publish
-    assert not server.internal_client.deliver_reply(b"_INBOX.a.3", b"x")
+    server.internal_client.deliver_replies([(b"_INBOX.a.3", b"x", None, None)], lambda *msg: published.append(msg))
+    assert published == [(b"_INBOX.a.3", b"x", None)]
 
 
 @st.composite
