@@ -1207,7 +1207,8 @@ class Client:
                 sub = psubs[0]
                 client = sub.client
                 if client is not run:
-                    pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    if pieces:
+                        pieces, run_bytes = self._end_run(run, pieces, run_bytes)
                     run = client
                     pending = client.pending
                 plan = result.plan
@@ -1229,7 +1230,8 @@ class Client:
                     self._over_stall_mark(client)
                     pending = client.pending
         finally:
-            self._end_run(run, pieces, run_bytes)
+            if pieces:
+                self._end_run(run, pieces, run_bytes)
             sublist.matches += matches
             sublist.misses += misses
             server.out_msgs += n_out
