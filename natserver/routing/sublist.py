@@ -163,12 +163,22 @@ _LITERAL = 0
 _ONE = 1  # *
 _REST = 2  # >
 
+# How a match makes a shape's key from a subject (_Shape.join): the one token ``pick`` gives,
+# the tokens ``pick`` gives joined by dots, or, for a shape of literals then one ``*`` (the
+# inboxes nats clients subscribe to: ``_INBOX.<id>.*``), the subject before its last dot: the
+# same bytes from one C call, where itemgetter and join are two and a tuple (~500 instructions
+# of each miss on such a subscription, issue 33).
+_KEY_TOKEN = 0
+_KEY_JOINED = 1
+_KEY_HEAD = 2
+
 
 class _Shape:
     """The subscribed subjects of one shape: key -> node. The key is the subject's tokens at
     the shape's literal positions, joined by dots (bytes: one object to compare, where a tuple
     is one plus one per token); ``pick`` takes them from a token list, None means all of them
-    (the subject itself), and ``join`` says whether ``pick`` gives several."""
+    (the subject itself), and ``join`` says how a match makes the key: _KEY_TOKEN, _KEY_JOINED
+    or _KEY_HEAD."""
 
     __slots__ = ("kinds", "pick", "join", "nodes")
 
@@ -177,7 +187,9 @@ class _Shape:
     def __init__(self, kinds: tuple) -> None:
         self.kinds = kinds
         literal = [i for i, kind in enumerate(kinds) if kind == _LITERAL]
-        self.join = len(literal) > 1
+        self.join = _KEY_TOKEN if len(literal) < 2 else _KEY_JOINED
+        if len(literal) > 1 and kinds == (_LITERAL,) * len(literal) + (_ONE,):
+            self.join = _KEY_HEAD
         if len(literal) == len(kinds):
             self.pick = None
         elif literal:
@@ -468,6 +480,8 @@ class Sublist:
                 for pick, join, nodes in shapes:
                     if pick is None:
                         node = nodes.get(subject)
+                    elif join == _KEY_HEAD:
+                        node = nodes.get(subject.rpartition(b".")[0])
                     elif join:
                         node = nodes.get(b".".join(pick(tokens)))
                     else:

@@ -613,3 +613,18 @@ def test_miss_results_read_as_the_walks(subs, subjects):
 
 def test_oneshot_heads_are_the_prefixes_first_bytes():
     assert sublist_mod._ONESHOT_HEADS == {prefix[0] for prefix in sublist_mod.ONESHOT_PREFIXES}
+
+
+def test_inbox_shape_keys_by_the_subject_head():
+    # Literals then one "*": the key is the subject before its last dot (_KEY_HEAD), the same
+    # bytes as the literal tokens joined, so insert, remove and match agree.
+    sl = Sublist(cache=False)
+    inbox, other = FakeSub("_INBOX.abc.*", name="inbox"), FakeSub("_INBOX.abd.*", name="other")
+    sl.insert(inbox)
+    sl.insert(other)
+    (shape,) = sl._shapes.values()
+    assert shape.join == sublist_mod._KEY_HEAD
+    assert [sub.name for sub in sl.match(b"_INBOX.abc.7").psubs] == ["inbox"]
+    assert [sub.name for sub in sl.match(b"_INBOX.abd.*").psubs] == ["other"]
+    assert not sl.match(b"_INBOX.abc.7.8").psubs and not sl.match(b"_INBOX.abc").psubs
+    assert sl.remove(inbox) and not sl.match(b"_INBOX.abc.7").psubs
