@@ -45,6 +45,10 @@ _FWC = b">"
 # a consumer's acks do not fill the cache and evict the subjects that are published again
 # (issue 33: before, every ack inserted an entry that was never hit).
 ONESHOT_PREFIXES = (b"$JS.ACK.",)
+# Their first bytes (as ints): testing a subject's first byte against them costs a fraction of
+# startswith with a tuple, which parses its arguments the slow way (~600 instructions a miss).
+# Tests that empty ONESHOT_PREFIXES leave this as it is: startswith(()) is False anyway.
+_ONESHOT_HEADS = frozenset(prefix[0] for prefix in ONESHOT_PREFIXES)
 
 
 def is_valid_subject(subject: bytes) -> bool:
@@ -113,8 +117,16 @@ class SublistResult:
         return len(self.psubs) + sum(len(group) for group in self.qsubs)
 
 
+class _PlainResult(SublistResult):
+    """A result without queue groups, as a cache miss makes most: its type's call runs no
+    Python ``__init__`` (object's own, in C), which costs less than ``object.__new__`` called
+    as a function (~200 instructions of a miss, issue 33). The caller fills the slots."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+
+
 EMPTY_RESULT = SublistResult([], [])
-_new_result = object.__new__
 
 
 class _Node:
@@ -151,12 +163,22 @@ _LITERAL = 0
 _ONE = 1  # *
 _REST = 2  # >
 
+# How a match makes a shape's key from a subject (_Shape.join): the one token ``pick`` gives,
+# the tokens ``pick`` gives joined by dots, or, for a shape of literals then one ``*`` (the
+# inboxes nats clients subscribe to: ``_INBOX.<id>.*``), the subject before its last dot: the
+# same bytes from one C call, where itemgetter and join are two and a tuple (~500 instructions
+# of each miss on such a subscription, issue 33).
+_KEY_TOKEN = 0
+_KEY_JOINED = 1
+_KEY_HEAD = 2
+
 
 class _Shape:
     """The subscribed subjects of one shape: key -> node. The key is the subject's tokens at
     the shape's literal positions, joined by dots (bytes: one object to compare, where a tuple
     is one plus one per token); ``pick`` takes them from a token list, None means all of them
-    (the subject itself), and ``join`` says whether ``pick`` gives several."""
+    (the subject itself), and ``join`` says how a match makes the key: _KEY_TOKEN, _KEY_JOINED
+    or _KEY_HEAD."""
 
     __slots__ = ("kinds", "pick", "join", "nodes")
 
@@ -165,7 +187,9 @@ class _Shape:
     def __init__(self, kinds: tuple) -> None:
         self.kinds = kinds
         literal = [i for i, kind in enumerate(kinds) if kind == _LITERAL]
-        self.join = len(literal) > 1
+        self.join = _KEY_TOKEN if len(literal) < 2 else _KEY_JOINED
+        if len(literal) > 1 and kinds == (_LITERAL,) * len(literal) + (_ONE,):
+            self.join = _KEY_HEAD
         if len(literal) == len(kinds):
             self.pick = None
         elif literal:
@@ -430,24 +454,34 @@ class Sublist:
     def match_uncached(self, subject: bytes) -> SublistResult:
         """``match`` for a subject known not to be in the cache, which it then enters, without
         touching the counters. The publish hot path looks ``cache`` up itself and counts its
-        lookups and misses in bulk (``matches``, ``misses``), a chunk at a time."""
+        lookups and misses in bulk (``matches``, ``misses``), a chunk at a time.
+
+        Every nats.go request's reply subject (``_INBOX.<id>.<n>``) comes here once, so each
+        step counts (issue 33): nothing is made that the result does not keep (no list or
+        dict for the shapes' lookups unless a node has queue groups) and the checks are the
+        cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
         tokens = subject.split(b".")
         if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
             result = EMPTY_RESULT
         else:
             psubs: list | tuple
-            psubs = []
-            qsubs: dict = {}
+            qsubs: dict | None
             n = len(tokens)
             shapes: tuple | None | Literal[False] = self._by_length.get(n, False)
             if shapes is False:
                 shapes = self._shapes_for(n)
             if shapes is None:
+                psubs = []
+                qsubs = {}
                 _match_level(self._root, tokens, 0, psubs, qsubs)
             else:
+                psubs = ()
+                qsubs = None
                 for pick, join, nodes in shapes:
                     if pick is None:
                         node = nodes.get(subject)
+                    elif join == _KEY_HEAD:
+                        node = nodes.get(subject.rpartition(b".")[0])
                     elif join:
                         node = nodes.get(b".".join(pick(tokens)))
                     else:
@@ -460,21 +494,23 @@ class Sublist:
                         # to make now and free at the next cache sweep (results are read-only).
                         psubs = plain if not psubs else (*psubs, *plain)
                         if node.queued:
+                            if qsubs is None:
+                                qsubs = {}
                             _add_queues(node, qsubs)
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:
-                # No queue groups: made without __init__ (a Python frame, a tenth of a miss)
-                # and with shared empty tuples, not two more lists to allocate and free.
-                result = _new_result(SublistResult)
+                # No queue groups: made without SublistResult.__init__ (a Python frame, a tenth
+                # of a miss) and with shared empty tuples, not two more lists to allocate and free.
+                result = _PlainResult()
                 result.psubs = psubs
-                result.qsubs = result.queue_state = ()  # type: ignore[assignment]  # shared, never indexed: no queue groups
+                result.qsubs = result.queue_state = ()  # shared, never indexed: no queue groups
                 result.plan = None
             else:
                 result = EMPTY_RESULT
         cache = self.cache
         if cache is not None:
-            if subject.startswith(ONESHOT_PREFIXES):
+            if subject and subject[0] in _ONESHOT_HEADS and subject.startswith(ONESHOT_PREFIXES):
                 # Kept until the next one-shot subject's match: the cache holds one at most.
                 if self._oneshot is not None:
                     cache.pop(self._oneshot, None)

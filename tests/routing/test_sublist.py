@@ -7,12 +7,14 @@ each test with a NoCache twin the same way).
 from __future__ import annotations
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from natserver import Sublist, is_valid_literal_subject, is_valid_subject
 from natserver.protocol.const import SUBLIST_CACHE_MAX
+from natserver.routing import sublist as sublist_mod
+from natserver.routing.sublist import SublistResult
 
 
 class FakeSub:
@@ -575,3 +577,54 @@ def test_too_many_shapes_walk_the_trie(monkeypatch):
         sl.insert(FakeSub(name, name=name))
     assert [sub.name for sub in sl.match(b"a.b").psubs] == ["*.b", "a.>", "a.*"]
     assert sl._by_length[2] is None
+
+
+# A cache miss (match_uncached) makes its result the cheapest way it can (issue 33): no list or
+# dict for the shape index's lookups unless a node has queue groups, a _PlainResult without
+# queue groups, the one-shot test by first byte first. Whatever it makes must read as the trie
+# walk's own SublistResult does, in every field the publish paths (and _croute.c) read.
+@settings(max_examples=200, deadline=None)
+@given(
+    subs=st.lists(st.tuples(PATTERN, st.none() | st.sampled_from([b"q1", b"q2"])), max_size=8),
+    subjects=st.lists(st.one_of(LITERAL, PATTERN, st.sampled_from([b"", b".a", b"a.", b"a..b", b"$JS.ACK.a", b"$a"])),
+                      min_size=1, max_size=8),
+)
+def test_miss_results_read_as_the_walks(subs, subjects):
+    indexed, walker = Sublist(cache=True), Sublist(cache=False)
+    walker._shapes_for = lambda n: None
+    for n, (subject, queue) in enumerate(subs):
+        sub = FakeSub(subject, queue, name=str(n))
+        indexed.insert(sub)
+        walker.insert(sub)
+    for subject in subjects:
+        assert indexed.cache is not None
+        indexed.cache.pop(subject, None)  # a miss every time
+        got, walked = indexed.match_uncached(subject), walker.match_uncached(subject)
+        assert isinstance(got, SublistResult)
+        assert list(got.psubs) == list(walked.psubs)
+        assert [list(group) for group in got.qsubs] == [list(group) for group in walked.qsubs]
+        assert len(got.queue_state) == len(got.qsubs)
+        assert got.plan is None and indexed.cache[subject] is got
+        if got.qsubs:
+            assert got.qplan is None
+        if subject.startswith(sublist_mod.ONESHOT_PREFIXES):  # tracked: the next one drops it
+            assert indexed._oneshot == subject
+
+
+def test_oneshot_heads_are_the_prefixes_first_bytes():
+    assert sublist_mod._ONESHOT_HEADS == {prefix[0] for prefix in sublist_mod.ONESHOT_PREFIXES}
+
+
+def test_inbox_shape_keys_by_the_subject_head():
+    # Literals then one "*": the key is the subject before its last dot (_KEY_HEAD), the same
+    # bytes as the literal tokens joined, so insert, remove and match agree.
+    sl = Sublist(cache=False)
+    inbox, other = FakeSub("_INBOX.abc.*", name="inbox"), FakeSub("_INBOX.abd.*", name="other")
+    sl.insert(inbox)
+    sl.insert(other)
+    (shape,) = sl._shapes.values()
+    assert shape.join == sublist_mod._KEY_HEAD
+    assert [sub.name for sub in sl.match(b"_INBOX.abc.7").psubs] == ["inbox"]
+    assert [sub.name for sub in sl.match(b"_INBOX.abd.*").psubs] == ["other"]
+    assert not sl.match(b"_INBOX.abc.7.8").psubs and not sl.match(b"_INBOX.abc").psubs
+    assert sl.remove(inbox) and not sl.match(b"_INBOX.abc.7").psubs
