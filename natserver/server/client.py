@@ -1184,6 +1184,7 @@ class Client:
             for subject, payload, hdr, _ in replies:
                 if server.publish_slow:  # (a publish hook or a peer server: publish's own way)
                     pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    run = None  # (the publish may add to any client's pending: read it again)
                     publish(subject, payload, hdr)
                     continue
                 cache = sublist.cache
@@ -1200,6 +1201,7 @@ class Client:
                     if missed and cache is not None:
                         misses += 1
                     pieces, run_bytes = self._end_run(run, pieces, run_bytes)
+                    run = None
                     publish(subject, payload, hdr)
                     continue
                 matches += 1

@@ -64,7 +64,7 @@ def reply_scenarios(draw):
                                                   st.integers(-30, 0).map(lambda d: b"p" * (BIG_PAYLOAD + d))),
                                         st.sampled_from([None, None, b"NATS/1.0\r\nA: b\r\n\r\n"])),
                               min_size=1, max_size=12)),
-        "stall_at": draw(st.sampled_from([1 << 40, 120])),
+        "stall_at": draw(st.sampled_from([1 << 40, 120, BIG_PAYLOAD + 60])),
         "hooked": draw(st.sampled_from([False, False, False, True])),
         "rounds": draw(st.integers(1, 3)),  # (the acks in this many calls of deliver_replies)
     }
