@@ -24,6 +24,8 @@
 #define MAX_FAST_DIGITS 5
 /* parser.ZERO_COPY_MIN: payloads from this size on are memoryview slices, not copies. */
 #define ZERO_COPY_MIN 512
+/* parser._LINE_WINDOW: how far a run's "<reply> <size>" line is looked for. */
+#define LINE_WINDOW 128
 
 static PyObject *size_digits[MAX_FAST_SIZE + 1]; /* b"0" .. b"1024", shared, never freed */
 static PyObject *minus_one;
@@ -272,12 +274,24 @@ scan_hpubs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(pos);
 }
 
+/* Where the first CR LF of p[0:window] starts, or -1. */
+static Py_ssize_t
+crlf_in(const char *p, Py_ssize_t window)
+{
+    for (Py_ssize_t i = 0; i + 1 < window; i++) {
+        if (p[i] == '\r' && p[i + 1] == '\n')
+            return i;
+    }
+    return -1;
+}
+
 /* scan_run(buf, pos, prefix, run_size, max_payload, max_control_line)
-   -> (pos, messages, payload bytes, all of size run_size)
+   -> (pos, messages, payload bytes, all of size run_size, some with a reply)
 
    The rest of an open run: the messages from ``pos`` on that are exactly
-   "<prefix><size>\r\n<payload>\r\n" (canonical size digits, five at most, within the
-   limits), as the Python run loop reads them; it stops where that loop would. */
+   "<prefix>[<reply> ]<size>\r\n<payload>\r\n" (canonical size digits, five at most, within
+   the limits; a reply of one token), as the Python run loop reads them; it stops where that
+   loop would. */
 static PyObject *
 scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -296,21 +310,39 @@ scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const char *prefix = PyBytes_AS_STRING(args[2]);
     Py_ssize_t skip = PyBytes_GET_SIZE(args[2]);
     Py_ssize_t count = 0, bytes = 0;
-    int uniform = 1;
+    int uniform = 1, replies = 0;
     while (pos >= 0 && len - pos >= skip && memcmp(buf + pos, prefix, (size_t)skip) == 0) {
         /* The digits end at the first CR LF of the next MAX_FAST_DIGITS + 2 bytes (the Python
            loop's window, parser._SIZE_WINDOW). */
-        Py_ssize_t d = pos + skip, window = len - d < MAX_FAST_DIGITS + 2 ? len - d : MAX_FAST_DIGITS + 2, n = -1;
-        for (Py_ssize_t i = 0; i + 1 < window; i++) {
-            if (buf[d + i] == '\r' && buf[d + i + 1] == '\n') {
-                n = i;
+        Py_ssize_t d = pos + skip, window = len - d < MAX_FAST_DIGITS + 2 ? len - d : MAX_FAST_DIGITS + 2;
+        Py_ssize_t n = crlf_in(buf + d, window);
+        Py_ssize_t size = canonical_size(buf + d, n < 0 ? window : n);
+        int with_reply = 0;
+        if (size < 0) {
+            /* "<reply> <size>": the first CR LF of the next LINE_WINDOW bytes, the line's last
+               space before the size, a reply of one token (no blank, CR, LF, \x0b, \x0c). */
+            window = len - d < LINE_WINDOW ? len - d : LINE_WINDOW;
+            n = crlf_in(buf + d, window);
+            if (n < 0)
                 break;
+            Py_ssize_t space = n - 1;
+            while (space >= 0 && buf[d + space] != ' ')
+                space--;
+            if (space <= 0)
+                break;
+            int token = 1;
+            for (Py_ssize_t i = 0; i < space && token; i++) {
+                char c = buf[d + i];
+                token = !(c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\x0b' || c == '\x0c');
             }
+            if (!token)
+                break;
+            size = canonical_size(buf + d + space + 1, n - space - 1);
+            if (size < 0)
+                break;
+            with_reply = 1;
         }
-        if (n < 0)
-            break;
-        Py_ssize_t size = canonical_size(buf + d, n);
-        if (size < 0 || size > max_payload)
+        if (n < 0 || size > max_payload)
             break;
         Py_ssize_t nl = d + n + 1;
         if (nl - pos - 5 > max_control_line)
@@ -322,9 +354,10 @@ scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         bytes += size;
         if (size != run_size)
             uniform = 0;
+        replies |= with_reply;
         pos = stop + 2;
     }
-    return Py_BuildValue("(nnnO)", pos, count, bytes, uniform ? Py_True : Py_False);
+    return Py_BuildValue("(nnnOO)", pos, count, bytes, uniform ? Py_True : Py_False, replies ? Py_True : Py_False);
 }
 
 /* restride(data, count, skip, head) -> bytes

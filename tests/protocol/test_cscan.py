@@ -209,3 +209,34 @@ def clean_pubs(draw) -> bytes:
 def test_compiled_and_python_runs_are_the_same(stream, data):
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=2))
     assert_same_ops(stream, cuts, True, 1 << 20)
+
+
+@st.composite
+def request_pubs(draw) -> bytes:
+    """PUBs on one subject with replies: the compiled run loop's "<reply> <size>" lines, and
+    replies it must refuse as the Python loop does (blanks, CR, \\x0b, \\x0c, past the window)."""
+    reply = draw(st.sampled_from([None, b"_R.a", b"_R.a", b"_INBOX.1", b"a\x0bb", b"a\tb", b"a\rb", b"a b", b"r" * 130]))
+    size = draw(st.sampled_from([0, 16, 16, 17, 1024, 1025, 99999, 100000]))
+    sep = draw(st.sampled_from([b" ", b" ", b" ", b"  "]))
+    return b"PUB q " + (reply + sep if reply else b"") + b"%d\r\n" % size + b"p" * size + b"\r\n"
+
+
+@needs_extension
+@settings(max_examples=300, deadline=None)
+@given(stream=st.lists(request_pubs(), min_size=1, max_size=30).map(b"".join), data=st.data(),
+       max_payload=st.sampled_from([1 << 20, 1024]))
+def test_compiled_and_python_runs_of_requests_are_the_same(stream, data, max_payload):
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=2))
+    assert_same_ops(stream, cuts, True, max_payload)
+
+
+@needs_extension
+def test_the_compiled_run_loop_takes_requests():
+    # A run's "<reply> <size>" lines are read in C, not left to Python's general loop (2 us a
+    # message in bytecode: a JetStream publisher's window of acked PUBs on one subject).
+    data = b"PUB q _R.1 2\r\nab\r\nPUB q 3\r\nabc\r\nPUB q _R.2 2\r\nab\r\nPUB q a\tb 1\r\nx\r\n"
+    pos, count, size, uniform, replies = _cscan.scan_run(data, 0, b"PUB q ", 2, 1 << 20, 4096)
+    assert (count, size, uniform, replies) == (3, 7, False, True)
+    assert data[pos:].startswith(b"PUB q a\tb")  # (a tab in the reply: the general path's)
+    assert _cscan.scan_run(data, 0, b"PUB q ", 2, 2, 4096)[1:] == (1, 2, True, True)  # (3 > max_payload)
+    assert _cscan.scan_run(b"PUB q 5\r\nab", 0, b"PUB q ", 5, 1 << 20, 4096)[1:] == (0, 0, True, False)

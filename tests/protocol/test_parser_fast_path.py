@@ -128,3 +128,42 @@ def test_hpubs_take_the_fast_path():
     ops = parser.parse()
     assert len(ops) == 101 and len(calls) == 2
     assert tuple(ops[0]) == (b"c.1", b"_R.a", 26, b"26 26", frame[21:47])
+
+
+REPLIES = st.sampled_from([b"_R.a", b"_R.a", b"_INBOX.x.1", b"r", b"a\x0bb", b"a\tb", b"a b", b"\x0c", b"r" * 140])
+
+
+@st.composite
+def request_frames(draw) -> bytes:
+    """PUBs on one subject, most with a reply (a JetStream publisher's, a service's callers):
+    the run loop's "<reply> <size>" lines, now and then with a reply it must leave to the exact
+    path (a blank in it, a line past its window) or a stray byte."""
+    reply = draw(st.one_of(st.none(), REPLIES, REPLIES, REPLIES))
+    size = draw(st.sampled_from([0, 3, 16, 16, 1024, 1025, 99999, 100000]))
+    digits = str(size).encode() if draw(st.integers(0, 5)) or size == 0 else b"0" + str(size).encode()
+    line = b"PUB q.1 " + (reply + draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"])) if reply else b"") + digits
+    if not draw(st.integers(0, 6)):
+        at = draw(st.integers(0, len(line)))
+        line = line[:at] + draw(NOISE) + line[at:]
+    return line + b"\r\n" + b"p" * size + draw(st.sampled_from([b"\r\n"] * 6 + [b"\rx"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(frames=st.lists(request_frames(), min_size=1, max_size=12), coalesce=st.booleans(), data=st.data())
+def test_runs_of_requests_read_as_the_exact_path_reads_them(frames, coalesce, data):
+    stream = b"".join(frames)
+    cut = data.draw(st.integers(0, len(stream)))
+    assert parse(stream, False, coalesce, cut) == parse(stream, True, coalesce, cut)
+
+
+def test_requests_on_one_subject_form_one_run():
+    # A JetStream publisher's window: one PubRun (its Pubs for the stream by expand), not a
+    # Pub each read by the general path at 2 us apiece.
+    window = b"".join(b"PUB js.in _R.%d %d\r\n%s\r\n" % (i, 16 + i % 2, b"x" * (16 + i % 2)) for i in range(512))
+    parser = Parser()
+    parser.coalesce = True
+    parser.feed(window)
+    (run,) = parser.parse()
+    assert run.__class__.__name__ == "PubRun" and run.count == 512 and run.replies and not run.uniform
+    pubs = parser.expand(run.data)
+    assert [(p.reply, len(p.payload)) for p in pubs] == [(b"_R.%d" % i, 16 + i % 2) for i in range(512)]
