@@ -286,6 +286,11 @@ class Sublist:
         # Subject length -> the shapes that length fits, in walk order; None: walk the trie
         # instead. Filled on demand, emptied whenever a shape comes or goes.
         self._by_length: dict[int, tuple | None] = {}
+        # Length -> its _by_length tuple when none of those shapes reads a subject's last token
+        # (no literal there): subjects with one head then match alike. The last such miss's
+        # (head, genid, psubs) answers the next one of that head (_head_memo, match_uncached).
+        self._head_keyed: dict[int, tuple] = {}
+        self._head_memo: tuple | None = None
         # subject -> result. Public so the publish hot path can look it up without a call;
         # only this class writes it. None when the cache is off.
         self.cache: dict[bytes, SublistResult] | None = {} if cache else None
@@ -426,6 +431,8 @@ class Sublist:
         else:
             fitting.sort(key=lambda shape: _walk_order(shape.kinds, n))
             order = tuple((shape.pick, shape.join, shape.nodes) for shape in fitting)
+            if not any(len(shape.kinds) == n and shape.kinds[-1] == _LITERAL for shape in fitting):
+                self._head_keyed[n] = order
         self._by_length[n] = order
         return order
 
@@ -460,11 +467,24 @@ class Sublist:
         step counts (issue 33): nothing is made that the result does not keep (no list or
         dict for the shapes' lookups unless a node has queue groups) and the checks are the
         cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
-        tokens = subject.split(b".")
-        if b"" in tokens:  # nats-server: a subject with an empty token matches nothing
+        # The last head-keyed miss's head: a reply to the same inbox (nats.go's _INBOX.<id>.<n>,
+        # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33).
+        # (Its head came from a subject without empty tokens, so only the last one is checked.)
+        psubs: list | tuple
+        memo = self._head_memo
+        head, _, last = subject.rpartition(b".")
+        if memo is not None and memo[0] == head and memo[1] == self.genid and last:
+            psubs = memo[2]
+            if psubs:
+                result = _PlainResult()
+                result.psubs = psubs
+                result.qsubs = result.queue_state = ()
+                result.plan = None
+            else:
+                result = EMPTY_RESULT
+        elif b"" in (tokens := subject.split(b".")):  # nats-server: an empty token matches nothing
             result = EMPTY_RESULT
         else:
-            psubs: list | tuple
             qsubs: dict | None
             n = len(tokens)
             shapes: tuple | None | Literal[False] = self._by_length.get(n, False)
@@ -497,6 +517,8 @@ class Sublist:
                             if qsubs is None:
                                 qsubs = {}
                             _add_queues(node, qsubs)
+            if qsubs is None and n > 1 and shapes is not None and self._head_keyed.get(n) is shapes:
+                self._head_memo = (head, self.genid, psubs)
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:

@@ -628,3 +628,52 @@ def test_inbox_shape_keys_by_the_subject_head():
     assert [sub.name for sub in sl.match(b"_INBOX.abd.*").psubs] == ["other"]
     assert not sl.match(b"_INBOX.abc.7.8").psubs and not sl.match(b"_INBOX.abc").psubs
     assert sl.remove(inbox) and not sl.match(b"_INBOX.abc.7").psubs
+
+
+# A miss whose head (all but its last token) matches the last head-keyed miss's, at the same
+# genid, reuses that miss's subscriptions (Sublist._head_memo: nats.go's replies to one inbox).
+# Any insert or remove in between, any shape reading the last token, must leave it to the walk.
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.one_of(
+    st.tuples(st.just("sub"), st.sampled_from([b"_I.x.*", b"_I.x.*", b"_I.y.*", b"_I.x.7", b"_I.x.7", b"_I.>",
+                                                b"*.x.*", b"_I.x.*.>", b">", b"_I.*.7", b"a.b"]),
+              st.none() | st.just(b"q")),
+    st.tuples(st.just("unsub"), st.integers(0, 20), st.none()),
+    st.tuples(st.just("match"), st.sampled_from([b"_I.x.1", b"_I.x.7", b"_I.x.7", b"_I.x.2", b"_I.y.1", b"_I.x.",
+                                                  b"_I.x", b"_I.x.1.2", b"_I..1", b".x.1"]), st.none()),
+    st.tuples(st.just("match"), st.sampled_from([b"_I.x.1", b"_I.x.7"]), st.none()),
+), min_size=1, max_size=30))
+def test_misses_of_one_head_read_as_the_walks(steps):
+    indexed, walker = Sublist(cache=True), Sublist(cache=False)
+    walker._shapes_for = lambda n: None
+    live: list = []
+    for n, (kind, arg, queue) in enumerate(steps):
+        if kind == "sub":
+            sub = FakeSub(arg, queue, name=str(n))
+            indexed.insert(sub)
+            walker.insert(sub)
+            live.append(sub)
+        elif kind == "unsub" and live:
+            sub = live.pop(arg % len(live))
+            assert indexed.remove(sub) and walker.remove(sub)
+        elif kind == "match":
+            assert indexed.cache is not None
+            indexed.cache.pop(arg, None)  # a miss every time
+            got, walked = indexed.match_uncached(arg), walker.match_uncached(arg)
+            assert [s.name for s in got.psubs] == [s.name for s in walked.psubs]
+            assert [[s.name for s in g] for g in got.qsubs] == [[s.name for s in g] for g in walked.qsubs]
+            assert len(got.queue_state) == len(got.qsubs) and got.plan is None
+
+
+def test_a_reply_to_the_same_inbox_takes_the_head_memo():
+    sl = Sublist()
+    inbox = FakeSub("_INBOX.abc.*", name="inbox")
+    sl.insert(inbox)
+    sl.insert(FakeSub("orders.>", name="orders"))
+    assert [s.name for s in sl.match_uncached(b"_INBOX.abc.1").psubs] == ["inbox"]
+    assert sl._head_memo == (b"_INBOX.abc", sl.genid, (inbox,))
+    assert [s.name for s in sl.match_uncached(b"_INBOX.abc.2").psubs] == ["inbox"]
+    sl.insert(FakeSub("_INBOX.abc.3", name="literal"))  # a shape reading the last token: no memo
+    assert [s.name for s in sl.match_uncached(b"_INBOX.abc.3").psubs] == ["literal", "inbox"]
+    assert [s.name for s in sl.match_uncached(b"_INBOX.abc.4").psubs] == ["inbox"]
+    assert sl._head_memo[1] != sl.genid
