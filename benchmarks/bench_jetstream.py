@@ -27,6 +27,9 @@ generator stays cheap):
   as nats-py's ``kv.get`` on a bucket with ``allow_direct``) per second over 100 keys;
 * ``mixed``     the realistic one: acked publishes to 64 subjects, sizes drawn from 32 B–4 KiB
   for every message, and then reading them through a pull consumer on ``events.>``;
+* ``go``        the same scenarios driven by nats.go 1.22.1's own JetStream API (Debian's, as
+  benchmarks/natsgo.py builds it): PublishAsync over 64 subjects with 512 acks pending, a
+  durable pull consumer's Fetch(256) and m.Ack() of each, kv.Put and kv.Get one at a time;
 * ``issue33``   all of issue 33's: pub-1, pub, pull, push, kv, mixed, counter. Every round also
   reports the server's CPU time per operation in the timed part (/proc), which a loaded
   machine moves much less than the rates; ``--baseline-cmd`` adds a third server (an older
@@ -744,6 +747,8 @@ WORKLOADS = {
     "push": [("push consume", "push", False)],
     "kv": [("kv put", "kv-put", False), ("kv get", "kv-get", False)],
     "mixed": [("mixed 64 subj pub", "mixed-pub", False), ("mixed 64 subj pull", "mixed-pull", False)],
+    "go": [("nats.go: pub 16 B, 64 subj", "go-pub", False), ("nats.go: pull, Fetch(256)", "go-pull", False),
+           ("nats.go: kv.Put", "go-kvput", False), ("nats.go: kv.Get", "go-kvget", False)],
 }
 # Issue 33's JetStream scenarios (and #28's counter): ``--only issue33``.
 ISSUE33 = "pub-1,pub,pull,push,kv,mixed,counter"
@@ -752,7 +757,21 @@ RUNNERS = {
     "pull": bench_pull, "push": bench_push,
     "kv-put": lambda port, d: bench_kv(port, d, "put"), "kv-get": lambda port, d: bench_kv(port, d, "get"),
     "mixed-pub": lambda port, d: bench_mixed(port, d, "pub"), "mixed-pull": lambda port, d: bench_mixed(port, d, "pull"),
+    "go-pub": lambda port, d: bench_natsgo(port, d, ["-mode", "jspub", "-subjects", "64", "-size", "16"]),
+    "go-pull": lambda port, d: bench_natsgo(port, d, ["-mode", "jspull", "-size", "16"]),
+    "go-kvput": lambda port, d: bench_natsgo(port, d, ["-mode", "kvput", "-size", "16"]),
+    "go-kvget": lambda port, d: bench_natsgo(port, d, ["-mode", "kvget", "-size", "16"]),
 }
+
+
+def bench_natsgo(port: int, duration: float, args: list[str]) -> tuple[float, bool]:
+    """A workload driven by nats.go's own JetStream API (benchmarks/go/natsgo_bench.go's
+    JetStream modes): what a user's Go service sees, beside the raw-wire workloads above, whose
+    load generator costs less (nats.go's PublishAsync acks come on a new inbox subject each)."""
+    from benchmarks import natsgo
+
+    report = natsgo.run_marked(port, [*args, "-duration", f"{duration}s"], 120 + duration, mark)
+    return report["rate"], bool(report["ok"])
 
 
 def main(argv=None) -> int:

@@ -81,3 +81,28 @@ def run(port: int, args: list[str], timeout: float) -> tuple[dict, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"natsgo_bench exited with {proc.returncode}: {proc.stderr.strip()[:500]}")
     return json.loads(proc.stdout), cpu
+
+
+def run_marked(port: int, args: list[str], timeout: float, on_mark) -> dict:
+    """Run the driver as ``run`` does, calling ``on_mark()`` when it prints "MARK" (its timed
+    part starts: the JetStream modes set up streams and store messages first); its report."""
+    binary, why = driver()
+    if binary is None:
+        raise RuntimeError(why)
+    with subprocess.Popen([str(binary), "-url", f"nats://127.0.0.1:{port}", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        report = ""
+        for line in proc.stdout:
+            if line.strip() == "MARK":
+                on_mark()
+            else:
+                report += line
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        if proc.returncode != 0:
+            raise RuntimeError(f"natsgo_bench exited with {proc.returncode}: {proc.stderr.read().strip()[:500]}")
+    return json.loads(report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -157,3 +158,25 @@ def test_the_start_check_ends_at_the_servers_answer(answer):
     finally:
         ours.close()
         server.close()
+
+
+def test_natsgo_run_marked_calls_the_mark_when_the_driver_prints_it(monkeypatch, tmp_path):
+    """The JetStream modes print "MARK" where their timed part starts (after making the stream
+    and storing messages): the caller's mark (the server's CPU then) runs at that line, and
+    the rest of the output is the report."""
+    from benchmarks import bench_jetstream, natsgo
+
+    driver = tmp_path / "natsgo_bench"
+    driver.write_text("#!/bin/sh\necho MARK\nsleep 0.2\necho '{\"rate\": 5.0, \"ok\": true, \"args\": \"'\"$*\"'\"}'\n")
+    driver.chmod(0o755)
+    monkeypatch.setattr(natsgo, "_built", (driver, ""))
+    marks: list = []
+    report = natsgo.run_marked(4222, ["-mode", "jspub"], 10, lambda: marks.append(time.perf_counter()))
+    assert len(marks) == 1 and time.perf_counter() - marks[0] >= 0.2  # (at the MARK, before the rest)
+    assert report == {"rate": 5.0, "ok": True, "args": "-url nats://127.0.0.1:4222 -mode jspub"}
+    monkeypatch.setattr(bench_jetstream, "mark", lambda: marks.append(0))
+    assert bench_jetstream.bench_natsgo(4222, 1.5, ["-mode", "kvput"]) == (5.0, True)
+    assert marks[-1] == 0
+    driver.write_text("#!/bin/sh\necho nope >&2\nexit 3\n")
+    with pytest.raises(RuntimeError, match="exited with 3: nope"):
+        natsgo.run_marked(4222, [], 10, lambda: None)

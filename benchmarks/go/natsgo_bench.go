@@ -13,6 +13,17 @@
 // with Subscribe callbacks; the subject (of -subjects) and the size (-min to
 // -max) change every message. The publisher pauses while a subscriber trails
 // by more than -lag messages, so nobody becomes a slow consumer.
+//
+// JetStream (a file stream, as nats.go's users make one; "MARK" on stdout when
+// the timed part starts, so the caller can read the server's CPU there):
+//
+//	-mode jspub   js.PublishAsync, at most -window acks pending, on -subjects
+//	              subjects of -size bytes: acked publishes/s, every ack checked;
+//	-mode jspull  -stored messages published first, then a durable pull
+//	              consumer's Fetch(-batch) and m.Ack() of each: messages/s;
+//	-mode kvput   kv.Put of -keys keys in turn (a request each, as a user's
+//	              code waits for it): puts/s;
+//	-mode kvget   kv.Get of those keys (a direct get on 2.15.1 buckets): gets/s.
 package main
 
 import (
@@ -194,6 +205,10 @@ func main() {
 	minSize := flag.Int("min", 16, "pubsub: smallest payload")
 	maxSize := flag.Int("max", 512, "pubsub: largest payload")
 	lag := flag.Int("lag", 20000, "pubsub: messages a subscriber may trail before the publisher waits")
+	window := flag.Int("window", 512, "jspub: acks pending at most")
+	stored := flag.Int("stored", 200000, "jspull: messages stored before consuming")
+	batch := flag.Int("batch", 256, "jspull: messages a Fetch")
+	keys := flag.Int("keys", 100, "kvput, kvget: keys")
 	flag.Parse()
 	var out map[string]any
 	switch *mode {
@@ -201,9 +216,163 @@ func main() {
 		out = reqrep(*url, *requesters, *size, *warmup, *duration)
 	case "pubsub":
 		out = pubsub(*url, *subs, *subjects, *minSize, *maxSize, *lag, *duration)
+	case "jspub":
+		out = jsPub(*url, *subjects, *size, *window, *duration)
+	case "jspull":
+		out = jsPull(*url, *size, *stored, *batch, *duration)
+	case "kvput", "kvget":
+		out = kv(*url, *mode, *keys, *size, *duration)
 	default:
 		must(fmt.Errorf("unknown -mode %q", *mode))
 	}
 	out["client"] = "nats.go " + nats.Version
 	must(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// jsStream makes the stream BENCH on bench.> in a file store, and the JetStream
+// context with at most window acks pending.
+func jsStream(nc *nats.Conn, window int) nats.JetStreamContext {
+	js, err := nc.JetStream(nats.PublishAsyncMaxPending(window))
+	must(err)
+	_, err = js.AddStream(&nats.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"}, Storage: nats.FileStorage})
+	must(err)
+	return js
+}
+
+func waitAcks(js nats.JetStreamContext) {
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(60 * time.Second):
+		must(fmt.Errorf("acks pending for over a minute"))
+	}
+}
+
+func mark() {
+	fmt.Println("MARK")
+}
+
+func jsPub(url string, subjects, size, window int, duration time.Duration) map[string]any {
+	nc := connect(url)
+	defer nc.Close()
+	js := jsStream(nc, window)
+	names := make([]string, subjects)
+	for i := range names {
+		names[i] = fmt.Sprintf("bench.s%d", i)
+	}
+	payload := make([]byte, size)
+	var acked, failed int64
+	futures := make(chan nats.PubAckFuture, window)
+	done := make(chan struct{})
+	go func() { // every ack checked, in order
+		var want uint64 = 1
+		for f := range futures {
+			select {
+			case ack := <-f.Ok():
+				if ack.Sequence != want {
+					atomic.AddInt64(&failed, 1)
+				}
+				want = ack.Sequence + 1
+				atomic.AddInt64(&acked, 1)
+			case <-f.Err():
+				atomic.AddInt64(&failed, 1)
+			}
+		}
+		close(done)
+	}()
+	mark()
+	t0 := time.Now()
+	end := t0.Add(duration)
+	for i := 0; time.Now().Before(end); i++ {
+		f, err := js.PublishAsync(names[i%subjects], payload)
+		must(err)
+		futures <- f
+	}
+	close(futures)
+	<-done
+	elapsed := time.Since(t0)
+	info, err := js.StreamInfo("BENCH")
+	must(err)
+	return map[string]any{
+		"acked": acked, "rate": float64(acked) / elapsed.Seconds(),
+		"ok": failed == 0 && info.State.Msgs == uint64(acked),
+	}
+}
+
+func jsPull(url string, size, stored, batch int, duration time.Duration) map[string]any {
+	nc := connect(url)
+	defer nc.Close()
+	js := jsStream(nc, 512)
+	payload := make([]byte, size)
+	for i := 0; i < stored; i++ {
+		if i%512 == 0 { // a window at a time: a slow server stalls nothing
+			waitAcks(js)
+		}
+		_, err := js.PublishAsync("bench.data", payload)
+		must(err)
+	}
+	waitAcks(js)
+	sub, err := js.PullSubscribe("bench.data", "PULL", nats.AckExplicit())
+	must(err)
+	var got int
+	var want uint64 = 1
+	ok := true
+	mark()
+	t0 := time.Now()
+	end := t0.Add(duration)
+	for time.Now().Before(end) && got < stored {
+		msgs, err := sub.Fetch(batch, nats.MaxWait(5*time.Second))
+		must(err)
+		for _, m := range msgs {
+			meta, err := m.Metadata()
+			must(err)
+			if meta.Sequence.Stream != want {
+				ok = false
+			}
+			want++
+			must(m.Ack())
+		}
+		got += len(msgs)
+	}
+	elapsed := time.Since(t0)
+	must(nc.Flush())
+	return map[string]any{"consumed": got, "rate": float64(got) / elapsed.Seconds(), "ok": ok && got > 0}
+}
+
+func kv(url, mode string, keys, size int, duration time.Duration) map[string]any {
+	nc := connect(url)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	must(err)
+	bucket, err := js.CreateKeyValue(&nats.KeyValueConfig{Bucket: "B", Storage: nats.FileStorage})
+	must(err)
+	value := make([]byte, size)
+	names := make([]string, keys)
+	revisions := make([]uint64, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("k%d", i)
+		if mode == "kvget" {
+			revisions[i], err = bucket.Put(names[i], value)
+			must(err)
+		}
+	}
+	ok := true
+	var n int
+	mark()
+	t0 := time.Now()
+	end := t0.Add(duration)
+	for ; time.Now().Before(end); n++ {
+		k := n % keys
+		if mode == "kvput" {
+			rev, err := bucket.Put(names[k], value)
+			must(err)
+			ok = ok && rev > revisions[k]
+			revisions[k] = rev
+		} else {
+			e, err := bucket.Get(names[k])
+			must(err)
+			ok = ok && e.Revision() == revisions[k] && len(e.Value()) == size
+		}
+	}
+	elapsed := time.Since(t0)
+	return map[string]any{"ops": n, "rate": float64(n) / elapsed.Seconds(), "ok": ok && n > 0}
 }
