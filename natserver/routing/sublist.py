@@ -470,10 +470,11 @@ class Sublist:
         # The last head-keyed miss's head: a reply to the same inbox (nats.go's _INBOX.<id>.<n>,
         # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33).
         # (Its head came from a subject without empty tokens, so only the last one is checked.)
+        # (46: a dot. A subject without one has the head b"", which no memo has.)
         psubs: list | tuple
         memo = self._head_memo
-        head, _, last = subject.rpartition(b".")
-        if memo is not None and memo[0] == head and memo[1] == self.genid and last:
+        if memo is not None and memo[1] == self.genid and subject.rpartition(b".")[0] == memo[0] \
+                and subject[-1] != 46:
             psubs = memo[2]
             if psubs:
                 result = _PlainResult()
@@ -518,7 +519,7 @@ class Sublist:
                                 qsubs = {}
                             _add_queues(node, qsubs)
             if qsubs is None and n > 1 and shapes is not None and self._head_keyed.get(n) is shapes:
-                self._head_memo = (head, self.genid, psubs)
+                self._head_memo = (subject.rpartition(b".")[0], self.genid, psubs)
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:
