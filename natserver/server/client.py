@@ -695,6 +695,12 @@ class Client:
                             self._may_deliver(sub, subject, reply, header_size, payload)
                             if not sub.took and reply is not None and self.no_responders:
                                 self._no_responders(subject, reply, result)
+                            if not checked and i < n_ops and cache is not None and self.stalled_on is None:
+                                # The Pubs after it for the same callback, in one loop of their own.
+                                i, taken, taken_bytes = self._callback_pubs(ops, i, sub, cache)
+                                n_msgs += taken
+                                n_bytes += taken_bytes
+                                n_hits += taken
                         elif (psubs or result.qsubs) and self._route(
                             result, subject, reply, header_size, sizes, payload
                         ):
@@ -1322,6 +1328,46 @@ class Client:
             client.remove_subscription(sub)
             return sub.delivered == sub.max_msgs
         return True
+
+    def _callback_pubs(self, ops: list, i: int, sub: Subscription, cache: dict) -> tuple[int, int, int]:
+        """_process_ops' Pubs from ``ops[i]`` on whose cached result is ``sub`` alone, a server
+        callback (a publisher's window into one stream, its subjects changing or not; the
+        JetStream API's requests), each given to it as _may_deliver gives it, without the
+        loop's per-op steps (a server callback: 1.7 -> 1.1 us a message before the stream's own
+        work). Stops at anything else (headers: message tracing looks at those), a stall, a
+        close. Returns where it stopped, the messages and their payload bytes."""
+        n_ops = len(ops)
+        callback = sub.callback
+        assert callback is not None
+        client = sub.client
+        server = self.server
+        no_responders = self.no_responders
+        start = i
+        n_bytes = 0
+        while i < n_ops:
+            op = ops[i]
+            if op.__class__ is not Pub or op[2] > 0 or client.deliver_filter is not None:
+                break
+            subject, reply, _, _, payload = op
+            result = cache.get(subject)
+            if result is None or result.qsubs or len(result.psubs) != 1 or result.psubs[0] is not sub:
+                break
+            i += 1
+            n_bytes += len(payload)
+            sub.delivered += 1
+            server.callback_publisher = self
+            sub.took = True
+            try:
+                sub.took = callback(subject, reply, None, bytes(payload)) is not False
+            except Exception:
+                log.exception("internal subscription on %r failed", sub.subject)
+            if not sub.took and reply is not None and no_responders:
+                self._no_responders(subject, reply, result)
+            if self.stalled_on is not None or self.closed:
+                break
+        server.out_msgs += i - start
+        server.internal_out_msgs += i - start
+        return i, i - start, n_bytes
 
     def _no_responders(self, subject: bytes, reply: bytes, result=None) -> None:
         """nats-server 2.10+: a 503 HMSG naming ``subject`` to the requester's own subscription
