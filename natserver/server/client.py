@@ -695,7 +695,8 @@ class Client:
                             self._may_deliver(sub, subject, reply, header_size, payload)
                             if not sub.took and reply is not None and self.no_responders:
                                 self._no_responders(subject, reply, result)
-                            if not checked and i < n_ops and cache is not None and self.stalled_on is None:
+                            if i < n_ops and cache is not None and self.stalled_on is None and not (
+                                    self.verbose or self.perms is not None or mappings is not None):
                                 # The Pubs after it for the same callback, in one loop of their own.
                                 i, taken, taken_bytes = self._callback_pubs(ops, i, sub, cache)
                                 n_msgs += taken
@@ -1334,14 +1335,17 @@ class Client:
         callback (a publisher's window into one stream, its subjects changing or not; the
         JetStream API's requests), each given to it as _may_deliver gives it, without the
         loop's per-op steps (a server callback: 1.7 -> 1.1 us a message before the stream's own
-        work). Stops at anything else (headers: message tracing looks at those), a stall, a
-        close. Returns where it stopped, the messages and their payload bytes."""
+        work). Not for a verbose client, permissions or mappings; a pedantic client's subjects
+        are checked as the loop checks them. Stops at anything else (headers: message tracing
+        looks at those; a subject pedantic refuses), a stall, a close. Returns where it
+        stopped, the messages and their payload bytes."""
         n_ops = len(ops)
         callback = sub.callback
         assert callback is not None
         client = sub.client
         server = self.server
         no_responders = self.no_responders
+        pedantic = self.pedantic
         start = i
         n_bytes = 0
         while i < n_ops:
@@ -1349,6 +1353,8 @@ class Client:
             if op.__class__ is not Pub or op[2] > 0 or client.deliver_filter is not None:
                 break
             subject, reply, _, _, payload = op
+            if pedantic and not is_valid_literal_subject(subject):
+                break
             result = cache.get(subject)
             if result is None or result.qsubs or len(result.psubs) != 1 or result.psubs[0] is not sub:
                 break
