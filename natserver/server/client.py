@@ -698,10 +698,14 @@ class Client:
                             if i < n_ops and cache is not None and self.stalled_on is None and not (
                                     self.verbose or self.perms is not None or mappings is not None):
                                 # The Pubs after it for the same callback, in one loop of their own.
-                                i, taken, taken_bytes = self._callback_pubs(ops, i, sub, cache)
+                                i, taken, taken_bytes, misses, stop_missed = self._callback_pubs(
+                                    ops, i, sub, cache, match)
                                 n_msgs += taken
                                 n_bytes += taken_bytes
-                                n_hits += taken
+                                # (the op it stopped at was a miss, now cached: the loop's lookup
+                                # finds it and counts a hit, which was a miss)
+                                n_hits += taken - misses - stop_missed
+                                n_misses += misses + stop_missed
                         elif (psubs or result.qsubs) and self._route(
                             result, subject, reply, header_size, sizes, payload
                         ):
@@ -1330,15 +1334,17 @@ class Client:
             return sub.delivered == sub.max_msgs
         return True
 
-    def _callback_pubs(self, ops: list, i: int, sub: Subscription, cache: dict) -> tuple[int, int, int]:
-        """_process_ops' Pubs from ``ops[i]`` on whose cached result is ``sub`` alone, a server
-        callback (a publisher's window into one stream, its subjects changing or not; the
-        JetStream API's requests), each given to it as _may_deliver gives it, without the
-        loop's per-op steps (a server callback: 1.7 -> 1.1 us a message before the stream's own
-        work). Not for a verbose client, permissions or mappings; a pedantic client's subjects
+    def _callback_pubs(self, ops: list, i: int, sub: Subscription, cache: dict,
+                       match: Callable) -> tuple[int, int, int, int, int]:
+        """_process_ops' Pubs from ``ops[i]`` on whose result is ``sub`` alone, a server
+        callback (a publisher's window into one stream, its subjects changing or not; a
+        consumer's acks, each subject new: looked up with ``match``, the sublist's
+        match_uncached), each given to it as _may_deliver gives it, without the loop's per-op
+        steps (a server callback: 1.7 -> 1.1 us a message before the stream's own work). Not for a verbose client, permissions or mappings; a pedantic client's subjects
         are checked as the loop checks them. Stops at anything else (headers: message tracing
         looks at those; a subject pedantic refuses), a stall, a close. Returns where it
-        stopped, the messages and their payload bytes."""
+        stopped, the messages, their payload bytes, the misses among them, and whether the op it
+        stopped at was looked up (a miss, now cached)."""
         n_ops = len(ops)
         callback = sub.callback
         assert callback is not None
@@ -1347,7 +1353,7 @@ class Client:
         no_responders = self.no_responders
         pedantic = self.pedantic
         start = i
-        n_bytes = 0
+        n_bytes = misses = 0
         while i < n_ops:
             op = ops[i]
             if op.__class__ is not Pub or op[2] > 0 or client.deliver_filter is not None:
@@ -1356,8 +1362,14 @@ class Client:
             if pedantic and not is_valid_literal_subject(subject):
                 break
             result = cache.get(subject)
-            if result is None or result.qsubs or len(result.psubs) != 1 or result.psubs[0] is not sub:
-                break
+            missed = result is None
+            if missed:
+                result = match(subject)
+            if result.qsubs or len(result.psubs) != 1 or result.psubs[0] is not sub:
+                server.out_msgs += i - start
+                server.internal_out_msgs += i - start
+                return i, i - start, n_bytes, misses, missed
+            misses += missed
             i += 1
             n_bytes += len(payload)
             sub.delivered += 1
@@ -1373,7 +1385,7 @@ class Client:
                 break
         server.out_msgs += i - start
         server.internal_out_msgs += i - start
-        return i, i - start, n_bytes
+        return i, i - start, n_bytes, misses, False
 
     def _no_responders(self, subject: bytes, reply: bytes, result=None) -> None:
         """nats-server 2.10+: a 503 HMSG naming ``subject`` to the requester's own subscription

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+from unittest.mock import patch
 
 import trio
 from hypothesis import given, settings
@@ -198,7 +199,8 @@ def _run_callbacks(scenario, hooked: bool) -> dict:
             client.out = []
     received["called"] = called
     outcome = _outcome(server, clients, received, subs)
-    del outcome["matches"]  # (the hooked path matches each subject twice)
+    if hooked:
+        del outcome["matches"]  # (the hooked path matches each subject twice)
     outcome["publisher"] = (pub.in_msgs, pub.in_bytes, server.in_msgs, server.in_bytes)
     outcome["n_callbacks"] = len(scenario["callbacks"])
     return outcome
@@ -208,6 +210,10 @@ def _run_callbacks(scenario, hooked: bool) -> dict:
 @given(callback_scenarios())
 def test_a_publish_to_one_callback_reaches_it_as_publish_does(scenario):
     direct = trio.run(_run_callbacks_async, scenario, False)
+    # The callback's own loop (Client._callback_pubs) off: the same, the cache's counts too.
+    with patch.object(Client, "_callback_pubs", lambda self, ops, i, *_: (i, 0, 0, 0, False)):
+        assert trio.run(_run_callbacks_async, scenario, False) == direct
+    del direct["matches"]
     general = trio.run(_run_callbacks_async, scenario, True)
     members = [n for n, (_, queue, _) in enumerate(scenario["callbacks"]) if queue] + [
         len(scenario["callbacks"]) + n for n, (_, _, queue) in enumerate(scenario["plain"]) if queue]
