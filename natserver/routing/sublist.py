@@ -288,7 +288,8 @@ class Sublist:
         self._by_length: dict[int, tuple | None] = {}
         # Length -> its _by_length tuple when none of those shapes reads a subject's last token
         # (no literal there): subjects with one head then match alike. The last such miss's
-        # (head, genid, psubs) answers the next one of that head (_head_memo, match_uncached).
+        # (head, genid, psubs, len(head)) answers the next one of that head (_head_memo,
+        # match_uncached).
         self._head_keyed: dict[int, tuple] = {}
         self._head_memo: tuple | None = None
         # subject -> result. Public so the publish hot path can look it up without a call;
@@ -468,13 +469,14 @@ class Sublist:
         dict for the shapes' lookups unless a node has queue groups) and the checks are the
         cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
         # The last head-keyed miss's head: a reply to the same inbox (nats.go's _INBOX.<id>.<n>,
-        # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33).
-        # (Its head came from a subject without empty tokens, so only the last one is checked.)
-        # (46: a dot. A subject without one has the head b"", which no memo has.)
+        # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33). Its
+        # last dot where the head ends, the head the same: calls that make no object (an ack,
+        # its subject new and long, is a miss too). (Its head came from a subject without
+        # empty tokens, so only the last one is checked; 46: a dot.)
         psubs: list | tuple
         memo = self._head_memo
-        if memo is not None and memo[1] == self.genid and subject.rpartition(b".")[0] == memo[0] \
-                and subject[-1] != 46:
+        if memo is not None and memo[1] == self.genid and subject.rfind(b".") == memo[3] \
+                and subject.startswith(memo[0]) and subject[-1] != 46:
             psubs = memo[2]
             if psubs:
                 result = _PlainResult()
@@ -491,6 +493,7 @@ class Sublist:
             shapes: tuple | None | Literal[False] = self._by_length.get(n, False)
             if shapes is False:
                 shapes = self._shapes_for(n)
+            memo_head = None
             if shapes is None:
                 psubs = []
                 qsubs = {}
@@ -502,7 +505,8 @@ class Sublist:
                     if pick is None:
                         node = nodes.get(subject)
                     elif join == _KEY_HEAD:
-                        node = nodes.get(subject.rpartition(b".")[0])
+                        memo_head = subject.rpartition(b".")[0]
+                        node = nodes.get(memo_head)
                     elif join:
                         node = nodes.get(b".".join(pick(tokens)))
                     else:
@@ -518,8 +522,10 @@ class Sublist:
                             if qsubs is None:
                                 qsubs = {}
                             _add_queues(node, qsubs)
-            if qsubs is None and n > 1 and shapes is not None and self._head_keyed.get(n) is shapes:
-                self._head_memo = (subject.rpartition(b".")[0], self.genid, psubs)
+            # (kept when an inbox's shape was looked up: its head is at hand, and other misses,
+            # whose heads seldom repeat, pay nothing for it)
+            if memo_head is not None and qsubs is None and self._head_keyed.get(n) is shapes:
+                self._head_memo = (memo_head, self.genid, psubs, len(memo_head))
             if qsubs:
                 result = SublistResult(psubs, list(qsubs.values()))
             elif psubs:

@@ -671,7 +671,7 @@ def test_a_reply_to_the_same_inbox_takes_the_head_memo():
     sl.insert(inbox)
     sl.insert(FakeSub("orders.>", name="orders"))
     assert [s.name for s in sl.match_uncached(b"_INBOX.abc.1").psubs] == ["inbox"]
-    assert sl._head_memo == (b"_INBOX.abc", sl.genid, (inbox,))
+    assert sl._head_memo == (b"_INBOX.abc", sl.genid, (inbox,), 10)
     assert [s.name for s in sl.match_uncached(b"_INBOX.abc.2").psubs] == ["inbox"]
     sl.insert(FakeSub("_INBOX.abc.3", name="literal"))  # a shape reading the last token: no memo
     assert [s.name for s in sl.match_uncached(b"_INBOX.abc.3").psubs] == ["literal", "inbox"]
