@@ -484,19 +484,19 @@ class Sublist:
         dict for the shapes' lookups unless a node has queue groups) and the checks are the
         cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
         ack = ACK_PREFIX
-        node: _Node | None
+        ack_node: _Node | None
         if ack is not None and subject and subject[0] == ack[0] and subject[:len(ack)] == ack:
-            node = self._ack_node if self._ack_genid == self.genid else self._find_ack_node(ack)
+            ack_node = self._ack_node if self._ack_genid == self.genid else self._find_ack_node(ack)
             # (the walk's empty-token rule: the prefix's tokens are not empty, the others are
             # not when there is no ".." and no trailing dot)
-            if node is not None and (subject.find(b"..") >= 0 or subject[-1] == _DOT):
-                node = None
+            if ack_node is not None and (subject.find(b"..") >= 0 or subject[-1] == _DOT):
+                ack_node = None
         else:
-            node = None
-        if node is not None:
+            ack_node = None
+        if ack_node is not None:
             result = _PlainResult()
-            plain = node.plain
-            result.psubs = plain if plain is not None else _plain_of(node)
+            plain = ack_node.plain
+            result.psubs = plain if plain is not None else _plain_of(ack_node)
             result.qsubs = result.queue_state = ()
             result.plan = None
         elif b"" in (tokens := subject.split(b".")):  # nats-server: an empty token matches nothing
@@ -548,7 +548,9 @@ class Sublist:
                 result = EMPTY_RESULT
         cache = self.cache
         if cache is not None:
-            if subject and subject[0] in _ONESHOT_HEADS and subject.startswith(ONESHOT_PREFIXES):
+            # (an ack's subject begins with ACK_PREFIX: found in the tuple, not by startswith)
+            if (ack_node is not None and ack in ONESHOT_PREFIXES) or (
+                    subject and subject[0] in _ONESHOT_HEADS and subject.startswith(ONESHOT_PREFIXES)):
                 # Kept until the next one-shot subject's match: the cache holds one at most.
                 if self._oneshot is not None:
                     cache.pop(self._oneshot, None)
