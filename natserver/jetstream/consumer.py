@@ -980,7 +980,16 @@ class Consumer:
             if self.nak_until:
                 self.nak_until.pop(sseq, None)
             self.last_acked = now
-            self._update_floor()
+            # _update_floor's usual case inline (acks in order: the floor's message or the one
+            # after it is pending; FLOOR_SCAN >= 2), a call less an ack
+            pending = self.pending
+            first = self._pmin
+            if pending and self._pmin_of is pending and (first in pending or (first := first + 1) in pending):
+                self._pmin = first
+                self.ack_floor_sseq = first - 1
+                self.ack_floor_cseq = pending[first][0] - 1
+            else:
+                self._update_floor()
             return [sseq]
         done = [s for s in self.pending if s <= sseq]
         for s in done:

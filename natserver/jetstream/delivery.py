@@ -220,6 +220,10 @@ class Delivery:
         self._ack_sub = None
         self._fc_sub = None
         self._due: dict[Consumer, None] = {}  # consumers to deliver for at the end of the chunk (in order)
+        # The last ack subject's head (``$JS.ACK.<stream>.<consumer>``, what comes before its
+        # last five tokens) and the names read from it: a run of acks is one consumer's.
+        self._ack_head = b""
+        self._ack_names = ("", "")
 
     def start(self) -> None:
         self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
@@ -625,17 +629,30 @@ class Delivery:
         # plain +ACK's steps after the consumer's are _deliver_later's and _queue_save's,
         # written out.
         try:
-            tokens = subject.split(b".")
-            if len(tokens) < 9:
+            # The stream and consumer are the 3rd and 4th tokens of 9 or more, the numbers the
+            # 5th to 3rd last: the head before the last five tokens is split and decoded only
+            # when it is not the last ack's.
+            parts = subject.rsplit(b".", 5)
+            if len(parts) != 6:
                 return
-            stream = self.js.streams.get(tokens[2].decode("utf-8", "replace"))
+            head = parts[0]
+            if head == self._ack_head:
+                stream_name, consumer_name = self._ack_names
+            else:
+                tokens = head.split(b".")
+                if len(tokens) < 4:
+                    return
+                stream_name = tokens[2].decode("utf-8", "replace")
+                consumer_name = tokens[3].decode("utf-8", "replace")
+                self._ack_head, self._ack_names = head, (stream_name, consumer_name)
+            stream = self.js.streams.get(stream_name)
             if stream is None:
                 return
-            consumer = stream.consumers.get(tokens[3].decode("utf-8", "replace"))
+            consumer = stream.consumers.get(consumer_name)
             if consumer is None:
                 return
             try:
-                count, sseq, cseq = int(tokens[-5]), int(tokens[-4]), int(tokens[-3])
+                count, sseq, cseq = int(parts[1]), int(parts[2]), int(parts[3])
             except ValueError:
                 return
             now = clock.now_ns()

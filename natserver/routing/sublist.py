@@ -50,6 +50,18 @@ ONESHOT_PREFIXES = (b"$JS.ACK.",)
 # Tests that empty ONESHOT_PREFIXES leave this as it is: startswith(()) is False anyway.
 _ONESHOT_HEADS = frozenset(prefix[0] for prefix in ONESHOT_PREFIXES)
 
+# JetStream's ack subjects (``$JS.ACK.<stream>.<consumer>.<n>.<sseq>.<cseq>.<ts>.<pending>``, each
+# new, so each a cache miss): while the one subscription that can match any of them is
+# JetStream's own ``$JS.ACK.>``, a miss on one needs no split and no trie or shape lookup, only
+# the empty-token check (Sublist._ack_node; issue 33). None turns this off (tests).
+ACK_PREFIX: bytes | None = b"$JS.ACK."
+# Its length, and a bound every subject beginning with it is below: any other miss pays one
+# comparison of bytes, which stops at the first byte of a subject that begins with a letter,
+# a digit or "_" (~300 instructions less than testing its first byte as an int, callgrind).
+_ACK_LEN = len(b"$JS.ACK.")
+_ACK_BELOW = b"%"  # (the byte after "$")
+_DOT = ord(".")
+
 
 def is_valid_subject(subject: bytes) -> bool:
     """A subject a subscription may use: no empty tokens, ``>`` only as the last token.
@@ -234,6 +246,18 @@ class _Level:
         return not self.nodes and self.pwc is None and self.fwc is None
 
 
+def _holds(node: _Node | None, below: bool) -> bool:
+    """Whether ``node`` has subscriptions (``below``: or has any in the levels under it)."""
+    if node is None:
+        return False
+    return bool(node.psubs or node.qsubs) or (below and node.next is not None and _holds_any(node.next))
+
+
+def _holds_any(level: _Level) -> bool:
+    """Whether any subscription is at or under ``level``."""
+    return any(_holds(node, True) for node in (*level.nodes.values(), level.pwc, level.fwc))
+
+
 def _add_node(node: _Node, psubs: list, qsubs: dict) -> None:
     plain = node.plain
     if plain is None:
@@ -310,6 +334,10 @@ class Sublist:
         self.mappings: SubjectMappings | None = None
         # The one-shot subject (ONESHOT_PREFIXES) last entered into the cache, if any.
         self._oneshot: bytes | None = None
+        # The node of the one subscription every ACK_PREFIX subject matches and no other
+        # subscription can, as found at genid _ack_genid (-1: not looked for yet).
+        self._ack_node: _Node | None = None
+        self._ack_genid = -1
 
     # -- changes ------------------------------------------------------------------------------
 
@@ -468,6 +496,30 @@ class Sublist:
         step counts (issue 33): nothing is made that the result does not keep (no list or
         dict for the shapes' lookups unless a node has queue groups) and the checks are the
         cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
+        if subject < _ACK_BELOW and subject[:_ACK_LEN] == ACK_PREFIX:  # (None: never equal)
+            # The short way (ACK_PREFIX) unless another subscription could match the subject or
+            # it has an empty token (the walk's rule: the prefix's tokens are not empty, the
+            # others are not when there is no ".." and no trailing dot).
+            node = self._ack_node if self._ack_genid == self.genid else self._find_ack_node(subject[:_ACK_LEN])
+            if node is not None and subject.find(b"..") < 0 and subject[-1] != _DOT:
+                result = _PlainResult()
+                plain = node.plain
+                result.psubs = plain if plain is not None else _plain_of(node)
+                result.qsubs = result.queue_state = ()
+                result.plan = None
+                cache = self.cache
+                if cache is not None:
+                    # (one-shot when ACK_PREFIX is one of ONESHOT_PREFIXES: the tuple's
+                    # membership says so, where startswith with a tuple parses its arguments
+                    # the slow way)
+                    if ACK_PREFIX in ONESHOT_PREFIXES:
+                        last, self._oneshot = self._oneshot, subject
+                        if last is not None:
+                            cache.pop(last, None)
+                    cache[subject] = result
+                    if len(cache) > SUBLIST_CACHE_MAX:
+                        self._sweep_cache(cache)
+                return result
         # The last head-keyed miss's head: a reply to the same inbox (nats.go's _INBOX.<id>.<n>,
         # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33). Its
         # last dot where the head ends, the head the same: calls that make no object (an ack,
@@ -548,6 +600,39 @@ class Sublist:
             if len(cache) > SUBLIST_CACHE_MAX:
                 self._sweep_cache(cache)
         return result
+
+    def _find_ack_node(self, prefix: bytes) -> _Node | None:
+        """The node of the only subscription that can match a subject beginning with
+        ``prefix`` (two literal tokens and a dot) when it is one plain subscription on
+        ``<prefix>>``, else None: any other subscription that could match such a subject (``>``,
+        a wildcard in the first two tokens, anything else under the prefix) or a queue group.
+        Kept until genid changes."""
+        first, second = prefix.split(b".")[:2]
+        root = self._root
+        found = None
+        ok = not _holds(root.fwc, False)
+        for head in (root.nodes.get(first), root.pwc):
+            level = head.next if head is not None and ok else None
+            if level is None:
+                continue
+            if _holds(level.fwc, False):  # "$JS.>", "*.>"
+                ok = False
+            for node in (level.nodes.get(second), level.pwc):
+                below = node.next if node is not None else None
+                if below is None:
+                    continue
+                if head is root.pwc or node is level.pwc:  # "*.ACK.…", "$JS.*.…": nothing allowed
+                    ok = ok and not _holds_any(below)
+                    continue
+                fwc = below.fwc
+                if fwc is None or fwc.qsubs or len(fwc.psubs) != 1 or _holds(below.pwc, True) \
+                        or any(_holds(n, True) for n in below.nodes.values()):
+                    ok = False
+                else:
+                    found = fwc
+        found = found if ok else None
+        self._ack_node, self._ack_genid = found, self.genid
+        return found
 
     def _sweep_cache(self, cache: dict[bytes, SublistResult]) -> None:
         # nats-server deletes random entries; dropping the oldest is as cheap and as fair.

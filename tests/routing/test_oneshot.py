@@ -51,9 +51,9 @@ def _view(result) -> tuple:
     return (tuple(s.n for s in result.psubs), tuple(tuple(s.n for s in g) for g in result.qsubs))
 
 
-@settings(max_examples=300, deadline=None)
-@given(_OPS)
-def test_oneshot_matches_as_the_walk_does(ops):
+def _against_the_walk(ops) -> None:
+    """Subscribes, unsubscribes and matches as ``ops`` say, on a cached sublist and on one
+    without a cache whose matches walk the trie (ACK_PREFIX's short way off): the same results."""
     cached = Sublist(cache=True)
     walked = Sublist(cache=False)  # no cache: the trie walk every time
     live: list[_Sub] = []
@@ -69,9 +69,20 @@ def test_oneshot_matches_as_the_walk_does(ops):
                 assert cached.remove(sub) and walked.remove(sub)
         else:
             got = cached.match(arg)
-            assert _view(got) == _view(walked.match(arg)), arg
+            saved, sublist_mod.ACK_PREFIX = sublist_mod.ACK_PREFIX, None
+            try:
+                want = walked.match(arg)
+            finally:
+                sublist_mod.ACK_PREFIX = saved
+            assert _view(got) == _view(want), arg
             assert got.plan is None or got is cached.cache.get(arg)  # a plan only on its own subject's result
             assert sum(key.startswith(b"$JS.ACK.") for key in cached.cache) <= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPS)
+def test_oneshot_matches_as_the_walk_does(ops):
+    _against_the_walk(ops)
 
 
 def test_acks_leave_one_cache_entry():
@@ -92,3 +103,49 @@ def test_acks_leave_one_cache_entry():
     assert list(sl.match(b"$JS.ACK.S.C.1.6.6.1700000000.0").psubs) == [monitor, consumer]
     sl.remove(one)
     assert list(sl.match(b"$JS.ACK.S.C.1.5.5.1700000000.0").psubs) == [monitor, consumer]
+
+
+# Ack subjects' misses without a walk (sublist.ACK_PREFIX) while ``$JS.ACK.>`` alone can match
+# them: subscriptions that leave it alone often, and every kind that can or cannot overlap it.
+_ACK_PATTERNS = st.sampled_from([
+    b"$JS.ACK.>", b"$JS.ACK.>", b"$JS.ACK.>", b">", b"$JS.>", b"*.ACK.>", b"$JS.*.>", b"$JS.*.S.>",
+    b"*.*.*", b"*.*", b"$JS.ACK.S.>", b"$JS.ACK.*", b"$JS.ACK", b"$JS", b"*", b"$JS.*", b"*.ACK",
+    b"$JS.ACK.*.C.1.>", b"$JS.API.>", b"other.>", b"$JS.ACKS.>", b"$JS.ACK.S.C.1.2.7.1.2",
+])
+_ACK_SUBJECTS = st.one_of(
+    _SUBJECTS,
+    st.sampled_from([b"$JS.ACK.", b"$JS.ACK..", b"$JS.ACK..S", b"$JS.ACK.S.", b"$JS.ACK.S", b"$JS.ACKS.S.C",
+                     b"$JS.ACK.S.C.1.2.7.1.2", b"$JS.AC", b"$"]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("sub"), _ACK_PATTERNS, st.sampled_from([None, None, None, b"q"])),
+    st.tuples(st.just("unsub"), st.integers(0, 50), st.none()),
+    st.tuples(st.just("pub"), _ACK_SUBJECTS, st.none()),
+), max_size=40))
+def test_ack_misses_match_as_the_walk_does(ops):
+    _against_the_walk(ops)
+
+
+def test_ack_misses_take_the_short_way_only_when_alone():
+    sl = Sublist(cache=True)
+    consumer = _Sub(b"$JS.ACK.>", None, 0)
+    sl.insert(consumer)
+    sl.insert(_Sub(b"$JS.API.>", None, 1))
+    sl.insert(_Sub(b"other.*.x", None, 2))
+    subject = b"$JS.ACK.S.C.1.5.5.1700000000.0"
+    assert list(sl.match(subject).psubs) == [consumer]
+    assert sl._ack_node is not None and sl._ack_genid == sl.genid  # looked for once, found
+    for pattern in (b">", b"$JS.>", b"*.ACK.>", b"$JS.*.S.C.>", b"$JS.ACK.S.*.>", b"$JS.ACK.>"):
+        other = _Sub(pattern, None, 3)
+        sl.insert(other)
+        assert set(sl.match(subject).psubs) == {consumer, other}, pattern
+        assert sl._ack_node is None, pattern
+        sl.remove(other)
+        assert list(sl.match(subject).psubs) == [consumer]
+        assert sl._ack_node is not None
+    grouped = _Sub(b"$JS.ACK.>", b"q", 4)
+    sl.insert(grouped)
+    assert [list(g) for g in sl.match(subject).qsubs] == [[grouped]] and sl._ack_node is None
