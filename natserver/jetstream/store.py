@@ -61,7 +61,7 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 from ..server.reclaim import load_malloc_trim
@@ -161,6 +161,9 @@ class Store:
         # took one message (as nats-server's stores do): purge_reported says whether the last
         # purge was so reported (its consumers need not count again).
         self.on_remove = None
+        # on_remove is called only while this is not empty (the stream's consumers: with none,
+        # a removal has nobody to tell, and a KV put's replaced value saves the call).
+        self.removal_listeners: Sized = ()
         self.purge_reported = False
         # Direct gets' answers by sequence (direct.Answers), made by the first such get.
         self.direct_answers: Any = None
@@ -369,7 +372,7 @@ class Store:
         if seq == self.first_seq:
             self._advance_first(seq)
         self._dropped(seq, entry, erase)
-        if report and self.on_remove is not None:
+        if report and self.removal_listeners and self.on_remove is not None:
             self.on_remove(seq, subj)
         return True
 
@@ -2097,7 +2100,7 @@ class FileStore(Store):
             if i == idx.head:
                 idx._advance_head()
             self._log_removal(seq)
-        if report and self.on_remove is not None:
+        if report and self.removal_listeners and self.on_remove is not None:
             self.on_remove(seq, subj)
         return True
 

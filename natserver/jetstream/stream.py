@@ -908,6 +908,7 @@ class Stream:
         self.replicated = False
         self.replica: StreamGroup | None = None
         store.on_remove = self._removed
+        store.removal_listeners = self.consumers  # (_removed tells only them)
         self.set_markers()
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)

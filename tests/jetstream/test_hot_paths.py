@@ -428,6 +428,7 @@ def test_a_file_store_removal_in_one_frame_is_the_general_one(per_subject, max_m
                 store = cls(tmp, cfg, segment_size=4096)
                 seen: list = []
                 store.on_remove = lambda seq, subj, seen=seen: seen.append(("removed", seq, subj))
+                store.removal_listeners = [store.on_remove]
                 store.notify = lambda _store, seen=seen: seen.append("dirty")
                 try:
                     for i, (op, key, at) in enumerate(ops):
