@@ -183,16 +183,16 @@ class Store:
         psmc = ss[0] if ss is not None else 0
         at_subject_limit = maxp > 0 and psmc >= maxp
         if cfg.discard == "new":
-            size_in = len(hdr) + len(msg)
             if at_subject_limit and cfg.discard_new_per_subject:
                 raise StoreError(ERR_MAX_MSGS_PER_SUBJECT)
             if cfg.max_msgs > 0 and self.msgs >= cfg.max_msgs and not at_subject_limit:
                 raise StoreError(ERR_MAX_MSGS)
-            if cfg.max_bytes > 0 and self.bytes + size_in >= cfg.max_bytes:
+            if cfg.max_bytes > 0 and self.bytes + len(hdr) + len(msg) >= cfg.max_bytes:
                 if not at_subject_limit:
                     raise StoreError(ERR_MAX_BYTES)
                 assert ss is not None  # (at the subject's limit: it has messages)
                 replaced = self.idx[ss[1]][2]
+                size_in = len(hdr) + len(msg)
                 if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
                     raise StoreError(ERR_MAX_BYTES)
         seq = self.last_seq + 1
