@@ -2065,11 +2065,8 @@ class FileStore(Store):
         else:
             idx.refs[sid] -= 1  # (n >= 2: the subject keeps its id)
             ss[0] = n - 1
-            if n == 2:  # one left: the other end (a KV key's history of 1 replaced)
-                if seq == ss[1]:
-                    ss[1] = ss[2]
-                elif seq == ss[2]:
-                    ss[2] = ss[1]
+            if n == 2:  # one left, the other end (a KV key's history of 1 replaced)
+                ss[1] = ss[2] = ss[2] if seq == ss[1] else ss[1]
             elif seq == ss[1]:
                 ss[1] = self._next_of(subj, seq + 1, ss[2])
             elif seq == ss[2]:
