@@ -7,8 +7,8 @@ sequence when a replaced message leaves one (Store._remove), a publish without h
 stored without the header checks (Stream.inbound), a message read in place from the
 read-ahead block (FileStore._load), a direct get's answer written straight into the
 requester's buffer (DirectGets._answer, Client.deliver_replies), a KV get answered again
-from the answers kept (direct.Answers), and the expired acks found without a copy of all of
-pending (Consumer.expire_acks)."""
+from the answers kept (direct.Answers), the expired acks found without a copy of all of
+pending (Consumer.expire_acks), and the file store's removal in one frame (FileStore._remove)."""
 
 from __future__ import annotations
 
