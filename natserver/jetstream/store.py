@@ -61,12 +61,12 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 from ..server.reclaim import load_malloc_trim
 from . import compressed
-from .msgindex import DEAD, DictIndex, MsgIndex, summarize
+from .msgindex import _TRIM_AT, DEAD, DictIndex, MsgIndex, summarize
 from .ttl import TtlSchedule, expires_at, header_ttl, is_marker
 from .util import compile_filter, get_header, has_wildcard
 
@@ -161,6 +161,9 @@ class Store:
         # took one message (as nats-server's stores do): purge_reported says whether the last
         # purge was so reported (its consumers need not count again).
         self.on_remove = None
+        # on_remove is called only while this is not empty (the stream's consumers: with none,
+        # a removal has nobody to tell, and a KV put's replaced value saves the call).
+        self.removal_listeners: Sized = ()
         self.purge_reported = False
         # Direct gets' answers by sequence (direct.Answers), made by the first such get.
         self.direct_answers: Any = None
@@ -180,16 +183,16 @@ class Store:
         psmc = ss[0] if ss is not None else 0
         at_subject_limit = maxp > 0 and psmc >= maxp
         if cfg.discard == "new":
-            size_in = len(hdr) + len(msg)
             if at_subject_limit and cfg.discard_new_per_subject:
                 raise StoreError(ERR_MAX_MSGS_PER_SUBJECT)
             if cfg.max_msgs > 0 and self.msgs >= cfg.max_msgs and not at_subject_limit:
                 raise StoreError(ERR_MAX_MSGS)
-            if cfg.max_bytes > 0 and self.bytes + size_in >= cfg.max_bytes:
+            if cfg.max_bytes > 0 and self.bytes + len(hdr) + len(msg) >= cfg.max_bytes:
                 if not at_subject_limit:
                     raise StoreError(ERR_MAX_BYTES)
                 assert ss is not None  # (at the subject's limit: it has messages)
                 replaced = self.idx[ss[1]][2]
+                size_in = len(hdr) + len(msg)
                 if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
                     raise StoreError(ERR_MAX_BYTES)
         seq = self.last_seq + 1
@@ -369,7 +372,7 @@ class Store:
         if seq == self.first_seq:
             self._advance_first(seq)
         self._dropped(seq, entry, erase)
-        if report and self.on_remove is not None:
+        if report and self.removal_listeners and self.on_remove is not None:
             self.on_remove(seq, subj)
         return True
 
@@ -2046,11 +2049,74 @@ class FileStore(Store):
             seq += 1
         return out
 
+    def _remove(self, seq, erase=False, report=True):
+        # Store._remove in one frame, on the index's arrays: a KV put's replaced value, a
+        # limit's oldest message, a delete. The general way (an erase) builds an entry tuple and
+        # takes four calls (MsgIndex.pop, _advance_first, _dropped, its log), ~8k instructions.
+        idx = self.idx
+        sids = idx.sid
+        i = seq - idx.base
+        if erase or not idx.head <= i < len(sids):
+            return super()._remove(seq, erase, report)  # (out of range: pop answers None there)
+        sid = sids[i]
+        if sid == DEAD:
+            return False
+        subj = idx.subjects[sid]
+        fss = self.fss
+        ss = fss[subj]
+        n = ss[0]
+        if n == 1:
+            del fss[subj]
+            idx._release(sid)
+        else:
+            idx.refs[sid] -= 1  # (n >= 2: the subject keeps its id)
+            ss[0] = n - 1
+            if n == 2:  # one left, the other end (a KV key's history of 1 replaced)
+                ss[1] = ss[2] = ss[2] if seq == ss[1] else ss[1]
+            elif seq == ss[1]:
+                ss[1] = self._next_of(subj, seq + 1, ss[2])
+            elif seq == ss[2]:
+                ss[2] = self._prev_of(subj, seq - 1, ss[1])
+        sids[i] = DEAD
+        sizes, segs = idx.size, idx.seg
+        seg = segs[i]
+        self.bytes -= sizes[i]
+        sizes[i] = 0  # (MsgIndex.pop's: sum(size) the live bytes, segments only of live messages)
+        segs[i] = 0
+        idx.live -= 1
+        self.msgs -= 1
+        self.live[seg] -= 1
+        if seq == self.first_seq:
+            j = i + 1
+            if i == idx.head and j < len(sids) and sids[j] != DEAD and j < _TRIM_AT:
+                # (the next message is live: the new first, MsgIndex._advance_head's result)
+                idx.head = j
+                self.first_seq = seq + 1
+                self.first_ts = idx.ts[j]
+            else:
+                if i == idx.head:
+                    idx._advance_head()
+                self._advance_first(seq)
+            if not self.state_dirty:  # (else the state record to come already says it)
+                self._log_removal(seq)
+        else:
+            if i == idx.head:
+                idx._advance_head()
+            self._log_removal(seq)
+        if report and self.removal_listeners and self.on_remove is not None:
+            self.on_remove(seq, subj)
+        return True
+
     def _dropped(self, seq, entry, erase):
         seg = entry[3]
         self.live[seg] -= 1
         if erase:
             self._erase(seq, entry)
+        self._log_removal(seq)
+
+    def _log_removal(self, seq: int) -> None:
+        """Message ``seq`` is gone (first_seq updated): a removal of the first one is kept by
+        the next state record, any other by a DEL record."""
         if seq < self.first_seq:
             if not self.state_dirty:
                 self.state_dirty = True

@@ -908,6 +908,7 @@ class Stream:
         self.replicated = False
         self.replica: StreamGroup | None = None
         store.on_remove = self._removed
+        store.removal_listeners = self.consumers  # (_removed tells only them)
         self.set_markers()
         self.lmsgid = b""  # Nats-Msg-Id of the last stored message
         self.ddmap: dict[bytes, tuple[int, int]] = {}  # msg id -> (seq, ts)
@@ -1288,7 +1289,11 @@ class Stream:
                 self._answer(reply, b'%s%d,"batch":%s,"count":%d}' % (
                     self._ack_prefix, seq, dumps(batch_ack[0].decode("utf-8", "replace")), batch_ack[1]))
             elif total is None:
-                self._answer(reply, b"%s%d}" % (self._ack_prefix, seq))
+                ack = b"%s%d}" % (self._ack_prefix, seq)
+                if self.answer_sink is None:  # (_answer's usual way, without its call)
+                    self.engine.respond(reply, ack, self)
+                else:
+                    self._answer(reply, ack)
             else:  # 2.12+: a counter's total (PubAck.Value)
                 self._answer(reply, b'%s%d,"val":"%s"}' % (self._ack_prefix, seq, total))
         if self.consumers:

@@ -7,8 +7,8 @@ sequence when a replaced message leaves one (Store._remove), a publish without h
 stored without the header checks (Stream.inbound), a message read in place from the
 read-ahead block (FileStore._load), a direct get's answer written straight into the
 requester's buffer (DirectGets._answer, Client.deliver_replies), a KV get answered again
-from the answers kept (direct.Answers), and the expired acks found without a copy of all of
-pending (Consumer.expire_acks)."""
+from the answers kept (direct.Answers), the expired acks found without a copy of all of
+pending (Consumer.expire_acks), and the file store's removal in one frame (FileStore._remove)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,12 @@ import natserver
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
 from natserver.jetstream import direct as direct_mod
+from natserver.jetstream import msgindex as msgindex_mod
+from natserver.jetstream import store as store_mod
 from natserver.jetstream.api import Api
 from natserver.jetstream.consumer import Consumer, ConsumerConfig, set_defaults
 from natserver.jetstream.errors import ApiError
-from natserver.jetstream.store import READ_AHEAD, FileStore, MemoryStore
+from natserver.jetstream.store import READ_AHEAD, FileStore, MemoryStore, Store
 from natserver.jetstream.stream import Stream, StreamConfig, check_stream_config
 
 
@@ -388,6 +390,64 @@ def test_first_and_last_per_subject_after_replacements(kind, tmp_path):
                     {s: (ss[0], ss[1], ss[2]) for s, ss in store.fss.items()}
         finally:
             store.stop()
+
+
+class _GeneralRemovals(FileStore):
+    """A file store removing the general way (Store._remove: MsgIndex.pop, _advance_first,
+    _dropped), which FileStore._remove does in one frame."""
+
+    _remove = Store._remove
+
+
+def _file_store_state(store: FileStore) -> tuple:
+    idx = store.idx
+    return (store.msgs, store.bytes, store.first_seq, store.first_ts, store.last_seq, store.last_ts,
+            {s: list(ss) for s, ss in store.fss.items()}, dict(store.live), bytes(store.buf), store.size,
+            list(store.active_dels), store.state_dirty, idx.base, idx.head, idx.live, list(idx.sid), list(idx.ts),
+            list(idx.seg), list(idx.off), list(idx.size), list(idx.subjects), dict(idx.sid_of), list(idx.refs),
+            list(idx.free))
+
+
+@settings(max_examples=200, deadline=None)
+@given(per_subject=st.sampled_from([-1, 1, 2, 3]), max_msgs=st.sampled_from([-1, 4, 9]),
+       trim_at=st.sampled_from([2, 5, 4096]),
+       ops=st.lists(st.tuples(st.sampled_from(["store", "store", "store", "remove", "erase", "flush"]),
+                              st.integers(0, 4), st.integers(-2, 30)), min_size=1, max_size=70))
+def test_a_file_store_removal_in_one_frame_is_the_general_one(per_subject, max_msgs, trim_at, ops):
+    """KV replacements (histories of 1 to 3), a limit's oldest message, deletes and erases of
+    any sequence (the first, the middle, gone or never stored), flushes between, the index's
+    head trimmed early or late: FileStore._remove leaves the store, its index, its records and
+    its notifications as the general way does, and reports the same removals."""
+    cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], max_msgs_per_subject=per_subject,
+                                           max_msgs=max_msgs), {})
+    results = []
+    with mock.patch.object(msgindex_mod, "_TRIM_AT", trim_at), mock.patch.object(store_mod, "_TRIM_AT", trim_at), \
+            mock.patch.object(store_mod.os, "urandom", bytes):  # (an erase's bytes: zeros in both)
+        for cls in (FileStore, _GeneralRemovals):
+            with tempfile.TemporaryDirectory() as tmp:
+                store = cls(tmp, cfg, segment_size=4096)
+                seen: list = []
+                store.on_remove = lambda seq, subj, seen=seen: seen.append(("removed", seq, subj))
+                store.removal_listeners = [store.on_remove]
+                store.notify = lambda _store, seen=seen: seen.append("dirty")
+                try:
+                    for i, (op, key, at) in enumerate(ops):
+                        if op == "store":
+                            seen.append(store.store_msg(b"s.%d" % key, b"", b"v" * key, i))
+                        elif op == "flush":
+                            store.flush()
+                        else:
+                            seq = store.first_seq + at
+                            try:
+                                seen.append(store.remove_msg(seq, erase=op == "erase"))
+                            except store_mod.StoreError as exc:
+                                seen.append(str(exc))
+                        seen.append(_file_store_state(store))
+                    seen.append([store.load_msg(s) is not None for s in range(1, store.last_seq + 1)])
+                finally:
+                    store.stop()
+                results.append(seen)
+    assert results[0] == results[1]
 
 
 # -- a publish without headers (Stream.inbound's short way) ------------------------------------
