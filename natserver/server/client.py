@@ -695,8 +695,9 @@ class Client:
                             self._may_deliver(sub, subject, reply, header_size, payload)
                             if not sub.took and reply is not None and self.no_responders:
                                 self._no_responders(subject, reply, result)
-                            if i < n_ops and cache is not None and self.stalled_on is None and not (
-                                    self.verbose or self.perms is not None or mappings is not None):
+                            if i < n_ops and ops[i].__class__ is Pub and ops[i][2] <= 0 and cache is not None \
+                                    and self.stalled_on is None \
+                                    and not (self.verbose or self.perms is not None or mappings is not None):
                                 # The Pubs after it for the same callback, in one loop of their own.
                                 i, taken, taken_bytes, misses, stop_missed = self._callback_pubs(
                                     ops, i, sub, cache, match)
