@@ -496,51 +496,31 @@ class Sublist:
         step counts (issue 33): nothing is made that the result does not keep (no list or
         dict for the shapes' lookups unless a node has queue groups) and the checks are the
         cheapest calls that give the same answer (see _ONESHOT_HEADS)."""
+        ack_node = None
         if subject < _ACK_BELOW and subject[:_ACK_LEN] == ACK_PREFIX:  # (None: never equal)
             # The short way (ACK_PREFIX) unless another subscription could match the subject or
             # it has an empty token (the walk's rule: the prefix's tokens are not empty, the
             # others are not when there is no ".." and no trailing dot).
             node = self._ack_node if self._ack_genid == self.genid else self._find_ack_node(subject[:_ACK_LEN])
             if node is not None and subject.find(b"..") < 0 and subject[-1] != _DOT:
-                result = _PlainResult()
-                plain = node.plain
-                result.psubs = plain if plain is not None else _plain_of(node)
-                result.qsubs = result.queue_state = ()
-                result.plan = None
-                cache = self.cache
-                if cache is not None:
-                    # (one-shot when ACK_PREFIX is one of ONESHOT_PREFIXES: the tuple's
-                    # membership says so, where startswith with a tuple parses its arguments
-                    # the slow way)
-                    if ACK_PREFIX in ONESHOT_PREFIXES:
-                        last, self._oneshot = self._oneshot, subject
-                        if last is not None:
-                            cache.pop(last, None)
-                    cache[subject] = result
-                    if len(cache) > SUBLIST_CACHE_MAX:
-                        self._sweep_cache(cache)
-                return result
+                ack_node = node
         # The last head-keyed miss's head: a reply to the same inbox (nats.go's _INBOX.<id>.<n>,
         # every JetStream ack to a PublishAsync), no split and no shape lookups (issue 33). Its
         # last dot where the head ends, the head the same: calls that make no object (an ack,
         # its subject new and long, is a miss too). (Its head came from a subject without
         # empty tokens, so only the last one is checked; 46: a dot.)
         psubs: list | tuple
+        qsubs: dict | None = None
         memo = self._head_memo
-        if memo is not None and memo[1] == self.genid and subject.rfind(b".") == memo[3] \
+        if ack_node is not None:
+            plain = ack_node.plain
+            psubs = plain if plain is not None else _plain_of(ack_node)
+        elif memo is not None and memo[1] == self.genid and subject.rfind(b".") == memo[3] \
                 and subject.startswith(memo[0]) and subject[-1] != 46:
             psubs = memo[2]
-            if psubs:
-                result = _PlainResult()
-                result.psubs = psubs
-                result.qsubs = result.queue_state = ()
-                result.plan = None
-            else:
-                result = EMPTY_RESULT
         elif b"" in (tokens := subject.split(b".")):  # nats-server: an empty token matches nothing
-            result = EMPTY_RESULT
+            psubs = ()
         else:
-            qsubs: dict | None
             n = len(tokens)
             shapes: tuple | None | Literal[False] = self._by_length.get(n, False)
             if shapes is False:
@@ -578,20 +558,24 @@ class Sublist:
             # whose heads seldom repeat, pay nothing for it)
             if memo_head is not None and qsubs is None and self._head_keyed.get(n) is shapes:
                 self._head_memo = (memo_head, self.genid, psubs, len(memo_head))
-            if qsubs:
-                result = SublistResult(psubs, list(qsubs.values()))
-            elif psubs:
-                # No queue groups: made without SublistResult.__init__ (a Python frame, a tenth
-                # of a miss) and with shared empty tuples, not two more lists to allocate and free.
-                result = _PlainResult()
-                result.psubs = psubs
-                result.qsubs = result.queue_state = ()  # shared, never indexed: no queue groups
-                result.plan = None
-            else:
-                result = EMPTY_RESULT
+        if qsubs:
+            result = SublistResult(psubs, list(qsubs.values()))
+        elif psubs:
+            # No queue groups: made without SublistResult.__init__ (a Python frame, a tenth
+            # of a miss) and with shared empty tuples, not two more lists to allocate and free.
+            result = _PlainResult()
+            result.psubs = psubs
+            result.qsubs = result.queue_state = ()  # shared, never indexed: no queue groups
+            result.plan = None
+        else:
+            result = EMPTY_RESULT
         cache = self.cache
         if cache is not None:
-            if subject and subject[0] in _ONESHOT_HEADS and subject.startswith(ONESHOT_PREFIXES):
+            # (an ack's subject taken the short way begins with ACK_PREFIX: one-shot when that
+            # is one of ONESHOT_PREFIXES, the tuple's membership says so, where startswith
+            # with a tuple parses its arguments the slow way)
+            if (ack_node is not None and ACK_PREFIX in ONESHOT_PREFIXES) or (ack_node is None and subject
+                    and subject[0] in _ONESHOT_HEADS and subject.startswith(ONESHOT_PREFIXES)):
                 # Kept until the next one-shot subject's match: the cache holds one at most.
                 if self._oneshot is not None:
                     cache.pop(self._oneshot, None)

@@ -1341,8 +1341,9 @@ class Client:
         callback (a publisher's window into one stream, its subjects changing or not; a
         consumer's acks, each subject new: looked up with ``match``, the sublist's
         match_uncached), each given to it as _may_deliver gives it, without the loop's per-op
-        steps (a server callback: 1.7 -> 1.1 us a message before the stream's own work). Not for a verbose client, permissions or mappings; a pedantic client's subjects
-        are checked as the loop checks them. Stops at anything else (headers: message tracing
+        steps (a server callback: 1.7 -> 1.1 us a message before the stream's own work). Not
+        for a verbose client, permissions or mappings; a pedantic client's subjects are checked
+        as the loop checks them. Stops at anything else (headers: message tracing
         looks at those; a subject pedantic refuses), a stall, a close. Returns where it
         stopped, the messages, their payload bytes, the misses among them, and whether the op it
         stopped at was looked up (a miss, now cached)."""
@@ -1355,6 +1356,7 @@ class Client:
         pedantic = self.pedantic
         start = i
         n_bytes = misses = 0
+        stop_missed = False
         while i < n_ops:
             op = ops[i]
             if op.__class__ is not Pub or op[2] > 0 or client.deliver_filter is not None:
@@ -1367,9 +1369,8 @@ class Client:
             if missed:
                 result = match(subject)
             if result.qsubs or len(result.psubs) != 1 or result.psubs[0] is not sub:
-                server.out_msgs += i - start
-                server.internal_out_msgs += i - start
-                return i, i - start, n_bytes, misses, missed
+                stop_missed = missed
+                break
             misses += missed
             i += 1
             n_bytes += len(payload)
@@ -1386,7 +1387,7 @@ class Client:
                 break
         server.out_msgs += i - start
         server.internal_out_msgs += i - start
-        return i, i - start, n_bytes, misses, False
+        return i, i - start, n_bytes, misses, stop_missed
 
     def _no_responders(self, subject: bytes, reply: bytes, result=None) -> None:
         """nats-server 2.10+: a 503 HMSG naming ``subject`` to the requester's own subscription
