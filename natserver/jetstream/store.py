@@ -126,10 +126,6 @@ class Store:
     """The index, the state and every rule; subclasses implement the hooks at the end."""
 
     kind = "memory"
-    # nats-server's discard-new check when a subject at its limit would be replaced: the
-    # memory store refuses when the replaced message is smaller, the file store when it is
-    # smaller or equal.
-    _replace_equal_refused = False
     # The error of the last failed write (the file store's; a memory store never has one): a
     # class attribute, so that the flusher reads it of any store without getattr.
     werr: OSError | None = None
@@ -187,13 +183,15 @@ class Store:
                 raise StoreError(ERR_MAX_MSGS_PER_SUBJECT)
             if cfg.max_msgs > 0 and self.msgs >= cfg.max_msgs and not at_subject_limit:
                 raise StoreError(ERR_MAX_MSGS)
-            if cfg.max_bytes > 0 and self.bytes + len(hdr) + len(msg) >= cfg.max_bytes:
+            # (2.11+: the message's size as the store counts it, beyond the limit; 2.10 took
+            # its header and data, at the limit)
+            size_in = self.msg_size(subj, hdr, msg) if cfg.max_bytes > 0 else 0
+            if cfg.max_bytes > 0 and self.bytes + size_in > cfg.max_bytes:
                 if not at_subject_limit:
                     raise StoreError(ERR_MAX_BYTES)
                 assert ss is not None  # (at the subject's limit: it has messages)
                 replaced = self.idx[ss[1]][2]
-                size_in = len(hdr) + len(msg)
-                if replaced < size_in or (replaced == size_in and self._replace_equal_refused):
+                if replaced < size_in:  # (room only if the replaced one is at least as big)
                     raise StoreError(ERR_MAX_BYTES)
         seq = self.last_seq + 1
         if ss is not None:
@@ -640,6 +638,11 @@ class Store:
     def _new_index(self):
         return DictIndex()
 
+    @staticmethod
+    def msg_size(subj: bytes, hdr: bytes, msg: bytes) -> int:
+        """What a message counts in ``bytes`` (each store's own rule)."""
+        raise NotImplementedError
+
     def _append(self, seq: int, ts: int, subj: bytes, hdr: bytes, msg: bytes) -> int:
         """Write a message (or raise StoreWriteError, nothing changed) and index it under
         ``seq``; returns its size (what it counts in ``bytes``)."""
@@ -818,7 +821,6 @@ class FileStore(Store):
     segment, offset)``."""
 
     kind = "file"
-    _replace_equal_refused = True
 
     def _new_index(self):
         return MsgIndex()

@@ -96,13 +96,52 @@ def test_max_bytes_discard_old_and_new(make_store):
     old = make_store(max_bytes=200)
     fill(old, 10, size=20)
     assert old.bytes <= 200 and old.last_seq == 10 and old.msgs < 10
-    # nats-server refuses when the stored bytes plus the new message's raw size reach the
-    # limit (and evicts old messages when the stored size goes over anyway).
+    # nats-server refuses when the stored bytes plus the new message's size (as the store counts
+    # it) would go over the limit: see DISCARD_NEW_BYTES.
     new = make_store(max_bytes=200, discard="new")
     fill(new, 2, size=60)
     with pytest.raises(StoreError, match="maximum bytes exceeded"):
         new.store_msg(b"a", b"", b"y" * 60, 9)
     assert (new.msgs, new.last_seq) == (2, 2)
+
+
+# Discard new with max_bytes, as nats-server 2.15.1 answered over the wire (a stream per case,
+# subjects "s<case><storage>.<key>", each publish's sequence or "E" for 10077, maximum bytes
+# exceeded; then messages, bytes, first sequence): the message's size as the store counts it
+# (fileStoreMsgSize, memStoreMsgSize) beyond the limit refuses it, and at a subject's limit the
+# replaced message must be at least as big (2.10 took the header and data, at the limit).
+DISCARD_NEW_BYTES = [
+    ({"max_bytes": 100}, [("a", 4)] * 4,
+     {"file": [1, 2, "E", "E", (2, 84, 1)], "memory": [1, 2, 3, "E", (3, 90, 1)]}),
+    ({"max_bytes": 120}, [("a", 4)] * 4,
+     {"file": [1, 2, "E", "E", (2, 84, 1)], "memory": [1, 2, 3, 4, (4, 120, 1)]}),
+    ({"max_bytes": 80}, [("a", 4)] * 4,
+     {"file": [1, "E", "E", "E", (1, 42, 1)], "memory": [1, 2, "E", "E", (2, 60, 1)]}),
+    ({"max_bytes": 100, "max_msgs_per_subject": 1},
+     [("a", 4), ("b", 4), ("a", 4), ("a", 5), ("a", 3), ("c", 1), ("a", 4), ("a", 40), ("b", 3)],
+     {"file": [1, 2, 3, "E", 4, "E", "E", "E", 5, (2, 82, 4)], "memory": [1, 2, 3, 4, 5, 6, "E", "E", 7, (3, 85, 5)]}),
+    ({"max_bytes": 90, "max_msgs_per_subject": 1},
+     [("a", 10), ("b", 4), ("a", 10), ("a", 11), ("a", 9), ("b", 4), ("b", 5)],
+     {"file": [1, 2, 3, "E", 4, 5, "E", (2, 89, 4)], "memory": [1, 2, 3, "E", 4, 5, "E", (2, 65, 4)]}),
+    ({"max_bytes": 100, "max_msgs_per_subject": 2}, [("a", 4), ("a", 4), ("b", 4), ("a", 4), ("a", 5), ("a", 3)],
+     {"file": [1, 2, "E", 3, "E", 4, (2, 83, 3)], "memory": [1, 2, 3, 4, "E", 5, (3, 89, 3)]}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DISCARD_NEW_BYTES)))
+def test_discard_new_max_bytes_as_nats_server_2_15(make_store, case):
+    limits, publishes, expected = DISCARD_NEW_BYTES[case]
+    store = make_store(discard="new", **limits)
+    kind = store.kind
+    got: list = []
+    for key, size in publishes:
+        try:
+            got.append(store.store_msg(b"s%d%s.%s" % (case, kind.encode(), key.encode()), b"", b"y" * size, 1))
+        except StoreError as exc:
+            assert str(exc) == "maximum bytes exceeded"
+            got.append("E")
+    got.append((store.msgs, store.bytes, store.first_seq))
+    assert got == expected[kind]
 
 
 def test_max_msgs_per_subject(make_store):
