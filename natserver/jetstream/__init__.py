@@ -685,6 +685,34 @@ class JetStream:
         self._usage_summed[kind] = (limit - used + added, limit, clock.monotonic() + USAGE_RESUM)
         return used > limit
 
+    def room(self, kind: str, nbytes: int) -> bool:
+        """Whether ``nbytes`` more of ``kind`` keep the usage within the account's limit for
+        sure (over_limit's bound), so that over_limit would say no before each message of a
+        run that adds at most that (Stream.inbound_run); False: ask it message by message."""
+        limit = self.max_memory if kind == "memory" else self.max_store
+        if limit < 0:
+            return True
+        for _ in range(2):  # (no bound yet, or an old one: over_limit sums again, once)
+            summed = self._usage_summed.get(kind)
+            if summed is not None and ADDED_BYTES[kind] + nbytes <= summed[0] and summed[1] == limit \
+                    and clock.monotonic() < summed[2]:
+                return True
+            if self.over_limit(kind):
+                return False
+        return False
+
+    def ack_queue(self, stream: Stream) -> list | None:
+        """The list respond would add ``stream``'s acks to now (a file stream's, sent by the
+        flusher after the write; call acks_queued after adding), or None: answered at once,
+        through respond."""
+        if stream.ack_at_once and not self._acks:
+            return None
+        return self._acks
+
+    def acks_queued(self) -> None:
+        if self._acks and not self._wake.is_set():
+            self._wake.set()
+
     # -- acks and writes ----------------------------------------------------------------------
 
     def send(self, subject: bytes, payload: bytes, headers: bytes | None = None, reply: bytes | None = None) -> None:

@@ -8,6 +8,7 @@ what a stream needs of the engine (the package's ``JetStream``) is ``StreamHost`
 from __future__ import annotations
 
 import collections
+import logging
 import re
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -52,6 +53,13 @@ from .util import (
 )
 from .versioning import metadata_json
 
+log = logging.getLogger("natserver")
+
+# What a message of a run counts in the account's usage beyond its subject and payload, at most
+# (inbound_run asks engine.room for the run's bytes): a file store's record frame (store.py
+# _OVERHEAD, 35 bytes) and a memory store's 16 (memStoreMsgSize), with room to spare.
+RUN_MSG_OVERHEAD = 64
+
 
 class StreamWatcher(Protocol):
     """delivery.Delivery as a stream uses it: its consumers have something new."""
@@ -71,6 +79,9 @@ class StreamHost(LinkEngine, Protocol):
     def schedule_expiry(self, deadline_ns: int) -> None: ...
     def schedule_fire(self, deadline_ns: int) -> None: ...
     def over_limit(self, kind: str) -> bool: ...
+    def room(self, kind: str, nbytes: int) -> bool: ...  # nbytes more surely within the limits
+    def ack_queue(self, stream: Stream) -> list | None: ...  # where respond would queue acks now
+    def acks_queued(self) -> None: ...  # acks were added to ack_queue's list: send them soon
     @property
     def domain(self) -> Any: ...  # the JetStream domain, for stream info (None or "": none)
     @property
@@ -1000,7 +1011,9 @@ class Stream:
         if self.replicated and (self.replica is None or not self.replica.leading):
             return  # (a replicated stream's follower: the leader takes the publishes)
         for subject in self.cfg.subjects or ():  # (a checked config has a list: maybe empty)
-            self.subs.append(self.engine.subscribe(subject, self.inbound))
+            sub = self.engine.subscribe(subject, self.inbound)
+            sub.callback_run = self.inbound_run
+            self.subs.append(sub)
 
     def inbound(self, subject: bytes, reply: bytes | None, hdr: bytes | None, msg: bytes) -> None:
         """A message published on one of the stream's subjects: a fast batch's (its reply
@@ -1017,6 +1030,72 @@ class Stream:
             self.store_checked(subject, reply, b"", msg, clock.now_ns(), None, b"", b"", None)
         else:
             self.process_msg(subject, reply, hdr, msg)
+
+    def inbound_run(self, pubs: list, size: int) -> None:
+        """A run of messages without headers on the stream's subjects (``(subject, reply,
+        payload)`` in order; ``size``: their subjects' and payloads' bytes), a publisher's
+        window (Client._callback_pubs): each stored and acknowledged as inbound and
+        store_checked would, with their checks made once a run (the clock read once, the
+        account's limits asked once for the whole run: engine.room). Anything those checks
+        do not cover (a transform, a sealed or counter stream, interest retention without
+        consumers, republish, schedules, a replicated stream, limits near) and, from the
+        first message on, a fast batch's or one over max_msg_size: inbound, one by one."""
+        cfg = self.cfg
+        store = self.store
+        engine = self.engine
+        n = len(pubs)
+        if self.input_transform is not None or cfg.sealed or cfg.allow_msg_counter or self.replica is not None \
+                or self._trace is not None or self.answer_sink is not None or self.transform is not None \
+                or self.scheduler is not None or (cfg.retention == "interest" and not self.consumers) \
+                or not engine.room(store.kind, size + n * RUN_MSG_OVERHEAD):
+            return self._inbound_each(pubs, 0)
+        now = clock.now_ns()
+        max_size = cfg.max_msg_size
+        max_age = cfg.max_age
+        store_msg = store.store_msg
+        prefix = self._ack_prefix
+        acked = not cfg.no_ack
+        acks = engine.ack_queue(self)  # (None: each answered at once, by respond)
+        queued = False
+        i = 0
+        for subject, reply, msg in pubs:
+            if reply and reply.endswith(fastbatch.SUFFIX) or 0 <= max_size < len(msg):
+                return self._inbound_each(pubs, i)  # (inbound answers, or hands it on)
+            i += 1
+            try:
+                empty = max_age > 0 and not store.msgs
+                try:
+                    seq = store_msg(subject, b"", msg, now)
+                except StoreWriteError:
+                    continue  # (logged by the store; no answer: see store_checked)
+                except StoreError as exc:
+                    self.reject(reply, errors.stream_store_failed(str(exc)))
+                    continue
+                if empty:
+                    engine.schedule_expiry(now + max_age)
+                self.lmsgid = b""
+                if reply and acked:
+                    if acks is None:
+                        engine.respond(reply, b"%s%d}" % (prefix, seq), self)
+                    else:
+                        acks.append((reply, b"%s%d}" % (prefix, seq), None, self))
+                        queued = True
+                if self.consumers:
+                    self._stored(seq, subject)
+                if self.followed:
+                    engine.sourcing.wake()
+            except Exception:  # (as the core's per-message call: logged, the next one goes on)
+                log.exception("JetStream: a publish on %r failed", subject)
+        if queued:
+            engine.acks_queued()
+
+    def _inbound_each(self, pubs: list, i: int) -> None:
+        """inbound_run's messages from ``pubs[i]`` on, one by one."""
+        for subject, reply, msg in pubs[i:] if i else pubs:
+            try:
+                self.inbound(subject, reply, None, msg)
+            except Exception:
+                log.exception("JetStream: a publish on %r failed", subject)
 
     def unsubscribe(self) -> None:
         for pair in self.subs:

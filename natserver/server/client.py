@@ -125,7 +125,7 @@ class Subscription:
     because it goes into every MSG line this subscription receives."""
 
     __slots__ = ("client", "subject", "queue", "sid", "sid_part", "max_msgs", "delivered", "limited", "callback",
-                 "took")
+                 "callback_run", "took")
 
     def __init__(self, client: Client, subject: bytes, queue: bytes | None, sid: bytes) -> None:
         self.client = client
@@ -140,6 +140,11 @@ class Subscription:
         self.limited = client.deliver_filter is not None
         # Internal subscriptions (server.subscribe_internal) get messages through this.
         self.callback = None
+        # Optional, set by the callback's owner: ``callback_run(pubs, size)`` takes a run of
+        # messages without headers, ``pubs`` a list of ``(subject, reply, payload)`` in order,
+        # ``size`` their subjects' and payloads' bytes, each handled as ``callback`` would
+        # handle it alone and all taken (a stream's publishes: Client._callback_pubs).
+        self.callback_run = None
         # A callback subscription: whether its callback took the last message it was given (a
         # service import whose exporting account had nobody to take it says no).
         self.took = True
@@ -1341,12 +1346,13 @@ class Client:
         callback (a publisher's window into one stream, its subjects changing or not; a
         consumer's acks, each subject new: looked up with ``match``, the sublist's
         match_uncached), each given to it as _may_deliver gives it, without the loop's per-op
-        steps (a server callback: 1.7 -> 1.1 us a message before the stream's own work). Not
-        for a verbose client, permissions or mappings; a pedantic client's subjects are checked
-        as the loop checks them. Stops at anything else (headers: message tracing
-        looks at those; a subject pedantic refuses), a stall, a close. Returns where it
-        stopped, the messages, their payload bytes, the misses among them, and whether the op it
-        stopped at was looked up (a miss, now cached)."""
+        steps (a server callback: 1.7 -> 1.1 us a message before the stream's own work), or
+        all of them in one list to its ``callback_run`` when it has one (a stream's: its
+        checks once a run). Not for a verbose client, permissions or mappings; a pedantic
+        client's subjects are checked as the loop checks them. Stops at anything else
+        (headers: message tracing looks at those; a subject pedantic refuses), a stall, a
+        close. Returns where it stopped, the messages, their payload bytes, the misses among
+        them, and whether the op it stopped at was looked up (a miss, now cached)."""
         n_ops = len(ops)
         callback = sub.callback
         assert callback is not None
@@ -1354,8 +1360,10 @@ class Client:
         server = self.server
         no_responders = self.no_responders
         pedantic = self.pedantic
+        run = sub.callback_run
+        pubs: list | None = [] if run is not None else None
         start = i
-        n_bytes = misses = 0
+        n_bytes = misses = run_size = 0
         stop_missed = False
         while i < n_ops:
             op = ops[i]
@@ -1374,6 +1382,10 @@ class Client:
             misses += missed
             i += 1
             n_bytes += len(payload)
+            if pubs is not None:  # (given to callback_run below, in one call)
+                pubs.append((subject, reply, bytes(payload)))
+                run_size += len(subject)
+                continue
             sub.delivered += 1
             server.callback_publisher = self
             sub.took = True
@@ -1385,6 +1397,15 @@ class Client:
                 self._no_responders(subject, reply, result)
             if self.stalled_on is not None or self.closed:
                 break
+        if pubs:
+            assert run is not None
+            sub.delivered += len(pubs)
+            server.callback_publisher = self
+            sub.took = True  # (a run's callback takes every message: no no-responders status)
+            try:
+                run(pubs, run_size + n_bytes)
+            except Exception:
+                log.exception("internal subscription on %r failed", sub.subject)
         server.out_msgs += i - start
         server.internal_out_msgs += i - start
         return i, i - start, n_bytes, misses, stop_missed

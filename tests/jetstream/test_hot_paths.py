@@ -8,7 +8,8 @@ stored without the header checks (Stream.inbound), a message read in place from 
 read-ahead block (FileStore._load), a direct get's answer written straight into the
 requester's buffer (DirectGets._answer, Client.deliver_replies), a KV get answered again
 from the answers kept (direct.Answers), the expired acks found without a copy of all of
-pending (Consumer.expire_acks), and the file store's removal in one frame (FileStore._remove)."""
+pending (Consumer.expire_acks), the file store's removal in one frame (FileStore._remove), and a
+run of publishes stored with its checks made once (Stream.inbound_run)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import natserver
 from natserver.jetstream import api as api_mod
 from natserver.jetstream import consumer as consumer_mod
 from natserver.jetstream import direct as direct_mod
+from natserver.jetstream import fastbatch as fastbatch_mod
 from natserver.jetstream import msgindex as msgindex_mod
 from natserver.jetstream import store as store_mod
 from natserver.jetstream.api import Api
@@ -514,6 +516,118 @@ def test_a_publish_without_headers_is_stored_as_the_checks_store_it(config, full
         stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
         results.append((engine.answers, stored, store.last_seq, store.msgs, stream.lmsgid))
     assert results[0] == results[1]
+
+
+# -- a run of publishes without headers (Stream.inbound_run) ------------------------------------
+
+
+class _Answers(list):
+    """_RunEngine's ack queue: what is queued is answered, in turn with respond's answers."""
+
+    def __init__(self, answers: list) -> None:
+        super().__init__()
+        self.answers = answers
+
+    def append(self, item) -> None:
+        self.answers.append(item[:2])
+
+
+class _RunEngine(_StreamEngine):
+    """_StreamEngine with a run's questions: the account's usage (``usage``: "ok", "near" when a
+    whole run would not surely fit though each message does, "full") and where acks queue
+    (``deferred``: a file stream's queue, else respond's answers at once)."""
+
+    def __init__(self, usage: str, deferred: bool) -> None:
+        super().__init__([usage == "full"])
+        self.usage = usage
+        self.deferred = deferred
+        self.woken = 0
+
+    def room(self, kind: str, nbytes: int) -> bool:
+        return self.usage == "ok"
+
+    def ack_queue(self, stream):
+        return _Answers(self.answers) if self.deferred else None
+
+    def acks_queued(self) -> None:
+        self.woken += 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(config=st.fixed_dictionaries({
+           "max_msg_size": st.sampled_from([-1, 8]), "max_msgs_per_subject": st.sampled_from([-1, 1, 2]),
+           "discard": st.sampled_from(["old", "new"]), "max_msgs": st.sampled_from([-1, 5]),
+           "max_bytes": st.sampled_from([-1, 60]), "discard_new_per_subject": st.booleans(),
+           "no_ack": st.booleans(), "retention": st.sampled_from(["limits", "limits", "interest"]),
+           "max_age": st.sampled_from([0, 10**12]), "sealed": st.sampled_from([False, False, True]),
+           "allow_msg_counter": st.sampled_from([False, False, True])}),
+       file=st.booleans(), usage=st.sampled_from(["ok", "ok", "near", "full"]), deferred=st.booleans(),
+       runs=st.lists(st.lists(st.tuples(st.sampled_from([b"s.a", b"s.b", b"s.c.d"]),
+                                        st.integers(0, 12).map(lambda n: b"y" * n),
+                                        st.sampled_from([b"_R.1", None, b"", b"_R.x.$FI"])),
+                              min_size=1, max_size=12), min_size=1, max_size=4))
+def test_a_run_of_publishes_is_stored_as_each_alone(config, file, usage, deferred, runs):
+    """Whatever the stream's limits and settings, the account's usage and the store: a run of
+    messages without headers (Stream.inbound_run) is stored, refused and answered as each
+    one given to inbound in turn (a fast batch's reply and a message over max_msg_size hand
+    the rest of the run to inbound)."""
+    sealed = config.pop("sealed")
+    if not config["discard"] == "new":
+        config["discard_new_per_subject"] = False
+    try:
+        cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], **config), {})
+    except ApiError:
+        assume(False)  # (settings nats-server refuses together)
+    if sealed:
+        cfg = cfg.copy(sealed=True)
+    _runs_compare(cfg, file, usage, deferred, runs)
+
+
+@pytest.mark.parametrize("config", [
+    {"discard": "new", "max_msgs": 5}, {"discard": "new", "max_bytes": 100},
+    {"discard": "new", "max_msgs_per_subject": 1, "discard_new_per_subject": True},
+    {"max_msg_size": 8}, {"max_age": 10**12}, {"no_ack": True}, {"max_msgs": 3, "max_msgs_per_subject": 2}, {}])
+@pytest.mark.parametrize("file", [False, True])
+@pytest.mark.parametrize("deferred", [False, True])
+def test_runs_that_meet_the_limits_are_stored_as_each_alone(config, file, deferred):
+    """The limits' refusals in the middle of runs (discard new), a message over max_msg_size
+    in a run, max_age's first expiry, no_ack: as each message alone."""
+    cfg = check_stream_config(StreamConfig(name="S", subjects=["s.>"], **config), {})
+    rng = random.Random(33)
+    runs = [[(rng.choice([b"s.a", b"s.b"]), b"y" * rng.randint(0, 12), rng.choice([b"_R.1", None]))
+             for _ in range(rng.randint(1, 15))] for _ in range(6)]
+    answers = [a for a in _runs_compare(cfg, file, "ok", deferred, runs) if a != "expiry"]
+    assert any(b'"seq":1}' in payload for _, payload, *_ in answers) or cfg.no_ack
+    if config.get("discard") == "new" or "max_msg_size" in config:
+        assert any(b'"error"' in payload for _, payload, *_ in answers)
+
+
+def _runs_compare(cfg, file: bool, usage: str, deferred: bool, runs: list) -> list:
+    """Store ``runs`` through inbound_run and through inbound one by one: the same answers,
+    messages and state; returns the answers."""
+    results = []
+    for each in (False, True):
+        with tempfile.TemporaryDirectory() as tmp:
+            engine = _RunEngine(usage, deferred)
+            store = FileStore(tmp, cfg) if file else MemoryStore(cfg)
+            stream = Stream(engine, cfg, store, 1)
+            with mock.patch.object(fastbatch_mod, "publish", lambda stream, subject, reply, hdr, msg:
+                                   engine.answers.append(("fast batch", subject, reply, msg))):
+                for run in runs:
+                    if each:
+                        for subject, msg, reply in run:
+                            stream.inbound(subject, reply, None, msg)
+                    else:
+                        stream.inbound_run([(subject, reply, msg) for subject, msg, reply in run],
+                                           sum(len(subject) + len(msg) for subject, msg, _ in run))
+            stored = [(m.subject, m.hdr, m.data) for m in (store.load_msg(s) for s in range(1, store.last_seq + 1)) if m]
+            results.append((engine.answers, stored, store.first_seq, store.last_seq, store.msgs, store.bytes,
+                            stream.lmsgid))
+            store.stop()
+    assert results[0] == results[1]
+    if not deferred:
+        assert engine.woken == 0
+    return results[0][0]
 
 
 # -- a KV get's answer written straight into the requester's buffer (DirectGets._answer) -------

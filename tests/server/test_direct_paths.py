@@ -7,7 +7,8 @@
   with and without headers);
 * a PUB whose one match is a server callback (``Client._process_ops``) reaches it, and gets
   its no-responders status, as through ``Client.publish`` (the general path a publish hook
-  takes), whatever the callbacks answer and whoever else subscribes.
+  takes), whatever the callbacks answer and whoever else subscribes; a callback with a
+  ``callback_run`` (a stream's) gets the same messages in the same order in runs.
 """
 
 from __future__ import annotations
@@ -179,9 +180,21 @@ def _run_callbacks(scenario, hooked: bool) -> dict:
             return answer
         return callback
 
+    def run_for(callback):
+        def run(pubs, size):  # (as a stream's inbound_run: each as the callback alone, all taken)
+            assert size == sum(len(subject) + len(payload) for subject, _, payload in pubs)
+            for subject, reply, payload in pubs:
+                try:
+                    callback(subject, reply, None, payload)
+                except ValueError:
+                    pass
+        return run
+
     subs = []
     for n, (pattern, queue, answer) in enumerate(scenario["callbacks"]):
         sub = server.subscribe_internal(pattern, callback_for(n, answer), queue)
+        if answer is not False and n % 2 == 0:  # (a callback that takes every message may take runs)
+            sub.callback_run = run_for(sub.callback)
         subs.append((internal, sub.sid))
     for n, (index, pattern, queue) in enumerate(scenario["plain"]):
         clients[index]._process_sub(Sub(pattern, queue, b"p%d" % n))
