@@ -56,7 +56,7 @@ from .errors import ApiError
 from .replication.placement import consumer_replicas
 from .snapshot import Snapshots
 from .sourcing import Sourcing
-from .store import ADDED_BYTES, FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
+from .store import ADDED_BYTES, WRITE_FAILING, FileStore, MemoryStore, Store, flush_for_sync, sync_many, write_atomic
 from .stream import PERSIST_ASYNC, Stream, StreamConfig, check_stream_config, check_update
 from .util import DEFAULT_SYNC_INTERVAL, KEY_FILE, EncryptionKeyError, dumps, loads, subjects_collide
 from .versioning import copy_metadata
@@ -776,11 +776,13 @@ class JetStream:
                     if not ok:
                         store.sync_failed()
                         failed.add(store)
-        # Not written: no ack (the publisher times out and retries). Looked at once a store.
-        unwritten = [store for store in {stream.store for _, _, _, stream in acks}
-                     if store in failed or store.werr is not None]
-        if unwritten:
-            acks = [ack for ack in acks if ack[3].store not in unwritten]
+        # Not written: no ack (the publisher times out and retries). Looked at once a store,
+        # when a store failed (this round or before).
+        if failed or WRITE_FAILING:
+            unwritten = [store for store in {stream.store for _, _, _, stream in acks}
+                         if store in failed or store.werr is not None]
+            if unwritten:
+                acks = [ack for ack in acks if ack[3].store not in unwritten]
         send = self.send
         try:
             if self.cluster is None:

@@ -121,6 +121,11 @@ EXPIRE_BATCH = 4096
 # (JetStream.over_limit: a loop over the streams a publish, hundreds with many KV buckets).
 ADDED_BYTES = {"memory": 0, "file": 0}
 
+# The stores whose last write failed (``werr`` set; kept after a stop): while there is none and
+# no flush of a round failed, the flusher sends a round's acks without looking at each one's store
+# (JetStream._flush_round).
+WRITE_FAILING: set = set()
+
 
 class Store:
     """The index, the state and every rule; subclasses implement the hooks at the end."""
@@ -2217,6 +2222,7 @@ class FileStore(Store):
             if self.werr is not None:  # (only a write that worked says so)
                 log.warning("JetStream: writing %s works again", self.path)
                 self.werr = None
+                WRITE_FAILING.discard(self)
         if len(self.segs) > 1 and self.live[self.segs[0]] == 0:
             self._drop_dead_segments()
 
@@ -2226,6 +2232,7 @@ class FileStore(Store):
         if self.werr is None:
             log.error("JetStream: %s: critical write error: %s", self.path, _os_error_text(exc))
         self.werr = exc
+        WRITE_FAILING.add(self)
 
     def _drop_dead_segments(self) -> None:
         """Delete the oldest segments while all their messages are gone. Only from the front:

@@ -1193,7 +1193,7 @@ class Client:
         reply published, a stall mark passed, the last reply). Part of the core's interface."""
         server = self.server
         sublist = self.sublist
-        matches = misses = n_out = out_bytes = 0
+        misses = 0
         run: Client | None = None  # the client of the run, its MSG bytes, its payloads' bytes
         pieces: list[bytes] = []
         run_bytes = pending = 0
@@ -1221,7 +1221,6 @@ class Client:
                     run = None
                     publish(subject, payload, hdr)
                     continue
-                matches += 1
                 misses += missed
                 sub = psubs[0]
                 client = sub.client
@@ -1231,18 +1230,19 @@ class Client:
                     run = client
                     pending = client.pending
                 plan = result.plan
-                if plan is None:
-                    plan = _make_plan(result, subject)
+                # (the MSG line's start: the result's plan's, else made here, with no plan made
+                # for a result most often used once, a reply subject new each time)
                 if hl and client.headers:  # (as _route: an HMSG, the sizes counting the headers)
                     size += hl
-                    data = b"H%s%d %d\r\n%s%s\r\n" % (plan[0][2], hl, size, hdr, payload)
-                else:  # (the bytes _route's simple loop makes, and a client without headers gets)
+                    head = plan[0][2] if plan is not None else b"MSG %s %s" % (subject, sub.sid_part)
+                    data = b"H%s%d %d\r\n%s%s\r\n" % (head, hl, size, hdr, payload)
+                elif plan is not None:  # (the bytes _route's simple loop makes, and a client without headers gets)
                     data = b"%s%d\r\n%s\r\n" % (plan[0][2], size, payload)
+                else:
+                    data = b"MSG %s %s%d\r\n%s\r\n" % (subject, sub.sid_part, size, payload)
                 sub.delivered += 1
                 pieces.append(data)
                 run_bytes += size
-                n_out += 1
-                out_bytes += size
                 pending += len(data)
                 if pending > client._stall_at:
                     pieces, run_bytes = self._end_run(run, pieces, run_bytes)
@@ -1251,24 +1251,27 @@ class Client:
         finally:
             if pieces:
                 self._end_run(run, pieces, run_bytes)
-            sublist.matches += matches
             sublist.misses += misses
-            server.out_msgs += n_out
-            server.out_bytes += out_bytes
 
     def _end_run(self, client: Client | None, pieces: list[bytes], size: int) -> tuple[list[bytes], int]:
         """A run of deliver_replies' MSGs for ``client`` queued in one piece, counted as that
-        many messages of ``size`` payload bytes; returns a new run's (no pieces, no bytes)."""
+        many messages of ``size`` payload bytes (the client's, the server's, and the sublist's
+        lookups); returns a new run's (no pieces, no bytes)."""
         if pieces:
             assert client is not None
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             out = client.out
+            server = self.server
             if not out:  # a non-empty list is already due to be flushed
-                self.server.touched.add(client)
+                server.touched.add(client)
             out.append(data)
+            n = len(pieces)
             client.pending += len(data)
-            client.out_msgs += len(pieces)
+            client.out_msgs += n
             client.out_bytes += size
+            server.out_msgs += n
+            server.out_bytes += size
+            self.sublist.matches += n
             return [], 0
         return pieces, 0
 

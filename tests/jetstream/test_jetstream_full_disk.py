@@ -28,7 +28,7 @@ import time
 import nats
 import pytest
 
-from natserver.jetstream.store import FileStore, StoreError, StoreWriteError
+from natserver.jetstream.store import WRITE_FAILING, FileStore, StoreError, StoreWriteError
 from natserver.jetstream.stream import StreamConfig, check_stream_config
 
 TIMEOUT = 30  # hard limit for each asyncio test body (seconds)
@@ -222,6 +222,7 @@ def test_purge_frees_a_full_disk(tmp_path, monkeypatch):
     with pytest.raises(StoreWriteError):
         store.store_msg(b"s", b"", b"x" * 500, 2_000)  # a roll that can not write
     assert store.werr is not None
+    assert store in WRITE_FAILING  # (the flusher looks at each ack's store while any is failing)
 
     # The disk frees up only when the segments are deleted.
     real_unlink = os.unlink
@@ -232,7 +233,7 @@ def test_purge_frees_a_full_disk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "unlink", unlink)
     assert store.purge() == 30
-    assert store.werr is None
+    assert store.werr is None and store not in WRITE_FAILING
     assert store.store_msg(b"s", b"", body(50), 3_000) == last + 1
     store.flush()
     crash(store)
