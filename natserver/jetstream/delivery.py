@@ -227,6 +227,7 @@ class Delivery:
 
     def start(self) -> None:
         self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
+        self._ack_sub.callback_run = self.on_ack_run
         self._fc_sub = self.js.subscribe("$JS.FC.>", self.on_flow_control)
 
     def on_flow_control(self, subject: bytes, reply, hdr, payload: bytes) -> None:
@@ -709,6 +710,55 @@ class Delivery:
             self._queue_save(consumer)
         except Exception:  # a bug must not take the acker's connection down
             log.exception("ack on %r failed", subject)
+
+    def on_ack_run(self, acks: list, size: int) -> None:
+        """A run of acks (``(subject, reply, payload)`` in order: a client's chunk of them,
+        Client._callback_pubs), each as on_ack takes it: a plain +ACK without a reply (an
+        empty payload or "+ACK") to the last ack's consumer in this loop, the clock read
+        once a run; anything else through on_ack."""
+        head = None  # (the consumer of the last ack's head, looked up again after on_ack)
+        consumer = None
+        now = clock.now_ns()
+        due = self._due
+        for subject, reply, payload in acks:
+            try:
+                if reply or (payload and payload[:4] != b"+ACK"):
+                    head = None
+                    self.on_ack(subject, reply, None, payload)
+                    continue
+                parts = subject.rsplit(b".", 5)
+                if len(parts) != 6 or parts[0] != head:
+                    head = None
+                    if len(parts) != 6 or parts[0] != self._ack_head:
+                        self.on_ack(subject, reply, None, payload)  # (a new head: on_ack reads it)
+                        continue
+                    stream_name, consumer_name = self._ack_names
+                    stream = self.js.streams.get(stream_name)
+                    consumer = stream.consumers.get(consumer_name) if stream is not None else None
+                    if consumer is None:
+                        continue  # (as on_ack: no such consumer)
+                    head = parts[0]
+                    retained = stream.cfg.retention != "limits"
+                    saved = bool(consumer.cfg.durable_name) and consumer.stream.file_backed
+                    due = self._due
+                try:
+                    int(parts[1])
+                    sseq, cseq = int(parts[2]), int(parts[3])
+                except ValueError:
+                    continue
+                assert consumer is not None
+                acked = consumer.ack(sseq, cseq, now)
+                if acked and retained:
+                    self._retain(consumer, acked)
+                if not due:
+                    self.server.before_flush.append(self._deliver_due)
+                due[consumer] = None
+                if consumer.dirty and saved and not consumer.save_queued:
+                    consumer.save_queued = True
+                    self.poke()
+            except Exception:  # a bug must not take the acker's connection down
+                head = None
+                log.exception("ack on %r failed", subject)
 
     def _deliver_later(self, consumer: Consumer) -> None:
         """Deliver what an ack made room for once the chunk being handled is done (the
