@@ -226,8 +226,8 @@ class Delivery:
         self._ack_names = ("", "")
 
     def start(self) -> None:
-        self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
-        self._ack_sub.callback_run = self.on_ack_run
+        sub = self._ack_sub = self.js.subscribe("$JS.ACK.>", self.on_ack)
+        sub.callback_run = self.on_ack_run
         self._fc_sub = self.js.subscribe("$JS.FC.>", self.on_flow_control)
 
     def on_flow_control(self, subject: bytes, reply, hdr, payload: bytes) -> None:
@@ -737,6 +737,7 @@ class Delivery:
                     consumer = stream.consumers.get(consumer_name) if stream is not None else None
                     if consumer is None:
                         continue  # (as on_ack: no such consumer)
+                    assert stream is not None
                     head = parts[0]
                     retained = stream.cfg.retention != "limits"
                     saved = bool(consumer.cfg.durable_name) and consumer.stream.file_backed
