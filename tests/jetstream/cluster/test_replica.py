@@ -189,10 +189,10 @@ class Engine:
 
     def subscribe(self, subject, callback):
         self.subscribed.append(subject)
-        return subject
+        return SimpleNamespace(subject=subject, callback_run=None)  # (as a Subscription: a stream sets its run)
 
     def unsubscribe(self, sub) -> None:
-        self.subscribed.remove(sub)
+        self.subscribed.remove(sub.subject)
 
     def schedule_expiry(self, deadline_ns: int) -> None:
         pass
