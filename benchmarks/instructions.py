@@ -6,6 +6,7 @@ where seconds are not: see the README's note on this machine's noise).
     python -m benchmarks.instructions --only inbox,reqrep   # request/reply round trips (issue 33)
     python -m benchmarks.instructions --only goinbox,goreqrep  # the same as nats.go CONNECTs, the server alone
     python -m benchmarks.instructions --only counter,jspub  # acked JetStream publishes (issue 28)
+    python -m benchmarks.instructions --only jsserver  # acked publishes, the server alone (issue 33)
     python -m benchmarks.instructions --only kvput,kvget    # KV puts and direct gets (issue 33)
     python -m benchmarks.instructions --only jstail,jspull,jspush,jsmixed  # JetStream consumers (issue 33)
     python -m benchmarks.instructions --only connect  # a connect storm, the server's side (issue 33, scenario h)
@@ -233,7 +234,54 @@ async def main():
 
 trio.run(main)
 """
-_JS_KINDS = ("counter", "jspub", "jstail", "kvput", "kvget")
+_JS_KINDS = ("counter", "jspub", "jstail", "kvput", "kvget", "jsserver")
+
+# "jsserver": jspub's publishes with the server alone in the traced process and the publisher in
+# a child process (not traced: valgrind follows no exec), which sends each window of 512 at
+# once and reads its acks. jspub's count moves with where valgrind's timing cuts the in-process
+# client's reads; the server's alone does not (issue 33).
+_JS_SERVER_WORKLOAD = r"""
+import subprocess, sys, tempfile, trio, natserver
+from natserver.cli import _tune_gc
+
+N = int(sys.argv[1])
+PUBLISHER = '''
+import socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(600)
+def until(token, buf=b""):
+    while token not in buf:
+        buf += s.recv(1 << 20)
+until(b"\\r\\n")
+config = b'{"name":"B","subjects":["b.>"],"storage":"file"}'
+s.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\\r\\nSUB _R.> 1\\r\\n'
+          b"PUB $JS.API.STREAM.CREATE.B _R.c %d\\r\\n%s\\r\\n" % (len(config), config))
+until(b"stream_create_response")
+window = b"".join(b"PUB b.%d _R.a 16\\r\\nxxxxxxxxxxxxxxxx\\r\\n" % (i % 100) for i in range(512))
+for _ in range(n // 512):
+    s.sendall(window)
+    acks, tail = 0, b""
+    while acks < 512:
+        data = tail + s.recv(1 << 20)
+        cut = data.rfind(b"\\r\\n")
+        acks += data.count(b'"seq":', 0, cut)
+        tail = data[cut:]
+s.close()
+'''
+
+async def main():
+    _tune_gc()
+    with tempfile.TemporaryDirectory() as store_dir:
+        async with trio.open_nursery() as nursery:
+            options = natserver.Options(host="127.0.0.1", port=-1, quiet=True, jetstream=True, store_dir=store_dir)
+            server = await nursery.start(natserver.serve, options)
+            publisher = [sys.executable, "-c", PUBLISHER, str(server.port), str(N)]
+            await trio.to_thread.run_sync(lambda: subprocess.run(publisher, check=True, timeout=1200))
+            nursery.cancel_scope.cancel()
+
+trio.run(main)
+"""
 
 # JetStream consumption (issue 33), as bench_jetstream's pull and push workloads read: a file
 # stream of STORED messages of 128 B over 16 subjects is filled once (the same in both runs, so
@@ -407,7 +455,7 @@ def count(n: int, kind: str) -> int:
         script = os.path.join(tmp, "workload.py")
         with open(script, "w") as f:
             f.write(_REQREP_WORKLOAD if kind in _REQREP_KINDS else _GO_REQREP_WORKLOAD if kind in _GO_REQREP_KINDS
-                    else _JS_WORKLOAD if kind in _JS_KINDS
+                    else _JS_SERVER_WORKLOAD if kind == "jsserver" else _JS_WORKLOAD if kind in _JS_KINDS
                     else _JSC_WORKLOAD if kind in _JSC_KINDS else _CONNECT_WORKLOAD if kind == "connect"
                     else _WORKLOAD)
         out = os.path.join(tmp, "callgrind.out")
@@ -425,7 +473,7 @@ def count(n: int, kind: str) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages in the long run (default 100000, a multiple of 10000)")
-    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, queue, kib, inbox, reqrep, goinbox, goreqrep, counter, jspub, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
+    parser.add_argument("--only", help="comma-separated workloads: uniform, mixed, traffic, queue, kib, inbox, reqrep, goinbox, goreqrep, counter, jspub, jsserver, kvput, kvget, jstail, jspull, jspush, jsmixed, connect (default: all)")
     parser.add_argument("--workload", help=argparse.SUPPRESS)  # write the workload script here and stop
     args = parser.parse_args(argv)
     if args.workload:
@@ -445,6 +493,7 @@ def main(argv=None) -> int:
              ("goreqrep", "request/reply as nats.go CONNECTs, the server alone, one reply subject"),
              ("counter", "JetStream counter increments, acked, 512 in flight, 100 subjects"),
              ("jspub", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects"),
+             ("jsserver", "JetStream publishes of 16 B, acked, 512 in flight, 100 subjects, the server alone"),
              ("kvput", "KV puts of 16 B, acked, 512 in flight, 100 keys"),
              ("kvget", "KV gets (DIRECT.GET of a key's last value), 512 in flight, 100 keys"),
              ("jstail", "JetStream publishes of 16 B, acked, with a push consumer delivering each (no acks)"),
@@ -466,6 +515,7 @@ def main(argv=None) -> int:
         per = (long - short) / (done(n) - done(n // 5))
         unit = ("round trip (server and both clients)" if kind in _REQREP_KINDS
                 else "round trip (the server alone)" if kind in _GO_REQREP_KINDS
+                else "publish (the server alone)" if kind == "jsserver"
                 else "publish (server and client)" if kind in _JS_KINDS
                 else "message consumed and acked (server and client)" if kind in _JSC_KINDS
                 else "connection (the server alone)" if kind == "connect" else "message")

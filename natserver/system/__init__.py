@@ -122,6 +122,9 @@ class SystemAccount:
         self._subs: list = []
         self._global_clients: set = set()  # the global account's announced clients
         self._traffic: dict = {}  # account name -> (when, sent, received): account_stat's sums
+        # account name -> (sublist, genid, whether its CONNS subjects are listened to): every
+        # connect and close asks, and the answer changes only with the subscriptions
+        self._conns_listened: dict = {}
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -246,8 +249,14 @@ class SystemAccount:
                 "slow_consumers": 0}
 
     def _account_conns(self, account) -> None:
+        sublist = self.account.sublist
+        known = self._conns_listened.get(account.name)
+        if known is not None and known[0] is sublist and known[1] == sublist.genid and not known[2]:
+            return
         new, old = f"$SYS.ACCOUNT.{account.name}.SERVER.CONNS", f"$SYS.SERVER.ACCOUNT.{account.name}.CONNS"
-        if not (self._listened(new) or self._listened(old)):
+        listened = self._listened(new) or self._listened(old)
+        self._conns_listened[account.name] = (sublist, sublist.genid, listened)
+        if not listened:
             return
         event = {"type": ACCOUNT_CONNS_TYPE, "id": _event_id(), "timestamp": go_time(clock.now())}
         stat = self.account_stat(account)
