@@ -745,6 +745,9 @@ class Parser:
             if buf.startswith(b"PUB ", pos):
                 verb = b"PUB"
                 arg_start = pos + 4
+            elif buf.startswith(b"CONNECT {", pos):  # (every client's first line, as clients spell it)
+                verb = b"CONNECT"
+                arg_start = pos + 8
             elif self.coalesce and buf.startswith(_PING_LINE, pos):
                 # PINGs in a row (a flood) as one PingRun, matched in C: see PingRun.
                 end = _ping_run_end(buf, pos)
