@@ -52,12 +52,13 @@ import trio
 from .. import clock
 from ..protocol import s2
 from ..protocol.varint import uvarint
-from . import advisories, errors, unsupported
+from . import advisories, errors, gotime, unsupported
 from .apijson import decode_request
 from .consumer import ConsumerConfig, check_config, parse_time, set_defaults
 from .errors import ApiError
 from .gojson import (
     INT64,
+    UINT64,
     GoDecodeError,
     check_known_fields,
     decode_bool,
@@ -66,6 +67,9 @@ from .gojson import (
     decode_str,
     decode_struct,
     go_decode_request,
+    go_quote_text,
+    json_kind,
+    with_literals,
 )
 from .store import StoreError
 from .stream import REQUEST_SHAPE as STREAM_REQUEST_SHAPE
@@ -347,9 +351,80 @@ _SNAPSHOT_REQUEST = {"deliver_subject": decode_str, "no_consumers": decode_bool,
                      "chunk_size": lambda v: decode_int(v, INT64), "window_size": lambda v: decode_int(v, INT64),
                      "jsck": decode_bool}
 _RESTORE_REQUEST = {"config": decode_object, "state": decode_object}  # JSApiStreamRestoreRequest
-# Its fields as 2.15.1's strict decoding takes them: the config's as a create's (no pedantic: a
-# StreamConfig, not a StreamConfigRequest); the state's are not checked (natserver reads none).
-_RESTORE_SHAPE = {"config": {k: v for k, v in STREAM_REQUEST_SHAPE.items() if k != "pedantic"}, "state": None}
+# The config's fields as 2.15.1's strict decoding takes them: a create's (no pedantic: a
+# StreamConfig, not a StreamConfigRequest).
+_RESTORE_CONFIG_SHAPE = {k: v for k, v in STREAM_REQUEST_SHAPE.items() if k != "pedantic"}
+_RESTORE_PATH = "JSApiStreamRestoreRequest"
+# The state's fields (store.go StreamState, LostStreamData) and their Go types: natserver reads
+# none of them, but 2.15.1's decoding refuses a wrong type or an unknown field in them.
+_STATE_TYPES = {"messages": "uint64", "bytes": "uint64", "first_seq": "uint64", "first_ts": "time.Time",
+                "last_seq": "uint64", "last_ts": "time.Time", "num_subjects": "int", "subjects": "map[string]uint64",
+                "num_deleted": "int", "deleted": "[]uint64", "lost": "server.LostStreamData", "consumer_count": "int"}
+_LOST_TYPES = {"msgs": "[]uint64", "bytes": "uint64"}
+
+
+def _check_go_value(value, go_type: str, path: str) -> None:
+    """Go's Unmarshal of ``value`` into a field of ``go_type`` at ``path`` (the JSON path in
+    Go's words): its first error, raised (null leaves any field alone)."""
+    if value is None:
+        return
+    if go_type in ("uint64", "int"):
+        if _int_ok(value, UINT64 if go_type == "uint64" else INT64):
+            return
+    elif go_type == "time.Time":
+        gotime.decoder(path)(value)  # (raises Go's errors: not a string, or its parse error)
+        return
+    elif go_type == "[]uint64" and isinstance(value, list):
+        for i, item in enumerate(value):
+            if item is not None and not _int_ok(item, UINT64):
+                # (a slice's element is named without "Go struct field", as Go does)
+                raise GoDecodeError(f"json: cannot unmarshal {json_kind(item, 'uint64')} into {path}.{i} of type uint64")
+        return
+    elif go_type == "map[string]uint64" and isinstance(value, dict):
+        for key, item in value.items():
+            if item is not None and not _int_ok(item, UINT64):
+                raise GoDecodeError(f"json: cannot unmarshal {json_kind(item, 'uint64')} into Go struct field "
+                                    f"{path}.{key} of type uint64")
+        return
+    elif go_type in ("server.StreamState", "server.LostStreamData") and isinstance(value, dict):
+        _check_go_struct(value, _STATE_TYPES if go_type == "server.StreamState" else _LOST_TYPES, path)
+        return
+    raise GoDecodeError(f"json: cannot unmarshal {json_kind(value, go_type)} into Go struct field {path} of type {go_type}")
+
+
+def _int_ok(value, bounds) -> bool:
+    try:
+        decode_int(value, bounds)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_go_struct(obj: dict, types: dict, path: str) -> None:
+    """The strict decoding of a struct's object: its keys in order (matched as Go matches,
+    exactly, else case-insensitively), the first unknown key or wrong value refused."""
+    folded = {k.lower(): k for k in types}
+    for key, value in obj.items():
+        name = key if key in types else folded.get(key.lower())
+        if name is None:
+            raise GoDecodeError(f"json: unknown field {go_quote_text(key)}")
+        _check_go_value(value, types[name], f"{path}.{key}")
+
+
+def _check_restore_request(request) -> None:
+    """JSApiStreamRestoreRequest's strict decoding, its fields in the order sent: the config's
+    unknown fields (its types are checked when it is read), the state's unknown fields and
+    types (2.15.1 refuses them; session 20 took any state)."""
+    if not isinstance(request, dict):
+        return
+    for key, value in request.items():
+        name = key.lower()
+        if name == "config":
+            check_known_fields(value, _RESTORE_CONFIG_SHAPE)
+        elif name == "state":
+            _check_go_value(value, "server.StreamState", f"{_RESTORE_PATH}.{key}")
+        else:
+            raise GoDecodeError(f"json: unknown field {go_quote_text(key)}")
 
 
 def _clamp(value: int, lo: int, hi: int) -> int:
@@ -413,15 +488,15 @@ class Snapshots:
             if is_empty_request(payload):
                 raise errors.bad_request()
             try:
-                req = decode_struct(go_decode_request(payload, "server.JSApiStreamRestoreRequest",
-                                                      lambda value: check_known_fields(value, _RESTORE_SHAPE)),
+                req = decode_struct(go_decode_request(payload, "server.JSApiStreamRestoreRequest", _check_restore_request),
                                     _RESTORE_REQUEST, {})
                 config = req.get("config") or {}
                 if not config.get("name"):
                     config = {**config, "name": name}
                 cfg = StreamConfig.from_json(config)
             except GoDecodeError as exc:  # (Go's Unmarshal error, as stream_create says it)
-                raise errors.invalid_json(str(exc)) from None
+                # (a number named as it was written: read again keeping the literals)
+                raise errors.invalid_json(str(with_literals(_check_restore_request, payload, exc))) from None
             except ValueError:
                 raise errors.invalid_json() from None
             if cfg.name != name:
