@@ -68,6 +68,7 @@ from .gojson import (
     decode_struct,
     go_decode_request,
     go_quote_text,
+    go_type_error,
     json_kind,
     with_literals,
 )
@@ -389,7 +390,7 @@ def _check_go_value(value, go_type: str, path: str) -> None:
     elif go_type in ("server.StreamState", "server.LostStreamData") and isinstance(value, dict):
         _check_go_struct(value, _STATE_TYPES if go_type == "server.StreamState" else _LOST_TYPES, path)
         return
-    raise GoDecodeError(f"json: cannot unmarshal {json_kind(value, go_type)} into Go struct field {path} of type {go_type}")
+    raise go_type_error(value, path, go_type)
 
 
 def _int_ok(value, bounds) -> bool:

@@ -1056,7 +1056,6 @@ class Stream:
         prefix = self._ack_prefix
         acked = not cfg.no_ack
         acks = engine.ack_queue(self)  # (None: each answered at once, by respond)
-        queued = False
         i = 0
         for subject, reply, msg in pubs:
             if reply and reply.endswith(fastbatch.SUFFIX) or 0 <= max_size < len(msg):
@@ -1079,15 +1078,14 @@ class Stream:
                         engine.respond(reply, b"%s%d}" % (prefix, seq), self)
                     else:
                         acks.append((reply, b"%s%d}" % (prefix, seq), None, self))
-                        queued = True
                 if self.consumers:
                     self._stored(seq, subject)
                 if self.followed:
                     engine.sourcing.wake()
             except Exception:  # (as the core's per-message call: logged, the next one goes on)
                 log.exception("JetStream: a publish on %r failed", subject)
-        if queued:
-            engine.acks_queued()
+        if acks is not None:
+            engine.acks_queued()  # (wakes the flusher if anything is queued)
 
     def _inbound_each(self, pubs: list, i: int) -> None:
         """inbound_run's messages from ``pubs[i]`` on, one by one."""
