@@ -59,6 +59,7 @@ async def run_server(options: Options, flags: dict | None = None, listening: lis
     after SIGTERM, 0 otherwise). Writes the pid and ports files; SIGHUP, SIGUSR1 and SIGUSR2
     go to ``Server.on_signal``. ``listening``: client sockets already listening (launch.py)."""
     server = build_server(options)
+    server.default_busy_poll = const.DEFAULT_BUSY_POLL  # the process is the server's (see const)
     server.listening_sockets = listening
     if greeter is not None:
         server.adopt_early(greeter)

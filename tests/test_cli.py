@@ -79,6 +79,9 @@ def options(*argv: str) -> Options:
         (["--max_control_line", "1k"], {"max_control_line": 1000}),
         (["--lame_duck_duration", "1s", "--lame_duck_grace_period", "200ms"],
          {"lame_duck_duration": 1.0, "lame_duck_grace_period": 0.2}),
+        (["--busy_poll", "50us"], {"busy_poll": 50e-6}),
+        (["--busy_poll", "0"], {"busy_poll": 0.0}),
+        ([], {"busy_poll": None}),  # the binary's default (run_server), off in-process
         ([], {"host": const.DEFAULT_HOST, "port": const.DEFAULT_PORT, "logtime": True, "http_port": 0}),
     ],
 )  # fmt: skip
@@ -191,6 +194,9 @@ def test_config_host_applies_to_monitor_unless_set(tmp_path):
         (["--max_payload", "lots"], 'invalid value "lots" for flag -max_payload: parse error'),
         (["--lame_duck_duration", "10"], 'invalid value "10" for flag -lame_duck_duration: parse error'),
         (["-p", "70000"], "invalid port 70000"),
+        (["--busy_poll", "11ms"], "invalid busy_poll of 11ms: from 0s to 10ms"),
+        (["--busy_poll", "-1us"], "invalid busy_poll of -1µs: from 0s to 10ms"),
+        (["--busy_poll", "100"], 'invalid value "100" for flag -busy_poll: parse error'),
         (["--max_payload", "2MB", "--max_pending", "1MB"],
          "max_payload (2097152) cannot be higher than max_pending (1048576)"),
         (["--lame_duck_duration", "1s", "--lame_duck_grace_period", "2s"],

@@ -105,6 +105,7 @@ natserver extensions (same names as the config keys):
         --max_control_line <size>    Maximum control line (default: 4096)
         --lame_duck_duration <dur>   Lame duck duration, no 30s minimum (default: 2m0s)
         --lame_duck_grace_period <dur> Lame duck grace period (default: 10s)
+        --busy_poll <dur>            Poll this long before sleeping after messages, 0 never (default: 100us)
 
 Cluster Options:
         --routes <rurl-1, rurl-2>    Routes to solicit and connect
@@ -228,6 +229,7 @@ _flag("max_connections", "max_connections", "int")
 _flag("max_control_line", "max_control_line", "size")
 _flag("lame_duck_duration", "lame_duck_duration", "duration")
 _flag("lame_duck_grace_period", "lame_duck_grace_period", "duration")
+_flag("busy_poll", "busy_poll", "duration")
 # nats-server flags for features natserver does not have: accepted, kept, warned about.
 for _name, _kind in (
     ("ms", "int"), ("https_port", "int"), ("client_advertise", "str"), ("s", "bool"),

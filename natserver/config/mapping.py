@@ -25,6 +25,7 @@ except on the first line of a file, where nats-server's lexer counts from 0. We 
 that quirk so that error lines are byte-for-byte the same.
 
 natserver extensions: ``max_closed_clients`` (nats-server 2.9.10 only has it as a Go option),
+``busy_poll`` (a duration: how long the server polls before sleeping, natserver.server.busypoll),
 the ``streaming {}`` block (nats-streaming-server's keys) and ``nsq {}``. Every key nats-server
 knows is acted on, warned about or refused: none is dropped silently.
 """
@@ -378,6 +379,8 @@ class _Builder:
             c["headers"] = not _expect(value, bool, key)
         elif name == "max_closed_clients":  # natserver extension (a Go-only option in nats-server)
             c["max_closed_clients"] = _expect(value, int, key)
+        elif name == "busy_poll":  # natserver extension (natserver.server.busypoll)
+            c["busy_poll"] = _strict_duration(value, "busy_poll")
         elif name == "jetstream":
             self.apply_jetstream(key, value, where)
         elif name == "streaming":  # NATS Streaming (natserver.stan): the block enables it

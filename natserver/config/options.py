@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..protocol import const
+from ..protocol.gotext import go_duration
 from .compression import LEAF_DEFAULT, LEAF_ON, ROUTE_DEFAULT, ROUTE_ON, CompressionOpts, normalize
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class Options:
     lame_duck_duration: float = const.DEFAULT_LAME_DUCK_DURATION
     lame_duck_grace_period: float = const.DEFAULT_LAME_DUCK_GRACE_PERIOD
     max_closed_clients: int = const.DEFAULT_MAX_CLOSED_CLIENTS
+    # Seconds the server polls its sockets before sleeping after client messages (0: never;
+    # None: the binary's const.DEFAULT_BUSY_POLL, off in-process). natserver's own key.
+    busy_poll: float | None = None
     # Monitoring HTTP (0 = off; -1 = random port)
     http_host: str = ""
     http_port: int = 0
@@ -174,6 +178,8 @@ class Options:
                 raise ValueError("jetstream cluster requires `cluster.name` to be set")
         if self.websocket is not None and self.websocket.port and self.websocket.tls is None and not self.websocket.no_tls:
             raise ValueError("websocket requires TLS configuration")  # websocket.go validateWebsocketOptions
+        if self.busy_poll is not None and not 0 <= self.busy_poll <= const.MAX_BUSY_POLL:
+            raise ValueError(f"invalid busy_poll of {go_duration(self.busy_poll)}: from 0s to {go_duration(const.MAX_BUSY_POLL)}")
         if self.cluster_port < -1 or self.cluster_port > 65535:
             raise ValueError(f"invalid cluster port {self.cluster_port}")
         self.validate_security()

@@ -66,6 +66,18 @@ SUBLIST_CACHE_SWEEP_TO = 256
 # at 10k. Only the binary sets it (natserver.config.flags); an embedding process keeps its own.
 GC_GEN0_THRESHOLD = 10_000
 
+# Busy polling (natserver's own option, busy_poll; the idea of Linux's net.core.busy_poll): after
+# client messages, the binary keeps polling its sockets (epoll_wait with no timeout, only while
+# nothing else is runnable) this long before it sleeps. Go's scheduler spins the same way before
+# it parks, and a sleeping process is slow to wake: nats.go request/reply p50 on the 2-vCPU
+# benchmark machine, 242 us sleeping, 190-200 us at 100 us of polling (nats-server 2.15.1: 215 us),
+# for about 40 % more CPU a round trip. Only the binary polls by default (cli.run_server), as it
+# owns its process; an in-process server shares its thread with its clients, where polling
+# gains nothing. Never on one CPU: the poller would hold the CPU the client needs.
+DEFAULT_BUSY_POLL = 100e-6  # seconds
+# Longer would be a process that spins, not one that polls a moment before it sleeps.
+MAX_BUSY_POLL = 0.01
+
 # How much one receive asks for. trio's default is 64 KiB; a whole chunk is parsed per loop,
 # so bigger reads mean fewer checkpoints per message under load.
 READ_SIZE = 64 * 1024

@@ -792,6 +792,8 @@ class Client:
             server = self.server
             server.in_msgs += n_msgs
             server.in_bytes += n_bytes
+            if server.poller_parked and n_msgs:
+                server.wake_poller()
             sublist.matches += n_hits + n_misses
             sublist.misses += n_misses
 

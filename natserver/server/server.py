@@ -29,10 +29,13 @@ from ..auth.tls import TLSConfig, server_context
 from ..auth.users import AccountLimitError, Authenticator, new_nonce, plaintext_password_warning
 from ..config.options import Options
 from ..protocol import const, errors
+from ..protocol.gotext import go_duration
 from ..protocol.parser import PARSER_IMPLEMENTATION
 from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
+from . import busypoll
 from .binding import peer_ip
+from .busypoll import BusyPoller
 from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, connection_record
 from .early import EarlyGreeter, client_info, info_base
 from .keepalive import PingTimers
@@ -107,6 +110,9 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.reclaimer = Reclaimer(self._compact)  # gives memory back after many closes (reclaim.py)
+        # Busy polling (busypoll.py), started by run(); parked: the next client messages wake it.
+        self.poller: BusyPoller | None = None
+        self.poller_parked = False
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
         self.touched: set[Client] = set()
@@ -284,6 +290,11 @@ class Server:
         log.info("  Parser:   %s", PARSER_IMPLEMENTATION)
         # and the delivery loop's common case (natserver/server/_croute.c) or Python alone.
         log.info("  Delivery: %s", DELIVERY_IMPLEMENTATION)
+        window = self.busy_poll_window()
+        if window:
+            self.poller = BusyPoller(self, window)
+        # natserver's own line too: how long it polls after client messages (busypoll.py).
+        log.info("  Busy poll: %s", go_duration(window) if window else "off")
         if options.config_file:
             log.info("Using configuration file: %s %s", options.config_file,
                      f"({options.config_digest})" if options.config_digest else "")
@@ -320,6 +331,8 @@ class Server:
                         setattr(self, subsystem.name, await nursery.start(subsystem.start, self))
                 nursery.start_soon(self.ping_timers.run)
                 nursery.start_soon(self.reclaimer.run)
+                if self.poller is not None:
+                    nursery.start_soon(self.poller.run)
                 if self.early_greeter is not None:
                     self._serve_greeted(nursery)
                 for listener in self.listeners:
@@ -637,7 +650,26 @@ class Server:
             self.flush_touched()
         return taken
 
+    # The busy_poll of an Options that leaves it to the process: off in-process; the binary
+    # (cli.run_server) sets const.DEFAULT_BUSY_POLL.
+    default_busy_poll = 0.0
+
+    def busy_poll_window(self) -> float:
+        """How long this server polls before sleeping after client messages (0: never)."""
+        window = self.options.busy_poll
+        if window is None:
+            window = self.default_busy_poll
+        if window and busypoll.usable_cpus() < 2:
+            return 0.0  # the poller would hold the one CPU its clients need
+        return window
+
     # -- hooks the clients call ---------------------------------------------------------------
+
+    def wake_poller(self) -> None:
+        """Client messages arrived while the busy poller slept: start its window."""
+        poller = self.poller
+        if poller is not None:
+            poller.wake()
 
     def flush_touched(self) -> None:
         """Send the output of every client given some since the last flush (Client.flush),

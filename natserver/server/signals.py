@@ -122,6 +122,8 @@ _NOT_RELOADABLE = (
     ("max_closed_clients", "MaxClosedClients", _go_value),
     ("lame_duck_duration", "LameDuckDuration", _go_duration_value),
     ("lame_duck_grace_period", "LameDuckGracePeriod", _go_duration_value),
+    # natserver: the poller is started (or not) with the server
+    ("busy_poll", "BusyPoll", lambda v: "default" if v is None else go_duration(v)),
     # nats-streaming-server has no reload at all: the streaming {} block is fixed at start
     ("stan", "Streaming", lambda v: f"{v.cluster_id}/{v.store}" if v is not None else "disabled"),
     ("nsq", "Nsq", _go_value),  # natserver: the NSQ front-end's listeners and queues need a restart

@@ -84,6 +84,8 @@ def load(tmp_path: Path, text: str) -> Options:
         ("ports_file_dir: /tmp", {"ports_file_dir": "/tmp"}),
         ("no_header_support: true", {"headers": False}),
         ("max_closed_clients: 5", {"max_closed_clients": 5}),
+        ('busy_poll: "250us"', {"busy_poll": 250e-6}),
+        ('busy_poll: "0s"', {"busy_poll": 0.0}),
         ("http: 8333", {"http_port": 8333, "http_host": ""}),
         ('http: "127.0.0.1:-1"', {"http_port": -1, "http_host": "127.0.0.1"}),
         ("http_port: -1", {"http_port": -1}),
