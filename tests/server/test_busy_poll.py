@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,23 @@ async def until_parked(server: Server) -> None:
         await trio.sleep(0.001)
 
 
+@asynccontextmanager
+async def polling(monkeypatch, time: FakeTime):
+    """A server polling 1 ms windows on ``time``, and a client that subscribes to "s": yields
+    (server, its poller, the client's stream) once the poller sleeps."""
+    monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
+    monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(natserver.serve, options(busy_poll=0.001))
+            assert isinstance(server.poller, BusyPoller)
+            stream = await connect(server)  # CONNECT, SUB and PING: no message, no window
+            await until_parked(server)
+            yield server, server.poller, stream
+            await stream.aclose()
+            await server.shutdown()
+
+
 def test_the_binary_polls_and_an_in_process_server_does_not(monkeypatch):
     monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
     assert Server(options()).busy_poll_window() == 0.0
@@ -114,91 +132,61 @@ async def test_no_poller_unless_asked():
 
 
 async def test_a_window_polls_while_idle_then_sleeps(monkeypatch):
-    time = FakeTime(step=1e-6)
-    monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
-    monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
-    with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, options(busy_poll=0.001))
-            poller = server.poller
-            assert isinstance(poller, BusyPoller)
-            stream = await connect(server)  # CONNECT, SUB and PING: no message, no window
-            await until_parked(server)
-            assert (poller.wakes, poller.windows, poller.polls) == (0, 0, 0)
-
-            await publish(stream)
-            await until_parked(server)
-            # One window of 1 ms at 1 us a reading: about a thousand polls, each one a pass
-            # of the loop with nothing runnable, then the poller sleeps.
-            assert (poller.wakes, poller.windows, poller.misses) == (1, 1, 1)
-            assert 990 <= poller.polls <= 1010
-            polls = poller.polls
-            await trio.sleep(0.05)
-            assert poller.polls == polls  # asleep: no traffic, no polling
-            await stream.aclose()
-            await server.shutdown()
+    async with polling(monkeypatch, FakeTime(step=1e-6)) as (server, poller, stream):
+        assert (poller.wakes, poller.windows, poller.polls) == (0, 0, 0)
+        await publish(stream)
+        await until_parked(server)
+        # One window of 1 ms at 1 us a reading: about a thousand polls, each one a pass
+        # of the loop with nothing runnable, then the poller sleeps.
+        assert (poller.wakes, poller.windows, poller.misses) == (1, 1, 1)
+        assert 990 <= poller.polls <= 1010
+        polls = poller.polls
+        await trio.sleep(0.05)
+        assert poller.polls == polls  # asleep: no traffic, no polling
 
 
 async def test_messages_within_the_window_keep_it_open(monkeypatch):
     time = FakeTime(step=0.0)  # stands still until the test moves it
-    monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
-    monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
-    with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, options(busy_poll=0.001))
-            poller = server.poller
-            stream = await connect(server)
-            await until_parked(server)
-            await publish(stream)  # wakes the poller: a window opens and stays open
-            for _ in range(5):
-                await publish(stream)
-                polls = poller.polls
-                await trio.sleep(0.01)  # idle: polling all along
-                assert poller.polls > polls and not server.poller_parked
-            # Time moves again: the next poll sees the last message (if it has not yet), the
-            # one after is past the window, which closes, having caught messages.
-            time.step = 0.002
-            await until_parked(server)
-            assert (poller.wakes, poller.windows, poller.misses) == (1, 1, 0)
-            await stream.aclose()
-            await server.shutdown()
+    async with polling(monkeypatch, time) as (server, poller, stream):
+        await publish(stream)  # wakes the poller: a window opens and stays open
+        for _ in range(5):
+            await publish(stream)
+            polls = poller.polls
+            await trio.sleep(0.01)  # idle: polling all along
+            assert poller.polls > polls and not server.poller_parked
+        # Time moves again: the next poll sees the last message (if it has not yet), the
+        # one after is past the window, which closes, having caught messages.
+        time.step = 0.002
+        await until_parked(server)
+        assert (poller.wakes, poller.windows, poller.misses) == (1, 1, 0)
 
 
 async def test_windows_that_catch_nothing_make_it_rest(monkeypatch):
     time = FakeTime(step=1.0)  # every window ends at its first poll
-    monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
-    monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
-    with trio.fail_after(TIMEOUT):
-        async with trio.open_nursery() as nursery:
-            server = await nursery.start(natserver.serve, options(busy_poll=0.001))
-            poller = server.poller
-            stream = await connect(server)
-            await until_parked(server)
-            for n in range(1, 2 * PROBE_EVERY + 1):
-                await publish(stream)
-                await until_parked(server)
-                assert poller.wakes == n
-            # RESTING_AFTER_MISSES windows, then one for each PROBE_EVERY-th wake
-            probes = sum(1 for n in range(RESTING_AFTER_MISSES + 1, 2 * PROBE_EVERY + 1) if n % PROBE_EVERY == 0)
-            assert poller.windows == RESTING_AFTER_MISSES + probes == 6
-            assert poller.misses == poller.windows
-            assert poller.polls == poller.windows  # one poll each: the clock jumped past the window
-
-            # A probe that catches a message ends the rest: the next wakes poll again.
-            time.step = 0.0
-            for _ in range(PROBE_EVERY - 1):
-                await publish(stream)  # resting
-            assert poller.windows == 6 and server.poller_parked
-            await publish(stream)  # the probe: a window that stays open
-            await publish(stream)  # caught
-            time.step = 1.0  # (as above)
-            await until_parked(server)
-            assert (poller.windows, poller.misses) == (7, 0)
+    async with polling(monkeypatch, time) as (server, poller, stream):
+        for n in range(1, 2 * PROBE_EVERY + 1):
             await publish(stream)
             await until_parked(server)
-            assert (poller.windows, poller.misses) == (8, 1)
-            await stream.aclose()
-            await server.shutdown()
+            assert poller.wakes == n
+        # RESTING_AFTER_MISSES windows, then one for each PROBE_EVERY-th wake
+        probes = sum(1 for n in range(RESTING_AFTER_MISSES + 1, 2 * PROBE_EVERY + 1) if n % PROBE_EVERY == 0)
+        assert poller.windows == RESTING_AFTER_MISSES + probes == 6
+        assert poller.misses == poller.windows
+        assert poller.polls == poller.windows  # one poll each: the clock jumped past the window
+
+        # A probe that catches a message ends the rest: the next wakes poll again.
+        time.step = 0.0
+        for _ in range(PROBE_EVERY - 1):
+            await publish(stream)  # resting
+        assert poller.windows == 6 and server.poller_parked
+        await publish(stream)  # the probe: a window that stays open
+        await publish(stream)  # caught
+        time.step = 1.0  # (as above)
+        await until_parked(server)
+        assert (poller.windows, poller.misses) == (7, 0)
+        await publish(stream)
+        await until_parked(server)
+        assert (poller.windows, poller.misses) == (8, 1)
 
 
 async def test_a_mock_clock_still_jumps(autojump_clock, monkeypatch):
