@@ -73,7 +73,8 @@ GC_GEN0_THRESHOLD = 10_000
 # benchmark machine, 242 us sleeping, 190-200 us at 100 us of polling (nats-server 2.15.1: 215 us),
 # for about 40 % more CPU a round trip. Only the binary polls by default (cli.run_server), as it
 # owns its process; an in-process server shares its thread with its clients, where polling
-# gains nothing. Never on one CPU: the poller would hold the CPU the client needs.
+# gains nothing. Never on one CPU, nor while other processes keep the other CPUs busy
+# (busypoll.CpuRoom): the poller would hold a CPU another process needs.
 DEFAULT_BUSY_POLL = 100e-6  # seconds
 # Longer would be a process that spins, not one that polls a moment before it sleeps.
 MAX_BUSY_POLL = 0.01

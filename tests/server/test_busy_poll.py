@@ -48,6 +48,20 @@ class FakeTime:
         return self.at
 
 
+class FakeRoom:
+    """The poller's CpuRoom: ``answer`` is whether the machine has a CPU to spare."""
+
+    def __init__(self, cpus: int) -> None:
+        self.answer = True
+        self.at = 0.0
+        self.checks = 0
+
+    def check(self, now: float) -> bool:
+        self.checks += 1
+        self.at = now
+        return self.answer
+
+
 def options(**changes) -> natserver.Options:
     return natserver.Options(host="127.0.0.1", port=-1, quiet=True, **changes)
 
@@ -85,6 +99,7 @@ async def polling(monkeypatch, time: FakeTime):
     (server, its poller, the client's stream) once the poller sleeps."""
     monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
     monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(busypoll, "CpuRoom", FakeRoom)
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             server = await nursery.start(natserver.serve, options(busy_poll=0.001))
@@ -189,12 +204,90 @@ async def test_windows_that_catch_nothing_make_it_rest(monkeypatch):
         assert (poller.windows, poller.misses) == (8, 1)
 
 
+async def test_no_cpu_to_spare_no_polling(monkeypatch):
+    time = FakeTime(step=0.0)
+    async with polling(monkeypatch, time) as (server, poller, stream):
+        poller.room.answer = False  # the other processes keep the CPUs busy
+        await publish(stream)
+        await publish(stream)
+        assert (poller.wakes, poller.crowded, poller.windows, poller.polls) == (2, 2, 0, 0)
+        assert server.poller_parked
+
+        # A window open when the machine fills up is cut at its next sample of the machine.
+        poller.room.answer = True
+        await publish(stream)
+        await trio.sleep(0.01)
+        assert poller.windows == 1 and not server.poller_parked
+        poller.room.answer = False
+        time.at += busypoll.ROOM_SAMPLE
+        await until_parked(server)
+        assert (poller.windows, poller.crowded) == (1, 3)
+
+
+class _Machine:
+    """/proc/stat's busy seconds and this process's, as the test sets them."""
+
+    def __init__(self) -> None:
+        self.busy = 100.0
+        self.ours = 10.0
+        self.reads = 0
+
+    def machine(self) -> float:
+        self.reads += 1
+        return self.busy
+
+    def own(self) -> float:
+        return self.ours
+
+
+def test_cpu_room_is_what_the_others_leave():
+    m = _Machine()
+    room = busypoll.CpuRoom(2, machine=m.machine, own=m.own)
+    assert room.check(0.0) and m.reads == 1  # the first sample: room until it is over
+    m.busy += 0.5  # in 0.1 s: not read again before ROOM_SAMPLE
+    assert room.check(0.1) and m.reads == 1
+    # Over 0.5 s the machine was busy 0.8 s, 0.4 of it ours: the others used 0.8 of the other CPU.
+    m.busy, m.ours = 100.8, 10.4
+    assert room.check(0.5) and m.reads == 2
+    # The next 0.5 s: busy 1.0 s, ours 0.05: the others took 0.95 of it, more than ROOM_LEFT.
+    m.busy, m.ours = 101.8, 10.45
+    assert not room.check(1.0)
+    assert not room.check(1.1) and m.reads == 3  # (until the next sample)
+    # Our own polling does not count against us: busy 1.0 s of which 0.9 ours.
+    m.busy, m.ours = 102.8, 11.35
+    assert room.check(1.5)
+    # On 4 CPUs the others may use up to 0.9 of 3.
+    four = busypoll.CpuRoom(4, machine=m.machine, own=m.own)
+    four.check(0.0)
+    m.busy += 2.5
+    assert four.check(1.0)
+    m.busy += 2.8
+    assert not four.check(2.0)
+
+
+def test_cpu_room_without_proc_stat_always_polls():
+    reads = []
+    room = busypoll.CpuRoom(2, machine=lambda: reads.append(1), own=lambda: 0.0)
+    assert room.check(0.0) and room.check(10.0) and room.check(1e9)
+    assert len(reads) == 1  # not looked for again
+
+
+def test_machine_busy_seconds_reads_proc_stat():
+    busy = busypoll.machine_busy_seconds()
+    if not os.path.exists("/proc/stat"):
+        assert busy is None
+        return
+    assert busy is not None and busy > 0
+    assert busypoll.own_cpu_seconds() > 0
+
+
 async def test_a_mock_clock_still_jumps(autojump_clock, monkeypatch):
     # The window is the poller's time, not trio's: under a MockClock that only jumps when the
     # run is idle (autojump), the poller still stops, and a long sleep ends at once.
     time = FakeTime(step=1e-5)
     monkeypatch.setattr(BusyPoller, "now", staticmethod(time))
     monkeypatch.setattr(busypoll, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(busypoll, "CpuRoom", FakeRoom)
     async with trio.open_nursery() as nursery:
         server = await nursery.start(natserver.serve, options(busy_poll=0.001))
         await until_parked(server)
