@@ -21,10 +21,11 @@ Real time (``time.perf_counter``), not trio's clock: under a MockClock the polle
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import trio
+
+from .cpus import machine_busy_seconds, own_cpu_seconds, usable_cpus
 
 try:
     # trio.testing's own name for it imports pytest when installed (75 ms at start).
@@ -33,46 +34,12 @@ except ImportError:  # pragma: no cover - a trio that moved it
     from trio.testing import wait_all_tasks_blocked
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity, as a container limits it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 # How long a sample of the machine's CPU use is (CpuRoom): /proc/stat counts in 10 ms ticks,
 # so a quarter of a second reads others' use to about 4 % of a CPU.
 ROOM_SAMPLE = 0.25
 # The poller takes a CPU only when the other processes used less than this much of the CPUs it
 # does not need (on 2 CPUs: 0.9 of one). nats.go's request/reply clients use about 0.6 there.
 ROOM_LEFT = 0.9
-
-
-def machine_busy_seconds() -> float | None:
-    """CPU seconds the machine's CPUs have been busy (/proc/stat: all but idle and iowait,
-    steal included: time the hypervisor gave to others); None where there is no /proc/stat."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 9 or fields[0] != b"cpu":
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / _TICKS
-
-
-def own_cpu_seconds() -> float:
-    """This process's CPU seconds (all its threads)."""
-    times = os.times()
-    return times.user + times.system
-
-
-try:
-    _TICKS = os.sysconf("SC_CLK_TCK")
-except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
-    _TICKS = 100
 
 
 class CpuRoom:

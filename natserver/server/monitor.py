@@ -32,6 +32,7 @@ from ..protocol import const
 from ..protocol.gotext import go_time
 from ..routing.sublist import is_valid_literal_subject
 from .client import ClosedRecord, connection_record, unpack_subs
+from .cpus import own_cpu_seconds, usable_cpus
 from .listen import listen_error, open_listeners
 
 # h11 (and email.utils) only serve HTTP: imported by the methods that speak it, so that the
@@ -318,31 +319,19 @@ def account_name_tag(account) -> str:
     return getattr(claims, "name", "") or account.name
 
 
-def _num_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover
-        return os.cpu_count() or 1
-
-
 class _CpuSampler:
     """pse.ProcUsage: percent of one core used over the last sampling window (≥ 1 s), with
     one decimal. nats-server samples every second in the background; we sample on demand."""
 
     def __init__(self) -> None:
-        self._cpu = self._cpu_time()
+        self._cpu = own_cpu_seconds()
         self._wall = time.monotonic()
         self.percent = 0.0
-
-    @staticmethod
-    def _cpu_time() -> float:
-        t = os.times()
-        return t.user + t.system
 
     def sample(self) -> float:
         wall = time.monotonic()
         if wall - self._wall >= 1.0:
-            cpu = self._cpu_time()
+            cpu = own_cpu_seconds()
             self.percent = int((cpu - self._cpu) * 1000 / (wall - self._wall)) / 10.0
             self._cpu, self._wall = cpu, wall
         return self.percent
@@ -653,7 +642,7 @@ class Monitor:
         v["max_connections"] = o.max_connections
         if o.max_subscriptions > 0:
             v["max_subscriptions"] = o.max_subscriptions
-        cpus = _num_cpus()
+        cpus = usable_cpus()
         v.update({
             "ping_interval": _seconds_ns(o.ping_interval),
             "ping_max": o.ping_max,

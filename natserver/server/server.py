@@ -35,7 +35,6 @@ from ..routing.accounts import GLOBAL_ACCOUNT, Accounts
 from ..routing.sublist import Sublist
 from . import busypoll
 from .binding import peer_ip
-from .busypoll import BusyPoller
 from .client import DELIVERY_IMPLEMENTATION, Client, ClosedRecord, ClosedRing, connection_record
 from .early import EarlyGreeter, client_info, info_base
 from .keepalive import PingTimers
@@ -111,7 +110,7 @@ class Server:
         self.ping_timers = PingTimers(self)  # every client's ping timer, one task
         self.reclaimer = Reclaimer(self._compact)  # gives memory back after many closes (reclaim.py)
         # Busy polling (busypoll.py), started by run(); parked: the next client messages wake it.
-        self.poller: BusyPoller | None = None
+        self.poller: busypoll.BusyPoller | None = None
         self.poller_parked = False
         self.closed_clients = ClosedRing(options.max_closed_clients)
         # Clients given output while the current chunk was processed; flushed once after it.
@@ -292,7 +291,7 @@ class Server:
         log.info("  Delivery: %s", DELIVERY_IMPLEMENTATION)
         window = self.busy_poll_window()
         if window:
-            self.poller = BusyPoller(self, window)
+            self.poller = busypoll.BusyPoller(self, window)
         # natserver's own line too: how long it polls after client messages (busypoll.py).
         log.info("  Busy poll: %s", go_duration(window) if window else "off")
         if options.config_file:
